@@ -1,0 +1,146 @@
+# Aquila — one non-recursive Makefile. Outputs go under $(BUILD) (build/ by
+# default; build-tsan/ and build-asan/ for the sanitizer runs).
+#
+#   make            library, code objects, tools, examples, tests
+#   make demo       the main job: Fashion-MNIST training on whatever agents exist
+#   make test       builds and runs the test suites
+#   make tsan|asan  the tests again under ThreadSanitizer / AddressSanitizer
+#   make install PREFIX=/usr/local
+#
+# Each layer's sources are found by wildcard; a folder may add rules of its
+# own in a module.mk (kernels/module.mk builds the CUDA fatbin).
+
+BUILD   ?= build
+PREFIX  ?= /usr/local
+CC      := gcc
+SAN     ?=
+VERSION := 0.1.0
+SOVER   := 0
+
+OPT     ?= -O2
+CPPFLAGS := -Iinclude -I. -D_GNU_SOURCE
+CFLAGS  := -std=c11 $(OPT) -g -fPIC -pthread -Wall -Wextra -Werror -Wno-format-truncation -MMD -MP \
+           -fvisibility=hidden
+LDFLAGS := -pthread
+ifeq ($(SAN),thread)
+  CFLAGS  += -fsanitize=thread -O1
+  LDFLAGS += -fsanitize=thread
+endif
+ifeq ($(SAN),address)
+  CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer
+  LDFLAGS += -fsanitize=address,undefined
+endif
+
+# Deferred (=) so pkg-config runs after the dependency check has installed it.
+PKG_CFLAGS = $(shell pkg-config --cflags hwloc numa 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs hwloc numa 2>/dev/null) -ldl -lm
+CRIT_LIBS  = $(shell pkg-config --libs criterion 2>/dev/null)
+BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS  = $(shell pkg-config --libs openblas 2>/dev/null)
+
+DEPS_OK := $(BUILD)/.deps-ok
+LIBDIR  := $(BUILD)/lib
+BINDIR  := $(BUILD)/bin
+OBJDIR  := $(BUILD)/obj
+COLIB   := $(LIBDIR)/aquila
+
+# ---- libaquila --------------------------------------------------------------
+LIB_SRCS := $(sort $(wildcard runtime/*.c runtime/drivers/*.c scheduler/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(OBJDIR)/%.o)
+SONAME   := libaquila.so.$(SOVER)
+LIB_SO   := $(LIBDIR)/libaquila.so.$(VERSION)
+LIB_A    := $(LIBDIR)/libaquila.a
+RPATH    := -Wl,-rpath,'$$$$ORIGIN/../lib'
+
+# ---- code objects -----------------------------------------------------------
+KCPU_SRCS := $(sort $(wildcard kernels/cpu/*.c))
+KCPU_OBJS := $(KCPU_SRCS:%.c=$(OBJDIR)/%.o)
+KCPU_SO   := $(COLIB)/kernels-cpu.so
+
+# ---- tools, examples, tests: one program per folder --------------------------
+TOOLS     := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tools/*/*.c)))))
+EXAMPLES  := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard examples/*/*.c)))))
+TESTS     := $(filter-out data,$(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tests/*/*.c))))))
+TOOL_BINS := $(TOOLS:%=$(BINDIR)/%)
+EX_BINS   := $(EXAMPLES:%=$(BUILD)/examples/%)
+TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
+
+ALL := $(LIB_SO) $(LIB_A) $(KCPU_SO) $(TOOL_BINS) $(EX_BINS) $(LIBDIR)/pkgconfig/aquila.pc
+.PHONY: all test demo tsan asan install clean deps
+all: $(ALL)
+
+deps: $(DEPS_OK)
+$(DEPS_OK): tools/install-deps.sh
+	@mkdir -p $(@D)
+	@tools/install-deps.sh
+	@touch $@
+
+$(OBJDIR)/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -c $< -o $@
+
+$(LIB_SO): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	$(CC) -shared -Wl,-soname,$(SONAME) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+	ln -sf libaquila.so.$(VERSION) $(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(LIBDIR)/libaquila.so
+
+$(LIB_A): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+# Code objects are plain shared objects: no libaquila, no sanitizer runtime
+# needs beyond what the host process has.
+$(KCPU_SO): $(KCPU_OBJS)
+	@mkdir -p $(@D)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ -lm
+
+$(OBJDIR)/kernels/%.o: CFLAGS += -O3 -fvisibility=hidden
+
+# One program per folder: tools/aq-info/*.c -> bin/aq-info, and so on.
+define program
+$(1): $$(patsubst %.c,$(OBJDIR)/%.o,$$(wildcard $(2)/*.c)) $(LIB_SO)
+	@mkdir -p $$(@D)
+	$(CC) $(LDFLAGS) -o $$@ $$(filter %.o,$$^) -L$(LIBDIR) -laquila $(RPATH) $(3)
+endef
+$(foreach t,$(TOOLS),$(eval $(call program,$(BINDIR)/$(t),tools/$(t),$$(PKG_LIBS) $$(BLAS_LIBS))))
+$(foreach e,$(EXAMPLES),$(eval $(call program,$(BUILD)/examples/$(e),examples/$(e),$$(PKG_LIBS))))
+$(foreach t,$(TESTS),$(eval $(call program,$(BUILD)/tests/$(t),tests/$(t),$$(CRIT_LIBS) $$(PKG_LIBS) $$(BLAS_LIBS))))
+$(OBJDIR)/tools/%.o $(OBJDIR)/tests/%.o: CPPFLAGS += $(BLAS_CFLAGS)
+
+$(LIBDIR)/pkgconfig/aquila.pc: Makefile
+	@mkdir -p $(@D)
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: aquila\nDescription: user-mode heterogeneous runtime (AQL queues, task graphs)\nVersion: %s\nRequires.private: hwloc numa\nCflags: -I$${includedir}\nLibs: -L$${libdir} -laquila\n' '$(PREFIX)' '$(VERSION)' > $@
+
+-include $(wildcard */module.mk)
+
+# Test programs and code objects the tests load.
+TEST_DATA :=
+-include tests/data.mk
+
+test: all $(TEST_BINS) $(TEST_DATA)
+	@tools/run-tests.sh $(BUILD) $(TEST_BINS)
+
+tsan:
+	$(MAKE) BUILD=build-tsan SAN=thread test
+asan:
+	$(MAKE) BUILD=build-asan SAN=address test
+
+demo: all
+	@tools/demo.sh $(BUILD)
+
+install: all
+	install -d $(PREFIX)/lib/aquila $(PREFIX)/bin $(PREFIX)/include/aquila $(PREFIX)/lib/pkgconfig
+	install -m 644 include/aquila/*.h $(PREFIX)/include/aquila/
+	install -m 755 $(LIB_SO) $(PREFIX)/lib/
+	ln -sf libaquila.so.$(VERSION) $(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(PREFIX)/lib/libaquila.so
+	install -m 644 $(LIB_A) $(PREFIX)/lib/
+	install -m 755 $(wildcard $(COLIB)/*) $(PREFIX)/lib/aquila/
+	install -m 755 $(TOOL_BINS) $(PREFIX)/bin/
+	install -m 644 $(LIBDIR)/pkgconfig/aquila.pc $(PREFIX)/lib/pkgconfig/
+
+clean:
+	rm -rf build build-tsan build-asan
+
+-include $(shell find $(OBJDIR) -name '*.d' 2>/dev/null)

@@ -1,0 +1,14 @@
+/* Aquila: a user-mode heterogeneous runtime in the HSA style.
+ * Include this for everything; each header below holds one concept. */
+#ifndef AQUILA_AQUILA_H_
+#define AQUILA_AQUILA_H_
+
+#include "aquila/status.h"
+#include "aquila/runtime.h"
+#include "aquila/signal.h"
+#include "aquila/queue.h"
+#include "aquila/memory.h"
+#include "aquila/code_object.h"
+#include "aquila/kernel.h"
+
+#endif /* AQUILA_AQUILA_H_ */

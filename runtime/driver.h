@@ -1,0 +1,54 @@
+/* The internal driver interface: what differs between agent families.
+ *
+ * Everything an agent family shares (queues and their producer side, signals,
+ * regions' bookkeeping, handle checks, code-object file checks) lives in the
+ * core; a driver supplies only what it must: discovering its agents, draining
+ * queues, allocating and copying its memory, loading its code-object format.
+ * Optional entries are NULL. */
+#ifndef AQ_RUNTIME_DRIVER_H_
+#define AQ_RUNTIME_DRIVER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "aquila/code_object.h"
+#include "runtime/runtime.h"
+
+typedef struct aq_driver {
+  const char *name;
+  /* Registers the driver's agents (aq_agent_register). AQ_ERROR_UNAVAILABLE
+   * with a message when the machine has none: the message is what aq-info
+   * shows for the driver. */
+  aq_status_t (*start)(void);
+  /* Stops every agent; queues are already destroyed. */
+  void (*stop)(void);
+
+  /* Begins / ends draining a queue created on one of its agents. */
+  aq_status_t (*queue_attach)(aq_agent_impl_t *agent, aq_queue_impl_t *queue);
+  void (*queue_detach)(aq_agent_impl_t *agent, aq_queue_impl_t *queue);
+
+  /* Memory of the driver's regions. */
+  aq_status_t (*region_allocate)(aq_region_impl_t *region, size_t size, void **out_ptr);
+  void (*region_free)(aq_region_impl_t *region, void *ptr, size_t size);
+  /* Copies where either side is the driver's own (device) memory; NULL if all
+   * its memory is host-accessible. */
+  aq_status_t (*copy)(void *dst, const void *src, size_t size);
+
+  /* Code objects in the driver's format. recognizes() looks at the first
+   * bytes; load() turns a whole file into a module; find() resolves a kernel
+   * of the module for one agent. */
+  int (*co_recognizes)(const void *bytes, size_t size);
+  aq_status_t (*co_load)(const char *path, const void *bytes, size_t size, void **out_module,
+                         aq_code_object_info_t *info);
+  void (*co_unload)(void *module);
+  aq_status_t (*co_kernel_at)(void *module, uint32_t index, aq_agent_impl_t *agent,
+                              aq_kernel_info_t *out);
+} aq_driver_t;
+
+extern const aq_driver_t aq_driver_cpu;
+
+/* Every driver compiled in, in start order. */
+extern const aq_driver_t *const aq_drivers[];
+extern const unsigned aq_driver_count;
+
+#endif /* AQ_RUNTIME_DRIVER_H_ */

@@ -1,0 +1,93 @@
+/* The CPU driver's private state: agents of worker threads that drain AQL
+ * queues, the kernels of loaded CPU code objects, and the CPU regions. */
+#ifndef AQ_RUNTIME_DRIVERS_CPU_H_
+#define AQ_RUNTIME_DRIVERS_CPU_H_
+
+#include <hwloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "aquila/code_object.h"
+#include "aquila/kernel.h"
+#include "runtime/queue.h"
+#include "runtime/runtime.h"
+
+enum { CPU_QUEUES_MAX = 64 };
+
+/* A loaded kernel; its handle is the packet's kernel_object. */
+typedef struct cpu_kernel {
+  const aq_kernel_desc_t *desc;
+  uint64_t handle;
+} cpu_kernel_t;
+
+const cpu_kernel_t *cpu_kernel_lookup(uint64_t kernel_object);
+
+/* A kernel dispatch in flight: its work-groups are shared out among the
+ * agent's workers through next/done. */
+typedef struct cpu_dispatch {
+  const cpu_kernel_t *kernel;
+  const void *kernarg;
+  uint32_t dims;
+  uint32_t workgroup[3], grid[3], groups[3];
+  uint64_t total;
+  _Atomic uint64_t next;
+  _Atomic uint64_t done;
+  _Atomic uint32_t fault;
+  _Atomic uint32_t helpers;
+} cpu_dispatch_t;
+
+typedef struct cpu_queue {
+  aq_queue_impl_t *queue;
+  _Atomic int owner;               /* a worker is draining it */
+  _Atomic uint32_t refs;           /* workers looking at it */
+  _Atomic(cpu_dispatch_t *) active;/* a dispatch others may help with */
+  cpu_dispatch_t dispatch;
+} cpu_queue_t;
+
+struct cpu_agent;
+
+typedef struct cpu_worker {
+  struct cpu_agent *agent;
+  uint32_t index;
+  hwloc_cpuset_t cpuset;
+  pthread_t thread;
+  void *scratch;
+  size_t scratch_size;
+} cpu_worker_t;
+
+typedef struct cpu_agent {
+  aq_agent_impl_t *agent;
+  hwloc_cpuset_t cpuset;
+  int numa_node;
+  int bind;                        /* topology is this system: pin threads */
+  uint32_t worker_count;
+  cpu_worker_t *workers;
+  _Atomic int running;
+  pthread_mutex_t queue_mutex;
+  _Atomic(cpu_queue_t *) queues[CPU_QUEUES_MAX];
+  _Atomic uint32_t queue_slots;    /* high-water mark of used slots */
+} cpu_agent_t;
+
+void *cpu_worker_main(void *arg);
+/* Runs the packet at the queue's read index; returns 0 if there was none
+ * ready (empty, or a barrier still waiting). */
+int cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w);
+/* Helps with a dispatch another worker started. */
+int cpu_help_dispatch(cpu_queue_t *cq, cpu_worker_t *w);
+/* Whether the queue has a packet ready to run. */
+int cpu_queue_ready(cpu_queue_t *cq);
+
+aq_status_t cpu_regions_register(cpu_agent_t *a);
+aq_status_t cpu_region_allocate(aq_region_impl_t *region, size_t size, void **out_ptr);
+void cpu_region_free(aq_region_impl_t *region, void *ptr, size_t size);
+
+void cpu_code_objects_init(void);
+void cpu_code_objects_deinit(void);
+int cpu_co_recognizes(const void *bytes, size_t size);
+aq_status_t cpu_co_load(const char *path, const void *bytes, size_t size, void **out_module,
+                        aq_code_object_info_t *info);
+void cpu_co_unload(void *module);
+aq_status_t cpu_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent,
+                             aq_kernel_info_t *out);
+
+#endif /* AQ_RUNTIME_DRIVERS_CPU_H_ */

@@ -1,0 +1,219 @@
+/* The CPU driver: one agent per NUMA node (or the split AQ_CPU_AGENTS asks
+ * for), each a set of worker threads pinned to its cores. Workers take turns
+ * owning a queue and draining it in order; a kernel dispatch's work-groups
+ * are shared out to every worker of the agent. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/driver.h"
+#include "runtime/drivers/cpu.h"
+#include "runtime/memory.h"
+#include "runtime/status.h"
+
+static cpu_agent_t *cpu_agents[AQ_AGENTS_MAX];
+static uint32_t cpu_agent_count;
+
+static uint64_t cpu_features(void) {
+  uint64_t f = AQ_FEATURE_KERNEL_DISPATCH | AQ_FEATURE_AGENT_DISPATCH;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) f |= AQ_FEATURE_AVX2;
+  if (__builtin_cpu_supports("fma")) f |= AQ_FEATURE_FMA;
+  if (__builtin_cpu_supports("avx512f")) f |= AQ_FEATURE_AVX512F;
+  if (__builtin_cpu_supports("avx512bw")) f |= AQ_FEATURE_AVX512BW;
+#endif
+  return f;
+}
+
+static void isa_name(uint64_t f, char *out, size_t size) {
+  snprintf(out, size, "x86-64%s", (f & AQ_FEATURE_AVX512F) ? "-avx512"
+                                  : (f & AQ_FEATURE_AVX2)  ? "-avx2"
+                                                           : "");
+}
+
+static const char *cpu_model(hwloc_topology_t t) {
+  hwloc_obj_t pkg = hwloc_get_obj_by_type(t, HWLOC_OBJ_PACKAGE, 0);
+  const char *m = pkg ? hwloc_obj_get_info_by_name(pkg, "CPUModel") : NULL;
+  return m ? m : "CPU";
+}
+
+/* The cpusets the agents will own, per AQ_CPU_AGENTS. */
+static uint32_t split_cpusets(hwloc_topology_t t, hwloc_cpuset_t *sets, uint32_t max) {
+  const char *how = aq_runtime_config()->cpu_agents;
+  uint32_t n = 0;
+  hwloc_obj_type_t type = !strcmp(how, "numa")      ? HWLOC_OBJ_NUMANODE
+                          : !strcmp(how, "package") ? HWLOC_OBJ_PACKAGE
+                                                    : HWLOC_OBJ_MACHINE;
+  if (type != HWLOC_OBJ_MACHINE || !strcmp(how, "machine")) {
+    int count = hwloc_get_nbobjs_by_type(t, type);
+    for (int i = 0; i < count && n < max; ++i) {
+      hwloc_obj_t o = hwloc_get_obj_by_type(t, type, (unsigned)i);
+      if (!o->cpuset || hwloc_bitmap_iszero(o->cpuset)) continue; /* memory-only node */
+      sets[n++] = hwloc_bitmap_dup(o->cpuset);
+    }
+    if (n == 0) sets[n++] = hwloc_bitmap_dup(hwloc_topology_get_topology_cpuset(t));
+    return n;
+  }
+  /* A count: consecutive cores, as evenly as they divide. */
+  uint32_t want = (uint32_t)atoi(how);
+  int cores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
+  if (want > (uint32_t)cores) want = (uint32_t)cores;
+  if (want > max) want = max;
+  for (uint32_t a = 0; a < want; ++a) {
+    sets[n] = hwloc_bitmap_alloc();
+    for (int c = (int)(a * (uint32_t)cores / want); c < (int)((a + 1) * (uint32_t)cores / want); ++c)
+      hwloc_bitmap_or(sets[n], sets[n], hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, (unsigned)c)->cpuset);
+    n++;
+  }
+  return n;
+}
+
+static int numa_node_of(hwloc_topology_t t, hwloc_const_cpuset_t set) {
+  hwloc_obj_t node = NULL;
+  while ((node = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, node)))
+    if (node->cpuset && hwloc_bitmap_intersects(node->cpuset, set)) return (int)node->os_index;
+  return -1;
+}
+
+static aq_status_t start_workers(cpu_agent_t *ca, hwloc_topology_t t) {
+  int cores = hwloc_get_nbobjs_inside_cpuset_by_type(t, ca->cpuset, HWLOC_OBJ_CORE);
+  uint32_t n = cores > 0 ? (uint32_t)cores : 1;
+  uint32_t cap = aq_runtime_config()->cpu_workers;
+  if (cap && n > cap) n = cap;
+  ca->workers = calloc(n, sizeof(*ca->workers));
+  if (!ca->workers) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for CPU workers");
+  ca->worker_count = n;
+  atomic_store(&ca->running, 1);
+  for (uint32_t i = 0; i < n; ++i) {
+    cpu_worker_t *w = &ca->workers[i];
+    w->agent = ca;
+    w->index = i;
+    hwloc_obj_t core = cores > 0 ? hwloc_get_obj_inside_cpuset_by_type(t, ca->cpuset, HWLOC_OBJ_CORE, i)
+                                 : NULL;
+    w->cpuset = hwloc_bitmap_dup(core ? core->cpuset : ca->cpuset);
+    if (pthread_create(&w->thread, NULL, cpu_worker_main, w)) {
+      atomic_store(&ca->running, 0);
+      ca->worker_count = i;
+      return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "cannot start CPU worker thread %u", i);
+    }
+  }
+  return AQ_OK;
+}
+
+static void stop_agent(cpu_agent_t *ca) {
+  atomic_store(&ca->running, 0);
+  aq_wake_all_slow(&ca->agent->doorbell);
+  for (uint32_t i = 0; i < ca->worker_count; ++i) {
+    pthread_join(ca->workers[i].thread, NULL);
+    hwloc_bitmap_free(ca->workers[i].cpuset);
+    free(ca->workers[i].scratch);
+  }
+  free(ca->workers);
+  hwloc_bitmap_free(ca->cpuset);
+  pthread_mutex_destroy(&ca->queue_mutex);
+  free(ca);
+}
+
+static aq_status_t cpu_start(void) {
+  hwloc_topology_t t = aq_topology();
+  hwloc_cpuset_t sets[AQ_AGENTS_MAX];
+  uint32_t n = split_cpusets(t, sets, AQ_AGENTS_MAX);
+  uint64_t features = cpu_features();
+  aq_status_t s = AQ_OK;
+  cpu_code_objects_init();
+  for (uint32_t i = 0; i < n; ++i) {
+    if (s != AQ_OK) {
+      hwloc_bitmap_free(sets[i]);
+      continue;
+    }
+    cpu_agent_t *ca = calloc(1, sizeof(*ca));
+    if (!ca) {
+      hwloc_bitmap_free(sets[i]);
+      s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a CPU agent");
+      continue;
+    }
+    ca->cpuset = sets[i];
+    ca->numa_node = numa_node_of(t, ca->cpuset);
+    ca->bind = hwloc_topology_is_thissystem(t);
+    pthread_mutex_init(&ca->queue_mutex, NULL);
+    aq_agent_info_t info = {.kind = AQ_AGENT_KIND_CPU,
+                            .numa_node = ca->numa_node,
+                            .queue_max_size = 1u << 20,
+                            .queues_max = CPU_QUEUES_MAX,
+                            .workgroup_max_size = 65535,
+                            .features = features,
+                            .usable = 1};
+    snprintf(info.name, sizeof(info.name), "cpu%u", cpu_agent_count);
+    snprintf(info.device, sizeof(info.device), "%s", cpu_model(t));
+    snprintf(info.driver, sizeof(info.driver), "cpu");
+    isa_name(features, info.isa, sizeof(info.isa));
+    int cores = hwloc_get_nbobjs_inside_cpuset_by_type(t, ca->cpuset, HWLOC_OBJ_CORE);
+    uint32_t cap = aq_runtime_config()->cpu_workers;
+    info.compute_units = cores > 0 ? (uint32_t)cores : 1;
+    if (cap && info.compute_units > cap) info.compute_units = cap;
+    s = aq_agent_register(&aq_driver_cpu, &info, ca, &ca->agent);
+    if (s == AQ_OK) s = cpu_regions_register(ca);
+    if (s == AQ_OK) s = start_workers(ca, t);
+    if (s == AQ_OK || ca->agent) cpu_agents[cpu_agent_count++] = ca;
+    else {
+      hwloc_bitmap_free(ca->cpuset);
+      free(ca);
+    }
+  }
+  return s;
+}
+
+static void cpu_stop(void) {
+  for (uint32_t i = 0; i < cpu_agent_count; ++i) stop_agent(cpu_agents[i]);
+  cpu_agent_count = 0;
+  cpu_code_objects_deinit();
+}
+
+static aq_status_t cpu_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
+  cpu_agent_t *ca = agent->driver_data;
+  cpu_queue_t *cq = calloc(1, sizeof(*cq));
+  if (!cq) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a queue");
+  cq->queue = queue;
+  queue->driver_data = cq;
+  pthread_mutex_lock(&ca->queue_mutex);
+  for (uint32_t i = 0; i < CPU_QUEUES_MAX; ++i) {
+    if (atomic_load(&ca->queues[i])) continue;
+    atomic_store(&ca->queues[i], cq);
+    if (i + 1 > atomic_load(&ca->queue_slots)) atomic_store(&ca->queue_slots, i + 1);
+    pthread_mutex_unlock(&ca->queue_mutex);
+    return AQ_OK;
+  }
+  pthread_mutex_unlock(&ca->queue_mutex);
+  free(cq);
+  return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "agent %s already has %d queues", agent->info.name,
+                  CPU_QUEUES_MAX);
+}
+
+static void cpu_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
+  cpu_agent_t *ca = agent->driver_data;
+  cpu_queue_t *cq = queue->driver_data;
+  pthread_mutex_lock(&ca->queue_mutex);
+  for (uint32_t i = 0; i < CPU_QUEUES_MAX; ++i)
+    if (atomic_load(&ca->queues[i]) == cq) atomic_store(&ca->queues[i], NULL);
+  pthread_mutex_unlock(&ca->queue_mutex);
+  /* A worker that picked it up before it left the list is done with it once
+   * its reference is dropped. */
+  while (atomic_load(&cq->refs) != 0) aq_cpu_relax();
+  free(cq);
+}
+
+const aq_driver_t aq_driver_cpu = {
+    .name = "cpu",
+    .start = cpu_start,
+    .stop = cpu_stop,
+    .queue_attach = cpu_queue_attach,
+    .queue_detach = cpu_queue_detach,
+    .region_allocate = cpu_region_allocate,
+    .region_free = cpu_region_free,
+    .copy = NULL,
+    .co_recognizes = cpu_co_recognizes,
+    .co_load = cpu_co_load,
+    .co_unload = cpu_co_unload,
+    .co_kernel_at = cpu_co_kernel_at,
+};

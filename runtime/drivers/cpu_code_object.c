@@ -1,0 +1,125 @@
+/* CPU code objects: ELF shared objects exporting an aq_code_object_table_t.
+ * Every kernel gets a handle, which is the kernel_object its dispatch packets
+ * carry, so a packet naming an unloaded kernel is caught, not called. */
+#include <dlfcn.h>
+#include <elf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/code_object.h"
+#include "runtime/drivers/cpu.h"
+#include "runtime/handle.h"
+#include "runtime/status.h"
+
+#if defined(__x86_64__)
+#define NATIVE_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define NATIVE_MACHINE EM_AARCH64
+#endif
+
+typedef struct cpu_module {
+  void *dl;
+  const aq_code_object_table_t *table;
+  cpu_kernel_t *kernels;
+} cpu_module_t;
+
+static aq_handle_table_t kernels;
+
+void cpu_code_objects_init(void) { aq_handle_table_init(&kernels, "kernel"); }
+void cpu_code_objects_deinit(void) { aq_handle_table_deinit(&kernels); }
+
+const cpu_kernel_t *cpu_kernel_lookup(uint64_t kernel_object) {
+  return aq_handle_get(&kernels, kernel_object);
+}
+
+int cpu_co_recognizes(const void *bytes, size_t size) {
+  return size >= SELFMAG && !memcmp(bytes, ELFMAG, SELFMAG) &&
+         (size < EI_NIDENT + 12 || ((const Elf64_Ehdr *)bytes)->e_machine != EM_AMDGPU);
+}
+
+static aq_status_t check_table(const char *path, const aq_code_object_table_t *t) {
+  if (t->magic != AQ_CODE_OBJECT_MAGIC)
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: %s has a bad magic number 0x%08x", path,
+                    AQ_CODE_OBJECT_SYMBOL, t->magic);
+  if (t->version != AQ_CODE_OBJECT_VERSION)
+    return aq_error(AQ_ERROR_INCOMPATIBLE, "%s: code-object ABI version %u; this runtime loads version %u",
+                    path, t->version, AQ_CODE_OBJECT_VERSION);
+  if (t->isa != AQ_ISA_NATIVE)
+    return aq_error(AQ_ERROR_INCOMPATIBLE, "%s: kernels built for ISA %u; this machine is ISA %u", path,
+                    t->isa, AQ_ISA_NATIVE);
+  if (t->kernel_count == 0 || !t->kernels)
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: the kernel table is empty", path);
+  for (uint32_t i = 0; i < t->kernel_count; ++i) {
+    const aq_kernel_desc_t *k = &t->kernels[i];
+    if (!k->name || !k->name[0] || !k->fn)
+      return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: kernel %u has no name or no function", path, i);
+    if (k->kernarg_align & (k->kernarg_align - 1))
+      return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: kernel '%s': kernarg alignment %u is not a power of two",
+                      path, k->name, k->kernarg_align);
+    for (uint32_t j = 0; j < i; ++j)
+      if (!strcmp(t->kernels[j].name, k->name))
+        return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: kernel '%s' is defined twice", path, k->name);
+  }
+  return AQ_OK;
+}
+
+aq_status_t cpu_co_load(const char *path, const void *bytes, size_t size, void **out_module,
+                        aq_code_object_info_t *info) {
+  AQ_RETURN_IF_ERROR(aq_elf_check(path, bytes, size, NATIVE_MACHINE));
+  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!dl) return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cannot be loaded: %s", path, dlerror());
+  const aq_code_object_table_t *t = dlsym(dl, AQ_CODE_OBJECT_SYMBOL);
+  aq_status_t s = t ? check_table(path, t)
+                    : aq_error(AQ_ERROR_INVALID_CODE_OBJECT,
+                               "%s: exports no '%s': not an Aquila code object", path, AQ_CODE_OBJECT_SYMBOL);
+  cpu_module_t *m = NULL;
+  if (s == AQ_OK && !(m = calloc(1, sizeof(*m))))
+    s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a code object");
+  if (s == AQ_OK && !(m->kernels = calloc(t->kernel_count, sizeof(*m->kernels))))
+    s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a code object");
+  for (uint32_t i = 0; s == AQ_OK && i < t->kernel_count; ++i) {
+    m->kernels[i].desc = &t->kernels[i];
+    s = aq_handle_alloc(&kernels, &m->kernels[i], &m->kernels[i].handle);
+  }
+  if (s != AQ_OK) {
+    if (m) {
+      m->dl = dl;
+      m->table = t;
+      cpu_co_unload(m);
+    } else {
+      dlclose(dl);
+    }
+    return s;
+  }
+  m->dl = dl;
+  m->table = t;
+  snprintf(info->format, sizeof(info->format), "cpu-elf");
+  snprintf(info->producer, sizeof(info->producer), "%s", t->producer ? t->producer : "");
+  info->kernel_count = t->kernel_count;
+  *out_module = m;
+  return AQ_OK;
+}
+
+void cpu_co_unload(void *module) {
+  cpu_module_t *m = module;
+  if (m->kernels)
+    for (uint32_t i = 0; i < m->table->kernel_count; ++i)
+      if (m->kernels[i].handle) aq_handle_release(&kernels, m->kernels[i].handle);
+  free(m->kernels);
+  dlclose(m->dl);
+  free(m);
+}
+
+aq_status_t cpu_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent,
+                             aq_kernel_info_t *out) {
+  (void)agent;
+  cpu_module_t *m = module;
+  const cpu_kernel_t *k = &m->kernels[index];
+  *out = (aq_kernel_info_t){.name = k->desc->name,
+                            .kernel_object = k->handle,
+                            .kernarg_size = k->desc->kernarg_size,
+                            .kernarg_alignment = k->desc->kernarg_align ? k->desc->kernarg_align : 8,
+                            .group_segment_size = k->desc->group_segment_size};
+  return AQ_OK;
+}

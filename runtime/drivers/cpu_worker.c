@@ -1,0 +1,289 @@
+/* CPU workers: the packet processor of the CPU agents.
+ *
+ * Each queue is drained in order by whichever worker owns it at the time, so
+ * packets of one queue launch and complete in order and the barrier bit is
+ * met by construction; queues of one agent run side by side. A dispatch of
+ * more than one work-group is published on its queue so idle workers of the
+ * agent take groups too. A barrier whose dependencies are pending never
+ * holds a worker: the queue is left and revisited when a dependency changes
+ * (the signal wakes the agent) or, failing that, on a short timer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/drivers/cpu.h"
+#include "runtime/fault.h"
+#include "runtime/status.h"
+
+enum { DRAIN_BATCH = 256 };
+
+static int ensure_scratch(cpu_worker_t *w, size_t size) {
+  if (size <= w->scratch_size) return 1;
+  void *p = NULL;
+  if (posix_memalign(&p, 64, size)) return 0;
+  free(w->scratch);
+  w->scratch = p;
+  w->scratch_size = size;
+  return 1;
+}
+
+static uint32_t group_fault(cpu_worker_t *w, cpu_queue_t *cq, const char *name, int code) {
+  return aq_fault_record(AQ_ERROR_KERNEL_FAULT,
+                         "kernel '%s' failed (returned %d) on agent %s, queue %u", name, code,
+                         w->agent->agent->info.name, cq->queue->id);
+}
+
+/* Runs work-groups of d until none is left; returns how many it ran. */
+static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) {
+  const aq_kernel_desc_t *k = d->kernel->desc;
+  aq_dispatch_ctx_t ctx = {.dims = d->dims, .worker_index = w->index,
+                           .worker_count = w->agent->worker_count};
+  memcpy(ctx.workgroup_size, d->workgroup, sizeof(ctx.workgroup_size));
+  memcpy(ctx.grid_size, d->grid, sizeof(ctx.grid_size));
+  memcpy(ctx.group_count, d->groups, sizeof(ctx.group_count));
+  if (k->group_segment_size) {
+    if (!ensure_scratch(w, k->group_segment_size)) {
+      uint32_t none = 0;
+      uint32_t f = aq_fault_record(AQ_ERROR_OUT_OF_MEMORY, "kernel '%s': no memory for %u bytes of group segment",
+                                   k->name, k->group_segment_size);
+      atomic_compare_exchange_strong(&d->fault, &none, f);
+    }
+    ctx.group_segment = w->scratch;
+    ctx.group_segment_size = k->group_segment_size;
+  }
+  uint64_t ran = 0;
+  for (;;) {
+    uint64_t g = atomic_fetch_add_explicit(&d->next, 1, memory_order_relaxed);
+    if (g >= d->total) break;
+    uint64_t gx = g % d->groups[0], gyz = g / d->groups[0];
+    uint64_t gy = gyz % d->groups[1], gz = gyz / d->groups[1];
+    uint64_t id[3] = {gx, gy, gz};
+    for (int i = 0; i < 3; ++i) {
+      ctx.group_id[i] = (uint32_t)id[i];
+      uint64_t start = id[i] * d->workgroup[i];
+      uint64_t left = d->grid[i] - start;
+      ctx.group_size[i] = (uint32_t)(left < d->workgroup[i] ? left : d->workgroup[i]);
+    }
+    if (!atomic_load_explicit(&d->fault, memory_order_relaxed) && ctx.group_segment_size <= w->scratch_size) {
+      int rc = k->fn(d->kernarg, &ctx);
+      if (rc) {
+        uint32_t none = 0, f = group_fault(w, cq, k->name, rc);
+        atomic_compare_exchange_strong(&d->fault, &none, f);
+      }
+    }
+    ran++;
+  }
+  if (ran) atomic_fetch_add_explicit(&d->done, ran, memory_order_acq_rel);
+  return ran;
+}
+
+int cpu_help_dispatch(cpu_queue_t *cq, cpu_worker_t *w) {
+  cpu_dispatch_t *d = atomic_load(&cq->active);
+  if (!d) return 0;
+  atomic_fetch_add(&d->helpers, 1);
+  int ran = 0;
+  if (atomic_load(&cq->active) == d) ran = run_groups(d, w, cq) != 0;
+  atomic_fetch_sub(&d->helpers, 1);
+  return ran;
+}
+
+static uint32_t invalid(cpu_worker_t *w, cpu_queue_t *cq, uint64_t index, const char *what) {
+  return aq_fault_record(AQ_ERROR_INVALID_PACKET, "agent %s, queue %u, packet %llu: %s",
+                         w->agent->agent->info.name, cq->queue->id, (unsigned long long)index, what);
+}
+
+static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
+                                const hsa_kernel_dispatch_packet_t *p) {
+  const cpu_kernel_t *k = cpu_kernel_lookup(p->kernel_object);
+  if (!k) return invalid(w, cq, index, "kernel_object is not a loaded CPU kernel (unloaded, or foreign)");
+  uint32_t dims = (p->setup >> HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS) & 3;
+  if (dims < 1) return invalid(w, cq, index, "setup gives 0 grid dimensions (must be 1, 2 or 3)");
+  cpu_dispatch_t *d = &cq->dispatch;
+  uint32_t wg[3] = {p->workgroup_size_x, p->workgroup_size_y, p->workgroup_size_z};
+  uint32_t grid[3] = {p->grid_size_x, p->grid_size_y, p->grid_size_z};
+  d->total = 1;
+  for (uint32_t i = 0; i < 3; ++i) {
+    if (i >= dims) wg[i] = grid[i] = 1;
+    if (!wg[i] || !grid[i]) {
+      char msg[160];
+      snprintf(msg, sizeof(msg), "kernel '%s': %s size %c is 0", k->desc->name, !wg[i] ? "work-group" : "grid",
+               "xyz"[i]);
+      return invalid(w, cq, index, msg);
+    }
+    d->workgroup[i] = wg[i];
+    d->grid[i] = grid[i];
+    d->groups[i] = (grid[i] + wg[i] - 1) / wg[i];
+    d->total *= d->groups[i];
+  }
+  if (k->desc->kernarg_size && !p->kernarg_address) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "kernel '%s' takes %u bytes of kernargs; kernarg_address is NULL",
+             k->desc->name, k->desc->kernarg_size);
+    return invalid(w, cq, index, msg);
+  }
+  d->kernel = k;
+  d->kernarg = p->kernarg_address;
+  d->dims = dims;
+  atomic_store_explicit(&d->next, 0, memory_order_relaxed);
+  atomic_store_explicit(&d->done, 0, memory_order_relaxed);
+  atomic_store_explicit(&d->fault, 0, memory_order_relaxed);
+  if (d->total > 1 && w->agent->worker_count > 1) {
+    atomic_store(&cq->active, d);
+    aq_wake_all(&w->agent->agent->doorbell);
+  }
+  run_groups(d, w, cq);
+  if (d->total > 1 && w->agent->worker_count > 1) {
+    while (atomic_load_explicit(&d->done, memory_order_acquire) < d->total) aq_cpu_relax();
+    atomic_store(&cq->active, NULL);
+    while (atomic_load(&d->helpers) != 0) aq_cpu_relax();
+  }
+  return atomic_load(&d->fault);
+}
+
+static uint32_t agent_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
+                               const hsa_agent_dispatch_packet_t *p) {
+  if (p->type != AQ_AGENT_DISPATCH_HOST_CALL) {
+    char msg[96];
+    snprintf(msg, sizeof(msg), "agent dispatch type 0x%x is unknown (CPU agents run 0x%x, host call)",
+             p->type, AQ_AGENT_DISPATCH_HOST_CALL);
+    return invalid(w, cq, index, msg);
+  }
+  aq_host_call_fn_t fn = (aq_host_call_fn_t)(uintptr_t)p->arg[0];
+  if (!fn) return invalid(w, cq, index, "host call with a NULL function in arg[0]");
+  aq_status_t s = fn(p->return_address, p->arg[1], p->arg[2], p->arg[3]);
+  if (s == AQ_OK) return 0;
+  return aq_fault_record(s, "host call on agent %s, queue %u failed: %s: %s",
+                         w->agent->agent->info.name, cq->queue->id, aq_status_string(s), aq_last_error());
+}
+
+int cpu_queue_ready(cpu_queue_t *cq) {
+  aq_queue_impl_t *q = cq->queue;
+  uint64_t index = atomic_load_explicit(&q->read_index, memory_order_relaxed);
+  hsa_packet_type_t type = aq_queue_peek(q, index);
+  if (type == HSA_PACKET_TYPE_INVALID) return 0;
+  if (type == HSA_PACKET_TYPE_BARRIER_AND || type == HSA_PACKET_TYPE_BARRIER_OR) {
+    uint32_t fault = 0;
+    return aq_barrier_poll(q->ring + (index & q->mask) * AQ_PACKET_SIZE, type, &fault) == AQ_BARRIER_MET;
+  }
+  return 1;
+}
+
+int cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
+  aq_queue_impl_t *q = cq->queue;
+  uint64_t index = atomic_load_explicit(&q->read_index, memory_order_relaxed);
+  hsa_packet_type_t type = aq_queue_peek(q, index);
+  if (type == HSA_PACKET_TYPE_INVALID) return 0;
+  const uint8_t *p = q->ring + (index & q->mask) * AQ_PACKET_SIZE;
+  uint16_t header = *(const uint16_t *)p;
+  uint32_t fault = 0;
+  hsa_signal_t completion = {0};
+  switch (type) {
+    case HSA_PACKET_TYPE_KERNEL_DISPATCH:
+      completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;
+      fault = kernel_dispatch(cq, w, index, (const void *)p);
+      break;
+    case HSA_PACKET_TYPE_AGENT_DISPATCH:
+      completion = ((const hsa_agent_dispatch_packet_t *)p)->completion_signal;
+      fault = agent_dispatch(cq, w, index, (const void *)p);
+      break;
+    case HSA_PACKET_TYPE_BARRIER_AND:
+    case HSA_PACKET_TYPE_BARRIER_OR:
+      completion = ((const hsa_barrier_and_packet_t *)p)->completion_signal;
+      if (aq_barrier_poll(p, type, &fault) == AQ_BARRIER_PENDING) {
+        aq_barrier_watch(p, &w->agent->agent->doorbell);
+        fault = 0;
+        if (aq_barrier_poll(p, type, &fault) == AQ_BARRIER_PENDING) return 0;
+      }
+      break;
+    default: {
+      char msg[64];
+      snprintf(msg, sizeof(msg), "packet type %u is not one a CPU agent runs", (unsigned)type);
+      fault = invalid(w, cq, index, msg);
+      completion.handle = 0;
+    }
+  }
+  /* Release fence: the packet's writes are visible before its signal. */
+  if ((header >> HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE) & 3) atomic_thread_fence(memory_order_release);
+  if (fault) {
+    char msg[8];
+    aq_queue_note_failure(q, aq_fault_message(fault, msg, sizeof(msg)), fault);
+  }
+  aq_queue_retire(q, index);
+  aq_packet_complete(completion, fault);
+  return 1;
+}
+
+static void bind_worker(cpu_worker_t *w) {
+  if (!w->agent->bind) return;
+  /* Best effort: a container may forbid some cores; the worker still runs. */
+  hwloc_set_cpubind(aq_topology(), w->cpuset, HWLOC_CPUBIND_THREAD);
+}
+
+/* One pass over the agent's queues: help dispatches, drain owned queues. */
+static int poll_queues(cpu_worker_t *w) {
+  cpu_agent_t *ca = w->agent;
+  uint32_t slots = atomic_load(&ca->queue_slots);
+  int worked = 0;
+  for (uint32_t k = 0; k < slots; ++k) {
+    uint32_t i = (k + w->index) % slots;
+    cpu_queue_t *cq = atomic_load(&ca->queues[i]);
+    if (!cq) continue;
+    atomic_fetch_add(&cq->refs, 1);
+    if (atomic_load(&ca->queues[i]) == cq) {
+      worked |= cpu_help_dispatch(cq, w);
+      int expected = 0;
+      if (cpu_queue_ready(cq) && atomic_compare_exchange_strong(&cq->owner, &expected, 1)) {
+        for (int n = 0; n < DRAIN_BATCH && cpu_process_packet(cq, w); ++n) worked = 1;
+        atomic_store(&cq->owner, 0);
+      }
+    }
+    atomic_fetch_sub(&cq->refs, 1);
+  }
+  return worked;
+}
+
+static int any_ready(cpu_agent_t *ca, int *pending) {
+  uint32_t slots = atomic_load(&ca->queue_slots);
+  for (uint32_t i = 0; i < slots; ++i) {
+    cpu_queue_t *cq = atomic_load(&ca->queues[i]);
+    if (!cq) continue;
+    atomic_fetch_add(&cq->refs, 1);
+    int ready = atomic_load(&ca->queues[i]) == cq &&
+                (atomic_load(&cq->active) || cpu_queue_ready(cq));
+    if (atomic_load(&ca->queues[i]) == cq &&
+        aq_queue_peek(cq->queue, atomic_load(&cq->queue->read_index)) != HSA_PACKET_TYPE_INVALID)
+      *pending = 1;
+    atomic_fetch_sub(&cq->refs, 1);
+    if (ready) return 1;
+  }
+  return 0;
+}
+
+void *cpu_worker_main(void *arg) {
+  cpu_worker_t *w = arg;
+  cpu_agent_t *ca = w->agent;
+  aq_wake_t *doorbell = &ca->agent->doorbell;
+  bind_worker(w);
+  uint64_t spin_ns = aq_runtime_config()->spin_ns, idle_since = 0;
+  while (atomic_load_explicit(&ca->running, memory_order_relaxed)) {
+    if (poll_queues(w)) {
+      idle_since = 0;
+      continue;
+    }
+    uint64_t now = aq_now_ns();
+    if (!idle_since) idle_since = now;
+    if (now - idle_since < spin_ns) {
+      for (int i = 0; i < 16; ++i) aq_cpu_relax();
+      continue;
+    }
+    uint32_t e = aq_wake_prepare(doorbell);
+    int pending = 0;
+    if (!any_ready(ca, &pending) && atomic_load(&ca->running))
+      /* A barrier waiting on a signal that another agent watches cannot
+       * wake us; poll for it every 200 µs. */
+      aq_wake_sleep(doorbell, e, pending ? 200000ull : 0);
+    aq_wake_finish(doorbell);
+    idle_since = 0;
+  }
+  return NULL;
+}

@@ -1,0 +1,317 @@
+/* AQL queues: creation, the producer's side of the protocol, and the parts of
+ * the consumer's side that every driver shares (barrier packets). */
+#include "runtime/queue.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/driver.h"
+#include "runtime/fault.h"
+#include "runtime/handle.h"
+#include "runtime/status.h"
+
+static aq_handle_table_t queues;
+static _Atomic uint32_t next_queue_id;
+
+void aq_queue_module_init(void) { aq_handle_table_init(&queues, "queue"); }
+void aq_queue_module_deinit(void) { aq_handle_table_deinit(&queues); }
+uint32_t aq_queue_live_count(void) { return queues.live; }
+
+static aq_status_t resolve(aq_queue_t queue, aq_queue_impl_t **out) {
+  if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
+  return aq_handle_resolve(&queues, queue.handle, (void **)out);
+}
+
+AQ_API aq_status_t aq_queue_create(aq_agent_t agent, const aq_queue_options_t *options,
+                                   aq_queue_t *out_queue) {
+  aq_agent_impl_t *a;
+  if (!out_queue) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_create: out_queue is NULL");
+  AQ_RETURN_IF_ERROR(aq_agent_resolve(agent, &a));
+  uint32_t size = options && options->size ? options->size : 4096;
+  if (size < 2 || (size & (size - 1)) || size > a->info.queue_max_size)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                    "queue size %u on agent %s: must be a power of two in [2, %u]", size,
+                    a->info.name, a->info.queue_max_size);
+  if (options && options->flags)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_create: unknown flags 0x%x", options->flags);
+
+  aq_queue_impl_t *q = aligned_alloc(64, sizeof(*q));
+  void *ring = NULL;
+  if (!q || posix_memalign(&ring, 4096, (size_t)size * AQ_PACKET_SIZE)) {
+    free(q);
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a queue of %u packets", size);
+  }
+  memset(q, 0, sizeof(*q));
+  q->ring = ring;
+  q->size = size;
+  q->mask = size - 1;
+  q->agent = a;
+  q->id = atomic_fetch_add(&next_queue_id, 1);
+  for (uint32_t i = 0; i < size; ++i)
+    *aq_queue_header_word(q, i) = (uint32_t)HSA_PACKET_TYPE_INVALID << HSA_PACKET_HEADER_TYPE;
+
+  aq_status_t s = aq_signal_create(0, &q->doorbell);
+  if (s == AQ_OK) {
+    q->doorbell_slot = aq_signal_slot(q->doorbell.handle);
+    atomic_store(&q->doorbell_slot->notify, &a->doorbell);
+    s = aq_handle_alloc(&queues, q, &q->handle);
+  }
+  if (s == AQ_OK) {
+    s = a->driver->queue_attach(a, q);
+    if (s != AQ_OK) aq_handle_release(&queues, q->handle);
+  }
+  if (s != AQ_OK) {
+    if (q->doorbell.handle) aq_signal_destroy(q->doorbell);
+    free(ring);
+    free(q);
+    return s;
+  }
+  out_queue->handle = q->handle;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_queue_destroy(aq_queue_t queue) {
+  aq_queue_impl_t *q;
+  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  uint64_t r = atomic_load(&q->read_index), w = atomic_load(&q->write_index);
+  if (r != w)
+    return aq_error(AQ_ERROR_BUSY, "queue %u still has %llu packets in flight; wait for them first",
+                    q->id, (unsigned long long)(w - r));
+  AQ_RETURN_IF_ERROR(aq_handle_release(&queues, q->handle));
+  q->agent->driver->queue_detach(q->agent, q);
+  aq_signal_destroy(q->doorbell);
+  free(q->ring);
+  free(q);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_queue_get_info(aq_queue_t queue, aq_queue_info_t *info) {
+  aq_queue_impl_t *q;
+  if (!info) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_get_info: info is NULL");
+  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  *info = (aq_queue_info_t){
+      .agent = {q->agent->handle},
+      .size = q->size,
+      .id = q->id,
+      .base_address = q->ring,
+      .doorbell = q->doorbell,
+      .read_index = atomic_load(&q->read_index),
+      .write_index = atomic_load(&q->write_index),
+      .packets_completed = atomic_load(&q->completed),
+      .error = (aq_status_t)atomic_load(&q->error),
+  };
+  return AQ_OK;
+}
+
+/* Waits for room: spins for the configured time, then sleeps on q->space. */
+static aq_status_t reserve(aq_queue_impl_t *q, uint32_t count, uint64_t timeout_ns,
+                           uint64_t *out_index) {
+  uint64_t start = 0, deadline = 0, spin_until = 0;
+  uint64_t w = atomic_load_explicit(&q->write_index, memory_order_relaxed);
+  for (;;) {
+    uint64_t r = atomic_load_explicit(&q->read_index, memory_order_acquire);
+    if (w + count - r <= q->size) {
+      if (atomic_compare_exchange_weak(&q->write_index, &w, w + count)) break;
+      continue;
+    }
+    uint64_t now = aq_now_ns();
+    if (!start) {
+      start = now;
+      deadline = timeout_ns == AQ_TIMEOUT_INFINITE ? UINT64_MAX : now + timeout_ns;
+      spin_until = now + aq_runtime_config()->spin_ns;
+    }
+    if (now >= deadline)
+      return aq_error(AQ_ERROR_TIMEOUT,
+                      "queue %u on agent %s stayed full (%u packets) for %llu ns; nothing was "
+                      "reserved",
+                      q->id, q->agent->info.name, q->size, (unsigned long long)timeout_ns);
+    if (now < spin_until) {
+      aq_cpu_relax();
+    } else {
+      uint32_t e = aq_wake_prepare(&q->space);
+      if (atomic_load(&q->write_index) + count - atomic_load(&q->read_index) > q->size) {
+        uint64_t left = deadline - now;
+        aq_wake_sleep(&q->space, e, left > 50000000ull ? 50000000ull : left);
+      }
+      aq_wake_finish(&q->space);
+    }
+    w = atomic_load_explicit(&q->write_index, memory_order_relaxed);
+  }
+  *out_index = w;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_queue_reserve(aq_queue_t queue, uint32_t count, uint64_t timeout_ns,
+                                    uint64_t *out_first_index) {
+  aq_queue_impl_t *q;
+  if (!out_first_index)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_reserve: out_first_index is NULL");
+  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  if (count == 0 || count > q->size)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "cannot reserve %u slots in queue %u of %u", count,
+                    q->id, q->size);
+  return reserve(q, count, timeout_ns, out_first_index);
+}
+
+static aq_status_t check_reserved(aq_queue_impl_t *q, uint64_t index) {
+  uint64_t w = atomic_load(&q->write_index), r = atomic_load(&q->read_index);
+  if (index >= w || index < r)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                    "index %llu of queue %u is not reserved (read %llu, write %llu)",
+                    (unsigned long long)index, q->id, (unsigned long long)r,
+                    (unsigned long long)w);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_queue_slot(aq_queue_t queue, uint64_t index, void **out_packet) {
+  aq_queue_impl_t *q;
+  if (!out_packet) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_slot: out_packet is NULL");
+  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  AQ_RETURN_IF_ERROR(check_reserved(q, index));
+  *out_packet = q->ring + (index & q->mask) * AQ_PACKET_SIZE;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_queue_publish(aq_queue_t queue, uint64_t index, uint16_t header,
+                                    uint16_t setup) {
+  aq_queue_impl_t *q;
+  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  AQ_RETURN_IF_ERROR(check_reserved(q, index));
+  __atomic_store_n(aq_queue_header_word(q, index), header | ((uint32_t)setup << 16),
+                   __ATOMIC_RELEASE);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_queue_ring(aq_queue_t queue, uint64_t index) {
+  aq_queue_impl_t *q;
+  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  aq_signal_slot_store(q->doorbell_slot, (int64_t)index);
+  return AQ_OK;
+}
+
+static aq_status_t check_packet(aq_queue_impl_t *q, const uint8_t *p) {
+  uint16_t header;
+  memcpy(&header, p, sizeof(header));
+  unsigned type = (header >> HSA_PACKET_HEADER_TYPE) & 0xff;
+  hsa_signal_t completion;
+  switch (type) {
+    case HSA_PACKET_TYPE_KERNEL_DISPATCH:
+      completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;
+      break;
+    case HSA_PACKET_TYPE_AGENT_DISPATCH:
+      completion = ((const hsa_agent_dispatch_packet_t *)p)->completion_signal;
+      break;
+    case HSA_PACKET_TYPE_BARRIER_AND:
+    case HSA_PACKET_TYPE_BARRIER_OR: {
+      const hsa_barrier_and_packet_t *b = (const void *)p;
+      completion = b->completion_signal;
+      for (int i = 0; i < 5; ++i)
+        if (b->dep_signal[i].handle && !aq_signal_slot(b->dep_signal[i].handle))
+          return aq_error(AQ_ERROR_INVALID_PACKET,
+                          "barrier packet for queue %u: dep_signal[%d] 0x%llx is stale or foreign",
+                          q->id, i, (unsigned long long)b->dep_signal[i].handle);
+      break;
+    }
+    default:
+      return aq_error(AQ_ERROR_INVALID_PACKET,
+                      "packet for queue %u has type %u: not kernel dispatch, agent dispatch, "
+                      "barrier-AND or barrier-OR",
+                      q->id, type);
+  }
+  if (completion.handle && !aq_signal_slot(completion.handle))
+    return aq_error(AQ_ERROR_INVALID_PACKET,
+                    "packet for queue %u: completion signal 0x%llx is stale or foreign", q->id,
+                    (unsigned long long)completion.handle);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_queue_submit(aq_queue_t queue, const void *packet, uint64_t timeout_ns,
+                                   uint64_t *out_index) {
+  aq_queue_impl_t *q;
+  if (!packet) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_submit: packet is NULL");
+  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  AQ_RETURN_IF_ERROR(check_packet(q, packet));
+  uint64_t index;
+  AQ_RETURN_IF_ERROR(reserve(q, 1, timeout_ns, &index));
+  uint8_t *slot = q->ring + (index & q->mask) * AQ_PACKET_SIZE;
+  memcpy(slot + 4, (const uint8_t *)packet + 4, AQ_PACKET_SIZE - 4);
+  uint32_t word;
+  memcpy(&word, packet, sizeof(word));
+  __atomic_store_n((uint32_t *)slot, word, __ATOMIC_RELEASE);
+  aq_signal_slot_store(q->doorbell_slot, (int64_t)index);
+  if (out_index) *out_index = index;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_queue_wait_idle(aq_queue_t queue, uint64_t timeout_ns) {
+  aq_queue_impl_t *q;
+  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  uint64_t target = atomic_load(&q->write_index);
+  uint64_t start = aq_now_ns();
+  uint64_t deadline = timeout_ns == AQ_TIMEOUT_INFINITE ? UINT64_MAX : start + timeout_ns;
+  uint64_t spin_until = start + aq_runtime_config()->spin_ns;
+  while (atomic_load(&q->read_index) < target) {
+    uint64_t now = aq_now_ns();
+    if (now >= deadline)
+      return aq_error(AQ_ERROR_TIMEOUT, "queue %u: %llu packets still in flight after %llu ns",
+                      q->id, (unsigned long long)(target - atomic_load(&q->read_index)),
+                      (unsigned long long)timeout_ns);
+    if (now < spin_until) {
+      aq_cpu_relax();
+      continue;
+    }
+    uint32_t e = aq_wake_prepare(&q->space);
+    if (atomic_load(&q->read_index) < target) {
+      uint64_t left = deadline - now;
+      aq_wake_sleep(&q->space, e, left > 50000000ull ? 50000000ull : left);
+    }
+    aq_wake_finish(&q->space);
+  }
+  return AQ_OK;
+}
+
+void aq_queue_note_failure(aq_queue_impl_t *q, aq_status_t status, uint32_t fault_id) {
+  atomic_store(&q->error_fault, fault_id);
+  atomic_store(&q->error, (uint32_t)status);
+}
+
+/* ---- barrier packets: shared by every driver that evaluates them on the host */
+
+aq_barrier_state_t aq_barrier_poll(const void *packet, hsa_packet_type_t type,
+                                   uint32_t *fault_id) {
+  const hsa_barrier_and_packet_t *b = packet;
+  int any = 0, pending = 0;
+  for (int i = 0; i < 5; ++i) {
+    uint64_t h = b->dep_signal[i].handle;
+    if (!h) continue;
+    any = 1;
+    aq_signal_slot_t *s = aq_signal_slot(h);
+    if (!s) {
+      *fault_id = aq_fault_record(AQ_ERROR_INVALID_PACKET,
+                                  "barrier dep_signal[%d] 0x%llx was destroyed while waited on", i,
+                                  (unsigned long long)h);
+      return AQ_BARRIER_MET;
+    }
+    if (atomic_load_explicit(&s->value, memory_order_acquire) == 0) {
+      uint32_t f = atomic_load(&s->fault);
+      if (f && !*fault_id) *fault_id = f;
+      if (type == HSA_PACKET_TYPE_BARRIER_OR) return AQ_BARRIER_MET;
+    } else {
+      pending = 1;
+    }
+  }
+  if (type == HSA_PACKET_TYPE_BARRIER_OR)
+    return any ? AQ_BARRIER_PENDING : AQ_BARRIER_MET; /* no dependency: nothing to wait for */
+  return pending ? AQ_BARRIER_PENDING : AQ_BARRIER_MET;
+}
+
+void aq_barrier_watch(const void *packet, aq_wake_t *w) {
+  const hsa_barrier_and_packet_t *b = packet;
+  for (int i = 0; i < 5; ++i) {
+    aq_signal_slot_t *s = b->dep_signal[i].handle ? aq_signal_slot(b->dep_signal[i].handle) : NULL;
+    if (!s) continue;
+    aq_wake_t *none = NULL;
+    /* One watcher per signal; a second agent falls back to timed polling. */
+    atomic_compare_exchange_strong(&s->notify, &none, w);
+  }
+}

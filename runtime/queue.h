@@ -1,0 +1,82 @@
+/* AQL queues as drivers see them: the ring, its indices, and the consumer's
+ * side of the HSA protocol (take the packet at the read index once its header
+ * is live, retire it when it completes). */
+#ifndef AQ_RUNTIME_QUEUE_H_
+#define AQ_RUNTIME_QUEUE_H_
+
+#include <hsa/hsa.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "aquila/queue.h"
+#include "runtime/runtime.h"
+#include "runtime/signal.h"
+#include "runtime/wake.h"
+
+enum { AQ_PACKET_SIZE = 64 };
+
+struct aq_queue_impl {
+  /* Producers' line. */
+  _Atomic uint64_t write_index __attribute__((aligned(64)));
+  /* Consumer's line. */
+  _Atomic uint64_t read_index __attribute__((aligned(64)));
+  _Atomic uint64_t completed;
+  _Atomic uint32_t error;         /* last aq_status_t a packet failed with */
+  _Atomic uint32_t error_fault;   /* its fault id */
+  aq_wake_t space;                /* producers waiting for room */
+  /* Read-mostly. */
+  uint8_t *ring __attribute__((aligned(64)));
+  uint32_t size, mask;
+  uint32_t id;
+  uint64_t handle;
+  aq_signal_t doorbell;
+  aq_signal_slot_t *doorbell_slot;
+  aq_agent_impl_t *agent;
+  void *driver_data;              /* the driver's per-queue state */
+};
+
+static inline uint32_t *aq_queue_header_word(aq_queue_impl_t *q, uint64_t index) {
+  return (uint32_t *)(q->ring + (index & q->mask) * AQ_PACKET_SIZE);
+}
+
+/* The packet type of the slot at index, INVALID until its header is live. */
+static inline hsa_packet_type_t aq_queue_peek(aq_queue_impl_t *q, uint64_t index) {
+  uint32_t w = __atomic_load_n(aq_queue_header_word(q, index), __ATOMIC_ACQUIRE);
+  return (hsa_packet_type_t)((w >> HSA_PACKET_HEADER_TYPE) & 0xff);
+}
+
+/* Retires the packet at the read index: its slot becomes INVALID and
+ * reusable, the read index moves on, producers waiting for room wake. */
+static inline void aq_queue_retire(aq_queue_impl_t *q, uint64_t index) {
+  __atomic_store_n(aq_queue_header_word(q, index),
+                   (uint32_t)HSA_PACKET_TYPE_INVALID << HSA_PACKET_HEADER_TYPE, __ATOMIC_RELAXED);
+  atomic_store_explicit(&q->read_index, index + 1, memory_order_release);
+  atomic_fetch_add_explicit(&q->completed, 1, memory_order_relaxed);
+  aq_wake_all(&q->space);
+}
+
+/* Completes a packet's signal: marks it failed first if fault_id != 0. */
+static inline void aq_packet_complete(hsa_signal_t completion, uint32_t fault_id) {
+  if (!completion.handle) return;
+  aq_signal_slot_t *s = aq_signal_slot(completion.handle);
+  if (!s) return; /* validated at launch; destroyed since by its owner */
+  if (fault_id) aq_signal_slot_fail(s, fault_id);
+  aq_signal_slot_subtract(s, 1);
+}
+
+void aq_queue_module_init(void);
+void aq_queue_module_deinit(void);
+uint32_t aq_queue_live_count(void);
+
+/* Records that a packet of q failed (the queue keeps going). */
+void aq_queue_note_failure(aq_queue_impl_t *q, aq_status_t status, uint32_t fault_id);
+
+/* State of a barrier packet's dependencies: met, failed (a dependency
+ * carries a fault, returned through *fault_id), or still pending. */
+typedef enum { AQ_BARRIER_PENDING, AQ_BARRIER_MET } aq_barrier_state_t;
+aq_barrier_state_t aq_barrier_poll(const void *packet, hsa_packet_type_t type,
+                                   uint32_t *fault_id);
+/* Asks every pending dependency of a barrier to wake w when it changes. */
+void aq_barrier_watch(const void *packet, aq_wake_t *w);
+
+#endif /* AQ_RUNTIME_QUEUE_H_ */

@@ -1,0 +1,51 @@
+/* The process-wide runtime state that every module reads: configuration in
+ * force, the hwloc topology, the agents the drivers registered. */
+#ifndef AQ_RUNTIME_RUNTIME_H_
+#define AQ_RUNTIME_RUNTIME_H_
+
+#include <hwloc.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "aquila/runtime.h"
+#include "runtime/wake.h"
+
+typedef struct aq_runtime_config {
+  uint64_t spin_ns;
+  uint32_t max_signals;
+  uint32_t cpu_workers;     /* 0 = one per core */
+  char cpu_agents[32];      /* "numa", "package", "machine" or a count */
+  char drivers[64];         /* "" = all */
+} aq_runtime_config_t;
+
+typedef struct aq_region_impl aq_region_impl_t;
+typedef struct aq_queue_impl aq_queue_impl_t;
+struct aq_driver;
+
+enum { AQ_AGENT_REGIONS_MAX = 4, AQ_AGENTS_MAX = 64 };
+
+typedef struct aq_agent_impl {
+  uint64_t handle;
+  aq_agent_info_t info;
+  const struct aq_driver *driver;
+  void *driver_data;
+  aq_region_impl_t *regions[AQ_AGENT_REGIONS_MAX];
+  uint32_t region_count;
+  aq_wake_t doorbell;       /* every queue of the agent rings this */
+} aq_agent_impl_t;
+
+extern _Atomic int aq_runtime_refs;
+static inline int aq_runtime_ready(void) {
+  return atomic_load_explicit(&aq_runtime_refs, memory_order_acquire) > 0;
+}
+const aq_runtime_config_t *aq_runtime_config(void);
+hwloc_topology_t aq_topology(void);
+
+/* Drivers call this from start() for each agent they offer. */
+aq_status_t aq_agent_register(const struct aq_driver *driver, const aq_agent_info_t *info,
+                              void *driver_data, aq_agent_impl_t **out_agent);
+aq_status_t aq_agent_resolve(aq_agent_t agent, aq_agent_impl_t **out_agent);
+uint32_t aq_agent_count(void);
+aq_agent_impl_t *aq_agent_at(uint32_t index);
+
+#endif /* AQ_RUNTIME_RUNTIME_H_ */

@@ -1,0 +1,208 @@
+/* Signals: the pool of slots and the public signal API. */
+#include "runtime/signal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/mman.h>
+
+#include "runtime/fault.h"
+#include "runtime/runtime.h"
+#include "runtime/status.h"
+
+aq_signal_pool_t aq_signal_pool;
+
+static pthread_mutex_t pool_mutex = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t free_head; /* index + 1 */
+static uint32_t used;      /* slots ever handed out */
+static uint32_t live;
+
+aq_status_t aq_signal_pool_init(uint32_t capacity) {
+  size_t bytes = (size_t)capacity * sizeof(aq_signal_slot_t);
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "cannot map a pool of %u signals", capacity);
+  aq_signal_pool.slots = p;
+  aq_signal_pool.capacity = capacity;
+  free_head = used = live = 0;
+  return AQ_OK;
+}
+
+void aq_signal_pool_deinit(void) {
+  if (aq_signal_pool.slots)
+    munmap(aq_signal_pool.slots, (size_t)aq_signal_pool.capacity * sizeof(aq_signal_slot_t));
+  aq_signal_pool = (aq_signal_pool_t){0};
+}
+
+uint32_t aq_signal_pool_live(void) { return live; }
+
+static aq_status_t resolve(aq_signal_t signal, aq_signal_slot_t **out) {
+  if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
+  aq_signal_slot_t *s = aq_signal_slot(signal.handle);
+  if (!s)
+    return aq_error(AQ_ERROR_INVALID_HANDLE, "signal handle 0x%llx is %s",
+                    (unsigned long long)signal.handle,
+                    signal.handle ? "stale (destroyed) or foreign" : "null");
+  *out = s;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_signal_create(aq_signal_value_t initial, aq_signal_t *out_signal) {
+  if (!out_signal) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_signal_create: out_signal is NULL");
+  if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
+  pthread_mutex_lock(&pool_mutex);
+  uint32_t index;
+  if (free_head) {
+    index = free_head - 1;
+    free_head = aq_signal_pool.slots[index].next_free;
+  } else if (used < aq_signal_pool.capacity) {
+    index = used++;
+  } else {
+    pthread_mutex_unlock(&pool_mutex);
+    return aq_error(AQ_ERROR_OUT_OF_RESOURCES,
+                    "all %u signals are in use (raise aq_init_options_t.max_signals or AQ_MAX_SIGNALS)",
+                    aq_signal_pool.capacity);
+  }
+  aq_signal_slot_t *s = &aq_signal_pool.slots[index];
+  atomic_store(&s->value, initial);
+  atomic_store(&s->fault, 0);
+  atomic_store(&s->notify, NULL);
+  uint32_t gen = atomic_load(&s->generation) + 1;
+  atomic_store(&s->generation, gen);
+  live++;
+  pthread_mutex_unlock(&pool_mutex);
+  out_signal->handle = ((uint64_t)gen << 32) | (index + 1);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_signal_destroy(aq_signal_t signal) {
+  aq_signal_slot_t *s;
+  AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  pthread_mutex_lock(&pool_mutex);
+  if (atomic_load(&s->generation) != (uint32_t)(signal.handle >> 32)) {
+    pthread_mutex_unlock(&pool_mutex);
+    return aq_error(AQ_ERROR_INVALID_HANDLE, "signal 0x%llx was destroyed twice",
+                    (unsigned long long)signal.handle);
+  }
+  atomic_fetch_add(&s->generation, 1);
+  /* Anyone still asleep on it wakes, re-checks and finds it stale. */
+  aq_wake_all(&s->wake);
+  uint32_t index = (uint32_t)signal.handle - 1;
+  s->next_free = free_head;
+  free_head = index + 1;
+  live--;
+  pthread_mutex_unlock(&pool_mutex);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_signal_load(aq_signal_t signal, aq_signal_value_t *out_value) {
+  aq_signal_slot_t *s;
+  if (!out_value) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_signal_load: out_value is NULL");
+  AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  *out_value = atomic_load_explicit(&s->value, memory_order_acquire);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_signal_store(aq_signal_t signal, aq_signal_value_t value) {
+  aq_signal_slot_t *s;
+  AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  aq_signal_slot_store(s, value);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_signal_add(aq_signal_t signal, aq_signal_value_t value) {
+  aq_signal_slot_t *s;
+  AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  atomic_fetch_add(&s->value, value);
+  aq_signal_slot_notify(s);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_signal_subtract(aq_signal_t signal, aq_signal_value_t value) {
+  aq_signal_slot_t *s;
+  AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  aq_signal_slot_subtract(s, value);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_signal_exchange(aq_signal_t signal, aq_signal_value_t value,
+                                      aq_signal_value_t *out_old) {
+  aq_signal_slot_t *s;
+  AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  aq_signal_value_t old = atomic_exchange(&s->value, value);
+  aq_signal_slot_notify(s);
+  if (out_old) *out_old = old;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_signal_cas(aq_signal_t signal, aq_signal_value_t expected,
+                                 aq_signal_value_t desired, aq_signal_value_t *out_observed) {
+  aq_signal_slot_t *s;
+  AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  aq_signal_value_t seen = expected;
+  if (atomic_compare_exchange_strong(&s->value, &seen, desired)) aq_signal_slot_notify(s);
+  if (out_observed) *out_observed = seen;
+  return AQ_OK;
+}
+
+static aq_status_t fault_status(aq_signal_slot_t *s) {
+  uint32_t id = atomic_load(&s->fault);
+  if (!id) return AQ_OK;
+  char msg[256];
+  aq_status_t st = aq_fault_message(id, msg, sizeof(msg));
+  return aq_error(st, "%s", msg);
+}
+
+AQ_API aq_status_t aq_signal_wait(aq_signal_t signal, aq_signal_condition_t condition,
+                                  aq_signal_value_t compare, uint64_t timeout_ns,
+                                  aq_signal_value_t *out_observed) {
+  aq_signal_slot_t *s;
+  if ((unsigned)condition > AQ_SIGNAL_GTE)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_signal_wait: unknown condition %d", (int)condition);
+  AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  uint32_t gen = (uint32_t)(signal.handle >> 32);
+  int64_t v = atomic_load(&s->value);
+  if (!aq_signal_condition_holds(condition, v, compare)) {
+    uint64_t start = aq_now_ns();
+    uint64_t deadline = timeout_ns == AQ_TIMEOUT_INFINITE ? UINT64_MAX : start + timeout_ns;
+    uint64_t spin_until = start + aq_runtime_config()->spin_ns;
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        v = atomic_load(&s->value);
+        if (aq_signal_condition_holds(condition, v, compare)) goto done;
+        aq_cpu_relax();
+      }
+      if (atomic_load(&s->generation) != gen)
+        return aq_error(AQ_ERROR_INVALID_HANDLE, "signal 0x%llx was destroyed while waited on",
+                        (unsigned long long)signal.handle);
+      uint64_t now = aq_now_ns();
+      if (now >= deadline) {
+        if (out_observed) *out_observed = v;
+        return aq_error(AQ_ERROR_TIMEOUT,
+                        "signal 0x%llx: value %lld did not meet the condition within %llu ns",
+                        (unsigned long long)signal.handle, (long long)v,
+                        (unsigned long long)timeout_ns);
+      }
+      if (now < spin_until) continue;
+      uint32_t e = aq_wake_prepare(&s->wake);
+      v = atomic_load(&s->value);
+      if (!aq_signal_condition_holds(condition, v, compare) && atomic_load(&s->generation) == gen) {
+        uint64_t left = deadline - now;
+        aq_wake_sleep(&s->wake, e, left > 100000000ull ? 100000000ull : left);
+      }
+      aq_wake_finish(&s->wake);
+    }
+  }
+done:
+  if (out_observed) *out_observed = v;
+  return fault_status(s);
+}
+
+AQ_API aq_status_t aq_signal_get_error(aq_signal_t signal, int reset, aq_status_t *out_error) {
+  aq_signal_slot_t *s;
+  if (!out_error) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_signal_get_error: out_error is NULL");
+  AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  uint32_t id = reset ? atomic_exchange(&s->fault, 0) : atomic_load(&s->fault);
+  char msg[8];
+  *out_error = id ? aq_fault_message(id, msg, sizeof(msg)) : AQ_OK;
+  return AQ_OK;
+}

@@ -1,0 +1,78 @@
+/* Signal slots, as drivers see them.
+ *
+ * All signals live in one pool of 64-byte slots mapped once at aq_init, so a
+ * GPU driver can register the whole pool with its device and write a slot's
+ * value directly (the value is the slot's first 8 bytes). A slot's handle is
+ * (generation << 32 | index + 1), as for every handle. */
+#ifndef AQ_RUNTIME_SIGNAL_H_
+#define AQ_RUNTIME_SIGNAL_H_
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "aquila/signal.h"
+#include "runtime/wake.h"
+
+typedef struct aq_signal_slot {
+  _Atomic int64_t value;
+  aq_wake_t wake;                /* waiters on this signal */
+  _Atomic(aq_wake_t *) notify;   /* a second party to wake: an agent */
+  _Atomic uint32_t generation;   /* odd while live */
+  _Atomic uint32_t fault;        /* fault id, 0 if the signal has not failed */
+  uint32_t next_free;
+  uint32_t pad_[7];
+} __attribute__((aligned(64))) aq_signal_slot_t;
+
+typedef struct aq_signal_pool {
+  aq_signal_slot_t *slots; /* mmapped, capacity slots */
+  uint32_t capacity;
+} aq_signal_pool_t;
+
+extern aq_signal_pool_t aq_signal_pool;
+
+aq_status_t aq_signal_pool_init(uint32_t capacity);
+void aq_signal_pool_deinit(void);
+uint32_t aq_signal_pool_live(void);
+
+static inline aq_signal_slot_t *aq_signal_slot(uint64_t handle) {
+  uint32_t index = (uint32_t)handle, gen = (uint32_t)(handle >> 32);
+  if (index == 0 || index > aq_signal_pool.capacity || !(gen & 1)) return NULL;
+  aq_signal_slot_t *s = &aq_signal_pool.slots[index - 1];
+  return atomic_load_explicit(&s->generation, memory_order_acquire) == gen ? s : NULL;
+}
+
+/* After any change of value: wakes waiters and the notified agent. */
+static inline void aq_signal_slot_notify(aq_signal_slot_t *s) {
+  aq_wake_all(&s->wake);
+  aq_wake_t *n = atomic_load(&s->notify);
+  if (n) aq_wake_all(n);
+}
+
+static inline void aq_signal_slot_subtract(aq_signal_slot_t *s, int64_t v) {
+  atomic_fetch_sub(&s->value, v);
+  aq_signal_slot_notify(s);
+}
+
+static inline void aq_signal_slot_store(aq_signal_slot_t *s, int64_t v) {
+  atomic_store(&s->value, v);
+  aq_signal_slot_notify(s);
+}
+
+static inline int aq_signal_condition_holds(aq_signal_condition_t c, int64_t v, int64_t cmp) {
+  switch (c) {
+    case AQ_SIGNAL_EQ: return v == cmp;
+    case AQ_SIGNAL_NE: return v != cmp;
+    case AQ_SIGNAL_LT: return v < cmp;
+    case AQ_SIGNAL_GTE: return v >= cmp;
+  }
+  return 0;
+}
+
+/* Marks a slot failed (first fault wins); the caller then decrements it. */
+static inline void aq_signal_slot_fail(aq_signal_slot_t *s, uint32_t fault_id) {
+  uint32_t none = 0;
+  atomic_compare_exchange_strong(&s->fault, &none, fault_id);
+}
+
+#endif /* AQ_RUNTIME_SIGNAL_H_ */

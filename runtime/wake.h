@@ -1,0 +1,43 @@
+/* A futex-backed wake-up word. Many things in the runtime are waited on
+ * (signal values, queue space, an agent's doorbells); all of them pair a
+ * condition with one of these. The waker changes its condition and then
+ * calls aq_wake_all, which costs one load when nobody sleeps. A sleeper
+ * announces itself, re-checks its condition and only then sleeps, so no
+ * wake-up is lost (all four steps are sequentially consistent). */
+#ifndef AQ_RUNTIME_WAKE_H_
+#define AQ_RUNTIME_WAKE_H_
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct aq_wake {
+  _Atomic uint32_t epoch;
+  _Atomic uint32_t sleepers;
+} aq_wake_t;
+
+void aq_wake_all_slow(aq_wake_t *w);
+
+static inline void aq_wake_all(aq_wake_t *w) {
+  if (atomic_load(&w->sleepers) != 0) aq_wake_all_slow(w);
+}
+
+/* Sleep protocol: e = aq_wake_prepare(w); if (!condition) aq_wake_sleep(w, e,
+ * ns); aq_wake_finish(w). Sleeps until woken, timed out (ns, 0 = forever) or
+ * spuriously; the caller re-checks its condition. */
+static inline uint32_t aq_wake_prepare(aq_wake_t *w) {
+  atomic_fetch_add(&w->sleepers, 1);
+  return atomic_load(&w->epoch);
+}
+void aq_wake_sleep(aq_wake_t *w, uint32_t epoch, uint64_t timeout_ns);
+static inline void aq_wake_finish(aq_wake_t *w) { atomic_fetch_sub(&w->sleepers, 1); }
+
+/* Monotonic clock in nanoseconds. */
+uint64_t aq_now_ns(void);
+
+static inline void aq_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+#endif /* AQ_RUNTIME_WAKE_H_ */

@@ -1,0 +1,16 @@
+# Code objects the tests load: the test kernels, and the same built for an
+# ABI version this runtime does not load.
+TEST_DATA_DIR := $(BUILD)/tests/data
+TEST_DATA += $(TEST_DATA_DIR)/test-kernels.so $(TEST_DATA_DIR)/test-kernels-v99.so \
+             $(TEST_DATA_DIR)/not-aquila.so
+
+$(TEST_DATA_DIR)/test-kernels.so: tests/data/test_kernels.c include/aquila/kernel.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -std=c11 -O2 -fPIC -shared -fvisibility=hidden -o $@ $<
+$(TEST_DATA_DIR)/test-kernels-v99.so: tests/data/test_kernels.c include/aquila/kernel.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -std=c11 -O2 -fPIC -shared -fvisibility=hidden -DTEST_ABI_VERSION=99 -o $@ $<
+# A valid shared object that is not an Aquila code object.
+$(TEST_DATA_DIR)/not-aquila.so: tests/data/not_aquila.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 -fPIC -shared -o $@ $<

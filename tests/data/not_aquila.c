@@ -1,0 +1,1 @@
+int not_aquila(void) { return 42; }

@@ -1,0 +1,87 @@
+/* Kernels the runtime tests dispatch: a CPU code object like any user's. */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "aquila/kernel.h"
+
+#ifndef TEST_ABI_VERSION
+#define TEST_ABI_VERSION AQ_CODE_OBJECT_VERSION
+#endif
+
+static int noop(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
+  (void)kernarg;
+  (void)ctx;
+  return 0;
+}
+
+/* Counts every work-item it runs, into hits[linear id]. */
+typedef struct { _Atomic uint32_t *hits; } count_args_t;
+static int count(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  const count_args_t *a = kernarg;
+  for (uint32_t z = 0; z < c->group_size[2]; ++z)
+    for (uint32_t y = 0; y < c->group_size[1]; ++y)
+      for (uint32_t x = 0; x < c->group_size[0]; ++x) {
+        uint64_t gx = (uint64_t)c->group_id[0] * c->workgroup_size[0] + x;
+        uint64_t gy = (uint64_t)c->group_id[1] * c->workgroup_size[1] + y;
+        uint64_t gz = (uint64_t)c->group_id[2] * c->workgroup_size[2] + z;
+        atomic_fetch_add(&a->hits[(gz * c->grid_size[1] + gy) * c->grid_size[0] + gx], 1);
+      }
+  return 0;
+}
+
+/* Appends its tag to a log: the tests read the order packets ran in. */
+typedef struct { _Atomic uint32_t *cursor; uint32_t *log; uint32_t tag; uint32_t sleep_us; } log_args_t;
+static int log_tag(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  (void)c;
+  const log_args_t *a = kernarg;
+  if (a->sleep_us) {
+    struct timespec ts = {0, (long)a->sleep_us * 1000};
+    nanosleep(&ts, 0);
+  }
+  a->log[atomic_fetch_add(a->cursor, 1)] = a->tag;
+  return 0;
+}
+
+/* Fails with the code it is given. */
+typedef struct { int code; } fault_args_t;
+static int fault(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  (void)c;
+  return ((const fault_args_t *)kernarg)->code;
+}
+
+/* Busy-waits: a calibrated amount of work. */
+typedef struct { uint64_t ns; } spin_args_t;
+static int spin(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  (void)c;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)(t.tv_nsec - t0.tv_nsec) <
+         ((const spin_args_t *)kernarg)->ns);
+  return 0;
+}
+
+/* Uses its group segment: fails if it is missing or not private. */
+static int scratch(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  (void)kernarg;
+  if (!c->group_segment || c->group_segment_size < 4096 || ((uintptr_t)c->group_segment & 63)) return 3;
+  volatile uint8_t *p = c->group_segment;
+  for (int i = 0; i < 4096; ++i) p[i] = (uint8_t)(i + c->group_id[0]);
+  for (int i = 0; i < 4096; ++i)
+    if (p[i] != (uint8_t)(i + c->group_id[0])) return 4;
+  return 0;
+}
+
+static const aq_kernel_desc_t kernels[] = {
+    {"noop", noop, 0, 0, 0, 0},
+    {"count", count, sizeof(count_args_t), 8, 0, 0},
+    {"log_tag", log_tag, sizeof(log_args_t), 8, 0, 0},
+    {"fault", fault, sizeof(fault_args_t), 4, 0, 0},
+    {"spin", spin, sizeof(spin_args_t), 8, 0, 0},
+    {"scratch", scratch, 0, 0, 4096, 0},
+};
+
+__attribute__((visibility("default"))) const aq_code_object_table_t aq_code_object_table = {
+    AQ_CODE_OBJECT_MAGIC, TEST_ABI_VERSION, AQ_ISA_NATIVE,
+    sizeof(kernels) / sizeof(kernels[0]), kernels, "aquila tests"};

@@ -1,0 +1,71 @@
+/* Helpers the runtime tests share: start the runtime, load the test kernels,
+ * build and submit packets. */
+#ifndef AQ_TESTS_RUNTIME_COMMON_H_
+#define AQ_TESTS_RUNTIME_COMMON_H_
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "aquila/aquila.h"
+
+#define SEC 1000000000ull
+
+#define AQ_ASSERT_OK(expr)                                                                 \
+  do {                                                                                     \
+    aq_status_t s_ = (expr);                                                               \
+    cr_assert_eq(s_, AQ_OK, "%s -> %s: %s", #expr, aq_status_string(s_), aq_last_error()); \
+  } while (0)
+
+static inline aq_agent_t first_cpu_agent(void) {
+  aq_agent_t agents[64];
+  size_t n = 0;
+  AQ_ASSERT_OK(aq_agents(agents, 64, &n));
+  for (size_t i = 0; i < n; ++i) {
+    aq_agent_info_t info;
+    AQ_ASSERT_OK(aq_agent_get_info(agents[i], &info));
+    if (info.kind == AQ_AGENT_KIND_CPU) return agents[i];
+  }
+  cr_assert_fail("no CPU agent");
+  return agents[0];
+}
+
+static inline aq_kernel_info_t test_kernel(aq_code_object_t co, aq_agent_t agent, const char *name) {
+  aq_kernel_info_t k;
+  AQ_ASSERT_OK(aq_code_object_find_kernel(co, name, agent, &k));
+  return k;
+}
+
+static inline hsa_kernel_dispatch_packet_t dispatch_packet(const aq_kernel_info_t *k, const void *kernarg,
+                                                           uint32_t grid, uint16_t wg, aq_signal_t done) {
+  hsa_kernel_dispatch_packet_t p;
+  memset(&p, 0, sizeof(p));
+  p.header = aq_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM,
+                              HSA_FENCE_SCOPE_SYSTEM);
+  p.setup = 1 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
+  p.workgroup_size_x = wg;
+  p.workgroup_size_y = p.workgroup_size_z = 1;
+  p.grid_size_x = grid;
+  p.grid_size_y = p.grid_size_z = 1;
+  p.kernel_object = k->kernel_object;
+  p.kernarg_address = (void *)kernarg;
+  p.completion_signal.handle = done.handle;
+  return p;
+}
+
+static inline hsa_barrier_and_packet_t barrier_packet(hsa_packet_type_t type, const aq_signal_t *deps,
+                                                      int ndeps, aq_signal_t done) {
+  hsa_barrier_and_packet_t b;
+  memset(&b, 0, sizeof(b));
+  b.header = aq_packet_header(type, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+  for (int i = 0; i < ndeps; ++i) b.dep_signal[i].handle = deps[i].handle;
+  b.completion_signal.handle = done.handle;
+  return b;
+}
+
+/* Kernarg layouts of tests/data/test_kernels.c. */
+typedef struct { _Atomic uint32_t *hits; } count_args_t;
+typedef struct { _Atomic uint32_t *cursor; uint32_t *log; uint32_t tag; uint32_t sleep_us; } log_args_t;
+typedef struct { int code; } fault_args_t;
+typedef struct { uint64_t ns; } spin_args_t;
+
+#endif

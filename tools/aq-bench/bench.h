@@ -1,0 +1,43 @@
+/* Shared pieces of aq-bench's suites: timing, medians, JSON lines.
+ *
+ * Every suite prints one JSON object per line on stdout and nothing else
+ * (progress goes to stderr). Keys are fixed by DESIGN.md ("bench", "impl",
+ * parameters, figures named with their unit, "reps"). */
+#ifndef AQ_BENCH_H_
+#define AQ_BENCH_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Monotonic time in nanoseconds. */
+uint64_t bench_now_ns(void);
+/* Median of n values (sorts a copy). */
+double bench_median(const double *values, size_t n);
+
+/* A JSON line under construction: bench_json_begin, then fields, then end. */
+typedef struct bench_json {
+  char buf[2048];
+  size_t len;
+} bench_json_t;
+void bench_json_begin(bench_json_t *j, const char *bench, const char *impl);
+void bench_json_str(bench_json_t *j, const char *key, const char *value);
+void bench_json_int(bench_json_t *j, const char *key, long long value);
+void bench_json_num(bench_json_t *j, const char *key, double value);
+void bench_json_end(bench_json_t *j); /* prints the line and flushes stdout */
+
+/* Reads "--key value" or "--key=value" from argv; NULL/default if absent. */
+const char *bench_arg(int argc, char **argv, const char *key);
+long bench_arg_int(int argc, char **argv, const char *key, long fallback);
+
+/* Each suite: int aq_bench_<suite>(int argc, char **argv), 0 on success.
+ * Defined weak in main.c, so a suite not linked says so instead of failing
+ * the build. */
+int aq_bench_queue(int argc, char **argv);
+int aq_bench_gemm(int argc, char **argv);
+int aq_bench_conv(int argc, char **argv);
+int aq_bench_tasks(int argc, char **argv);
+int aq_bench_dispatch(int argc, char **argv);
+int aq_bench_train(int argc, char **argv);
+
+#endif /* AQ_BENCH_H_ */

@@ -1,0 +1,76 @@
+/* Timing, medians, argument parsing and JSON output for every suite. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+
+uint64_t bench_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double bench_median(const double *values, size_t n) {
+  if (n == 0) return 0.0;
+  double *c = malloc(n * sizeof(*c));
+  if (!c) return values[0];
+  memcpy(c, values, n * sizeof(*c));
+  qsort(c, n, sizeof(*c), cmp_double);
+  double m = (n & 1) ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+  free(c);
+  return m;
+}
+
+static void put(bench_json_t *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static void put(bench_json_t *j, const char *fmt, ...) {
+  if (j->len >= sizeof(j->buf)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(j->buf + j->len, sizeof(j->buf) - j->len, fmt, ap);
+  va_end(ap);
+  if (n > 0) j->len += (size_t)n;
+  if (j->len > sizeof(j->buf)) j->len = sizeof(j->buf);
+}
+
+void bench_json_begin(bench_json_t *j, const char *bench, const char *impl) {
+  j->len = 0;
+  put(j, "{\"bench\":\"%s\",\"impl\":\"%s\"", bench, impl);
+}
+void bench_json_str(bench_json_t *j, const char *key, const char *value) {
+  put(j, ",\"%s\":\"%s\"", key, value);
+}
+void bench_json_int(bench_json_t *j, const char *key, long long value) {
+  put(j, ",\"%s\":%lld", key, value);
+}
+void bench_json_num(bench_json_t *j, const char *key, double value) {
+  put(j, ",\"%s\":%.6g", key, value);
+}
+void bench_json_end(bench_json_t *j) {
+  put(j, "}");
+  fwrite(j->buf, 1, j->len, stdout);
+  fputc('\n', stdout);
+  fflush(stdout);
+}
+
+const char *bench_arg(int argc, char **argv, const char *key) {
+  size_t kl = strlen(key);
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i];
+    if (a[0] != '-' || a[1] != '-' || strncmp(a + 2, key, kl)) continue;
+    if (a[2 + kl] == '=') return a + 3 + kl;
+    if (a[2 + kl] == '\0' && i + 1 < argc) return argv[i + 1];
+  }
+  return NULL;
+}
+
+long bench_arg_int(int argc, char **argv, const char *key, long fallback) {
+  const char *v = bench_arg(argc, argv, key);
+  return v ? strtol(v, NULL, 0) : fallback;
+}
