@@ -185,7 +185,7 @@ AQ_API aq_status_t aq_queue_publish(aq_queue_t queue, uint64_t index, uint16_t h
 AQ_API aq_status_t aq_queue_ring(aq_queue_t queue, uint64_t index) {
   aq_queue_impl_t *q;
   AQ_RETURN_IF_ERROR(resolve(queue, &q));
-  aq_signal_slot_store(q->doorbell_slot, (int64_t)index);
+  aq_queue_ring_doorbell(q, index);
   return AQ_OK;
 }
 
@@ -238,7 +238,7 @@ AQ_API aq_status_t aq_queue_submit(aq_queue_t queue, const void *packet, uint64_
   uint32_t word;
   memcpy(&word, packet, sizeof(word));
   __atomic_store_n((uint32_t *)slot, word, __ATOMIC_RELEASE);
-  aq_signal_slot_store(q->doorbell_slot, (int64_t)index);
+  aq_queue_ring_doorbell(q, index);
   if (out_index) *out_index = index;
   return AQ_OK;
 }

@@ -33,7 +33,19 @@ struct aq_queue_impl {
   aq_signal_slot_t *doorbell_slot;
   aq_agent_impl_t *agent;
   void *driver_data;              /* the driver's per-queue state */
+  /* Set by a driver while something is draining the queue: a producer that
+   * rings the doorbell then wakes nobody, since the drainer will see its
+   * packet (it re-checks after it lets go). NULL: always wake the agent. */
+  _Atomic int *draining;
 };
+
+/* Rings the doorbell for index: the value, then the agent unless the queue
+ * is being drained. */
+static inline void aq_queue_ring_doorbell(aq_queue_impl_t *q, uint64_t index) {
+  atomic_store_explicit(&q->doorbell_slot->value, (int64_t)index, memory_order_seq_cst);
+  aq_wake_all(&q->doorbell_slot->wake);
+  if (!q->draining || !atomic_load(q->draining)) aq_wake_all(&q->agent->doorbell);
+}
 
 static inline uint32_t *aq_queue_header_word(aq_queue_impl_t *q, uint64_t index) {
   return (uint32_t *)(q->ring + (index & q->mask) * AQ_PACKET_SIZE);

@@ -34,29 +34,61 @@ hwloc_topology_t aq_topology(void) { return topology; }
 uint32_t aq_agent_count(void) { return agent_count; }
 aq_agent_impl_t *aq_agent_at(uint32_t index) { return index < agent_count ? agents[index] : NULL; }
 
-static uint64_t env_u64(const char *name, uint64_t fallback) {
-  const char *v = getenv(name);
-  return v && *v ? strtoull(v, NULL, 0) : fallback;
+/* Where each setting came from, in the order of the table below. */
+enum { SET_SPIN, SET_SIGNALS, SET_WORKERS, SET_CPU_AGENTS, SET_AGENTS, SET_COUNT };
+static const char *setting_source[SET_COUNT];
+
+static uint64_t pick_u64(int id, const char *env, uint64_t option, uint64_t fallback) {
+  const char *v = getenv(env);
+  setting_source[id] = option ? "options" : v && *v ? "environment" : "default";
+  return option ? option : v && *v ? strtoull(v, NULL, 0) : fallback;
 }
 
-static void env_str(const char *name, const char *option, const char *fallback, char *dst,
-                    size_t size) {
-  const char *v = option ? option : getenv(name);
-  snprintf(dst, size, "%s", v && *v ? v : fallback);
+static void pick_str(int id, const char *env, const char *option, const char *fallback, char *dst,
+                     size_t size) {
+  const char *v = getenv(env);
+  setting_source[id] = option ? "options" : v && *v ? "environment" : "default";
+  snprintf(dst, size, "%s", option ? option : v && *v ? v : fallback);
 }
 
 static void configure(const aq_init_options_t *o) {
   aq_init_options_t none = {0};
   if (!o) o = &none;
-  config.spin_ns = (o->spin_us ? o->spin_us : env_u64("AQ_SPIN_US", 20)) * 1000ull;
-  config.max_signals = o->max_signals ? o->max_signals : (uint32_t)env_u64("AQ_MAX_SIGNALS", 65536);
-  config.cpu_workers = o->cpu_workers ? o->cpu_workers : (uint32_t)env_u64("AQ_CPU_WORKERS", 0);
-  env_str("AQ_CPU_AGENTS", o->cpu_agents, "numa", config.cpu_agents, sizeof(config.cpu_agents));
-  env_str("AQ_AGENTS", o->drivers, "", config.drivers, sizeof(config.drivers));
+  config.spin_ns = pick_u64(SET_SPIN, "AQ_SPIN_US", o->spin_us, 20) * 1000ull;
+  config.max_signals = (uint32_t)pick_u64(SET_SIGNALS, "AQ_MAX_SIGNALS", o->max_signals, 65536);
+  config.cpu_workers = (uint32_t)pick_u64(SET_WORKERS, "AQ_CPU_WORKERS", o->cpu_workers, 0);
+  pick_str(SET_CPU_AGENTS, "AQ_CPU_AGENTS", o->cpu_agents, "numa", config.cpu_agents,
+           sizeof(config.cpu_agents));
+  pick_str(SET_AGENTS, "AQ_AGENTS", o->drivers, "all", config.drivers, sizeof(config.drivers));
+}
+
+AQ_API aq_status_t aq_settings(aq_setting_t *out, size_t capacity, size_t *count) {
+  if (!count) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_settings: count is NULL");
+  if (capacity && !out)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_settings: settings is NULL with capacity %zu", capacity);
+  if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
+  aq_setting_t all[SET_COUNT] = {
+      {"AQ_SPIN_US", "", NULL, "how long a waiter spins before it sleeps (us)"},
+      {"AQ_MAX_SIGNALS", "", NULL, "signals the process may hold at once"},
+      {"AQ_CPU_WORKERS", "", NULL, "most worker threads per CPU agent (0: one per core)"},
+      {"AQ_CPU_AGENTS", "", NULL, "how cores group into CPU agents: numa, package, machine, N"},
+      {"AQ_AGENTS", "", NULL, "drivers to start: all, or a list of cpu,cuda,rocr"},
+  };
+  snprintf(all[SET_SPIN].value, 64, "%llu", (unsigned long long)(config.spin_ns / 1000));
+  snprintf(all[SET_SIGNALS].value, 64, "%u", config.max_signals);
+  snprintf(all[SET_WORKERS].value, 64, "%u", config.cpu_workers);
+  snprintf(all[SET_CPU_AGENTS].value, 64, "%s", config.cpu_agents);
+  snprintf(all[SET_AGENTS].value, 64, "%s", config.drivers);
+  for (size_t i = 0; i < SET_COUNT && i < capacity; ++i) {
+    out[i] = all[i];
+    out[i].source = setting_source[i];
+  }
+  *count = SET_COUNT;
+  return AQ_OK;
 }
 
 static int driver_wanted(const char *name) {
-  if (!config.drivers[0] || !strcmp(config.drivers, "all")) return 1;
+  if (!strcmp(config.drivers, "all")) return 1;
   size_t n = strlen(name);
   for (const char *p = config.drivers; (p = strstr(p, name)); p += n)
     if ((p == config.drivers || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return 1;

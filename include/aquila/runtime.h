@@ -97,6 +97,17 @@ aq_status_t aq_topology_get_info(aq_topology_info_t *info);
  * or "" when it started. */
 aq_status_t aq_driver_status(const char *driver, const char **message);
 
+/* One configuration setting in force, for tools such as aq-info. */
+typedef struct aq_setting {
+  const char *name;      /* the environment variable: "AQ_CPU_AGENTS" */
+  char value[64];        /* the value in force */
+  const char *source;    /* "default", "environment" or "options" */
+  const char *help;      /* one line on what it does */
+} aq_setting_t;
+
+/* The settings of the running runtime (capacity 0 sizes the array). */
+aq_status_t aq_settings(aq_setting_t *settings, size_t capacity, size_t *count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,6 +42,7 @@ typedef struct cpu_queue {
   _Atomic uint32_t refs;           /* workers looking at it */
   _Atomic(cpu_dispatch_t *) active;/* a dispatch others may help with */
   cpu_dispatch_t dispatch;
+  struct cpu_queue *next_free;
 } cpu_queue_t;
 
 struct cpu_agent;
@@ -66,6 +67,9 @@ typedef struct cpu_agent {
   pthread_mutex_t queue_mutex;
   _Atomic(cpu_queue_t *) queues[CPU_QUEUES_MAX];
   _Atomic uint32_t queue_slots;    /* high-water mark of used slots */
+  /* Detached queue states are kept for reuse until the agent stops, so a
+   * worker holding a stale pointer reads a valid (if idle) state. */
+  cpu_queue_t *free_queues;
 } cpu_agent_t;
 
 void *cpu_worker_main(void *arg);

@@ -110,6 +110,12 @@ static void stop_agent(cpu_agent_t *ca) {
     free(ca->workers[i].scratch);
   }
   free(ca->workers);
+  for (uint32_t i = 0; i < CPU_QUEUES_MAX; ++i) free(atomic_load(&ca->queues[i]));
+  while (ca->free_queues) {
+    cpu_queue_t *next = ca->free_queues->next_free;
+    free(ca->free_queues);
+    ca->free_queues = next;
+  }
   hwloc_bitmap_free(ca->cpuset);
   pthread_mutex_destroy(&ca->queue_mutex);
   free(ca);
@@ -172,20 +178,29 @@ static void cpu_stop(void) {
 
 static aq_status_t cpu_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   cpu_agent_t *ca = agent->driver_data;
-  cpu_queue_t *cq = calloc(1, sizeof(*cq));
-  if (!cq) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a queue");
-  cq->queue = queue;
-  queue->driver_data = cq;
   pthread_mutex_lock(&ca->queue_mutex);
+  cpu_queue_t *cq = ca->free_queues;
+  if (cq) ca->free_queues = cq->next_free;
+  else cq = calloc(1, sizeof(*cq));
+  if (!cq) {
+    pthread_mutex_unlock(&ca->queue_mutex);
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a queue");
+  }
+  cq->queue = queue;
+  cq->next_free = NULL;
+  queue->driver_data = cq;
+  queue->draining = &cq->owner;
   for (uint32_t i = 0; i < CPU_QUEUES_MAX; ++i) {
     if (atomic_load(&ca->queues[i])) continue;
+    atomic_store(&cq->owner, 0); /* held since its last detach */
     atomic_store(&ca->queues[i], cq);
     if (i + 1 > atomic_load(&ca->queue_slots)) atomic_store(&ca->queue_slots, i + 1);
     pthread_mutex_unlock(&ca->queue_mutex);
     return AQ_OK;
   }
+  cq->next_free = ca->free_queues;
+  ca->free_queues = cq;
   pthread_mutex_unlock(&ca->queue_mutex);
-  free(cq);
   return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "agent %s already has %d queues", agent->info.name,
                   CPU_QUEUES_MAX);
 }
@@ -197,10 +212,20 @@ static void cpu_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   for (uint32_t i = 0; i < CPU_QUEUES_MAX; ++i)
     if (atomic_load(&ca->queues[i]) == cq) atomic_store(&ca->queues[i], NULL);
   pthread_mutex_unlock(&ca->queue_mutex);
-  /* A worker that picked it up before it left the list is done with it once
-   * its reference is dropped. */
+  /* Take ownership for good: no worker drains it from here on. A worker that
+   * picked it up before it left the list is done with it once its reference
+   * is dropped; the state itself is recycled, never freed while workers run. */
+  int expected = 0;
+  while (!atomic_compare_exchange_weak(&cq->owner, &expected, 1)) {
+    expected = 0;
+    aq_cpu_relax();
+  }
   while (atomic_load(&cq->refs) != 0) aq_cpu_relax();
-  free(cq);
+  pthread_mutex_lock(&ca->queue_mutex);
+  cq->queue = NULL;
+  cq->next_free = ca->free_queues;
+  ca->free_queues = cq;
+  pthread_mutex_unlock(&ca->queue_mutex);
 }
 
 const aq_driver_t aq_driver_cpu = {

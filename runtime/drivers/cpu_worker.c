@@ -227,7 +227,11 @@ static int poll_queues(cpu_worker_t *w) {
   for (uint32_t k = 0; k < slots; ++k) {
     uint32_t i = (k + w->index) % slots;
     cpu_queue_t *cq = atomic_load(&ca->queues[i]);
-    if (!cq) continue;
+    /* Drained by another worker, with nothing to help with: skip it without
+     * touching its cache lines (the state is never freed under us). */
+    if (!cq || (atomic_load_explicit(&cq->owner, memory_order_relaxed) &&
+                !atomic_load_explicit(&cq->active, memory_order_relaxed)))
+      continue;
     atomic_fetch_add(&cq->refs, 1);
     if (atomic_load(&ca->queues[i]) == cq) {
       worked |= cpu_help_dispatch(cq, w);
@@ -246,7 +250,7 @@ static int any_ready(cpu_agent_t *ca, int *pending) {
   uint32_t slots = atomic_load(&ca->queue_slots);
   for (uint32_t i = 0; i < slots; ++i) {
     cpu_queue_t *cq = atomic_load(&ca->queues[i]);
-    if (!cq) continue;
+    if (!cq || (atomic_load(&cq->owner) && !atomic_load(&cq->active))) continue;
     atomic_fetch_add(&cq->refs, 1);
     int ready = atomic_load(&ca->queues[i]) == cq &&
                 (atomic_load(&cq->active) || cpu_queue_ready(cq));

@@ -1,0 +1,17 @@
+/* The CPU op library's table: each op's source defines its descriptors,
+ * table.c gathers them into the one exported aq_code_object_table. */
+#ifndef AQ_KERNELS_CPU_TABLE_H_
+#define AQ_KERNELS_CPU_TABLE_H_
+
+#include <stdint.h>
+
+#include "aquila/kernel.h"
+
+typedef struct aq_busy_wait_args {
+  uint64_t ns; /* how long each work-group spins */
+} aq_busy_wait_args_t;
+
+extern const aq_kernel_desc_t aq_cpu_noop_desc;
+extern const aq_kernel_desc_t aq_cpu_busy_wait_desc;
+
+#endif

@@ -1,0 +1,152 @@
+/* Code objects: loading, lookup, and every way a file can be wrong. */
+#include <elf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "common.h"
+
+static void setup(void) { AQ_ASSERT_OK(aq_init(NULL)); }
+static void teardown(void) { aq_shut_down(); }
+TestSuite(code_object, .init = setup, .fini = teardown);
+
+static char *data_path(const char *name) {
+  static char buf[1024];
+  const char *dir = getenv("AQ_CODE_OBJECT_PATH");
+  cr_assert(dir, "AQ_CODE_OBJECT_PATH is set by make test");
+  char first[900];
+  snprintf(first, sizeof(first), "%s", dir);
+  char *colon = strchr(first, ':');
+  if (colon) *colon = '\0';
+  snprintf(buf, sizeof(buf), "%s/%s", first, name);
+  return buf;
+}
+
+static unsigned char *slurp(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  cr_assert(f, "%s", path);
+  fseek(f, 0, SEEK_END);
+  *size = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc(*size);
+  cr_assert_eq(fread(b, 1, *size, f), *size);
+  fclose(f);
+  return b;
+}
+
+static const char *write_tmp(const char *tag, const void *bytes, size_t size) {
+  static char path[256];
+  snprintf(path, sizeof(path), "/tmp/aq-test-%d-%s.so", getpid(), tag);
+  FILE *f = fopen(path, "wb");
+  fwrite(bytes, 1, size, f);
+  fclose(f);
+  return path;
+}
+
+static aq_status_t load_expect(const char *path, aq_status_t want, const char *phrase) {
+  aq_code_object_t co;
+  aq_status_t s = aq_code_object_load(path, &co);
+  cr_assert_eq(s, want, "%s: got %s: %s", path, aq_status_string(s), aq_last_error());
+  cr_assert(strstr(aq_last_error(), phrase), "%s: message '%s' lacks '%s'", path, aq_last_error(), phrase);
+  return s;
+}
+
+Test(code_object, loads_by_name_and_lists_kernels) {
+  aq_code_object_t co;
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+  aq_code_object_info_t info;
+  AQ_ASSERT_OK(aq_code_object_get_info(co, &info));
+  cr_assert_str_eq(info.format, "cpu-elf");
+  cr_assert_str_eq(info.producer, "aquila tests");
+  cr_assert_eq(info.kernel_count, 6);
+  aq_agent_t a = first_cpu_agent();
+  aq_kernel_info_t k;
+  AQ_ASSERT_OK(aq_code_object_find_kernel(co, "count", a, &k));
+  cr_assert_str_eq(k.name, "count");
+  cr_assert_eq(k.kernarg_size, sizeof(count_args_t));
+  cr_assert_eq(k.kernarg_alignment, 8);
+  AQ_ASSERT_OK(aq_code_object_kernel_at(co, 0, a, &k));
+  cr_assert_str_eq(k.name, "noop");
+  cr_assert_eq(aq_code_object_kernel_at(co, 6, a, &k), AQ_ERROR_NOT_FOUND);
+  cr_assert_eq(aq_code_object_find_kernel(co, "nope", a, &k), AQ_ERROR_NOT_FOUND);
+  cr_assert(strstr(aq_last_error(), "no kernel 'nope'"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_code_object_unload(co));
+  cr_assert_eq(aq_code_object_unload(co), AQ_ERROR_INVALID_HANDLE);
+}
+
+Test(code_object, a_kernel_of_an_unloaded_object_is_not_dispatched) {
+  aq_code_object_t co;
+  aq_agent_t a = first_cpu_agent();
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+  aq_kernel_info_t k;
+  AQ_ASSERT_OK(aq_code_object_find_kernel(co, "noop", a, &k));
+  AQ_ASSERT_OK(aq_code_object_unload(co));
+  aq_queue_t q;
+  AQ_ASSERT_OK(aq_queue_create(a, NULL, &q));
+  aq_signal_t done;
+  AQ_ASSERT_OK(aq_signal_create(1, &done));
+  hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, NULL, 1, 1, done);
+  AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+  cr_assert_eq(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL), AQ_ERROR_INVALID_PACKET);
+  aq_signal_destroy(done);
+  aq_queue_destroy(q);
+}
+
+Test(code_object, missing_file) {
+  load_expect("no-such-kernels.so", AQ_ERROR_NOT_FOUND, "not found");
+  load_expect("/nonexistent/dir/k.so", AQ_ERROR_NOT_FOUND, "/nonexistent/dir/k.so");
+}
+
+Test(code_object, truncated_file) {
+  size_t size;
+  unsigned char *b = slurp(data_path("test-kernels.so"), &size);
+  load_expect(write_tmp("trunc40", b, 40), AQ_ERROR_INVALID_CODE_OBJECT, "truncated");
+  load_expect(write_tmp("trunchalf", b, size / 2), AQ_ERROR_INVALID_CODE_OBJECT, "truncated");
+  free(b);
+}
+
+Test(code_object, corrupt_and_foreign_files) {
+  const char text[] = "this is not an ELF file, just some text\n";
+  load_expect(write_tmp("text", text, sizeof(text)), AQ_ERROR_INVALID_CODE_OBJECT, "no known code-object format");
+  size_t size;
+  unsigned char *b = slurp(data_path("test-kernels.so"), &size);
+  unsigned char *c = malloc(size);
+  memcpy(c, b, size);
+  Elf64_Ehdr *eh = (Elf64_Ehdr *)c;
+  eh->e_phoff = size + 4096; /* program headers past the end */
+  load_expect(write_tmp("phoff", c, size), AQ_ERROR_INVALID_CODE_OBJECT, "truncated");
+  memcpy(c, b, size);
+  ((Elf64_Ehdr *)c)->e_type = ET_EXEC;
+  load_expect(write_tmp("exec", c, size), AQ_ERROR_INVALID_CODE_OBJECT, "not a shared object");
+  memcpy(c, b, size);
+  c[EI_CLASS] = ELFCLASS32;
+  load_expect(write_tmp("class32", c, size), AQ_ERROR_INCOMPATIBLE, "32-bit");
+  /* A real shared object that is not an Aquila code object. */
+  load_expect("not-aquila.so", AQ_ERROR_INVALID_CODE_OBJECT, "not an Aquila code object");
+  free(b);
+  free(c);
+}
+
+Test(code_object, wrong_architecture) {
+  size_t size;
+  unsigned char *b = slurp(data_path("test-kernels.so"), &size);
+  ((Elf64_Ehdr *)b)->e_machine = EM_AARCH64;
+  load_expect(write_tmp("aarch64", b, size), AQ_ERROR_INCOMPATIBLE, "AArch64");
+  free(b);
+}
+
+Test(code_object, wrong_version) {
+  load_expect("test-kernels-v99.so", AQ_ERROR_INCOMPATIBLE, "version 99");
+  /* And the runtime still loads good ones afterwards. */
+  aq_code_object_t co;
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+  aq_code_object_unload(co);
+}
+
+Test(code_object, bad_arguments) {
+  aq_code_object_t co;
+  cr_assert_eq(aq_code_object_load(NULL, &co), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert_eq(aq_code_object_load("", &co), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert_eq(aq_code_object_get_info((aq_code_object_t){99}, &(aq_code_object_info_t){0}),
+               AQ_ERROR_INVALID_HANDLE);
+}

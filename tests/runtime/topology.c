@@ -1,0 +1,135 @@
+/* Topology and agents: this machine, and 2- and 4-node synthetic machines
+ * (HWLOC_SYNTHETIC), so placement and binding decisions are testable here. */
+#include <stdlib.h>
+
+#include "common.h"
+
+static size_t agents_of(aq_agent_t *out, size_t cap) {
+  size_t n;
+  AQ_ASSERT_OK(aq_agents(out, cap, &n));
+  return n;
+}
+
+Test(topology, this_machine_has_one_cpu_agent_per_numa_node) {
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_topology_info_t t;
+  AQ_ASSERT_OK(aq_topology_get_info(&t));
+  cr_assert_geq(t.cores, 1);
+  cr_assert_geq(t.pus, t.cores);
+  cr_assert_eq(t.synthetic, 0);
+  cr_assert_str_eq(t.source, "this system");
+  aq_agent_t a[64];
+  size_t n = agents_of(a, 64), cpus = 0;
+  uint32_t workers = 0;
+  for (size_t i = 0; i < n; ++i) {
+    aq_agent_info_t info;
+    AQ_ASSERT_OK(aq_agent_get_info(a[i], &info));
+    if (info.kind != AQ_AGENT_KIND_CPU) continue;
+    cpus++;
+    workers += info.compute_units;
+    cr_assert_str_eq(info.driver, "cpu");
+    cr_assert(info.features & AQ_FEATURE_KERNEL_DISPATCH);
+    cr_assert_eq(info.index, i);
+  }
+  cr_assert_eq(cpus, t.numa_nodes ? t.numa_nodes : 1);
+  cr_assert_eq(workers, t.cores, "one worker per core");
+  aq_shut_down();
+}
+
+Test(topology, synthetic_two_node_machine) {
+  setenv("HWLOC_SYNTHETIC", "pack:1 numa:2 core:2 pu:1", 1);
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_topology_info_t t;
+  AQ_ASSERT_OK(aq_topology_get_info(&t));
+  cr_assert_eq(t.numa_nodes, 2);
+  cr_assert_eq(t.synthetic, 1);
+  cr_assert_str_eq(t.source, "synthetic");
+  aq_agent_t a[8];
+  cr_assert_eq(agents_of(a, 8), 2);
+  for (int i = 0; i < 2; ++i) {
+    aq_agent_info_t info;
+    AQ_ASSERT_OK(aq_agent_get_info(a[i], &info));
+    cr_assert_eq(info.numa_node, i);
+    cr_assert_eq(info.compute_units, 2);
+    aq_region_t r[4];
+    size_t nr;
+    AQ_ASSERT_OK(aq_agent_regions(a[i], r, 4, &nr));
+    aq_region_info_t ri;
+    AQ_ASSERT_OK(aq_region_get_info(r[0], &ri));
+    cr_assert_eq(ri.numa_node, i);
+    cr_assert_eq(ri.bound, 0, "a synthetic node is not this machine's: not bound");
+  }
+  /* The agents still run work. */
+  aq_queue_t q;
+  AQ_ASSERT_OK(aq_queue_create(a[1], NULL, &q));
+  aq_code_object_t co;
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+  aq_kernel_info_t k = test_kernel(co, a[1], "noop");
+  aq_signal_t done;
+  AQ_ASSERT_OK(aq_signal_create(1, &done));
+  hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, NULL, 64, 1, done);
+  AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+  AQ_ASSERT_OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
+  aq_queue_destroy(q);
+  aq_shut_down();
+}
+
+Test(topology, agent_splits) {
+  setenv("HWLOC_SYNTHETIC", "pack:2 numa:2 core:2 pu:2", 1);
+  aq_agent_t a[16];
+  const struct { const char *how; size_t agents; uint32_t units; } cases[] = {
+      {"numa", 4, 2}, {"package", 2, 4}, {"machine", 1, 8}, {"8", 8, 1}, {"3", 3, 0}};
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c) {
+    aq_init_options_t o = {.cpu_agents = cases[c].how};
+    AQ_ASSERT_OK(aq_init(&o));
+    cr_assert_eq(agents_of(a, 16), cases[c].agents, "AQ_CPU_AGENTS=%s", cases[c].how);
+    uint32_t total = 0;
+    for (size_t i = 0; i < cases[c].agents; ++i) {
+      aq_agent_info_t info;
+      AQ_ASSERT_OK(aq_agent_get_info(a[i], &info));
+      if (cases[c].units) cr_assert_eq(info.compute_units, cases[c].units, "%s", cases[c].how);
+      total += info.compute_units;
+    }
+    cr_assert_eq(total, 8, "%s: every core belongs to one agent", cases[c].how);
+    aq_shut_down();
+  }
+  setenv("AQ_CPU_WORKERS", "1", 1);
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_agent_info_t info;
+  cr_assert_eq(agents_of(a, 16), 4);
+  AQ_ASSERT_OK(aq_agent_get_info(a[0], &info));
+  cr_assert_eq(info.compute_units, 1, "AQ_CPU_WORKERS caps workers");
+  aq_shut_down();
+}
+
+Test(topology, bad_options_fail_init_cleanly) {
+  aq_init_options_t o = {.cpu_agents = "sideways"};
+  cr_assert_eq(aq_init(&o), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "sideways"), "%s", aq_last_error());
+  o = (aq_init_options_t){.max_signals = 3};
+  cr_assert_eq(aq_init(&o), AQ_ERROR_INVALID_ARGUMENT);
+  setenv("HWLOC_XMLFILE", "/nonexistent/topology.xml", 1);
+  aq_status_t s = aq_init(NULL);
+  unsetenv("HWLOC_XMLFILE");
+  if (s == AQ_OK) aq_shut_down();
+  /* After all that, a plain init works. */
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_agent_t a[4];
+  cr_assert_geq(agents_of(a, 4), 1);
+  const char *msg;
+  AQ_ASSERT_OK(aq_driver_status("cpu", &msg));
+  cr_assert_str_eq(msg, "");
+  cr_assert_eq(aq_driver_status("warp-drive", &msg), AQ_ERROR_NOT_FOUND);
+  aq_shut_down();
+}
+
+Test(topology, init_is_reference_counted) {
+  AQ_ASSERT_OK(aq_init(NULL));
+  AQ_ASSERT_OK(aq_init(NULL));
+  AQ_ASSERT_OK(aq_shut_down());
+  aq_agent_t a[4];
+  cr_assert_geq(agents_of(a, 4), 1, "still up after one of two shut-downs");
+  AQ_ASSERT_OK(aq_shut_down());
+  size_t n;
+  cr_assert_eq(aq_agents(a, 4, &n), AQ_ERROR_NOT_INITIALIZED);
+}
