@@ -60,13 +60,13 @@ KCPU_SO   := $(COLIB)/kernels-cpu.so
 # ---- tools, examples, tests: one program per folder --------------------------
 TOOLS     := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tools/*/*.c)))))
 EXAMPLES  := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard examples/*/*.c)))))
-TESTS     := $(filter-out data,$(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tests/*/*.c))))))
+TESTS     := $(filter-out data stress,$(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tests/*/*.c))))))
 TOOL_BINS := $(TOOLS:%=$(BINDIR)/%)
 EX_BINS   := $(EXAMPLES:%=$(BUILD)/examples/%)
 TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 
 ALL := $(LIB_SO) $(LIB_A) $(KCPU_SO) $(TOOL_BINS) $(EX_BINS) $(LIBDIR)/pkgconfig/aquila.pc
-.PHONY: all test demo tsan asan install clean deps
+.PHONY: all test demo tsan tsan-run asan install clean deps
 all: $(ALL)
 
 deps: $(DEPS_OK)
@@ -106,6 +106,9 @@ endef
 $(foreach t,$(TOOLS),$(eval $(call program,$(BINDIR)/$(t),tools/$(t),$$(PKG_LIBS) $$(BLAS_LIBS))))
 $(foreach e,$(EXAMPLES),$(eval $(call program,$(BUILD)/examples/$(e),examples/$(e),$$(PKG_LIBS))))
 $(foreach t,$(TESTS),$(eval $(call program,$(BUILD)/tests/$(t),tests/$(t),$$(CRIT_LIBS) $$(PKG_LIBS) $$(BLAS_LIBS))))
+# The thread stress program is plain C: ThreadSanitizer cannot run Criterion.
+STRESS_BIN := $(BUILD)/tests/stress
+$(eval $(call program,$(STRESS_BIN),tests/stress,$$(PKG_LIBS)))
 $(OBJDIR)/tools/%.o $(OBJDIR)/tests/%.o: CPPFLAGS += $(BLAS_CFLAGS)
 
 $(LIBDIR)/pkgconfig/aquila.pc: Makefile
@@ -118,11 +121,15 @@ $(LIBDIR)/pkgconfig/aquila.pc: Makefile
 TEST_DATA :=
 -include tests/data.mk
 
-test: all $(TEST_BINS) $(TEST_DATA)
-	@tools/run-tests.sh $(BUILD) $(TEST_BINS)
+test: all $(TEST_BINS) $(STRESS_BIN) $(TEST_DATA)
+	@tools/run-tests.sh $(BUILD) $(TEST_BINS) $(STRESS_BIN)
 
+# Sanitizer runs: ASan (+UBSan) runs every suite; TSan runs the thread
+# stress program and the examples, which is where the threads are.
 tsan:
-	$(MAKE) BUILD=build-tsan SAN=thread test
+	$(MAKE) BUILD=build-tsan SAN=thread tsan-run
+tsan-run: all $(STRESS_BIN) $(TEST_DATA)
+	@tools/run-tests.sh $(BUILD) $(STRESS_BIN) --quick
 asan:
 	$(MAKE) BUILD=build-asan SAN=address test
 

@@ -4,12 +4,33 @@
 # Exits non-zero if any test failed or crashed, or if a program did not run.
 set -u
 build=$1; shift
-passed=0; failed=0; skipped=0; status=0
+passed=0; failed=0; status=0
+# Programs to run; "--quick" after a program is passed to it.
+progs=(); args=()
+for a in "$@"; do
+  if [ "$a" = --quick ]; then args[${#progs[@]}-1]="--quick"; else progs+=("$a"); args+=(""); fi
+done
+here=$(cd "$(dirname "$0")" && pwd)
+export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export AQ_CODE_OBJECT_PATH="$build/tests/data${AQ_CODE_OBJECT_PATH:+:$AQ_CODE_OBJECT_PATH}"
-for prog in "$@"; do
+for i in "${!progs[@]}"; do
+  prog=${progs[$i]}
   name=$(basename "$prog")
   echo "== $name"
   log=$(mktemp)
+  if [ "$name" = stress ]; then
+    "$prog" ${args[$i]} 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    line=$(grep -a '^stress: [0-9]* passed, [0-9]* failed' "$log" | tail -1)
+    rm -f "$log"
+    if [ -z "$line" ]; then echo "== stress: no summary (exit $rc)"; failed=$((failed + 1)); status=1; continue; fi
+    p=$(sed -n 's/^stress: \([0-9]*\) passed.*/\1/p' <<<"$line")
+    f=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
+    passed=$((passed + p)); failed=$((failed + f))
+    [ "$rc" -eq 0 ] && [ "$f" -eq 0 ] || status=1
+    continue
+  fi
   "$prog" --jobs "${AQ_TEST_JOBS:-2}" --short-filename 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   line=$(grep -a 'Synthesis:' "$log" | tail -1)

@@ -1,0 +1,253 @@
+/* Thread-heavy scenarios, as a plain program so ThreadSanitizer can run it
+ * (Criterion's forking sandbox does not start under TSan). `make test` runs
+ * it as it is; `make tsan` runs it instrumented. Each scenario checks its own
+ * results; the last line says how many passed and failed. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aquila/aquila.h"
+
+#define SEC 1000000000ull
+
+static int failures;
+static aq_agent_t agent;
+static aq_kernel_info_t k_count, k_noop;
+
+#define EXPECT(cond, ...)                       \
+  do {                                          \
+    if (!(cond)) {                              \
+      fprintf(stderr, "  FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);             \
+      fprintf(stderr, "\n");                    \
+      failures++;                               \
+      return;                                   \
+    }                                           \
+  } while (0)
+#define OK(expr) EXPECT((expr) == AQ_OK, "%s: %s", #expr, aq_last_error())
+
+typedef struct { _Atomic uint32_t *hits; } count_args_t;
+
+static hsa_kernel_dispatch_packet_t packet(const aq_kernel_info_t *k, void *args, uint32_t grid, uint16_t wg,
+                                           aq_signal_t done) {
+  hsa_kernel_dispatch_packet_t p;
+  memset(&p, 0, sizeof(p));
+  p.header = aq_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+  p.setup = 1 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
+  p.workgroup_size_x = wg;
+  p.workgroup_size_y = p.workgroup_size_z = 1;
+  p.grid_size_x = grid;
+  p.grid_size_y = p.grid_size_z = 1;
+  p.kernel_object = k->kernel_object;
+  p.kernarg_address = args;
+  p.completion_signal.handle = done.handle;
+  return p;
+}
+
+typedef struct {
+  aq_queue_t q;
+  count_args_t *args;
+  aq_signal_t done;
+  uint32_t n;
+  int split;
+  int failed;
+} producer_t;
+
+static void *produce(void *arg) {
+  producer_t *p = arg;
+  for (uint32_t i = 0; i < p->n; ++i) {
+    hsa_kernel_dispatch_packet_t pkt = packet(&k_count, &p->args[i], 1, 1, p->done);
+    if (!p->split) {
+      p->failed |= aq_queue_submit(p->q, &pkt, 30 * SEC, NULL) != AQ_OK;
+      continue;
+    }
+    uint64_t idx;
+    void *slot;
+    if (aq_queue_reserve(p->q, 1, 30 * SEC, &idx) || aq_queue_slot(p->q, idx, &slot)) {
+      p->failed = 1;
+      return NULL;
+    }
+    memcpy((char *)slot + 4, (char *)&pkt + 4, 60);
+    aq_queue_publish(p->q, idx, pkt.header, pkt.setup);
+    aq_queue_ring(p->q, idx);
+  }
+  return NULL;
+}
+
+static void many_producers(uint32_t threads, uint32_t n, uint32_t qsize) {
+  aq_queue_t q;
+  aq_queue_options_t o = {.size = qsize};
+  OK(aq_queue_create(agent, &o, &q));
+  _Atomic uint32_t *hits = calloc((size_t)threads * n, sizeof(*hits));
+  count_args_t *args = calloc((size_t)threads * n, sizeof(*args));
+  aq_signal_t done;
+  OK(aq_signal_create((aq_signal_value_t)threads * n, &done));
+  producer_t pr[16];
+  pthread_t t[16];
+  for (uint32_t i = 0; i < threads; ++i) {
+    for (uint32_t j = 0; j < n; ++j) args[i * n + j].hits = &hits[i * n + j];
+    pr[i] = (producer_t){q, &args[i * n], done, n, (int)(i & 1), 0};
+    pthread_create(&t[i], NULL, produce, &pr[i]);
+  }
+  for (uint32_t i = 0; i < threads; ++i) pthread_join(t[i], NULL);
+  for (uint32_t i = 0; i < threads; ++i) EXPECT(!pr[i].failed, "producer %u failed: %s", i, aq_last_error());
+  OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 120 * SEC, NULL));
+  for (uint32_t i = 0; i < threads * n; ++i) EXPECT(hits[i] == 1, "packet %u ran %u times", i, hits[i]);
+  free(hits);
+  free(args);
+  aq_signal_destroy(done);
+  OK(aq_queue_destroy(q));
+}
+
+/* Big grids: every worker of the agent helps; every work-item runs once. */
+static void shared_dispatches(uint32_t rounds) {
+  aq_queue_t q[2];
+  for (int i = 0; i < 2; ++i) OK(aq_queue_create(agent, NULL, &q[i]));
+  enum { GRID = 4096 };
+  _Atomic uint32_t *hits = calloc(2 * GRID, sizeof(*hits));
+  count_args_t args[2] = {{hits}, {hits + GRID}};
+  aq_signal_t done;
+  OK(aq_signal_create(2 * rounds, &done));
+  for (uint32_t r = 0; r < rounds; ++r)
+    for (int i = 0; i < 2; ++i) {
+      hsa_kernel_dispatch_packet_t p = packet(&k_count, &args[i], GRID, 16, done);
+      OK(aq_queue_submit(q[i], &p, 30 * SEC, NULL));
+    }
+  OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 120 * SEC, NULL));
+  for (uint32_t i = 0; i < 2 * GRID; ++i) EXPECT(hits[i] == rounds, "item %u ran %u times, not %u", i, hits[i], rounds);
+  free(hits);
+  aq_signal_destroy(done);
+  for (int i = 0; i < 2; ++i) OK(aq_queue_destroy(q[i]));
+}
+
+/* A chain across two queues: each step on one queue waits (barrier-AND) for
+ * the previous step on the other. */
+static void ping_pong_barriers(uint32_t steps) {
+  aq_queue_t q[2];
+  for (int i = 0; i < 2; ++i) OK(aq_queue_create(agent, NULL, &q[i]));
+  aq_signal_t *s = calloc(steps, sizeof(*s));
+  for (uint32_t i = 0; i < steps; ++i) OK(aq_signal_create(1, &s[i]));
+  for (uint32_t i = 0; i < steps; ++i) {
+    aq_queue_t qq = q[i & 1];
+    if (i) {
+      hsa_barrier_and_packet_t b;
+      memset(&b, 0, sizeof(b));
+      b.header = aq_packet_header(HSA_PACKET_TYPE_BARRIER_AND, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+      b.dep_signal[0].handle = s[i - 1].handle;
+      OK(aq_queue_submit(qq, &b, 30 * SEC, NULL));
+    }
+    hsa_kernel_dispatch_packet_t p = packet(&k_noop, NULL, 1, 1, s[i]);
+    OK(aq_queue_submit(qq, &p, 30 * SEC, NULL));
+  }
+  OK(aq_signal_wait(s[steps - 1], AQ_SIGNAL_EQ, 0, 120 * SEC, NULL));
+  for (uint32_t i = 0; i < steps; ++i) {
+    aq_signal_value_t v;
+    OK(aq_signal_load(s[i], &v));
+    EXPECT(v == 0, "step %u not complete", i);
+    aq_signal_destroy(s[i]);
+  }
+  free(s);
+  for (int i = 0; i < 2; ++i) {
+    OK(aq_queue_wait_idle(q[i], 30 * SEC));
+    OK(aq_queue_destroy(q[i]));
+  }
+}
+
+/* Queues come and go while others run. */
+static void *churn(void *arg) {
+  uint32_t n = *(uint32_t *)arg;
+  for (uint32_t i = 0; i < n; ++i) {
+    aq_queue_t q;
+    aq_queue_options_t o = {.size = 8};
+    if (aq_queue_create(agent, &o, &q) != AQ_OK) return (void *)1;
+    aq_signal_t d;
+    aq_signal_create(3, &d);
+    for (int j = 0; j < 3; ++j) {
+      hsa_kernel_dispatch_packet_t p = packet(&k_noop, NULL, 4, 1, d);
+      aq_queue_submit(q, &p, 30 * SEC, NULL);
+    }
+    if (aq_signal_wait(d, AQ_SIGNAL_EQ, 0, 30 * SEC, NULL) != AQ_OK) return (void *)1;
+    aq_queue_wait_idle(q, 30 * SEC);
+    if (aq_queue_destroy(q) != AQ_OK) return (void *)1;
+    aq_signal_destroy(d);
+  }
+  return NULL;
+}
+
+static void queue_churn(uint32_t n) {
+  pthread_t t[3];
+  for (int i = 0; i < 3; ++i) pthread_create(&t[i], NULL, churn, &n);
+  for (int i = 0; i < 3; ++i) {
+    void *rc;
+    pthread_join(t[i], &rc);
+    EXPECT(rc == NULL, "churn thread %d failed: %s", i, aq_last_error());
+  }
+}
+
+/* Signal ping-pong: wake-ups are never lost. */
+typedef struct { aq_signal_t a, b; uint32_t n; } pp_t;
+static void *echo(void *arg) {
+  pp_t *pp = arg;
+  for (uint32_t i = 1; i <= pp->n; ++i) {
+    if (aq_signal_wait(pp->a, AQ_SIGNAL_GTE, i, 30 * SEC, NULL) != AQ_OK) return (void *)1;
+    aq_signal_store(pp->b, i);
+  }
+  return NULL;
+}
+static void signal_ping_pong(uint32_t n) {
+  pp_t pp = {.n = n};
+  OK(aq_signal_create(0, &pp.a));
+  OK(aq_signal_create(0, &pp.b));
+  pthread_t t;
+  pthread_create(&t, NULL, echo, &pp);
+  for (uint32_t i = 1; i <= n; ++i) {
+    aq_signal_store(pp.a, i);
+    OK(aq_signal_wait(pp.b, AQ_SIGNAL_GTE, i, 30 * SEC, NULL));
+  }
+  void *rc;
+  pthread_join(t, &rc);
+  EXPECT(rc == NULL, "echo thread failed");
+  aq_signal_destroy(pp.a);
+  aq_signal_destroy(pp.b);
+}
+
+int main(int argc, char **argv) {
+  /* --quick: fewer rounds (sanitized builds are 5-15x slower). */
+  uint32_t scale = argc > 1 && !strcmp(argv[1], "--quick") ? 1 : 4;
+  if (aq_init(NULL) != AQ_OK) {
+    fprintf(stderr, "aq_init: %s\n", aq_last_error());
+    return 1;
+  }
+  size_t n;
+  aq_agents(&agent, 1, &n);
+  aq_code_object_t co;
+  if (aq_code_object_load("test-kernels.so", &co) != AQ_OK ||
+      aq_code_object_find_kernel(co, "count", agent, &k_count) != AQ_OK ||
+      aq_code_object_find_kernel(co, "noop", agent, &k_noop) != AQ_OK) {
+    fprintf(stderr, "test kernels: %s\n", aq_last_error());
+    return 1;
+  }
+  struct { const char *name; void (*run)(uint32_t); } cases[] = {
+      {"shared_dispatches", shared_dispatches},
+      {"ping_pong_barriers", ping_pong_barriers},
+      {"queue_churn", queue_churn},
+      {"signal_ping_pong", signal_ping_pong},
+  };
+  uint32_t sizes[] = {50 * scale, 500 * scale, 50 * scale, 5000 * scale};
+  int passed = 0, failed = 0;
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) + 1; ++i) {
+    int before = failures;
+    const char *name = i == 0 ? "many_producers" : cases[i - 1].name;
+    if (i == 0) many_producers(4, 5000 * scale, 16);
+    else cases[i - 1].run(sizes[i - 1]);
+    int ok = failures == before;
+    printf("[%s] stress::%s\n", ok ? "PASS" : "FAIL", name);
+    passed += ok;
+    failed += !ok;
+  }
+  aq_shut_down();
+  printf("stress: %d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
