@@ -111,9 +111,14 @@ STRESS_BIN := $(BUILD)/tests/stress
 $(eval $(call program,$(STRESS_BIN),tests/stress,$$(PKG_LIBS)))
 $(OBJDIR)/tools/%.o $(OBJDIR)/tests/%.o: CPPFLAGS += $(BLAS_CFLAGS)
 
+# pkg-config file: the build tree's points at the build tree; install writes
+# one for its PREFIX.
+define write_pc
+	printf 'prefix=%s\nlibdir=%s\nincludedir=%s\n\nName: aquila\nDescription: user-mode heterogeneous runtime (AQL queues, task graphs)\nVersion: %s\nRequires.private: hwloc numa\nCflags: -I$${includedir}\nLibs: -L$${libdir} -laquila\n' '$(1)' '$(2)' '$(3)' '$(VERSION)' > $(4)
+endef
 $(LIBDIR)/pkgconfig/aquila.pc: Makefile
 	@mkdir -p $(@D)
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: aquila\nDescription: user-mode heterogeneous runtime (AQL queues, task graphs)\nVersion: %s\nRequires.private: hwloc numa\nCflags: -I$${includedir}\nLibs: -L$${libdir} -laquila\n' '$(PREFIX)' '$(VERSION)' > $@
+	$(call write_pc,$(CURDIR),$(abspath $(LIBDIR)),$(CURDIR)/include,$@)
 
 -include $(wildcard */module.mk)
 
@@ -145,7 +150,7 @@ install: all
 	install -m 644 $(LIB_A) $(PREFIX)/lib/
 	install -m 755 $(wildcard $(COLIB)/*) $(PREFIX)/lib/aquila/
 	install -m 755 $(TOOL_BINS) $(PREFIX)/bin/
-	install -m 644 $(LIBDIR)/pkgconfig/aquila.pc $(PREFIX)/lib/pkgconfig/
+	$(call write_pc,$(PREFIX),$${prefix}/lib,$${prefix}/include,$(PREFIX)/lib/pkgconfig/aquila.pc)
 
 clean:
 	rm -rf build build-tsan build-asan
