@@ -44,7 +44,7 @@ struct aq_queue_impl {
 static inline void aq_queue_ring_doorbell(aq_queue_impl_t *q, uint64_t index) {
   atomic_store_explicit(&q->doorbell_slot->value, (int64_t)index, memory_order_seq_cst);
   aq_wake_all(&q->doorbell_slot->wake);
-  if (!q->draining || !atomic_load(q->draining)) aq_wake_all(&q->agent->doorbell);
+  if (!q->draining || !atomic_load(q->draining)) aq_wake_one(&q->agent->doorbell);
 }
 
 static inline uint32_t *aq_queue_header_word(aq_queue_impl_t *q, uint64_t index) {

@@ -42,11 +42,12 @@ static inline aq_signal_slot_t *aq_signal_slot(uint64_t handle) {
   return atomic_load_explicit(&s->generation, memory_order_acquire) == gen ? s : NULL;
 }
 
-/* After any change of value: wakes waiters and the notified agent. */
+/* After any change of value: wakes its waiters, and one worker of the agent
+ * that watches it (any one can take the work that waited on it). */
 static inline void aq_signal_slot_notify(aq_signal_slot_t *s) {
   aq_wake_all(&s->wake);
   aq_wake_t *n = atomic_load(&s->notify);
-  if (n) aq_wake_all(n);
+  if (n) aq_wake_one(n);
 }
 
 static inline void aq_signal_slot_subtract(aq_signal_slot_t *s, int64_t v) {

@@ -14,9 +14,9 @@ uint64_t aq_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void aq_wake_all_slow(aq_wake_t *w) {
+void aq_wake_slow(aq_wake_t *w, int count) {
   atomic_fetch_add(&w->epoch, 1);
-  syscall(SYS_futex, &w->epoch, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+  syscall(SYS_futex, &w->epoch, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
 }
 
 void aq_wake_sleep(aq_wake_t *w, uint32_t epoch, uint64_t timeout_ns) {

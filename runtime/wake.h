@@ -15,11 +15,15 @@ typedef struct aq_wake {
   _Atomic uint32_t sleepers;
 } aq_wake_t;
 
-void aq_wake_all_slow(aq_wake_t *w);
+void aq_wake_slow(aq_wake_t *w, int count);
 
-static inline void aq_wake_all(aq_wake_t *w) {
-  if (atomic_load(&w->sleepers) != 0) aq_wake_all_slow(w);
+/* Wakes up to count sleepers; costs one load when there are none. */
+static inline void aq_wake_some(aq_wake_t *w, int count) {
+  if (atomic_load(&w->sleepers) != 0) aq_wake_slow(w, count);
 }
+static inline void aq_wake_all(aq_wake_t *w) { aq_wake_some(w, 0x7fffffff); }
+/* One sleeper is enough where any one of them can do the work. */
+static inline void aq_wake_one(aq_wake_t *w) { aq_wake_some(w, 1); }
 
 /* Sleep protocol: e = aq_wake_prepare(w); if (!condition) aq_wake_sleep(w, e,
  * ns); aq_wake_finish(w). Sleeps until woken, timed out (ns, 0 = forever) or

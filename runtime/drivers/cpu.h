@@ -38,7 +38,8 @@ typedef struct cpu_dispatch {
 
 typedef struct cpu_queue {
   aq_queue_impl_t *queue;
-  _Atomic int owner;               /* a worker is draining it */
+  _Atomic int owner;               /* a worker is draining (or holds) it */
+  _Atomic int detaching;           /* its queue is being destroyed */
   _Atomic uint32_t refs;           /* workers looking at it */
   _Atomic(cpu_dispatch_t *) active;/* a dispatch others may help with */
   cpu_dispatch_t dispatch;
@@ -54,6 +55,11 @@ typedef struct cpu_worker {
   pthread_t thread;
   void *scratch;
   size_t scratch_size;
+  /* The queue this worker drained last, kept (owned, referenced) while it
+   * stays busy or for the spin time after: producers to it wake nobody and
+   * no other worker contends for it. */
+  cpu_queue_t *held;
+  uint64_t held_idle_since;
 } cpu_worker_t;
 
 typedef struct cpu_agent {

@@ -103,7 +103,7 @@ static aq_status_t start_workers(cpu_agent_t *ca, hwloc_topology_t t) {
 
 static void stop_agent(cpu_agent_t *ca) {
   atomic_store(&ca->running, 0);
-  aq_wake_all_slow(&ca->agent->doorbell);
+  aq_wake_slow(&ca->agent->doorbell, 0x7fffffff);
   for (uint32_t i = 0; i < ca->worker_count; ++i) {
     pthread_join(ca->workers[i].thread, NULL);
     hwloc_bitmap_free(ca->workers[i].cpuset);
@@ -188,6 +188,7 @@ static aq_status_t cpu_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *que
   }
   cq->queue = queue;
   cq->next_free = NULL;
+  atomic_store(&cq->detaching, 0);
   queue->driver_data = cq;
   queue->draining = &cq->owner;
   for (uint32_t i = 0; i < CPU_QUEUES_MAX; ++i) {
@@ -215,6 +216,7 @@ static void cpu_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   /* Take ownership for good: no worker drains it from here on. A worker that
    * picked it up before it left the list is done with it once its reference
    * is dropped; the state itself is recycled, never freed while workers run. */
+  atomic_store(&cq->detaching, 1); /* a worker holding it lets go */
   int expected = 0;
   while (!atomic_compare_exchange_weak(&cq->owner, &expected, 1)) {
     expected = 0;

@@ -129,7 +129,8 @@ static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index
   atomic_store_explicit(&d->fault, 0, memory_order_relaxed);
   if (d->total > 1 && w->agent->worker_count > 1) {
     atomic_store(&cq->active, d);
-    aq_wake_all(&w->agent->agent->doorbell);
+    uint64_t helpers = d->total - 1 < w->agent->worker_count - 1 ? d->total - 1 : w->agent->worker_count - 1;
+    aq_wake_some(&w->agent->agent->doorbell, (int)helpers);
   }
   run_groups(d, w, cq);
   if (d->total > 1 && w->agent->worker_count > 1) {
@@ -219,25 +220,63 @@ static void bind_worker(cpu_worker_t *w) {
   hwloc_set_cpubind(aq_topology(), w->cpuset, HWLOC_CPUBIND_THREAD);
 }
 
-/* One pass over the agent's queues: help dispatches, drain owned queues. */
+static void release_held(cpu_worker_t *w) {
+  cpu_queue_t *cq = w->held;
+  if (!cq) return;
+  w->held = NULL;
+  atomic_store(&cq->owner, 0);
+  atomic_fetch_sub(&cq->refs, 1);
+}
+
+static int drain(cpu_queue_t *cq, cpu_worker_t *w) {
+  int n = 0;
+  while (n < DRAIN_BATCH && cpu_process_packet(cq, w)) n++;
+  return n;
+}
+
+/* The held queue first; it is let go after a spin time without packets. */
+static int poll_held(cpu_worker_t *w) {
+  if (!w->held) return 0;
+  if (atomic_load(&w->held->detaching)) {
+    release_held(w);
+    return 0;
+  }
+  if (drain(w->held, w)) {
+    w->held_idle_since = 0;
+    return 1;
+  }
+  uint64_t now = aq_now_ns();
+  if (!w->held_idle_since) w->held_idle_since = now;
+  else if (now - w->held_idle_since > aq_runtime_config()->spin_ns) release_held(w);
+  return 0;
+}
+
+/* One pass over the agent's queues: help dispatches, drain queues. */
 static int poll_queues(cpu_worker_t *w) {
   cpu_agent_t *ca = w->agent;
+  int worked = poll_held(w);
   uint32_t slots = atomic_load(&ca->queue_slots);
-  int worked = 0;
   for (uint32_t k = 0; k < slots; ++k) {
     uint32_t i = (k + w->index) % slots;
     cpu_queue_t *cq = atomic_load(&ca->queues[i]);
     /* Drained by another worker, with nothing to help with: skip it without
      * touching its cache lines (the state is never freed under us). */
-    if (!cq || (atomic_load_explicit(&cq->owner, memory_order_relaxed) &&
-                !atomic_load_explicit(&cq->active, memory_order_relaxed)))
+    if (!cq || cq == w->held ||
+        (atomic_load_explicit(&cq->owner, memory_order_relaxed) &&
+         !atomic_load_explicit(&cq->active, memory_order_relaxed)))
       continue;
     atomic_fetch_add(&cq->refs, 1);
     if (atomic_load(&ca->queues[i]) == cq) {
       worked |= cpu_help_dispatch(cq, w);
       int expected = 0;
       if (cpu_queue_ready(cq) && atomic_compare_exchange_strong(&cq->owner, &expected, 1)) {
-        for (int n = 0; n < DRAIN_BATCH && cpu_process_packet(cq, w); ++n) worked = 1;
+        if (drain(cq, w)) {
+          worked = 1;
+          release_held(w);
+          w->held = cq; /* keeps the owner flag and the reference */
+          w->held_idle_since = 0;
+          continue;
+        }
         atomic_store(&cq->owner, 0);
       }
     }
@@ -280,6 +319,7 @@ void *cpu_worker_main(void *arg) {
       for (int i = 0; i < 16; ++i) aq_cpu_relax();
       continue;
     }
+    release_held(w); /* before sleeping: producers must wake someone now */
     uint32_t e = aq_wake_prepare(doorbell);
     int pending = 0;
     if (!any_ready(ca, &pending) && atomic_load(&ca->running))
@@ -289,5 +329,6 @@ void *cpu_worker_main(void *arg) {
     aq_wake_finish(doorbell);
     idle_since = 0;
   }
+  release_held(w);
   return NULL;
 }
