@@ -103,10 +103,19 @@ AQ_API aq_status_t aq_queue_get_info(aq_queue_t queue, aq_queue_info_t *info) {
   return AQ_OK;
 }
 
-/* Waits for room: spins for the configured time, then sleeps on q->space. */
+typedef struct room {
+  aq_queue_impl_t *q;
+  uint32_t count;
+} room_t;
+
+static int has_room(void *arg) {
+  room_t *r = arg;
+  return atomic_load(&r->q->write_index) + r->count - atomic_load(&r->q->read_index) <= r->q->size;
+}
+
+/* Reserves count slots, waiting (spin, then sleep on q->space) for room. */
 static aq_status_t reserve(aq_queue_impl_t *q, uint32_t count, uint64_t timeout_ns,
                            uint64_t *out_index) {
-  uint64_t start = 0, deadline = 0, spin_until = 0;
   uint64_t w = atomic_load_explicit(&q->write_index, memory_order_relaxed);
   for (;;) {
     uint64_t r = atomic_load_explicit(&q->read_index, memory_order_acquire);
@@ -114,27 +123,12 @@ static aq_status_t reserve(aq_queue_impl_t *q, uint32_t count, uint64_t timeout_
       if (atomic_compare_exchange_weak(&q->write_index, &w, w + count)) break;
       continue;
     }
-    uint64_t now = aq_now_ns();
-    if (!start) {
-      start = now;
-      deadline = timeout_ns == AQ_TIMEOUT_INFINITE ? UINT64_MAX : now + timeout_ns;
-      spin_until = now + aq_runtime_config()->spin_ns;
-    }
-    if (now >= deadline)
+    room_t room = {q, count};
+    if (!aq_wake_wait(&q->space, has_room, &room, timeout_ns, aq_runtime_config()->spin_ns))
       return aq_error(AQ_ERROR_TIMEOUT,
                       "queue %u on agent %s stayed full (%u packets) for %llu ns; nothing was "
                       "reserved",
                       q->id, q->agent->info.name, q->size, (unsigned long long)timeout_ns);
-    if (now < spin_until) {
-      aq_cpu_relax();
-    } else {
-      uint32_t e = aq_wake_prepare(&q->space);
-      if (atomic_load(&q->write_index) + count - atomic_load(&q->read_index) > q->size) {
-        uint64_t left = deadline - now;
-        aq_wake_sleep(&q->space, e, left > 50000000ull ? 50000000ull : left);
-      }
-      aq_wake_finish(&q->space);
-    }
     w = atomic_load_explicit(&q->write_index, memory_order_relaxed);
   }
   *out_index = w;
@@ -243,30 +237,24 @@ AQ_API aq_status_t aq_queue_submit(aq_queue_t queue, const void *packet, uint64_
   return AQ_OK;
 }
 
+typedef struct idle {
+  aq_queue_impl_t *q;
+  uint64_t target;
+} idle_t;
+
+static int reached(void *arg) {
+  idle_t *i = arg;
+  return atomic_load(&i->q->read_index) >= i->target;
+}
+
 AQ_API aq_status_t aq_queue_wait_idle(aq_queue_t queue, uint64_t timeout_ns) {
   aq_queue_impl_t *q;
   AQ_RETURN_IF_ERROR(resolve(queue, &q));
-  uint64_t target = atomic_load(&q->write_index);
-  uint64_t start = aq_now_ns();
-  uint64_t deadline = timeout_ns == AQ_TIMEOUT_INFINITE ? UINT64_MAX : start + timeout_ns;
-  uint64_t spin_until = start + aq_runtime_config()->spin_ns;
-  while (atomic_load(&q->read_index) < target) {
-    uint64_t now = aq_now_ns();
-    if (now >= deadline)
-      return aq_error(AQ_ERROR_TIMEOUT, "queue %u: %llu packets still in flight after %llu ns",
-                      q->id, (unsigned long long)(target - atomic_load(&q->read_index)),
-                      (unsigned long long)timeout_ns);
-    if (now < spin_until) {
-      aq_cpu_relax();
-      continue;
-    }
-    uint32_t e = aq_wake_prepare(&q->space);
-    if (atomic_load(&q->read_index) < target) {
-      uint64_t left = deadline - now;
-      aq_wake_sleep(&q->space, e, left > 50000000ull ? 50000000ull : left);
-    }
-    aq_wake_finish(&q->space);
-  }
+  idle_t idle = {q, atomic_load(&q->write_index)};
+  if (!aq_wake_wait(&q->space, reached, &idle, timeout_ns, aq_runtime_config()->spin_ns))
+    return aq_error(AQ_ERROR_TIMEOUT, "queue %u: %llu packets still in flight after %llu ns", q->id,
+                    (unsigned long long)(idle.target - atomic_load(&q->read_index)),
+                    (unsigned long long)timeout_ns);
   return AQ_OK;
 }
 

@@ -152,6 +152,21 @@ static aq_status_t fault_status(aq_signal_slot_t *s) {
   return aq_error(st, "%s", msg);
 }
 
+typedef struct wait {
+  aq_signal_slot_t *s;
+  uint32_t generation;
+  aq_signal_condition_t condition;
+  aq_signal_value_t compare, seen;
+} wait_t;
+
+/* Ready when the condition holds, or when the signal is destroyed under us. */
+static int condition_met(void *arg) {
+  wait_t *w = arg;
+  w->seen = atomic_load(&w->s->value);
+  return aq_signal_condition_holds(w->condition, w->seen, w->compare) ||
+         atomic_load(&w->s->generation) != w->generation;
+}
+
 AQ_API aq_status_t aq_signal_wait(aq_signal_t signal, aq_signal_condition_t condition,
                                   aq_signal_value_t compare, uint64_t timeout_ns,
                                   aq_signal_value_t *out_observed) {
@@ -159,41 +174,17 @@ AQ_API aq_status_t aq_signal_wait(aq_signal_t signal, aq_signal_condition_t cond
   if ((unsigned)condition > AQ_SIGNAL_GTE)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_signal_wait: unknown condition %d", (int)condition);
   AQ_RETURN_IF_ERROR(resolve(signal, &s));
-  uint32_t gen = (uint32_t)(signal.handle >> 32);
-  int64_t v = atomic_load(&s->value);
-  if (!aq_signal_condition_holds(condition, v, compare)) {
-    uint64_t start = aq_now_ns();
-    uint64_t deadline = timeout_ns == AQ_TIMEOUT_INFINITE ? UINT64_MAX : start + timeout_ns;
-    uint64_t spin_until = start + aq_runtime_config()->spin_ns;
-    for (;;) {
-      for (int i = 0; i < 64; ++i) {
-        v = atomic_load(&s->value);
-        if (aq_signal_condition_holds(condition, v, compare)) goto done;
-        aq_cpu_relax();
-      }
-      if (atomic_load(&s->generation) != gen)
-        return aq_error(AQ_ERROR_INVALID_HANDLE, "signal 0x%llx was destroyed while waited on",
-                        (unsigned long long)signal.handle);
-      uint64_t now = aq_now_ns();
-      if (now >= deadline) {
-        if (out_observed) *out_observed = v;
-        return aq_error(AQ_ERROR_TIMEOUT,
-                        "signal 0x%llx: value %lld did not meet the condition within %llu ns",
-                        (unsigned long long)signal.handle, (long long)v,
-                        (unsigned long long)timeout_ns);
-      }
-      if (now < spin_until) continue;
-      uint32_t e = aq_wake_prepare(&s->wake);
-      v = atomic_load(&s->value);
-      if (!aq_signal_condition_holds(condition, v, compare) && atomic_load(&s->generation) == gen) {
-        uint64_t left = deadline - now;
-        aq_wake_sleep(&s->wake, e, left > 100000000ull ? 100000000ull : left);
-      }
-      aq_wake_finish(&s->wake);
-    }
-  }
-done:
-  if (out_observed) *out_observed = v;
+  wait_t w = {s, (uint32_t)(signal.handle >> 32), condition, compare, 0};
+  int met = aq_wake_wait(&s->wake, condition_met, &w, timeout_ns, aq_runtime_config()->spin_ns);
+  if (out_observed) *out_observed = w.seen;
+  if (atomic_load(&s->generation) != w.generation)
+    return aq_error(AQ_ERROR_INVALID_HANDLE, "signal 0x%llx was destroyed while waited on",
+                    (unsigned long long)signal.handle);
+  if (!met)
+    return aq_error(AQ_ERROR_TIMEOUT,
+                    "signal 0x%llx: value %lld did not meet the condition within %llu ns",
+                    (unsigned long long)signal.handle, (long long)w.seen,
+                    (unsigned long long)timeout_ns);
   return fault_status(s);
 }
 

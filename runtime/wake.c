@@ -28,3 +28,28 @@ void aq_wake_sleep(aq_wake_t *w, uint32_t epoch, uint64_t timeout_ns) {
   }
   syscall(SYS_futex, &w->epoch, FUTEX_WAIT_PRIVATE, epoch, tsp, NULL, 0);
 }
+
+int aq_wake_wait(aq_wake_t *w, int (*ready)(void *arg), void *arg, uint64_t timeout_ns,
+                 uint64_t spin_ns) {
+  if (ready(arg)) return 1;
+  uint64_t start = aq_now_ns();
+  uint64_t deadline = timeout_ns == UINT64_MAX || timeout_ns > UINT64_MAX - start ? UINT64_MAX
+                                                                                  : start + timeout_ns;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready(arg)) return 1;
+      aq_cpu_relax();
+    }
+    uint64_t now = aq_now_ns();
+    if (now >= deadline) return ready(arg);
+    if (now - start < spin_ns) continue;
+    uint32_t e = aq_wake_prepare(w);
+    if (!ready(arg)) {
+      /* Bounded sleeps: a waker that changes its condition without this
+       * wake word (a GPU writing memory) is still seen within 100 ms. */
+      uint64_t left = deadline - now;
+      aq_wake_sleep(w, e, left > 100000000ull ? 100000000ull : left);
+    }
+    aq_wake_finish(w);
+  }
+}

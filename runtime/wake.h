@@ -35,6 +35,13 @@ static inline uint32_t aq_wake_prepare(aq_wake_t *w) {
 void aq_wake_sleep(aq_wake_t *w, uint32_t epoch, uint64_t timeout_ns);
 static inline void aq_wake_finish(aq_wake_t *w) { atomic_fetch_sub(&w->sleepers, 1); }
 
+/* Waits until ready(arg) returns non-zero: spins for spin_ns, then sleeps on
+ * w, until timeout_ns (UINT64_MAX: forever) has passed. Returns 1 if ready,
+ * 0 on timeout. Every waiter in the runtime (signals, full queues, idle
+ * queues) goes through this one loop. */
+int aq_wake_wait(aq_wake_t *w, int (*ready)(void *arg), void *arg, uint64_t timeout_ns,
+                 uint64_t spin_ns);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t aq_now_ns(void);
 
