@@ -46,6 +46,7 @@ static const char *write_tmp(const char *tag, const void *bytes, size_t size) {
 static aq_status_t load_expect(const char *path, aq_status_t want, const char *phrase) {
   aq_code_object_t co;
   aq_status_t s = aq_code_object_load(path, &co);
+  if (!strncmp(path, "/tmp/aq-test-", 13)) unlink(path);
   cr_assert_eq(s, want, "%s: got %s: %s", path, aq_status_string(s), aq_last_error());
   cr_assert(strstr(aq_last_error(), phrase), "%s: message '%s' lacks '%s'", path, aq_last_error(), phrase);
   return s;
