@@ -1,12 +1,19 @@
 /* The exported kernel table of kernels-cpu.so. Each op's source defines its
- * descriptors; list them here. */
+ * descriptors; this gathers them, in a constructor since a descriptor of
+ * another translation unit is not a constant initialiser. */
 #include "kernels/cpu/table.h"
 
-static aq_kernel_desc_t kernels[2];
+static const aq_kernel_desc_t *const all[] = {
+    &aq_cpu_noop_desc,     &aq_cpu_busy_wait_desc,       &aq_cpu_matmul_desc,
+    &aq_cpu_relu_desc,     &aq_cpu_relu_bwd_desc,        &aq_cpu_axpby_desc,
+    &aq_cpu_sgd_desc,      &aq_cpu_softmax_xent_desc,    &aq_cpu_softmax_xent_bwd_desc,
+    &aq_cpu_sum_rows_desc, &aq_cpu_mean_desc,
+};
+
+static aq_kernel_desc_t kernels[sizeof(all) / sizeof(all[0])];
 
 __attribute__((constructor)) static void fill(void) {
-  kernels[0] = aq_cpu_noop_desc;
-  kernels[1] = aq_cpu_busy_wait_desc;
+  for (unsigned i = 0; i < sizeof(all) / sizeof(all[0]); ++i) kernels[i] = *all[i];
 }
 
 AQ_DEFINE_CODE_OBJECT("aquila op library (cpu)", kernels);

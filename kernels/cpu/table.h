@@ -13,5 +13,14 @@ typedef struct aq_busy_wait_args {
 
 extern const aq_kernel_desc_t aq_cpu_noop_desc;
 extern const aq_kernel_desc_t aq_cpu_busy_wait_desc;
+extern const aq_kernel_desc_t aq_cpu_matmul_desc;
+extern const aq_kernel_desc_t aq_cpu_relu_desc;
+extern const aq_kernel_desc_t aq_cpu_relu_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_axpby_desc;
+extern const aq_kernel_desc_t aq_cpu_sgd_desc;
+extern const aq_kernel_desc_t aq_cpu_softmax_xent_desc;
+extern const aq_kernel_desc_t aq_cpu_softmax_xent_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_sum_rows_desc;
+extern const aq_kernel_desc_t aq_cpu_mean_desc;
 
 #endif

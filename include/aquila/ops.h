@@ -1,0 +1,161 @@
+/* The op library's descriptors: kernel names, kernarg layouts, grid rules.
+ *
+ * Every op kernel of Aquila's own code objects (kernels-cpu.so, and the GPU
+ * builds) is named here with the plain C struct that is its kernarg buffer,
+ * so a caller fills one struct and dispatches any variant the same way. The
+ * runtime knows none of this: ops are ordinary kernels found by name.
+ *
+ * Conventions: fp32 tensors, row-major, leading dimensions in elements.
+ * Pointers are device addresses for the agent that runs the kernel. Each op
+ * comes with a static inline *_grid function giving the dispatch grid and
+ * work-group size its kernels expect; a kernel given a bad kernarg (NULL
+ * pointer, negative size) fails with a non-zero code rather than touching
+ * memory, so the fault names the kernel.
+ */
+#ifndef AQUILA_OPS_H_
+#define AQUILA_OPS_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct aq_dispatch_shape {
+  uint32_t grid[3];       /* work-items */
+  uint16_t workgroup[3];  /* work-items per group */
+} aq_dispatch_shape_t;
+
+/* ---- matmul: C = alpha * op(A) * op(B) + beta * C, then + bias, then act ----
+ * op(A) is m x k (A stored k x m when trans_a), op(B) k x n (n x k when
+ * trans_b). bias (may be NULL) has n entries, added to every row. batch > 1
+ * repeats over stride_a/b/c elements. Grid: one work-group per
+ * AQ_MATMUL_TILE_M x AQ_MATMUL_TILE_N tile of C per batch entry. */
+#define AQ_KERNEL_MATMUL "aq_matmul_f32"
+#define AQ_MATMUL_TILE_M 96
+#define AQ_MATMUL_TILE_N 256
+
+typedef enum aq_activation {
+  AQ_ACTIVATION_NONE = 0,
+  AQ_ACTIVATION_RELU = 1,
+} aq_activation_t;
+
+typedef struct aq_matmul_args {
+  const float *a;
+  const float *b;
+  float *c;
+  const float *bias;
+  int64_t m, n, k;
+  int64_t lda, ldb, ldc;
+  int64_t batch;
+  int64_t stride_a, stride_b, stride_c;
+  float alpha, beta;
+  int32_t trans_a, trans_b;
+  int32_t activation; /* aq_activation_t */
+  int32_t reserved_;
+} aq_matmul_args_t;
+
+static inline aq_dispatch_shape_t aq_matmul_grid(const aq_matmul_args_t *a) {
+  uint32_t tm = (uint32_t)((a->m + AQ_MATMUL_TILE_M - 1) / AQ_MATMUL_TILE_M);
+  uint32_t tn = (uint32_t)((a->n + AQ_MATMUL_TILE_N - 1) / AQ_MATMUL_TILE_N);
+  aq_dispatch_shape_t s = {{tn, tm, (uint32_t)(a->batch > 0 ? a->batch : 1)}, {1, 1, 1}};
+  return s;
+}
+
+/* ---- elementwise over n contiguous floats ----------------------------------
+ * Grid: n work-items, work-groups of AQ_ELEMENTWISE_WG. */
+#define AQ_ELEMENTWISE_WG 4096
+
+/* y = relu(x); in place allowed. */
+#define AQ_KERNEL_RELU "aq_relu_f32"
+/* dx = dy * (y > 0), with y the forward output; in place allowed (dx = dy). */
+#define AQ_KERNEL_RELU_BWD "aq_relu_bwd_f32"
+typedef struct aq_relu_args {
+  const float *x;  /* forward: input; backward: the forward output y */
+  const float *dy; /* backward only */
+  float *y;        /* forward: output; backward: dx */
+  int64_t n;
+} aq_relu_args_t;
+
+/* z = alpha * x + beta * y (y may be NULL: z = alpha * x). */
+#define AQ_KERNEL_AXPBY "aq_axpby_f32"
+typedef struct aq_axpby_args {
+  const float *x, *y;
+  float *z;
+  int64_t n;
+  float alpha, beta;
+} aq_axpby_args_t;
+
+static inline aq_dispatch_shape_t aq_elementwise_grid(int64_t n) {
+  aq_dispatch_shape_t s = {{(uint32_t)(n > 0 ? n : 1), 1, 1}, {AQ_ELEMENTWISE_WG, 1, 1}};
+  return s;
+}
+
+/* ---- softmax cross-entropy with integer labels ----------------------------
+ * logits: rows x classes. Forward writes each row's loss into loss[row] and
+ * the softmax into probs (rows x classes). Backward writes
+ * dlogits = (probs - onehot(label)) * scale (scale is usually 1/rows).
+ * A label outside [0, classes) is a kernel fault. Grid: rows work-items,
+ * work-groups of AQ_ROWS_WG. */
+#define AQ_KERNEL_SOFTMAX_XENT "aq_softmax_xent_f32"
+#define AQ_KERNEL_SOFTMAX_XENT_BWD "aq_softmax_xent_bwd_f32"
+#define AQ_ROWS_WG 64
+typedef struct aq_softmax_xent_args {
+  const float *logits;  /* forward */
+  const int32_t *labels;
+  float *probs;         /* forward: out; backward: in */
+  float *loss;          /* forward: rows losses */
+  float *dlogits;       /* backward: out */
+  int64_t rows, classes;
+  float scale;          /* backward */
+  int32_t reserved_;
+} aq_softmax_xent_args_t;
+
+static inline aq_dispatch_shape_t aq_rows_grid(int64_t rows) {
+  aq_dispatch_shape_t s = {{(uint32_t)(rows > 0 ? rows : 1), 1, 1}, {AQ_ROWS_WG, 1, 1}};
+  return s;
+}
+
+/* ---- sum over rows: out[j] = alpha * sum_i x[i, j] + beta * out[j] --------
+ * x: rows x cols (leading dimension ldx). The bias gradient of a dense
+ * layer. Grid: cols work-items, work-groups of AQ_COLS_WG. */
+#define AQ_KERNEL_SUM_ROWS "aq_sum_rows_f32"
+#define AQ_COLS_WG 256
+typedef struct aq_sum_rows_args {
+  const float *x;
+  float *out;
+  int64_t rows, cols, ldx;
+  float alpha, beta;
+} aq_sum_rows_args_t;
+
+static inline aq_dispatch_shape_t aq_cols_grid(int64_t cols) {
+  aq_dispatch_shape_t s = {{(uint32_t)(cols > 0 ? cols : 1), 1, 1}, {AQ_COLS_WG, 1, 1}};
+  return s;
+}
+
+/* ---- SGD with momentum and weight decay, in place ---------------------------
+ * g' = grad + weight_decay * w;  v = momentum * v + g';  w -= lr * v
+ * (PyTorch's SGD). Grid: aq_elementwise_grid(n). */
+#define AQ_KERNEL_SGD "aq_sgd_momentum_f32"
+typedef struct aq_sgd_args {
+  float *w;
+  const float *grad;
+  float *velocity;
+  int64_t n;
+  float lr, momentum, weight_decay;
+  int32_t reserved_;
+} aq_sgd_args_t;
+
+/* ---- mean of n floats into out[0] (a scalar loss) ---------------------------
+ * Grid: one work-item. */
+#define AQ_KERNEL_MEAN "aq_mean_f32"
+typedef struct aq_mean_args {
+  const float *x;
+  float *out;
+  int64_t n;
+} aq_mean_args_t;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AQUILA_OPS_H_ */

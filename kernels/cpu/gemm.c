@@ -1,0 +1,169 @@
+/* GEMM: pack A into MR-row panels and B into NR-column panels for each
+ * KC-deep block, then run the micro-kernel over every MR x NR micro-tile.
+ * Packing zero-pads partial panels, so the micro-kernel never branches on
+ * edges; only the write-back of a partial micro-tile goes through a buffer. */
+#include "kernels/cpu/gemm.h"
+
+#include <string.h>
+
+#include "kernels/cpu/isa.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+size_t gemm_scratch_bytes(int64_t mc_max, int64_t nc_max) {
+  int64_t mp = (mc_max + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+  int64_t np = (nc_max + GEMM_NR - 1) / GEMM_NR * GEMM_NR;
+  return (size_t)(mp + np) * GEMM_KC * sizeof(float) + 128;
+}
+
+/* A panel: MR rows of op(A), kc deep, stored k-major: p[k * MR + r]. */
+static void pack_a(const gemm_tile_t *t, int64_t k0, int64_t kc, float *dst) {
+  for (int64_t i0 = 0; i0 < t->mc; i0 += GEMM_MR) {
+    int64_t rows = t->mc - i0 < GEMM_MR ? t->mc - i0 : GEMM_MR;
+    for (int64_t k = 0; k < kc; ++k) {
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t i = t->m0 + i0 + r, kk = k0 + k;
+        dst[k * GEMM_MR + r] = t->trans_a ? t->a[kk * t->lda + i] : t->a[i * t->lda + kk];
+      }
+      for (int64_t r = rows; r < GEMM_MR; ++r) dst[k * GEMM_MR + r] = 0.0f;
+    }
+    dst += kc * GEMM_MR;
+  }
+}
+
+/* A B panel: NR columns of op(B), kc deep: p[k * NR + c]. */
+static void pack_b(const gemm_tile_t *t, int64_t k0, int64_t kc, float *dst) {
+  for (int64_t j0 = 0; j0 < t->nc; j0 += GEMM_NR) {
+    int64_t cols = t->nc - j0 < GEMM_NR ? t->nc - j0 : GEMM_NR;
+    for (int64_t k = 0; k < kc; ++k) {
+      float *d = dst + k * GEMM_NR;
+      int64_t kk = k0 + k, j = t->n0 + j0;
+      if (!t->trans_b) {
+        memcpy(d, t->b + kk * t->ldb + j, (size_t)cols * sizeof(float));
+      } else {
+        for (int64_t c = 0; c < cols; ++c) d[c] = t->b[(j + c) * t->ldb + kk];
+      }
+      for (int64_t c = cols; c < GEMM_NR; ++c) d[c] = 0.0f;
+    }
+    dst += kc * GEMM_NR;
+  }
+}
+
+/* acc[MR][NR] = A_panel * B_panel over kc. */
+typedef void (*micro_fn)(int64_t kc, const float *a, const float *b, float *acc);
+
+static void micro_c(int64_t kc, const float *a, const float *b, float *acc) {
+  float c[GEMM_MR][GEMM_NR] = {{0}};
+  for (int64_t k = 0; k < kc; ++k)
+    for (int r = 0; r < GEMM_MR; ++r)
+      for (int j = 0; j < GEMM_NR; ++j) c[r][j] += a[k * GEMM_MR + r] * b[k * GEMM_NR + j];
+  memcpy(acc, c, sizeof(c));
+}
+
+#if defined(__x86_64__)
+AQ_TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, const float *b, float *acc) {
+  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps(), c10 = _mm512_setzero_ps(),
+         c11 = _mm512_setzero_ps(), c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps(),
+         c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps(), c40 = _mm512_setzero_ps(),
+         c41 = _mm512_setzero_ps(), c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    __m512 a0 = _mm512_set1_ps(a[0]), a1 = _mm512_set1_ps(a[1]);
+    c00 = _mm512_fmadd_ps(a0, b0, c00);
+    c01 = _mm512_fmadd_ps(a0, b1, c01);
+    c10 = _mm512_fmadd_ps(a1, b0, c10);
+    c11 = _mm512_fmadd_ps(a1, b1, c11);
+    __m512 a2 = _mm512_set1_ps(a[2]), a3 = _mm512_set1_ps(a[3]);
+    c20 = _mm512_fmadd_ps(a2, b0, c20);
+    c21 = _mm512_fmadd_ps(a2, b1, c21);
+    c30 = _mm512_fmadd_ps(a3, b0, c30);
+    c31 = _mm512_fmadd_ps(a3, b1, c31);
+    __m512 a4 = _mm512_set1_ps(a[4]), a5 = _mm512_set1_ps(a[5]);
+    c40 = _mm512_fmadd_ps(a4, b0, c40);
+    c41 = _mm512_fmadd_ps(a4, b1, c41);
+    c50 = _mm512_fmadd_ps(a5, b0, c50);
+    c51 = _mm512_fmadd_ps(a5, b1, c51);
+    a += GEMM_MR;
+    b += GEMM_NR;
+  }
+  _mm512_storeu_ps(acc + 0, c00), _mm512_storeu_ps(acc + 16, c01);
+  _mm512_storeu_ps(acc + 32, c10), _mm512_storeu_ps(acc + 48, c11);
+  _mm512_storeu_ps(acc + 64, c20), _mm512_storeu_ps(acc + 80, c21);
+  _mm512_storeu_ps(acc + 96, c30), _mm512_storeu_ps(acc + 112, c31);
+  _mm512_storeu_ps(acc + 128, c40), _mm512_storeu_ps(acc + 144, c41);
+  _mm512_storeu_ps(acc + 160, c50), _mm512_storeu_ps(acc + 176, c51);
+}
+
+/* AVX2 has 16 registers: the 32 columns go in two 16-wide halves. */
+AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *acc) {
+  for (int half = 0; half < 2; ++half) {
+    const float *pa = a, *pb = b + 16 * half;
+    __m256 c[GEMM_MR][2];
+    for (int r = 0; r < GEMM_MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < kc; ++k) {
+      __m256 b0 = _mm256_loadu_ps(pb), b1 = _mm256_loadu_ps(pb + 8);
+      for (int r = 0; r < GEMM_MR; ++r) {
+        __m256 ar = _mm256_broadcast_ss(pa + r);
+        c[r][0] = _mm256_fmadd_ps(ar, b0, c[r][0]);
+        c[r][1] = _mm256_fmadd_ps(ar, b1, c[r][1]);
+      }
+      pa += GEMM_MR;
+      pb += GEMM_NR;
+    }
+    for (int r = 0; r < GEMM_MR; ++r) {
+      _mm256_storeu_ps(acc + r * GEMM_NR + 16 * half, c[r][0]);
+      _mm256_storeu_ps(acc + r * GEMM_NR + 16 * half + 8, c[r][1]);
+    }
+  }
+}
+#endif
+
+static micro_fn pick_micro(void) {
+#if defined(__x86_64__)
+  switch (aq_cpu_isa()) {
+    case AQ_CPU_ISA_AVX512: return micro_avx512;
+    case AQ_CPU_ISA_AVX2: return micro_avx2;
+    default: break;
+  }
+#endif
+  return micro_c;
+}
+
+void gemm_tile(const gemm_tile_t *t, void *scratch) {
+  static micro_fn micro;
+  if (!micro) micro = pick_micro();
+  int64_t mp = (t->mc + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+  float *pa = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+  float *pb = pa + mp * GEMM_KC;
+  float acc[GEMM_MR * GEMM_NR] __attribute__((aligned(64)));
+  for (int64_t k0 = 0; k0 < t->k || k0 == 0; k0 += GEMM_KC) {
+    int64_t kc = t->k - k0 < GEMM_KC ? t->k - k0 : GEMM_KC;
+    int first = k0 == 0;
+    if (kc > 0) {
+      pack_a(t, k0, kc, pa);
+      pack_b(t, k0, kc, pb);
+    }
+    for (int64_t j0 = 0; j0 < t->nc; j0 += GEMM_NR) {
+      int64_t cols = t->nc - j0 < GEMM_NR ? t->nc - j0 : GEMM_NR;
+      for (int64_t i0 = 0; i0 < t->mc; i0 += GEMM_MR) {
+        int64_t rows = t->mc - i0 < GEMM_MR ? t->mc - i0 : GEMM_MR;
+        if (kc > 0) micro(kc, pa + i0 * kc, pb + j0 * kc, acc);
+        else memset(acc, 0, sizeof(acc));
+        for (int64_t r = 0; r < rows; ++r) {
+          float *c = t->c + (t->m0 + i0 + r) * t->ldc + t->n0 + j0;
+          const float *x = acc + r * GEMM_NR;
+          if (!first) {
+            for (int64_t j = 0; j < cols; ++j) c[j] += t->alpha * x[j];
+          } else if (t->beta == 0.0f) {
+            for (int64_t j = 0; j < cols; ++j) c[j] = t->alpha * x[j];
+          } else {
+            for (int64_t j = 0; j < cols; ++j) c[j] = t->beta * c[j] + t->alpha * x[j];
+          }
+        }
+      }
+    }
+    if (kc <= 0) break;
+  }
+}

@@ -1,0 +1,27 @@
+/* CPU feature detection for the kernels' run-time dispatch. */
+#include "kernels/cpu/isa.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+aq_cpu_isa_t aq_cpu_isa(void) {
+  static int cached = -1;
+  if (cached >= 0) return (aq_cpu_isa_t)cached;
+  aq_cpu_isa_t isa = AQ_CPU_ISA_GENERIC;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isa = AQ_CPU_ISA_AVX2;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    isa = AQ_CPU_ISA_AVX512;
+#endif
+  const char *cap = getenv("AQ_CPU_ISA");
+  if (cap) {
+    aq_cpu_isa_t want = !strcmp(cap, "generic") ? AQ_CPU_ISA_GENERIC
+                        : !strcmp(cap, "avx2")  ? AQ_CPU_ISA_AVX2
+                                                : AQ_CPU_ISA_AVX512;
+    if (want < isa) isa = want;
+  }
+  cached = (int)isa;
+  return isa;
+}

@@ -1,0 +1,52 @@
+/* aq_softmax_xent_f32: softmax cross-entropy with integer labels, one row
+ * per work-item; the backward turns the saved softmax into dlogits. */
+#include <math.h>
+
+#include "aquila/ops.h"
+#include "kernels/cpu/grid.h"
+#include "kernels/cpu/table.h"
+
+static int xent(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
+  const aq_softmax_xent_args_t *a = kernarg;
+  if (!a->logits || !a->labels || !a->probs || !a->loss || a->rows < 0 || a->classes <= 0) return 1;
+  int64_t lo, hi;
+  if (!aq_group_range(ctx, a->rows, &lo, &hi)) return 0;
+  for (int64_t r = lo; r < hi; ++r) {
+    const float *x = a->logits + r * a->classes;
+    float *p = a->probs + r * a->classes;
+    int32_t label = a->labels[r];
+    if (label < 0 || label >= a->classes) return 2;
+    float mx = x[0];
+    for (int64_t j = 1; j < a->classes; ++j) mx = x[j] > mx ? x[j] : mx;
+    double sum = 0.0;
+    for (int64_t j = 0; j < a->classes; ++j) {
+      p[j] = expf(x[j] - mx);
+      sum += p[j];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t j = 0; j < a->classes; ++j) p[j] *= inv;
+    a->loss[r] = (float)(log(sum) - (double)(x[label] - mx));
+  }
+  return 0;
+}
+
+static int xent_bwd(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
+  const aq_softmax_xent_args_t *a = kernarg;
+  if (!a->labels || !a->probs || !a->dlogits || a->rows < 0 || a->classes <= 0) return 1;
+  int64_t lo, hi;
+  if (!aq_group_range(ctx, a->rows, &lo, &hi)) return 0;
+  for (int64_t r = lo; r < hi; ++r) {
+    const float *p = a->probs + r * a->classes;
+    float *d = a->dlogits + r * a->classes;
+    int32_t label = a->labels[r];
+    if (label < 0 || label >= a->classes) return 2;
+    for (int64_t j = 0; j < a->classes; ++j) d[j] = p[j] * a->scale;
+    d[label] -= a->scale;
+  }
+  return 0;
+}
+
+const aq_kernel_desc_t aq_cpu_softmax_xent_desc = {AQ_KERNEL_SOFTMAX_XENT, xent, sizeof(aq_softmax_xent_args_t),
+                                                   8, 0, 0};
+const aq_kernel_desc_t aq_cpu_softmax_xent_bwd_desc = {AQ_KERNEL_SOFTMAX_XENT_BWD, xent_bwd,
+                                                       sizeof(aq_softmax_xent_args_t), 8, 0, 0};
