@@ -18,16 +18,23 @@ size_t gemm_scratch_bytes(int64_t mc_max, int64_t nc_max) {
   return (size_t)(mp + np) * GEMM_KC * sizeof(float) + 128;
 }
 
-/* A panel: MR rows of op(A), kc deep, stored k-major: p[k * MR + r]. */
+/* A panel: MR rows of op(A), kc deep, stored k-major: p[k * MR + r]. The
+ * loops walk the source in its memory order (rows of A, or rows of A^T), so
+ * reads are contiguous and only the writes stride, inside an L1-sized panel. */
 static void pack_a(const gemm_tile_t *t, int64_t k0, int64_t kc, float *dst) {
   for (int64_t i0 = 0; i0 < t->mc; i0 += GEMM_MR) {
     int64_t rows = t->mc - i0 < GEMM_MR ? t->mc - i0 : GEMM_MR;
-    for (int64_t k = 0; k < kc; ++k) {
+    if (rows < GEMM_MR) memset(dst, 0, (size_t)kc * GEMM_MR * sizeof(float));
+    if (!t->trans_a) {
       for (int64_t r = 0; r < rows; ++r) {
-        int64_t i = t->m0 + i0 + r, kk = k0 + k;
-        dst[k * GEMM_MR + r] = t->trans_a ? t->a[kk * t->lda + i] : t->a[i * t->lda + kk];
+        const float *src = t->a + (t->m0 + i0 + r) * t->lda + k0;
+        for (int64_t k = 0; k < kc; ++k) dst[k * GEMM_MR + r] = src[k];
       }
-      for (int64_t r = rows; r < GEMM_MR; ++r) dst[k * GEMM_MR + r] = 0.0f;
+    } else {
+      for (int64_t k = 0; k < kc; ++k) {
+        const float *src = t->a + (k0 + k) * t->lda + t->m0 + i0;
+        for (int64_t r = 0; r < rows; ++r) dst[k * GEMM_MR + r] = src[r];
+      }
     }
     dst += kc * GEMM_MR;
   }
@@ -36,34 +43,40 @@ static void pack_a(const gemm_tile_t *t, int64_t k0, int64_t kc, float *dst) {
 /* A B panel: NR columns of op(B), kc deep: p[k * NR + c]. */
 static void pack_b(const gemm_tile_t *t, int64_t k0, int64_t kc, float *dst) {
   for (int64_t j0 = 0; j0 < t->nc; j0 += GEMM_NR) {
-    int64_t cols = t->nc - j0 < GEMM_NR ? t->nc - j0 : GEMM_NR;
-    for (int64_t k = 0; k < kc; ++k) {
-      float *d = dst + k * GEMM_NR;
-      int64_t kk = k0 + k, j = t->n0 + j0;
-      if (!t->trans_b) {
-        memcpy(d, t->b + kk * t->ldb + j, (size_t)cols * sizeof(float));
-      } else {
-        for (int64_t c = 0; c < cols; ++c) d[c] = t->b[(j + c) * t->ldb + kk];
+    int64_t cols = t->nc - j0 < GEMM_NR ? t->nc - j0 : GEMM_NR, j = t->n0 + j0;
+    if (cols < GEMM_NR) memset(dst, 0, (size_t)kc * GEMM_NR * sizeof(float));
+    if (!t->trans_b) {
+      for (int64_t k = 0; k < kc; ++k)
+        memcpy(dst + k * GEMM_NR, t->b + (k0 + k) * t->ldb + j, (size_t)cols * sizeof(float));
+    } else {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float *src = t->b + (j + c) * t->ldb + k0;
+        for (int64_t k = 0; k < kc; ++k) dst[k * GEMM_NR + c] = src[k];
       }
-      for (int64_t c = cols; c < GEMM_NR; ++c) d[c] = 0.0f;
     }
     dst += kc * GEMM_NR;
   }
 }
 
-/* acc[MR][NR] = A_panel * B_panel over kc. */
-typedef void (*micro_fn)(int64_t kc, const float *a, const float *b, float *acc);
+/* C[MR][NR] (leading dimension ldc) = alpha * A_panel B_panel + beta * C,
+ * with beta == 0 meaning C is not read. */
+typedef void (*micro_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha,
+                         float beta);
 
-static void micro_c(int64_t kc, const float *a, const float *b, float *acc) {
-  float c[GEMM_MR][GEMM_NR] = {{0}};
+static void micro_c(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha,
+                    float beta) {
+  float acc[GEMM_MR][GEMM_NR] = {{0}};
   for (int64_t k = 0; k < kc; ++k)
     for (int r = 0; r < GEMM_MR; ++r)
-      for (int j = 0; j < GEMM_NR; ++j) c[r][j] += a[k * GEMM_MR + r] * b[k * GEMM_NR + j];
-  memcpy(acc, c, sizeof(c));
+      for (int j = 0; j < GEMM_NR; ++j) acc[r][j] += a[k * GEMM_MR + r] * b[k * GEMM_NR + j];
+  for (int r = 0; r < GEMM_MR; ++r)
+    for (int j = 0; j < GEMM_NR; ++j)
+      c[r * ldc + j] = alpha * acc[r][j] + (beta != 0.0f ? beta * c[r * ldc + j] : 0.0f);
 }
 
 #if defined(__x86_64__)
-AQ_TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, const float *b, float *acc) {
+AQ_TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                          float alpha, float beta) {
   __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps(), c10 = _mm512_setzero_ps(),
          c11 = _mm512_setzero_ps(), c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps(),
          c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps(), c40 = _mm512_setzero_ps(),
@@ -85,19 +98,25 @@ AQ_TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, const floa
     c41 = _mm512_fmadd_ps(a4, b1, c41);
     c50 = _mm512_fmadd_ps(a5, b0, c50);
     c51 = _mm512_fmadd_ps(a5, b1, c51);
+    __builtin_prefetch(b + 8 * GEMM_NR);
     a += GEMM_MR;
     b += GEMM_NR;
   }
-  _mm512_storeu_ps(acc + 0, c00), _mm512_storeu_ps(acc + 16, c01);
-  _mm512_storeu_ps(acc + 32, c10), _mm512_storeu_ps(acc + 48, c11);
-  _mm512_storeu_ps(acc + 64, c20), _mm512_storeu_ps(acc + 80, c21);
-  _mm512_storeu_ps(acc + 96, c30), _mm512_storeu_ps(acc + 112, c31);
-  _mm512_storeu_ps(acc + 128, c40), _mm512_storeu_ps(acc + 144, c41);
-  _mm512_storeu_ps(acc + 160, c50), _mm512_storeu_ps(acc + 176, c51);
+  __m512 acc[GEMM_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (int r = 0; r < GEMM_MR; ++r)
+    for (int h = 0; h < 2; ++h) {
+      float *p = c + r * ldc + 16 * h;
+      __m512 v = _mm512_mul_ps(va, acc[r][h]);
+      if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_loadu_ps(p), v);
+      _mm512_storeu_ps(p, v);
+    }
 }
 
 /* AVX2 has 16 registers: the 32 columns go in two 16-wide halves. */
-AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *acc) {
+AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                      float alpha, float beta) {
+  float *c_out = c;
   for (int half = 0; half < 2; ++half) {
     const float *pa = a, *pb = b + 16 * half;
     __m256 c[GEMM_MR][2];
@@ -112,10 +131,14 @@ AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b
       pa += GEMM_MR;
       pb += GEMM_NR;
     }
-    for (int r = 0; r < GEMM_MR; ++r) {
-      _mm256_storeu_ps(acc + r * GEMM_NR + 16 * half, c[r][0]);
-      _mm256_storeu_ps(acc + r * GEMM_NR + 16 * half + 8, c[r][1]);
-    }
+    __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    for (int r = 0; r < GEMM_MR; ++r)
+      for (int h = 0; h < 2; ++h) {
+        float *p = c_out + r * ldc + 16 * half + 8 * h;
+        __m256 v = _mm256_mul_ps(va, c[r][h]);
+        if (beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_loadu_ps(p), v);
+        _mm256_storeu_ps(p, v);
+      }
   }
 }
 #endif
@@ -149,18 +172,20 @@ void gemm_tile(const gemm_tile_t *t, void *scratch) {
       int64_t cols = t->nc - j0 < GEMM_NR ? t->nc - j0 : GEMM_NR;
       for (int64_t i0 = 0; i0 < t->mc; i0 += GEMM_MR) {
         int64_t rows = t->mc - i0 < GEMM_MR ? t->mc - i0 : GEMM_MR;
-        if (kc > 0) micro(kc, pa + i0 * kc, pb + j0 * kc, acc);
+        float beta = first ? t->beta : 1.0f;
+        float *c = t->c + (t->m0 + i0) * t->ldc + t->n0 + j0;
+        if (rows == GEMM_MR && cols == GEMM_NR && kc > 0) {
+          micro(kc, pa + i0 * kc, pb + j0 * kc, c, t->ldc, t->alpha, beta);
+          continue;
+        }
+        /* A partial micro-tile: compute into a full-size buffer, copy out. */
+        if (kc > 0) micro(kc, pa + i0 * kc, pb + j0 * kc, acc, GEMM_NR, 1.0f, 0.0f);
         else memset(acc, 0, sizeof(acc));
         for (int64_t r = 0; r < rows; ++r) {
-          float *c = t->c + (t->m0 + i0 + r) * t->ldc + t->n0 + j0;
+          float *cr = c + r * t->ldc;
           const float *x = acc + r * GEMM_NR;
-          if (!first) {
-            for (int64_t j = 0; j < cols; ++j) c[j] += t->alpha * x[j];
-          } else if (t->beta == 0.0f) {
-            for (int64_t j = 0; j < cols; ++j) c[j] = t->alpha * x[j];
-          } else {
-            for (int64_t j = 0; j < cols; ++j) c[j] = t->beta * c[j] + t->alpha * x[j];
-          }
+          for (int64_t j = 0; j < cols; ++j)
+            cr[j] = t->alpha * x[j] + (beta != 0.0f ? beta * cr[j] : 0.0f);
         }
       }
     }

@@ -1,0 +1,191 @@
+/* The CPU op kernels, dispatched through a CPU agent's queue exactly as the
+ * scheduler does, against plain C references on awkward shapes. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../runtime/common.h"
+#include "aquila/ops.h"
+
+static aq_agent_t agent;
+static aq_code_object_t co;
+static aq_queue_t queue;
+static aq_signal_t done;
+
+static void setup(void) {
+  AQ_ASSERT_OK(aq_init(NULL));
+  agent = first_cpu_agent();
+  AQ_ASSERT_OK(aq_code_object_load("kernels-cpu.so", &co));
+  AQ_ASSERT_OK(aq_queue_create(agent, NULL, &queue));
+  AQ_ASSERT_OK(aq_signal_create(0, &done));
+}
+static void teardown(void) { aq_shut_down(); }
+TestSuite(ops, .init = setup, .fini = teardown);
+
+static aq_status_t run(const char *name, const void *args, aq_dispatch_shape_t s) {
+  aq_kernel_info_t k;
+  AQ_ASSERT_OK(aq_code_object_find_kernel(co, name, agent, &k));
+  hsa_kernel_dispatch_packet_t p;
+  memset(&p, 0, sizeof(p));
+  p.header = aq_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+  p.setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
+  p.workgroup_size_x = s.workgroup[0], p.workgroup_size_y = s.workgroup[1], p.workgroup_size_z = s.workgroup[2];
+  p.grid_size_x = s.grid[0], p.grid_size_y = s.grid[1], p.grid_size_z = s.grid[2];
+  p.kernel_object = k.kernel_object;
+  p.kernarg_address = (void *)args;
+  p.completion_signal.handle = done.handle;
+  AQ_ASSERT_OK(aq_signal_store(done, 1));
+  AQ_ASSERT_OK(aq_queue_submit(queue, &p, SEC, NULL));
+  aq_status_t st = aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 60 * SEC, NULL);
+  aq_status_t dummy;
+  aq_signal_get_error(done, 1, &dummy);
+  return st;
+}
+
+static float *rnd(size_t n, unsigned seed) {
+  float *x = malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    x[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+  }
+  return x;
+}
+
+static void check_matmul(int64_t m, int64_t n, int64_t k, int ta, int tb, int bias, int relu, float beta,
+                         int64_t batch) {
+  int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2; /* non-contiguous rows */
+  int64_t sa = (ta ? k : m) * lda, sb = (tb ? n : k) * ldb, sc = m * ldc;
+  float *a = rnd((size_t)(sa * batch), 1), *b = rnd((size_t)(sb * batch), 2), *c = rnd((size_t)(sc * batch), 3);
+  float *bv = bias ? rnd((size_t)n, 4) : NULL, *ref = malloc((size_t)(sc * batch) * sizeof(float));
+  memcpy(ref, c, (size_t)(sc * batch) * sizeof(float));
+  for (int64_t q = 0; q < batch; ++q)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t l = 0; l < k; ++l)
+          s += (double)(ta ? a[q * sa + l * lda + i] : a[q * sa + i * lda + l]) *
+               (tb ? b[q * sb + j * ldb + l] : b[q * sb + l * ldb + j]);
+        float *r = &ref[q * sc + i * ldc + j];
+        double v = 0.5 * s + beta * *r + (bias ? bv[j] : 0.0);
+        *r = (float)(relu && v < 0 ? 0 : v);
+      }
+  aq_matmul_args_t args = {a, b, c, bv, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, 0.5f, beta, ta, tb,
+                           relu ? AQ_ACTIVATION_RELU : AQ_ACTIVATION_NONE, 0};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  for (int64_t q = 0; q < batch; ++q)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float got = c[q * sc + i * ldc + j], want = ref[q * sc + i * ldc + j];
+        cr_assert(fabsf(got - want) <= 1e-4f * (1.0f + (float)k) * (1.0f + fabsf(want)),
+                  "m=%lld n=%lld k=%lld ta=%d tb=%d: C[%lld,%lld,%lld] = %g, want %g", (long long)m, (long long)n,
+                  (long long)k, ta, tb, (long long)q, (long long)i, (long long)j, got, want);
+      }
+  for (int64_t i = 0; i < m; ++i) /* the padding between rows is untouched */
+    cr_assert_eq(c[i * ldc + n], ref[i * ldc + n]);
+  free(a), free(b), free(c), free(bv), free(ref);
+}
+
+Test(ops, matmul_awkward_shapes_and_transposes) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {7, 33, 5}, {33, 7, 257}, {257, 33, 7}, {100, 300, 260}, {6, 32, 256}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
+    for (int t = 0; t < 4; ++t) check_matmul(shapes[s][0], shapes[s][1], shapes[s][2], t & 1, t >> 1, 0, 0, 0.0f, 1);
+}
+
+Test(ops, matmul_epilogue_beta_and_batch) {
+  check_matmul(37, 70, 19, 0, 0, 1, 1, 0.0f, 1);
+  check_matmul(37, 70, 300, 1, 0, 1, 0, 0.75f, 1);
+  check_matmul(9, 17, 13, 0, 1, 0, 0, 1.0f, 3);
+  check_matmul(5, 8, 0, 0, 0, 1, 0, 0.5f, 1); /* k = 0: C = beta C + bias */
+}
+
+Test(ops, matmul_every_isa_path) {
+  const char *isas[] = {"generic", "avx2"};
+  for (int i = 0; i < 2; ++i) {
+    setenv("AQ_CPU_ISA", isas[i], 1);
+    /* The ISA is picked once per process; only the first setting applies, so
+     * the sandboxed test process sees just this one. */
+    check_matmul(13, 40, 33, 0, 0, 1, 1, 0.0f, 1);
+  }
+}
+
+Test(ops, matmul_bad_kernargs_fault_without_touching_memory) {
+  aq_matmul_args_t args = {.a = NULL, .m = 4, .n = 4, .k = 4, .lda = 4, .ldb = 4, .ldc = 4, .batch = 1};
+  cr_assert_eq(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)), AQ_ERROR_KERNEL_FAULT);
+  cr_assert(strstr(aq_last_error(), AQ_KERNEL_MATMUL), "%s", aq_last_error());
+}
+
+Test(ops, relu_forward_backward_axpby) {
+  enum { N = 10007 };
+  float *x = rnd(N, 5), *y = rnd(N, 6), *dy = rnd(N, 7), *dx = rnd(N, 8), *z = rnd(N, 9);
+  aq_relu_args_t r = {x, NULL, y, N};
+  AQ_ASSERT_OK(run(AQ_KERNEL_RELU, &r, aq_elementwise_grid(N)));
+  for (int i = 0; i < N; ++i) cr_assert_eq(y[i], x[i] > 0 ? x[i] : 0.0f);
+  aq_relu_args_t rb = {y, dy, dx, N};
+  AQ_ASSERT_OK(run(AQ_KERNEL_RELU_BWD, &rb, aq_elementwise_grid(N)));
+  for (int i = 0; i < N; ++i) cr_assert_eq(dx[i], y[i] > 0 ? dy[i] : 0.0f);
+  aq_axpby_args_t ax = {x, dy, z, N, 2.0f, -3.0f};
+  AQ_ASSERT_OK(run(AQ_KERNEL_AXPBY, &ax, aq_elementwise_grid(N)));
+  for (int i = 0; i < N; ++i) cr_assert_float_eq(z[i], 2.0f * x[i] - 3.0f * dy[i], 1e-6);
+  free(x), free(y), free(dy), free(dx), free(z);
+}
+
+static double xent_loss(const float *logits, const int32_t *labels, int64_t rows, int64_t classes) {
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double mx = logits[r * classes], s = 0;
+    for (int64_t j = 0; j < classes; ++j) mx = fmax(mx, logits[r * classes + j]);
+    for (int64_t j = 0; j < classes; ++j) s += exp(logits[r * classes + j] - mx);
+    total += log(s) + mx - logits[r * classes + labels[r]];
+  }
+  return total / (double)rows;
+}
+
+Test(ops, softmax_xent_forward_and_backward_by_finite_differences) {
+  enum { ROWS = 67, C = 10 };
+  float *logits = rnd(ROWS * C, 10), probs[ROWS * C], loss[ROWS], dl[ROWS * C], mean = 0;
+  int32_t labels[ROWS];
+  for (int i = 0; i < ROWS; ++i) labels[i] = (i * 7) % C;
+  aq_softmax_xent_args_t a = {logits, labels, probs, loss, dl, ROWS, C, 1.0f / ROWS, 0};
+  AQ_ASSERT_OK(run(AQ_KERNEL_SOFTMAX_XENT, &a, aq_rows_grid(ROWS)));
+  aq_mean_args_t m = {loss, &mean, ROWS};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MEAN, &m, (aq_dispatch_shape_t){{1, 1, 1}, {1, 1, 1}}));
+  cr_assert_float_eq(mean, xent_loss(logits, labels, ROWS, C), 1e-5);
+  AQ_ASSERT_OK(run(AQ_KERNEL_SOFTMAX_XENT_BWD, &a, aq_rows_grid(ROWS)));
+  for (int i = 0; i < ROWS * C; i += 13) {
+    float keep = logits[i];
+    const float h = 1e-2f;
+    logits[i] = keep + h;
+    double up = xent_loss(logits, labels, ROWS, C);
+    logits[i] = keep - h;
+    double down = xent_loss(logits, labels, ROWS, C);
+    logits[i] = keep;
+    cr_assert(fabs(dl[i] - (up - down) / (2 * h)) < 1e-4, "dlogits[%d] = %g, finite difference %g", i, dl[i],
+              (up - down) / (2 * h));
+  }
+  labels[3] = C; /* a label out of range is a fault, not a wild write */
+  cr_assert_eq(run(AQ_KERNEL_SOFTMAX_XENT, &a, aq_rows_grid(ROWS)), AQ_ERROR_KERNEL_FAULT);
+  free(logits);
+}
+
+Test(ops, sum_rows_and_sgd) {
+  enum { R = 33, C = 300 };
+  float *x = rnd(R * (C + 4), 11), out[C], ref[C];
+  for (int j = 0; j < C; ++j) out[j] = ref[j] = 1.0f;
+  aq_sum_rows_args_t s = {x, out, R, C, C + 4, 2.0f, 0.5f};
+  AQ_ASSERT_OK(run(AQ_KERNEL_SUM_ROWS, &s, aq_cols_grid(C)));
+  for (int j = 0; j < C; ++j) {
+    double t = 0;
+    for (int i = 0; i < R; ++i) t += x[i * (C + 4) + j];
+    cr_assert_float_eq(out[j], 2.0 * t + 0.5 * ref[j], 1e-4);
+  }
+  enum { N = 5000 };
+  float *w = rnd(N, 12), *g = rnd(N, 13), *v = rnd(N, 14), *w0 = malloc(N * 4), *v0 = malloc(N * 4);
+  memcpy(w0, w, N * 4), memcpy(v0, v, N * 4);
+  aq_sgd_args_t sg = {w, g, v, N, 0.1f, 0.9f, 0.01f, 0};
+  AQ_ASSERT_OK(run(AQ_KERNEL_SGD, &sg, aq_elementwise_grid(N)));
+  for (int i = 0; i < N; ++i) {
+    float vv = 0.9f * v0[i] + g[i] + 0.01f * w0[i];
+    cr_assert_float_eq(v[i], vv, 1e-6);
+    cr_assert_float_eq(w[i], w0[i] - 0.1f * vv, 1e-6);
+  }
+  free(x), free(w), free(g), free(v), free(w0), free(v0);
+}
