@@ -10,5 +10,7 @@
 #include "aquila/memory.h"
 #include "aquila/code_object.h"
 #include "aquila/kernel.h"
+#include "aquila/ops.h"
+#include "aquila/graph.h"
 
 #endif /* AQUILA_AQUILA_H_ */

@@ -1,0 +1,193 @@
+/* Task graphs: declare deep-learning work once, run it many times.
+ *
+ * A graph holds tensors (name, dtype, shape, role) and tasks that read and
+ * write them. Each op of the kernel library is one call that appends its task
+ * and returns its output tensor (aq_op_matmul, aq_op_relu, ...); any kernel of
+ * any loaded code object is a task too (aq_graph_add_kernel), and so is a host
+ * function on a CPU agent (aq_graph_add_host). Dependencies come from the
+ * reads and writes (read-after-write, write-after-read, write-after-write), in
+ * the order tasks were added, plus explicit edges (aq_graph_add_edge).
+ * aq_graph_backward appends the gradient tasks of a scalar loss for every
+ * parameter; aq_op_sgd appends an in-place optimizer update.
+ *
+ * aq_graph_instantiate checks the graph (every error names the task and the
+ * tensor), places each task on an agent (AQ_SCHED or the options), gives every
+ * tensor memory in its agent's region, and lowers the tasks to per-agent AQL
+ * packet streams: packets in one queue follow each other; an edge across
+ * queues becomes a barrier-AND packet over the producers' completion signals.
+ * aq_exec_run then only resets signals and copies the prebuilt packets into
+ * the queues; it returns at once, and aq_exec_wait waits for the run.
+ *
+ * Graph and exec handles are opaque pointers; tensors are small ids valid
+ * within their graph (and the execs made from it).
+ */
+#ifndef AQUILA_GRAPH_H_
+#define AQUILA_GRAPH_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "aquila/ops.h"
+#include "aquila/queue.h"
+#include "aquila/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct aq_graph aq_graph_t;
+typedef struct aq_exec aq_exec_t;
+typedef struct aq_tensor { uint32_t id; } aq_tensor_t; /* id 0 is "no tensor" */
+typedef struct aq_task { uint32_t id; } aq_task_t;
+
+typedef enum aq_dtype { AQ_DTYPE_F32 = 1, AQ_DTYPE_I32 = 2 } aq_dtype_t;
+
+typedef enum aq_tensor_role {
+  AQ_ROLE_INPUT = 1,      /* written by the user before each run */
+  AQ_ROLE_PARAMETER = 2,  /* trained; kept across runs; has a gradient */
+  AQ_ROLE_ACTIVATION = 3, /* produced and consumed inside a run */
+  AQ_ROLE_GRADIENT = 4,   /* made by aq_graph_backward */
+  AQ_ROLE_CONSTANT = 5,   /* written once by the user */
+  AQ_ROLE_STATE = 6,      /* optimizer state: zero at first, kept across runs */
+} aq_tensor_role_t;
+
+enum { AQ_MAX_RANK = 4 };
+
+typedef struct aq_tensor_info {
+  const char *name;
+  aq_dtype_t dtype;
+  aq_tensor_role_t role;
+  uint32_t rank;
+  int64_t dims[AQ_MAX_RANK];
+  size_t bytes;
+} aq_tensor_info_t;
+
+typedef struct aq_graph_options {
+  uint32_t reserved; /* zero */
+} aq_graph_options_t;
+
+aq_status_t aq_graph_create(const aq_graph_options_t *options, aq_graph_t **out_graph);
+/* AQ_ERROR_BUSY while an exec made from the graph lives. */
+aq_status_t aq_graph_destroy(aq_graph_t *graph);
+
+aq_status_t aq_tensor_create(aq_graph_t *graph, const char *name, aq_dtype_t dtype,
+                             aq_tensor_role_t role, uint32_t rank, const int64_t *dims,
+                             aq_tensor_t *out_tensor);
+aq_status_t aq_tensor_get_info(aq_graph_t *graph, aq_tensor_t tensor, aq_tensor_info_t *info);
+
+/* ---- ops: each appends a task; outputs are new activation tensors ---------- */
+/* out = act(op(a) op(b) + bias); bias may be {0}. 2-D tensors. */
+aq_status_t aq_op_matmul(aq_graph_t *graph, aq_tensor_t a, aq_tensor_t b, aq_tensor_t bias,
+                         int trans_a, int trans_b, aq_activation_t activation,
+                         aq_tensor_t *out);
+aq_status_t aq_op_relu(aq_graph_t *graph, aq_tensor_t x, aq_tensor_t *out);
+/* The mean softmax cross-entropy of logits (rows x classes) against int32
+ * labels (rows): a scalar f32 tensor. */
+aq_status_t aq_op_softmax_xent(aq_graph_t *graph, aq_tensor_t logits, aq_tensor_t labels,
+                               aq_tensor_t *out_loss);
+
+typedef struct aq_sgd_options {
+  float lr;            /* required, > 0 */
+  float momentum;      /* 0 = plain SGD */
+  float weight_decay;
+} aq_sgd_options_t;
+/* param -= lr * velocity, velocity = momentum * velocity + grad + wd * param. */
+aq_status_t aq_op_sgd(aq_graph_t *graph, aq_tensor_t param, aq_tensor_t grad,
+                      const aq_sgd_options_t *options);
+
+/* Appends the gradient tasks of the scalar loss for every parameter it
+ * depends on. */
+aq_status_t aq_graph_backward(aq_graph_t *graph, aq_tensor_t loss);
+/* The gradient tensor of a parameter, after aq_graph_backward. */
+aq_status_t aq_graph_gradient(aq_graph_t *graph, aq_tensor_t param, aq_tensor_t *out_grad);
+
+/* ---- user tasks ---------------------------------------------------------- */
+enum { AQ_TASK_MAX_TENSORS = 16 };
+
+typedef struct aq_kernel_task {
+  const char *name;             /* for errors, traces and DOT */
+  aq_code_object_t code_object;
+  const char *kernel;           /* kernel name in the code object */
+  const void *kernarg;          /* copied at add time */
+  uint32_t kernarg_size;
+  aq_dispatch_shape_t shape;
+  /* Tensors it reads and writes; the address of tensor reads[i] is written
+   * at kernarg offset read_offsets[i] (UINT32_MAX: not passed), likewise for
+   * writes, when the graph is instantiated. */
+  uint32_t read_count, write_count;
+  aq_tensor_t reads[AQ_TASK_MAX_TENSORS], writes[AQ_TASK_MAX_TENSORS];
+  uint32_t read_offsets[AQ_TASK_MAX_TENSORS], write_offsets[AQ_TASK_MAX_TENSORS];
+  int32_t agent;                /* pinned agent index, -1 = let the scheduler place it */
+} aq_kernel_task_t;
+aq_status_t aq_graph_add_kernel(aq_graph_t *graph, const aq_kernel_task_t *task,
+                                aq_task_t *out_task);
+
+/* A host function run on a CPU agent: fn(user, a1, a2, a3) as in
+ * AQ_AGENT_DISPATCH_HOST_CALL. It declares the tensors it touches. */
+typedef struct aq_host_task {
+  const char *name;
+  aq_host_call_fn_t fn;
+  void *user;
+  uint64_t args[3];
+  uint32_t read_count, write_count;
+  aq_tensor_t reads[AQ_TASK_MAX_TENSORS], writes[AQ_TASK_MAX_TENSORS];
+  int32_t agent;
+} aq_host_task_t;
+aq_status_t aq_graph_add_host(aq_graph_t *graph, const aq_host_task_t *task, aq_task_t *out_task);
+
+typedef enum aq_edge_kind {
+  AQ_EDGE_AFTER_ALL = 0, /* ATMI's requires: after every one of the tasks (barrier-AND) */
+  AQ_EDGE_AFTER_ANY = 1, /* ATMI's needs_any: after any one of them (barrier-OR) */
+} aq_edge_kind_t;
+aq_status_t aq_graph_add_edge(aq_graph_t *graph, aq_task_t task, aq_edge_kind_t kind,
+                              const aq_task_t *after, uint32_t after_count);
+
+/* ---- instantiate and run ------------------------------------------------- */
+typedef enum aq_sched_policy {
+  AQ_SCHED_DEFAULT = 0,     /* AQ_SCHED, else eager */
+  AQ_SCHED_EAGER = 1,       /* each ready task on the agent that frees first */
+  AQ_SCHED_ROUND_ROBIN = 2, /* tasks dealt to agents in turn */
+  AQ_SCHED_PINNED = 3,      /* the task's agent, else agent 0 */
+  AQ_SCHED_LOCALITY = 4,    /* a task on the agent whose node holds its inputs */
+} aq_sched_policy_t;
+
+typedef struct aq_exec_options {
+  aq_sched_policy_t policy;
+  uint32_t queue_size;      /* packets per agent queue; 0 = fits the graph */
+} aq_exec_options_t;
+
+aq_status_t aq_graph_instantiate(aq_graph_t *graph, const aq_exec_options_t *options,
+                                 aq_exec_t **out_exec);
+aq_status_t aq_exec_destroy(aq_exec_t *exec);
+
+/* Copies bytes into / out of a tensor's memory between runs. size must be
+ * the tensor's size exactly. */
+aq_status_t aq_exec_write(aq_exec_t *exec, aq_tensor_t tensor, const void *src, size_t size);
+aq_status_t aq_exec_read(aq_exec_t *exec, aq_tensor_t tensor, void *dst, size_t size);
+/* The tensor's memory itself (host-accessible on CPU agents): write inputs
+ * in place, without a copy. */
+aq_status_t aq_exec_tensor_data(aq_exec_t *exec, aq_tensor_t tensor, void **out_data);
+
+/* Starts a run; AQ_ERROR_BUSY if the previous one has not finished. */
+aq_status_t aq_exec_run(aq_exec_t *exec);
+/* Waits for the run; a failed task's fault comes back here. */
+aq_status_t aq_exec_wait(aq_exec_t *exec, uint64_t timeout_ns);
+
+typedef struct aq_exec_info {
+  uint32_t tasks;
+  uint32_t packets;          /* kernel, host and barrier packets of one run */
+  uint32_t barriers;         /* of which barrier packets (cross-queue edges) */
+  uint32_t agents_used;
+  uint64_t runs;
+  size_t bytes;              /* tensor memory */
+} aq_exec_info_t;
+aq_status_t aq_exec_get_info(aq_exec_t *exec, aq_exec_info_t *info);
+
+/* Writes the placed graph as DOT: one node per task with its agent and
+ * kernel, one edge per dependency, cross-queue edges dashed. */
+aq_status_t aq_exec_write_dot(aq_exec_t *exec, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AQUILA_GRAPH_H_ */

@@ -1,0 +1,218 @@
+/* aq_graph_backward: reverse-mode differentiation of a scalar loss.
+ *
+ * The forward tasks are walked in reverse; each op appends the tasks of its
+ * vector-Jacobian product. A tensor reached by several paths accumulates:
+ * the first contribution writes its gradient, later ones add to it (matmul
+ * and sum-rows through beta = 1, others through a temporary and axpby). */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/status.h"
+#include "scheduler/graph_internal.h"
+
+typedef struct bw {
+  aq_graph_t *g;
+  uint8_t *needs;   /* per tensor: on a path from a parameter */
+  uint8_t *written; /* per tensor: its gradient holds a contribution */
+} bw_t;
+
+static aq_status_t grad_of(bw_t *b, uint32_t x, uint32_t *out) {
+  tensor_t *t = &b->g->tensors[x];
+  if (!t->grad) {
+    char name[48];
+    snprintf(name, sizeof(name), "%s(%.38s)", t->role == AQ_ROLE_PARAMETER ? "grad" : "d", t->name);
+    int64_t dims[AQ_MAX_RANK];
+    memcpy(dims, t->dims, sizeof(dims));
+    uint32_t rank = t->rank, id;
+    AQ_RETURN_IF_ERROR(graph_new_tensor(b->g, name, AQ_DTYPE_F32,
+                                        t->role == AQ_ROLE_PARAMETER ? AQ_ROLE_GRADIENT : AQ_ROLE_ACTIVATION, rank,
+                                        dims, &id));
+    b->g->tensors[x].grad = id;
+  }
+  *out = b->g->tensors[x].grad;
+  return AQ_OK;
+}
+
+/* c = op(a) op(b) (+ c when accumulating). */
+static aq_status_t matmul_into(bw_t *b, uint32_t a, int ta, uint32_t bb, int tb, uint32_t x) {
+  aq_graph_t *g = b->g;
+  uint32_t c;
+  AQ_RETURN_IF_ERROR(grad_of(b, x, &c));
+  tensor_t *A = &g->tensors[a], *B = &g->tensors[bb];
+  int accumulate = b->written[x];
+  aq_matmul_args_t args = {.m = ta ? A->dims[1] : A->dims[0], .n = tb ? B->dims[0] : B->dims[1],
+                           .k = ta ? A->dims[0] : A->dims[1], .lda = A->dims[1], .ldb = B->dims[1],
+                           .batch = 1, .alpha = 1.0f, .beta = accumulate ? 1.0f : 0.0f, .trans_a = ta,
+                           .trans_b = tb};
+  args.ldc = args.n;
+  slot_t reads[3] = {{a, offsetof(aq_matmul_args_t, a)}, {bb, offsetof(aq_matmul_args_t, b)}, {c, UINT32_MAX}};
+  slot_t writes[1] = {{c, offsetof(aq_matmul_args_t, c)}};
+  char name[TASK_NAME_MAX];
+  snprintf(name, sizeof(name), "matmul_bwd(%.50s)", g->tensors[c].name);
+  uint32_t id;
+  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_MATMUL, &args, sizeof(args), aq_matmul_grid(&args), reads,
+                                   accumulate ? 3 : 2, writes, 1, &id));
+  b->written[x] = 1;
+  return AQ_OK;
+}
+
+static aq_status_t sum_rows_into(bw_t *b, uint32_t dz, uint32_t bias) {
+  aq_graph_t *g = b->g;
+  uint32_t out;
+  AQ_RETURN_IF_ERROR(grad_of(b, bias, &out));
+  tensor_t *z = &g->tensors[dz];
+  int accumulate = b->written[bias];
+  aq_sum_rows_args_t a = {.rows = z->dims[0], .cols = z->dims[1], .ldx = z->dims[1], .alpha = 1.0f,
+                          .beta = accumulate ? 1.0f : 0.0f};
+  slot_t reads[2] = {{dz, offsetof(aq_sum_rows_args_t, x)}, {out, UINT32_MAX}};
+  slot_t writes[1] = {{out, offsetof(aq_sum_rows_args_t, out)}};
+  char name[TASK_NAME_MAX];
+  snprintf(name, sizeof(name), "sum_rows(%.50s)", g->tensors[out].name);
+  uint32_t id;
+  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_SUM_ROWS, &a, sizeof(a), aq_cols_grid(a.cols), reads,
+                                   accumulate ? 2 : 1, writes, 1, &id));
+  b->written[bias] = 1;
+  return AQ_OK;
+}
+
+/* A new activation shaped like x, for a contribution that cannot accumulate
+ * in place. */
+static aq_status_t temp_like(aq_graph_t *g, uint32_t x, const char *what, uint32_t *out) {
+  tensor_t *t = &g->tensors[x];
+  char name[48];
+  snprintf(name, sizeof(name), "%s(%.36s)", what, t->name);
+  int64_t dims[AQ_MAX_RANK];
+  memcpy(dims, t->dims, sizeof(dims));
+  uint32_t rank = t->rank;
+  return graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, out);
+}
+
+static aq_status_t relu_bwd(aq_graph_t *g, uint32_t y, uint32_t dy, uint32_t dx) {
+  int64_t n = (int64_t)(g->tensors[y].bytes / 4);
+  aq_relu_args_t a = {.n = n};
+  slot_t reads[2] = {{y, offsetof(aq_relu_args_t, x)}, {dy, offsetof(aq_relu_args_t, dy)}};
+  slot_t writes[1] = {{dx, offsetof(aq_relu_args_t, y)}};
+  char name[TASK_NAME_MAX];
+  snprintf(name, sizeof(name), "relu_bwd(%.50s)", g->tensors[dx].name);
+  uint32_t id;
+  return graph_op_task(g, name, AQ_KERNEL_RELU_BWD, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1, &id);
+}
+
+/* grad(x) (+)= relu'(y) * dy. */
+static aq_status_t relu_into(bw_t *b, uint32_t y, uint32_t dy, uint32_t x) {
+  aq_graph_t *g = b->g;
+  uint32_t gx;
+  AQ_RETURN_IF_ERROR(grad_of(b, x, &gx));
+  if (!b->written[x]) {
+    b->written[x] = 1;
+    return relu_bwd(g, y, dy, gx);
+  }
+  uint32_t tmp;
+  AQ_RETURN_IF_ERROR(temp_like(g, x, "dpart", &tmp));
+  AQ_RETURN_IF_ERROR(relu_bwd(g, y, dy, tmp));
+  int64_t n = (int64_t)(g->tensors[x].bytes / 4);
+  aq_axpby_args_t a = {.n = n, .alpha = 1.0f, .beta = 1.0f};
+  slot_t reads[2] = {{tmp, offsetof(aq_axpby_args_t, x)}, {gx, offsetof(aq_axpby_args_t, y)}};
+  slot_t writes[1] = {{gx, offsetof(aq_axpby_args_t, z)}};
+  uint32_t id;
+  return graph_op_task(g, "accumulate", AQ_KERNEL_AXPBY, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1,
+                       &id);
+}
+
+static aq_status_t backward_matmul(bw_t *b, const task_t *t) {
+  aq_graph_t *g = b->g;
+  uint32_t dz = g->tensors[t->out].grad;
+  if (t->activation == AQ_ACTIVATION_RELU) { /* through the fused relu first */
+    uint32_t d;
+    AQ_RETURN_IF_ERROR(temp_like(g, t->out, "dpre", &d));
+    AQ_RETURN_IF_ERROR(relu_bwd(g, t->out, dz, d));
+    dz = d;
+  }
+  uint32_t a = t->in[0], bb = t->in[1], bias = t->in[2];
+  if (bias && b->needs[bias]) AQ_RETURN_IF_ERROR(sum_rows_into(b, dz, bias));
+  /* op(A) = dZ op(B)^T; A itself is that or its transpose. */
+  if (b->needs[a]) {
+    if (!t->trans_a) AQ_RETURN_IF_ERROR(matmul_into(b, dz, 0, bb, !t->trans_b, a));
+    else AQ_RETURN_IF_ERROR(matmul_into(b, bb, t->trans_b, dz, 1, a));
+  }
+  /* op(B) = op(A)^T dZ. */
+  if (b->needs[bb]) {
+    if (!t->trans_b) AQ_RETURN_IF_ERROR(matmul_into(b, a, !t->trans_a, dz, 0, bb));
+    else AQ_RETURN_IF_ERROR(matmul_into(b, dz, 1, a, t->trans_a, bb));
+  }
+  return AQ_OK;
+}
+
+static aq_status_t backward_xent(bw_t *b, const task_t *xent) {
+  aq_graph_t *g = b->g;
+  uint32_t logits = xent->in[0], labels = xent->in[1], probs = xent->out, d;
+  AQ_RETURN_IF_ERROR(grad_of(b, logits, &d));
+  tensor_t *tl = &g->tensors[logits];
+  aq_softmax_xent_args_t a = {.rows = tl->dims[0], .classes = tl->dims[1], .scale = 1.0f / (float)tl->dims[0]};
+  slot_t reads[2] = {{probs, offsetof(aq_softmax_xent_args_t, probs)},
+                     {labels, offsetof(aq_softmax_xent_args_t, labels)}};
+  slot_t writes[1] = {{d, offsetof(aq_softmax_xent_args_t, dlogits)}};
+  uint32_t id;
+  AQ_RETURN_IF_ERROR(graph_op_task(g, "softmax_xent_bwd", AQ_KERNEL_SOFTMAX_XENT_BWD, &a, sizeof(a),
+                                   aq_rows_grid(a.rows), reads, 2, writes, 1, &id));
+  b->written[logits] = 1;
+  return AQ_OK;
+}
+
+static aq_status_t run_backward(bw_t *b, uint32_t loss) {
+  aq_graph_t *g = b->g;
+  uint32_t nforward = g->ntasks, mean = UINT32_MAX;
+  for (uint32_t i = 0; i < nforward; ++i)
+    if (g->tasks[i].op == OP_MEAN && g->tasks[i].out == loss) mean = i;
+  if (mean == UINT32_MAX)
+    return aq_error(AQ_ERROR_INVALID_GRAPH,
+                    "backward: loss '%s' is not the output of aq_op_softmax_xent (the losses it differentiates)",
+                    g->tensors[loss].name);
+  /* Which tensors lie on a path from a parameter. */
+  for (uint32_t i = 1; i < g->ntensors; ++i) b->needs[i] = g->tensors[i].role == AQ_ROLE_PARAMETER;
+  for (uint32_t i = 0; i < nforward; ++i) {
+    const task_t *t = &g->tasks[i];
+    int any = 0;
+    for (uint32_t r = 0; r < t->nreads; ++r) any |= b->needs[t->reads[r]];
+    if (any && t->op != OP_OTHER)
+      for (uint32_t w = 0; w < t->nwrites; ++w) b->needs[t->writes[w]] = 1;
+  }
+  uint32_t xent = g->tasks[mean].aux;
+  if (!b->needs[g->tasks[xent].in[0]])
+    return aq_error(AQ_ERROR_INVALID_GRAPH, "backward: loss '%s' depends on no parameter", g->tensors[loss].name);
+  AQ_RETURN_IF_ERROR(backward_xent(b, &g->tasks[xent]));
+  for (uint32_t i = xent; i-- > 0;) {
+    task_t t = g->tasks[i]; /* a copy: appending tasks may move the table */
+    if (!b->written[t.out] || t.op == OP_OTHER || t.op == OP_NONE) continue;
+    if (t.op == OP_MATMUL) AQ_RETURN_IF_ERROR(backward_matmul(b, &t));
+    else if (t.op == OP_RELU && b->needs[t.in[0]])
+      AQ_RETURN_IF_ERROR(relu_into(b, t.out, g->tensors[t.out].grad, t.in[0]));
+  }
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_graph_backward(aq_graph_t *g, aq_tensor_t loss) {
+  if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_backward: graph is NULL");
+  if (!graph_tensor(g, loss)) return aq_error(AQ_ERROR_INVALID_HANDLE, "backward: tensor %u is not in this graph", loss.id);
+  /* Room for every tensor backward may add: at most a few per task. */
+  size_t cap = (size_t)g->ntensors + 4 * (size_t)g->ntasks + 16;
+  bw_t b = {g, calloc(cap, 1), calloc(cap, 1)};
+  aq_status_t s = b.needs && b.written ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for backward");
+  if (s == AQ_OK) s = run_backward(&b, loss.id);
+  free(b.needs);
+  free(b.written);
+  return s;
+}
+
+AQ_API aq_status_t aq_graph_gradient(aq_graph_t *g, aq_tensor_t param, aq_tensor_t *out) {
+  if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_gradient: graph and out are required");
+  tensor_t *t = graph_tensor(g, param);
+  if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "tensor %u is not in this graph", param.id);
+  if (!t->grad)
+    return aq_error(AQ_ERROR_NOT_FOUND, "'%s' has no gradient (not a parameter the loss depends on, or no backward)",
+                    t->name);
+  out->id = t->grad;
+  return AQ_OK;
+}

@@ -1,0 +1,432 @@
+/* Execs: an instantiated graph. Instantiation plans the graph, gives each
+ * tensor memory on its agent's node, fills every kernarg once and lowers the
+ * tasks to one prebuilt packet stream per agent queue. A run resets the
+ * tasks' signals and copies the streams into the queues: no allocation, no
+ * lock, one doorbell per queue. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aquila/aquila.h"
+#include "runtime/status.h"
+#include "scheduler/plan.h"
+
+enum { EXEC_AGENTS_MAX = 64, PKT = 64 };
+
+typedef struct stream {
+  aq_queue_t queue;
+  uint8_t *ring;
+  uint32_t size;
+  uint8_t *packets; /* npackets * 64 bytes, headers included */
+  uint32_t npackets, cap;
+} stream_t;
+
+struct aq_exec {
+  aq_graph_t *graph;
+  plan_t plan;
+  aq_code_object_t ops; /* the op library */
+  uint32_t nagents;
+  aq_agent_t agents[EXEC_AGENTS_MAX];
+  char agent_names[EXEC_AGENTS_MAX][AQ_NAME_MAX];
+  stream_t streams[EXEC_AGENTS_MAX];
+  void **buffers;      /* per tensor id */
+  void **kernargs;     /* per task */
+  aq_signal_t *signals;/* per task */
+  aq_signal_t done;
+  uint32_t queues_used, barriers, packets;
+  uint64_t runs;
+  int in_flight;
+  size_t bytes;
+};
+
+static aq_status_t pick_agents(aq_exec_t *e) {
+  aq_agent_t all[EXEC_AGENTS_MAX];
+  size_t n;
+  AQ_RETURN_IF_ERROR(aq_agents(all, EXEC_AGENTS_MAX, &n));
+  for (size_t i = 0; i < n && i < EXEC_AGENTS_MAX; ++i) {
+    aq_agent_info_t info;
+    AQ_RETURN_IF_ERROR(aq_agent_get_info(all[i], &info));
+    if (info.kind != AQ_AGENT_KIND_CPU || !info.usable) continue;
+    e->agents[e->nagents] = all[i];
+    snprintf(e->agent_names[e->nagents], AQ_NAME_MAX, "%s", info.name);
+    e->nagents++;
+  }
+  return AQ_OK;
+}
+
+static aq_status_t region_of(aq_agent_t agent, uint32_t flag, aq_region_t *out) {
+  aq_region_t r[8];
+  size_t n;
+  AQ_RETURN_IF_ERROR(aq_agent_regions(agent, r, 8, &n));
+  for (size_t i = 0; i < n && i < 8; ++i) {
+    aq_region_info_t info;
+    AQ_RETURN_IF_ERROR(aq_region_get_info(r[i], &info));
+    if (info.flags & flag) {
+      *out = r[i];
+      return AQ_OK;
+    }
+  }
+  return aq_error(AQ_ERROR_NOT_FOUND, "agent has no region with flag 0x%x", flag);
+}
+
+/* Every tensor lives on the node of the agent that touches it first. */
+static aq_status_t plan_memory(aq_exec_t *e) {
+  aq_graph_t *g = e->graph;
+  uint32_t *home = malloc(g->ntensors * sizeof(uint32_t));
+  e->buffers = calloc(g->ntensors, sizeof(void *));
+  if (!home || !e->buffers) {
+    free(home);
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
+  }
+  for (uint32_t i = 0; i < g->ntensors; ++i) home[i] = UINT32_MAX;
+  for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
+    uint32_t t = e->plan.order[k];
+    const task_t *task = &g->tasks[t];
+    for (uint32_t r = 0; r < task->nreads; ++r)
+      if (home[task->reads[r]] == UINT32_MAX) home[task->reads[r]] = e->plan.tasks[t].agent;
+    for (uint32_t w = 0; w < task->nwrites; ++w)
+      if (home[task->writes[w]] == UINT32_MAX) home[task->writes[w]] = e->plan.tasks[t].agent;
+  }
+  aq_status_t s = AQ_OK;
+  for (uint32_t i = 1; s == AQ_OK && i < g->ntensors; ++i) {
+    aq_region_t region;
+    s = region_of(e->agents[home[i] == UINT32_MAX ? 0 : home[i]], AQ_REGION_COARSE_GRAINED, &region);
+    size_t bytes = (g->tensors[i].bytes + 63) & ~(size_t)63;
+    if (s == AQ_OK) s = aq_memory_allocate(region, bytes, &e->buffers[i]);
+    if (s == AQ_OK) {
+      memset(e->buffers[i], 0, bytes);
+      e->bytes += bytes;
+    }
+  }
+  free(home);
+  return s;
+}
+
+static aq_status_t push(stream_t *st, const void *packet) {
+  if (st->npackets == st->cap) {
+    uint32_t cap = st->cap ? 2 * st->cap : 64;
+    uint8_t *n = realloc(st->packets, (size_t)cap * PKT);
+    if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for packets");
+    st->packets = n;
+    st->cap = cap;
+  }
+  memcpy(st->packets + (size_t)st->npackets++ * PKT, packet, PKT);
+  return AQ_OK;
+}
+
+static uint16_t header(hsa_packet_type_t type, int barrier) {
+  return aq_packet_header(type, barrier, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+}
+
+static aq_status_t push_barrier(aq_exec_t *e, stream_t *st, hsa_packet_type_t type, const aq_signal_t *deps,
+                                uint32_t n, aq_signal_t completion) {
+  hsa_barrier_and_packet_t b;
+  memset(&b, 0, sizeof(b));
+  b.header = header(type, 1);
+  for (uint32_t i = 0; i < n; ++i) b.dep_signal[i].handle = deps[i].handle;
+  b.completion_signal.handle = completion.handle;
+  e->barriers++;
+  return push(st, &b);
+}
+
+static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kernel_dispatch_packet_t *p) {
+  aq_graph_t *g = e->graph;
+  const task_t *task = &g->tasks[t];
+  uint32_t a = e->plan.tasks[t].agent;
+  aq_code_object_t co = task->code_object.handle ? task->code_object : e->ops;
+  aq_kernel_info_t k;
+  if (aq_code_object_find_kernel(co, task->kernel, e->agents[a], &k) != AQ_OK)
+    return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is placed on agent %s, which lacks kernel '%s': %s", task->name,
+                    e->agent_names[a], task->kernel, aq_last_error());
+  if (task->kernarg_size < k.kernarg_size)
+    return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': kernel '%s' takes %u bytes of kernargs, the task gives %u",
+                    task->name, task->kernel, k.kernarg_size, task->kernarg_size);
+  aq_region_t region;
+  AQ_RETURN_IF_ERROR(region_of(e->agents[a], AQ_REGION_KERNARG, &region));
+  AQ_RETURN_IF_ERROR(aq_memory_allocate(region, task->kernarg_size ? task->kernarg_size : 8, &e->kernargs[t]));
+  uint8_t *ka = e->kernargs[t];
+  memcpy(ka, task->kernarg, task->kernarg_size);
+  for (uint32_t r = 0; r < task->nreads; ++r)
+    if (task->read_off[r] != UINT32_MAX) memcpy(ka + task->read_off[r], &e->buffers[task->reads[r]], sizeof(void *));
+  for (uint32_t w = 0; w < task->nwrites; ++w)
+    if (task->write_off[w] != UINT32_MAX)
+      memcpy(ka + task->write_off[w], &e->buffers[task->writes[w]], sizeof(void *));
+  memset(p, 0, sizeof(*p));
+  p->header = header(HSA_PACKET_TYPE_KERNEL_DISPATCH, barrier);
+  p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
+  p->workgroup_size_x = task->shape.workgroup[0] ? task->shape.workgroup[0] : 1;
+  p->workgroup_size_y = task->shape.workgroup[1] ? task->shape.workgroup[1] : 1;
+  p->workgroup_size_z = task->shape.workgroup[2] ? task->shape.workgroup[2] : 1;
+  p->grid_size_x = task->shape.grid[0] ? task->shape.grid[0] : 1;
+  p->grid_size_y = task->shape.grid[1] ? task->shape.grid[1] : 1;
+  p->grid_size_z = task->shape.grid[2] ? task->shape.grid[2] : 1;
+  p->kernel_object = k.kernel_object;
+  p->kernarg_address = ka;
+  p->completion_signal.handle = e->signals[t].handle;
+  return AQ_OK;
+}
+
+/* Packets for one task: barrier-AND packets over its producers on other
+ * queues (five at a time: consecutive barriers in one queue AND together),
+ * a barrier-OR for its after-any edge, then the task itself. */
+static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
+  aq_graph_t *g = e->graph;
+  const task_t *task = &g->tasks[t];
+  const plan_task_t *pt = &e->plan.tasks[t];
+  stream_t *st = &e->streams[pt->agent];
+  aq_signal_t deps[5], none = {0};
+  uint32_t nd = 0;
+  int same_queue = 0;
+  for (uint32_t j = 0; j < pt->npreds; ++j) {
+    uint32_t q = pt->preds[j];
+    if (e->plan.tasks[q].agent == pt->agent) {
+      same_queue = 1;
+      continue;
+    }
+    deps[nd++] = e->signals[q];
+    if (nd == 5) {
+      AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
+      nd = 0;
+    }
+  }
+  if (nd) AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
+  if (task->nafter_any) {
+    if (task->nafter_any > 5)
+      return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': an after-any edge of %u tasks (at most 5)", task->name,
+                      task->nafter_any);
+    for (uint32_t j = 0; j < task->nafter_any; ++j) deps[j] = e->signals[task->after_any[j]];
+    AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_OR, deps, task->nafter_any, none));
+  }
+  if (task->kind == TASK_HOST) {
+    hsa_agent_dispatch_packet_t p;
+    memset(&p, 0, sizeof(p));
+    p.header = header(HSA_PACKET_TYPE_AGENT_DISPATCH, same_queue);
+    p.type = AQ_AGENT_DISPATCH_HOST_CALL;
+    p.return_address = task->user;
+    p.arg[0] = (uint64_t)(uintptr_t)task->fn;
+    for (int i = 0; i < 3; ++i) p.arg[i + 1] = task->args[i];
+    p.completion_signal.handle = e->signals[t].handle;
+    return push(st, &p);
+  }
+  hsa_kernel_dispatch_packet_t p;
+  AQ_RETURN_IF_ERROR(kernel_packet(e, t, same_queue, &p));
+  return push(st, &p);
+}
+
+static aq_status_t lower(aq_exec_t *e, uint32_t queue_size) {
+  aq_graph_t *g = e->graph;
+  e->kernargs = calloc(g->ntasks, sizeof(void *));
+  e->signals = calloc(g->ntasks, sizeof(aq_signal_t));
+  if (!e->kernargs || !e->signals) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
+  for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->signals[t]));
+  AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->done));
+  for (uint32_t k = 0; k < e->plan.ntasks; ++k) AQ_RETURN_IF_ERROR(lower_task(e, e->plan.order[k]));
+  aq_signal_t none = {0};
+  for (uint32_t a = 0; a < e->nagents; ++a) {
+    stream_t *st = &e->streams[a];
+    if (!st->npackets) continue;
+    /* The end of the stream: a barrier (bit set) that counts the queue done. */
+    AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, &none, 0, e->done));
+    e->barriers--; /* bookkeeping, not an edge */
+    e->packets += st->npackets;
+    uint32_t size = queue_size ? queue_size : 64;
+    while (size < st->npackets) size *= 2;
+    aq_queue_options_t qo = {.size = size};
+    aq_status_t s = aq_queue_create(e->agents[a], &qo, &st->queue);
+    if (s != AQ_OK) return s;
+    aq_queue_info_t info;
+    AQ_RETURN_IF_ERROR(aq_queue_get_info(st->queue, &info));
+    if (info.size < st->npackets)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT, "queue_size %u cannot hold the %u packets of one run on %s",
+                      info.size, st->npackets, e->agent_names[a]);
+    st->ring = info.base_address;
+    st->size = info.size;
+    e->queues_used++;
+  }
+  return AQ_OK;
+}
+
+static aq_sched_policy_t policy_from(const aq_exec_options_t *o) {
+  if (o && o->policy) return o->policy;
+  const char *env = getenv("AQ_SCHED");
+  if (!env) return AQ_SCHED_EAGER;
+  if (!strcmp(env, "round-robin") || !strcmp(env, "rr")) return AQ_SCHED_ROUND_ROBIN;
+  if (!strcmp(env, "pinned")) return AQ_SCHED_PINNED;
+  if (!strcmp(env, "locality") || !strcmp(env, "numa")) return AQ_SCHED_LOCALITY;
+  return AQ_SCHED_EAGER;
+}
+
+AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *options, aq_exec_t **out) {
+  if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: graph and out are required");
+  if (options && (options->policy < 0 || options->policy > AQ_SCHED_LOCALITY))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: unknown policy %d", options->policy);
+  if (options && options->queue_size & (options->queue_size - 1))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "queue_size %u is not a power of two", options->queue_size);
+  aq_exec_t *e = calloc(1, sizeof(*e));
+  if (!e) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
+  e->graph = g;
+  atomic_fetch_add(&g->execs, 1);
+  aq_status_t s = pick_agents(e);
+  int32_t nodes[EXEC_AGENTS_MAX];
+  for (uint32_t i = 0; s == AQ_OK && i < e->nagents; ++i) {
+    aq_agent_info_t info;
+    s = aq_agent_get_info(e->agents[i], &info);
+    nodes[i] = info.numa_node;
+  }
+  if (s == AQ_OK) s = plan_build(&e->plan, g, policy_from(options), e->nagents, nodes);
+  if (s == AQ_OK) s = aq_code_object_load("kernels-cpu.so", &e->ops);
+  if (s == AQ_OK) s = plan_memory(e);
+  if (s == AQ_OK) s = lower(e, options ? options->queue_size : 0);
+  if (s != AQ_OK) {
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", aq_last_error());
+    aq_exec_destroy(e);
+    return aq_error(s, "%s", msg);
+  }
+  *out = e;
+  return AQ_OK;
+}
+
+static int finished(aq_exec_t *e) {
+  aq_signal_value_t v = 0;
+  return !e->in_flight || (aq_signal_load(e->done, &v) == AQ_OK && v == 0);
+}
+
+AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
+  if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_destroy: exec is NULL");
+  if (!finished(e)) return aq_error(AQ_ERROR_BUSY, "the exec's run is still in flight; wait for it first");
+  for (uint32_t a = 0; a < EXEC_AGENTS_MAX; ++a) {
+    if (e->streams[a].queue.handle) aq_queue_destroy(e->streams[a].queue);
+    free(e->streams[a].packets);
+  }
+  aq_graph_t *g = e->graph;
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    if (e->kernargs && e->kernargs[t]) aq_memory_free(e->kernargs[t]);
+    if (e->signals && e->signals[t].handle) aq_signal_destroy(e->signals[t]);
+  }
+  for (uint32_t i = 1; e->buffers && i < g->ntensors; ++i)
+    if (e->buffers[i]) aq_memory_free(e->buffers[i]);
+  if (e->done.handle) aq_signal_destroy(e->done);
+  if (e->ops.handle) aq_code_object_unload(e->ops);
+  free(e->kernargs), free(e->signals), free(e->buffers);
+  plan_free(&e->plan);
+  atomic_fetch_sub(&g->execs, 1);
+  free(e);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
+  if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_run: exec is NULL");
+  if (!finished(e))
+    return aq_error(AQ_ERROR_BUSY, "the exec's previous run is still in flight (run %llu); wait for it first",
+                    (unsigned long long)e->runs);
+  aq_graph_t *g = e->graph;
+  for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_store(e->signals[t], 1));
+  AQ_RETURN_IF_ERROR(aq_signal_store(e->done, e->queues_used));
+  e->in_flight = 1;
+  e->runs++;
+  for (uint32_t a = 0; a < e->nagents; ++a) {
+    stream_t *st = &e->streams[a];
+    if (!st->npackets) continue;
+    uint64_t first;
+    AQ_RETURN_IF_ERROR(aq_queue_reserve(st->queue, st->npackets, AQ_TIMEOUT_INFINITE, &first));
+    for (uint32_t i = 0; i < st->npackets; ++i) {
+      uint8_t *slot = st->ring + ((first + i) & (st->size - 1)) * PKT;
+      const uint8_t *p = st->packets + (size_t)i * PKT;
+      memcpy(slot + 4, p + 4, PKT - 4);
+      uint32_t word;
+      memcpy(&word, p, 4);
+      __atomic_store_n((uint32_t *)slot, word, __ATOMIC_RELEASE);
+    }
+    AQ_RETURN_IF_ERROR(aq_queue_ring(st->queue, first + st->npackets - 1));
+  }
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
+  if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_wait: exec is NULL");
+  if (!e->in_flight) return AQ_OK;
+  AQ_RETURN_IF_ERROR(aq_signal_wait(e->done, AQ_SIGNAL_EQ, 0, timeout_ns, NULL));
+  e->in_flight = 0;
+  /* The first failed task (in topological order) is the one to report. */
+  aq_status_t first = AQ_OK;
+  char msg[512] = "";
+  for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
+    uint32_t t = e->plan.order[k];
+    aq_status_t err;
+    AQ_RETURN_IF_ERROR(aq_signal_get_error(e->signals[t], 0, &err));
+    if (err == AQ_OK) continue;
+    if (first == AQ_OK) {
+      aq_signal_wait(e->signals[t], AQ_SIGNAL_EQ, 0, 0, NULL); /* brings the fault's message */
+      snprintf(msg, sizeof(msg), "task '%s' failed: %s", e->graph->tasks[t].name, aq_last_error());
+      first = err;
+    }
+    aq_signal_get_error(e->signals[t], 1, &err);
+  }
+  return first == AQ_OK ? AQ_OK : aq_error(first, "%s", msg);
+}
+
+static aq_status_t tensor_io(aq_exec_t *e, aq_tensor_t tensor, size_t size, const char *what, void **out) {
+  if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: exec is NULL", what);
+  tensor_t *t = graph_tensor(e->graph, tensor);
+  if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: tensor %u is not in this exec's graph", what, tensor.id);
+  if (size != t->bytes)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: tensor '%s' holds %zu bytes, not %zu", what, t->name, t->bytes,
+                    size);
+  if (!finished(e)) return aq_error(AQ_ERROR_BUSY, "%s: a run is in flight; wait for it first", what);
+  *out = e->buffers[tensor.id];
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_exec_write(aq_exec_t *e, aq_tensor_t tensor, const void *src, size_t size) {
+  void *dst;
+  if (!src) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_write: src is NULL");
+  AQ_RETURN_IF_ERROR(tensor_io(e, tensor, size, "aq_exec_write", &dst));
+  return aq_memory_copy(dst, src, size);
+}
+
+AQ_API aq_status_t aq_exec_read(aq_exec_t *e, aq_tensor_t tensor, void *dst, size_t size) {
+  void *src;
+  if (!dst) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_read: dst is NULL");
+  AQ_RETURN_IF_ERROR(tensor_io(e, tensor, size, "aq_exec_read", &src));
+  return aq_memory_copy(dst, src, size);
+}
+
+AQ_API aq_status_t aq_exec_tensor_data(aq_exec_t *e, aq_tensor_t tensor, void **out) {
+  if (!e || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_tensor_data: exec and out are required");
+  tensor_t *t = graph_tensor(e->graph, tensor);
+  if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "tensor %u is not in this exec's graph", tensor.id);
+  *out = e->buffers[tensor.id];
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_exec_get_info(aq_exec_t *e, aq_exec_info_t *info) {
+  if (!e || !info) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_get_info: exec and info are required");
+  *info = (aq_exec_info_t){.tasks = e->graph->ntasks, .packets = e->packets, .barriers = e->barriers,
+                           .agents_used = e->queues_used, .runs = e->runs, .bytes = e->bytes};
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
+  if (!e || !path) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_write_dot: exec and path are required");
+  FILE *f = fopen(path, "w");
+  if (!f) return aq_error(AQ_ERROR_IO, "cannot write %s", path);
+  aq_graph_t *g = e->graph;
+  fprintf(f, "digraph aquila {\n  rankdir=TB; node [shape=box, fontname=\"sans-serif\", fontsize=10];\n");
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    const task_t *task = &g->tasks[t];
+    const plan_task_t *pt = &e->plan.tasks[t];
+    fprintf(f, "  t%u [label=\"%s\\n%s on %s\\nest. %.1f\"];\n", t, task->name,
+            task->kind == TASK_HOST ? "host call" : task->kernel, e->agent_names[pt->agent], pt->finish);
+  }
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    const plan_task_t *pt = &e->plan.tasks[t];
+    for (uint32_t j = 0; j < pt->npreds; ++j)
+      fprintf(f, "  t%u -> t%u%s;\n", pt->preds[j], t,
+              e->plan.tasks[pt->preds[j]].agent != pt->agent ? " [style=dashed, label=\"barrier-AND\"]" : "");
+    for (uint32_t j = 0; j < g->tasks[t].nafter_any; ++j)
+      fprintf(f, "  t%u -> t%u [style=dotted, label=\"barrier-OR\"];\n", g->tasks[t].after_any[j], t);
+  }
+  fprintf(f, "}\n");
+  return fclose(f) ? aq_error(AQ_ERROR_IO, "cannot write %s", path) : AQ_OK;
+}

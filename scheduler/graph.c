@@ -1,0 +1,193 @@
+/* Graphs: tensors, tasks and explicit edges, as the user declares them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/status.h"
+#include "scheduler/graph_internal.h"
+
+AQ_API aq_status_t aq_graph_create(const aq_graph_options_t *options, aq_graph_t **out_graph) {
+  if (!out_graph) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_create: out_graph is NULL");
+  if (options && options->reserved)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_create: options.reserved must be 0");
+  aq_graph_t *g = calloc(1, sizeof(*g));
+  if (!g) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a graph");
+  g->ntensors = 1; /* id 0 is "no tensor" */
+  g->cap_tensors = 64;
+  g->tensors = calloc(g->cap_tensors, sizeof(tensor_t));
+  g->cap_tasks = 64;
+  g->tasks = calloc(g->cap_tasks, sizeof(task_t));
+  if (!g->tensors || !g->tasks) {
+    free(g->tensors), free(g->tasks), free(g);
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a graph");
+  }
+  *out_graph = g;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_graph_destroy(aq_graph_t *g) {
+  if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_destroy: graph is NULL");
+  int live = atomic_load(&g->execs);
+  if (live)
+    return aq_error(AQ_ERROR_BUSY, "graph still has %d exec%s; destroy them first", live, live > 1 ? "s" : "");
+  for (uint32_t i = 0; i < g->ntasks; ++i) free(g->tasks[i].after_all), free(g->tasks[i].after_any);
+  free(g->tensors), free(g->tasks), free(g);
+  return AQ_OK;
+}
+
+tensor_t *graph_tensor(aq_graph_t *g, aq_tensor_t t) {
+  return t.id > 0 && t.id < g->ntensors ? &g->tensors[t.id] : NULL;
+}
+
+static size_t dtype_size(aq_dtype_t d) { return d == AQ_DTYPE_F32 || d == AQ_DTYPE_I32 ? 4 : 0; }
+
+aq_status_t graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
+                             uint32_t rank, const int64_t *dims, uint32_t *out_id) {
+  if (!dtype_size(dtype)) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor '%s': unknown dtype %d", name, dtype);
+  if (role < AQ_ROLE_INPUT || role > AQ_ROLE_STATE)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor '%s': unknown role %d", name, role);
+  if (rank > AQ_MAX_RANK || (rank && !dims))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor '%s': rank %u (at most %d, with dims)", name, rank,
+                    AQ_MAX_RANK);
+  size_t bytes = dtype_size(dtype);
+  for (uint32_t i = 0; i < rank; ++i) {
+    if (dims[i] <= 0 || (size_t)dims[i] > ((size_t)1 << 40) / bytes)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor '%s': dimension %u is %lld", name, i, (long long)dims[i]);
+    bytes *= (size_t)dims[i];
+  }
+  if (g->ntensors == g->cap_tensors) {
+    tensor_t *n = realloc(g->tensors, 2 * g->cap_tensors * sizeof(*n));
+    if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for tensor '%s'", name);
+    g->tensors = n;
+    g->cap_tensors *= 2;
+  }
+  tensor_t *t = &g->tensors[g->ntensors];
+  memset(t, 0, sizeof(*t));
+  snprintf(t->name, sizeof(t->name), "%s", name ? name : "");
+  if (!t->name[0]) snprintf(t->name, sizeof(t->name), "t%u", g->ntensors);
+  t->dtype = dtype;
+  t->role = role;
+  t->rank = rank;
+  for (uint32_t i = 0; i < rank; ++i) t->dims[i] = dims[i];
+  t->bytes = bytes;
+  *out_id = g->ntensors++;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_tensor_create(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
+                                    uint32_t rank, const int64_t *dims, aq_tensor_t *out) {
+  if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_tensor_create: graph and out are required");
+  return graph_new_tensor(g, name, dtype, role, rank, dims, &out->id);
+}
+
+AQ_API aq_status_t aq_tensor_get_info(aq_graph_t *g, aq_tensor_t tensor, aq_tensor_info_t *info) {
+  if (!g || !info) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_tensor_get_info: graph and info are required");
+  tensor_t *t = graph_tensor(g, tensor);
+  if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "tensor %u is not in this graph", tensor.id);
+  *info = (aq_tensor_info_t){t->name, t->dtype, t->role, t->rank, {0}, t->bytes};
+  memcpy(info->dims, t->dims, sizeof(info->dims));
+  return AQ_OK;
+}
+
+aq_status_t graph_new_task(aq_graph_t *g, const task_t *t, uint32_t *out_id) {
+  if (g->ntasks == g->cap_tasks) {
+    task_t *n = realloc(g->tasks, 2 * g->cap_tasks * sizeof(*n));
+    if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for task '%s'", t->name);
+    g->tasks = n;
+    g->cap_tasks *= 2;
+  }
+  g->tasks[g->ntasks] = *t;
+  *out_id = ++g->ntasks;
+  return AQ_OK;
+}
+
+static aq_status_t check_tensors(aq_graph_t *g, const char *task, const aq_tensor_t *ts, uint32_t n,
+                                 const char *what) {
+  if (n > AQ_TASK_MAX_TENSORS)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "task '%s': %u tensors %s (at most %d)", task, n, what,
+                    AQ_TASK_MAX_TENSORS);
+  for (uint32_t i = 0; i < n; ++i)
+    if (!graph_tensor(g, ts[i]))
+      return aq_error(AQ_ERROR_INVALID_HANDLE, "task '%s': tensor %u it %s is not in this graph", task, ts[i].id,
+                      what);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_graph_add_kernel(aq_graph_t *g, const aq_kernel_task_t *k, aq_task_t *out) {
+  if (!g || !k || !k->kernel)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_add_kernel: graph, task and task->kernel are required");
+  const char *name = k->name ? k->name : k->kernel;
+  if (k->kernarg_size > TASK_KERNARG_MAX || (k->kernarg_size && !k->kernarg))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "task '%s': kernarg of %u bytes (at most %d, and not NULL)", name,
+                    k->kernarg_size, TASK_KERNARG_MAX);
+  AQ_RETURN_IF_ERROR(check_tensors(g, name, k->reads, k->read_count, "reads"));
+  AQ_RETURN_IF_ERROR(check_tensors(g, name, k->writes, k->write_count, "writes"));
+  task_t t = {.kind = TASK_KERNEL, .code_object = k->code_object, .kernarg_size = k->kernarg_size,
+              .shape = k->shape, .nreads = k->read_count, .nwrites = k->write_count, .agent = k->agent,
+              .op = OP_OTHER};
+  snprintf(t.name, sizeof(t.name), "%s", name);
+  snprintf(t.kernel, sizeof(t.kernel), "%s", k->kernel);
+  if (k->kernarg_size) memcpy(t.kernarg, k->kernarg, k->kernarg_size);
+  for (uint32_t i = 0; i < k->read_count; ++i) {
+    t.reads[i] = k->reads[i].id;
+    t.read_off[i] = k->read_offsets[i];
+  }
+  for (uint32_t i = 0; i < k->write_count; ++i) {
+    t.writes[i] = k->writes[i].id;
+    t.write_off[i] = k->write_offsets[i];
+  }
+  for (uint32_t i = 0; i < t.nreads; ++i)
+    if (t.read_off[i] != UINT32_MAX && t.read_off[i] + 8 > t.kernarg_size)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT, "task '%s': read offset %u lies outside its %u-byte kernarg", name,
+                      t.read_off[i], t.kernarg_size);
+  for (uint32_t i = 0; i < t.nwrites; ++i)
+    if (t.write_off[i] != UINT32_MAX && t.write_off[i] + 8 > t.kernarg_size)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT, "task '%s': write offset %u lies outside its %u-byte kernarg",
+                      name, t.write_off[i], t.kernarg_size);
+  uint32_t id;
+  AQ_RETURN_IF_ERROR(graph_new_task(g, &t, &id));
+  if (out) out->id = id;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_graph_add_host(aq_graph_t *g, const aq_host_task_t *h, aq_task_t *out) {
+  if (!g || !h || !h->fn)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_add_host: graph, task and task->fn are required");
+  const char *name = h->name ? h->name : "host";
+  AQ_RETURN_IF_ERROR(check_tensors(g, name, h->reads, h->read_count, "reads"));
+  AQ_RETURN_IF_ERROR(check_tensors(g, name, h->writes, h->write_count, "writes"));
+  task_t t = {.kind = TASK_HOST, .fn = h->fn, .user = h->user, .nreads = h->read_count,
+              .nwrites = h->write_count, .agent = h->agent, .op = OP_OTHER};
+  snprintf(t.name, sizeof(t.name), "%s", name);
+  memcpy(t.args, h->args, sizeof(t.args));
+  for (uint32_t i = 0; i < h->read_count; ++i) t.reads[i] = h->reads[i].id, t.read_off[i] = UINT32_MAX;
+  for (uint32_t i = 0; i < h->write_count; ++i) t.writes[i] = h->writes[i].id, t.write_off[i] = UINT32_MAX;
+  uint32_t id;
+  AQ_RETURN_IF_ERROR(graph_new_task(g, &t, &id));
+  if (out) out->id = id;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_graph_add_edge(aq_graph_t *g, aq_task_t task, aq_edge_kind_t kind, const aq_task_t *after,
+                                     uint32_t count) {
+  if (!g || (count && !after))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_add_edge: graph and after are required");
+  if (task.id == 0 || task.id > g->ntasks) return aq_error(AQ_ERROR_INVALID_HANDLE, "task %u is not in this graph", task.id);
+  if (kind != AQ_EDGE_AFTER_ALL && kind != AQ_EDGE_AFTER_ANY)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_add_edge: unknown edge kind %d", kind);
+  task_t *t = &g->tasks[task.id - 1];
+  for (uint32_t i = 0; i < count; ++i) {
+    if (after[i].id == 0 || after[i].id > g->ntasks)
+      return aq_error(AQ_ERROR_INVALID_HANDLE, "task '%s': edge to task %u, which is not in this graph", t->name,
+                      after[i].id);
+    if (after[i].id == task.id)
+      return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' cannot run after itself", t->name);
+  }
+  uint32_t **list = kind == AQ_EDGE_AFTER_ALL ? &t->after_all : &t->after_any;
+  uint32_t *n = kind == AQ_EDGE_AFTER_ALL ? &t->nafter_all : &t->nafter_any;
+  uint32_t *grown = realloc(*list, (*n + count) * sizeof(uint32_t));
+  if (!grown && *n + count) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for edges");
+  *list = grown;
+  for (uint32_t i = 0; i < count; ++i) (*list)[(*n)++] = after[i].id - 1;
+  return AQ_OK;
+}

@@ -1,0 +1,86 @@
+/* The scheduler's private structures: what a graph records, and what an
+ * exec keeps to re-run it cheaply. */
+#ifndef AQ_SCHEDULER_GRAPH_INTERNAL_H_
+#define AQ_SCHEDULER_GRAPH_INTERNAL_H_
+
+#include <stdatomic.h>
+
+#include "aquila/code_object.h"
+#include "aquila/graph.h"
+#include "aquila/signal.h"
+
+enum { TASK_KERNARG_MAX = 256, TASK_NAME_MAX = 64 };
+
+typedef enum task_kind { TASK_KERNEL = 1, TASK_HOST = 2 } task_kind_t;
+
+/* What an op task means, for aq_graph_backward. */
+typedef enum op_kind {
+  OP_NONE = 0,
+  OP_MATMUL,
+  OP_RELU,
+  OP_XENT,  /* writes probs and per-row losses */
+  OP_MEAN,  /* the scalar loss of an OP_XENT */
+  OP_OTHER, /* backward and optimizer tasks: not differentiated */
+} op_kind_t;
+
+typedef struct tensor {
+  char name[48];
+  aq_dtype_t dtype;
+  aq_tensor_role_t role;
+  uint32_t rank;
+  int64_t dims[AQ_MAX_RANK];
+  size_t bytes;
+  uint32_t grad; /* gradient tensor id, after backward */
+} tensor_t;
+
+typedef struct task {
+  char name[TASK_NAME_MAX];
+  task_kind_t kind;
+  /* kernel tasks: the op library's (code_object.handle == 0) or a user's */
+  aq_code_object_t code_object;
+  char kernel[64];
+  uint8_t kernarg[TASK_KERNARG_MAX];
+  uint32_t kernarg_size;
+  aq_dispatch_shape_t shape;
+  /* host tasks */
+  aq_host_call_fn_t fn;
+  void *user;
+  uint64_t args[3];
+  /* tensors, and where their addresses go in the kernarg */
+  uint32_t nreads, nwrites;
+  uint32_t reads[AQ_TASK_MAX_TENSORS], writes[AQ_TASK_MAX_TENSORS];
+  uint32_t read_off[AQ_TASK_MAX_TENSORS], write_off[AQ_TASK_MAX_TENSORS];
+  int32_t agent;
+  /* explicit edges */
+  uint32_t *after_all, nafter_all;
+  uint32_t *after_any, nafter_any;
+  /* op semantics */
+  op_kind_t op;
+  uint32_t in[3], out, aux;
+  int trans_a, trans_b, activation;
+} task_t;
+
+struct aq_graph {
+  tensor_t *tensors; /* [0] unused: id 0 is "no tensor" */
+  uint32_t ntensors, cap_tensors;
+  task_t *tasks;
+  uint32_t ntasks, cap_tasks;
+  _Atomic int execs; /* live execs made from it */
+};
+
+/* Appends a tensor / task; the task's id is its index + 1. */
+aq_status_t graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
+                             uint32_t rank, const int64_t *dims, uint32_t *out_id);
+aq_status_t graph_new_task(aq_graph_t *g, const task_t *t, uint32_t *out_id);
+tensor_t *graph_tensor(aq_graph_t *g, aq_tensor_t t); /* NULL if not of g */
+
+/* Adds a kernel task of the op library, with the tensor slots given. */
+typedef struct slot {
+  uint32_t tensor;
+  uint32_t offset; /* in the kernarg; UINT32_MAX if not passed */
+} slot_t;
+aq_status_t graph_op_task(aq_graph_t *g, const char *name, const char *kernel, const void *kernarg,
+                          uint32_t kernarg_size, aq_dispatch_shape_t shape, const slot_t *reads,
+                          uint32_t nreads, const slot_t *writes, uint32_t nwrites, uint32_t *out_task);
+
+#endif /* AQ_SCHEDULER_GRAPH_INTERNAL_H_ */

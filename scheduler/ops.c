@@ -1,0 +1,167 @@
+/* Op calls: each checks its operands' shapes, makes its output tensor and
+ * appends a task running the op library's kernel, with the tensors' address
+ * slots in the kernarg recorded for instantiation to fill in. */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/status.h"
+#include "scheduler/graph_internal.h"
+
+aq_status_t graph_op_task(aq_graph_t *g, const char *name, const char *kernel, const void *kernarg,
+                          uint32_t kernarg_size, aq_dispatch_shape_t shape, const slot_t *reads,
+                          uint32_t nreads, const slot_t *writes, uint32_t nwrites, uint32_t *out_task) {
+  task_t t = {.kind = TASK_KERNEL, .kernarg_size = kernarg_size, .shape = shape, .nreads = nreads,
+              .nwrites = nwrites, .agent = -1, .op = OP_OTHER};
+  snprintf(t.name, sizeof(t.name), "%s", name);
+  snprintf(t.kernel, sizeof(t.kernel), "%s", kernel);
+  memcpy(t.kernarg, kernarg, kernarg_size);
+  for (uint32_t i = 0; i < nreads; ++i) t.reads[i] = reads[i].tensor, t.read_off[i] = reads[i].offset;
+  for (uint32_t i = 0; i < nwrites; ++i) t.writes[i] = writes[i].tensor, t.write_off[i] = writes[i].offset;
+  return graph_new_task(g, &t, out_task);
+}
+
+static aq_status_t operand(aq_graph_t *g, const char *op, aq_tensor_t id, const char *what, aq_dtype_t dtype,
+                           uint32_t rank, tensor_t **out) {
+  tensor_t *t = graph_tensor(g, id);
+  if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: %s is tensor %u, not one of this graph", op, what, id.id);
+  if (t->dtype != dtype || t->rank != rank)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: %s '%s' must be a rank-%u %s tensor (it is rank %u %s)", op,
+                    what, t->name, rank, dtype == AQ_DTYPE_F32 ? "f32" : "i32", t->rank,
+                    t->dtype == AQ_DTYPE_F32 ? "f32" : "i32");
+  *out = t;
+  return AQ_OK;
+}
+
+static task_t *last_task(aq_graph_t *g) { return &g->tasks[g->ntasks - 1]; }
+
+AQ_API aq_status_t aq_op_matmul(aq_graph_t *g, aq_tensor_t a, aq_tensor_t b, aq_tensor_t bias, int trans_a,
+                                int trans_b, aq_activation_t act, aq_tensor_t *out) {
+  if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_matmul: graph and out are required");
+  tensor_t *ta, *tb, *tbias = NULL;
+  AQ_RETURN_IF_ERROR(operand(g, "matmul", a, "a", AQ_DTYPE_F32, 2, &ta));
+  AQ_RETURN_IF_ERROR(operand(g, "matmul", b, "b", AQ_DTYPE_F32, 2, &tb));
+  int64_t m = trans_a ? ta->dims[1] : ta->dims[0], k = trans_a ? ta->dims[0] : ta->dims[1];
+  int64_t kb = trans_b ? tb->dims[1] : tb->dims[0], n = trans_b ? tb->dims[0] : tb->dims[1];
+  if (k != kb)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "matmul: '%s'%s is %lldx%lld but '%s'%s is %lldx%lld: %lld != %lld",
+                    ta->name, trans_a ? "^T" : "", (long long)m, (long long)k, tb->name, trans_b ? "^T" : "",
+                    (long long)kb, (long long)n, (long long)k, (long long)kb);
+  if (bias.id) {
+    AQ_RETURN_IF_ERROR(operand(g, "matmul", bias, "bias", AQ_DTYPE_F32, 1, &tbias));
+    if (tbias->dims[0] != n)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT, "matmul: bias '%s' has %lld entries, the output %lld columns",
+                      tbias->name, (long long)tbias->dims[0], (long long)n);
+  }
+  if (act != AQ_ACTIVATION_NONE && act != AQ_ACTIVATION_RELU)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", act);
+  char name[TASK_NAME_MAX];
+  snprintf(name, sizeof(name), "matmul(%s,%s)", ta->name, tb->name);
+  int64_t dims[2] = {m, n};
+  char oname[48];
+  snprintf(oname, sizeof(oname), "%.40s.out", name + 7);
+  uint32_t o;
+  AQ_RETURN_IF_ERROR(graph_new_tensor(g, oname, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 2, dims, &o));
+  ta = graph_tensor(g, a), tb = graph_tensor(g, b); /* the table may have moved */
+  aq_matmul_args_t args = {.m = m, .n = n, .k = k, .lda = ta->dims[1], .ldb = tb->dims[1], .ldc = n, .batch = 1,
+                           .alpha = 1.0f, .beta = 0.0f, .trans_a = trans_a, .trans_b = trans_b,
+                           .activation = act};
+  slot_t reads[3] = {{a.id, offsetof(aq_matmul_args_t, a)}, {b.id, offsetof(aq_matmul_args_t, b)},
+                     {bias.id, offsetof(aq_matmul_args_t, bias)}};
+  slot_t writes[1] = {{o, offsetof(aq_matmul_args_t, c)}};
+  uint32_t id;
+  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_MATMUL, &args, sizeof(args), aq_matmul_grid(&args), reads,
+                                   bias.id ? 3 : 2, writes, 1, &id));
+  task_t *t = last_task(g);
+  t->op = OP_MATMUL;
+  t->in[0] = a.id, t->in[1] = b.id, t->in[2] = bias.id, t->out = o;
+  t->trans_a = trans_a, t->trans_b = trans_b, t->activation = act;
+  out->id = o;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_op_relu(aq_graph_t *g, aq_tensor_t x, aq_tensor_t *out) {
+  if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_relu: graph and out are required");
+  tensor_t *tx = graph_tensor(g, x);
+  if (!tx) return aq_error(AQ_ERROR_INVALID_HANDLE, "relu: tensor %u is not in this graph", x.id);
+  if (tx->dtype != AQ_DTYPE_F32) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "relu: '%s' is not f32", tx->name);
+  char name[48];
+  snprintf(name, sizeof(name), "relu(%.38s)", tx->name);
+  int64_t dims[AQ_MAX_RANK];
+  memcpy(dims, tx->dims, sizeof(dims));
+  uint32_t rank = tx->rank, o;
+  int64_t n = (int64_t)(tx->bytes / 4);
+  AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, &o));
+  aq_relu_args_t args = {.n = n};
+  slot_t reads[1] = {{x.id, offsetof(aq_relu_args_t, x)}};
+  slot_t writes[1] = {{o, offsetof(aq_relu_args_t, y)}};
+  uint32_t id;
+  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_RELU, &args, sizeof(args), aq_elementwise_grid(n), reads, 1,
+                                   writes, 1, &id));
+  task_t *t = last_task(g);
+  t->op = OP_RELU;
+  t->in[0] = x.id, t->out = o;
+  out->id = o;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_op_softmax_xent(aq_graph_t *g, aq_tensor_t logits, aq_tensor_t labels, aq_tensor_t *out) {
+  if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_softmax_xent: graph and out are required");
+  tensor_t *tl, *ty;
+  AQ_RETURN_IF_ERROR(operand(g, "softmax_xent", logits, "logits", AQ_DTYPE_F32, 2, &tl));
+  AQ_RETURN_IF_ERROR(operand(g, "softmax_xent", labels, "labels", AQ_DTYPE_I32, 1, &ty));
+  int64_t rows = tl->dims[0], classes = tl->dims[1];
+  if (ty->dims[0] != rows)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "softmax_xent: %lld rows of logits '%s' but %lld labels in '%s'",
+                    (long long)rows, tl->name, (long long)ty->dims[0], ty->name);
+  uint32_t probs, losses, loss;
+  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "xent.probs", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 2, (int64_t[]){rows, classes},
+                                      &probs));
+  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "xent.losses", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){rows}, &losses));
+  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "loss", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){1}, &loss));
+  aq_softmax_xent_args_t x = {.rows = rows, .classes = classes};
+  slot_t xr[2] = {{logits.id, offsetof(aq_softmax_xent_args_t, logits)},
+                  {labels.id, offsetof(aq_softmax_xent_args_t, labels)}};
+  slot_t xw[2] = {{probs, offsetof(aq_softmax_xent_args_t, probs)}, {losses, offsetof(aq_softmax_xent_args_t, loss)}};
+  uint32_t id;
+  AQ_RETURN_IF_ERROR(graph_op_task(g, "softmax_xent", AQ_KERNEL_SOFTMAX_XENT, &x, sizeof(x), aq_rows_grid(rows),
+                                   xr, 2, xw, 2, &id));
+  task_t *t = last_task(g);
+  t->op = OP_XENT;
+  t->in[0] = logits.id, t->in[1] = labels.id, t->out = probs, t->aux = losses;
+  aq_mean_args_t m = {.n = rows};
+  slot_t mr[1] = {{losses, offsetof(aq_mean_args_t, x)}};
+  slot_t mw[1] = {{loss, offsetof(aq_mean_args_t, out)}};
+  AQ_RETURN_IF_ERROR(graph_op_task(g, "mean(loss)", AQ_KERNEL_MEAN, &m, sizeof(m),
+                                   (aq_dispatch_shape_t){{1, 1, 1}, {1, 1, 1}}, mr, 1, mw, 1, &id));
+  t = last_task(g);
+  t->op = OP_MEAN;
+  t->in[0] = losses, t->out = loss, t->aux = id - 2; /* index of the xent task */
+  out->id = loss;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_op_sgd(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad, const aq_sgd_options_t *o) {
+  if (!g || !o) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_sgd: graph and options are required");
+  tensor_t *tp = graph_tensor(g, param), *tg = graph_tensor(g, grad);
+  if (!tp || !tg) return aq_error(AQ_ERROR_INVALID_HANDLE, "sgd: parameter or gradient is not in this graph");
+  if (tp->role != AQ_ROLE_PARAMETER)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "sgd: '%s' is not a parameter", tp->name);
+  if (tp->bytes != tg->bytes || tp->dtype != AQ_DTYPE_F32 || tg->dtype != AQ_DTYPE_F32)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "sgd: gradient '%s' does not match parameter '%s'", tg->name, tp->name);
+  if (!(o->lr > 0.0f) || o->momentum < 0.0f || o->weight_decay < 0.0f)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "sgd: lr must be > 0, momentum and weight_decay >= 0");
+  char name[48];
+  snprintf(name, sizeof(name), "velocity(%.36s)", tp->name);
+  int64_t dims[AQ_MAX_RANK];
+  memcpy(dims, tp->dims, sizeof(dims));
+  uint32_t rank = tp->rank, v;
+  int64_t n = (int64_t)(tp->bytes / 4);
+  AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_STATE, rank, dims, &v));
+  aq_sgd_args_t a = {.n = n, .lr = o->lr, .momentum = o->momentum, .weight_decay = o->weight_decay};
+  slot_t reads[3] = {{param.id, UINT32_MAX}, {grad.id, offsetof(aq_sgd_args_t, grad)}, {v, UINT32_MAX}};
+  slot_t writes[2] = {{param.id, offsetof(aq_sgd_args_t, w)}, {v, offsetof(aq_sgd_args_t, velocity)}};
+  snprintf(name, sizeof(name), "sgd(%.40s)", graph_tensor(g, param)->name);
+  uint32_t id;
+  return graph_op_task(g, name, AQ_KERNEL_SGD, &a, sizeof(a), aq_elementwise_grid(n), reads, 3, writes, 2, &id);
+}

@@ -1,0 +1,180 @@
+/* Planning an instantiation: the checks, the dependencies, a topological
+ * order, and placement. Pure graph work: nothing here touches an agent. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/status.h"
+#include "scheduler/plan.h"
+
+static int readable_without_writer(aq_tensor_role_t r) {
+  return r == AQ_ROLE_INPUT || r == AQ_ROLE_PARAMETER || r == AQ_ROLE_CONSTANT || r == AQ_ROLE_STATE;
+}
+
+static aq_status_t add_pred(plan_t *p, uint32_t task, uint32_t pred) {
+  plan_task_t *t = &p->tasks[task];
+  for (uint32_t i = 0; i < t->npreds; ++i)
+    if (t->preds[i] == pred) return AQ_OK;
+  if (t->npreds == t->cap_preds) {
+    uint32_t cap = t->cap_preds ? 2 * t->cap_preds : 4;
+    uint32_t *n = realloc(t->preds, cap * sizeof(*n));
+    if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for dependencies");
+    t->preds = n;
+    t->cap_preds = cap;
+  }
+  t->preds[t->npreds++] = pred;
+  return AQ_OK;
+}
+
+/* RAW, WAR and WAW edges in the order tasks were added, and the check that
+ * nothing is read before it is written. */
+static aq_status_t infer(plan_t *p, aq_graph_t *g) {
+  uint32_t *last_writer = malloc(g->ntensors * sizeof(uint32_t));
+  uint32_t **readers = calloc(g->ntensors, sizeof(uint32_t *));
+  uint32_t *nreaders = calloc(g->ntensors, sizeof(uint32_t)), *capr = calloc(g->ntensors, sizeof(uint32_t));
+  aq_status_t s = last_writer && readers && nreaders && capr ? AQ_OK
+                                                             : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+  for (uint32_t i = 0; s == AQ_OK && i < g->ntensors; ++i) last_writer[i] = UINT32_MAX;
+  for (uint32_t i = 0; s == AQ_OK && i < g->ntasks; ++i) {
+    const task_t *t = &g->tasks[i];
+    for (uint32_t r = 0; s == AQ_OK && r < t->nreads; ++r) {
+      uint32_t x = t->reads[r];
+      if (last_writer[x] != UINT32_MAX) s = add_pred(p, i, last_writer[x]);
+      else if (!readable_without_writer(g->tensors[x].role))
+        s = aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' reads tensor '%s' before any task writes it", t->name,
+                     g->tensors[x].name);
+      if (s == AQ_OK && nreaders[x] == capr[x]) {
+        capr[x] = capr[x] ? 2 * capr[x] : 4;
+        uint32_t *n = realloc(readers[x], capr[x] * sizeof(uint32_t));
+        if (!n) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+        else readers[x] = n;
+      }
+      if (s == AQ_OK) readers[x][nreaders[x]++] = i;
+    }
+    for (uint32_t w = 0; s == AQ_OK && w < t->nwrites; ++w) {
+      uint32_t x = t->writes[w];
+      if (last_writer[x] != UINT32_MAX && last_writer[x] != i) s = add_pred(p, i, last_writer[x]);
+      for (uint32_t r = 0; s == AQ_OK && r < nreaders[x]; ++r)
+        if (readers[x][r] != i) s = add_pred(p, i, readers[x][r]);
+      nreaders[x] = 0;
+      last_writer[x] = i;
+    }
+    for (uint32_t e = 0; s == AQ_OK && e < t->nafter_all; ++e) s = add_pred(p, i, t->after_all[e]);
+  }
+  for (uint32_t i = 0; i < g->ntensors && readers; ++i) free(readers[i]);
+  free(readers), free(nreaders), free(capr), free(last_writer);
+  return s;
+}
+
+/* Kahn's algorithm over successor lists (CSR); a cycle (only explicit edges
+ * can make one) names a task on it. after-any edges order like ordinary ones. */
+static aq_status_t order(plan_t *p, aq_graph_t *g) {
+  uint32_t n = p->ntasks, edges = 0;
+  for (uint32_t i = 0; i < n; ++i) edges += p->tasks[i].npreds + g->tasks[i].nafter_any;
+  uint32_t *indeg = calloc(n + 1, sizeof(uint32_t)), *start = calloc(n + 1, sizeof(uint32_t));
+  uint32_t *succ = malloc((edges ? edges : 1) * sizeof(uint32_t)), *fill = calloc(n + 1, sizeof(uint32_t));
+  aq_status_t s = indeg && start && succ && fill ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
+    indeg[i] = p->tasks[i].npreds + g->tasks[i].nafter_any;
+    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) start[p->tasks[i].preds[j] + 1]++;
+    for (uint32_t j = 0; j < g->tasks[i].nafter_any; ++j) start[g->tasks[i].after_any[j] + 1]++;
+  }
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
+    start[i + 1] += start[i];
+    p->tasks[i].nsuccs = 0;
+  }
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
+    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) {
+      uint32_t q = p->tasks[i].preds[j];
+      succ[start[q] + fill[q]++] = i;
+      p->tasks[q].nsuccs++;
+    }
+    for (uint32_t j = 0; j < g->tasks[i].nafter_any; ++j) {
+      uint32_t q = g->tasks[i].after_any[j];
+      succ[start[q] + fill[q]++] = i;
+    }
+  }
+  uint32_t head = 0, tail = 0;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
+    if (!indeg[i]) p->order[tail++] = i;
+  while (s == AQ_OK && head < tail) {
+    uint32_t t = p->order[head++];
+    for (uint32_t e = start[t]; e < start[t + 1]; ++e)
+      if (--indeg[succ[e]] == 0) p->order[tail++] = succ[e];
+  }
+  if (s == AQ_OK && tail != n) {
+    uint32_t stuck = 0;
+    while (stuck < n && !indeg[stuck]) ++stuck;
+    s = aq_error(AQ_ERROR_INVALID_GRAPH, "the graph has a cycle through task '%s'", g->tasks[stuck].name);
+  }
+  free(indeg), free(start), free(succ), free(fill);
+  return s;
+}
+
+static uint32_t locality_agent(plan_t *p, aq_graph_t *g, uint32_t task, const int32_t *agent_node,
+                               uint32_t nagents) {
+  /* The agent on the node of the agent that produced this task's first
+   * produced input; else spread like round-robin. */
+  const plan_task_t *t = &p->tasks[task];
+  for (uint32_t j = 0; j < t->npreds; ++j) {
+    uint32_t a = p->tasks[t->preds[j]].agent;
+    for (uint32_t c = 0; c < nagents; ++c)
+      if (agent_node[c] == agent_node[a]) return a;
+  }
+  (void)g;
+  return task % nagents;
+}
+
+aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, uint32_t nagents,
+                       const int32_t *agent_node) {
+  memset(p, 0, sizeof(*p));
+  p->ntasks = g->ntasks;
+  p->tasks = calloc(g->ntasks ? g->ntasks : 1, sizeof(plan_task_t));
+  p->order = calloc(g->ntasks ? g->ntasks : 1, sizeof(uint32_t));
+  if (!p->tasks || !p->order) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+  if (g->ntasks == 0) return aq_error(AQ_ERROR_INVALID_GRAPH, "the graph has no tasks");
+  if (nagents == 0) return aq_error(AQ_ERROR_UNAVAILABLE, "no agent can run the graph");
+  AQ_RETURN_IF_ERROR(infer(p, g));
+  AQ_RETURN_IF_ERROR(order(p, g));
+  /* Eager: list scheduling on estimated work, each task to the agent that
+   * frees first; the estimate is the task's work-groups. */
+  double *free_at = calloc(nagents, sizeof(double));
+  if (!free_at) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+  for (uint32_t k = 0; k < p->ntasks; ++k) {
+    uint32_t i = p->order[k];
+    const task_t *t = &g->tasks[i];
+    uint32_t a = 0;
+    if (t->agent >= 0) {
+      if ((uint32_t)t->agent >= nagents) {
+        free(free_at);
+        return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is pinned to agent %d; only %u agents can run it",
+                        t->name, t->agent, nagents);
+      }
+      a = (uint32_t)t->agent;
+    } else if (policy == AQ_SCHED_ROUND_ROBIN) {
+      a = k % nagents;
+    } else if (policy == AQ_SCHED_LOCALITY) {
+      a = locality_agent(p, g, i, agent_node, nagents);
+    } else if (policy == AQ_SCHED_EAGER) {
+      double ready = 0;
+      for (uint32_t j = 0; j < p->tasks[i].npreds; ++j)
+        if (p->tasks[p->tasks[i].preds[j]].finish > ready) ready = p->tasks[p->tasks[i].preds[j]].finish;
+      for (uint32_t c = 1; c < nagents; ++c)
+        if ((free_at[c] > ready ? free_at[c] : ready) < (free_at[a] > ready ? free_at[a] : ready)) a = c;
+      double start = free_at[a] > ready ? free_at[a] : ready;
+      p->tasks[i].finish = start + 1.0 + (double)t->shape.grid[0] * t->shape.grid[1] * t->shape.grid[2] /
+                                             ((double)t->shape.workgroup[0] * t->shape.workgroup[1] *
+                                              t->shape.workgroup[2] + 1.0);
+      free_at[a] = p->tasks[i].finish;
+    }
+    p->tasks[i].agent = a;
+  }
+  free(free_at);
+  return AQ_OK;
+}
+
+void plan_free(plan_t *p) {
+  for (uint32_t i = 0; p->tasks && i < p->ntasks; ++i) free(p->tasks[i].preds);
+  free(p->tasks);
+  free(p->order);
+  memset(p, 0, sizeof(*p));
+}

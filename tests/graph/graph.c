@@ -1,0 +1,274 @@
+/* Task graphs: an MLP's forward, backward and SGD through real agents,
+ * checked against finite differences; multi-agent lowering; every graph
+ * error. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "../runtime/common.h"
+
+static void setup(void) { AQ_ASSERT_OK(aq_init(NULL)); }
+static void teardown(void) { aq_shut_down(); }
+TestSuite(graph, .init = setup, .fini = teardown);
+
+typedef struct mlp {
+  aq_graph_t *g;
+  aq_tensor_t x, y, w1, b1, w2, b2, loss;
+} mlp_t;
+
+enum { B = 13, IN = 9, H = 17, OUT = 5 };
+
+static void build_mlp(mlp_t *m, int with_sgd) {
+  AQ_ASSERT_OK(aq_graph_create(NULL, &m->g));
+  aq_graph_t *g = m->g;
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){B, IN}, &m->x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "y", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){B}, &m->y));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w1", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){IN, H}, &m->w1));
+  AQ_ASSERT_OK(aq_tensor_create(g, "b1", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){H}, &m->b1));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w2", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){OUT, H}, &m->w2));
+  AQ_ASSERT_OK(aq_tensor_create(g, "b2", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){OUT}, &m->b2));
+  aq_tensor_t h, logits;
+  AQ_ASSERT_OK(aq_op_matmul(g, m->x, m->w1, m->b1, 0, 0, AQ_ACTIVATION_RELU, &h));
+  AQ_ASSERT_OK(aq_op_matmul(g, h, m->w2, m->b2, 0, 1, AQ_ACTIVATION_NONE, &logits)); /* w2 stored transposed */
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, m->y, &m->loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, m->loss));
+  if (with_sgd) {
+    aq_tensor_t params[4] = {m->w1, m->b1, m->w2, m->b2};
+    aq_sgd_options_t o = {.lr = 0.5f, .momentum = 0.9f};
+    for (int i = 0; i < 4; ++i) {
+      aq_tensor_t gr;
+      AQ_ASSERT_OK(aq_graph_gradient(g, params[i], &gr));
+      AQ_ASSERT_OK(aq_op_sgd(g, params[i], gr, &o));
+    }
+  }
+}
+
+static void fill(float *v, size_t n, unsigned seed, float scale) {
+  for (size_t i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    v[i] = scale * ((float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f);
+  }
+}
+
+static float run_loss(aq_exec_t *e, mlp_t *m) {
+  AQ_ASSERT_OK(aq_exec_run(e));
+  AQ_ASSERT_OK(aq_exec_wait(e, 30 * SEC));
+  float loss;
+  AQ_ASSERT_OK(aq_exec_read(e, m->loss, &loss, sizeof(loss)));
+  return loss;
+}
+
+static void load_inputs(aq_exec_t *e, mlp_t *m, float *w1, float *b1, float *w2, float *b2) {
+  float x[B * IN];
+  int32_t y[B];
+  fill(x, B * IN, 1, 1.0f);
+  for (int i = 0; i < B; ++i) y[i] = (i * 3) % OUT;
+  AQ_ASSERT_OK(aq_exec_write(e, m->x, x, sizeof(x)));
+  AQ_ASSERT_OK(aq_exec_write(e, m->y, y, sizeof(y)));
+  AQ_ASSERT_OK(aq_exec_write(e, m->w1, w1, IN * H * 4));
+  AQ_ASSERT_OK(aq_exec_write(e, m->b1, b1, H * 4));
+  AQ_ASSERT_OK(aq_exec_write(e, m->w2, w2, OUT * H * 4));
+  AQ_ASSERT_OK(aq_exec_write(e, m->b2, b2, OUT * 4));
+}
+
+static void check_gradients(aq_sched_policy_t policy) {
+  mlp_t m;
+  build_mlp(&m, 0);
+  aq_exec_t *e;
+  aq_exec_options_t o = {.policy = policy};
+  AQ_ASSERT_OK(aq_graph_instantiate(m.g, &o, &e));
+  float w1[IN * H], b1[H], w2[OUT * H], b2[OUT];
+  fill(w1, IN * H, 2, 0.5f), fill(b1, H, 3, 0.1f), fill(w2, OUT * H, 4, 0.5f), fill(b2, OUT, 5, 0.1f);
+  load_inputs(e, &m, w1, b1, w2, b2);
+  run_loss(e, &m);
+  struct { aq_tensor_t p; float *v; int n; } ps[4] = {{m.w1, w1, IN * H}, {m.b1, b1, H}, {m.w2, w2, OUT * H}, {m.b2, b2, OUT}};
+  float grads[4][IN * H > OUT * H ? IN * H : OUT * H];
+  for (int i = 0; i < 4; ++i) {
+    aq_tensor_t gr;
+    AQ_ASSERT_OK(aq_graph_gradient(m.g, ps[i].p, &gr));
+    AQ_ASSERT_OK(aq_exec_read(e, gr, grads[i], (size_t)ps[i].n * 4));
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < ps[i].n; j += 7) {
+      float keep = ps[i].v[j], h = 2e-3f;
+      ps[i].v[j] = keep + h;
+      AQ_ASSERT_OK(aq_exec_write(e, ps[i].p, ps[i].v, (size_t)ps[i].n * 4));
+      float up = run_loss(e, &m);
+      ps[i].v[j] = keep - h;
+      AQ_ASSERT_OK(aq_exec_write(e, ps[i].p, ps[i].v, (size_t)ps[i].n * 4));
+      float down = run_loss(e, &m);
+      ps[i].v[j] = keep;
+      AQ_ASSERT_OK(aq_exec_write(e, ps[i].p, ps[i].v, (size_t)ps[i].n * 4));
+      float fd = (up - down) / (2 * h);
+      cr_assert(fabsf(fd - grads[i][j]) < 3e-3f + 0.03f * fabsf(fd), "param %d[%d]: backward %g, finite difference %g",
+                i, j, grads[i][j], fd);
+    }
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(m.g));
+}
+
+Test(graph, mlp_backward_matches_finite_differences) { check_gradients(AQ_SCHED_EAGER); }
+
+Test(graph, training_lowers_the_loss) {
+  mlp_t m;
+  build_mlp(&m, 1);
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(m.g, NULL, &e));
+  float w1[IN * H], b1[H], w2[OUT * H], b2[OUT];
+  fill(w1, IN * H, 2, 0.5f), fill(b1, H, 3, 0.1f), fill(w2, OUT * H, 4, 0.5f), fill(b2, OUT, 5, 0.1f);
+  load_inputs(e, &m, w1, b1, w2, b2);
+  float first = run_loss(e, &m), last = first;
+  for (int i = 0; i < 60; ++i) last = run_loss(e, &m);
+  cr_assert(last < 0.2f * first, "loss %g -> %g after 60 steps", first, last);
+  aq_exec_info_t info;
+  AQ_ASSERT_OK(aq_exec_get_info(e, &info));
+  cr_assert_eq(info.runs, 61);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(m.g));
+}
+
+Test(graph_numa, four_agents_lower_to_barriers_and_agree) {
+  setenv("HWLOC_SYNTHETIC", "numa:4 core:1 pu:1", 1);
+  AQ_ASSERT_OK(aq_init(NULL));
+  check_gradients(AQ_SCHED_ROUND_ROBIN);
+  mlp_t m;
+  build_mlp(&m, 1);
+  aq_exec_t *e;
+  aq_exec_options_t o = {.policy = AQ_SCHED_ROUND_ROBIN};
+  AQ_ASSERT_OK(aq_graph_instantiate(m.g, &o, &e));
+  aq_exec_info_t info;
+  AQ_ASSERT_OK(aq_exec_get_info(e, &info));
+  cr_assert_eq(info.agents_used, 4);
+  cr_assert_gt(info.barriers, 0, "round-robin over 4 agents crosses queues");
+  AQ_ASSERT_OK(aq_exec_write_dot(e, "/tmp/aq-graph-test.dot"));
+  FILE *f = fopen("/tmp/aq-graph-test.dot", "r");
+  char buf[4096] = "";
+  cr_assert(f && fread(buf, 1, sizeof(buf) - 1, f) > 0);
+  fclose(f);
+  unlink("/tmp/aq-graph-test.dot");
+  cr_assert(strstr(buf, "digraph") && strstr(buf, "barrier-AND") && strstr(buf, "cpu3"), "%s", buf);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(m.g));
+  aq_shut_down();
+}
+
+static aq_status_t count_call(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
+  (void)a2, (void)a3;
+  *(int *)user += (int)a1;
+  return AQ_OK;
+}
+
+static aq_status_t failing_call(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
+  (void)user, (void)a1, (void)a2, (void)a3;
+  return AQ_ERROR_IO;
+}
+
+Test(graph, host_tasks_and_explicit_edges) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  int counter = 0;
+  aq_host_task_t h = {.name = "count", .fn = count_call, .user = &counter, .args = {5}, .agent = -1};
+  aq_task_t t1, t2, t3;
+  AQ_ASSERT_OK(aq_graph_add_host(g, &h, &t1));
+  AQ_ASSERT_OK(aq_graph_add_host(g, &h, &t2));
+  AQ_ASSERT_OK(aq_graph_add_host(g, &h, &t3));
+  AQ_ASSERT_OK(aq_graph_add_edge(g, t3, AQ_EDGE_AFTER_ALL, (aq_task_t[]){t1, t2}, 2));
+  AQ_ASSERT_OK(aq_graph_add_edge(g, t2, AQ_EDGE_AFTER_ANY, (aq_task_t[]){t1}, 1));
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  for (int i = 0; i < 3; ++i) {
+    AQ_ASSERT_OK(aq_exec_run(e));
+    AQ_ASSERT_OK(aq_exec_wait(e, 10 * SEC));
+  }
+  cr_assert_eq(counter, 45);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  /* A cycle through explicit edges is refused, naming a task on it. */
+  AQ_ASSERT_OK(aq_graph_add_edge(g, t1, AQ_EDGE_AFTER_ALL, &t3, 1));
+  cr_assert_eq(aq_graph_instantiate(g, NULL, &e), AQ_ERROR_INVALID_GRAPH);
+  cr_assert(strstr(aq_last_error(), "cycle through task 'count'"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
+Test(graph, a_failing_task_fails_the_run_and_names_itself) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_host_task_t h = {.name = "loader", .fn = failing_call, .agent = -1};
+  AQ_ASSERT_OK(aq_graph_add_host(g, &h, NULL));
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  AQ_ASSERT_OK(aq_exec_run(e));
+  cr_assert_eq(aq_exec_wait(e, 10 * SEC), AQ_ERROR_IO);
+  cr_assert(strstr(aq_last_error(), "task 'loader' failed"), "%s", aq_last_error());
+  /* The exec is still usable. */
+  AQ_ASSERT_OK(aq_exec_run(e));
+  cr_assert_eq(aq_exec_wait(e, 10 * SEC), AQ_ERROR_IO);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
+static aq_status_t slow_call(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
+  (void)user, (void)a1, (void)a2, (void)a3;
+  usleep(50000);
+  return AQ_OK;
+}
+
+Test(graph, bad_graphs_and_misuse_are_clear_errors) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t a, b, c, y, out;
+  AQ_ASSERT_OK(aq_tensor_create(g, "a", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){4, 3}, &a));
+  AQ_ASSERT_OK(aq_tensor_create(g, "b", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){5, 6}, &b));
+  AQ_ASSERT_OK(aq_tensor_create(g, "c", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 2, (int64_t[]){3, 2}, &c));
+  AQ_ASSERT_OK(aq_tensor_create(g, "y", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){4}, &y));
+  cr_assert_eq(aq_op_matmul(g, a, b, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &out), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "'a'") && strstr(aq_last_error(), "'b'"), "%s", aq_last_error());
+  cr_assert_eq(aq_op_softmax_xent(g, a, a, &out), AQ_ERROR_INVALID_ARGUMENT, "labels must be i32");
+  cr_assert_eq(aq_op_relu(g, (aq_tensor_t){999}, &out), AQ_ERROR_INVALID_HANDLE);
+  cr_assert_eq(aq_tensor_create(g, "z", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){4, 0}, &out),
+               AQ_ERROR_INVALID_ARGUMENT);
+  /* c is read before anything writes it. */
+  AQ_ASSERT_OK(aq_op_matmul(g, a, c, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &out));
+  aq_exec_t *e;
+  cr_assert_eq(aq_graph_instantiate(g, NULL, &e), AQ_ERROR_INVALID_GRAPH);
+  cr_assert(strstr(aq_last_error(), "reads tensor 'c' before any task writes it"), "%s", aq_last_error());
+  cr_assert_eq(aq_graph_backward(g, out), AQ_ERROR_INVALID_GRAPH);
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+
+  /* A live exec keeps its graph; runs never overlap; sizes must match. */
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "a", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){4, 3}, &a));
+  AQ_ASSERT_OK(aq_op_relu(g, a, &out));
+  aq_host_task_t h = {.name = "slow", .fn = slow_call, .agent = -1, .read_count = 1, .reads = {out}};
+  AQ_ASSERT_OK(aq_graph_add_host(g, &h, NULL));
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  cr_assert_eq(aq_graph_destroy(g), AQ_ERROR_BUSY);
+  float buf[12] = {0};
+  cr_assert_eq(aq_exec_write(e, a, buf, 8), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "holds 48 bytes, not 8"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_exec_write(e, a, buf, sizeof(buf)));
+  AQ_ASSERT_OK(aq_exec_run(e));
+  cr_assert_eq(aq_exec_run(e), AQ_ERROR_BUSY);
+  cr_assert_eq(aq_exec_write(e, a, buf, sizeof(buf)), AQ_ERROR_BUSY);
+  cr_assert_eq(aq_exec_destroy(e), AQ_ERROR_BUSY);
+  AQ_ASSERT_OK(aq_exec_wait(e, 10 * SEC));
+  AQ_ASSERT_OK(aq_exec_run(e));
+  AQ_ASSERT_OK(aq_exec_wait(e, 10 * SEC));
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+
+  /* A pinned task on an agent that does not exist; a kernel no agent has. */
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  h = (aq_host_task_t){.name = "pinned", .fn = slow_call, .agent = 7};
+  AQ_ASSERT_OK(aq_graph_add_host(g, &h, NULL));
+  cr_assert_eq(aq_graph_instantiate(g, NULL, &e), AQ_ERROR_INVALID_GRAPH);
+  cr_assert(strstr(aq_last_error(), "pinned to agent 7"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_kernel_task_t k = {.name = "mystery", .kernel = "no_such_kernel", .agent = -1,
+                        .shape = {{1, 1, 1}, {1, 1, 1}}};
+  AQ_ASSERT_OK(aq_graph_add_kernel(g, &k, NULL));
+  cr_assert_eq(aq_graph_instantiate(g, NULL, &e), AQ_ERROR_INVALID_GRAPH);
+  cr_assert(strstr(aq_last_error(), "lacks kernel 'no_such_kernel'"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
