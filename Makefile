@@ -37,6 +37,7 @@ PKG_LIBS   = $(shell pkg-config --libs hwloc numa 2>/dev/null) -ldl -lm
 CRIT_LIBS  = $(shell pkg-config --libs criterion 2>/dev/null)
 BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS  = $(shell pkg-config --libs openblas 2>/dev/null)
+ZLIB_LIBS  = $(shell pkg-config --libs zlib 2>/dev/null)
 
 DEPS_OK := $(BUILD)/.deps-ok
 LIBDIR  := $(BUILD)/lib
@@ -103,9 +104,9 @@ $(1): $$(patsubst %.c,$(OBJDIR)/%.o,$$(wildcard $(2)/*.c)) $(LIB_SO)
 	@mkdir -p $$(@D)
 	$(CC) $(LDFLAGS) -o $$@ $$(filter %.o,$$^) -L$(LIBDIR) -laquila $(RPATH) $(3)
 endef
-$(foreach t,$(TOOLS),$(eval $(call program,$(BINDIR)/$(t),tools/$(t),$$(PKG_LIBS) $$(BLAS_LIBS))))
-$(foreach e,$(EXAMPLES),$(eval $(call program,$(BUILD)/examples/$(e),examples/$(e),$$(PKG_LIBS))))
-$(foreach t,$(TESTS),$(eval $(call program,$(BUILD)/tests/$(t),tests/$(t),$$(CRIT_LIBS) $$(PKG_LIBS) $$(BLAS_LIBS))))
+$(foreach t,$(TOOLS),$(eval $(call program,$(BINDIR)/$(t),tools/$(t),$$(PKG_LIBS) $$(BLAS_LIBS) $$(ZLIB_LIBS))))
+$(foreach e,$(EXAMPLES),$(eval $(call program,$(BUILD)/examples/$(e),examples/$(e),$$(PKG_LIBS) $$(ZLIB_LIBS))))
+$(foreach t,$(TESTS),$(eval $(call program,$(BUILD)/tests/$(t),tests/$(t),$$(CRIT_LIBS) $$(PKG_LIBS) $$(BLAS_LIBS) $$(ZLIB_LIBS))))
 # The thread stress program is plain C: ThreadSanitizer cannot run Criterion.
 STRESS_BIN := $(BUILD)/tests/stress
 $(eval $(call program,$(STRESS_BIN),tests/stress,$$(PKG_LIBS)))

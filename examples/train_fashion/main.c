@@ -1,0 +1,159 @@
+/* train_fashion: Fashion-MNIST training on whatever agents exist.
+ *
+ *   train_fashion [--model mlp] [--epochs 10] [--batch 256] [--lr 0.1]
+ *                 [--momentum 0.9] [--seed 1] [--placement auto|cpu|eager|round-robin|locality]
+ *                 [--data DIR] [--out DIR] [--dot FILE] [--trace FILE]
+ *
+ * Prints a progress bar per epoch and the test accuracy after each; writes
+ * DIR/metrics.csv and DIR/training.svg (loss and accuracy per epoch). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "fashion_data.h"
+#include "report.h"
+#include "trainer.h"
+
+typedef struct args {
+  trainer_options_t t;
+  int epochs;
+  const char *data, *out, *dot, *trace, *placement;
+} args_t;
+
+static int usage(const char *why) {
+  if (why) fprintf(stderr, "train_fashion: %s\n", why);
+  fprintf(stderr,
+          "usage: train_fashion [--model mlp] [--epochs N] [--batch N] [--lr X] [--momentum X] [--seed N]\n"
+          "                     [--placement auto|cpu|eager|round-robin|locality] [--data DIR] [--out DIR]\n"
+          "                     [--dot FILE] [--trace FILE]\n");
+  return 2;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int parse(int argc, char **argv, args_t *a) {
+  *a = (args_t){.t = {.model = "mlp", .batch = 256, .hidden = 1024, .lr = 0.1f, .momentum = 0.9f, .seed = 1},
+                .epochs = 10, .data = FASHION_DEFAULT_DIR, .out = "fashion-run", .placement = "auto"};
+  for (int i = 1; i < argc; ++i) {
+    const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(k, "--help") || !strcmp(k, "-h")) return usage(NULL) - 2 + 1;
+    if (!v || strncmp(k, "--", 2)) return usage("every option takes a value");
+    char *end = NULL;
+    errno = 0;
+    if (!strcmp(k, "--model")) a->t.model = v;
+    else if (!strcmp(k, "--epochs")) a->epochs = (int)strtol(v, &end, 10);
+    else if (!strcmp(k, "--batch")) a->t.batch = (uint32_t)strtoul(v, &end, 10);
+    else if (!strcmp(k, "--lr")) a->t.lr = strtof(v, &end);
+    else if (!strcmp(k, "--momentum")) a->t.momentum = strtof(v, &end);
+    else if (!strcmp(k, "--seed")) a->t.seed = strtoull(v, &end, 10);
+    else if (!strcmp(k, "--hidden")) a->t.hidden = (uint32_t)strtoul(v, &end, 10);
+    else if (!strcmp(k, "--placement")) a->placement = v;
+    else if (!strcmp(k, "--data")) a->data = v;
+    else if (!strcmp(k, "--out")) a->out = v;
+    else if (!strcmp(k, "--dot")) a->dot = v;
+    else if (!strcmp(k, "--trace")) a->trace = v;
+    else return usage("unknown option");
+    if (end && (*end || errno)) {
+      fprintf(stderr, "train_fashion: %s: '%s' is not a number\n", k, v);
+      return 2;
+    }
+    ++i;
+  }
+  if (a->epochs < 1) return usage("--epochs must be at least 1");
+  const char *p = a->placement;
+  a->t.policy = !strcmp(p, "auto") || !strcmp(p, "eager") || !strcmp(p, "cpu") ? AQ_SCHED_EAGER
+                : !strcmp(p, "round-robin")                                    ? AQ_SCHED_ROUND_ROBIN
+                : !strcmp(p, "locality")                                       ? AQ_SCHED_LOCALITY
+                                                                               : AQ_SCHED_DEFAULT;
+  if (a->t.policy == AQ_SCHED_DEFAULT) {
+    fprintf(stderr, "train_fashion: --placement %s: this build places on CPU agents (auto, cpu, eager, "
+                    "round-robin, locality); no GPU agent is built yet\n", p);
+    return 2;
+  }
+  if (a->trace) {
+    fprintf(stderr, "train_fashion: --trace: tracing is not built into this Aquila yet\n");
+    return 2;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  args_t a;
+  int rc = parse(argc, argv, &a);
+  if (rc) return rc == -1 ? 0 : rc;
+  char err[512];
+  fashion_set_t train, test;
+  if (fashion_load(a.data, "train", &train, err, sizeof(err)) || fashion_load(a.data, "t10k", &test, err, sizeof(err))) {
+    fprintf(stderr, "train_fashion: %s\n", err);
+    return 1;
+  }
+  aq_status_t s = aq_init(NULL);
+  if (s != AQ_OK) {
+    fprintf(stderr, "train_fashion: aq_init: %s\n", aq_last_error());
+    return 1;
+  }
+  size_t nagents;
+  aq_agents(NULL, 0, &nagents);
+  trainer_t *t;
+  double t0 = now_s();
+  s = trainer_create(&a.t, &train, &test, &t);
+  if (s != AQ_OK) {
+    fprintf(stderr, "train_fashion: %s\n", trainer_error(s));
+    return 1;
+  }
+  fprintf(stderr, "train_fashion: %s %u-%u-%u-%d on %zu agent%s, batch %u, %u steps/epoch (built in %.2f s)\n",
+          a.t.model, 784, a.t.hidden, a.t.hidden, FASHION_CLASSES, nagents, nagents == 1 ? "" : "s", a.t.batch,
+          trainer_steps_per_epoch(t), now_s() - t0);
+  if (a.dot) {
+    if (aq_exec_write_dot(trainer_exec(t), a.dot) == AQ_OK) fprintf(stderr, "train_fashion: graph in %s\n", a.dot);
+    else fprintf(stderr, "train_fashion: --dot: %s\n", aq_last_error());
+  }
+  report_epoch_t *hist = calloc((size_t)a.epochs, sizeof(*hist));
+  uint32_t steps = trainer_steps_per_epoch(t);
+  for (int ep = 0; ep < a.epochs && s == AQ_OK; ++ep) {
+    trainer_begin_epoch(t, (uint32_t)ep);
+    double start = now_s(), loss_sum = 0;
+    float loss = 0;
+    for (uint32_t i = 0; i < steps && s == AQ_OK; ++i) {
+      s = trainer_step(t, &loss);
+      loss_sum += loss;
+      double el = now_s() - start;
+      report_progress(ep + 1, a.epochs, i + 1, steps, (i + 1) / (el > 0 ? el : 1e-9), loss_sum / (i + 1));
+    }
+    report_progress_done();
+    if (s != AQ_OK) break;
+    double secs = now_s() - start, acc = 0;
+    s = trainer_evaluate(t, &acc);
+    hist[ep] = (report_epoch_t){ep + 1, loss_sum / steps, acc, secs * 1e6 / steps, secs};
+    printf("epoch %d: loss %.4f, test accuracy %.2f%%, %.0f us/step, %.1f s\n", ep + 1, hist[ep].train_loss,
+           100 * acc, hist[ep].us_per_step, secs);
+    fflush(stdout);
+  }
+  if (s != AQ_OK) {
+    fprintf(stderr, "train_fashion: training failed: %s\n", trainer_error(s));
+    return 1;
+  }
+  mkdir(a.out, 0755);
+  char csv[1024], svg[1024];
+  snprintf(csv, sizeof(csv), "%s/metrics.csv", a.out);
+  snprintf(svg, sizeof(svg), "%s/training.svg", a.out);
+  char title[128];
+  snprintf(title, sizeof(title), "Fashion-MNIST %s, batch %u, lr %g (Aquila)", a.t.model, a.t.batch, a.t.lr);
+  if (report_write_csv(csv, hist, a.epochs) || report_write_svg(svg, title, hist, a.epochs))
+    fprintf(stderr, "train_fashion: cannot write %s/: %s\n", a.out, strerror(errno));
+  else
+    printf("metrics: %s, plot: %s\n", csv, svg);
+  free(hist);
+  trainer_destroy(t);
+  fashion_free(&train);
+  fashion_free(&test);
+  aq_shut_down();
+  return 0;
+}

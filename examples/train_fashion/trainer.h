@@ -1,0 +1,41 @@
+/* The training job, as a small API the example and `aq-bench train` share:
+ * it builds the model's task graph (the batch loader is a host task of the
+ * same graph), instantiates it, and runs steps and evaluations. */
+#ifndef AQ_EXAMPLES_TRAINER_H_
+#define AQ_EXAMPLES_TRAINER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "aquila/aquila.h"
+#include "fashion_data.h"
+
+typedef struct trainer_options {
+  const char *model;        /* "mlp" */
+  uint32_t batch;           /* 256 */
+  uint32_t hidden;          /* 1024 */
+  float lr, momentum, weight_decay;
+  uint64_t seed;
+  aq_sched_policy_t policy; /* placement */
+} trainer_options_t;
+
+typedef struct trainer trainer_t;
+
+/* Returns AQ_OK or an error; trainer_error() says what was wrong. */
+aq_status_t trainer_create(const trainer_options_t *o, const fashion_set_t *train, const fashion_set_t *test,
+                           trainer_t **out);
+void trainer_destroy(trainer_t *t);
+const char *trainer_error(aq_status_t status);
+
+uint32_t trainer_steps_per_epoch(const trainer_t *t);
+/* Shuffles the training set for this epoch (seeded: the same seed, the same
+ * order). */
+void trainer_begin_epoch(trainer_t *t, uint32_t epoch);
+/* One step: load the next batch, forward, backward, update. */
+aq_status_t trainer_step(trainer_t *t, float *out_loss);
+/* Test-set accuracy with the current parameters. */
+aq_status_t trainer_evaluate(trainer_t *t, double *out_accuracy);
+/* The training exec, for DOT dumps and statistics. */
+aq_exec_t *trainer_exec(trainer_t *t);
+
+#endif
