@@ -121,7 +121,7 @@ $(LIBDIR)/pkgconfig/aquila.pc: Makefile
 	@mkdir -p $(@D)
 	$(call write_pc,$(CURDIR),$(abspath $(LIBDIR)),$(CURDIR)/include,$@)
 
--include $(wildcard */module.mk)
+-include $(wildcard */module.mk */*/module.mk)
 
 # Test programs and code objects the tests load.
 TEST_DATA :=

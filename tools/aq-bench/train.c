@@ -1,0 +1,79 @@
+/* aq-bench train: the Fashion-MNIST training step of examples/train_fashion,
+ * timed. One JSON line per epoch plus a summary line with the median step
+ * time over all epochs' steps after the first (warm-up) epoch's first steps.
+ * The peer, PyTorch eager, runs from shared/reference/torch_fashion_mlp.py in
+ * the same device call (aq-bench does not embed Python).
+ * Options: --epochs N (default 1), --batch N (256), --threads (informational:
+ * workers come from AQ_CPU_WORKERS), --data DIR, --steps N (cap per epoch). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../examples/train_fashion/trainer.h"
+#include "bench.h"
+
+int aq_bench_train(int argc, char **argv) {
+  int epochs = (int)bench_arg_int(argc, argv, "epochs", 1);
+  const char *data = bench_arg(argc, argv, "data");
+  long cap = bench_arg_int(argc, argv, "steps", 0);
+  trainer_options_t o = {.model = "mlp", .batch = (uint32_t)bench_arg_int(argc, argv, "batch", 256),
+                         .hidden = 1024, .lr = 0.1f, .momentum = 0.9f, .seed = 1, .policy = AQ_SCHED_EAGER};
+  fashion_set_t train, test;
+  char err[512];
+  if (fashion_load(data ? data : FASHION_DEFAULT_DIR, "train", &train, err, sizeof(err)) ||
+      fashion_load(data ? data : FASHION_DEFAULT_DIR, "t10k", &test, err, sizeof(err))) {
+    fprintf(stderr, "aq-bench train: %s\n", err);
+    return 1;
+  }
+  if (aq_init(NULL) != AQ_OK) {
+    fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
+    return 1;
+  }
+  aq_agent_t agent;
+  size_t n;
+  aq_agents(&agent, 1, &n);
+  aq_agent_info_t info;
+  aq_agent_get_info(agent, &info);
+  trainer_t *t;
+  aq_status_t s = trainer_create(&o, &train, &test, &t);
+  if (s != AQ_OK) {
+    fprintf(stderr, "aq-bench train: %s\n", trainer_error(s));
+    return 1;
+  }
+  uint32_t steps = trainer_steps_per_epoch(t);
+  if (cap > 0 && (uint32_t)cap < steps) steps = (uint32_t)cap;
+  double *us = calloc((size_t)steps * (size_t)epochs, sizeof(double));
+  size_t nus = 0;
+  for (int ep = 0; ep < epochs && s == AQ_OK; ++ep) {
+    trainer_begin_epoch(t, (uint32_t)ep);
+    float loss = 0;
+    double *ep_us = calloc(steps, sizeof(double));
+    for (uint32_t i = 0; i < steps && s == AQ_OK; ++i) {
+      uint64_t t0 = bench_now_ns();
+      s = trainer_step(t, &loss);
+      ep_us[i] = (double)(bench_now_ns() - t0) / 1e3;
+      if (ep > 0 || i >= 5) us[nus++] = ep_us[i]; /* the first steps warm up */
+    }
+    double acc = 0;
+    if (s == AQ_OK) s = trainer_evaluate(t, &acc);
+    if (s != AQ_OK) break;
+    bench_json_t j;
+    bench_json_begin(&j, "train", "aquila");
+    bench_json_str(&j, "model", "mlp");
+    bench_json_str(&j, "placement", "cpu");
+    bench_json_int(&j, "batch", o.batch);
+    bench_json_int(&j, "threads", info.compute_units);
+    bench_json_int(&j, "epoch", ep + 1);
+    bench_json_num(&j, "us_per_step", bench_median(ep_us, steps));
+    bench_json_num(&j, "loss", loss);
+    bench_json_num(&j, "test_acc", acc);
+    bench_json_int(&j, "reps", steps);
+    bench_json_end(&j);
+    free(ep_us);
+  }
+  if (s != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", trainer_error(s));
+  free(us);
+  trainer_destroy(t);
+  fashion_free(&train), fashion_free(&test);
+  aq_shut_down();
+  return s == AQ_OK ? 0 : 1;
+}
