@@ -11,7 +11,7 @@
 #include "runtime/status.h"
 #include "scheduler/plan.h"
 
-enum { EXEC_AGENTS_MAX = 64, PKT = 64 };
+enum { EXEC_AGENTS_MAX = 64, EXEC_LANES_MAX = 256, LANES_PER_AGENT_MAX = 16, PKT = 64 };
 
 typedef struct stream {
   aq_queue_t queue;
@@ -28,7 +28,10 @@ struct aq_exec {
   uint32_t nagents;
   aq_agent_t agents[EXEC_AGENTS_MAX];
   char agent_names[EXEC_AGENTS_MAX][AQ_NAME_MAX];
-  stream_t streams[EXEC_AGENTS_MAX];
+  int32_t agent_node[EXEC_AGENTS_MAX];
+  uint32_t nlanes;
+  uint32_t lane_agent[EXEC_LANES_MAX];
+  stream_t streams[EXEC_LANES_MAX]; /* one queue per lane */
   void **buffers;      /* per tensor id */
   void **kernargs;     /* per task */
   aq_signal_t *signals;/* per task */
@@ -49,6 +52,11 @@ static aq_status_t pick_agents(aq_exec_t *e) {
     if (info.kind != AQ_AGENT_KIND_CPU || !info.usable) continue;
     e->agents[e->nagents] = all[i];
     snprintf(e->agent_names[e->nagents], AQ_NAME_MAX, "%s", info.name);
+    e->agent_node[e->nagents] = info.numa_node;
+    /* A lane per worker: independent tasks run side by side. */
+    uint32_t lanes = info.compute_units ? info.compute_units : 1;
+    if (lanes > LANES_PER_AGENT_MAX) lanes = LANES_PER_AGENT_MAX;
+    for (uint32_t k = 0; k < lanes && e->nlanes < EXEC_LANES_MAX; ++k) e->lane_agent[e->nlanes++] = e->nagents;
     e->nagents++;
   }
   return AQ_OK;
@@ -83,9 +91,9 @@ static aq_status_t plan_memory(aq_exec_t *e) {
     uint32_t t = e->plan.order[k];
     const task_t *task = &g->tasks[t];
     for (uint32_t r = 0; r < task->nreads; ++r)
-      if (home[task->reads[r]] == UINT32_MAX) home[task->reads[r]] = e->plan.tasks[t].agent;
+      if (home[task->reads[r]] == UINT32_MAX) home[task->reads[r]] = e->lane_agent[e->plan.tasks[t].lane];
     for (uint32_t w = 0; w < task->nwrites; ++w)
-      if (home[task->writes[w]] == UINT32_MAX) home[task->writes[w]] = e->plan.tasks[t].agent;
+      if (home[task->writes[w]] == UINT32_MAX) home[task->writes[w]] = e->lane_agent[e->plan.tasks[t].lane];
   }
   aq_status_t s = AQ_OK;
   for (uint32_t i = 1; s == AQ_OK && i < g->ntensors; ++i) {
@@ -132,7 +140,7 @@ static aq_status_t push_barrier(aq_exec_t *e, stream_t *st, hsa_packet_type_t ty
 static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kernel_dispatch_packet_t *p) {
   aq_graph_t *g = e->graph;
   const task_t *task = &g->tasks[t];
-  uint32_t a = e->plan.tasks[t].agent;
+  uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
   aq_code_object_t co = task->code_object.handle ? task->code_object : e->ops;
   aq_kernel_info_t k;
   if (aq_code_object_find_kernel(co, task->kernel, e->agents[a], &k) != AQ_OK)
@@ -173,13 +181,13 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
   aq_graph_t *g = e->graph;
   const task_t *task = &g->tasks[t];
   const plan_task_t *pt = &e->plan.tasks[t];
-  stream_t *st = &e->streams[pt->agent];
+  stream_t *st = &e->streams[pt->lane];
   aq_signal_t deps[5], none = {0};
   uint32_t nd = 0;
   int same_queue = 0;
   for (uint32_t j = 0; j < pt->npreds; ++j) {
     uint32_t q = pt->preds[j];
-    if (e->plan.tasks[q].agent == pt->agent) {
+    if (e->plan.tasks[q].lane == pt->lane) {
       same_queue = 1;
       continue;
     }
@@ -222,7 +230,7 @@ static aq_status_t lower(aq_exec_t *e, uint32_t queue_size) {
   AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->done));
   for (uint32_t k = 0; k < e->plan.ntasks; ++k) AQ_RETURN_IF_ERROR(lower_task(e, e->plan.order[k]));
   aq_signal_t none = {0};
-  for (uint32_t a = 0; a < e->nagents; ++a) {
+  for (uint32_t a = 0; a < e->nlanes; ++a) {
     stream_t *st = &e->streams[a];
     if (!st->npackets) continue;
     /* The end of the stream: a barrier (bit set) that counts the queue done. */
@@ -232,13 +240,13 @@ static aq_status_t lower(aq_exec_t *e, uint32_t queue_size) {
     uint32_t size = queue_size ? queue_size : 64;
     while (size < st->npackets) size *= 2;
     aq_queue_options_t qo = {.size = size};
-    aq_status_t s = aq_queue_create(e->agents[a], &qo, &st->queue);
+    aq_status_t s = aq_queue_create(e->agents[e->lane_agent[a]], &qo, &st->queue);
     if (s != AQ_OK) return s;
     aq_queue_info_t info;
     AQ_RETURN_IF_ERROR(aq_queue_get_info(st->queue, &info));
     if (info.size < st->npackets)
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "queue_size %u cannot hold the %u packets of one run on %s",
-                      info.size, st->npackets, e->agent_names[a]);
+                      info.size, st->npackets, e->agent_names[e->lane_agent[a]]);
     st->ring = info.base_address;
     st->size = info.size;
     e->queues_used++;
@@ -267,13 +275,8 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   e->graph = g;
   atomic_fetch_add(&g->execs, 1);
   aq_status_t s = pick_agents(e);
-  int32_t nodes[EXEC_AGENTS_MAX];
-  for (uint32_t i = 0; s == AQ_OK && i < e->nagents; ++i) {
-    aq_agent_info_t info;
-    s = aq_agent_get_info(e->agents[i], &info);
-    nodes[i] = info.numa_node;
-  }
-  if (s == AQ_OK) s = plan_build(&e->plan, g, policy_from(options), e->nagents, nodes);
+  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->agent_node};
+  if (s == AQ_OK) s = plan_build(&e->plan, g, policy_from(options), &lanes);
   if (s == AQ_OK) s = aq_code_object_load("kernels-cpu.so", &e->ops);
   if (s == AQ_OK) s = plan_memory(e);
   if (s == AQ_OK) s = lower(e, options ? options->queue_size : 0);
@@ -295,7 +298,7 @@ static int finished(aq_exec_t *e) {
 AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_destroy: exec is NULL");
   if (!finished(e)) return aq_error(AQ_ERROR_BUSY, "the exec's run is still in flight; wait for it first");
-  for (uint32_t a = 0; a < EXEC_AGENTS_MAX; ++a) {
+  for (uint32_t a = 0; a < EXEC_LANES_MAX; ++a) {
     if (e->streams[a].queue.handle) aq_queue_destroy(e->streams[a].queue);
     free(e->streams[a].packets);
   }
@@ -325,7 +328,7 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
   AQ_RETURN_IF_ERROR(aq_signal_store(e->done, e->queues_used));
   e->in_flight = 1;
   e->runs++;
-  for (uint32_t a = 0; a < e->nagents; ++a) {
+  for (uint32_t a = 0; a < e->nlanes; ++a) {
     stream_t *st = &e->streams[a];
     if (!st->npackets) continue;
     uint64_t first;
@@ -402,8 +405,12 @@ AQ_API aq_status_t aq_exec_tensor_data(aq_exec_t *e, aq_tensor_t tensor, void **
 
 AQ_API aq_status_t aq_exec_get_info(aq_exec_t *e, aq_exec_info_t *info) {
   if (!e || !info) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_get_info: exec and info are required");
+  uint8_t used[EXEC_AGENTS_MAX] = {0};
+  uint32_t agents_used = 0;
+  for (uint32_t a = 0; a < e->nlanes; ++a)
+    if (e->streams[a].npackets && !used[e->lane_agent[a]]++) agents_used++;
   *info = (aq_exec_info_t){.tasks = e->graph->ntasks, .packets = e->packets, .barriers = e->barriers,
-                           .agents_used = e->queues_used, .runs = e->runs, .bytes = e->bytes};
+                           .agents_used = agents_used, .queues = e->queues_used, .runs = e->runs, .bytes = e->bytes};
   return AQ_OK;
 }
 
@@ -416,14 +423,15 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
     const plan_task_t *pt = &e->plan.tasks[t];
-    fprintf(f, "  t%u [label=\"%s\\n%s on %s\\nest. %.1f\"];\n", t, task->name,
-            task->kind == TASK_HOST ? "host call" : task->kernel, e->agent_names[pt->agent], pt->finish);
+    fprintf(f, "  t%u [label=\"%s\\n%s on %s, lane %u\\nest. finish %.1f\"];\n", t, task->name,
+            task->kind == TASK_HOST ? "host call" : task->kernel, e->agent_names[e->lane_agent[pt->lane]], pt->lane,
+            pt->finish);
   }
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const plan_task_t *pt = &e->plan.tasks[t];
     for (uint32_t j = 0; j < pt->npreds; ++j)
       fprintf(f, "  t%u -> t%u%s;\n", pt->preds[j], t,
-              e->plan.tasks[pt->preds[j]].agent != pt->agent ? " [style=dashed, label=\"barrier-AND\"]" : "");
+              e->plan.tasks[pt->preds[j]].lane != pt->lane ? " [style=dashed, label=\"barrier-AND\"]" : "");
     for (uint32_t j = 0; j < g->tasks[t].nafter_any; ++j)
       fprintf(f, "  t%u -> t%u [style=dotted, label=\"barrier-OR\"];\n", g->tasks[t].after_any[j], t);
   }

@@ -110,63 +110,78 @@ static aq_status_t order(plan_t *p, aq_graph_t *g) {
   return s;
 }
 
-static uint32_t locality_agent(plan_t *p, aq_graph_t *g, uint32_t task, const int32_t *agent_node,
-                               uint32_t nagents) {
-  /* The agent on the node of the agent that produced this task's first
-   * produced input; else spread like round-robin. */
-  const plan_task_t *t = &p->tasks[task];
-  for (uint32_t j = 0; j < t->npreds; ++j) {
-    uint32_t a = p->tasks[t->preds[j]].agent;
-    for (uint32_t c = 0; c < nagents; ++c)
-      if (agent_node[c] == agent_node[a]) return a;
+/* What a task costs, in the estimate's units: its work-groups (an empty
+ * task is 1), and what a cross-lane edge adds (a barrier packet and a
+ * signal hop, about one task). */
+static double task_cost(const task_t *t) {
+  double groups = 1.0;
+  for (int d = 0; d < 3; ++d) {
+    uint32_t wg = t->shape.workgroup[d] ? t->shape.workgroup[d] : 1, gr = t->shape.grid[d] ? t->shape.grid[d] : 1;
+    groups *= (gr + wg - 1) / wg;
   }
-  (void)g;
-  return task % nagents;
+  return t->kind == TASK_HOST ? 1.0 : groups;
+}
+enum { CROSS_LANE_COST = 1 };
+
+/* Earliest finish over the allowed lanes: HEFT's rule with the estimate
+ * above; a tie keeps the lane of a producer. */
+static uint32_t earliest(plan_t *p, uint32_t task, const plan_lanes_t *l, const double *free_at, int32_t agent_only,
+                         int32_t node_only, double *out_finish, double cost) {
+  const plan_task_t *t = &p->tasks[task];
+  uint32_t best = UINT32_MAX;
+  double best_start = 0;
+  for (uint32_t c = 0; c < l->nlanes; ++c) {
+    if (agent_only >= 0 && l->lane_agent[c] != (uint32_t)agent_only) continue;
+    if (node_only >= 0 && l->agent_node[l->lane_agent[c]] != node_only) continue;
+    double ready = 0;
+    for (uint32_t j = 0; j < t->npreds; ++j) {
+      const plan_task_t *q = &p->tasks[t->preds[j]];
+      double r = q->finish + (q->lane == c ? 0 : CROSS_LANE_COST);
+      if (r > ready) ready = r;
+    }
+    double start = free_at[c] > ready ? free_at[c] : ready;
+    if (best == UINT32_MAX || start < best_start) best = c, best_start = start;
+  }
+  *out_finish = best_start + cost;
+  return best;
 }
 
-aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, uint32_t nagents,
-                       const int32_t *agent_node) {
+aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const plan_lanes_t *l) {
   memset(p, 0, sizeof(*p));
   p->ntasks = g->ntasks;
   p->tasks = calloc(g->ntasks ? g->ntasks : 1, sizeof(plan_task_t));
   p->order = calloc(g->ntasks ? g->ntasks : 1, sizeof(uint32_t));
   if (!p->tasks || !p->order) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
   if (g->ntasks == 0) return aq_error(AQ_ERROR_INVALID_GRAPH, "the graph has no tasks");
-  if (nagents == 0) return aq_error(AQ_ERROR_UNAVAILABLE, "no agent can run the graph");
+  if (l->nlanes == 0) return aq_error(AQ_ERROR_UNAVAILABLE, "no agent can run the graph");
   AQ_RETURN_IF_ERROR(infer(p, g));
   AQ_RETURN_IF_ERROR(order(p, g));
-  /* Eager: list scheduling on estimated work, each task to the agent that
-   * frees first; the estimate is the task's work-groups. */
-  double *free_at = calloc(nagents, sizeof(double));
+  double *free_at = calloc(l->nlanes, sizeof(double));
   if (!free_at) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
   for (uint32_t k = 0; k < p->ntasks; ++k) {
     uint32_t i = p->order[k];
     const task_t *t = &g->tasks[i];
-    uint32_t a = 0;
-    if (t->agent >= 0) {
-      if ((uint32_t)t->agent >= nagents) {
-        free(free_at);
-        return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is pinned to agent %d; only %u agents can run it",
-                        t->name, t->agent, nagents);
-      }
-      a = (uint32_t)t->agent;
-    } else if (policy == AQ_SCHED_ROUND_ROBIN) {
-      a = k % nagents;
-    } else if (policy == AQ_SCHED_LOCALITY) {
-      a = locality_agent(p, g, i, agent_node, nagents);
-    } else if (policy == AQ_SCHED_EAGER) {
-      double ready = 0;
-      for (uint32_t j = 0; j < p->tasks[i].npreds; ++j)
-        if (p->tasks[p->tasks[i].preds[j]].finish > ready) ready = p->tasks[p->tasks[i].preds[j]].finish;
-      for (uint32_t c = 1; c < nagents; ++c)
-        if ((free_at[c] > ready ? free_at[c] : ready) < (free_at[a] > ready ? free_at[a] : ready)) a = c;
-      double start = free_at[a] > ready ? free_at[a] : ready;
-      p->tasks[i].finish = start + 1.0 + (double)t->shape.grid[0] * t->shape.grid[1] * t->shape.grid[2] /
-                                             ((double)t->shape.workgroup[0] * t->shape.workgroup[1] *
-                                              t->shape.workgroup[2] + 1.0);
-      free_at[a] = p->tasks[i].finish;
+    plan_task_t *pt = &p->tasks[i];
+    double cost = task_cost(t), finish;
+    if (t->agent >= 0 && (uint32_t)t->agent >= l->nagents) {
+      free(free_at);
+      return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is pinned to agent %d; only %u agents can run it", t->name,
+                      t->agent, l->nagents);
     }
-    p->tasks[i].agent = a;
+    if (policy == AQ_SCHED_ROUND_ROBIN && t->agent < 0) {
+      pt->lane = k % l->nlanes;
+      double ready = 0;
+      for (uint32_t j = 0; j < pt->npreds; ++j)
+        if (p->tasks[pt->preds[j]].finish > ready) ready = p->tasks[pt->preds[j]].finish;
+      finish = (free_at[pt->lane] > ready ? free_at[pt->lane] : ready) + cost;
+    } else {
+      int32_t node = -1;
+      if (policy == AQ_SCHED_LOCALITY && pt->npreds)
+        node = l->agent_node[l->lane_agent[p->tasks[pt->preds[0]].lane]];
+      pt->lane = earliest(p, i, l, free_at, t->agent, node, &finish, cost);
+    }
+    pt->finish = finish;
+    free_at[pt->lane] = finish;
   }
   free(free_at);
   return AQ_OK;

@@ -1,4 +1,6 @@
-/* A graph's plan: dependencies, a topological order and an agent per task. */
+/* A graph's plan: dependencies, a topological order and a lane per task.
+ * A lane is one queue of one agent; a CPU agent gets a lane per worker, so
+ * independent tasks run side by side while a chain stays in one queue. */
 #ifndef AQ_SCHEDULER_PLAN_H_
 #define AQ_SCHEDULER_PLAN_H_
 
@@ -7,7 +9,7 @@
 typedef struct plan_task {
   uint32_t *preds, npreds, cap_preds; /* task indices it must follow (all of) */
   uint32_t nsuccs;
-  uint32_t agent;                     /* index into the exec's agents */
+  uint32_t lane;                      /* index into the exec's lanes */
   double finish;                      /* eager's estimate */
 } plan_task_t;
 
@@ -17,10 +19,15 @@ typedef struct plan {
   uint32_t *order; /* topological */
 } plan_t;
 
+typedef struct plan_lanes {
+  uint32_t nlanes, nagents;
+  const uint32_t *lane_agent; /* lane -> agent index */
+  const int32_t *agent_node;  /* agent -> NUMA node */
+} plan_lanes_t;
+
 /* Checks the graph (reads before writes, cycles, pinned agents) and places
- * it. agent_node[i] is agent i's NUMA node. */
-aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, uint32_t nagents,
-                       const int32_t *agent_node);
+ * it on lanes. */
+aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const plan_lanes_t *lanes);
 void plan_free(plan_t *p);
 
 #endif

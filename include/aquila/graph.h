@@ -178,6 +178,7 @@ typedef struct aq_exec_info {
   uint32_t packets;          /* kernel, host and barrier packets of one run */
   uint32_t barriers;         /* of which barrier packets (cross-queue edges) */
   uint32_t agents_used;
+  uint32_t queues;           /* lanes used: a CPU agent has one per worker */
   uint64_t runs;
   size_t bytes;              /* tensor memory */
 } aq_exec_info_t;
