@@ -102,7 +102,7 @@ $(OBJDIR)/kernels/%.o: CFLAGS += -O3 -fvisibility=hidden
 define program
 $(1): $$(patsubst %.c,$(OBJDIR)/%.o,$$(wildcard $(2)/*.c)) $(LIB_SO)
 	@mkdir -p $$(@D)
-	$(CC) $(LDFLAGS) -o $$@ $$(filter %.o,$$^) -L$(LIBDIR) -laquila $(RPATH) $(3)
+	$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) -L$(LIBDIR) -laquila $(RPATH) $(3) $$(EXTRA_LIBS)
 endef
 $(foreach t,$(TOOLS),$(eval $(call program,$(BINDIR)/$(t),tools/$(t),$$(PKG_LIBS) $$(BLAS_LIBS) $$(ZLIB_LIBS))))
 $(foreach e,$(EXAMPLES),$(eval $(call program,$(BUILD)/examples/$(e),examples/$(e),$$(PKG_LIBS) $$(ZLIB_LIBS))))

@@ -32,8 +32,10 @@ struct aq_exec {
   uint32_t nlanes;
   uint32_t lane_agent[EXEC_LANES_MAX];
   stream_t streams[EXEC_LANES_MAX]; /* one queue per lane */
-  void **buffers;      /* per tensor id */
-  void **kernargs;     /* per task */
+  void **buffers;      /* per tensor id: carved from its agent's arena */
+  void **kernargs;     /* per task: carved from its agent's kernarg arena */
+  void *arenas[EXEC_AGENTS_MAX], *kernarg_arenas[EXEC_AGENTS_MAX];
+  size_t kernarg_used[EXEC_AGENTS_MAX];
   aq_signal_t *signals;/* per task */
   aq_signal_t done;
   uint32_t queues_used, barriers, packets;
@@ -77,37 +79,57 @@ static aq_status_t region_of(aq_agent_t agent, uint32_t flag, aq_region_t *out) 
   return aq_error(AQ_ERROR_NOT_FOUND, "agent has no region with flag 0x%x", flag);
 }
 
-/* Every tensor lives on the node of the agent that touches it first. */
+/* Every tensor lives on the node of the agent that touches it first, in
+ * one arena per agent (one allocation, not one per tensor: instantiation
+ * stays cheap), zeroed so optimizer state starts at zero. */
 static aq_status_t plan_memory(aq_exec_t *e) {
   aq_graph_t *g = e->graph;
   uint32_t *home = malloc(g->ntensors * sizeof(uint32_t));
+  size_t *offset = malloc(g->ntensors * sizeof(size_t)), total[EXEC_AGENTS_MAX] = {0};
   e->buffers = calloc(g->ntensors, sizeof(void *));
-  if (!home || !e->buffers) {
-    free(home);
-    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
-  }
-  for (uint32_t i = 0; i < g->ntensors; ++i) home[i] = UINT32_MAX;
-  for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
-    uint32_t t = e->plan.order[k];
+  aq_status_t s = home && offset && e->buffers ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
+  for (uint32_t i = 0; s == AQ_OK && i < g->ntensors; ++i) home[i] = UINT32_MAX;
+  for (uint32_t k = 0; s == AQ_OK && k < e->plan.ntasks; ++k) {
+    uint32_t t = e->plan.order[k], a = e->lane_agent[e->plan.tasks[t].lane];
     const task_t *task = &g->tasks[t];
     for (uint32_t r = 0; r < task->nreads; ++r)
-      if (home[task->reads[r]] == UINT32_MAX) home[task->reads[r]] = e->lane_agent[e->plan.tasks[t].lane];
+      if (home[task->reads[r]] == UINT32_MAX) home[task->reads[r]] = a;
     for (uint32_t w = 0; w < task->nwrites; ++w)
-      if (home[task->writes[w]] == UINT32_MAX) home[task->writes[w]] = e->lane_agent[e->plan.tasks[t].lane];
+      if (home[task->writes[w]] == UINT32_MAX) home[task->writes[w]] = a;
   }
-  aq_status_t s = AQ_OK;
   for (uint32_t i = 1; s == AQ_OK && i < g->ntensors; ++i) {
-    aq_region_t region;
-    s = region_of(e->agents[home[i] == UINT32_MAX ? 0 : home[i]], AQ_REGION_COARSE_GRAINED, &region);
-    size_t bytes = (g->tensors[i].bytes + 63) & ~(size_t)63;
-    if (s == AQ_OK) s = aq_memory_allocate(region, bytes, &e->buffers[i]);
-    if (s == AQ_OK) {
-      memset(e->buffers[i], 0, bytes);
-      e->bytes += bytes;
-    }
+    if (home[i] == UINT32_MAX) home[i] = 0;
+    offset[i] = total[home[i]];
+    total[home[i]] += (g->tensors[i].bytes + 63) & ~(size_t)63;
   }
-  free(home);
+  for (uint32_t a = 0; s == AQ_OK && a < e->nagents; ++a) {
+    if (!total[a]) continue;
+    aq_region_t region;
+    s = region_of(e->agents[a], AQ_REGION_COARSE_GRAINED, &region);
+    if (s == AQ_OK) s = aq_memory_allocate(region, total[a], &e->arenas[a]);
+    if (s == AQ_OK) memset(e->arenas[a], 0, total[a]);
+    e->bytes += total[a];
+  }
+  for (uint32_t i = 1; s == AQ_OK && i < g->ntensors; ++i)
+    e->buffers[i] = (uint8_t *)e->arenas[home[i]] + offset[i];
+  free(home), free(offset);
   return s;
+}
+
+/* One kernarg arena per agent, sized for the tasks placed on it. */
+static aq_status_t plan_kernargs(aq_exec_t *e) {
+  aq_graph_t *g = e->graph;
+  size_t total[EXEC_AGENTS_MAX] = {0};
+  for (uint32_t t = 0; t < g->ntasks; ++t)
+    if (g->tasks[t].kind == TASK_KERNEL)
+      total[e->lane_agent[e->plan.tasks[t].lane]] += (g->tasks[t].kernarg_size + 63) & ~(size_t)63;
+  for (uint32_t a = 0; a < e->nagents; ++a) {
+    if (!total[a]) continue;
+    aq_region_t region;
+    AQ_RETURN_IF_ERROR(region_of(e->agents[a], AQ_REGION_KERNARG, &region));
+    AQ_RETURN_IF_ERROR(aq_memory_allocate(region, total[a], &e->kernarg_arenas[a]));
+  }
+  return AQ_OK;
 }
 
 static aq_status_t push(stream_t *st, const void *packet) {
@@ -149,9 +171,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   if (task->kernarg_size < k.kernarg_size)
     return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': kernel '%s' takes %u bytes of kernargs, the task gives %u",
                     task->name, task->kernel, k.kernarg_size, task->kernarg_size);
-  aq_region_t region;
-  AQ_RETURN_IF_ERROR(region_of(e->agents[a], AQ_REGION_KERNARG, &region));
-  AQ_RETURN_IF_ERROR(aq_memory_allocate(region, task->kernarg_size ? task->kernarg_size : 8, &e->kernargs[t]));
+  e->kernargs[t] = (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a];
+  e->kernarg_used[a] += (task->kernarg_size + 63) & ~(size_t)63;
   uint8_t *ka = e->kernargs[t];
   memcpy(ka, task->kernarg, task->kernarg_size);
   for (uint32_t r = 0; r < task->nreads; ++r)
@@ -226,6 +247,7 @@ static aq_status_t lower(aq_exec_t *e, uint32_t queue_size) {
   e->kernargs = calloc(g->ntasks, sizeof(void *));
   e->signals = calloc(g->ntasks, sizeof(aq_signal_t));
   if (!e->kernargs || !e->signals) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
+  AQ_RETURN_IF_ERROR(plan_kernargs(e));
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->signals[t]));
   AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->done));
   for (uint32_t k = 0; k < e->plan.ntasks; ++k) AQ_RETURN_IF_ERROR(lower_task(e, e->plan.order[k]));
@@ -303,12 +325,12 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
     free(e->streams[a].packets);
   }
   aq_graph_t *g = e->graph;
-  for (uint32_t t = 0; t < g->ntasks; ++t) {
-    if (e->kernargs && e->kernargs[t]) aq_memory_free(e->kernargs[t]);
+  for (uint32_t t = 0; t < g->ntasks; ++t)
     if (e->signals && e->signals[t].handle) aq_signal_destroy(e->signals[t]);
+  for (uint32_t a = 0; a < EXEC_AGENTS_MAX; ++a) {
+    if (e->arenas[a]) aq_memory_free(e->arenas[a]);
+    if (e->kernarg_arenas[a]) aq_memory_free(e->kernarg_arenas[a]);
   }
-  for (uint32_t i = 1; e->buffers && i < g->ntensors; ++i)
-    if (e->buffers[i]) aq_memory_free(e->buffers[i]);
   if (e->done.handle) aq_signal_destroy(e->done);
   if (e->ops.handle) aq_code_object_unload(e->ops);
   free(e->kernargs), free(e->signals), free(e->buffers);

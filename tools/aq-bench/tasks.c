@@ -1,0 +1,402 @@
+/* aq-bench tasks: what a task costs the scheduler, Aquila beside StarPU 1.3
+ * and OpenMP tasks (libgomp) on the same shapes, in one process.
+ *   shapes: independent, chain, fanout (1 -> n-2 -> 1), wavefront (2-D
+ *   stencil, sqrt(n) x sqrt(n)), random (each task after up to 3 of the 32
+ *   before it); empty tasks; Aquila's first run (graph built and
+ *   instantiated) and re-runs reported apart.
+ *   metg: Task Bench's minimum effective task granularity: the smallest
+ *   busy-wait duration at which a 1-D stencil (width = cores) still runs at
+ *   50% efficiency.
+ * Options: --n N (tasks, default 10000), --reps R (5), --shape S, --no-metg. */
+#include <math.h>
+#include <omp.h>
+#include <starpu.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "aquila/aquila.h"
+#include "bench.h"
+
+#define AQ_RETURN_IF_ERROR_BENCH(expr) \
+  do {                                 \
+    aq_status_t s_ = (expr);           \
+    if (s_ != AQ_OK) return s_;        \
+  } while (0)
+
+enum { SHAPES = 5 };
+static const char *shape_names[SHAPES] = {"independent", "chain", "fanout", "wavefront", "random"};
+
+/* The dependencies of task i (indices of earlier tasks), the same for all
+ * three systems. */
+static uint32_t deps_of(int shape, uint32_t i, uint32_t n, uint32_t *out) {
+  uint32_t w = (uint32_t)sqrt((double)n), k = 0;
+  switch (shape) {
+    case 1: if (i) out[k++] = i - 1; break;
+    case 2: if (i && i < n - 1) out[k++] = 0; break; /* the fan-in is handled apart */
+    case 3:
+      if (i % w) out[k++] = i - 1;
+      if (i >= w) out[k++] = i - w;
+      break;
+    case 4: {
+      uint32_t seed = i * 2654435761u;
+      for (int j = 0; j < 3 && i; ++j) {
+        seed = seed * 1664525u + 1013904223u;
+        uint32_t back = 1 + (seed >> 16) % (i < 32 ? i : 32), d = i - back, dup = 0;
+        for (uint32_t q = 0; q < k; ++q) dup |= out[q] == d;
+        if (!dup) out[k++] = d;
+      }
+      break;
+    }
+  }
+  return k;
+}
+
+static double now_s(void) { return (double)bench_now_ns() / 1e9; }
+
+static void busy_us(double us) {
+  double end = now_s() + us * 1e-6;
+  while (now_s() < end) {
+  }
+}
+
+/* ---- Aquila ---- */
+typedef struct { uint64_t ns; } busy_args_t;
+
+static aq_status_t aquila_graph(int shape, uint32_t n, double task_us, aq_graph_t **out) {
+  aq_graph_t *g;
+  AQ_RETURN_IF_ERROR_BENCH(aq_graph_create(NULL, &g));
+  aq_tensor_t *t = malloc(n * sizeof(*t));
+  aq_task_t *tk = malloc(n * sizeof(*tk));
+  busy_args_t args = {(uint64_t)(task_us * 1e3)};
+  aq_status_t s = AQ_OK;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
+    s = aq_tensor_create(g, NULL, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){1}, &t[i]);
+    uint32_t d[4], nd = deps_of(shape, i, n, d);
+    aq_kernel_task_t k = {.name = "task", .kernel = task_us > 0 ? "aq_busy_wait" : "aq_noop",
+                          .kernarg = &args, .kernarg_size = task_us > 0 ? sizeof(args) : 0,
+                          .shape = {{1, 1, 1}, {1, 1, 1}}, .read_count = nd, .write_count = 1, .agent = -1};
+    for (uint32_t j = 0; j < nd; ++j) k.reads[j] = t[d[j]], k.read_offsets[j] = UINT32_MAX;
+    k.writes[0] = t[i];
+    k.write_offsets[0] = UINT32_MAX;
+    if (s == AQ_OK) s = aq_graph_add_kernel(g, &k, &tk[i]);
+  }
+  if (s == AQ_OK && shape == 2 && n > 2) s = aq_graph_add_edge(g, tk[n - 1], AQ_EDGE_AFTER_ALL, tk + 1, n - 2);
+  free(t), free(tk);
+  if (s != AQ_OK) {
+    aq_graph_destroy(g);
+    return s;
+  }
+  *out = g;
+  return AQ_OK;
+}
+
+/* Seconds for: build + instantiate + first run (first), and re-runs. */
+static aq_status_t aquila_times(int shape, uint32_t n, double task_us, int reps, double *first, double *rerun) {
+  double t0 = now_s();
+  aq_graph_t *g;
+  aq_exec_t *e = NULL;
+  AQ_RETURN_IF_ERROR_BENCH(aquila_graph(shape, n, task_us, &g));
+  aq_status_t s = aq_graph_instantiate(g, NULL, &e);
+  if (s == AQ_OK) s = aq_exec_run(e);
+  if (s == AQ_OK) s = aq_exec_wait(e, AQ_TIMEOUT_INFINITE);
+  *first = now_s() - t0;
+  double *v = calloc((size_t)reps, sizeof(double));
+  for (int r = 0; s == AQ_OK && r < reps; ++r) {
+    double a = now_s();
+    s = aq_exec_run(e);
+    if (s == AQ_OK) s = aq_exec_wait(e, AQ_TIMEOUT_INFINITE);
+    v[r] = now_s() - a;
+  }
+  *rerun = bench_median(v, (size_t)reps);
+  free(v);
+  if (e) aq_exec_destroy(e);
+  aq_graph_destroy(g);
+  return s;
+}
+
+/* ---- StarPU ---- */
+static void starpu_body(void *buffers[], void *cl_arg) {
+  (void)buffers;
+  double us = 0;
+  if (cl_arg) memcpy(&us, cl_arg, sizeof(us));
+  if (us > 0) busy_us(us);
+}
+
+static struct starpu_codelet cl_r[5];
+
+static double starpu_time(int shape, uint32_t n, double task_us) {
+  starpu_data_handle_t *h = malloc(n * sizeof(*h));
+  float *vals = calloc(n, sizeof(float));
+  for (uint32_t i = 0; i < n; ++i) starpu_variable_data_register(&h[i], STARPU_MAIN_RAM, (uintptr_t)&vals[i], sizeof(float));
+  double t0 = now_s();
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t d[4], nd = deps_of(shape, i, n, d);
+    struct starpu_task *t = starpu_task_create();
+    t->cl = &cl_r[nd];
+    t->cl_arg = task_us > 0 ? &task_us : NULL;
+    t->cl_arg_size = task_us > 0 ? sizeof(task_us) : 0;
+    for (uint32_t j = 0; j < nd; ++j) t->handles[j] = h[d[j]];
+    t->handles[nd] = h[i];
+    if (shape == 2 && i == n - 1 && n > 2) starpu_task_wait_for_all(); /* the fan-in */
+    if (starpu_task_submit(t) != 0) fprintf(stderr, "aq-bench tasks: starpu_task_submit failed\n");
+  }
+  starpu_task_wait_for_all();
+  double dt = now_s() - t0;
+  for (uint32_t i = 0; i < n; ++i) starpu_data_unregister(h[i]);
+  free(h), free(vals);
+  return dt;
+}
+
+/* ---- OpenMP ---- */
+static double omp_time(int shape, uint32_t n, double task_us) {
+  char *dep = calloc(n, 1);
+  double t0 = now_s();
+#pragma omp parallel
+#pragma omp single
+  {
+    for (uint32_t i = 0; i < n; ++i) {
+      uint32_t d[4], nd = deps_of(shape, i, n, d);
+      char *me = &dep[i];
+      (void)me;
+      if (shape == 2 && i == n - 1 && n > 2) {
+#pragma omp taskwait
+      }
+      switch (nd) {
+        case 0:
+#pragma omp task depend(out : me[0]) firstprivate(task_us)
+          if (task_us > 0) busy_us(task_us);
+          break;
+        case 1: {
+          char *a = &dep[d[0]];
+#pragma omp task depend(in : a[0]) depend(out : me[0]) firstprivate(task_us)
+          if (task_us > 0) busy_us(task_us);
+          (void)a;
+          break;
+        }
+        case 2: {
+          char *a = &dep[d[0]], *b = &dep[d[1]];
+#pragma omp task depend(in : a[0], b[0]) depend(out : me[0]) firstprivate(task_us)
+          if (task_us > 0) busy_us(task_us);
+          (void)a, (void)b;
+          break;
+        }
+        default: {
+          char *a = &dep[d[0]], *b = &dep[d[1]], *c = &dep[d[2]];
+#pragma omp task depend(in : a[0], b[0], c[0]) depend(out : me[0]) firstprivate(task_us)
+          if (task_us > 0) busy_us(task_us);
+          (void)a, (void)b, (void)c;
+          break;
+        }
+      }
+    }
+#pragma omp taskwait
+  }
+  double dt = now_s() - t0;
+  free(dep);
+  return dt;
+}
+
+static void line(const char *impl, const char *shape, const char *run, uint32_t n, int workers, double us,
+                 int reps) {
+  bench_json_t j;
+  bench_json_begin(&j, "tasks", impl);
+  bench_json_str(&j, "shape", shape);
+  bench_json_str(&j, "run", run);
+  bench_json_int(&j, "n", n);
+  bench_json_int(&j, "workers", workers);
+  bench_json_num(&j, "us_per_task", us);
+  bench_json_int(&j, "reps", reps);
+  bench_json_end(&j);
+}
+
+/* ---- METG: 1-D stencil, width = cores, each task after its 3 neighbours */
+static int stencil_deps(uint32_t i, uint32_t w, uint32_t *out) {
+  if (i < w) return 0;
+  uint32_t t = i / w, x = i % w, k = 0;
+  for (int dx = -1; dx <= 1; ++dx) {
+    int64_t nx = (int64_t)x + dx;
+    if (nx >= 0 && nx < w) out[k++] = (t - 1) * w + (uint32_t)nx;
+  }
+  return (int)k;
+}
+
+static double aquila_stencil(uint32_t w, uint32_t steps, double us) {
+  uint32_t n = w * steps;
+  aq_graph_t *g;
+  if (aq_graph_create(NULL, &g) != AQ_OK) return -1;
+  aq_tensor_t *t = malloc(n * sizeof(*t));
+  busy_args_t args = {(uint64_t)(us * 1e3)};
+  for (uint32_t i = 0; i < n; ++i) {
+    aq_tensor_create(g, NULL, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){1}, &t[i]);
+    uint32_t d[3];
+    int nd = stencil_deps(i, w, d);
+    aq_kernel_task_t k = {.name = "stencil", .kernel = "aq_busy_wait", .kernarg = &args, .kernarg_size = sizeof(args),
+                          .shape = {{1, 1, 1}, {1, 1, 1}}, .read_count = (uint32_t)nd, .write_count = 1, .agent = -1};
+    for (int j = 0; j < nd; ++j) k.reads[j] = t[d[j]], k.read_offsets[j] = UINT32_MAX;
+    k.writes[0] = t[i], k.write_offsets[0] = UINT32_MAX;
+    aq_graph_add_kernel(g, &k, NULL);
+  }
+  free(t);
+  aq_exec_t *e;
+  double best = -1;
+  if (aq_graph_instantiate(g, NULL, &e) == AQ_OK) {
+    for (int r = 0; r < 3; ++r) {
+      double a = now_s();
+      aq_exec_run(e);
+      aq_exec_wait(e, AQ_TIMEOUT_INFINITE);
+      double dt = now_s() - a;
+      if (best < 0 || dt < best) best = dt;
+    }
+    aq_exec_destroy(e);
+  }
+  aq_graph_destroy(g);
+  return best;
+}
+
+static double starpu_stencil(uint32_t w, uint32_t steps, double us) {
+  uint32_t n = w * steps;
+  starpu_data_handle_t *h = malloc(n * sizeof(*h));
+  float *vals = calloc(n, sizeof(float));
+  for (uint32_t i = 0; i < n; ++i) starpu_variable_data_register(&h[i], STARPU_MAIN_RAM, (uintptr_t)&vals[i], sizeof(float));
+  double t0 = now_s();
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t d[3];
+    int nd = stencil_deps(i, w, d);
+    struct starpu_task *t = starpu_task_create();
+    t->cl = &cl_r[nd];
+    t->cl_arg = &us;
+    t->cl_arg_size = sizeof(us);
+    for (int j = 0; j < nd; ++j) t->handles[j] = h[d[j]];
+    t->handles[nd] = h[i];
+    if (starpu_task_submit(t) != 0) fprintf(stderr, "aq-bench tasks: starpu_task_submit failed\n");
+  }
+  starpu_task_wait_for_all();
+  double dt = now_s() - t0;
+  for (uint32_t i = 0; i < n; ++i) starpu_data_unregister(h[i]);
+  free(h), free(vals);
+  return dt;
+}
+
+static double omp_stencil(uint32_t w, uint32_t steps, double us) {
+  uint32_t n = w * steps;
+  char *dep = calloc(n, 1);
+  double t0 = now_s();
+#pragma omp parallel
+#pragma omp single
+  {
+    for (uint32_t i = 0; i < n; ++i) {
+      uint32_t d[3] = {i, i, i};
+      int nd = stencil_deps(i, w, d);
+      (void)nd;
+      char *me = &dep[i], *a = &dep[d[0]], *b = &dep[d[nd > 1 ? 1 : 0]], *c = &dep[d[nd > 2 ? 2 : 0]];
+      if (!nd) a = b = c = me;
+#pragma omp task depend(in : a[0], b[0], c[0]) depend(inout : me[0]) firstprivate(us)
+      busy_us(us);
+      (void)a, (void)b, (void)c, (void)me;
+    }
+#pragma omp taskwait
+  }
+  double dt = now_s() - t0;
+  free(dep);
+  return dt;
+}
+
+static void metg(int cores) {
+  static const double durations[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000};
+  const char *impls[3] = {"aquila", "starpu", "openmp"};
+  for (int impl = 0; impl < 3; ++impl) {
+    double found = -1;
+    for (size_t k = 0; k < sizeof(durations) / sizeof(durations[0]) && found < 0; ++k) {
+      double us = durations[k];
+      uint32_t w = (uint32_t)cores, steps = (uint32_t)(50000.0 / us / w);
+      if (steps < 20) steps = 20;
+      if (steps > 2000) steps = 2000;
+      if (impl == 1) starpu_resume();
+      double wall = impl == 0 ? aquila_stencil(w, steps, us) : impl == 1 ? starpu_stencil(w, steps, us)
+                                                                          : omp_stencil(w, steps, us);
+      if (impl == 1) starpu_pause();
+      usleep(50000);
+      double eff = wall > 0 ? (double)w * steps * us * 1e-6 / (wall * cores) : 0;
+      fprintf(stderr, "metg: %s %g us: efficiency %.2f\n", impls[impl], us, eff);
+      if (eff >= 0.5) found = us;
+    }
+    bench_json_t j;
+    bench_json_begin(&j, "tasks", impls[impl]);
+    bench_json_str(&j, "shape", "stencil_1d");
+    bench_json_str(&j, "run", "metg");
+    bench_json_int(&j, "workers", cores);
+    bench_json_num(&j, "metg_us", found);
+    bench_json_int(&j, "reps", 3);
+    bench_json_end(&j);
+  }
+}
+
+int aq_bench_tasks(int argc, char **argv) {
+  uint32_t n = (uint32_t)bench_arg_int(argc, argv, "n", 10000);
+  int reps = (int)bench_arg_int(argc, argv, "reps", 5);
+  const char *only = bench_arg(argc, argv, "shape");
+  int no_metg = 0;
+  for (int i = 1; i < argc; ++i) no_metg |= !strcmp(argv[i], "--no-metg");
+  if (n < 4 || reps < 1) {
+    fprintf(stderr, "aq-bench tasks: --n >= 4, --reps >= 1\n");
+    return 2;
+  }
+  if (aq_init(NULL) != AQ_OK) {
+    fprintf(stderr, "aq-bench tasks: %s\n", aq_last_error());
+    return 1;
+  }
+  aq_agent_t a;
+  size_t na;
+  aq_agents(&a, 1, &na);
+  aq_agent_info_t info;
+  aq_agent_get_info(a, &info);
+  int cores = (int)info.compute_units;
+  for (int k = 0; k < 5; ++k) {
+    cl_r[k].cpu_funcs[0] = starpu_body;
+    cl_r[k].nbuffers = k + 1;
+    for (int b = 0; b < k; ++b) cl_r[k].modes[b] = STARPU_R;
+    cl_r[k].modes[k] = STARPU_W;
+  }
+  struct starpu_conf conf;
+  starpu_conf_init(&conf);
+  conf.ncpus = cores;
+  conf.ncuda = 0;
+  conf.nopencl = 0;
+  if (starpu_init(&conf) != 0) {
+    fprintf(stderr, "aq-bench tasks: starpu_init failed\n");
+    return 1;
+  }
+  starpu_pause();
+  omp_set_num_threads(cores);
+  for (int shape = 0; shape < SHAPES; ++shape) {
+    if (only && strcmp(only, shape_names[shape])) continue;
+    fprintf(stderr, "tasks: %s, n=%u\n", shape_names[shape], n);
+    double first, rerun;
+    if (aquila_times(shape, n, 0, reps, &first, &rerun) != AQ_OK) {
+      fprintf(stderr, "aq-bench tasks: %s\n", aq_last_error());
+      return 1;
+    }
+    line("aquila", shape_names[shape], "first", n, cores, first * 1e6 / n, 1);
+    line("aquila", shape_names[shape], "rerun", n, cores, rerun * 1e6 / n, reps);
+    /* Each system runs alone: StarPU's workers are paused outside its turn,
+     * and OpenMP's spinning threads get time to go to sleep. */
+    double *v = calloc((size_t)reps, sizeof(double));
+    starpu_resume();
+    starpu_time(shape, n, 0);
+    for (int r = 0; r < reps; ++r) v[r] = starpu_time(shape, n, 0);
+    starpu_pause();
+    line("starpu", shape_names[shape], "rerun", n, cores, bench_median(v, (size_t)reps) * 1e6 / n, reps);
+    omp_time(shape, n, 0);
+    for (int r = 0; r < reps; ++r) v[r] = omp_time(shape, n, 0);
+    line("openmp", shape_names[shape], "rerun", n, cores, bench_median(v, (size_t)reps) * 1e6 / n, reps);
+    usleep(50000);
+    free(v);
+  }
+  if (!no_metg && !only) metg(cores);
+  starpu_resume();
+  starpu_shutdown();
+  aq_shut_down();
+  return 0;
+}
