@@ -46,6 +46,7 @@ typedef struct aq_driver {
 } aq_driver_t;
 
 extern const aq_driver_t aq_driver_cpu;
+extern const aq_driver_t aq_driver_cuda;
 
 /* Every driver compiled in, in start order. */
 extern const aq_driver_t *const aq_drivers[];

@@ -53,12 +53,13 @@ AQ_API aq_status_t aq_queue_create(aq_agent_t agent, const aq_queue_options_t *o
   aq_status_t s = aq_signal_create(0, &q->doorbell);
   if (s == AQ_OK) {
     q->doorbell_slot = aq_signal_slot(q->doorbell.handle);
-    atomic_store(&q->doorbell_slot->notify, &a->doorbell);
+    q->doorbell_wake = &a->doorbell;
     s = aq_handle_alloc(&queues, q, &q->handle);
   }
   if (s == AQ_OK) {
-    s = a->driver->queue_attach(a, q);
+    s = a->driver->queue_attach(a, q); /* may point doorbell_wake elsewhere */
     if (s != AQ_OK) aq_handle_release(&queues, q->handle);
+    else atomic_store(&q->doorbell_slot->notify, q->doorbell_wake);
   }
   if (s != AQ_OK) {
     if (q->doorbell.handle) aq_signal_destroy(q->doorbell);

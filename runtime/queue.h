@@ -37,6 +37,9 @@ struct aq_queue_impl {
    * rings the doorbell then wakes nobody, since the drainer will see its
    * packet (it re-checks after it lets go). NULL: always wake the agent. */
   _Atomic int *draining;
+  /* Who sleeps waiting for this queue's doorbell: the agent's workers (CPU)
+   * or the queue's own packet-processor thread (GPU drivers). */
+  aq_wake_t *doorbell_wake;
 };
 
 /* Rings the doorbell for index: the value, then the agent unless the queue
@@ -44,7 +47,7 @@ struct aq_queue_impl {
 static inline void aq_queue_ring_doorbell(aq_queue_impl_t *q, uint64_t index) {
   atomic_store_explicit(&q->doorbell_slot->value, (int64_t)index, memory_order_seq_cst);
   aq_wake_all(&q->doorbell_slot->wake);
-  if (!q->draining || !atomic_load(q->draining)) aq_wake_one(&q->agent->doorbell);
+  if (!q->draining || !atomic_load(q->draining)) aq_wake_one(q->doorbell_wake);
 }
 
 static inline uint32_t *aq_queue_header_word(aq_queue_impl_t *q, uint64_t index) {

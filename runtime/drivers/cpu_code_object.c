@@ -34,8 +34,12 @@ const cpu_kernel_t *cpu_kernel_lookup(uint64_t kernel_object) {
 }
 
 int cpu_co_recognizes(const void *bytes, size_t size) {
-  return size >= SELFMAG && !memcmp(bytes, ELFMAG, SELFMAG) &&
-         (size < EI_NIDENT + 12 || ((const Elf64_Ehdr *)bytes)->e_machine != EM_AMDGPU);
+  /* Any ELF but the GPUs' own (cubins and hsacos belong to their drivers):
+   * a CPU ELF for another architecture is refused here, with a reason. */
+  if (size < SELFMAG || memcmp(bytes, ELFMAG, SELFMAG)) return 0;
+  if (size < 20) return 1;
+  uint16_t machine = (uint16_t)(((const uint8_t *)bytes)[18] | ((const uint8_t *)bytes)[19] << 8);
+  return machine != EM_AMDGPU && machine != 190 /* EM_CUDA */;
 }
 
 static aq_status_t check_table(const char *path, const aq_code_object_table_t *t) {

@@ -1,0 +1,58 @@
+/* The cuda driver's private state: one agent per NVIDIA GPU, a packet
+ * processor thread per queue feeding a CUDA stream, kernels of loaded
+ * cubins/fatbins. */
+#ifndef AQ_RUNTIME_DRIVERS_CUDA_H_
+#define AQ_RUNTIME_DRIVERS_CUDA_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "aquila/code_object.h"
+#include "runtime/drivers/cuda_api.h"
+#include "runtime/queue.h"
+
+typedef struct cuda_agent {
+  aq_agent_impl_t *agent;
+  CUdevice device;
+  CUcontext context;
+  _Atomic int faulted; /* a sticky error: the agent needs a reset */
+} cuda_agent_t;
+
+/* A kernel as one agent runs it; its handle is the packet's kernel_object. */
+typedef struct cuda_kernel {
+  uint64_t handle;
+  CUfunction function;
+  cuda_agent_t *agent;
+  const char *name;
+  uint32_t kernarg_size;
+} cuda_kernel_t;
+
+const cuda_kernel_t *cuda_kernel_lookup(uint64_t kernel_object);
+
+typedef struct cuda_queue {
+  aq_queue_impl_t *queue;
+  cuda_agent_t *agent;
+  CUstream stream;
+  pthread_t thread;
+  _Atomic int running;
+  _Atomic int busy; /* the processor is awake: producers need not wake it */
+  aq_wake_t wake;
+} cuda_queue_t;
+
+/* The device address of a signal's value (the pool is registered). */
+CUdeviceptr cuda_signal_address(const aq_signal_slot_t *slot);
+
+void *cuda_queue_main(void *arg);
+
+/* Makes the agent's context current on this thread. */
+int cuda_bind(cuda_agent_t *a);
+
+int cuda_co_recognizes(const void *bytes, size_t size);
+aq_status_t cuda_co_load(const char *path, const void *bytes, size_t size, void **out_module,
+                         aq_code_object_info_t *info);
+void cuda_co_unload(void *module);
+aq_status_t cuda_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent, aq_kernel_info_t *out);
+void cuda_code_objects_init(void);
+void cuda_code_objects_deinit(void);
+
+#endif

@@ -1,0 +1,304 @@
+/* The cuda driver: NVIDIA GPUs through the CUDA driver API, loaded at run
+ * time. One agent per device (its primary context), three regions (device,
+ * pinned host, managed), queues drained by a packet-processor thread each. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/driver.h"
+#include "runtime/drivers/cuda.h"
+#include "runtime/memory.h"
+#include "runtime/status.h"
+
+enum { REGION_DEVICE = 1, REGION_PINNED = 2, REGION_MANAGED = 3 };
+
+static cuda_agent_t *agents[AQ_AGENTS_MAX];
+static uint32_t agent_count;
+static CUdeviceptr pool_device;
+static int pool_registered;
+
+CUdeviceptr cuda_signal_address(const aq_signal_slot_t *slot) {
+  return pool_device + (CUdeviceptr)((const char *)slot - (const char *)aq_signal_pool.slots);
+}
+
+int cuda_bind(cuda_agent_t *a) { return cu.cuCtxSetCurrent(a->context) == CUDA_SUCCESS; }
+
+/* The NUMA node nearest the GPU, from hwloc's PCI objects. */
+static int numa_of(CUdevice d) {
+  int domain = 0, bus = 0, dev = 0;
+  cu.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d);
+  cu.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d);
+  cu.cuDeviceGetAttribute(&dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d);
+  hwloc_obj_t pci = hwloc_get_pcidev_by_busid(aq_topology(), (unsigned)domain, (unsigned)bus, (unsigned)dev, 0);
+  hwloc_obj_t parent = pci ? hwloc_get_non_io_ancestor_obj(aq_topology(), pci) : NULL;
+  if (!parent || !parent->nodeset) return -1;
+  int node = hwloc_bitmap_first(parent->nodeset);
+  return node;
+}
+
+static aq_status_t add_regions(cuda_agent_t *a, size_t total) {
+  static const struct { int kind; const char *suffix; uint32_t flags; } r[] = {
+      {REGION_DEVICE, "device", AQ_REGION_DEVICE | AQ_REGION_COARSE_GRAINED},
+      {REGION_PINNED, "pinned", AQ_REGION_HOST_ACCESSIBLE | AQ_REGION_FINE_GRAINED | AQ_REGION_KERNARG},
+      {REGION_MANAGED, "managed", AQ_REGION_MANAGED | AQ_REGION_HOST_ACCESSIBLE | AQ_REGION_COARSE_GRAINED},
+  };
+  for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); ++i) {
+    aq_region_info_t info = {.flags = r[i].flags, .numa_node = a->agent->info.numa_node,
+                             .size = r[i].kind == REGION_PINNED ? 0 : total, .alignment = 256};
+    snprintf(info.name, sizeof(info.name), "%s.%s", a->agent->info.name, r[i].suffix);
+    AQ_RETURN_IF_ERROR(aq_region_register(a->agent, &info, (void *)(uintptr_t)r[i].kind, NULL));
+  }
+  return AQ_OK;
+}
+
+static aq_status_t register_pool(void) {
+  if (pool_registered) return AQ_OK;
+  size_t bytes = (size_t)aq_signal_pool.capacity * sizeof(aq_signal_slot_t);
+  CUresult r = cu.cuMemHostRegister(aq_signal_pool.slots, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+  if (r == CUDA_SUCCESS) r = cu.cuMemHostGetDevicePointer(&pool_device, aq_signal_pool.slots, 0);
+  if (r != CUDA_SUCCESS)
+    return aq_error(AQ_ERROR_UNAVAILABLE, "cannot map the signal pool for the GPU: %s", cuda_error(r));
+  pool_registered = 1;
+  return AQ_OK;
+}
+
+static aq_status_t add_agent(int ordinal) {
+  CUdevice d;
+  CUresult r = cu.cuDeviceGet(&d, ordinal);
+  cuda_agent_t *a = calloc(1, sizeof(*a));
+  if (!a) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a GPU agent");
+  if (r == CUDA_SUCCESS) r = cu.cuDevicePrimaryCtxRetain(&a->context, d);
+  if (r != CUDA_SUCCESS) {
+    free(a);
+    return aq_error(AQ_ERROR_UNAVAILABLE, "GPU %d: %s", ordinal, cuda_error(r));
+  }
+  a->device = d;
+  cuda_bind(a);
+  int sms = 0, major = 0, minor = 0;
+  cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+  cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+  cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+  size_t free_bytes = 0, total = 0;
+  cu.cuMemGetInfo(&free_bytes, &total);
+  aq_agent_info_t info = {.kind = AQ_AGENT_KIND_GPU, .numa_node = numa_of(d), .compute_units = (uint32_t)sms,
+                          .queue_max_size = 1u << 16, .queues_max = 64, .workgroup_max_size = 1024,
+                          .features = AQ_FEATURE_KERNEL_DISPATCH, .usable = 1};
+  snprintf(info.name, sizeof(info.name), "cuda%d", ordinal);
+  cu.cuDeviceGetName(info.device, sizeof(info.device), d);
+  snprintf(info.driver, sizeof(info.driver), "cuda");
+  snprintf(info.isa, sizeof(info.isa), "sm_%d%d", major, minor);
+  AQ_RETURN_IF_ERROR(aq_agent_register(&aq_driver_cuda, &info, a, &a->agent));
+  agents[agent_count++] = a;
+  return add_regions(a, total);
+}
+
+static aq_status_t cuda_start(void) {
+  char why[256];
+  if (cuda_api_load(why, sizeof(why))) return aq_error(AQ_ERROR_UNAVAILABLE, "%s", why);
+  CUresult r = cu.cuInit(0);
+  int n = 0;
+  if (r == CUDA_SUCCESS) r = cu.cuDeviceGetCount(&n);
+  if (r != CUDA_SUCCESS) return aq_error(AQ_ERROR_UNAVAILABLE, "cuInit: %s", cuda_error(r));
+  if (n == 0) return aq_error(AQ_ERROR_UNAVAILABLE, "the CUDA driver sees no GPU");
+  cuda_code_objects_init();
+  for (int i = 0; i < n; ++i) AQ_RETURN_IF_ERROR(add_agent(i));
+  return register_pool();
+}
+
+static void cuda_stop(void) {
+  if (pool_registered) cu.cuMemHostUnregister(aq_signal_pool.slots);
+  pool_registered = 0;
+  for (uint32_t i = 0; i < agent_count; ++i) {
+    cu.cuDevicePrimaryCtxRelease(agents[i]->device);
+    free(agents[i]);
+  }
+  agent_count = 0;
+  cuda_code_objects_deinit();
+}
+
+static aq_status_t cuda_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
+  cuda_agent_t *a = agent->driver_data;
+  cuda_queue_t *cq = calloc(1, sizeof(*cq));
+  if (!cq) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a GPU queue");
+  cq->queue = queue;
+  cq->agent = a;
+  cuda_bind(a);
+  CUresult r = cu.cuStreamCreate(&cq->stream, CU_STREAM_NON_BLOCKING);
+  if (r != CUDA_SUCCESS) {
+    free(cq);
+    return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "%s: cannot create a stream: %s", agent->info.name, cuda_error(r));
+  }
+  queue->driver_data = cq;
+  queue->draining = &cq->busy;
+  queue->doorbell_wake = &cq->wake;
+  atomic_store(&cq->running, 1);
+  if (pthread_create(&cq->thread, NULL, cuda_queue_main, cq)) {
+    cu.cuStreamDestroy(cq->stream);
+    free(cq);
+    return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "cannot start a packet processor thread");
+  }
+  return AQ_OK;
+}
+
+static void cuda_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
+  (void)agent;
+  cuda_queue_t *cq = queue->driver_data;
+  atomic_store(&cq->running, 0);
+  aq_wake_all(&cq->wake);
+  pthread_join(cq->thread, NULL);
+  cuda_bind(cq->agent);
+  cu.cuStreamSynchronize(cq->stream);
+  cu.cuStreamDestroy(cq->stream);
+  free(cq);
+}
+
+static aq_status_t cuda_alloc(aq_region_impl_t *region, size_t size, void **out) {
+  cuda_agent_t *a = region->agent->driver_data;
+  cuda_bind(a);
+  int kind = (int)(uintptr_t)region->driver_data;
+  CUresult r;
+  CUdeviceptr p = 0;
+  if (kind == REGION_PINNED) {
+    r = cu.cuMemAllocHost(out, size);
+  } else {
+    if (kind == REGION_MANAGED) {
+      /* Never beyond free memory: oversubscribed managed memory can hang
+       * the GPU for everyone on the machine. */
+      size_t free_bytes = 0, total = 0;
+      cu.cuMemGetInfo(&free_bytes, &total);
+      if (size > free_bytes / 10 * 9)
+        return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: %zu bytes of managed memory asked, %zu free on the GPU",
+                        region->info.name, size, free_bytes);
+      r = cu.cuMemAllocManaged(&p, size, CU_MEM_ATTACH_GLOBAL);
+    } else {
+      r = cu.cuMemAlloc(&p, size);
+    }
+    *out = (void *)(uintptr_t)p;
+  }
+  if (r != CUDA_SUCCESS)
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: %zu bytes: %s", region->info.name, size, cuda_error(r));
+  return AQ_OK;
+}
+
+static void cuda_free(aq_region_impl_t *region, void *ptr, size_t size) {
+  (void)size;
+  cuda_bind(region->agent->driver_data);
+  if ((int)(uintptr_t)region->driver_data == REGION_PINNED) cu.cuMemFreeHost(ptr);
+  else cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+}
+
+static aq_status_t cuda_copy(void *dst, const void *src, size_t size) {
+  if (agent_count) cuda_bind(agents[0]);
+  CUresult r = cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, size);
+  return r == CUDA_SUCCESS ? AQ_OK : aq_error(AQ_ERROR_INVALID_ARGUMENT, "GPU copy of %zu bytes: %s", size, cuda_error(r));
+}
+
+const aq_driver_t aq_driver_cuda = {
+    .name = "cuda",
+    .start = cuda_start,
+    .stop = cuda_stop,
+    .queue_attach = cuda_queue_attach,
+    .queue_detach = cuda_queue_detach,
+    .region_allocate = cuda_alloc,
+    .region_free = cuda_free,
+    .copy = cuda_copy,
+    .co_recognizes = cuda_co_recognizes,
+    .co_load = cuda_co_load,
+    .co_unload = cuda_co_unload,
+    .co_kernel_at = cuda_co_kernel_at,
+};
+
+/* ---- code objects: cubin (ELF, machine EM_CUDA) or fatbin ---------------- */
+
+#include "runtime/handle.h"
+
+typedef struct cuda_module {
+  CUmodule modules[AQ_AGENTS_MAX];
+  uint32_t count; /* kernels per device */
+  cuda_kernel_t *kernels; /* agent_count * count */
+} cuda_module_t;
+
+static aq_handle_table_t kernel_table;
+
+void cuda_code_objects_init(void) { aq_handle_table_init(&kernel_table, "kernel"); }
+void cuda_code_objects_deinit(void) { aq_handle_table_deinit(&kernel_table); }
+
+const cuda_kernel_t *cuda_kernel_lookup(uint64_t kernel_object) { return aq_handle_get(&kernel_table, kernel_object); }
+
+int cuda_co_recognizes(const void *bytes, size_t size) {
+  const uint8_t *b = bytes;
+  static const uint8_t fatbin[4] = {0x50, 0xed, 0x55, 0xba};
+  if (size >= 4 && !memcmp(b, fatbin, 4)) return 1;
+  return size >= 20 && !memcmp(b, "\177ELF", 4) && b[18] == 190; /* EM_CUDA */
+}
+
+aq_status_t cuda_co_load(const char *path, const void *bytes, size_t size, void **out, aq_code_object_info_t *info) {
+  (void)size;
+  if (!agent_count) return aq_error(AQ_ERROR_UNAVAILABLE, "%s: a CUDA code object, and no CUDA agent here", path);
+  cuda_module_t *m = calloc(1, sizeof(*m));
+  if (!m) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a code object");
+  aq_status_t s = AQ_OK;
+  for (uint32_t a = 0; s == AQ_OK && a < agent_count; ++a) {
+    cuda_bind(agents[a]);
+    CUresult r = cu.cuModuleLoadData(&m->modules[a], bytes);
+    if (r == CUDA_ERROR_NO_BINARY_FOR_GPU)
+      s = aq_error(AQ_ERROR_INCOMPATIBLE, "%s has no code for %s (%s)", path, agents[a]->agent->info.isa,
+                   agents[a]->agent->info.device);
+    else if (r != CUDA_SUCCESS)
+      s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cuModuleLoadData: %s", path, cuda_error(r));
+    unsigned n = 0;
+    if (s == AQ_OK && cu.cuModuleGetFunctionCount(&n, m->modules[a]) != CUDA_SUCCESS) n = 0;
+    if (s == AQ_OK && a == 0) {
+      m->count = n;
+      m->kernels = calloc((size_t)agent_count * (n ? n : 1), sizeof(cuda_kernel_t));
+      if (!m->kernels) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for kernels");
+    }
+    CUfunction *fns = s == AQ_OK ? calloc(n ? n : 1, sizeof(CUfunction)) : NULL;
+    if (s == AQ_OK && n && cu.cuModuleEnumerateFunctions(fns, n, m->modules[a]) != CUDA_SUCCESS)
+      s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cannot list its kernels", path);
+    for (unsigned i = 0; s == AQ_OK && i < n; ++i) {
+      cuda_kernel_t *k = &m->kernels[a * m->count + i];
+      size_t off = 0, psize = 0;
+      k->function = fns[i];
+      k->agent = agents[a];
+      cu.cuFuncGetName(&k->name, fns[i]);
+      if (cu.cuFuncGetParamInfo(fns[i], 0, &off, &psize) == CUDA_SUCCESS) k->kernarg_size = (uint32_t)(off + psize);
+      s = aq_handle_alloc(&kernel_table, k, &k->handle);
+    }
+    free(fns);
+  }
+  if (s != AQ_OK) {
+    cuda_co_unload(m);
+    return s;
+  }
+  snprintf(info->format, sizeof(info->format), "cuda-fatbin");
+  snprintf(info->producer, sizeof(info->producer), "nvcc");
+  info->kernel_count = m->count;
+  *out = m;
+  return AQ_OK;
+}
+
+void cuda_co_unload(void *module) {
+  cuda_module_t *m = module;
+  for (uint32_t i = 0; m->kernels && i < agent_count * m->count; ++i)
+    if (m->kernels[i].handle) aq_handle_release(&kernel_table, m->kernels[i].handle);
+  for (uint32_t a = 0; a < agent_count; ++a)
+    if (m->modules[a]) {
+      cuda_bind(agents[a]);
+      cu.cuModuleUnload(m->modules[a]);
+    }
+  free(m->kernels);
+  free(m);
+}
+
+aq_status_t cuda_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent, aq_kernel_info_t *out) {
+  cuda_module_t *m = module;
+  cuda_agent_t *a = agent->driver_data;
+  uint32_t ai = 0;
+  while (ai < agent_count && agents[ai] != a) ++ai;
+  if (ai == agent_count) return aq_error(AQ_ERROR_INVALID_HANDLE, "not a CUDA agent");
+  const cuda_kernel_t *k = &m->kernels[ai * m->count + index];
+  *out = (aq_kernel_info_t){.name = k->name ? k->name : "", .kernel_object = k->handle,
+                            .kernarg_size = k->kernarg_size, .kernarg_alignment = 8};
+  return AQ_OK;
+}
