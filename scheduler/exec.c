@@ -15,6 +15,7 @@ enum { EXEC_AGENTS_MAX = 64, EXEC_LANES_MAX = 256, LANES_PER_AGENT_MAX = 16, PKT
 
 typedef struct stream {
   aq_queue_t queue;
+  aq_signal_t done; /* the lane's last packet: 1 while a run is in it */
   uint8_t *ring;
   uint32_t size;
   uint8_t *packets; /* npackets * 64 bytes, headers included */
@@ -29,6 +30,7 @@ struct aq_exec {
   aq_agent_t agents[EXEC_AGENTS_MAX];
   char agent_names[EXEC_AGENTS_MAX][AQ_NAME_MAX];
   int32_t agent_node[EXEC_AGENTS_MAX];
+  uint8_t agent_kind[EXEC_AGENTS_MAX];
   uint32_t nlanes;
   uint32_t lane_agent[EXEC_LANES_MAX];
   stream_t streams[EXEC_LANES_MAX]; /* one queue per lane */
@@ -37,8 +39,9 @@ struct aq_exec {
   void *arenas[EXEC_AGENTS_MAX], *kernarg_arenas[EXEC_AGENTS_MAX];
   size_t kernarg_used[EXEC_AGENTS_MAX];
   aq_signal_t *signals;/* per task */
-  aq_signal_t done;
   uint32_t queues_used, barriers, packets;
+  uint8_t lane_kind[EXEC_LANES_MAX]; /* aq_agent_kind_t of the lane's agent */
+  aq_code_object_t gpu_ops;          /* the CUDA op library, when a GPU agent exists */
   uint64_t runs;
   int in_flight;
   size_t bytes;
@@ -51,14 +54,19 @@ static aq_status_t pick_agents(aq_exec_t *e) {
   for (size_t i = 0; i < n && i < EXEC_AGENTS_MAX; ++i) {
     aq_agent_info_t info;
     AQ_RETURN_IF_ERROR(aq_agent_get_info(all[i], &info));
-    if (info.kind != AQ_AGENT_KIND_CPU || !info.usable) continue;
+    if (!info.usable) continue;
     e->agents[e->nagents] = all[i];
     snprintf(e->agent_names[e->nagents], AQ_NAME_MAX, "%s", info.name);
     e->agent_node[e->nagents] = info.numa_node;
-    /* A lane per worker: independent tasks run side by side. */
-    uint32_t lanes = info.compute_units ? info.compute_units : 1;
+    e->agent_kind[e->nagents] = (uint8_t)info.kind;
+    /* A lane per CPU worker: independent tasks run side by side. A GPU
+     * gets one in-order stream. */
+    uint32_t lanes = info.kind == AQ_AGENT_KIND_GPU ? 1 : info.compute_units ? info.compute_units : 1;
     if (lanes > LANES_PER_AGENT_MAX) lanes = LANES_PER_AGENT_MAX;
-    for (uint32_t k = 0; k < lanes && e->nlanes < EXEC_LANES_MAX; ++k) e->lane_agent[e->nlanes++] = e->nagents;
+    for (uint32_t k = 0; k < lanes && e->nlanes < EXEC_LANES_MAX; ++k) {
+      e->lane_kind[e->nlanes] = (uint8_t)info.kind;
+      e->lane_agent[e->nlanes++] = e->nagents;
+    }
     e->nagents++;
   }
   return AQ_OK;
@@ -105,7 +113,10 @@ static aq_status_t plan_memory(aq_exec_t *e) {
   for (uint32_t a = 0; s == AQ_OK && a < e->nagents; ++a) {
     if (!total[a]) continue;
     aq_region_t region;
-    s = region_of(e->agents[a], AQ_REGION_COARSE_GRAINED, &region);
+    /* On a GPU: managed memory, host-accessible, so inputs, reads and the
+     * loader's host task need no copies (unified memory where it helps). */
+    s = region_of(e->agents[a], e->agent_kind[a] == AQ_AGENT_KIND_GPU ? AQ_REGION_MANAGED : AQ_REGION_COARSE_GRAINED,
+                  &region);
     if (s == AQ_OK) s = aq_memory_allocate(region, total[a], &e->arenas[a]);
     if (s == AQ_OK) memset(e->arenas[a], 0, total[a]);
     e->bytes += total[a];
@@ -163,7 +174,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   aq_graph_t *g = e->graph;
   const task_t *task = &g->tasks[t];
   uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
-  aq_code_object_t co = task->code_object.handle ? task->code_object : e->ops;
+  int gpu = e->lane_kind[e->plan.tasks[t].lane] == AQ_AGENT_KIND_GPU;
+  aq_code_object_t co = task->code_object.handle ? task->code_object : gpu ? e->gpu_ops : e->ops;
   aq_kernel_info_t k;
   if (aq_code_object_find_kernel(co, task->kernel, e->agents[a], &k) != AQ_OK)
     return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is placed on agent %s, which lacks kernel '%s': %s", task->name,
@@ -183,12 +195,13 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   memset(p, 0, sizeof(*p));
   p->header = header(HSA_PACKET_TYPE_KERNEL_DISPATCH, barrier);
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
-  p->workgroup_size_x = task->shape.workgroup[0] ? task->shape.workgroup[0] : 1;
-  p->workgroup_size_y = task->shape.workgroup[1] ? task->shape.workgroup[1] : 1;
-  p->workgroup_size_z = task->shape.workgroup[2] ? task->shape.workgroup[2] : 1;
-  p->grid_size_x = task->shape.grid[0] ? task->shape.grid[0] : 1;
-  p->grid_size_y = task->shape.grid[1] ? task->shape.grid[1] : 1;
-  p->grid_size_z = task->shape.grid[2] ? task->shape.grid[2] : 1;
+  aq_dispatch_shape_t sh = gpu ? aq_gpu_shape(task->kernel, ka, task->shape) : task->shape;
+  p->workgroup_size_x = sh.workgroup[0] ? sh.workgroup[0] : 1;
+  p->workgroup_size_y = sh.workgroup[1] ? sh.workgroup[1] : 1;
+  p->workgroup_size_z = sh.workgroup[2] ? sh.workgroup[2] : 1;
+  p->grid_size_x = sh.grid[0] ? sh.grid[0] : 1;
+  p->grid_size_y = sh.grid[1] ? sh.grid[1] : 1;
+  p->grid_size_z = sh.grid[2] ? sh.grid[2] : 1;
   p->kernel_object = k.kernel_object;
   p->kernarg_address = ka;
   p->completion_signal.handle = e->signals[t].handle;
@@ -249,14 +262,14 @@ static aq_status_t lower(aq_exec_t *e, uint32_t queue_size) {
   if (!e->kernargs || !e->signals) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
   AQ_RETURN_IF_ERROR(plan_kernargs(e));
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->signals[t]));
-  AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->done));
   for (uint32_t k = 0; k < e->plan.ntasks; ++k) AQ_RETURN_IF_ERROR(lower_task(e, e->plan.order[k]));
   aq_signal_t none = {0};
   for (uint32_t a = 0; a < e->nlanes; ++a) {
     stream_t *st = &e->streams[a];
     if (!st->npackets) continue;
-    /* The end of the stream: a barrier (bit set) that counts the queue done. */
-    AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, &none, 0, e->done));
+    /* The end of the stream: a barrier (bit set) that marks the lane done. */
+    AQ_RETURN_IF_ERROR(aq_signal_create(0, &st->done));
+    AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, &none, 0, st->done));
     e->barriers--; /* bookkeeping, not an edge */
     e->packets += st->npackets;
     uint32_t size = queue_size ? queue_size : 64;
@@ -274,6 +287,48 @@ static aq_status_t lower(aq_exec_t *e, uint32_t queue_size) {
     e->queues_used++;
   }
   return AQ_OK;
+}
+
+/* The CUDA op library, if some agent is a GPU and the build has it. */
+static aq_status_t load_gpu_ops(aq_exec_t *e) {
+  for (uint32_t a = 0; a < e->nagents; ++a)
+    if (e->agent_kind[a] == AQ_AGENT_KIND_GPU) {
+      if (aq_code_object_load("kernels-cuda.fatbin", &e->gpu_ops) != AQ_OK) e->gpu_ops.handle = 0;
+      break;
+    }
+  return AQ_OK;
+}
+
+static int has_kernel(aq_exec_t *e, aq_code_object_t co, const char *name, uint8_t kind) {
+  for (uint32_t a = 0; a < e->nagents; ++a) {
+    if (e->agent_kind[a] != kind) continue;
+    aq_kernel_info_t k;
+    return co.handle && aq_code_object_find_kernel(co, name, e->agents[a], &k) == AQ_OK;
+  }
+  return 0;
+}
+
+/* Per task, the kinds of agent that may run it: host calls on CPUs; a
+ * kernel wherever its code object has code and the options allow. */
+static uint8_t *eligibility(aq_exec_t *e, uint32_t kinds) {
+  aq_graph_t *g = e->graph;
+  uint8_t *m = calloc(g->ntasks ? g->ntasks : 1, 1);
+  if (!m) return NULL;
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    const task_t *task = &g->tasks[t];
+    if (task->kind == TASK_HOST) {
+      m[t] = 1u << AQ_AGENT_KIND_CPU;
+      continue;
+    }
+    for (uint8_t kind = AQ_AGENT_KIND_CPU; kind <= AQ_AGENT_KIND_GPU; ++kind) {
+      if (kinds && !(kinds & (1u << kind))) continue;
+      aq_code_object_t co = task->code_object.handle ? task->code_object
+                            : kind == AQ_AGENT_KIND_GPU ? e->gpu_ops
+                                                        : e->ops;
+      if (has_kernel(e, co, task->kernel, kind)) m[t] |= (uint8_t)(1u << kind);
+    }
+  }
+  return m;
 }
 
 static aq_sched_policy_t policy_from(const aq_exec_options_t *o) {
@@ -297,9 +352,13 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   e->graph = g;
   atomic_fetch_add(&g->execs, 1);
   aq_status_t s = pick_agents(e);
-  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->agent_node};
-  if (s == AQ_OK) s = plan_build(&e->plan, g, policy_from(options), &lanes);
   if (s == AQ_OK) s = aq_code_object_load("kernels-cpu.so", &e->ops);
+  if (s == AQ_OK) s = load_gpu_ops(e);
+  uint8_t *eligible = s == AQ_OK ? eligibility(e, options ? options->kernel_agent_kinds : 0) : NULL;
+  if (s == AQ_OK && !eligible) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, eligible};
+  if (s == AQ_OK) s = plan_build(&e->plan, g, policy_from(options), &lanes);
+  free(eligible);
   if (s == AQ_OK) s = plan_memory(e);
   if (s == AQ_OK) s = lower(e, options ? options->queue_size : 0);
   if (s != AQ_OK) {
@@ -313,8 +372,12 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
 }
 
 static int finished(aq_exec_t *e) {
-  aq_signal_value_t v = 0;
-  return !e->in_flight || (aq_signal_load(e->done, &v) == AQ_OK && v == 0);
+  if (!e->in_flight) return 1;
+  for (uint32_t a = 0; a < e->nlanes; ++a) {
+    aq_signal_value_t v = 0;
+    if (e->streams[a].done.handle && (aq_signal_load(e->streams[a].done, &v) != AQ_OK || v != 0)) return 0;
+  }
+  return 1;
 }
 
 AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
@@ -331,7 +394,9 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
     if (e->arenas[a]) aq_memory_free(e->arenas[a]);
     if (e->kernarg_arenas[a]) aq_memory_free(e->kernarg_arenas[a]);
   }
-  if (e->done.handle) aq_signal_destroy(e->done);
+  for (uint32_t a = 0; a < EXEC_LANES_MAX; ++a)
+    if (e->streams[a].done.handle) aq_signal_destroy(e->streams[a].done);
+  if (e->gpu_ops.handle) aq_code_object_unload(e->gpu_ops);
   if (e->ops.handle) aq_code_object_unload(e->ops);
   free(e->kernargs), free(e->signals), free(e->buffers);
   plan_free(&e->plan);
@@ -347,7 +412,8 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
                     (unsigned long long)e->runs);
   aq_graph_t *g = e->graph;
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_store(e->signals[t], 1));
-  AQ_RETURN_IF_ERROR(aq_signal_store(e->done, e->queues_used));
+  for (uint32_t a = 0; a < e->nlanes; ++a)
+    if (e->streams[a].done.handle) AQ_RETURN_IF_ERROR(aq_signal_store(e->streams[a].done, 1));
   e->in_flight = 1;
   e->runs++;
   for (uint32_t a = 0; a < e->nlanes; ++a) {
@@ -371,7 +437,9 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
 AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_wait: exec is NULL");
   if (!e->in_flight) return AQ_OK;
-  AQ_RETURN_IF_ERROR(aq_signal_wait(e->done, AQ_SIGNAL_EQ, 0, timeout_ns, NULL));
+  for (uint32_t a = 0; a < e->nlanes; ++a)
+    if (e->streams[a].done.handle)
+      AQ_RETURN_IF_ERROR(aq_signal_wait(e->streams[a].done, AQ_SIGNAL_EQ, 0, timeout_ns, NULL));
   e->in_flight = 0;
   /* The first failed task (in topological order) is the one to report. */
   aq_status_t first = AQ_OK;

@@ -113,36 +113,42 @@ static aq_status_t order(plan_t *p, aq_graph_t *g) {
 /* What a task costs, in the estimate's units: its work-groups (an empty
  * task is 1), and what a cross-lane edge adds (a barrier packet and a
  * signal hop, about one task). */
-static double task_cost(const task_t *t) {
+static double task_cost(const task_t *t, uint8_t kind) {
   double groups = 1.0;
   for (int d = 0; d < 3; ++d) {
     uint32_t wg = t->shape.workgroup[d] ? t->shape.workgroup[d] : 1, gr = t->shape.grid[d] ? t->shape.grid[d] : 1;
     groups *= (gr + wg - 1) / wg;
   }
-  return t->kind == TASK_HOST ? 1.0 : groups;
+  if (t->kind == TASK_HOST) return 1.0;
+  /* A GPU runs a CPU work-group's worth of work in a small fraction of the
+   * time, after a launch that costs about one empty CPU task. */
+  return kind == AQ_AGENT_KIND_GPU ? 1.0 + 0.02 * groups : groups;
 }
-enum { CROSS_LANE_COST = 1 };
+enum { CROSS_LANE_COST = 1, CROSS_AGENT_COST = 2 };
 
 /* Earliest finish over the allowed lanes: HEFT's rule with the estimate
  * above; a tie keeps the lane of a producer. */
-static uint32_t earliest(plan_t *p, uint32_t task, const plan_lanes_t *l, const double *free_at, int32_t agent_only,
-                         int32_t node_only, double *out_finish, double cost) {
+static uint32_t earliest(plan_t *p, aq_graph_t *g, uint32_t task, const plan_lanes_t *l, const double *free_at,
+                         int32_t agent_only, int32_t node_only, double *out_finish) {
   const plan_task_t *t = &p->tasks[task];
   uint32_t best = UINT32_MAX;
-  double best_start = 0;
+  double best_finish = 0;
   for (uint32_t c = 0; c < l->nlanes; ++c) {
+    if (!(l->eligible[task] & (1u << l->lane_kind[c]))) continue;
     if (agent_only >= 0 && l->lane_agent[c] != (uint32_t)agent_only) continue;
     if (node_only >= 0 && l->agent_node[l->lane_agent[c]] != node_only) continue;
     double ready = 0;
     for (uint32_t j = 0; j < t->npreds; ++j) {
       const plan_task_t *q = &p->tasks[t->preds[j]];
-      double r = q->finish + (q->lane == c ? 0 : CROSS_LANE_COST);
+      double r = q->finish + (q->lane == c                                      ? 0
+                              : l->lane_agent[q->lane] == l->lane_agent[c] ? CROSS_LANE_COST
+                                                                              : CROSS_AGENT_COST);
       if (r > ready) ready = r;
     }
-    double start = free_at[c] > ready ? free_at[c] : ready;
-    if (best == UINT32_MAX || start < best_start) best = c, best_start = start;
+    double finish = (free_at[c] > ready ? free_at[c] : ready) + task_cost(&g->tasks[task], l->lane_kind[c]);
+    if (best == UINT32_MAX || finish < best_finish) best = c, best_finish = finish;
   }
-  *out_finish = best_start + cost;
+  *out_finish = best_finish;
   return best;
 }
 
@@ -162,23 +168,38 @@ aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const
     uint32_t i = p->order[k];
     const task_t *t = &g->tasks[i];
     plan_task_t *pt = &p->tasks[i];
-    double cost = task_cost(t), finish;
+    double finish;
     if (t->agent >= 0 && (uint32_t)t->agent >= l->nagents) {
       free(free_at);
       return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is pinned to agent %d; only %u agents can run it", t->name,
                       t->agent, l->nagents);
     }
-    if (policy == AQ_SCHED_ROUND_ROBIN && t->agent < 0) {
-      pt->lane = k % l->nlanes;
+    if (!l->eligible[i]) {
+      free(free_at);
+      return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': no agent allowed here has its kernel '%s'", t->name,
+                      t->kind == TASK_HOST ? "(host call)" : t->kernel);
+    }
+    uint32_t rr = UINT32_MAX;
+    if (policy == AQ_SCHED_ROUND_ROBIN && t->agent < 0)
+      for (uint32_t c = 0; c < l->nlanes && rr == UINT32_MAX; ++c)
+        if (l->eligible[i] & (1u << l->lane_kind[(k + c) % l->nlanes])) rr = (k + c) % l->nlanes;
+    if (rr != UINT32_MAX) {
+      pt->lane = rr;
       double ready = 0;
       for (uint32_t j = 0; j < pt->npreds; ++j)
         if (p->tasks[pt->preds[j]].finish > ready) ready = p->tasks[pt->preds[j]].finish;
-      finish = (free_at[pt->lane] > ready ? free_at[pt->lane] : ready) + cost;
+      finish = (free_at[rr] > ready ? free_at[rr] : ready) + task_cost(t, l->lane_kind[rr]);
     } else {
       int32_t node = -1;
       if (policy == AQ_SCHED_LOCALITY && pt->npreds)
         node = l->agent_node[l->lane_agent[p->tasks[pt->preds[0]].lane]];
-      pt->lane = earliest(p, i, l, free_at, t->agent, node, &finish, cost);
+      pt->lane = earliest(p, g, i, l, free_at, t->agent, node, &finish);
+      if (pt->lane == UINT32_MAX) pt->lane = earliest(p, g, i, l, free_at, t->agent, -1, &finish);
+      if (pt->lane == UINT32_MAX) {
+        free(free_at);
+        return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is pinned to agent %d, which cannot run its kernel '%s'",
+                        t->name, t->agent, t->kernel);
+      }
     }
     pt->finish = finish;
     free_at[pt->lane] = finish;

@@ -22,7 +22,9 @@ typedef struct plan {
 typedef struct plan_lanes {
   uint32_t nlanes, nagents;
   const uint32_t *lane_agent; /* lane -> agent index */
+  const uint8_t *lane_kind;   /* lane -> aq_agent_kind_t */
   const int32_t *agent_node;  /* agent -> NUMA node */
+  const uint8_t *eligible;    /* task -> mask of agent kinds that can run it (1 << kind) */
 } plan_lanes_t;
 
 /* Checks the graph (reads before writes, cycles, pinned agents) and places

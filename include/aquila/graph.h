@@ -154,6 +154,9 @@ typedef enum aq_sched_policy {
 typedef struct aq_exec_options {
   aq_sched_policy_t policy;
   uint32_t queue_size;      /* packets per agent queue; 0 = fits the graph */
+  /* Which kinds of agent may run kernel tasks: a mask of 1 << aq_agent_kind_t;
+   * 0 = any (host tasks always run on CPU agents). */
+  uint32_t kernel_agent_kinds;
 } aq_exec_options_t;
 
 aq_status_t aq_graph_instantiate(aq_graph_t *graph, const aq_exec_options_t *options,
