@@ -17,3 +17,12 @@ $(TEST_DATA_DIR)/not-aquila.so: tests/data/not_aquila.c
 
 # The data-loader tests link the example's loader itself.
 $(BUILD)/tests/examples: $(OBJDIR)/examples/train_fashion/fashion_data.o
+
+# The GPU tests' own kernels (a planted faulting kernel among them), where
+# the CUDA toolkit is.
+ifneq ($(wildcard $(NVCC)),)
+TEST_DATA += $(TEST_DATA_DIR)/test-kernels-gpu.fatbin
+$(TEST_DATA_DIR)/test-kernels-gpu.fatbin: tests/data/test_kernels_gpu.cu
+	@mkdir -p $(@D)
+	$(NVCC) -fatbin -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -o $@ $<
+endif
