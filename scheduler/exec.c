@@ -97,14 +97,18 @@ static aq_status_t plan_memory(aq_exec_t *e) {
   e->buffers = calloc(g->ntensors, sizeof(void *));
   aq_status_t s = home && offset && e->buffers ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
   for (uint32_t i = 0; s == AQ_OK && i < g->ntensors; ++i) home[i] = UINT32_MAX;
-  for (uint32_t k = 0; s == AQ_OK && k < e->plan.ntasks; ++k) {
-    uint32_t t = e->plan.order[k], a = e->lane_agent[e->plan.tasks[t].lane];
-    const task_t *task = &g->tasks[t];
-    for (uint32_t r = 0; r < task->nreads; ++r)
-      if (home[task->reads[r]] == UINT32_MAX) home[task->reads[r]] = a;
-    for (uint32_t w = 0; w < task->nwrites; ++w)
-      if (home[task->writes[w]] == UINT32_MAX) home[task->writes[w]] = a;
-  }
+  /* A tensor a GPU touches lives in that GPU's managed memory (the CPU can
+   * reach it too); otherwise on the node of the first CPU agent to touch it. */
+  for (int pass = 0; s == AQ_OK && pass < 2; ++pass)
+    for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
+      uint32_t t = e->plan.order[k], a = e->lane_agent[e->plan.tasks[t].lane];
+      if ((e->agent_kind[a] == AQ_AGENT_KIND_GPU) != (pass == 0)) continue;
+      const task_t *task = &g->tasks[t];
+      for (uint32_t r = 0; r < task->nreads; ++r)
+        if (home[task->reads[r]] == UINT32_MAX) home[task->reads[r]] = a;
+      for (uint32_t w = 0; w < task->nwrites; ++w)
+        if (home[task->writes[w]] == UINT32_MAX) home[task->writes[w]] = a;
+    }
   for (uint32_t i = 1; s == AQ_OK && i < g->ntensors; ++i) {
     if (home[i] == UINT32_MAX) home[i] = 0;
     offset[i] = total[home[i]];

@@ -1,7 +1,7 @@
 /* train_fashion: Fashion-MNIST training on whatever agents exist.
  *
  *   train_fashion [--model mlp] [--epochs 10] [--batch 256] [--lr 0.1]
- *                 [--momentum 0.9] [--seed 1] [--placement auto|cpu|eager|round-robin|locality]
+ *                 [--momentum 0.9] [--seed 1] [--placement auto|cpu|gpu|eager|round-robin|locality]
  *                 [--data DIR] [--out DIR] [--dot FILE] [--trace FILE]
  *
  * Prints a progress bar per epoch and the test accuracy after each; writes
@@ -27,7 +27,7 @@ static int usage(const char *why) {
   if (why) fprintf(stderr, "train_fashion: %s\n", why);
   fprintf(stderr,
           "usage: train_fashion [--model mlp] [--epochs N] [--batch N] [--lr X] [--momentum X] [--seed N]\n"
-          "                     [--placement auto|cpu|eager|round-robin|locality] [--data DIR] [--out DIR]\n"
+          "                     [--placement auto|cpu|gpu|eager|round-robin|locality] [--data DIR] [--out DIR]\n"
           "                     [--dot FILE] [--trace FILE]\n");
   return 2;
 }
@@ -68,15 +68,19 @@ static int parse(int argc, char **argv, args_t *a) {
   }
   if (a->epochs < 1) return usage("--epochs must be at least 1");
   const char *p = a->placement;
-  a->t.policy = !strcmp(p, "auto") || !strcmp(p, "eager") || !strcmp(p, "cpu") ? AQ_SCHED_EAGER
-                : !strcmp(p, "round-robin")                                    ? AQ_SCHED_ROUND_ROBIN
-                : !strcmp(p, "locality")                                       ? AQ_SCHED_LOCALITY
-                                                                               : AQ_SCHED_DEFAULT;
+  a->t.policy = !strcmp(p, "auto") || !strcmp(p, "eager") || !strcmp(p, "cpu") || !strcmp(p, "gpu") ? AQ_SCHED_EAGER
+                : !strcmp(p, "round-robin") ? AQ_SCHED_ROUND_ROBIN
+                : !strcmp(p, "locality")    ? AQ_SCHED_LOCALITY
+                                            : AQ_SCHED_DEFAULT;
   if (a->t.policy == AQ_SCHED_DEFAULT) {
-    fprintf(stderr, "train_fashion: --placement %s: this build places on CPU agents (auto, cpu, eager, "
-                    "round-robin, locality); no GPU agent is built yet\n", p);
+    fprintf(stderr, "train_fashion: --placement %s: expected auto, cpu, gpu, eager, round-robin or locality\n", p);
     return 2;
   }
+  /* cpu / gpu: every kernel on that kind of agent; the loader is a host
+   * task and runs on a CPU agent in any case. */
+  a->t.kernel_agent_kinds = !strcmp(p, "cpu") ? 1u << AQ_AGENT_KIND_CPU
+                            : !strcmp(p, "gpu") ? 1u << AQ_AGENT_KIND_GPU
+                                                : 0;
   if (a->trace) {
     fprintf(stderr, "train_fashion: --trace: tracing is not built into this Aquila yet\n");
     return 2;

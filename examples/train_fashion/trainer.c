@@ -110,7 +110,7 @@ static aq_status_t build_train(trainer_t *t) {
     TRY(aq_graph_gradient(g, t->params[i], &grad));
     TRY(aq_op_sgd(g, t->params[i], grad, &sgd));
   }
-  aq_exec_options_t eo = {.policy = t->o.policy};
+  aq_exec_options_t eo = {.policy = t->o.policy, .kernel_agent_kinds = t->o.kernel_agent_kinds};
   return aq_graph_instantiate(g, &eo, &t->e);
 }
 
@@ -122,7 +122,7 @@ static aq_status_t build_eval(trainer_t *t) {
       aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){EVAL_BATCH, PIXELS}, &t->ex));
   TRY(make_params(g, t->o.hidden, t->eparams));
   TRY(forward(g, t->ex, t->eparams, &t->elogits));
-  aq_exec_options_t eo = {.policy = t->o.policy};
+  aq_exec_options_t eo = {.policy = t->o.policy, .kernel_agent_kinds = t->o.kernel_agent_kinds};
   return aq_graph_instantiate(g, &eo, &t->ee);
 }
 

@@ -17,6 +17,7 @@ typedef struct trainer_options {
   float lr, momentum, weight_decay;
   uint64_t seed;
   aq_sched_policy_t policy; /* placement */
+  uint32_t kernel_agent_kinds; /* 0: any agent; else 1 << aq_agent_kind_t */
 } trainer_options_t;
 
 typedef struct trainer trainer_t;

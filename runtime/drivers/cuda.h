@@ -29,8 +29,20 @@ typedef struct cuda_kernel {
 
 const cuda_kernel_t *cuda_kernel_lookup(uint64_t kernel_object);
 
+/* A completion written by the stream but not yet seen: if the GPU faults,
+ * the stream never writes it, and the processor fails it instead. */
+typedef struct cuda_pending {
+  aq_signal_slot_t *slot;
+  int64_t next;
+  const char *what;
+} cuda_pending_t;
+
+enum { CUDA_PENDING_MAX = 1024 };
+
 typedef struct cuda_queue {
   aq_queue_impl_t *queue;
+  cuda_pending_t pending[CUDA_PENDING_MAX];
+  uint32_t pending_head, pending_count;
   cuda_agent_t *agent;
   CUstream stream;
   pthread_t thread;

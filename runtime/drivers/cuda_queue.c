@@ -22,13 +22,48 @@ static uint32_t packet_fault(cuda_queue_t *cq, aq_status_t s, const char *what, 
  * (the ends of a graph's streams), to keep it off the per-kernel path. */
 static void notify_host(void *slot) { aq_signal_slot_notify(slot); }
 
-static void complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, int always_notify) {
+/* Forgets completions the stream has written. */
+static void reap(cuda_queue_t *cq) {
+  while (cq->pending_count) {
+    cuda_pending_t *p = &cq->pending[cq->pending_head];
+    if (atomic_load(&p->slot->value) > p->next) break;
+    cq->pending_head = (cq->pending_head + 1) % CUDA_PENDING_MAX;
+    cq->pending_count--;
+  }
+}
+
+/* After a sticky error the stream writes nothing more: fail what it owed. */
+static void fail_pending(cuda_queue_t *cq, CUresult r) {
+  atomic_store(&cq->agent->faulted, 1);
+  cq->agent->agent->info.usable = 0;
+  while (cq->pending_count) {
+    cuda_pending_t *p = &cq->pending[cq->pending_head];
+    uint32_t f = packet_fault(cq, AQ_ERROR_KERNEL_FAULT, p->what, cuda_error(r));
+    aq_signal_slot_fail(p->slot, f);
+    aq_signal_slot_store(p->slot, p->next);
+    cq->pending_head = (cq->pending_head + 1) % CUDA_PENDING_MAX;
+    cq->pending_count--;
+  }
+}
+
+static void watch_stream(cuda_queue_t *cq) {
+  reap(cq);
+  if (!cq->pending_count) return;
+  CUresult r = cu.cuStreamQuery(cq->stream);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) fail_pending(cq, r);
+}
+
+static void complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, int always_notify, const char *what) {
   if (!completion.handle) return;
   aq_signal_slot_t *s = aq_signal_slot(completion.handle);
   if (!s) return;
   /* One completer per signal in flight: its next value is known now. */
   int64_t next = atomic_load(&s->value) - 1;
   cu.cuStreamWriteValue64(cq->stream, cuda_signal_address(s), (uint64_t)next, 0);
+  if (cq->pending_count == CUDA_PENDING_MAX) reap(cq);
+  if (cq->pending_count < CUDA_PENDING_MAX) {
+    cq->pending[(cq->pending_head + cq->pending_count++) % CUDA_PENDING_MAX] = (cuda_pending_t){s, next, what};
+  }
   if (always_notify || atomic_load(&s->wake.sleepers) || atomic_load(&s->notify))
     cu.cuLaunchHostFunc(cq->stream, notify_host, s);
 }
@@ -89,11 +124,15 @@ static int process(cuda_queue_t *cq) {
   uint32_t fault = 0;
   hsa_signal_t completion = {0};
   int is_barrier = 0;
+  const char *what = "barrier packet";
   switch (type) {
-    case HSA_PACKET_TYPE_KERNEL_DISPATCH:
+    case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
       completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;
+      const cuda_kernel_t *k = cuda_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
+      what = k && k->name ? k->name : "kernel";
       fault = dispatch(cq, (const void *)p);
       break;
+    }
     case HSA_PACKET_TYPE_BARRIER_AND:
       completion = ((const hsa_barrier_and_packet_t *)p)->completion_signal;
       barrier_and(cq, (const void *)p);
@@ -118,7 +157,7 @@ static int process(cuda_queue_t *cq) {
     aq_queue_note_failure(q, aq_fault_message(fault, msg, sizeof(msg)), fault);
     aq_packet_complete(done, fault); /* failed packets complete on the host, at once */
   } else {
-    complete_on_stream(cq, done, is_barrier);
+    complete_on_stream(cq, done, is_barrier, what);
   }
   return 1;
 }
@@ -135,9 +174,12 @@ void *cuda_queue_main(void *arg) {
   atomic_store(&cq->busy, 1);
   while (atomic_load(&cq->running)) {
     if (process(cq)) continue;
-    /* Idle: let producers know they must wake us, then sleep on our word. */
+    /* Idle: let producers know they must wake us, then sleep on our word,
+     * looking at the stream every millisecond while it owes completions. */
     atomic_store(&cq->busy, 0);
-    aq_wake_wait(&cq->wake, has_packet, cq, UINT64_MAX, aq_runtime_config()->spin_ns);
+    watch_stream(cq);
+    aq_wake_wait(&cq->wake, has_packet, cq, cq->pending_count ? 1000000ull : UINT64_MAX,
+                 aq_runtime_config()->spin_ns);
     atomic_store(&cq->busy, 1);
   }
   return NULL;

@@ -135,7 +135,9 @@ Test(graph_numa, four_agents_lower_to_barriers_and_agree) {
   mlp_t m;
   build_mlp(&m, 1);
   aq_exec_t *e;
-  aq_exec_options_t o = {.policy = AQ_SCHED_ROUND_ROBIN};
+  /* Kernels on the four CPU agents only (a GPU, where there is one, would
+   * be a fifth). */
+  aq_exec_options_t o = {.policy = AQ_SCHED_ROUND_ROBIN, .kernel_agent_kinds = 1u << AQ_AGENT_KIND_CPU};
   AQ_ASSERT_OK(aq_graph_instantiate(m.g, &o, &e));
   aq_exec_info_t info;
   AQ_ASSERT_OK(aq_exec_get_info(e, &info));

@@ -3,7 +3,7 @@
  * time over all epochs' steps after the first (warm-up) epoch's first steps.
  * The peer, PyTorch eager, runs from shared/reference/torch_fashion_mlp.py in
  * the same device call (aq-bench does not embed Python).
- * Options: --epochs N (default 1), --batch N (256), --threads (informational:
+ * Options: --placement auto|cpu|gpu, --epochs N (default 1), --batch N (256), --threads (informational:
  * workers come from AQ_CPU_WORKERS), --data DIR, --steps N (cap per epoch). */
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +17,11 @@ int aq_bench_train(int argc, char **argv) {
   long cap = bench_arg_int(argc, argv, "steps", 0);
   trainer_options_t o = {.model = "mlp", .batch = (uint32_t)bench_arg_int(argc, argv, "batch", 256),
                          .hidden = 1024, .lr = 0.1f, .momentum = 0.9f, .seed = 1, .policy = AQ_SCHED_EAGER};
+  const char *placement = bench_arg(argc, argv, "placement");
+  if (!placement) placement = "auto";
+  o.kernel_agent_kinds = !strcmp(placement, "cpu") ? 1u << AQ_AGENT_KIND_CPU
+                         : !strcmp(placement, "gpu") ? 1u << AQ_AGENT_KIND_GPU
+                                                     : 0;
   fashion_set_t train, test;
   char err[512];
   if (fashion_load(data ? data : FASHION_DEFAULT_DIR, "train", &train, err, sizeof(err)) ||
@@ -59,7 +64,7 @@ int aq_bench_train(int argc, char **argv) {
     bench_json_t j;
     bench_json_begin(&j, "train", "aquila");
     bench_json_str(&j, "model", "mlp");
-    bench_json_str(&j, "placement", "cpu");
+    bench_json_str(&j, "placement", placement);
     bench_json_int(&j, "batch", o.batch);
     bench_json_int(&j, "threads", info.compute_units);
     bench_json_int(&j, "epoch", ep + 1);
