@@ -10,6 +10,7 @@
 #include "runtime/status.h"
 
 aq_signal_pool_t aq_signal_pool;
+_Atomic int aq_signal_device_writers;
 
 static pthread_mutex_t pool_mutex = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t free_head; /* index + 1 */
@@ -175,7 +176,23 @@ AQ_API aq_status_t aq_signal_wait(aq_signal_t signal, aq_signal_condition_t cond
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_signal_wait: unknown condition %d", (int)condition);
   AQ_RETURN_IF_ERROR(resolve(signal, &s));
   wait_t w = {s, (uint32_t)(signal.handle >> 32), condition, compare, 0};
-  int met = aq_wake_wait(&s->wake, condition_met, &w, timeout_ns, aq_runtime_config()->spin_ns);
+  int met;
+  if (!atomic_load(&aq_signal_device_writers)) {
+    met = aq_wake_wait(&s->wake, condition_met, &w, timeout_ns, aq_runtime_config()->spin_ns);
+  } else {
+    /* A GPU may write the value without a wake-up: sleep in 20 us steps. */
+    uint64_t start = aq_now_ns(), spin = aq_runtime_config()->spin_ns;
+    for (;;) {
+      uint64_t now = aq_now_ns(), used = now - start;
+      if (timeout_ns != AQ_TIMEOUT_INFINITE && used >= timeout_ns) {
+        met = condition_met(&w);
+        break;
+      }
+      uint64_t step = used < spin ? spin : 20000;
+      if (timeout_ns != AQ_TIMEOUT_INFINITE && timeout_ns - used < step) step = timeout_ns - used;
+      if ((met = aq_wake_wait(&s->wake, condition_met, &w, step, used < spin ? spin : 0))) break;
+    }
+  }
   if (out_observed) *out_observed = w.seen;
   if (atomic_load(&s->generation) != w.generation)
     return aq_error(AQ_ERROR_INVALID_HANDLE, "signal 0x%llx was destroyed while waited on",

@@ -31,6 +31,11 @@ typedef struct aq_signal_pool {
 
 extern aq_signal_pool_t aq_signal_pool;
 
+/* Set by a driver whose devices write signal memory directly (a GPU's
+ * stream writes): such a write wakes no futex, so host waiters re-check
+ * often instead of sleeping long. */
+extern _Atomic int aq_signal_device_writers;
+
 aq_status_t aq_signal_pool_init(uint32_t capacity);
 void aq_signal_pool_deinit(void);
 uint32_t aq_signal_pool_live(void);

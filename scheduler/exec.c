@@ -36,9 +36,10 @@ struct aq_exec {
   stream_t streams[EXEC_LANES_MAX]; /* one queue per lane */
   void **buffers;      /* per tensor id: carved from its agent's arena */
   void **kernargs;     /* per task: carved from its agent's kernarg arena */
-  void *arenas[EXEC_AGENTS_MAX], *kernarg_arenas[EXEC_AGENTS_MAX];
+  void *arenas[EXEC_AGENTS_MAX], *pinned_arenas[EXEC_AGENTS_MAX], *kernarg_arenas[EXEC_AGENTS_MAX];
   size_t kernarg_used[EXEC_AGENTS_MAX];
   aq_signal_t *signals;/* per task */
+  uint8_t *watched;    /* per task: another lane waits for its signal */
   uint32_t queues_used, barriers, packets;
   uint8_t lane_kind[EXEC_LANES_MAX]; /* aq_agent_kind_t of the lane's agent */
   aq_code_object_t gpu_ops;          /* the CUDA op library, when a GPU agent exists */
@@ -109,10 +110,33 @@ static aq_status_t plan_memory(aq_exec_t *e) {
       for (uint32_t w = 0; w < task->nwrites; ++w)
         if (home[task->writes[w]] == UINT32_MAX) home[task->writes[w]] = a;
     }
+  /* A GPU tensor written by a CPU task (a batch loader) goes to pinned host
+   * memory the GPU reads in place: managed memory would migrate its pages
+   * back and forth every run. Arena slot 1 of a GPU agent is that memory. */
+  uint8_t *pinned = calloc(g->ntensors, 1);
+  if (!pinned) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
+  for (uint32_t t = 0; s == AQ_OK && t < g->ntasks; ++t) {
+    uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
+    if (e->agent_kind[a] != AQ_AGENT_KIND_CPU) continue;
+    for (uint32_t w = 0; w < g->tasks[t].nwrites; ++w) {
+      uint32_t x = g->tasks[t].writes[w];
+      if (home[x] != UINT32_MAX && e->agent_kind[home[x]] == AQ_AGENT_KIND_GPU) pinned[x] = 1;
+    }
+  }
+  size_t ptotal[EXEC_AGENTS_MAX] = {0};
   for (uint32_t i = 1; s == AQ_OK && i < g->ntensors; ++i) {
     if (home[i] == UINT32_MAX) home[i] = 0;
-    offset[i] = total[home[i]];
-    total[home[i]] += (g->tensors[i].bytes + 63) & ~(size_t)63;
+    size_t *tot = pinned[i] ? ptotal : total;
+    offset[i] = tot[home[i]];
+    tot[home[i]] += (g->tensors[i].bytes + 63) & ~(size_t)63;
+  }
+  for (uint32_t a = 0; s == AQ_OK && a < e->nagents; ++a) {
+    if (!ptotal[a]) continue;
+    aq_region_t region;
+    s = region_of(e->agents[a], AQ_REGION_FINE_GRAINED, &region);
+    if (s == AQ_OK) s = aq_memory_allocate(region, ptotal[a], &e->pinned_arenas[a]);
+    if (s == AQ_OK) memset(e->pinned_arenas[a], 0, ptotal[a]);
+    e->bytes += ptotal[a];
   }
   for (uint32_t a = 0; s == AQ_OK && a < e->nagents; ++a) {
     if (!total[a]) continue;
@@ -126,8 +150,8 @@ static aq_status_t plan_memory(aq_exec_t *e) {
     e->bytes += total[a];
   }
   for (uint32_t i = 1; s == AQ_OK && i < g->ntensors; ++i)
-    e->buffers[i] = (uint8_t *)e->arenas[home[i]] + offset[i];
-  free(home), free(offset);
+    e->buffers[i] = (uint8_t *)(pinned[i] ? e->pinned_arenas : e->arenas)[home[i]] + offset[i];
+  free(home), free(offset), free(pinned);
   return s;
 }
 
@@ -208,7 +232,9 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   p->grid_size_z = sh.grid[2] ? sh.grid[2] : 1;
   p->kernel_object = k.kernel_object;
   p->kernarg_address = ka;
-  p->completion_signal.handle = e->signals[t].handle;
+  /* A GPU writes a completion with a stream operation: only where another
+   * lane waits for it (a fault still reaches the run through its lane's end). */
+  p->completion_signal.handle = gpu && !e->watched[t] ? 0 : e->signals[t].handle;
   return AQ_OK;
 }
 
@@ -265,6 +291,14 @@ static aq_status_t lower(aq_exec_t *e, uint32_t queue_size) {
   e->signals = calloc(g->ntasks, sizeof(aq_signal_t));
   if (!e->kernargs || !e->signals) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
   AQ_RETURN_IF_ERROR(plan_kernargs(e));
+  e->watched = calloc(g->ntasks, 1);
+  if (!e->watched) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    const plan_task_t *pt = &e->plan.tasks[t];
+    for (uint32_t j = 0; j < pt->npreds; ++j)
+      if (e->plan.tasks[pt->preds[j]].lane != pt->lane) e->watched[pt->preds[j]] = 1;
+    for (uint32_t j = 0; j < g->tasks[t].nafter_any; ++j) e->watched[g->tasks[t].after_any[j]] = 1;
+  }
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->signals[t]));
   for (uint32_t k = 0; k < e->plan.ntasks; ++k) AQ_RETURN_IF_ERROR(lower_task(e, e->plan.order[k]));
   aq_signal_t none = {0};
@@ -396,13 +430,14 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
     if (e->signals && e->signals[t].handle) aq_signal_destroy(e->signals[t]);
   for (uint32_t a = 0; a < EXEC_AGENTS_MAX; ++a) {
     if (e->arenas[a]) aq_memory_free(e->arenas[a]);
+    if (e->pinned_arenas[a]) aq_memory_free(e->pinned_arenas[a]);
     if (e->kernarg_arenas[a]) aq_memory_free(e->kernarg_arenas[a]);
   }
   for (uint32_t a = 0; a < EXEC_LANES_MAX; ++a)
     if (e->streams[a].done.handle) aq_signal_destroy(e->streams[a].done);
   if (e->gpu_ops.handle) aq_code_object_unload(e->gpu_ops);
   if (e->ops.handle) aq_code_object_unload(e->ops);
-  free(e->kernargs), free(e->signals), free(e->buffers);
+  free(e->kernargs), free(e->signals), free(e->buffers), free(e->watched);
   plan_free(&e->plan);
   atomic_fetch_sub(&g->execs, 1);
   free(e);

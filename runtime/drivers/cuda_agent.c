@@ -102,10 +102,13 @@ static aq_status_t cuda_start(void) {
   if (n == 0) return aq_error(AQ_ERROR_UNAVAILABLE, "the CUDA driver sees no GPU");
   cuda_code_objects_init();
   for (int i = 0; i < n; ++i) AQ_RETURN_IF_ERROR(add_agent(i));
-  return register_pool();
+  AQ_RETURN_IF_ERROR(register_pool());
+  atomic_store(&aq_signal_device_writers, 1);
+  return AQ_OK;
 }
 
 static void cuda_stop(void) {
+  atomic_store(&aq_signal_device_writers, 0);
   if (pool_registered) cu.cuMemHostUnregister(aq_signal_pool.slots);
   pool_registered = 0;
   for (uint32_t i = 0; i < agent_count; ++i) {
