@@ -16,9 +16,7 @@
 
 _Atomic int aq_runtime_refs;
 
-/* The trace recorder hooks in here when it is linked (runtime/trace.c). */
-__attribute__((weak)) void aq_trace_init_from_env(void);
-__attribute__((weak)) void aq_trace_shutdown(void);
+#include "runtime/trace.h"
 
 static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
 static aq_runtime_config_t config;
@@ -184,7 +182,7 @@ AQ_API aq_status_t aq_init(const aq_init_options_t *options) {
     pthread_mutex_unlock(&init_mutex);
     return aq_error(s, "%s", msg);
   }
-  if (aq_trace_init_from_env) aq_trace_init_from_env();
+  aq_trace_init_from_env();
   pthread_mutex_unlock(&init_mutex);
   return AQ_OK;
 }
@@ -196,8 +194,9 @@ AQ_API aq_status_t aq_shut_down(void) {
     return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_shut_down without a matching aq_init");
   }
   if (atomic_load(&aq_runtime_refs) == 1) {
-    if (aq_trace_shutdown) aq_trace_shutdown();
+    aq_trace_shutdown();
     teardown();
+    aq_trace_release();
   }
   atomic_fetch_sub(&aq_runtime_refs, 1);
   pthread_mutex_unlock(&init_mutex);

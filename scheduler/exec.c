@@ -9,6 +9,8 @@
 
 #include "aquila/aquila.h"
 #include "runtime/status.h"
+#include "runtime/trace.h"
+#include "runtime/wake.h"
 #include "scheduler/plan.h"
 
 enum { EXEC_AGENTS_MAX = 64, EXEC_LANES_MAX = 256, LANES_PER_AGENT_MAX = 16, PKT = 64 };
@@ -43,7 +45,7 @@ struct aq_exec {
   uint32_t queues_used, barriers, packets;
   uint8_t lane_kind[EXEC_LANES_MAX]; /* aq_agent_kind_t of the lane's agent */
   aq_code_object_t gpu_ops;          /* the CUDA op library, when a GPU agent exists */
-  uint64_t runs;
+  uint64_t runs, run_started_ns;
   int in_flight;
   size_t bytes;
 };
@@ -387,6 +389,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "queue_size %u is not a power of two", options->queue_size);
   aq_exec_t *e = calloc(1, sizeof(*e));
   if (!e) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
+  uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
   e->graph = g;
   atomic_fetch_add(&g->execs, 1);
   aq_status_t s = pick_agents(e);
@@ -404,6 +407,11 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
     snprintf(msg, sizeof(msg), "%s", aq_last_error());
     aq_exec_destroy(e);
     return aq_error(s, "%s", msg);
+  }
+  if (t0) {
+    aq_trace_event_t ev = {.name = "instantiate", .category = "runtime", .ready_ns = t0, .start_ns = t0,
+                           .end_ns = aq_now_ns(), .queue = UINT32_MAX};
+    aq_trace_record(&ev);
   }
   *out = e;
   return AQ_OK;
@@ -455,6 +463,7 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
     if (e->streams[a].done.handle) AQ_RETURN_IF_ERROR(aq_signal_store(e->streams[a].done, 1));
   e->in_flight = 1;
   e->runs++;
+  e->run_started_ns = aq_trace_on() ? aq_now_ns() : 0;
   for (uint32_t a = 0; a < e->nlanes; ++a) {
     stream_t *st = &e->streams[a];
     if (!st->npackets) continue;
@@ -480,6 +489,12 @@ AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
     if (e->streams[a].done.handle)
       AQ_RETURN_IF_ERROR(aq_signal_wait(e->streams[a].done, AQ_SIGNAL_EQ, 0, timeout_ns, NULL));
   e->in_flight = 0;
+  if (e->run_started_ns && aq_trace_on()) {
+    aq_trace_event_t ev = {.name = "graph run", .category = "runtime", .ready_ns = e->run_started_ns,
+                           .start_ns = e->run_started_ns, .end_ns = aq_now_ns(), .packet = e->runs,
+                           .queue = UINT32_MAX};
+    aq_trace_record(&ev);
+  }
   /* The first failed task (in topological order) is the one to report. */
   aq_status_t first = AQ_OK;
   char msg[512] = "";

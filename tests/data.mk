@@ -26,3 +26,6 @@ $(TEST_DATA_DIR)/test-kernels-gpu.fatbin: tests/data/test_kernels_gpu.cu
 	@mkdir -p $(@D)
 	$(NVCC) -fatbin -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -o $@ $<
 endif
+
+# The trace tests read traces with aq-trace's own reader.
+$(BUILD)/tests/trace: $(OBJDIR)/tools/aq-trace/json.o $(OBJDIR)/tools/aq-trace/trace_file.o

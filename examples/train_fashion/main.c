@@ -81,10 +81,6 @@ static int parse(int argc, char **argv, args_t *a) {
   a->t.kernel_agent_kinds = !strcmp(p, "cpu") ? 1u << AQ_AGENT_KIND_CPU
                             : !strcmp(p, "gpu") ? 1u << AQ_AGENT_KIND_GPU
                                                 : 0;
-  if (a->trace) {
-    fprintf(stderr, "train_fashion: --trace: tracing is not built into this Aquila yet\n");
-    return 2;
-  }
   return 0;
 }
 
@@ -105,6 +101,13 @@ int main(int argc, char **argv) {
   }
   size_t nagents;
   aq_agents(NULL, 0, &nagents);
+  if (a.trace) {
+    aq_trace_options_t to = {.path = a.trace};
+    if (aq_trace_start(&to) != AQ_OK) {
+      fprintf(stderr, "train_fashion: --trace: %s\n", aq_last_error());
+      return 1;
+    }
+  }
   trainer_t *t;
   double t0 = now_s();
   s = trainer_create(&a.t, &train, &test, &t);
@@ -155,6 +158,10 @@ int main(int argc, char **argv) {
   else
     printf("metrics: %s, plot: %s\n", csv, svg);
   free(hist);
+  if (a.trace) {
+    if (aq_trace_stop() == AQ_OK) printf("trace: %s (aq-trace summary %s)\n", a.trace, a.trace);
+    else fprintf(stderr, "train_fashion: --trace: %s\n", aq_last_error());
+  }
   trainer_destroy(t);
   fashion_free(&train);
   fashion_free(&test);

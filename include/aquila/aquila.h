@@ -12,5 +12,6 @@
 #include "aquila/kernel.h"
 #include "aquila/ops.h"
 #include "aquila/graph.h"
+#include "aquila/trace.h"
 
 #endif /* AQUILA_AQUILA_H_ */

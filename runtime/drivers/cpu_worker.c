@@ -14,6 +14,7 @@
 #include "runtime/drivers/cpu.h"
 #include "runtime/fault.h"
 #include "runtime/status.h"
+#include "runtime/trace.h"
 
 enum { DRAIN_BATCH = 256 };
 
@@ -178,13 +179,23 @@ int cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
   uint16_t header = *(const uint16_t *)p;
   uint32_t fault = 0;
   hsa_signal_t completion = {0};
+  int traced = aq_trace_on();
+  aq_trace_event_t ev = {.packet = index, .agent = w->agent->agent->info.index, .queue = q->id,
+                         .category = "barrier", .name = type == HSA_PACKET_TYPE_BARRIER_OR ? "barrier-OR" : "barrier-AND"};
+  if (traced) ev.ready_ns = ev.start_ns = aq_now_ns();
   switch (type) {
-    case HSA_PACKET_TYPE_KERNEL_DISPATCH:
+    case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
       completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;
+      const cpu_kernel_t *k = cpu_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
+      ev.name = k ? k->desc->name : "unknown kernel";
+      ev.category = "kernel";
       fault = kernel_dispatch(cq, w, index, (const void *)p);
       break;
+    }
     case HSA_PACKET_TYPE_AGENT_DISPATCH:
       completion = ((const hsa_agent_dispatch_packet_t *)p)->completion_signal;
+      ev.name = "host call";
+      ev.category = "host";
       fault = agent_dispatch(cq, w, index, (const void *)p);
       break;
     case HSA_PACKET_TYPE_BARRIER_AND:
@@ -211,6 +222,11 @@ int cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
   }
   aq_queue_retire(q, index);
   aq_packet_complete(completion, fault);
+  if (traced) {
+    ev.end_ns = aq_now_ns();
+    ev.status = fault ? (int32_t)atomic_load(&q->error) : 0;
+    aq_trace_record(&ev);
+  }
   return 1;
 }
 

@@ -11,6 +11,7 @@
 #include "runtime/drivers/cuda.h"
 #include "runtime/fault.h"
 #include "runtime/status.h"
+#include "runtime/trace.h"
 
 static uint32_t packet_fault(cuda_queue_t *cq, aq_status_t s, const char *what, const char *detail) {
   return aq_fault_record(s, "agent %s, queue %u: %s%s%s", cq->agent->agent->info.name, cq->queue->id, what,
@@ -124,6 +125,7 @@ static int process(cuda_queue_t *cq) {
   uint32_t fault = 0;
   hsa_signal_t completion = {0};
   int is_barrier = 0;
+  uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
   const char *what = "barrier packet";
   switch (type) {
     case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
@@ -149,6 +151,14 @@ static int process(cuda_queue_t *cq) {
       completion = ((const hsa_agent_dispatch_packet_t *)p)->completion_signal;
       fault = packet_fault(cq, AQ_ERROR_INVALID_PACKET, "GPU agents run kernel dispatch and barrier packets only",
                            NULL);
+  }
+  if (aq_trace_on()) {
+    /* The host side of a GPU packet: when it went onto the stream. */
+    uint64_t now = aq_now_ns();
+    aq_trace_event_t ev = {.name = what, .category = "gpu launch", .ready_ns = t0, .start_ns = t0, .end_ns = now,
+                           .packet = index, .agent = cq->agent->agent->info.index, .queue = q->id,
+                           .status = fault ? AQ_ERROR_KERNEL_FAULT : 0};
+    aq_trace_record(&ev);
   }
   hsa_signal_t done = completion;
   aq_queue_retire(q, index);

@@ -1,0 +1,33 @@
+/* The trace recorder as the runtime and the scheduler call it. The check
+ * on the hot path is one relaxed load; a record is a copy into the calling
+ * thread's own buffer. */
+#ifndef AQ_RUNTIME_TRACE_H_
+#define AQ_RUNTIME_TRACE_H_
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+extern _Atomic int aq_tracing;
+
+static inline int aq_trace_on(void) { return atomic_load_explicit(&aq_tracing, memory_order_relaxed); }
+
+typedef struct aq_trace_event {
+  const char *name;     /* kernel or span name: copied when recorded */
+  const char *category; /* "kernel", "host", "barrier", "runtime" */
+  uint64_t ready_ns;    /* taken up by the packet processor (dependencies met) */
+  uint64_t start_ns, end_ns;
+  uint64_t packet;      /* index in its queue */
+  uint32_t agent;       /* agent index: the trace's process */
+  uint32_t queue;       /* queue id: the trace's thread; UINT32_MAX for spans */
+  int32_t status;       /* 0, or the failure's aq_status_t */
+} aq_trace_event_t;
+
+void aq_trace_record(const aq_trace_event_t *event);
+
+/* aq_init / aq_shut_down hooks. */
+void aq_trace_init_from_env(void);
+void aq_trace_shutdown(void);
+/* After the agents have stopped: frees the buffers of a finished trace. */
+void aq_trace_release(void);
+
+#endif
