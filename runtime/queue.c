@@ -14,6 +14,19 @@ static aq_handle_table_t queues;
 static _Atomic uint32_t next_queue_id;
 
 void aq_queue_module_init(void) { aq_handle_table_init(&queues, "queue"); }
+/* Queues the program never destroyed go with the runtime: drained of
+ * nothing, detached from their agents, freed. */
+static void release_queue(void *object, void *user) {
+  (void)user;
+  aq_queue_impl_t *q = object;
+  q->agent->driver->queue_detach(q->agent, q);
+  aq_signal_destroy(q->doorbell);
+  free(q->ring);
+  free(q);
+}
+
+void aq_queue_module_release_all(void) { aq_handle_for_each(&queues, release_queue, NULL); }
+
 void aq_queue_module_deinit(void) { aq_handle_table_deinit(&queues); }
 uint32_t aq_queue_live_count(void) { return queues.live; }
 

@@ -81,6 +81,7 @@ static inline void aq_packet_complete(hsa_signal_t completion, uint32_t fault_id
 
 void aq_queue_module_init(void);
 void aq_queue_module_deinit(void);
+void aq_queue_module_release_all(void);
 uint32_t aq_queue_live_count(void);
 
 /* Records that a packet of q failed (the queue keeps going). */

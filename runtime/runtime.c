@@ -121,6 +121,7 @@ static aq_status_t load_topology(void) {
 }
 
 static void teardown(void) {
+  aq_queue_module_release_all();
   for (int i = (int)aq_driver_count - 1; i >= 0; --i)
     if (driver_started[i] && aq_drivers[i]->stop) aq_drivers[i]->stop();
   aq_code_object_module_deinit();

@@ -40,7 +40,8 @@ static void idx(uint8_t *h, uint32_t magic, uint32_t n, uint32_t r, uint32_t c) 
 
 static void write_set(uint32_t images, uint32_t labels, uint32_t data_images, uint8_t max_label) {
   size_t isz = 16 + (size_t)data_images * 4, lsz = 8 + labels;
-  uint8_t *ib = calloc(1, isz), *lb = calloc(1, lsz);
+  size_t lcap = lsz < 16 ? 16 : lsz; /* idx() writes a 16-byte header */
+  uint8_t *ib = calloc(1, isz), *lb = calloc(1, lcap);
   idx(ib, 0x803, images, 2, 2);
   idx(lb, 0x801, labels, 0, 0);
   for (uint32_t i = 0; i < labels; ++i) lb[8 + i] = (uint8_t)(i % (max_label + 1));
