@@ -47,6 +47,7 @@ typedef struct aq_driver {
 
 extern const aq_driver_t aq_driver_cpu;
 extern const aq_driver_t aq_driver_cuda;
+extern const aq_driver_t aq_driver_rocr;
 
 /* Every driver compiled in, in start order. */
 extern const aq_driver_t *const aq_drivers[];
