@@ -29,11 +29,14 @@ typedef struct aq_dispatch_shape {
 /* ---- matmul: C = alpha * op(A) * op(B) + beta * C, then + bias, then act ----
  * op(A) is m x k (A stored k x m when trans_a), op(B) k x n (n x k when
  * trans_b). bias (may be NULL) has n entries, added to every row. batch > 1
- * repeats over stride_a/b/c elements. Grid: one work-group per
- * AQ_MATMUL_TILE_M x AQ_MATMUL_TILE_N tile of C per batch entry. */
+ * repeats over stride_a/b/c elements. Grid: one work-group per tile_m x
+ * AQ_MATMUL_TILE_N tile of C per batch entry; aq_matmul_grid sets tile_m
+ * (a multiple of AQ_MATMUL_TILE_M): tall tiles share one packed B panel,
+ * enough tiles keep every worker busy. */
 #define AQ_KERNEL_MATMUL "aq_matmul_f32"
 #define AQ_MATMUL_TILE_M 96
 #define AQ_MATMUL_TILE_N 256
+#define AQ_MATMUL_MIN_GROUPS 16
 
 typedef enum aq_activation {
   AQ_ACTIVATION_NONE = 0,
@@ -52,12 +55,18 @@ typedef struct aq_matmul_args {
   float alpha, beta;
   int32_t trans_a, trans_b;
   int32_t activation; /* aq_activation_t */
-  int32_t reserved_;
+  int32_t tile_m;     /* rows of C per work-group; 0 = AQ_MATMUL_TILE_M */
 } aq_matmul_args_t;
 
-static inline aq_dispatch_shape_t aq_matmul_grid(const aq_matmul_args_t *a) {
-  uint32_t tm = (uint32_t)((a->m + AQ_MATMUL_TILE_M - 1) / AQ_MATMUL_TILE_M);
+/* Sets a->tile_m (the tallest tile, up to 4 blocks, that still leaves
+ * AQ_MATMUL_MIN_GROUPS work-groups) and returns the grid. */
+static inline aq_dispatch_shape_t aq_matmul_grid(aq_matmul_args_t *a) {
   uint32_t tn = (uint32_t)((a->n + AQ_MATMUL_TILE_N - 1) / AQ_MATMUL_TILE_N);
+  int64_t blocks = (a->m + AQ_MATMUL_TILE_M - 1) / AQ_MATMUL_TILE_M, per = 4;
+  while (per > 1 && (uint64_t)((blocks + per - 1) / per) * tn * (a->batch > 0 ? a->batch : 1) < AQ_MATMUL_MIN_GROUPS)
+    --per;
+  a->tile_m = (int32_t)(per * AQ_MATMUL_TILE_M);
+  uint32_t tm = (uint32_t)((blocks + per - 1) / per);
   aq_dispatch_shape_t s = {{tn, tm, (uint32_t)(a->batch > 0 ? a->batch : 1)}, {1, 1, 1}};
   return s;
 }

@@ -12,10 +12,9 @@
 #include <immintrin.h>
 #endif
 
-size_t gemm_scratch_bytes(int64_t mc_max, int64_t nc_max) {
-  int64_t mp = (mc_max + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+size_t gemm_scratch_bytes(int64_t nc_max) {
   int64_t np = (nc_max + GEMM_NR - 1) / GEMM_NR * GEMM_NR;
-  return (size_t)(mp + np) * GEMM_KC * sizeof(float) + 128;
+  return (size_t)(GEMM_MC + np) * GEMM_KC * sizeof(float) + 128;
 }
 
 /* A panel: MR rows of op(A), kc deep, stored k-major: p[k * MR + r]. The
@@ -154,40 +153,47 @@ static micro_fn pick_micro(void) {
   return micro_c;
 }
 
+/* The micro-tiles of one packed A block against the packed B panel. */
+static void block(const gemm_tile_t *t, micro_fn micro, const float *pa, const float *pb, int64_t kc, float beta) {
+  float acc[GEMM_MR * GEMM_NR] __attribute__((aligned(64)));
+  for (int64_t j0 = 0; j0 < t->nc; j0 += GEMM_NR) {
+    int64_t cols = t->nc - j0 < GEMM_NR ? t->nc - j0 : GEMM_NR;
+    for (int64_t i0 = 0; i0 < t->mc; i0 += GEMM_MR) {
+      int64_t rows = t->mc - i0 < GEMM_MR ? t->mc - i0 : GEMM_MR;
+      float *c = t->c + (t->m0 + i0) * t->ldc + t->n0 + j0;
+      if (rows == GEMM_MR && cols == GEMM_NR && kc > 0) {
+        micro(kc, pa + i0 * kc, pb + j0 * kc, c, t->ldc, t->alpha, beta);
+        continue;
+      }
+      /* A partial micro-tile: compute into a full-size buffer, copy out. */
+      if (kc > 0) micro(kc, pa + i0 * kc, pb + j0 * kc, acc, GEMM_NR, 1.0f, 0.0f);
+      else memset(acc, 0, sizeof(acc));
+      for (int64_t r = 0; r < rows; ++r) {
+        float *cr = c + r * t->ldc;
+        const float *x = acc + r * GEMM_NR;
+        for (int64_t j = 0; j < cols; ++j) cr[j] = t->alpha * x[j] + (beta != 0.0f ? beta * cr[j] : 0.0f);
+      }
+    }
+  }
+}
+
+/* BLIS's loop order inside a tile: for each KC-deep slice, B is packed once
+ * and every GEMM_MC-row block of A streams against it. */
 void gemm_tile(const gemm_tile_t *t, void *scratch) {
   static micro_fn micro;
   if (!micro) micro = pick_micro();
-  int64_t mp = (t->mc + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
   float *pa = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-  float *pb = pa + mp * GEMM_KC;
-  float acc[GEMM_MR * GEMM_NR] __attribute__((aligned(64)));
+  float *pb = pa + (int64_t)GEMM_MC * GEMM_KC;
   for (int64_t k0 = 0; k0 < t->k || k0 == 0; k0 += GEMM_KC) {
     int64_t kc = t->k - k0 < GEMM_KC ? t->k - k0 : GEMM_KC;
-    int first = k0 == 0;
-    if (kc > 0) {
-      pack_a(t, k0, kc, pa);
-      pack_b(t, k0, kc, pb);
-    }
-    for (int64_t j0 = 0; j0 < t->nc; j0 += GEMM_NR) {
-      int64_t cols = t->nc - j0 < GEMM_NR ? t->nc - j0 : GEMM_NR;
-      for (int64_t i0 = 0; i0 < t->mc; i0 += GEMM_MR) {
-        int64_t rows = t->mc - i0 < GEMM_MR ? t->mc - i0 : GEMM_MR;
-        float beta = first ? t->beta : 1.0f;
-        float *c = t->c + (t->m0 + i0) * t->ldc + t->n0 + j0;
-        if (rows == GEMM_MR && cols == GEMM_NR && kc > 0) {
-          micro(kc, pa + i0 * kc, pb + j0 * kc, c, t->ldc, t->alpha, beta);
-          continue;
-        }
-        /* A partial micro-tile: compute into a full-size buffer, copy out. */
-        if (kc > 0) micro(kc, pa + i0 * kc, pb + j0 * kc, acc, GEMM_NR, 1.0f, 0.0f);
-        else memset(acc, 0, sizeof(acc));
-        for (int64_t r = 0; r < rows; ++r) {
-          float *cr = c + r * t->ldc;
-          const float *x = acc + r * GEMM_NR;
-          for (int64_t j = 0; j < cols; ++j)
-            cr[j] = t->alpha * x[j] + (beta != 0.0f ? beta * cr[j] : 0.0f);
-        }
-      }
+    float beta = k0 == 0 ? t->beta : 1.0f;
+    if (kc > 0) pack_b(t, k0, kc, pb);
+    for (int64_t i0 = 0; i0 < t->mc; i0 += GEMM_MC) {
+      gemm_tile_t sub = *t;
+      sub.m0 = t->m0 + i0;
+      sub.mc = t->mc - i0 < GEMM_MC ? t->mc - i0 : GEMM_MC;
+      if (kc > 0) pack_a(&sub, k0, kc, pa);
+      block(&sub, micro, pa, pb, kc, beta);
     }
     if (kc <= 0) break;
   }

@@ -11,6 +11,7 @@ enum {
   GEMM_MR = 6,    /* rows of the micro-tile */
   GEMM_NR = 32,   /* columns of the micro-tile */
   GEMM_KC = 256,  /* depth of one packed block */
+  GEMM_MC = 96,   /* rows of A packed at a time */
 };
 
 /* One block of C: rows [0, mc) x cols [0, nc) of the tile, computed from
@@ -24,8 +25,8 @@ typedef struct gemm_tile {
   float alpha, beta;
 } gemm_tile_t;
 
-/* Scratch a tile of at most mc_max x nc_max needs (packed A and B). */
-size_t gemm_scratch_bytes(int64_t mc_max, int64_t nc_max);
+/* Scratch a tile needs: one GEMM_MC-row A block and an nc_max-wide B panel. */
+size_t gemm_scratch_bytes(int64_t nc_max);
 
 /* C_tile = alpha * op(A) op(B) + beta * C_tile. */
 void gemm_tile(const gemm_tile_t *t, void *scratch);

@@ -15,15 +15,16 @@ static int valid(const aq_matmul_args_t *a) {
 static int matmul(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   const aq_matmul_args_t *a = kernarg;
   if (!valid(a)) return 1;
+  int64_t tile_m = a->tile_m > 0 ? a->tile_m : AQ_MATMUL_TILE_M;
   int64_t n0 = (int64_t)ctx->group_id[0] * AQ_MATMUL_TILE_N;
-  int64_t m0 = (int64_t)ctx->group_id[1] * AQ_MATMUL_TILE_M;
+  int64_t m0 = (int64_t)ctx->group_id[1] * tile_m;
   int64_t b = ctx->group_id[2];
   if (m0 >= a->m || n0 >= a->n) return 0;
   gemm_tile_t t = {
       .a = a->a + b * a->stride_a, .b = a->b + b * a->stride_b, .c = a->c + b * a->stride_c,
       .lda = a->lda, .ldb = a->ldb, .ldc = a->ldc, .trans_a = a->trans_a, .trans_b = a->trans_b,
       .m0 = m0, .n0 = n0,
-      .mc = a->m - m0 < AQ_MATMUL_TILE_M ? a->m - m0 : AQ_MATMUL_TILE_M,
+      .mc = a->m - m0 < tile_m ? a->m - m0 : tile_m,
       .nc = a->n - n0 < AQ_MATMUL_TILE_N ? a->n - n0 : AQ_MATMUL_TILE_N,
       .k = a->k, .alpha = a->alpha, .beta = a->beta};
   gemm_tile(&t, ctx->group_segment);
@@ -39,10 +40,9 @@ static int matmul(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   return 0;
 }
 
-/* Scratch for the packed panels of one tile (GEMM_KC deep). */
-#define MATMUL_SCRATCH                                                                        \
-  ((((AQ_MATMUL_TILE_M + GEMM_MR - 1) / GEMM_MR * GEMM_MR) +                                   \
-    ((AQ_MATMUL_TILE_N + GEMM_NR - 1) / GEMM_NR * GEMM_NR)) * GEMM_KC * 4 + 128)
+/* Scratch for one packed A block and the tile's packed B panel. */
+#define MATMUL_SCRATCH \
+  ((GEMM_MC + (AQ_MATMUL_TILE_N + GEMM_NR - 1) / GEMM_NR * GEMM_NR) * GEMM_KC * 4 + 128)
 
 const aq_kernel_desc_t aq_cpu_matmul_desc = {AQ_KERNEL_MATMUL, matmul, sizeof(aq_matmul_args_t), 8,
                                              MATMUL_SCRATCH, 0};
