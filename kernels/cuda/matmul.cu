@@ -23,9 +23,12 @@ AQ_KERNEL void aq_matmul_f32(aq_matmul_args_t p) {
   int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
   float acc[PER][PER] = {};
   for (int64_t k0 = 0; k0 < p.k; k0 += DEPTH) {
+    /* Consecutive threads read consecutive addresses: along k where the
+     * operand is stored k-minor (A as is, B transposed), else along m / n. */
     for (int e = tid; e < DEPTH * TILE; e += 256) {
-      int kk = e / TILE, r = e % TILE;
+      int kk = p.trans_a ? e / TILE : e % DEPTH, r = p.trans_a ? e % TILE : e / DEPTH;
       As[kk][r] = load_a(p, a, row0 + r, k0 + kk);
+      kk = p.trans_b ? e % DEPTH : e / TILE, r = p.trans_b ? e / DEPTH : e % TILE;
       Bs[kk][r] = load_b(p, b, k0 + kk, col0 + r);
     }
     __syncthreads();
