@@ -90,6 +90,22 @@ static aq_status_t region_of(aq_agent_t agent, uint32_t flag, aq_region_t *out) 
   return aq_error(AQ_ERROR_NOT_FOUND, "agent has no region with flag 0x%x", flag);
 }
 
+/* Zeroes memory the host may not be able to touch (a GPU's). */
+static aq_status_t zero(void *p, size_t n) {
+  aq_region_t r;
+  aq_region_info_t info;
+  if (aq_memory_lookup(p, &r, NULL, NULL) == AQ_OK && aq_region_get_info(r, &info) == AQ_OK &&
+      (info.flags & AQ_REGION_HOST_ACCESSIBLE)) {
+    memset(p, 0, n);
+    return AQ_OK;
+  }
+  void *z = calloc(1, n);
+  if (!z) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to zero %zu bytes", n);
+  aq_status_t s = aq_memory_copy(p, z, n);
+  free(z);
+  return s;
+}
+
 /* Every tensor lives on the node of the agent that touches it first, in
  * one arena per agent (one allocation, not one per tensor: instantiation
  * stays cheap), zeroed so optimizer state starts at zero. */
@@ -143,12 +159,16 @@ static aq_status_t plan_memory(aq_exec_t *e) {
   for (uint32_t a = 0; s == AQ_OK && a < e->nagents; ++a) {
     if (!total[a]) continue;
     aq_region_t region;
-    /* On a GPU: managed memory, host-accessible, so inputs, reads and the
-     * loader's host task need no copies (unified memory where it helps). */
-    s = region_of(e->agents[a], e->agent_kind[a] == AQ_AGENT_KIND_GPU ? AQ_REGION_MANAGED : AQ_REGION_COARSE_GRAINED,
-                  &region);
+    /* On a GPU: device memory, or managed memory under AQ_MEMORY=unified
+     * (host-accessible, but every host touch migrates pages back and forth).
+     * The host reaches device memory through aq_exec_read / aq_exec_write. */
+    const char *mem = getenv("AQ_MEMORY");
+    uint32_t flag = e->agent_kind[a] != AQ_AGENT_KIND_GPU       ? AQ_REGION_COARSE_GRAINED
+                    : mem && !strcmp(mem, "unified")            ? AQ_REGION_MANAGED
+                                                                 : AQ_REGION_DEVICE;
+    s = region_of(e->agents[a], flag, &region);
     if (s == AQ_OK) s = aq_memory_allocate(region, total[a], &e->arenas[a]);
-    if (s == AQ_OK) memset(e->arenas[a], 0, total[a]);
+    if (s == AQ_OK) s = zero(e->arenas[a], total[a]);
     e->bytes += total[a];
   }
   for (uint32_t i = 1; s == AQ_OK && i < g->ntensors; ++i)

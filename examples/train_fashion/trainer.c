@@ -132,11 +132,14 @@ static aq_status_t init_params(trainer_t *t) {
   for (int i = 0; i < NPARAMS; ++i) {
     aq_tensor_info_t info;
     TRY(aq_tensor_get_info(t->g, t->params[i], &info));
-    float *w;
-    TRY(aq_exec_tensor_data(t->e, t->params[i], (void **)&w));
+    float *w = malloc(info.bytes);
+    if (!w) return fail(AQ_ERROR_OUT_OF_MEMORY, "no memory for the parameters");
     int64_t fan_in = info.rank == 2 ? info.dims[0] : (i == 1 ? PIXELS : t->o.hidden);
     float bound = 1.0f / sqrtf((float)fan_in);
     for (size_t k = 0; k < info.bytes / 4; ++k) w[k] = uniform(&state, bound);
+    aq_status_t s = aq_exec_write(t->e, t->params[i], w, info.bytes);
+    free(w);
+    TRY(s);
   }
   return AQ_OK;
 }
@@ -204,24 +207,33 @@ aq_status_t trainer_step(trainer_t *t, float *out_loss) {
 }
 
 aq_status_t trainer_evaluate(trainer_t *t, double *out_accuracy) {
+  /* The trained parameters into the evaluation graph (wherever each lives). */
   for (int i = 0; i < NPARAMS; ++i) {
-    void *src, *dst;
     aq_tensor_info_t info;
     TRY(aq_tensor_get_info(t->g, t->params[i], &info));
-    TRY(aq_exec_tensor_data(t->e, t->params[i], &src));
-    TRY(aq_exec_tensor_data(t->ee, t->eparams[i], &dst));
-    memcpy(dst, src, info.bytes);
+    float *w = malloc(info.bytes);
+    if (!w) return fail(AQ_ERROR_OUT_OF_MEMORY, "no memory for the parameters");
+    aq_status_t s = aq_exec_read(t->e, t->params[i], w, info.bytes);
+    if (s == AQ_OK) s = aq_exec_write(t->ee, t->eparams[i], w, info.bytes);
+    free(w);
+    TRY(s);
   }
-  float *x, *logits;
-  TRY(aq_exec_tensor_data(t->ee, t->ex, (void **)&x));
-  TRY(aq_exec_tensor_data(t->ee, t->elogits, (void **)&logits));
+  size_t xbytes = (size_t)EVAL_BATCH * PIXELS * sizeof(float), lbytes = (size_t)EVAL_BATCH * FASHION_CLASSES * 4;
+  float *x = malloc(xbytes), *logits = malloc(lbytes);
+  if (!x || !logits) {
+    free(x), free(logits);
+    return fail(AQ_ERROR_OUT_OF_MEMORY, "no memory to evaluate");
+  }
   uint32_t correct = 0;
-  for (uint32_t b0 = 0; b0 < t->test->count; b0 += EVAL_BATCH) {
+  aq_status_t s = AQ_OK;
+  for (uint32_t b0 = 0; s == AQ_OK && b0 < t->test->count; b0 += EVAL_BATCH) {
     for (size_t k = 0; k < (size_t)EVAL_BATCH * PIXELS; ++k)
       x[k] = (float)t->test->images[(size_t)b0 * PIXELS + k] * (1.0f / 255.0f);
-    TRY(aq_exec_run(t->ee));
-    TRY(aq_exec_wait(t->ee, 600ull * 1000000000ull));
-    for (uint32_t r = 0; r < EVAL_BATCH; ++r) {
+    s = aq_exec_write(t->ee, t->ex, x, xbytes);
+    if (s == AQ_OK) s = aq_exec_run(t->ee);
+    if (s == AQ_OK) s = aq_exec_wait(t->ee, 600ull * 1000000000ull);
+    if (s == AQ_OK) s = aq_exec_read(t->ee, t->elogits, logits, lbytes);
+    for (uint32_t r = 0; s == AQ_OK && r < EVAL_BATCH; ++r) {
       const float *l = logits + (size_t)r * FASHION_CLASSES;
       int best = 0;
       for (int c = 1; c < FASHION_CLASSES; ++c)
@@ -229,6 +241,8 @@ aq_status_t trainer_evaluate(trainer_t *t, double *out_accuracy) {
       correct += best == t->test->labels[b0 + r];
     }
   }
+  free(x), free(logits);
+  TRY(s);
   *out_accuracy = (double)correct / t->test->count;
   return AQ_OK;
 }

@@ -167,8 +167,9 @@ aq_status_t aq_exec_destroy(aq_exec_t *exec);
  * the tensor's size exactly. */
 aq_status_t aq_exec_write(aq_exec_t *exec, aq_tensor_t tensor, const void *src, size_t size);
 aq_status_t aq_exec_read(aq_exec_t *exec, aq_tensor_t tensor, void *dst, size_t size);
-/* The tensor's memory itself (host-accessible on CPU agents): write inputs
- * in place, without a copy. */
+/* The tensor's memory itself: host-accessible for tensors on CPU agents and
+ * for GPU tensors a CPU task writes (pinned host memory, or any GPU tensor
+ * under AQ_MEMORY=unified); otherwise a device address, for kernels only. */
 aq_status_t aq_exec_tensor_data(aq_exec_t *exec, aq_tensor_t tensor, void **out_data);
 
 /* Starts a run; AQ_ERROR_BUSY if the previous one has not finished. */
