@@ -128,9 +128,10 @@ static aq_status_t plan_memory(aq_exec_t *e) {
       for (uint32_t w = 0; w < task->nwrites; ++w)
         if (home[task->writes[w]] == UINT32_MAX) home[task->writes[w]] = a;
     }
-  /* A GPU tensor written by a CPU task (a batch loader) goes to pinned host
-   * memory the GPU reads in place: managed memory would migrate its pages
-   * back and forth every run. Arena slot 1 of a GPU agent is that memory. */
+  /* A GPU tensor that a CPU task touches too (a batch loader, a CPU op in a
+   * mixed placement) goes to pinned host memory, which both reach in place:
+   * device memory is out of the CPU's reach, and managed memory would migrate
+   * its pages back and forth every run. */
   uint8_t *pinned = calloc(g->ntensors, 1);
   if (!pinned) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
   for (uint32_t t = 0; s == AQ_OK && t < g->ntasks; ++t) {
@@ -138,6 +139,10 @@ static aq_status_t plan_memory(aq_exec_t *e) {
     if (e->agent_kind[a] != AQ_AGENT_KIND_CPU) continue;
     for (uint32_t w = 0; w < g->tasks[t].nwrites; ++w) {
       uint32_t x = g->tasks[t].writes[w];
+      if (home[x] != UINT32_MAX && e->agent_kind[home[x]] == AQ_AGENT_KIND_GPU) pinned[x] = 1;
+    }
+    for (uint32_t r = 0; r < g->tasks[t].nreads; ++r) {
+      uint32_t x = g->tasks[t].reads[r];
       if (home[x] != UINT32_MAX && e->agent_kind[home[x]] == AQ_AGENT_KIND_GPU) pinned[x] = 1;
     }
   }
