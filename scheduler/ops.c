@@ -165,3 +165,20 @@ AQ_API aq_status_t aq_op_sgd(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad,
   uint32_t id;
   return graph_op_task(g, name, AQ_KERNEL_SGD, &a, sizeof(a), aq_elementwise_grid(n), reads, 3, writes, 2, &id);
 }
+
+AQ_API aq_status_t aq_op_copy(aq_graph_t *g, aq_tensor_t src, aq_tensor_t dst) {
+  if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_copy: graph is NULL");
+  tensor_t *ts = graph_tensor(g, src), *td = graph_tensor(g, dst);
+  if (!ts || !td) return aq_error(AQ_ERROR_INVALID_HANDLE, "copy: source or destination is not in this graph");
+  if (ts->bytes != td->bytes)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "copy: '%s' holds %zu bytes, '%s' %zu", ts->name, ts->bytes, td->name,
+                    td->bytes);
+  char name[TASK_NAME_MAX];
+  snprintf(name, sizeof(name), "copy(%.25s->%.25s)", ts->name, td->name);
+  aq_copy_args_t a = {.bytes = (int64_t)ts->bytes};
+  slot_t reads[1] = {{src.id, offsetof(aq_copy_args_t, src)}};
+  slot_t writes[1] = {{dst.id, offsetof(aq_copy_args_t, dst)}};
+  uint32_t id;
+  return graph_op_task(g, name, AQ_KERNEL_COPY, &a, sizeof(a), aq_elementwise_grid((int64_t)ts->bytes / 4), reads, 1,
+                       writes, 1, &id);
+}

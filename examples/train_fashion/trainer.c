@@ -35,7 +35,7 @@ struct trainer {
   const fashion_set_t *train, *test;
   aq_graph_t *g, *eg;
   aq_exec_t *e, *ee;
-  aq_tensor_t x, y, loss, params[NPARAMS];
+  aq_tensor_t x, y, x_next, y_next, loss, params[NPARAMS];
   aq_tensor_t ex, elogits, eparams[NPARAMS];
   uint32_t *perm;
   uint32_t step, steps;
@@ -71,21 +71,28 @@ static aq_status_t forward(aq_graph_t *g, aq_tensor_t x, const aq_tensor_t p[NPA
   return aq_op_matmul(g, h2, p[4], p[5], 0, 0, AQ_ACTIVATION_NONE, logits);
 }
 
-/* The loader: a host task of the training graph, on a CPU agent. */
-static aq_status_t load_batch(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
-  (void)a1, (void)a2, (void)a3;
-  trainer_t *t = user;
+/* Normalises batch `step` of the epoch's order into the loader's buffers. */
+static void load_into(trainer_t *t, uint32_t step) {
   float *x;
   int32_t *y;
-  aq_exec_tensor_data(t->e, t->x, (void **)&x);
-  aq_exec_tensor_data(t->e, t->y, (void **)&y);
+  aq_exec_tensor_data(t->e, t->x_next, (void **)&x);
+  aq_exec_tensor_data(t->e, t->y_next, (void **)&y);
   uint32_t b = t->o.batch;
   for (uint32_t r = 0; r < b; ++r) {
-    uint32_t i = t->perm[(t->step * b + r) % t->train->count];
+    uint32_t i = t->perm[((size_t)step * b + r) % t->train->count];
     const uint8_t *img = t->train->images + (size_t)i * PIXELS;
     for (int p = 0; p < PIXELS; ++p) x[(size_t)r * PIXELS + p] = (float)img[p] * (1.0f / 255.0f);
     y[r] = t->train->labels[i];
   }
+}
+
+/* The loader: a host task of the training graph, on a CPU agent. It fills
+ * the buffers for the next step while the rest of the graph trains on this
+ * one (the copies at the graph's head took this step's batch out first). */
+static aq_status_t load_batch(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
+  (void)a1, (void)a2, (void)a3;
+  trainer_t *t = user;
+  load_into(t, t->step + 1);
   return AQ_OK;
 }
 
@@ -94,10 +101,16 @@ static aq_status_t build_train(trainer_t *t) {
   TRY(aq_graph_create(NULL, &g));
   t->g = g;
   int64_t b = t->o.batch;
-  TRY(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){b, PIXELS}, &t->x));
-  TRY(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){b}, &t->y));
+  /* Double-buffered input: the step copies the batch the last run's loader
+   * left in x_next, then the loader refills x_next while the step runs. */
+  TRY(aq_tensor_create(g, "x_next", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){b, PIXELS}, &t->x_next));
+  TRY(aq_tensor_create(g, "labels_next", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){b}, &t->y_next));
+  TRY(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 2, (int64_t[]){b, PIXELS}, &t->x));
+  TRY(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){b}, &t->y));
+  TRY(aq_op_copy(g, t->x_next, t->x));
+  TRY(aq_op_copy(g, t->y_next, t->y));
   aq_host_task_t load = {.name = "load_batch", .fn = load_batch, .user = t, .agent = -1, .write_count = 2,
-                         .writes = {t->x, t->y}};
+                         .writes = {t->x_next, t->y_next}};
   TRY(aq_graph_add_host(g, &load, NULL));
   TRY(make_params(g, t->o.hidden, t->params));
   aq_tensor_t logits;
@@ -196,6 +209,7 @@ void trainer_begin_epoch(trainer_t *t, uint32_t epoch) {
     t->perm[j] = tmp;
   }
   t->step = 0;
+  load_into(t, 0); /* the first step's batch; each step's loader fetches the next */
 }
 
 aq_status_t trainer_step(trainer_t *t, float *out_loss) {

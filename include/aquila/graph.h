@@ -86,6 +86,10 @@ aq_status_t aq_op_relu(aq_graph_t *graph, aq_tensor_t x, aq_tensor_t *out);
 aq_status_t aq_op_softmax_xent(aq_graph_t *graph, aq_tensor_t logits, aq_tensor_t labels,
                                aq_tensor_t *out_loss);
 
+/* dst = src (same size, any dtype): e.g. a batch from the buffer a loader
+ * fills for the next run into the one this run computes on. */
+aq_status_t aq_op_copy(aq_graph_t *graph, aq_tensor_t src, aq_tensor_t dst);
+
 typedef struct aq_sgd_options {
   float lr;            /* required, > 0 */
   float momentum;      /* 0 = plain SGD */

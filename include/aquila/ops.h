@@ -142,6 +142,15 @@ static inline aq_dispatch_shape_t aq_cols_grid(int64_t cols) {
   return s;
 }
 
+/* dst = src, bytes long (any dtype). Grid: aq_elementwise_grid(bytes / 4),
+ * a work-item per 4 bytes. */
+#define AQ_KERNEL_COPY "aq_copy"
+typedef struct aq_copy_args {
+  const void *src;
+  void *dst;
+  int64_t bytes; /* a multiple of 4 */
+} aq_copy_args_t;
+
 /* ---- SGD with momentum and weight decay, in place ---------------------------
  * g' = grad + weight_decay * w;  v = momentum * v + g';  w -= lr * v
  * (PyTorch's SGD). Grid: aq_elementwise_grid(n). */

@@ -24,3 +24,8 @@ AQ_KERNEL void aq_sgd_momentum_f32(aq_sgd_args_t p) {
   p.velocity[i] = v;
   p.w[i] -= p.lr * v;
 }
+
+AQ_KERNEL void aq_copy(aq_copy_args_t p) {
+  int64_t i = global_x();
+  if (i < p.bytes / 4) ((uint32_t *)p.dst)[i] = ((const uint32_t *)p.src)[i];
+}
