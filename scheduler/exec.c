@@ -46,6 +46,11 @@ struct aq_exec {
   uint8_t lane_kind[EXEC_LANES_MAX]; /* aq_agent_kind_t of the lane's agent */
   aq_code_object_t gpu_ops;          /* the CUDA op library, when a GPU agent exists */
   uint64_t runs, run_started_ns;
+  /* The last kernel lowering looked up: graphs repeat a few kernels. */
+  aq_kernel_info_t last_kernel;
+  uint64_t last_kernel_co;
+  uint32_t last_kernel_agent;
+  char last_kernel_name[64];
   int in_flight;
   size_t bytes;
 };
@@ -232,9 +237,13 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   int gpu = e->lane_kind[e->plan.tasks[t].lane] == AQ_AGENT_KIND_GPU;
   aq_code_object_t co = task->code_object.handle ? task->code_object : gpu ? e->gpu_ops : e->ops;
   aq_kernel_info_t k;
-  if (aq_code_object_find_kernel(co, task->kernel, e->agents[a], &k) != AQ_OK)
+  if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, task->kernel)) &&
+      aq_code_object_find_kernel(co, task->kernel, e->agents[a], &e->last_kernel) != AQ_OK)
     return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is placed on agent %s, which lacks kernel '%s': %s", task->name,
                     e->agent_names[a], task->kernel, aq_last_error());
+  e->last_kernel_co = co.handle, e->last_kernel_agent = a;
+  snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", task->kernel);
+  k = e->last_kernel;
   if (task->kernarg_size < k.kernarg_size)
     return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': kernel '%s' takes %u bytes of kernargs, the task gives %u",
                     task->name, task->kernel, k.kernarg_size, task->kernarg_size);
@@ -365,12 +374,19 @@ static aq_status_t load_gpu_ops(aq_exec_t *e) {
 }
 
 static int has_kernel(aq_exec_t *e, aq_code_object_t co, const char *name, uint8_t kind) {
+  /* Graphs repeat a few kernels many times: remember the last answer. */
+  static _Thread_local struct { uint64_t co; uint8_t kind; char name[64]; int yes; } last;
+  if (last.co == co.handle && last.kind == kind && !strcmp(last.name, name)) return last.yes;
+  int yes = 0;
   for (uint32_t a = 0; a < e->nagents; ++a) {
     if (e->agent_kind[a] != kind) continue;
     aq_kernel_info_t k;
-    return co.handle && aq_code_object_find_kernel(co, name, e->agents[a], &k) == AQ_OK;
+    yes = co.handle && aq_code_object_find_kernel(co, name, e->agents[a], &k) == AQ_OK;
+    break;
   }
-  return 0;
+  last.co = co.handle, last.kind = kind, last.yes = yes;
+  snprintf(last.name, sizeof(last.name), "%s", name);
+  return yes;
 }
 
 /* Per task, the kinds of agent that may run it: host calls on CPUs; a
