@@ -182,3 +182,46 @@ AQ_API aq_status_t aq_op_copy(aq_graph_t *g, aq_tensor_t src, aq_tensor_t dst) {
   return graph_op_task(g, name, AQ_KERNEL_COPY, &a, sizeof(a), aq_elementwise_grid((int64_t)ts->bytes / 4), reads, 1,
                        writes, 1, &id);
 }
+
+static aq_status_t state_like(aq_graph_t *g, aq_tensor_t of, const char *what, uint32_t *out) {
+  tensor_t *t = graph_tensor(g, of);
+  char name[48];
+  snprintf(name, sizeof(name), "%s(%.36s)", what, t->name);
+  int64_t dims[AQ_MAX_RANK];
+  memcpy(dims, t->dims, sizeof(dims));
+  uint32_t rank = t->rank;
+  return graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_STATE, rank, dims, out);
+}
+
+AQ_API aq_status_t aq_op_adam(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad, const aq_adam_options_t *o) {
+  if (!g || !o) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_adam: graph and options are required");
+  tensor_t *tp = graph_tensor(g, param), *tg = graph_tensor(g, grad);
+  if (!tp || !tg) return aq_error(AQ_ERROR_INVALID_HANDLE, "adam: parameter or gradient is not in this graph");
+  if (tp->role != AQ_ROLE_PARAMETER) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "adam: '%s' is not a parameter", tp->name);
+  if (tp->bytes != tg->bytes || tp->dtype != AQ_DTYPE_F32 || tg->dtype != AQ_DTYPE_F32)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "adam: gradient '%s' does not match parameter '%s'", tg->name, tp->name);
+  float b1 = o->beta1 ? o->beta1 : 0.9f, b2 = o->beta2 ? o->beta2 : 0.999f, eps = o->eps ? o->eps : 1e-8f;
+  if (!(o->lr > 0.0f) || b1 < 0.0f || b1 >= 1.0f || b2 < 0.0f || b2 >= 1.0f || o->weight_decay < 0.0f)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "adam: lr must be > 0, betas in [0, 1), weight_decay >= 0");
+  uint32_t m, v, steps;
+  AQ_RETURN_IF_ERROR(state_like(g, param, "adam.m", &m));
+  AQ_RETURN_IF_ERROR(state_like(g, param, "adam.v", &v));
+  char name[48];
+  snprintf(name, sizeof(name), "adam.steps(%.30s)", graph_tensor(g, param)->name);
+  AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_STATE, 1, (int64_t[]){1}, &steps));
+  int64_t n = (int64_t)(graph_tensor(g, param)->bytes / 4);
+  aq_adam_args_t a = {.n = n, .lr = o->lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = o->weight_decay,
+                      .decoupled = o->decoupled ? 1 : 0};
+  slot_t reads[5] = {{param.id, UINT32_MAX}, {grad.id, offsetof(aq_adam_args_t, grad)}, {m, UINT32_MAX},
+                     {v, UINT32_MAX}, {steps, offsetof(aq_adam_args_t, steps)}};
+  slot_t writes[3] = {{param.id, offsetof(aq_adam_args_t, w)}, {m, offsetof(aq_adam_args_t, m)},
+                      {v, offsetof(aq_adam_args_t, v)}};
+  snprintf(name, sizeof(name), "adam(%.40s)", graph_tensor(g, param)->name);
+  uint32_t id;
+  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_ADAM, &a, sizeof(a), aq_elementwise_grid(n), reads, 5, writes,
+                                   3, &id));
+  aq_increment_args_t inc = {0};
+  slot_t ir[1] = {{steps, UINT32_MAX}}, iw[1] = {{steps, offsetof(aq_increment_args_t, x)}};
+  return graph_op_task(g, "adam.count", AQ_KERNEL_INCREMENT, &inc, sizeof(inc),
+                       (aq_dispatch_shape_t){{1, 1, 1}, {1, 1, 1}}, ir, 1, iw, 1, &id);
+}

@@ -1,6 +1,6 @@
 /* train_fashion: Fashion-MNIST training on whatever agents exist.
  *
- *   train_fashion [--model mlp] [--epochs 10] [--batch 256] [--lr 0.1]
+ *   train_fashion [--model mlp] [--optimizer sgd|adam] [--epochs 10] [--batch 256] [--lr 0.1]
  *                 [--momentum 0.9] [--seed 1] [--placement auto|cpu|gpu|eager|round-robin|locality]
  *                 [--data DIR] [--out DIR] [--dot FILE] [--trace FILE]
  *
@@ -26,7 +26,8 @@ typedef struct args {
 static int usage(const char *why) {
   if (why) fprintf(stderr, "train_fashion: %s\n", why);
   fprintf(stderr,
-          "usage: train_fashion [--model mlp] [--epochs N] [--batch N] [--lr X] [--momentum X] [--seed N]\n"
+          "usage: train_fashion [--model mlp] [--optimizer sgd|adam] [--epochs N] [--batch N] [--lr X]\n"
+          "                     [--momentum X] [--seed N]\n"
           "                     [--placement auto|cpu|gpu|eager|round-robin|locality] [--data DIR] [--out DIR]\n"
           "                     [--dot FILE] [--trace FILE]\n");
   return 2;
@@ -39,7 +40,8 @@ static double now_s(void) {
 }
 
 static int parse(int argc, char **argv, args_t *a) {
-  *a = (args_t){.t = {.model = "mlp", .batch = 256, .hidden = 1024, .lr = 0.1f, .momentum = 0.9f, .seed = 1},
+  int lr_given = 0;
+  *a = (args_t){.t = {.model = "mlp", .optimizer = "sgd", .batch = 256, .hidden = 1024, .lr = 0.1f, .momentum = 0.9f, .seed = 1},
                 .epochs = 10, .data = FASHION_DEFAULT_DIR, .out = "fashion-run", .placement = "auto"};
   for (int i = 1; i < argc; ++i) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -50,7 +52,8 @@ static int parse(int argc, char **argv, args_t *a) {
     if (!strcmp(k, "--model")) a->t.model = v;
     else if (!strcmp(k, "--epochs")) a->epochs = (int)strtol(v, &end, 10);
     else if (!strcmp(k, "--batch")) a->t.batch = (uint32_t)strtoul(v, &end, 10);
-    else if (!strcmp(k, "--lr")) a->t.lr = strtof(v, &end);
+    else if (!strcmp(k, "--lr")) a->t.lr = strtof(v, &end), lr_given = 1;
+    else if (!strcmp(k, "--optimizer")) a->t.optimizer = v;
     else if (!strcmp(k, "--momentum")) a->t.momentum = strtof(v, &end);
     else if (!strcmp(k, "--seed")) a->t.seed = strtoull(v, &end, 10);
     else if (!strcmp(k, "--hidden")) a->t.hidden = (uint32_t)strtoul(v, &end, 10);
@@ -67,6 +70,7 @@ static int parse(int argc, char **argv, args_t *a) {
     ++i;
   }
   if (a->epochs < 1) return usage("--epochs must be at least 1");
+  if (!lr_given && !strcmp(a->t.optimizer, "adam")) a->t.lr = 1e-3f; /* Adam's usual rate */
   const char *p = a->placement;
   a->t.policy = !strcmp(p, "auto") || !strcmp(p, "eager") || !strcmp(p, "cpu") || !strcmp(p, "gpu") ? AQ_SCHED_EAGER
                 : !strcmp(p, "round-robin") ? AQ_SCHED_ROUND_ROBIN
@@ -152,7 +156,8 @@ int main(int argc, char **argv) {
   snprintf(csv, sizeof(csv), "%s/metrics.csv", a.out);
   snprintf(svg, sizeof(svg), "%s/training.svg", a.out);
   char title[128];
-  snprintf(title, sizeof(title), "Fashion-MNIST %s, batch %u, lr %g (Aquila)", a.t.model, a.t.batch, a.t.lr);
+  snprintf(title, sizeof(title), "Fashion-MNIST %s, %s, batch %u, lr %g (Aquila)", a.t.model, a.t.optimizer,
+           a.t.batch, a.t.lr);
   if (report_write_csv(csv, hist, a.epochs) || report_write_svg(svg, title, hist, a.epochs))
     fprintf(stderr, "train_fashion: cannot write %s/: %s\n", a.out, strerror(errno));
   else

@@ -118,10 +118,12 @@ static aq_status_t build_train(trainer_t *t) {
   TRY(aq_op_softmax_xent(g, logits, t->y, &t->loss));
   TRY(aq_graph_backward(g, t->loss));
   aq_sgd_options_t sgd = {.lr = t->o.lr, .momentum = t->o.momentum, .weight_decay = t->o.weight_decay};
+  aq_adam_options_t adam = {.lr = t->o.lr, .weight_decay = t->o.weight_decay, .decoupled = 1};
+  int use_adam = t->o.optimizer && !strcmp(t->o.optimizer, "adam");
   for (int i = 0; i < NPARAMS; ++i) {
     aq_tensor_t grad;
     TRY(aq_graph_gradient(g, t->params[i], &grad));
-    TRY(aq_op_sgd(g, t->params[i], grad, &sgd));
+    TRY(use_adam ? aq_op_adam(g, t->params[i], grad, &adam) : aq_op_sgd(g, t->params[i], grad, &sgd));
   }
   aq_exec_options_t eo = {.policy = t->o.policy, .kernel_agent_kinds = t->o.kernel_agent_kinds};
   return aq_graph_instantiate(g, &eo, &t->e);
@@ -164,6 +166,8 @@ aq_status_t trainer_create(const trainer_options_t *o, const fashion_set_t *trai
     return fail(AQ_ERROR_INVALID_ARGUMENT,
                 "this build trains --model mlp only: the cnn needs the conv2d, pool and batch-norm kernels, "
                 "which are not built yet");
+  if (o->optimizer && strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam"))
+    return fail(AQ_ERROR_INVALID_ARGUMENT, "--optimizer must be sgd or adam");
   if (o->batch == 0 || o->batch > train->count || !(o->lr > 0) || o->hidden == 0)
     return fail(AQ_ERROR_INVALID_ARGUMENT, "--batch must be in [1, training set size], --lr > 0, hidden > 0");
   if (train->rows * train->cols != PIXELS || test->rows * test->cols != PIXELS || test->count % EVAL_BATCH)

@@ -12,6 +12,7 @@
 
 typedef struct trainer_options {
   const char *model;        /* "mlp" */
+  const char *optimizer;    /* "sgd" (momentum) or "adam" (AdamW) */
   uint32_t batch;           /* 256 */
   uint32_t hidden;          /* 1024 */
   float lr, momentum, weight_decay;

@@ -99,6 +99,17 @@ typedef struct aq_sgd_options {
 aq_status_t aq_op_sgd(aq_graph_t *graph, aq_tensor_t param, aq_tensor_t grad,
                       const aq_sgd_options_t *options);
 
+typedef struct aq_adam_options {
+  float lr;            /* required, > 0 */
+  float beta1, beta2;  /* 0 = 0.9, 0.999 */
+  float eps;           /* 0 = 1e-8 */
+  float weight_decay;
+  int decoupled;       /* AdamW: decay the weights apart from the gradient */
+} aq_adam_options_t;
+/* Adam or AdamW, in place; its moment and step state start at zero. */
+aq_status_t aq_op_adam(aq_graph_t *graph, aq_tensor_t param, aq_tensor_t grad,
+                       const aq_adam_options_t *options);
+
 /* Appends the gradient tasks of the scalar loss for every parameter it
  * depends on. */
 aq_status_t aq_graph_backward(aq_graph_t *graph, aq_tensor_t loss);

@@ -164,6 +164,30 @@ typedef struct aq_sgd_args {
   int32_t reserved_;
 } aq_sgd_args_t;
 
+/* ---- Adam / AdamW, in place ---------------------------------------------------
+ * t = *steps + 1 (the updates done so far, kept in a one-float tensor that
+ * AQ_KERNEL_INCREMENT advances after the update);
+ * m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+ * w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ * plus weight decay: decoupled (AdamW: w -= lr wd w) or as L2 (g += wd w).
+ * Grid: aq_elementwise_grid(n). */
+#define AQ_KERNEL_ADAM "aq_adam_f32"
+typedef struct aq_adam_args {
+  float *w;
+  const float *grad;
+  float *m, *v;
+  const float *steps;
+  int64_t n;
+  float lr, beta1, beta2, eps, weight_decay;
+  int32_t decoupled; /* 1: AdamW */
+} aq_adam_args_t;
+
+/* x[0] += 1. Grid: one work-item. */
+#define AQ_KERNEL_INCREMENT "aq_increment_f32"
+typedef struct aq_increment_args {
+  float *x;
+} aq_increment_args_t;
+
 /* ---- mean of n floats into out[0] (a scalar loss) ---------------------------
  * Grid: one work-item. */
 #define AQ_KERNEL_MEAN "aq_mean_f32"

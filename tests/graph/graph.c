@@ -19,6 +19,24 @@ typedef struct mlp {
 
 enum { B = 13, IN = 9, H = 17, OUT = 5 };
 
+static void build_mlp(mlp_t *m, int with_sgd);
+
+static void build_mlp_adam(mlp_t *m) {
+  build_mlp(m, 0);
+  aq_tensor_t params[4] = {m->w1, m->b1, m->w2, m->b2};
+  aq_adam_options_t o = {.lr = 0.05f, .decoupled = 1, .weight_decay = 0.01f};
+  for (int i = 0; i < 4; ++i) {
+    aq_tensor_t gr;
+    AQ_ASSERT_OK(aq_graph_gradient(m->g, params[i], &gr));
+    AQ_ASSERT_OK(aq_op_adam(m->g, params[i], gr, &o));
+  }
+  aq_adam_options_t bad = {.lr = 0.01f, .beta1 = 1.5f};
+  aq_tensor_t gr;
+  AQ_ASSERT_OK(aq_graph_gradient(m->g, m->w1, &gr));
+  cr_assert_eq(aq_op_adam(m->g, m->w1, gr, &bad), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert_eq(aq_op_adam(m->g, m->x, gr, &o), AQ_ERROR_INVALID_ARGUMENT, "x is not a parameter");
+}
+
 static void build_mlp(mlp_t *m, int with_sgd) {
   AQ_ASSERT_OK(aq_graph_create(NULL, &m->g));
   aq_graph_t *g = m->g;
@@ -164,6 +182,21 @@ static aq_status_t count_call(void *user, uint64_t a1, uint64_t a2, uint64_t a3)
 static aq_status_t failing_call(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
   (void)user, (void)a1, (void)a2, (void)a3;
   return AQ_ERROR_IO;
+}
+
+Test(graph, adamw_training_lowers_the_loss) {
+  mlp_t m;
+  build_mlp_adam(&m);
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(m.g, NULL, &e));
+  float w1[IN * H], b1[H], w2[OUT * H], b2[OUT];
+  fill(w1, IN * H, 2, 0.5f), fill(b1, H, 3, 0.1f), fill(w2, OUT * H, 4, 0.5f), fill(b2, OUT, 5, 0.1f);
+  load_inputs(e, &m, w1, b1, w2, b2);
+  float first = run_loss(e, &m), last = first;
+  for (int i = 0; i < 60; ++i) last = run_loss(e, &m);
+  cr_assert(last < 0.2f * first, "loss %g -> %g after 60 Adam steps", first, last);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(m.g));
 }
 
 Test(graph, host_tasks_and_explicit_edges) {

@@ -189,3 +189,28 @@ Test(ops, sum_rows_and_sgd) {
   }
   free(x), free(w), free(g), free(v), free(w0), free(v0);
 }
+
+Test(ops, adam_and_adamw_match_the_reference_over_steps) {
+  enum { N = 3001 };
+  for (int decoupled = 0; decoupled < 2; ++decoupled) {
+    float *w = rnd(N, 21), *g = rnd(N, 22), m[N] = {0}, v[N] = {0}, steps = 0;
+    double rw[N], rm[N] = {0}, rv[N] = {0};
+    for (int i = 0; i < N; ++i) rw[i] = w[i];
+    aq_adam_args_t a = {w, g, m, v, &steps, N, 0.01f, 0.9f, 0.999f, 1e-8f, 0.05f, decoupled};
+    aq_increment_args_t inc = {&steps};
+    for (int t = 1; t <= 3; ++t) {
+      AQ_ASSERT_OK(run(AQ_KERNEL_ADAM, &a, aq_elementwise_grid(N)));
+      AQ_ASSERT_OK(run(AQ_KERNEL_INCREMENT, &inc, (aq_dispatch_shape_t){{1, 1, 1}, {1, 1, 1}}));
+      for (int i = 0; i < N; ++i) {
+        double gg = g[i] + (decoupled ? 0.0 : 0.05 * rw[i]);
+        rm[i] = 0.9 * rm[i] + 0.1 * gg;
+        rv[i] = 0.999 * rv[i] + 0.001 * gg * gg;
+        double step = (rm[i] / (1 - pow(0.9, t))) / (sqrt(rv[i] / (1 - pow(0.999, t))) + 1e-8);
+        rw[i] -= 0.01 * (step + (decoupled ? 0.05 * rw[i] : 0.0));
+      }
+    }
+    cr_assert_eq(steps, 3.0f);
+    for (int i = 0; i < N; ++i) cr_assert(fabs(w[i] - rw[i]) < 1e-5, "w[%d] = %g, want %g", i, w[i], rw[i]);
+    free(w), free(g);
+  }
+}

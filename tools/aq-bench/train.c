@@ -15,7 +15,7 @@ int aq_bench_train(int argc, char **argv) {
   int epochs = (int)bench_arg_int(argc, argv, "epochs", 1);
   const char *data = bench_arg(argc, argv, "data");
   long cap = bench_arg_int(argc, argv, "steps", 0);
-  trainer_options_t o = {.model = "mlp", .batch = (uint32_t)bench_arg_int(argc, argv, "batch", 256),
+  trainer_options_t o = {.model = "mlp", .optimizer = "sgd", .batch = (uint32_t)bench_arg_int(argc, argv, "batch", 256),
                          .hidden = 1024, .lr = 0.1f, .momentum = 0.9f, .seed = 1, .policy = AQ_SCHED_EAGER};
   const char *placement = bench_arg(argc, argv, "placement");
   if (!placement) placement = "auto";
