@@ -38,6 +38,13 @@ static _Atomic uint32_t generation; /* a new one per start: stale buffers are le
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
 static thread_buf_t *buffers;
 static char path[1024];
+
+typedef struct edges {
+  uint32_t exec, count;
+  uint32_t (*e)[2];
+  struct edges *next;
+} edges_t;
+static edges_t *edge_lists;
 static uint64_t started_ns;
 
 static _Thread_local thread_buf_t *mine;
@@ -90,7 +97,28 @@ void aq_trace_record(const aq_trace_event_t *e) {
   atomic_store_explicit(&c->count, n + 1, memory_order_release);
 }
 
+void aq_trace_edges(uint32_t exec, const uint32_t (*e)[2], uint32_t count) {
+  if (!aq_trace_on()) return;
+  edges_t *l = calloc(1, sizeof(*l));
+  if (!l || !(l->e = malloc((count ? count : 1) * sizeof(*l->e)))) {
+    free(l);
+    return;
+  }
+  memcpy(l->e, e, count * sizeof(*e));
+  l->exec = exec, l->count = count;
+  pthread_mutex_lock(&mutex);
+  l->next = edge_lists;
+  edge_lists = l;
+  pthread_mutex_unlock(&mutex);
+}
+
 static void free_buffers(void) {
+  for (edges_t *l = edge_lists, *nl; l; l = nl) {
+    nl = l->next;
+    free(l->e);
+    free(l);
+  }
+  edge_lists = NULL;
   for (thread_buf_t *b = buffers, *nb; b; b = nb) {
     nb = b->next;
     for (chunk_t *c = b->head, *nc; c; c = nc) {
@@ -145,8 +173,12 @@ static void write_event(FILE *f, const aq_trace_event_t *e, int *first) {
   double ts = (double)(e->start_ns - started_ns) / 1e3, dur = (double)(e->end_ns - e->start_ns) / 1e3;
   fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%u,\"tid\":%u", ts, dur, e->agent,
           e->queue == UINT32_MAX ? 0u : e->queue + 1);
-  fprintf(f, ",\"args\":{\"packet\":%llu,\"ready_us\":%.3f,\"status\":%d}}", (unsigned long long)e->packet,
+  fprintf(f, ",\"args\":{\"packet\":%llu,\"ready_us\":%.3f,\"status\":%d", (unsigned long long)e->packet,
           (double)(e->ready_ns - started_ns) / 1e3, e->status);
+  if (e->tag & 0xfffff)
+    fprintf(f, ",\"exec\":%u,\"task\":%u,\"run\":%u", (unsigned)((e->tag >> 20) & 0xfff),
+            (unsigned)((e->tag & 0xfffff) - 1), (unsigned)(e->tag >> 32));
+  fprintf(f, "}}");
 }
 
 static aq_status_t write_trace(void) {
@@ -159,6 +191,13 @@ static aq_status_t write_trace(void) {
     json_string(f, aq_agent_at(a)->info.name);
     fprintf(f, "}}");
     first = 0;
+  }
+  for (edges_t *l = edge_lists; l; l = l->next) {
+    fprintf(f, "%s\n{\"name\":\"aquila_edges\",\"ph\":\"M\",\"pid\":0,\"args\":{\"exec\":%u,\"edges\":[",
+            first ? "" : ",", l->exec);
+    first = 0;
+    for (uint32_t i = 0; i < l->count; ++i) fprintf(f, "%s[%u,%u]", i ? "," : "", l->e[i][0], l->e[i][1]);
+    fprintf(f, "]}}");
   }
   for (thread_buf_t *b = buffers; b; b = b->next)
     for (chunk_t *c = b->head; c; c = c->next) {

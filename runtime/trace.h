@@ -17,12 +17,19 @@ typedef struct aq_trace_event {
   uint64_t ready_ns;    /* taken up by the packet processor (dependencies met) */
   uint64_t start_ns, end_ns;
   uint64_t packet;      /* index in its queue */
+  uint64_t tag;         /* the packet's reserved2: a task graph's (run << 32 | exec << 20 | task + 1) */
   uint32_t agent;       /* agent index: the trace's process */
   uint32_t queue;       /* queue id: the trace's thread; UINT32_MAX for spans */
   int32_t status;       /* 0, or the failure's aq_status_t */
 } aq_trace_event_t;
 
 void aq_trace_record(const aq_trace_event_t *event);
+/* A task graph's dependency edges (task, predecessor), for flows and the
+ * critical path: tasks are numbered within exec. */
+void aq_trace_edges(uint32_t exec, const uint32_t (*edges)[2], uint32_t count);
+/* The reserved2 word of every AQL packet type, where Aquila's packet
+ * processors find the trace tag (hardware queues would be given zero). */
+static inline uint64_t aq_trace_tag_of(const void *packet) { return *(const uint64_t *)((const char *)packet + 48); }
 
 /* aq_init / aq_shut_down hooks. */
 void aq_trace_init_from_env(void);

@@ -46,6 +46,7 @@ struct aq_exec {
   uint8_t lane_kind[EXEC_LANES_MAX]; /* aq_agent_kind_t of the lane's agent */
   aq_code_object_t gpu_ops;          /* the CUDA op library, when a GPU agent exists */
   uint64_t runs, run_started_ns;
+  uint32_t serial; /* this exec's number, in trace tags */
   /* The last kernel lowering looked up: graphs repeat a few kernels. */
   aq_kernel_info_t last_kernel;
   uint64_t last_kernel_co;
@@ -268,6 +269,7 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   p->grid_size_z = sh.grid[2] ? sh.grid[2] : 1;
   p->kernel_object = k.kernel_object;
   p->kernarg_address = ka;
+  p->reserved2 = ((uint64_t)e->serial << 20) | (t + 1); /* the run goes in at each run */
   /* A GPU writes a completion with a stream operation: only where another
    * lane waits for it (a fault still reaches the run through its lane's end). */
   p->completion_signal.handle = gpu && !e->watched[t] ? 0 : e->signals[t].handle;
@@ -314,6 +316,7 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
     p.arg[0] = (uint64_t)(uintptr_t)task->fn;
     for (int i = 0; i < 3; ++i) p.arg[i + 1] = task->args[i];
     p.completion_signal.handle = e->signals[t].handle;
+    p.reserved2 = ((uint64_t)e->serial << 20) | (t + 1);
     return push(st, &p);
   }
   hsa_kernel_dispatch_packet_t p;
@@ -422,6 +425,18 @@ static aq_sched_policy_t policy_from(const aq_exec_options_t *o) {
   return AQ_SCHED_EAGER;
 }
 
+/* The dependency edges, for the trace's flows and critical path. */
+static void trace_edges(aq_exec_t *e) {
+  uint32_t n = 0;
+  for (uint32_t t = 0; t < e->plan.ntasks; ++t) n += e->plan.tasks[t].npreds;
+  uint32_t (*edges)[2] = malloc((n ? n : 1) * sizeof(*edges)), k = 0;
+  if (!edges) return;
+  for (uint32_t t = 0; t < e->plan.ntasks; ++t)
+    for (uint32_t j = 0; j < e->plan.tasks[t].npreds; ++j) edges[k][0] = t, edges[k++][1] = e->plan.tasks[t].preds[j];
+  aq_trace_edges(e->serial, (const uint32_t(*)[2])edges, n);
+  free(edges);
+}
+
 AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *options, aq_exec_t **out) {
   if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: graph and out are required");
   if (options && (options->policy < 0 || options->policy > AQ_SCHED_LOCALITY))
@@ -432,6 +447,8 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (!e) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
   uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
   e->graph = g;
+  static _Atomic uint32_t serials;
+  e->serial = atomic_fetch_add(&serials, 1) & 0xfff;
   atomic_fetch_add(&g->execs, 1);
   aq_status_t s = pick_agents(e);
   if (s == AQ_OK) s = aq_code_object_load("kernels-cpu.so", &e->ops);
@@ -453,6 +470,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
     aq_trace_event_t ev = {.name = "instantiate", .category = "runtime", .ready_ns = t0, .start_ns = t0,
                            .end_ns = aq_now_ns(), .queue = UINT32_MAX};
     aq_trace_record(&ev);
+    trace_edges(e);
   }
   *out = e;
   return AQ_OK;
@@ -504,6 +522,7 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
     if (e->streams[a].done.handle) AQ_RETURN_IF_ERROR(aq_signal_store(e->streams[a].done, 1));
   e->in_flight = 1;
   e->runs++;
+  int tracing = aq_trace_on();
   e->run_started_ns = aq_trace_on() ? aq_now_ns() : 0;
   for (uint32_t a = 0; a < e->nlanes; ++a) {
     stream_t *st = &e->streams[a];
@@ -514,6 +533,7 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
       uint8_t *slot = st->ring + ((first + i) & (st->size - 1)) * PKT;
       const uint8_t *p = st->packets + (size_t)i * PKT;
       memcpy(slot + 4, p + 4, PKT - 4);
+      if (tracing && *(const uint64_t *)(p + 48)) *(uint64_t *)(slot + 48) |= e->runs << 32;
       uint32_t word;
       memcpy(&word, p, 4);
       __atomic_store_n((uint32_t *)slot, word, __ATOMIC_RELEASE);

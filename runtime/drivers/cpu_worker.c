@@ -182,7 +182,10 @@ int cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
   int traced = aq_trace_on();
   aq_trace_event_t ev = {.packet = index, .agent = w->agent->agent->info.index, .queue = q->id,
                          .category = "barrier", .name = type == HSA_PACKET_TYPE_BARRIER_OR ? "barrier-OR" : "barrier-AND"};
-  if (traced) ev.ready_ns = ev.start_ns = aq_now_ns();
+  if (traced) {
+    ev.ready_ns = ev.start_ns = aq_now_ns();
+    ev.tag = aq_trace_tag_of(p);
+  }
   switch (type) {
     case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
       completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;

@@ -156,7 +156,8 @@ static int process(cuda_queue_t *cq) {
     /* The host side of a GPU packet: when it went onto the stream. */
     uint64_t now = aq_now_ns();
     aq_trace_event_t ev = {.name = what, .category = "gpu launch", .ready_ns = t0, .start_ns = t0, .end_ns = now,
-                           .packet = index, .agent = cq->agent->agent->info.index, .queue = q->id,
+                           .packet = index, .tag = aq_trace_tag_of(p), .agent = cq->agent->agent->info.index,
+                           .queue = q->id,
                            .status = fault ? AQ_ERROR_KERNEL_FAULT : 0};
     aq_trace_record(&ev);
   }

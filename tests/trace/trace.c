@@ -54,6 +54,22 @@ Test(trace, one_event_per_packet_with_consistent_times) {
   cr_assert_eq(runs, RUNS);
   cr_assert_eq(inst, 1);
   cr_assert_str_eq(t.pid_names[0], "cpu0");
+  /* The graph's one edge (relu 2 after relu 1), and every run's two tasks
+   * tagged with their ids, in dependency order. */
+  cr_assert_eq(t.nedges, 1);
+  cr_assert(t.edges[0].task == 1 && t.edges[0].pred == 0, "edge %ld <- %ld", t.edges[0].task, t.edges[0].pred);
+  for (long run = 1; run <= RUNS; ++run) {
+    const tevent_t *first = NULL, *second = NULL;
+    for (size_t i = 0; i < t.count; ++i) {
+      const tevent_t *ev = &t.events[i];
+      if (ev->run != run || strcmp(ev->cat, "kernel")) continue;
+      if (ev->task == 0) first = ev;
+      if (ev->task == 1) second = ev;
+    }
+    cr_assert(first && second, "run %ld has both tasks", run);
+    cr_assert_geq(second->ts, first->ts + first->dur - 0.002, "run %ld: the dependent task started before its "
+                  "predecessor ended", run);
+  }
   tfile_free(&t);
   unlink(path);
   aq_shut_down();

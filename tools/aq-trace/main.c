@@ -47,6 +47,57 @@ static int by_lane_time(const void *a, const void *b) {
   return (x->ts > y->ts) - (x->ts < y->ts);
 }
 
+/* The critical path of one graph run: from the task that finished last,
+ * back through the predecessor that finished last, to a task with none. The
+ * run shown is the last of the exec with the most edges (a training step). */
+static void critical_path(const tfile_t *t) {
+  long exec = -1, best_edges = 0;
+  for (size_t i = 0; i < t->nedges; ++i) {
+    long n = 0;
+    for (size_t j = 0; j < t->nedges; ++j) n += t->edges[j].exec == t->edges[i].exec;
+    if (n > best_edges) best_edges = n, exec = t->edges[i].exec;
+  }
+  long run = -1;
+  for (size_t i = 0; i < t->count; ++i)
+    if (t->events[i].exec == exec && t->events[i].run > run && strcmp(t->events[i].cat, "barrier")) run = t->events[i].run;
+  if (exec < 0 || run < 0) {
+    printf("\nCritical path: the trace has no task graph run with dependency edges.\n");
+    return;
+  }
+  const tevent_t *last = NULL;
+  double first_start = INFINITY;
+  for (size_t i = 0; i < t->count; ++i) {
+    const tevent_t *e = &t->events[i];
+    if (e->exec != exec || e->run != run || !strcmp(e->cat, "barrier")) continue;
+    if (!last || e->ts + e->dur > last->ts + last->dur) last = e;
+    if (e->ts < first_start) first_start = e->ts;
+  }
+  printf("\nCritical path of graph run %ld (exec %ld):\n", run, exec);
+  double busy = 0, end = last->ts + last->dur, start = last->ts;
+  const tevent_t *path[256];
+  int n = 0;
+  for (const tevent_t *e = last; e && n < 256;) {
+    path[n++] = e;
+    busy += e->dur;
+    start = e->ts;
+    const tevent_t *prev = NULL;
+    for (size_t k = 0; k < t->nedges; ++k) {
+      if (t->edges[k].exec != exec || t->edges[k].task != e->task) continue;
+      for (size_t i = 0; i < t->count; ++i) {
+        const tevent_t *q = &t->events[i];
+        if (q->exec == exec && q->run == run && q->task == t->edges[k].pred && strcmp(q->cat, "barrier") &&
+            (!prev || q->ts + q->dur > prev->ts + prev->dur))
+          prev = q;
+      }
+    }
+    e = prev;
+  }
+  for (int i = n - 1; i >= 0; --i)
+    printf("  %10.1f us  %-28s %8.2f us\n", path[i]->ts - first_start, path[i]->name, path[i]->dur);
+  printf("  %d tasks, %.1f us of work on a path of %.1f us; the run took %.1f us\n", n, busy, end - start,
+         end - first_start);
+}
+
 static int summary(const char *path) {
   tfile_t t;
   char err[512];
@@ -96,7 +147,7 @@ static int summary(const char *path) {
       else printf("  %-16s %10.1f us\n", t.events[i].name, t.events[i].dur);
     }
   if (runs) printf("  %-16s %10.0f runs, %.1f us each on average\n", "graph run", runs, run_total / runs);
-  printf("\nCritical path: this trace records no dependency edges, so none is computed.\n");
+  critical_path(&t);
   tfile_free(&t);
   return 0;
 }

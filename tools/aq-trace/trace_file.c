@@ -45,6 +45,23 @@ int tfile_parse(const char *text, size_t len, tfile_t *out, char *err, size_t er
     num(json_get(e, "pid"), &pid);
     num(json_get(e, "tid"), &tid);
     if (ph && ph->type == J_STR && !strcmp(ph->str, "M") && name && name->type == J_STR &&
+        !strcmp(name->str, "aquila_edges")) {
+      const jval_t *args = json_get(e, "args"), *list = json_get(args, "edges");
+      double ex = -1;
+      num(json_get(args, "exec"), &ex);
+      size_t n = 0;
+      for (const jval_t *x = list && list->type == J_ARR ? list->child : NULL; x; x = x->next) n++;
+      tedge_t *grown = n ? realloc(out->edges, (out->nedges + n) * sizeof(tedge_t)) : out->edges;
+      if (n && !grown) continue;
+      out->edges = grown;
+      for (const jval_t *x = list && list->type == J_ARR ? list->child : NULL; x; x = x->next) {
+        double a, b;
+        if (x->type != J_ARR || !num(x->child, &a) || !x->child->next || !num(x->child->next, &b)) continue;
+        out->edges[out->nedges++] = (tedge_t){(long)ex, (long)a, (long)b};
+      }
+      continue;
+    }
+    if (ph && ph->type == J_STR && !strcmp(ph->str, "M") && name && name->type == J_STR &&
         !strcmp(name->str, "process_name") && pid >= 0 && pid < 64) {
       const jval_t *a = json_get(json_get(e, "args"), "name");
       if (a && a->type == J_STR) snprintf(out->pid_names[(int)pid], 64, "%s", a->str);
@@ -67,6 +84,10 @@ int tfile_parse(const char *text, size_t len, tfile_t *out, char *err, size_t er
     }
     t->pid = (int)pid, t->tid = (int)tid;
     snprintf(t->name, sizeof(t->name), "%s", name && name->type == J_STR ? name->str : "?");
+    const jval_t *args = json_get(e, "args");
+    double ex = -1, task = -1, run = -1;
+    num(json_get(args, "exec"), &ex), num(json_get(args, "task"), &task), num(json_get(args, "run"), &run);
+    t->exec = (long)ex, t->task = (long)task, t->run = (long)run;
     const jval_t *cat = json_get(e, "cat");
     snprintf(t->cat, sizeof(t->cat), "%s", cat && cat->type == J_STR ? cat->str : "");
     out->count++;
@@ -106,5 +127,6 @@ int tfile_load(const char *path, tfile_t *out, char *err, size_t err_size) {
 
 void tfile_free(tfile_t *t) {
   free(t->events);
+  free(t->edges);
   memset(t, 0, sizeof(*t));
 }

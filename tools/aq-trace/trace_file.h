@@ -9,11 +9,20 @@ typedef struct tevent {
   char name[64], cat[24];
   double ts, dur; /* microseconds */
   int pid, tid;
+  long exec, task, run; /* an Aquila graph task's, else -1 */
 } tevent_t;
+
+/* A task graph's dependency edges (task, predecessor), from Aquila's
+ * "aquila_edges" metadata. */
+typedef struct tedge {
+  long exec, task, pred;
+} tedge_t;
 
 typedef struct tfile {
   tevent_t *events;
   size_t count;
+  tedge_t *edges;
+  size_t nedges;
   char pid_names[64][64];
 } tfile_t;
 
