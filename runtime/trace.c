@@ -181,6 +181,57 @@ static void write_event(FILE *f, const aq_trace_event_t *e, int *first) {
   fprintf(f, "}}");
 }
 
+/* Flow arrows (Chrome "s"/"f" pairs) from each predecessor's end to its
+ * dependent's start, run by run: events are found by their tag. */
+static int by_tag(const void *a, const void *b) {
+  uint64_t x = (*(const aq_trace_event_t *const *)a)->tag, y = (*(const aq_trace_event_t *const *)b)->tag;
+  return (x > y) - (x < y);
+}
+
+static const aq_trace_event_t *find_tag(const aq_trace_event_t **sorted, size_t n, uint64_t tag) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (sorted[mid]->tag < tag) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && sorted[lo]->tag == tag ? sorted[lo] : NULL;
+}
+
+static void write_flows(FILE *f) {
+  size_t n = 0, k = 0;
+  for (thread_buf_t *b = buffers; b; b = b->next)
+    for (chunk_t *c = b->head; c; c = c->next) n += atomic_load(&c->count);
+  const aq_trace_event_t **tagged = malloc((n ? n : 1) * sizeof(*tagged));
+  if (!tagged) return;
+  for (thread_buf_t *b = buffers; b; b = b->next)
+    for (chunk_t *c = b->head; c; c = c->next)
+      for (uint32_t i = 0; i < atomic_load(&c->count); ++i)
+        if ((c->events[i].e.tag & 0xfffff) && strcmp(c->events[i].e.category, "barrier")) tagged[k++] = &c->events[i].e;
+  qsort(tagged, k, sizeof(*tagged), by_tag);
+  uint64_t flow = 0;
+  for (size_t i = 0; i < k; ++i) {
+    const aq_trace_event_t *to = tagged[i];
+    uint64_t exec = (to->tag >> 20) & 0xfff, task = (to->tag & 0xfffff) - 1, run = to->tag >> 32;
+    for (edges_t *l = edge_lists; l; l = l->next) {
+      if (l->exec != exec) continue;
+      for (uint32_t j = 0; j < l->count; ++j) {
+        if (l->e[j][0] != task) continue;
+        const aq_trace_event_t *from = find_tag(tagged, k, run << 32 | exec << 20 | (l->e[j][1] + 1));
+        if (!from) continue;
+        ++flow;
+        fprintf(f, ",\n{\"name\":\"dep\",\"cat\":\"dep\",\"ph\":\"s\",\"id\":%llu,\"ts\":%.3f,\"pid\":%u,\"tid\":%u}",
+                (unsigned long long)flow, (double)(from->end_ns - started_ns) / 1e3 - 0.001, from->agent,
+                from->queue + 1);
+        fprintf(f, ",\n{\"name\":\"dep\",\"cat\":\"dep\",\"ph\":\"f\",\"bp\":\"e\",\"id\":%llu,\"ts\":%.3f,"
+                   "\"pid\":%u,\"tid\":%u}",
+                (unsigned long long)flow, (double)(to->start_ns - started_ns) / 1e3, to->agent, to->queue + 1);
+      }
+    }
+  }
+  free(tagged);
+}
+
 static aq_status_t write_trace(void) {
   FILE *f = fopen(path, "w");
   if (!f) return aq_error(AQ_ERROR_IO, "cannot write the trace to %s: %s", path, strerror(errno));
@@ -204,6 +255,7 @@ static aq_status_t write_trace(void) {
       uint32_t n = atomic_load_explicit(&c->count, memory_order_acquire);
       for (uint32_t i = 0; i < n; ++i) write_event(f, &c->events[i].e, &first);
     }
+  if (!first) write_flows(f);
   fprintf(f, "\n]}\n");
   if (fclose(f)) return aq_error(AQ_ERROR_IO, "writing the trace to %s failed", path);
   return AQ_OK;
