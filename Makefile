@@ -136,6 +136,8 @@ tsan:
 	$(MAKE) BUILD=build-tsan SAN=thread tsan-run
 tsan-run: all $(STRESS_BIN) $(TEST_DATA)
 	@tools/run-tests.sh $(BUILD) $(STRESS_BIN) --quick
+	@echo "== the same, recording a trace"
+	@AQ_TRACE=$(BUILD)/stress-trace.json tools/run-tests.sh $(BUILD) $(STRESS_BIN) --quick
 asan:
 	$(MAKE) BUILD=build-asan SAN=address test
 
