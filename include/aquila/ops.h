@@ -86,6 +86,54 @@ typedef struct aq_relu_args {
   int64_t n;
 } aq_relu_args_t;
 
+/* Pointwise activations and their backwards, with the relu struct's layout
+ * (x, dy, y, n). Forward: y = f(x). Backward: y (as dx) = dy * f'(.), where
+ * x holds the forward output for sigmoid and tanh, and the forward input for
+ * gelu (tanh approximation, as PyTorch's approximate='tanh'). */
+typedef struct aq_relu_args aq_unary_args_t;
+#define AQ_KERNEL_SIGMOID "aq_sigmoid_f32"
+#define AQ_KERNEL_SIGMOID_BWD "aq_sigmoid_bwd_f32"
+#define AQ_KERNEL_TANH "aq_tanh_f32"
+#define AQ_KERNEL_TANH_BWD "aq_tanh_bwd_f32"
+#define AQ_KERNEL_GELU "aq_gelu_f32"
+#define AQ_KERNEL_GELU_BWD "aq_gelu_bwd_f32"
+
+/* Row-wise softmax and log-softmax over cols, and their backwards:
+ * softmax: dx = y * (dy - sum(dy * y)); log-softmax: dx = dy - exp(y) sum(dy),
+ * with y the forward output. Grid: aq_rows_grid(rows). */
+#define AQ_KERNEL_SOFTMAX "aq_softmax_f32"
+#define AQ_KERNEL_SOFTMAX_BWD "aq_softmax_bwd_f32"
+#define AQ_KERNEL_LOG_SOFTMAX "aq_log_softmax_f32"
+#define AQ_KERNEL_LOG_SOFTMAX_BWD "aq_log_softmax_bwd_f32"
+typedef struct aq_softmax_args {
+  const float *x;  /* forward input */
+  const float *y;  /* backward: the forward output */
+  const float *dy; /* backward */
+  float *out;      /* forward: y; backward: dx */
+  int64_t rows, cols;
+} aq_softmax_args_t;
+
+/* Dropout with a counter-based generator: element i is kept when
+ * hash(seed, i) >= p * 2^32, and scaled by 1 / (1 - p); the backward
+ * recomputes the same mask from the seed. Grid: aq_elementwise_grid(n). */
+#define AQ_KERNEL_DROPOUT "aq_dropout_f32"
+#define AQ_KERNEL_DROPOUT_BWD "aq_dropout_bwd_f32"
+typedef struct aq_dropout_args {
+  const float *x; /* forward: input; backward: dy */
+  float *y;       /* forward: output; backward: dx */
+  int64_t n;
+  uint64_t seed;
+  float p;
+  int32_t reserved_;
+} aq_dropout_args_t;
+
+static inline uint32_t aq_dropout_hash(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+
 /* z = alpha * x + beta * y (y may be NULL: z = alpha * x). */
 #define AQ_KERNEL_AXPBY "aq_axpby_f32"
 typedef struct aq_axpby_args {

@@ -9,6 +9,18 @@ static const aq_kernel_desc_t *const all[] = {
     &aq_cpu_sgd_desc,      &aq_cpu_softmax_xent_desc,    &aq_cpu_softmax_xent_bwd_desc,
     &aq_cpu_sum_rows_desc, &aq_cpu_mean_desc,         &aq_cpu_copy_desc,
     &aq_cpu_adam_desc,     &aq_cpu_increment_desc,
+    &aq_cpu_sigmoid_desc,
+    &aq_cpu_sigmoid_bwd_desc,
+    &aq_cpu_tanh_desc,
+    &aq_cpu_tanh_bwd_desc,
+    &aq_cpu_gelu_desc,
+    &aq_cpu_gelu_bwd_desc,
+    &aq_cpu_softmax_desc,
+    &aq_cpu_softmax_bwd_desc,
+    &aq_cpu_log_softmax_desc,
+    &aq_cpu_log_softmax_bwd_desc,
+    &aq_cpu_dropout_desc,
+    &aq_cpu_dropout_bwd_desc,
 };
 
 static aq_kernel_desc_t kernels[sizeof(all) / sizeof(all[0])];

@@ -25,5 +25,17 @@ extern const aq_kernel_desc_t aq_cpu_mean_desc;
 extern const aq_kernel_desc_t aq_cpu_copy_desc;
 extern const aq_kernel_desc_t aq_cpu_adam_desc;
 extern const aq_kernel_desc_t aq_cpu_increment_desc;
+extern const aq_kernel_desc_t aq_cpu_sigmoid_desc;
+extern const aq_kernel_desc_t aq_cpu_sigmoid_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_tanh_desc;
+extern const aq_kernel_desc_t aq_cpu_tanh_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_gelu_desc;
+extern const aq_kernel_desc_t aq_cpu_gelu_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_softmax_desc;
+extern const aq_kernel_desc_t aq_cpu_softmax_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_log_softmax_desc;
+extern const aq_kernel_desc_t aq_cpu_log_softmax_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_dropout_desc;
+extern const aq_kernel_desc_t aq_cpu_dropout_bwd_desc;
 
 #endif

@@ -214,3 +214,97 @@ Test(ops, adam_and_adamw_match_the_reference_over_steps) {
     free(w), free(g);
   }
 }
+
+/* f and f' for the pointwise activations, in double. */
+static double ref_act(int which, double x) {
+  return which == 0 ? 1.0 / (1.0 + exp(-x)) : which == 1 ? tanh(x)
+                                                          : 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+Test(ops, sigmoid_tanh_gelu_forward_and_backward_by_finite_differences) {
+  static const char *fwd[3] = {AQ_KERNEL_SIGMOID, AQ_KERNEL_TANH, AQ_KERNEL_GELU};
+  static const char *bwd[3] = {AQ_KERNEL_SIGMOID_BWD, AQ_KERNEL_TANH_BWD, AQ_KERNEL_GELU_BWD};
+  enum { N = 4099 };
+  for (int w = 0; w < 3; ++w) {
+    float *x = rnd(N, 30 + w), *y = malloc(N * 4), *dy = rnd(N, 40 + w), *dx = malloc(N * 4);
+    for (int i = 0; i < N; ++i) x[i] *= 4.0f;
+    aq_unary_args_t f = {x, NULL, y, N};
+    AQ_ASSERT_OK(run(fwd[w], &f, aq_elementwise_grid(N)));
+    for (int i = 0; i < N; ++i) cr_assert(fabs(y[i] - ref_act(w, x[i])) < 1e-5, "%s(%g) = %g", fwd[w], x[i], y[i]);
+    /* sigmoid and tanh differentiate from their output, gelu from its input */
+    aq_unary_args_t b = {w == 2 ? x : y, dy, dx, N};
+    AQ_ASSERT_OK(run(bwd[w], &b, aq_elementwise_grid(N)));
+    for (int i = 0; i < N; i += 17) {
+      double h = 1e-3, fd = (ref_act(w, x[i] + h) - ref_act(w, x[i] - h)) / (2 * h);
+      cr_assert(fabs(dx[i] - dy[i] * fd) < 1e-3 * (1 + fabs(dy[i] * fd)), "%s at %g: %g vs %g", bwd[w], x[i], dx[i],
+                dy[i] * fd);
+    }
+    free(x), free(y), free(dy), free(dx);
+  }
+}
+
+static double row_loss(const float *x, const float *dy, int cols, int take_log) {
+  /* L = sum(dy * f(x)): its gradient is the backward of f applied to dy */
+  double mx = x[0], s = 0, l = 0;
+  for (int j = 0; j < cols; ++j) mx = fmax(mx, x[j]);
+  for (int j = 0; j < cols; ++j) s += exp(x[j] - mx);
+  for (int j = 0; j < cols; ++j) l += dy[j] * (take_log ? x[j] - mx - log(s) : exp(x[j] - mx) / s);
+  return l;
+}
+
+Test(ops, softmax_and_log_softmax_forward_and_backward) {
+  enum { R = 9, C = 33 };
+  for (int take_log = 0; take_log < 2; ++take_log) {
+    float *x = rnd(R * C, 50), y[R * C], *dy = rnd(R * C, 51), dx[R * C];
+    aq_softmax_args_t f = {x, NULL, NULL, y, R, C};
+    AQ_ASSERT_OK(run(take_log ? AQ_KERNEL_LOG_SOFTMAX : AQ_KERNEL_SOFTMAX, &f, aq_rows_grid(R)));
+    for (int r = 0; r < R; ++r) {
+      double s = 0;
+      for (int j = 0; j < C; ++j) s += take_log ? exp(y[r * C + j]) : y[r * C + j];
+      cr_assert(fabs(s - 1.0) < 1e-5, "row %d sums to %g", r, s);
+    }
+    aq_softmax_args_t b = {NULL, y, dy, dx, R, C};
+    AQ_ASSERT_OK(run(take_log ? AQ_KERNEL_LOG_SOFTMAX_BWD : AQ_KERNEL_SOFTMAX_BWD, &b, aq_rows_grid(R)));
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < C; j += 5) {
+        float *row = x + r * C, keep = row[j], h = 1e-2f;
+        row[j] = keep + h;
+        double up = row_loss(row, dy + r * C, C, take_log);
+        row[j] = keep - h;
+        double down = row_loss(row, dy + r * C, C, take_log);
+        row[j] = keep;
+        cr_assert(fabs(dx[r * C + j] - (up - down) / (2 * h)) < 1e-3, "log=%d dx[%d,%d] %g vs %g", take_log, r, j,
+                  dx[r * C + j], (up - down) / (2 * h));
+      }
+    free(x), free(dy);
+  }
+}
+
+Test(ops, dropout_is_seeded_and_its_backward_uses_the_same_mask) {
+  enum { N = 100000 };
+  float *x = rnd(N, 60), *y = malloc(N * 4), *y2 = malloc(N * 4), *dy = rnd(N, 61), *dx = malloc(N * 4);
+  aq_dropout_args_t f = {x, y, N, 1234, 0.3f, 0};
+  AQ_ASSERT_OK(run(AQ_KERNEL_DROPOUT, &f, aq_elementwise_grid(N)));
+  int dropped = 0;
+  for (int i = 0; i < N; ++i) {
+    if (y[i] == 0.0f && x[i] != 0.0f) dropped++;
+    else cr_assert_float_eq(y[i], x[i] / 0.7f, 1e-5f * (1.0f + fabsf(x[i])));
+  }
+  cr_assert(dropped > 0.28 * N && dropped < 0.32 * N, "dropped %d of %d at p = 0.3", dropped, N);
+  aq_dropout_args_t b = {dy, dx, N, 1234, 0.3f, 0};
+  AQ_ASSERT_OK(run(AQ_KERNEL_DROPOUT_BWD, &b, aq_elementwise_grid(N)));
+  uint32_t cut = (uint32_t)(0.3 * 4294967296.0);
+  for (int i = 0; i < N; ++i) {
+    int kept = aq_dropout_hash(1234, (uint64_t)i) >= cut;
+    cr_assert_eq(y[i], kept ? x[i] * (1.0f / 0.7f) : 0.0f, "forward mask at %d", i);
+    cr_assert_eq(dx[i], kept ? dy[i] * (1.0f / 0.7f) : 0.0f, "backward mask at %d", i);
+  }
+  aq_dropout_args_t other = {x, y2, N, 99, 0.3f, 0};
+  AQ_ASSERT_OK(run(AQ_KERNEL_DROPOUT, &other, aq_elementwise_grid(N)));
+  int differ = 0;
+  for (int i = 0; i < N; ++i) differ += (y[i] == 0.0f) != (y2[i] == 0.0f);
+  cr_assert_gt(differ, N / 10, "another seed, another mask");
+  aq_dropout_args_t bad = {x, y, N, 1, 1.0f, 0};
+  cr_assert_eq(run(AQ_KERNEL_DROPOUT, &bad, aq_elementwise_grid(N)), AQ_ERROR_KERNEL_FAULT, "p = 1 is refused");
+  free(x), free(y), free(y2), free(dy), free(dx);
+}
