@@ -134,6 +134,59 @@ static inline uint32_t aq_dropout_hash(uint64_t seed, uint64_t i) {
   return (uint32_t)((z ^ (z >> 31)) >> 32);
 }
 
+/* Layer norm over the cols of each row: y = (x - mean) * rstd * gamma + beta,
+ * saving mean and rstd per row for the backward. Backward: dx per row
+ * (aq_rows_grid), then dgamma / dbeta per column (AQ_KERNEL_LAYER_NORM_BWD_PARAMS,
+ * aq_cols_grid). gamma / beta may be NULL (1 and 0). */
+#define AQ_KERNEL_LAYER_NORM "aq_layer_norm_f32"
+#define AQ_KERNEL_LAYER_NORM_BWD "aq_layer_norm_bwd_f32"
+#define AQ_KERNEL_LAYER_NORM_BWD_PARAMS "aq_layer_norm_bwd_params_f32"
+typedef struct aq_layer_norm_args {
+  const float *x, *gamma, *beta;
+  float *y;
+  float *mean, *rstd; /* rows each */
+  const float *dy;    /* backward */
+  float *dx, *dgamma, *dbeta;
+  int64_t rows, cols;
+  float eps;
+  int32_t reserved_;
+} aq_layer_norm_args_t;
+
+/* Embedding: out[i, :] = table[ids[i], :]. Backward: dtable[v, :] += dout[i, :]
+ * for every i with ids[i] = v, a column per work-item (no races). An id out
+ * of range is a kernel fault. Forward grid: aq_rows_grid(count); backward:
+ * aq_cols_grid(dim). */
+#define AQ_KERNEL_EMBEDDING "aq_embedding_f32"
+#define AQ_KERNEL_EMBEDDING_BWD "aq_embedding_bwd_f32"
+typedef struct aq_embedding_args {
+  const float *table;  /* vocab x dim */
+  const int32_t *ids;  /* count */
+  float *out;          /* forward: count x dim */
+  const float *dout;   /* backward */
+  float *dtable;       /* backward: accumulated into */
+  int64_t vocab, dim, count;
+} aq_embedding_args_t;
+
+/* fp32 <-> bf16 (bf16 as uint16_t, round to nearest even; NaN stays NaN).
+ * Grid: aq_elementwise_grid(n). */
+#define AQ_KERNEL_CAST_F32_BF16 "aq_cast_f32_bf16"
+#define AQ_KERNEL_CAST_BF16_F32 "aq_cast_bf16_f32"
+typedef struct aq_cast_args {
+  const void *src;
+  void *dst;
+  int64_t n;
+} aq_cast_args_t;
+
+static inline uint16_t aq_f32_to_bf16(float f) {
+  union { float f; uint32_t u; } v = {f};
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); /* quiet NaN */
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+static inline float aq_bf16_to_f32(uint16_t b) {
+  union { uint32_t u; float f; } v = {(uint32_t)b << 16};
+  return v.f;
+}
+
 /* z = alpha * x + beta * y (y may be NULL: z = alpha * x). */
 #define AQ_KERNEL_AXPBY "aq_axpby_f32"
 typedef struct aq_axpby_args {

@@ -21,6 +21,13 @@ static const aq_kernel_desc_t *const all[] = {
     &aq_cpu_log_softmax_bwd_desc,
     &aq_cpu_dropout_desc,
     &aq_cpu_dropout_bwd_desc,
+    &aq_cpu_layer_norm_desc,
+    &aq_cpu_layer_norm_bwd_desc,
+    &aq_cpu_layer_norm_bwd_params_desc,
+    &aq_cpu_embedding_desc,
+    &aq_cpu_embedding_bwd_desc,
+    &aq_cpu_cast_f32_bf16_desc,
+    &aq_cpu_cast_bf16_f32_desc,
 };
 
 static aq_kernel_desc_t kernels[sizeof(all) / sizeof(all[0])];

@@ -37,5 +37,12 @@ extern const aq_kernel_desc_t aq_cpu_log_softmax_desc;
 extern const aq_kernel_desc_t aq_cpu_log_softmax_bwd_desc;
 extern const aq_kernel_desc_t aq_cpu_dropout_desc;
 extern const aq_kernel_desc_t aq_cpu_dropout_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_layer_norm_desc;
+extern const aq_kernel_desc_t aq_cpu_layer_norm_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_layer_norm_bwd_params_desc;
+extern const aq_kernel_desc_t aq_cpu_embedding_desc;
+extern const aq_kernel_desc_t aq_cpu_embedding_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_cast_f32_bf16_desc;
+extern const aq_kernel_desc_t aq_cpu_cast_bf16_f32_desc;
 
 #endif

@@ -257,3 +257,69 @@ Test(gpu, a_planted_fault_fails_its_dependents_and_spares_the_cpu) {
   AQ_ASSERT_OK(aq_queue_submit(qc, &p, SEC, NULL));
   AQ_ASSERT_OK(aq_signal_wait(s3, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
 }
+
+/* The op library on the GPU against the CPU's, kernel by kernel, on the
+ * same inputs (managed memory, reachable from both). */
+static float *managed(size_t n) {
+  float *p;
+  AQ_ASSERT_OK(aq_memory_allocate(region(gpu, AQ_REGION_MANAGED), n * 4, (void **)&p));
+  return p;
+}
+
+static void run_on(aq_agent_t agent, aq_code_object_t co, const char *name, const void *args, aq_dispatch_shape_t s,
+                   int is_gpu) {
+  aq_kernel_info_t k;
+  AQ_ASSERT_OK(aq_code_object_find_kernel(co, name, agent, &k));
+  if (is_gpu) s = aq_gpu_shape(name, args, s);
+  aq_queue_t q;
+  AQ_ASSERT_OK(aq_queue_create(agent, NULL, &q));
+  aq_signal_t done;
+  AQ_ASSERT_OK(aq_signal_create(1, &done));
+  hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, args, s.grid[0], s.workgroup[0], done);
+  p.setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
+  p.grid_size_y = s.grid[1], p.grid_size_z = s.grid[2];
+  p.workgroup_size_y = s.workgroup[1], p.workgroup_size_z = s.workgroup[2];
+  AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+  AQ_ASSERT_OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
+  aq_signal_destroy(done);
+  aq_queue_destroy(q);
+}
+
+Test(gpu, op_kernels_agree_with_the_cpu_ones) {
+  aq_code_object_t cco, gco;
+  AQ_ASSERT_OK(aq_code_object_load("kernels-cpu.so", &cco));
+  AQ_ASSERT_OK(aq_code_object_load("kernels-cuda.fatbin", &gco));
+  enum { N = 4096, R = 16, C = 256 };
+  float *x = managed(N), *dy = managed(N), *yc = managed(N), *yg = managed(N);
+  for (int i = 0; i < N; ++i) x[i] = (float)((i * 37) % 101) / 25.0f - 2.0f, dy[i] = (float)((i * 11) % 13) / 6.0f - 1.0f;
+  const char *unary[] = {AQ_KERNEL_SIGMOID, AQ_KERNEL_TANH, AQ_KERNEL_GELU, AQ_KERNEL_RELU, AQ_KERNEL_GELU_BWD,
+                         AQ_KERNEL_TANH_BWD, AQ_KERNEL_SIGMOID_BWD, AQ_KERNEL_RELU_BWD};
+  for (size_t u = 0; u < sizeof(unary) / sizeof(unary[0]); ++u) {
+    aq_unary_args_t ac = {x, dy, yc, N}, ag = {x, dy, yg, N};
+    run_on(cpu, cco, unary[u], &ac, aq_elementwise_grid(N), 0);
+    run_on(gpu, gco, unary[u], &ag, aq_elementwise_grid(N), 1);
+    for (int i = 0; i < N; ++i) cr_assert(fabsf(yc[i] - yg[i]) < 1e-5f * (1 + fabsf(yc[i])), "%s[%d]: cpu %g gpu %g", unary[u], i, yc[i], yg[i]);
+  }
+  const char *rows[] = {AQ_KERNEL_SOFTMAX, AQ_KERNEL_LOG_SOFTMAX};
+  for (int k = 0; k < 2; ++k) {
+    aq_softmax_args_t ac = {x, NULL, NULL, yc, R, C}, ag = {x, NULL, NULL, yg, R, C};
+    run_on(cpu, cco, rows[k], &ac, aq_rows_grid(R), 0);
+    run_on(gpu, gco, rows[k], &ag, aq_rows_grid(R), 1);
+    for (int i = 0; i < R * C; ++i) cr_assert(fabsf(yc[i] - yg[i]) < 1e-5f * (1 + fabsf(yc[i])), "%s[%d]", rows[k], i);
+  }
+  aq_dropout_args_t dc = {x, yc, N, 77, 0.25f, 0}, dg = {x, yg, N, 77, 0.25f, 0};
+  run_on(cpu, cco, AQ_KERNEL_DROPOUT, &dc, aq_elementwise_grid(N), 0);
+  run_on(gpu, gco, AQ_KERNEL_DROPOUT, &dg, aq_elementwise_grid(N), 1);
+  for (int i = 0; i < N; ++i) cr_assert_eq(yc[i], yg[i], "dropout[%d]: the same seed drops the same elements", i);
+  float *mc = managed(R), *rc = managed(R), *mg = managed(R), *rg = managed(R);
+  aq_layer_norm_args_t lc = {x, NULL, NULL, yc, mc, rc, NULL, NULL, NULL, NULL, R, C, 1e-5f, 0};
+  aq_layer_norm_args_t lg = {x, NULL, NULL, yg, mg, rg, NULL, NULL, NULL, NULL, R, C, 1e-5f, 0};
+  run_on(cpu, cco, AQ_KERNEL_LAYER_NORM, &lc, aq_rows_grid(R), 0);
+  run_on(gpu, gco, AQ_KERNEL_LAYER_NORM, &lg, aq_rows_grid(R), 1);
+  for (int i = 0; i < R * C; ++i) cr_assert(fabsf(yc[i] - yg[i]) < 1e-4f, "layer_norm[%d]", i);
+  uint16_t *bc = (uint16_t *)managed(N), *bg = (uint16_t *)managed(N);
+  aq_cast_args_t cc = {x, bc, N}, cg = {x, bg, N};
+  run_on(cpu, cco, AQ_KERNEL_CAST_F32_BF16, &cc, aq_elementwise_grid(N), 0);
+  run_on(gpu, gco, AQ_KERNEL_CAST_F32_BF16, &cg, aq_elementwise_grid(N), 1);
+  cr_assert_eq(memcmp(bc, bg, N * 2), 0, "bf16 casts agree bit for bit");
+}

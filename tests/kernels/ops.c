@@ -308,3 +308,76 @@ Test(ops, dropout_is_seeded_and_its_backward_uses_the_same_mask) {
   cr_assert_eq(run(AQ_KERNEL_DROPOUT, &bad, aq_elementwise_grid(N)), AQ_ERROR_KERNEL_FAULT, "p = 1 is refused");
   free(x), free(y), free(y2), free(dy), free(dx);
 }
+
+static double ln_loss(const float *x, const float *g, const float *b, const float *dy, int cols) {
+  double s = 0, ss = 0, l = 0;
+  for (int j = 0; j < cols; ++j) s += x[j];
+  double mean = s / cols;
+  for (int j = 0; j < cols; ++j) ss += (x[j] - mean) * (x[j] - mean);
+  double rstd = 1.0 / sqrt(ss / cols + 1e-5);
+  for (int j = 0; j < cols; ++j) l += dy[j] * ((x[j] - mean) * rstd * g[j] + b[j]);
+  return l;
+}
+
+Test(ops, layer_norm_forward_and_backward_by_finite_differences) {
+  enum { R = 7, C = 33 };
+  float *x = rnd(R * C, 70), *g = rnd(C, 71), *b = rnd(C, 72), *dy = rnd(R * C, 73);
+  float y[R * C], mean[R], rstd[R], dx[R * C], dg[C], db[C];
+  aq_layer_norm_args_t a = {x, g, b, y, mean, rstd, dy, dx, dg, db, R, C, 1e-5f, 0};
+  AQ_ASSERT_OK(run(AQ_KERNEL_LAYER_NORM, &a, aq_rows_grid(R)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_LAYER_NORM_BWD, &a, aq_rows_grid(R)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_LAYER_NORM_BWD_PARAMS, &a, aq_cols_grid(C)));
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < C; j += 4) {
+      float *row = x + r * C, keep = row[j], h = 1e-2f;
+      row[j] = keep + h;
+      double up = ln_loss(row, g, b, dy + r * C, C);
+      row[j] = keep - h;
+      double down = ln_loss(row, g, b, dy + r * C, C);
+      row[j] = keep;
+      cr_assert(fabs(dx[r * C + j] - (up - down) / (2 * h)) < 2e-3, "dx[%d,%d] %g vs %g", r, j, dx[r * C + j],
+                (up - down) / (2 * h));
+    }
+  for (int j = 0; j < C; j += 5) {
+    double want_db = 0, want_dg = 0;
+    for (int r = 0; r < R; ++r) want_db += dy[r * C + j], want_dg += dy[r * C + j] * (y[r * C + j] - b[j]) / g[j];
+    cr_assert(fabs(db[j] - want_db) < 1e-4, "dbeta[%d]", j);
+    cr_assert(fabs(dg[j] - want_dg) < 1e-3 * (1 + fabs(want_dg)), "dgamma[%d] %g vs %g", j, dg[j], want_dg);
+  }
+  free(x), free(g), free(b), free(dy);
+}
+
+Test(ops, embedding_lookup_and_accumulating_backward) {
+  enum { V = 11, D = 7, N = 40 };
+  float *table = rnd(V * D, 80), out[N * D], *dout = rnd(N * D, 81), dtable[V * D] = {0};
+  int32_t ids[N];
+  for (int i = 0; i < N; ++i) ids[i] = (i * 7) % V; /* repeats */
+  aq_embedding_args_t a = {table, ids, out, dout, dtable, V, D, N};
+  AQ_ASSERT_OK(run(AQ_KERNEL_EMBEDDING, &a, aq_rows_grid(N)));
+  for (int i = 0; i < N; ++i) cr_assert_eq(memcmp(out + i * D, table + ids[i] * D, D * 4), 0, "row %d", i);
+  AQ_ASSERT_OK(run(AQ_KERNEL_EMBEDDING_BWD, &a, aq_cols_grid(D)));
+  for (int v = 0; v < V; ++v)
+    for (int j = 0; j < D; ++j) {
+      double want = 0;
+      for (int i = 0; i < N; ++i) want += ids[i] == v ? dout[i * D + j] : 0;
+      cr_assert(fabs(dtable[v * D + j] - want) < 1e-5, "dtable[%d,%d]", v, j);
+    }
+  ids[5] = V; /* out of range: a fault, not a wild read */
+  cr_assert_eq(run(AQ_KERNEL_EMBEDDING, &a, aq_rows_grid(N)), AQ_ERROR_KERNEL_FAULT);
+  free(table), free(dout);
+}
+
+Test(ops, casts_between_fp32_and_bf16_round_to_nearest_even) {
+  float in[6] = {1.0f, -2.5f, 3.14159265f, 1e-20f, 65504.0f, 0.0f};
+  uint16_t mid[6];
+  float back[6];
+  aq_cast_args_t to = {in, mid, 6}, from = {mid, back, 6};
+  AQ_ASSERT_OK(run(AQ_KERNEL_CAST_F32_BF16, &to, aq_elementwise_grid(6)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_CAST_BF16_F32, &from, aq_elementwise_grid(6)));
+  cr_assert_eq(mid[0], 0x3f80);
+  cr_assert_eq(mid[1], 0xc020);
+  cr_assert_eq(mid[2], 0x4049, "pi rounds to 3.140625 (0x4049)");
+  for (int i = 0; i < 6; ++i) cr_assert(fabsf(back[i] - in[i]) <= fabsf(in[i]) / 128.0f, "%g -> %g", in[i], back[i]);
+  cr_assert_eq(aq_f32_to_bf16(0x1.01p0f), 0x3f80, "a tie rounds to even");
+  cr_assert_eq(aq_f32_to_bf16(0x1.03p0f), 0x3f82, "a tie rounds to even, upwards");
+}
