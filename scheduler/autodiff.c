@@ -89,32 +89,49 @@ static aq_status_t temp_like(aq_graph_t *g, uint32_t x, const char *what, uint32
   return graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, out);
 }
 
-static aq_status_t relu_bwd(aq_graph_t *g, uint32_t y, uint32_t dy, uint32_t dx) {
-  int64_t n = (int64_t)(g->tensors[y].bytes / 4);
-  aq_relu_args_t a = {.n = n};
-  slot_t reads[2] = {{y, offsetof(aq_relu_args_t, x)}, {dy, offsetof(aq_relu_args_t, dy)}};
-  slot_t writes[1] = {{dx, offsetof(aq_relu_args_t, y)}};
+/* dx = f'(src) * dy with a pointwise backward kernel (src: f's output, or
+ * its input for gelu). */
+static aq_status_t unary_bwd(aq_graph_t *g, const char *kernel, uint32_t src, uint32_t dy, uint32_t dx) {
+  int64_t n = (int64_t)(g->tensors[src].bytes / 4);
+  aq_unary_args_t a = {.n = n};
+  slot_t reads[2] = {{src, offsetof(aq_unary_args_t, x)}, {dy, offsetof(aq_unary_args_t, dy)}};
+  slot_t writes[1] = {{dx, offsetof(aq_unary_args_t, y)}};
   char name[TASK_NAME_MAX];
-  snprintf(name, sizeof(name), "relu_bwd(%.50s)", g->tensors[dx].name);
+  snprintf(name, sizeof(name), "%.16s(%.40s)", kernel + 3, g->tensors[dx].name);
   uint32_t id;
-  return graph_op_task(g, name, AQ_KERNEL_RELU_BWD, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1, &id);
+  return graph_op_task(g, name, kernel, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1, &id);
 }
 
-/* grad(x) (+)= relu'(y) * dy. */
-static aq_status_t relu_into(bw_t *b, uint32_t y, uint32_t dy, uint32_t x) {
+static aq_status_t relu_bwd(aq_graph_t *g, uint32_t y, uint32_t dy, uint32_t dx) {
+  return unary_bwd(g, AQ_KERNEL_RELU_BWD, y, dy, dx);
+}
+
+static aq_status_t dropout_bwd(aq_graph_t *g, const task_t *fwd, uint32_t dy, uint32_t dx) {
+  int64_t n = (int64_t)(g->tensors[dy].bytes / 4);
+  aq_dropout_args_t a = {.n = n, .seed = fwd->seed, .p = fwd->p};
+  slot_t reads[1] = {{dy, offsetof(aq_dropout_args_t, x)}};
+  slot_t writes[1] = {{dx, offsetof(aq_dropout_args_t, y)}};
+  uint32_t id;
+  return graph_op_task(g, "dropout_bwd", AQ_KERNEL_DROPOUT_BWD, &a, sizeof(a), aq_elementwise_grid(n), reads, 1, writes,
+                       1, &id);
+}
+
+/* grad(x) (+)= the backward of a pointwise op: written in place the first
+ * time, else through a temporary and an add. */
+static aq_status_t pointwise_into(bw_t *b, const task_t *t, uint32_t dy, uint32_t x) {
   aq_graph_t *g = b->g;
   uint32_t gx;
   AQ_RETURN_IF_ERROR(grad_of(b, x, &gx));
-  if (!b->written[x]) {
-    b->written[x] = 1;
-    return relu_bwd(g, y, dy, gx);
-  }
-  uint32_t tmp;
-  AQ_RETURN_IF_ERROR(temp_like(g, x, "dpart", &tmp));
-  AQ_RETURN_IF_ERROR(relu_bwd(g, y, dy, tmp));
+  int first = !b->written[x];
+  uint32_t target = gx;
+  if (!first) AQ_RETURN_IF_ERROR(temp_like(g, x, "dpart", &target));
+  if (t->op == OP_DROPOUT) AQ_RETURN_IF_ERROR(dropout_bwd(g, t, dy, target));
+  else AQ_RETURN_IF_ERROR(unary_bwd(g, t->bwd_kernel, t->bwd_from_input ? t->in[0] : t->out, dy, target));
+  b->written[x] = 1;
+  if (first) return AQ_OK;
   int64_t n = (int64_t)(g->tensors[x].bytes / 4);
   aq_axpby_args_t a = {.n = n, .alpha = 1.0f, .beta = 1.0f};
-  slot_t reads[2] = {{tmp, offsetof(aq_axpby_args_t, x)}, {gx, offsetof(aq_axpby_args_t, y)}};
+  slot_t reads[2] = {{target, offsetof(aq_axpby_args_t, x)}, {gx, offsetof(aq_axpby_args_t, y)}};
   slot_t writes[1] = {{gx, offsetof(aq_axpby_args_t, z)}};
   uint32_t id;
   return graph_op_task(g, "accumulate", AQ_KERNEL_AXPBY, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1,
@@ -187,8 +204,8 @@ static aq_status_t run_backward(bw_t *b, uint32_t loss) {
     task_t t = g->tasks[i]; /* a copy: appending tasks may move the table */
     if (!b->written[t.out] || t.op == OP_OTHER || t.op == OP_NONE) continue;
     if (t.op == OP_MATMUL) AQ_RETURN_IF_ERROR(backward_matmul(b, &t));
-    else if (t.op == OP_RELU && b->needs[t.in[0]])
-      AQ_RETURN_IF_ERROR(relu_into(b, t.out, g->tensors[t.out].grad, t.in[0]));
+    else if ((t.op == OP_RELU || t.op == OP_UNARY || t.op == OP_DROPOUT) && b->needs[t.in[0]])
+      AQ_RETURN_IF_ERROR(pointwise_into(b, &t, g->tensors[t.out].grad, t.in[0]));
   }
   return AQ_OK;
 }

@@ -18,6 +18,8 @@ typedef enum op_kind {
   OP_NONE = 0,
   OP_MATMUL,
   OP_RELU,
+  OP_UNARY, /* sigmoid, tanh, gelu: bwd_kernel, differentiated from out or in */
+  OP_DROPOUT,
   OP_XENT,  /* writes probs and per-row losses */
   OP_MEAN,  /* the scalar loss of an OP_XENT */
   OP_OTHER, /* backward and optimizer tasks: not differentiated */
@@ -58,6 +60,10 @@ typedef struct task {
   op_kind_t op;
   uint32_t in[3], out, aux;
   int trans_a, trans_b, activation;
+  const char *bwd_kernel; /* OP_UNARY */
+  int bwd_from_input;     /* OP_UNARY: f' from x (gelu) rather than y */
+  uint64_t seed;          /* OP_DROPOUT */
+  float p;                /* OP_DROPOUT */
 } task_t;
 
 struct aq_graph {

@@ -80,27 +80,69 @@ AQ_API aq_status_t aq_op_matmul(aq_graph_t *g, aq_tensor_t a, aq_tensor_t b, aq_
   return AQ_OK;
 }
 
-AQ_API aq_status_t aq_op_relu(aq_graph_t *g, aq_tensor_t x, aq_tensor_t *out) {
-  if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_relu: graph and out are required");
+/* A pointwise op: y = f(x), recorded with what its backward needs. */
+static aq_status_t unary(aq_graph_t *g, aq_tensor_t x, const char *what, const char *kernel, op_kind_t op,
+                         const char *bwd_kernel, int bwd_from_input, aq_tensor_t *out) {
+  if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_%s: graph and out are required", what);
   tensor_t *tx = graph_tensor(g, x);
-  if (!tx) return aq_error(AQ_ERROR_INVALID_HANDLE, "relu: tensor %u is not in this graph", x.id);
-  if (tx->dtype != AQ_DTYPE_F32) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "relu: '%s' is not f32", tx->name);
+  if (!tx) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: tensor %u is not in this graph", what, x.id);
+  if (tx->dtype != AQ_DTYPE_F32) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: '%s' is not f32", what, tx->name);
   char name[48];
-  snprintf(name, sizeof(name), "relu(%.38s)", tx->name);
+  snprintf(name, sizeof(name), "%s(%.36s)", what, tx->name);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, tx->dims, sizeof(dims));
   uint32_t rank = tx->rank, o;
   int64_t n = (int64_t)(tx->bytes / 4);
   AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, &o));
-  aq_relu_args_t args = {.n = n};
-  slot_t reads[1] = {{x.id, offsetof(aq_relu_args_t, x)}};
-  slot_t writes[1] = {{o, offsetof(aq_relu_args_t, y)}};
+  aq_unary_args_t args = {.n = n};
+  slot_t reads[1] = {{x.id, offsetof(aq_unary_args_t, x)}};
+  slot_t writes[1] = {{o, offsetof(aq_unary_args_t, y)}};
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_RELU, &args, sizeof(args), aq_elementwise_grid(n), reads, 1,
-                                   writes, 1, &id));
+  AQ_RETURN_IF_ERROR(graph_op_task(g, name, kernel, &args, sizeof(args), aq_elementwise_grid(n), reads, 1, writes, 1,
+                                   &id));
   task_t *t = last_task(g);
-  t->op = OP_RELU;
+  t->op = op;
   t->in[0] = x.id, t->out = o;
+  t->bwd_kernel = bwd_kernel, t->bwd_from_input = bwd_from_input;
+  out->id = o;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_op_relu(aq_graph_t *g, aq_tensor_t x, aq_tensor_t *out) {
+  return unary(g, x, "relu", AQ_KERNEL_RELU, OP_RELU, AQ_KERNEL_RELU_BWD, 0, out);
+}
+AQ_API aq_status_t aq_op_sigmoid(aq_graph_t *g, aq_tensor_t x, aq_tensor_t *out) {
+  return unary(g, x, "sigmoid", AQ_KERNEL_SIGMOID, OP_UNARY, AQ_KERNEL_SIGMOID_BWD, 0, out);
+}
+AQ_API aq_status_t aq_op_tanh(aq_graph_t *g, aq_tensor_t x, aq_tensor_t *out) {
+  return unary(g, x, "tanh", AQ_KERNEL_TANH, OP_UNARY, AQ_KERNEL_TANH_BWD, 0, out);
+}
+AQ_API aq_status_t aq_op_gelu(aq_graph_t *g, aq_tensor_t x, aq_tensor_t *out) {
+  return unary(g, x, "gelu", AQ_KERNEL_GELU, OP_UNARY, AQ_KERNEL_GELU_BWD, 1, out);
+}
+
+AQ_API aq_status_t aq_op_dropout(aq_graph_t *g, aq_tensor_t x, float p, uint64_t seed, aq_tensor_t *out) {
+  if (!(p >= 0.0f && p < 1.0f)) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "dropout: p = %g is not in [0, 1)", p);
+  if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_dropout: graph and out are required");
+  tensor_t *tx = graph_tensor(g, x);
+  if (!tx || tx->dtype != AQ_DTYPE_F32)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "dropout: tensor %u is not an f32 tensor of this graph", x.id);
+  char name[48];
+  snprintf(name, sizeof(name), "dropout(%.36s)", tx->name);
+  int64_t dims[AQ_MAX_RANK];
+  memcpy(dims, tx->dims, sizeof(dims));
+  uint32_t rank = tx->rank, o;
+  int64_t n = (int64_t)(tx->bytes / 4);
+  AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, &o));
+  aq_dropout_args_t a = {.n = n, .seed = seed, .p = p};
+  slot_t reads[1] = {{x.id, offsetof(aq_dropout_args_t, x)}};
+  slot_t writes[1] = {{o, offsetof(aq_dropout_args_t, y)}};
+  uint32_t id;
+  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_DROPOUT, &a, sizeof(a), aq_elementwise_grid(n), reads, 1, writes,
+                                   1, &id));
+  task_t *t = last_task(g);
+  t->op = OP_DROPOUT;
+  t->in[0] = x.id, t->out = o, t->seed = seed, t->p = p;
   out->id = o;
   return AQ_OK;
 }

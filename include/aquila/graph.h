@@ -81,6 +81,12 @@ aq_status_t aq_op_matmul(aq_graph_t *graph, aq_tensor_t a, aq_tensor_t b, aq_ten
                          int trans_a, int trans_b, aq_activation_t activation,
                          aq_tensor_t *out);
 aq_status_t aq_op_relu(aq_graph_t *graph, aq_tensor_t x, aq_tensor_t *out);
+aq_status_t aq_op_sigmoid(aq_graph_t *graph, aq_tensor_t x, aq_tensor_t *out);
+aq_status_t aq_op_tanh(aq_graph_t *graph, aq_tensor_t x, aq_tensor_t *out);
+aq_status_t aq_op_gelu(aq_graph_t *graph, aq_tensor_t x, aq_tensor_t *out);
+/* Drops each element with probability p, scaling the rest by 1 / (1 - p);
+ * the mask is a hash of (seed, index): the same every run. */
+aq_status_t aq_op_dropout(aq_graph_t *graph, aq_tensor_t x, float p, uint64_t seed, aq_tensor_t *out);
 /* The mean softmax cross-entropy of logits (rows x classes) against int32
  * labels (rows): a scalar f32 tensor. */
 aq_status_t aq_op_softmax_xent(aq_graph_t *graph, aq_tensor_t logits, aq_tensor_t labels,

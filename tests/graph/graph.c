@@ -199,6 +199,56 @@ Test(graph, adamw_training_lowers_the_loss) {
   AQ_ASSERT_OK(aq_graph_destroy(m.g));
 }
 
+Test(graph, gradients_through_gelu_tanh_sigmoid_and_dropout) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t x, y, w1, w2, h, a1, a2, a3, a4, logits, loss, gw1;
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){B, IN}, &x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "y", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){B}, &y));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w1", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){IN, H}, &w1));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w2", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){H, OUT}, &w2));
+  AQ_ASSERT_OK(aq_op_matmul(g, x, w1, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &h));
+  AQ_ASSERT_OK(aq_op_gelu(g, h, &a1));
+  AQ_ASSERT_OK(aq_op_tanh(g, a1, &a2));
+  AQ_ASSERT_OK(aq_op_sigmoid(g, a2, &a3));
+  AQ_ASSERT_OK(aq_op_dropout(g, a3, 0.25f, 42, &a4));
+  cr_assert_eq(aq_op_dropout(g, a3, 1.0f, 42, &a4), AQ_ERROR_INVALID_ARGUMENT);
+  AQ_ASSERT_OK(aq_op_dropout(g, a3, 0.25f, 42, &a4));
+  AQ_ASSERT_OK(aq_op_matmul(g, a4, w2, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, y, &loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  AQ_ASSERT_OK(aq_graph_gradient(g, w1, &gw1));
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  float xs[B * IN], w1s[IN * H], w2s[H * OUT], grad[IN * H];
+  int32_t ys[B];
+  fill(xs, B * IN, 1, 1.0f), fill(w1s, IN * H, 2, 0.5f), fill(w2s, H * OUT, 3, 0.5f);
+  for (int i = 0; i < B; ++i) ys[i] = (i * 3) % OUT;
+  AQ_ASSERT_OK(aq_exec_write(e, x, xs, sizeof(xs)));
+  AQ_ASSERT_OK(aq_exec_write(e, y, ys, sizeof(ys)));
+  AQ_ASSERT_OK(aq_exec_write(e, w1, w1s, sizeof(w1s)));
+  AQ_ASSERT_OK(aq_exec_write(e, w2, w2s, sizeof(w2s)));
+  mlp_t m = {.g = g, .loss = loss};
+  run_loss(e, &m);
+  AQ_ASSERT_OK(aq_exec_read(e, gw1, grad, sizeof(grad)));
+  for (int j = 0; j < IN * H; j += 11) {
+    float keep = w1s[j], hh = 2e-3f;
+    w1s[j] = keep + hh;
+    AQ_ASSERT_OK(aq_exec_write(e, w1, w1s, sizeof(w1s)));
+    float up = run_loss(e, &m);
+    w1s[j] = keep - hh;
+    AQ_ASSERT_OK(aq_exec_write(e, w1, w1s, sizeof(w1s)));
+    float down = run_loss(e, &m);
+    w1s[j] = keep;
+    AQ_ASSERT_OK(aq_exec_write(e, w1, w1s, sizeof(w1s)));
+    float fd = (up - down) / (2 * hh);
+    cr_assert(fabsf(fd - grad[j]) < 2e-3f + 0.03f * fabsf(fd), "w1[%d]: backward %g, finite difference %g", j, grad[j],
+              fd);
+  }
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
 Test(graph, host_tasks_and_explicit_edges) {
   aq_graph_t *g;
   AQ_ASSERT_OK(aq_graph_create(NULL, &g));
