@@ -7,6 +7,8 @@
  *   metg: Task Bench's minimum effective task granularity: the smallest
  *   busy-wait duration at which a 1-D stencil (width = cores) still runs at
  *   50% efficiency.
+ *   mixed: small and large matmuls over CPU and GPU agents (--shape mixed):
+ *   the default placement against each kind of agent alone.
  * Options: --n N (tasks, default 10000), --reps R (5), --shape S, --no-metg. */
 #include <math.h>
 #include <omp.h>
@@ -333,10 +335,71 @@ static void metg(int cores) {
   }
 }
 
+/* A mixed graph: independent chains of small matmuls beside a few large
+ * ones, placed by Aquila's default (earliest finish over a cost model, HEFT's
+ * rule) and pinned to each kind of agent alone. */
+static void mixed(int reps) {
+  const char *names[3] = {"heft", "cpu", "gpu"};
+  uint32_t kinds[3] = {0, 1u << AQ_AGENT_KIND_CPU, 1u << AQ_AGENT_KIND_GPU};
+  for (int pl = 0; pl < 3; ++pl) {
+    aq_graph_t *g;
+    if (aq_graph_create(NULL, &g) != AQ_OK) return;
+    enum { SMALL = 64, LARGE = 1024, CHAINS = 8, DEPTH = 8, BIG = 4 };
+    uint32_t tasks = 0;
+    aq_tensor_t w;
+    aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_CONSTANT, 2, (int64_t[]){SMALL, SMALL}, &w);
+    for (int c = 0; c < CHAINS; ++c) {
+      aq_tensor_t x;
+      aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){SMALL, SMALL}, &x);
+      for (int d = 0; d < DEPTH; ++d, ++tasks) aq_op_matmul(g, x, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &x);
+    }
+    aq_tensor_t big;
+    aq_tensor_create(g, "big", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){LARGE, LARGE}, &big);
+    for (int b = 0; b < BIG; ++b, ++tasks) {
+      aq_tensor_t out;
+      aq_op_matmul(g, big, big, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &out);
+    }
+    aq_exec_t *e;
+    aq_exec_options_t o = {.kernel_agent_kinds = kinds[pl]};
+    if (aq_graph_instantiate(g, &o, &e) != AQ_OK) {
+      fprintf(stderr, "tasks mixed %s: %s\n", names[pl], aq_last_error());
+      aq_graph_destroy(g);
+      continue;
+    }
+    double *v = calloc((size_t)reps, sizeof(double));
+    aq_exec_run(e), aq_exec_wait(e, AQ_TIMEOUT_INFINITE);
+    for (int r = 0; r < reps; ++r) {
+      double a = now_s();
+      aq_exec_run(e);
+      aq_exec_wait(e, AQ_TIMEOUT_INFINITE);
+      v[r] = now_s() - a;
+    }
+    bench_json_t j;
+    bench_json_begin(&j, "tasks", "aquila");
+    bench_json_str(&j, "shape", "mixed_matmul");
+    bench_json_str(&j, "run", "rerun");
+    bench_json_str(&j, "placement", names[pl]);
+    bench_json_int(&j, "n", tasks);
+    bench_json_num(&j, "us_per_task", bench_median(v, (size_t)reps) * 1e6 / tasks);
+    bench_json_num(&j, "graph_us", bench_median(v, (size_t)reps) * 1e6);
+    bench_json_int(&j, "reps", reps);
+    bench_json_end(&j);
+    free(v);
+    aq_exec_destroy(e);
+    aq_graph_destroy(g);
+  }
+}
+
 int aq_bench_tasks(int argc, char **argv) {
   uint32_t n = (uint32_t)bench_arg_int(argc, argv, "n", 10000);
   int reps = (int)bench_arg_int(argc, argv, "reps", 5);
   const char *only = bench_arg(argc, argv, "shape");
+  if (only && !strcmp(only, "mixed")) {
+    if (aq_init(NULL) != AQ_OK) return fprintf(stderr, "aq-bench tasks: %s\n", aq_last_error()), 1;
+    mixed(reps);
+    aq_shut_down();
+    return 0;
+  }
   int no_metg = 0;
   for (int i = 1; i < argc; ++i) no_metg |= !strcmp(argv[i], "--no-metg");
   if (n < 4 || reps < 1) {
