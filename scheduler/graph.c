@@ -97,7 +97,33 @@ aq_status_t graph_new_task(aq_graph_t *g, const task_t *t, uint32_t *out_id) {
     g->cap_tasks *= 2;
   }
   g->tasks[g->ntasks] = *t;
+  /* In an ordered group every task follows the one added before it. */
+  if (g->group == 2 && g->ntasks > g->group_first) {
+    task_t *n = &g->tasks[g->ntasks];
+    uint32_t *e = malloc((n->nafter_all + 1) * sizeof(uint32_t));
+    if (!e) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for task '%s'", t->name);
+    if (n->nafter_all) memcpy(e, n->after_all, n->nafter_all * sizeof(uint32_t));
+    e[n->nafter_all++] = g->ntasks - 1;
+    n->after_all = e;
+  }
   *out_id = ++g->ntasks;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_graph_group_begin(aq_graph_t *g, int ordered) {
+  if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_group_begin: graph is NULL");
+  if (g->group) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_group_begin: a group is already open (groups do not nest)");
+  g->group = ordered ? 2 : 1;
+  g->group_first = g->ntasks;
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_graph_group_end(aq_graph_t *g, aq_task_t *out_first, uint32_t *out_count) {
+  if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_group_end: graph is NULL");
+  if (!g->group) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_group_end: no group is open");
+  g->group = 0;
+  if (out_first) out_first->id = g->group_first + 1;
+  if (out_count) *out_count = g->ntasks - g->group_first;
   return AQ_OK;
 }
 

@@ -72,6 +72,8 @@ struct aq_graph {
   task_t *tasks;
   uint32_t ntasks, cap_tasks;
   _Atomic int execs; /* live execs made from it */
+  int group;          /* 0: none; 1: unordered; 2: ordered */
+  uint32_t group_first; /* index of the group's first task */
 };
 
 /* Appends a tensor / task; the task's id is its index + 1. */

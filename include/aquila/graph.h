@@ -163,6 +163,16 @@ typedef enum aq_edge_kind {
 aq_status_t aq_graph_add_edge(aq_graph_t *graph, aq_task_t task, aq_edge_kind_t kind,
                               const aq_task_t *after, uint32_t after_count);
 
+/* Task groups, as ATMI's streams: between begin and end, the tasks added to
+ * an ordered group run one after another (each after the one added before
+ * it, whatever they read and write); an unordered group only collects them,
+ * and aq_graph_group_end hands back its tasks for an edge to wait on all of
+ * them. Groups do not nest. */
+aq_status_t aq_graph_group_begin(aq_graph_t *graph, int ordered);
+/* Ends the group; *out_first / *out_count (may be NULL) name its tasks:
+ * ids first .. first + count - 1. */
+aq_status_t aq_graph_group_end(aq_graph_t *graph, aq_task_t *out_first, uint32_t *out_count);
+
 /* ---- instantiate and run ------------------------------------------------- */
 typedef enum aq_sched_policy {
   AQ_SCHED_DEFAULT = 0,     /* AQ_SCHED, else eager */

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <stdatomic.h>
+
 #include "../runtime/common.h"
 
 static void setup(void) { AQ_ASSERT_OK(aq_init(NULL)); }
@@ -272,6 +274,46 @@ Test(graph, host_tasks_and_explicit_edges) {
   AQ_ASSERT_OK(aq_graph_add_edge(g, t1, AQ_EDGE_AFTER_ALL, &t3, 1));
   cr_assert_eq(aq_graph_instantiate(g, NULL, &e), AQ_ERROR_INVALID_GRAPH);
   cr_assert(strstr(aq_last_error(), "cycle through task 'count'"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
+typedef struct { _Atomic int seq; int order[8]; } order_log_t;
+static aq_status_t log_order(void *user, uint64_t tag, uint64_t a2, uint64_t a3) {
+  (void)a2, (void)a3;
+  order_log_t *l = user;
+  usleep(tag % 2 ? 3000 : 0); /* odd tags are slow: unordered work would overtake them */
+  l->order[atomic_fetch_add(&l->seq, 1)] = (int)tag;
+  return AQ_OK;
+}
+
+Test(graph, ordered_groups_run_in_order_and_groups_hand_back_their_tasks) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  order_log_t log = {0};
+  cr_assert_eq(aq_graph_group_end(g, NULL, NULL), AQ_ERROR_INVALID_ARGUMENT, "no group open");
+  AQ_ASSERT_OK(aq_graph_group_begin(g, 1));
+  cr_assert_eq(aq_graph_group_begin(g, 0), AQ_ERROR_INVALID_ARGUMENT, "groups do not nest");
+  for (int i = 0; i < 6; ++i) {
+    aq_host_task_t h = {.name = "step", .fn = log_order, .user = &log, .args = {(uint64_t)i}, .agent = -1};
+    AQ_ASSERT_OK(aq_graph_add_host(g, &h, NULL));
+  }
+  aq_task_t first;
+  uint32_t count;
+  AQ_ASSERT_OK(aq_graph_group_end(g, &first, &count));
+  cr_assert_eq(count, 6);
+  aq_host_task_t last = {.name = "after", .fn = log_order, .user = &log, .args = {6}, .agent = -1};
+  aq_task_t after;
+  AQ_ASSERT_OK(aq_graph_add_host(g, &last, &after));
+  aq_task_t all[6];
+  for (uint32_t i = 0; i < count; ++i) all[i].id = first.id + i;
+  AQ_ASSERT_OK(aq_graph_add_edge(g, after, AQ_EDGE_AFTER_ALL, all, count));
+  aq_exec_t *e;
+  aq_exec_options_t o = {.policy = AQ_SCHED_ROUND_ROBIN}; /* spread over lanes: only the group orders them */
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &o, &e));
+  AQ_ASSERT_OK(aq_exec_run(e));
+  AQ_ASSERT_OK(aq_exec_wait(e, 10 * SEC));
+  for (int i = 0; i < 7; ++i) cr_assert_eq(log.order[i], i, "position %d ran task %d", i, log.order[i]);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
   AQ_ASSERT_OK(aq_graph_destroy(g));
 }
 
