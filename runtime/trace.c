@@ -112,6 +112,14 @@ void aq_trace_edges(uint32_t exec, const uint32_t (*e)[2], uint32_t count) {
   pthread_mutex_unlock(&mutex);
 }
 
+void aq_trace_counter(const char *name, uint32_t agent, double value) {
+  if (!aq_trace_on()) return;
+  uint64_t now = aq_now_ns();
+  aq_trace_event_t e = {.name = name, .category = "counter", .ready_ns = now, .start_ns = now, .end_ns = now,
+                        .agent = agent, .queue = UINT32_MAX, .value = value};
+  aq_trace_record(&e);
+}
+
 static void free_buffers(void) {
   for (edges_t *l = edge_lists, *nl; l; l = nl) {
     nl = l->next;
@@ -168,6 +176,11 @@ static void write_event(FILE *f, const aq_trace_event_t *e, int *first) {
   fprintf(f, "%s\n{\"name\":", *first ? "" : ",");
   *first = 0;
   json_string(f, e->name);
+  if (!strcmp(e->category, "counter")) {
+    fprintf(f, ",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%u,\"args\":{\"value\":%.6g}}",
+            (double)(e->start_ns - started_ns) / 1e3, e->agent, e->value);
+    return;
+  }
   fprintf(f, ",\"cat\":");
   json_string(f, e->category);
   double ts = (double)(e->start_ns - started_ns) / 1e3, dur = (double)(e->end_ns - e->start_ns) / 1e3;

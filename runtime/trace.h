@@ -21,9 +21,12 @@ typedef struct aq_trace_event {
   uint32_t agent;       /* agent index: the trace's process */
   uint32_t queue;       /* queue id: the trace's thread; UINT32_MAX for spans */
   int32_t status;       /* 0, or the failure's aq_status_t */
+  double value;         /* category "counter": the counter's value at start_ns */
 } aq_trace_event_t;
 
 void aq_trace_record(const aq_trace_event_t *event);
+/* A counter track's sample (queue depth, memory in use), on agent's process. */
+void aq_trace_counter(const char *name, uint32_t agent, double value);
 /* A task graph's dependency edges (task, predecessor), for flows and the
  * critical path: tasks are numbered within exec. */
 void aq_trace_edges(uint32_t exec, const uint32_t (*edges)[2], uint32_t count);

@@ -425,6 +425,23 @@ static aq_sched_policy_t policy_from(const aq_exec_options_t *o) {
   return AQ_SCHED_EAGER;
 }
 
+/* Counter tracks: memory in use in every region of the agents the exec uses. */
+static void trace_memory(aq_exec_t *e) {
+  for (uint32_t a = 0; a < e->nagents; ++a) {
+    aq_region_t r[8];
+    size_t n = 0;
+    aq_agent_info_t ai;
+    if (aq_agent_regions(e->agents[a], r, 8, &n) != AQ_OK || aq_agent_get_info(e->agents[a], &ai) != AQ_OK) continue;
+    for (size_t i = 0; i < n && i < 8; ++i) {
+      aq_region_info_t ri;
+      char name[AQ_NAME_MAX + 16];
+      if (aq_region_get_info(r[i], &ri) != AQ_OK) continue;
+      snprintf(name, sizeof(name), "in use: %s", ri.name); /* the recorder copies it */
+      aq_trace_counter(name, ai.index, (double)ri.in_use);
+    }
+  }
+}
+
 /* The dependency edges, for the trace's flows and critical path. */
 static void trace_edges(aq_exec_t *e) {
   uint32_t n = 0;
@@ -471,6 +488,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
                            .end_ns = aq_now_ns(), .queue = UINT32_MAX};
     aq_trace_record(&ev);
     trace_edges(e);
+    trace_memory(e);
   }
   *out = e;
   return AQ_OK;
@@ -528,6 +546,11 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
     stream_t *st = &e->streams[a];
     if (!st->npackets) continue;
     uint64_t first;
+    if (tracing) {
+      aq_queue_info_t qi;
+      if (aq_queue_get_info(st->queue, &qi) == AQ_OK)
+        aq_trace_counter("queue depth", e->lane_agent[a], (double)(qi.write_index - qi.read_index));
+    }
     AQ_RETURN_IF_ERROR(aq_queue_reserve(st->queue, st->npackets, AQ_TIMEOUT_INFINITE, &first));
     for (uint32_t i = 0; i < st->npackets; ++i) {
       uint8_t *slot = st->ring + ((first + i) & (st->size - 1)) * PKT;

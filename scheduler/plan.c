@@ -10,10 +10,13 @@ static int readable_without_writer(aq_tensor_role_t r) {
   return r == AQ_ROLE_INPUT || r == AQ_ROLE_PARAMETER || r == AQ_ROLE_CONSTANT || r == AQ_ROLE_STATE;
 }
 
-static aq_status_t add_pred(plan_t *p, uint32_t task, uint32_t pred) {
+/* stamp[pred] == task + 1 once pred is in task's list: a task with many
+ * predecessors (a fan-in) stays linear, not quadratic. Tasks get their
+ * predecessors in one go, in the order they were added. */
+static aq_status_t add_pred(plan_t *p, uint32_t *stamp, uint32_t task, uint32_t pred) {
   plan_task_t *t = &p->tasks[task];
-  for (uint32_t i = 0; i < t->npreds; ++i)
-    if (t->preds[i] == pred) return AQ_OK;
+  if (stamp[pred] == task + 1) return AQ_OK;
+  stamp[pred] = task + 1;
   if (t->npreds == t->cap_preds) {
     uint32_t cap = t->cap_preds ? 2 * t->cap_preds : 4;
     uint32_t *n = realloc(t->preds, cap * sizeof(*n));
@@ -31,14 +34,15 @@ static aq_status_t infer(plan_t *p, aq_graph_t *g) {
   uint32_t *last_writer = malloc(g->ntensors * sizeof(uint32_t));
   uint32_t **readers = calloc(g->ntensors, sizeof(uint32_t *));
   uint32_t *nreaders = calloc(g->ntensors, sizeof(uint32_t)), *capr = calloc(g->ntensors, sizeof(uint32_t));
-  aq_status_t s = last_writer && readers && nreaders && capr ? AQ_OK
+  uint32_t *stamp = calloc(g->ntasks, sizeof(uint32_t));
+  aq_status_t s = last_writer && readers && nreaders && capr && stamp ? AQ_OK
                                                              : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
   for (uint32_t i = 0; s == AQ_OK && i < g->ntensors; ++i) last_writer[i] = UINT32_MAX;
   for (uint32_t i = 0; s == AQ_OK && i < g->ntasks; ++i) {
     const task_t *t = &g->tasks[i];
     for (uint32_t r = 0; s == AQ_OK && r < t->nreads; ++r) {
       uint32_t x = t->reads[r];
-      if (last_writer[x] != UINT32_MAX) s = add_pred(p, i, last_writer[x]);
+      if (last_writer[x] != UINT32_MAX) s = add_pred(p, stamp, i, last_writer[x]);
       else if (!readable_without_writer(g->tensors[x].role))
         s = aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' reads tensor '%s' before any task writes it", t->name,
                      g->tensors[x].name);
@@ -52,16 +56,16 @@ static aq_status_t infer(plan_t *p, aq_graph_t *g) {
     }
     for (uint32_t w = 0; s == AQ_OK && w < t->nwrites; ++w) {
       uint32_t x = t->writes[w];
-      if (last_writer[x] != UINT32_MAX && last_writer[x] != i) s = add_pred(p, i, last_writer[x]);
+      if (last_writer[x] != UINT32_MAX && last_writer[x] != i) s = add_pred(p, stamp, i, last_writer[x]);
       for (uint32_t r = 0; s == AQ_OK && r < nreaders[x]; ++r)
-        if (readers[x][r] != i) s = add_pred(p, i, readers[x][r]);
+        if (readers[x][r] != i) s = add_pred(p, stamp, i, readers[x][r]);
       nreaders[x] = 0;
       last_writer[x] = i;
     }
-    for (uint32_t e = 0; s == AQ_OK && e < t->nafter_all; ++e) s = add_pred(p, i, t->after_all[e]);
+    for (uint32_t e = 0; s == AQ_OK && e < t->nafter_all; ++e) s = add_pred(p, stamp, i, t->after_all[e]);
   }
   for (uint32_t i = 0; i < g->ntensors && readers; ++i) free(readers[i]);
-  free(readers), free(nreaders), free(capr), free(last_writer);
+  free(readers), free(nreaders), free(capr), free(last_writer), free(stamp);
   return s;
 }
 
