@@ -187,6 +187,70 @@ static inline float aq_bf16_to_f32(uint16_t b) {
   return v.f;
 }
 
+/* ---- convolution, pooling, batch norm (NCHW) ------------------------------
+ * conv2d: y[n,k,p,q] = bias[k] + sum_{c,r,s} x[n,c,p*sh-ph+r*dh, q*sw-pw+s*dw] w[k,c,r,s]
+ * (positions outside x read as zero). Forward grid: aq_planes_grid(n*k), one
+ * per output plane; backward data: n*c (one per input plane); backward
+ * filter: k*c (one per filter slice; the c == 0 item also writes dbias[k]). */
+#define AQ_KERNEL_CONV2D "aq_conv2d_f32"
+#define AQ_KERNEL_CONV2D_BWD_DATA "aq_conv2d_bwd_data_f32"
+#define AQ_KERNEL_CONV2D_BWD_FILTER "aq_conv2d_bwd_filter_f32"
+typedef struct aq_conv2d_args {
+  const float *x, *w, *bias; /* bias may be NULL */
+  float *y;
+  const float *dy;           /* backward */
+  float *dx, *dw, *dbias;    /* backward (dbias may be NULL) */
+  int64_t n, c, h, wd;       /* input: n x c x h x wd */
+  int64_t k, r, s;           /* filters: k x c x r x s */
+  int64_t p, q;              /* output: n x k x p x q */
+  int32_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+} aq_conv2d_args_t;
+
+/* One work-item per plane (or slice, or channel), one a work-group: the
+ * grid of conv2d, pooling and batch norm. */
+static inline aq_dispatch_shape_t aq_planes_grid(int64_t planes) {
+  aq_dispatch_shape_t s = {{(uint32_t)(planes > 0 ? planes : 1), 1, 1}, {1, 1, 1}};
+  return s;
+}
+
+static inline int64_t aq_conv_out(int64_t in, int64_t k, int32_t stride, int32_t pad, int32_t dil) {
+  return (in + 2 * pad - (int64_t)dil * (k - 1) - 1) / stride + 1;
+}
+
+/* 2-D pooling over each (n, c) plane, window kh x kw, stride, padding;
+ * max-pool saves the argmax (index into the plane, -1 if the window saw only
+ * padding) for its backward. Grid: aq_planes_grid(n*c). */
+#define AQ_KERNEL_MAX_POOL "aq_max_pool2d_f32"
+#define AQ_KERNEL_MAX_POOL_BWD "aq_max_pool2d_bwd_f32"
+#define AQ_KERNEL_AVG_POOL "aq_avg_pool2d_f32"
+#define AQ_KERNEL_AVG_POOL_BWD "aq_avg_pool2d_bwd_f32"
+typedef struct aq_pool_args {
+  const float *x;
+  float *y;
+  int32_t *argmax;     /* max-pool: n*c*p*q */
+  const float *dy;     /* backward */
+  float *dx;           /* backward */
+  int64_t planes, h, w, p, q;
+  int32_t kh, kw, stride_h, stride_w, pad_h, pad_w;
+} aq_pool_args_t;
+
+/* Batch norm over (n, h, w) per channel. Training: y = (x - mean) rstd gamma
+ * + beta with the batch's statistics (saved), running_mean/var updated with
+ * momentum; inference (training == 0): the running statistics. Backward:
+ * dx, dgamma, dbeta. Grid: aq_planes_grid(c), one per channel. */
+#define AQ_KERNEL_BATCH_NORM "aq_batch_norm_f32"
+#define AQ_KERNEL_BATCH_NORM_BWD "aq_batch_norm_bwd_f32"
+typedef struct aq_batch_norm_args {
+  const float *x, *gamma, *beta;
+  float *y, *mean, *rstd, *running_mean, *running_var;
+  const float *dy;
+  float *dx, *dgamma, *dbeta;
+  int64_t n, c, hw;
+  float eps, momentum;
+  int32_t training;
+  int32_t reserved_;
+} aq_batch_norm_args_t;
+
 /* z = alpha * x + beta * y (y may be NULL: z = alpha * x). */
 #define AQ_KERNEL_AXPBY "aq_axpby_f32"
 typedef struct aq_axpby_args {

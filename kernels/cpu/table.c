@@ -28,6 +28,15 @@ static const aq_kernel_desc_t *const all[] = {
     &aq_cpu_embedding_bwd_desc,
     &aq_cpu_cast_f32_bf16_desc,
     &aq_cpu_cast_bf16_f32_desc,
+    &aq_cpu_conv2d_desc,
+    &aq_cpu_conv2d_bwd_data_desc,
+    &aq_cpu_conv2d_bwd_filter_desc,
+    &aq_cpu_max_pool_desc,
+    &aq_cpu_max_pool_bwd_desc,
+    &aq_cpu_avg_pool_desc,
+    &aq_cpu_avg_pool_bwd_desc,
+    &aq_cpu_batch_norm_desc,
+    &aq_cpu_batch_norm_bwd_desc,
 };
 
 static aq_kernel_desc_t kernels[sizeof(all) / sizeof(all[0])];

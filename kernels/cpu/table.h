@@ -44,5 +44,14 @@ extern const aq_kernel_desc_t aq_cpu_embedding_desc;
 extern const aq_kernel_desc_t aq_cpu_embedding_bwd_desc;
 extern const aq_kernel_desc_t aq_cpu_cast_f32_bf16_desc;
 extern const aq_kernel_desc_t aq_cpu_cast_bf16_f32_desc;
+extern const aq_kernel_desc_t aq_cpu_conv2d_desc;
+extern const aq_kernel_desc_t aq_cpu_conv2d_bwd_data_desc;
+extern const aq_kernel_desc_t aq_cpu_conv2d_bwd_filter_desc;
+extern const aq_kernel_desc_t aq_cpu_max_pool_desc;
+extern const aq_kernel_desc_t aq_cpu_max_pool_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_avg_pool_desc;
+extern const aq_kernel_desc_t aq_cpu_avg_pool_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_batch_norm_desc;
+extern const aq_kernel_desc_t aq_cpu_batch_norm_bwd_desc;
 
 #endif

@@ -381,3 +381,143 @@ Test(ops, casts_between_fp32_and_bf16_round_to_nearest_even) {
   cr_assert_eq(aq_f32_to_bf16(0x1.01p0f), 0x3f80, "a tie rounds to even");
   cr_assert_eq(aq_f32_to_bf16(0x1.03p0f), 0x3f82, "a tie rounds to even, upwards");
 }
+
+/* L = sum(dy * conv(x, w)) for finite differences. */
+static double conv_loss(const aq_conv2d_args_t *a, const float *x, const float *w, const float *dy) {
+  double l = 0;
+  for (int64_t n = 0; n < a->n; ++n)
+    for (int64_t k = 0; k < a->k; ++k)
+      for (int64_t p = 0; p < a->p; ++p)
+        for (int64_t q = 0; q < a->q; ++q) {
+          double y = a->bias ? a->bias[k] : 0;
+          for (int64_t c = 0; c < a->c; ++c)
+            for (int64_t r = 0; r < a->r; ++r)
+              for (int64_t s = 0; s < a->s; ++s) {
+                int64_t ih = p * a->stride_h - a->pad_h + r * a->dil_h, iw = q * a->stride_w - a->pad_w + s * a->dil_w;
+                if (ih >= 0 && ih < a->h && iw >= 0 && iw < a->wd)
+                  y += (double)x[((n * a->c + c) * a->h + ih) * a->wd + iw] * w[((k * a->c + c) * a->r + r) * a->s + s];
+              }
+          l += y * dy[((n * a->k + k) * a->p + p) * a->q + q];
+        }
+  return l;
+}
+
+Test(ops, conv2d_forward_and_both_backwards_by_finite_differences) {
+  const int cfg[][6] = {{1, 0, 1, 1, 1, 1}, {2, 1, 1, 2, 2, 1}, {1, 2, 2, 1, 1, 2}}; /* stride, pad, dil */
+  for (size_t t = 0; t < sizeof(cfg) / sizeof(cfg[0]); ++t) {
+    aq_conv2d_args_t a = {.n = 2, .c = 3, .h = 9, .wd = 7, .k = 4, .r = 3, .s = 2, .stride_h = cfg[t][0],
+                          .stride_w = cfg[t][3], .pad_h = cfg[t][1], .pad_w = cfg[t][4], .dil_h = cfg[t][2],
+                          .dil_w = cfg[t][5]};
+    a.p = aq_conv_out(a.h, a.r, a.stride_h, a.pad_h, a.dil_h), a.q = aq_conv_out(a.wd, a.s, a.stride_w, a.pad_w, a.dil_w);
+    int64_t nx = a.n * a.c * a.h * a.wd, nw = a.k * a.c * a.r * a.s, ny = a.n * a.k * a.p * a.q;
+    float *x = rnd((size_t)nx, 90), *w = rnd((size_t)nw, 91), *b = rnd((size_t)a.k, 92), *dy = rnd((size_t)ny, 93);
+    float *y = calloc((size_t)ny, 4), *dx = calloc((size_t)nx, 4), *dw = calloc((size_t)nw, 4), *db = calloc((size_t)a.k, 4);
+    a.x = x, a.w = w, a.bias = b, a.y = y, a.dy = dy, a.dx = dx, a.dw = dw, a.dbias = db;
+    AQ_ASSERT_OK(run(AQ_KERNEL_CONV2D, &a, aq_planes_grid(a.n * a.k)));
+    double l = 0;
+    for (int64_t i = 0; i < ny; ++i) l += (double)y[i] * dy[i];
+    cr_assert(fabs(l - conv_loss(&a, x, w, dy)) < 1e-3, "forward, config %zu", t);
+    AQ_ASSERT_OK(run(AQ_KERNEL_CONV2D_BWD_DATA, &a, aq_planes_grid(a.n * a.c)));
+    AQ_ASSERT_OK(run(AQ_KERNEL_CONV2D_BWD_FILTER, &a, aq_planes_grid(a.k * a.c)));
+    for (int64_t i = 0; i < nx; i += 7) {
+      float keep = x[i], h = 1e-2f;
+      x[i] = keep + h;
+      double up = conv_loss(&a, x, w, dy);
+      x[i] = keep - h;
+      double down = conv_loss(&a, x, w, dy);
+      x[i] = keep;
+      cr_assert(fabs(dx[i] - (up - down) / (2 * h)) < 2e-3, "config %zu dx[%lld] %g vs %g", t, (long long)i, dx[i],
+                (up - down) / (2 * h));
+    }
+    for (int64_t i = 0; i < nw; i += 5) {
+      float keep = w[i], h = 1e-2f;
+      w[i] = keep + h;
+      double up = conv_loss(&a, x, w, dy);
+      w[i] = keep - h;
+      double down = conv_loss(&a, x, w, dy);
+      w[i] = keep;
+      cr_assert(fabs(dw[i] - (up - down) / (2 * h)) < 2e-3, "config %zu dw[%lld] %g vs %g", t, (long long)i, dw[i],
+                (up - down) / (2 * h));
+    }
+    for (int64_t k = 0; k < a.k; ++k) {
+      double want = 0;
+      for (int64_t n = 0; n < a.n; ++n)
+        for (int64_t i = 0; i < a.p * a.q; ++i) want += dy[(n * a.k + k) * a.p * a.q + i];
+      cr_assert(fabs(db[k] - want) < 1e-4, "dbias[%lld]", (long long)k);
+    }
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
+  }
+}
+
+Test(ops, max_and_avg_pool_forward_and_backward) {
+  enum { PL = 3, H = 6, W = 5 };
+  float *x = rnd(PL * H * W, 100), y[PL * 9], dy[PL * 9], dx[PL * H * W];
+  int32_t arg[PL * 9];
+  for (int i = 0; i < PL * 9; ++i) dy[i] = (float)(i + 1);
+  aq_pool_args_t a = {x, y, arg, dy, dx, PL, H, W, 3, 3, 2, 2, 2, 2, 0, 1}; /* 2x2 windows, stride 2, pad_w 1 */
+  AQ_ASSERT_OK(run(AQ_KERNEL_MAX_POOL, &a, aq_planes_grid(PL)));
+  for (int pl = 0; pl < PL; ++pl)
+    for (int p = 0; p < 3; ++p)
+      for (int q = 0; q < 3; ++q) {
+        float best = -1e30f;
+        for (int i = 0; i < 2; ++i)
+          for (int j = 0; j < 2; ++j) {
+            int ih = p * 2 + i, iw = q * 2 - 1 + j;
+            if (iw >= 0 && iw < W) best = fmaxf(best, x[(pl * H + ih) * W + iw]);
+          }
+        cr_assert_eq(y[(pl * 3 + p) * 3 + q], best);
+      }
+  AQ_ASSERT_OK(run(AQ_KERNEL_MAX_POOL_BWD, &a, aq_planes_grid(PL)));
+  double sx = 0, sy = 0;
+  for (int i = 0; i < PL * H * W; ++i) sx += dx[i];
+  for (int i = 0; i < PL * 9; ++i) sy += dy[i];
+  cr_assert(fabs(sx - sy) < 1e-3, "max-pool routes every gradient to one input");
+  AQ_ASSERT_OK(run(AQ_KERNEL_AVG_POOL, &a, aq_planes_grid(PL)));
+  cr_assert_float_eq(y[4], (x[(0 * H + 2) * W + 1] + x[(0 * H + 2) * W + 2] + x[(0 * H + 3) * W + 1] +
+                            x[(0 * H + 3) * W + 2]) / 4.0f, 1e-6);
+  AQ_ASSERT_OK(run(AQ_KERNEL_AVG_POOL_BWD, &a, aq_planes_grid(PL)));
+  cr_assert_float_eq(dx[(0 * H + 2) * W + 1], dy[4] / 4.0f, 1e-6);
+  free(x);
+}
+
+static double bn_loss(const float *x, const float *dy, int n, int c, int hw, const float *g, const float *b) {
+  double l = 0;
+  for (int ch = 0; ch < c; ++ch) {
+    double s = 0, ss = 0, m = n * hw;
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < hw; ++j) s += x[(i * c + ch) * hw + j];
+    double mean = s / m;
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < hw; ++j) ss += pow(x[(i * c + ch) * hw + j] - mean, 2);
+    double rstd = 1 / sqrt(ss / m + 1e-5);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < hw; ++j) {
+        int o = (i * c + ch) * hw + j;
+        l += dy[o] * ((x[o] - mean) * rstd * g[ch] + b[ch]);
+      }
+  }
+  return l;
+}
+
+Test(ops, batch_norm_training_inference_and_backward) {
+  enum { N = 4, C = 3, HW = 10 };
+  float *x = rnd(N * C * HW, 110), *g = rnd(C, 111), *b = rnd(C, 112), *dy = rnd(N * C * HW, 113);
+  float y[N * C * HW], mean[C], rstd[C], rm[C] = {0}, rv[C] = {1, 1, 1}, dx[N * C * HW], dg[C], db[C];
+  aq_batch_norm_args_t a = {x, g, b, y, mean, rstd, rm, rv, dy, dx, dg, db, N, C, HW, 1e-5f, 0.1f, 1, 0};
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM, &a, aq_planes_grid(C)));
+  for (int ch = 0; ch < C; ++ch) cr_assert(fabsf(rm[ch] - 0.1f * mean[ch]) < 1e-6, "running mean moves by momentum");
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_BWD, &a, aq_planes_grid(C)));
+  for (int i = 0; i < N * C * HW; i += 3) {
+    float keep = x[i], h = 1e-2f;
+    x[i] = keep + h;
+    double up = bn_loss(x, dy, N, C, HW, g, b);
+    x[i] = keep - h;
+    double down = bn_loss(x, dy, N, C, HW, g, b);
+    x[i] = keep;
+    cr_assert(fabs(dx[i] - (up - down) / (2 * h)) < 2e-3, "dx[%d] %g vs %g", i, dx[i], (up - down) / (2 * h));
+  }
+  a.training = 0; /* inference: the running statistics */
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM, &a, aq_planes_grid(C)));
+  cr_assert_float_eq(y[0], (x[0] - rm[0]) / sqrtf(rv[0] + 1e-5f) * g[0] + b[0], 1e-5);
+  free(x), free(g), free(b), free(dy);
+}
