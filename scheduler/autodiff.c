@@ -138,6 +138,108 @@ static aq_status_t pointwise_into(bw_t *b, const task_t *t, uint32_t dy, uint32_
                        &id);
 }
 
+/* Where a backward kernel writes x's contribution: its gradient the first
+ * time, else a temporary that finish() adds in. */
+static aq_status_t target_for(bw_t *b, uint32_t x, uint32_t *target, int *first) {
+  uint32_t gx;
+  AQ_RETURN_IF_ERROR(grad_of(b, x, &gx));
+  *first = !b->written[x];
+  *target = gx;
+  if (!*first) AQ_RETURN_IF_ERROR(temp_like(b->g, x, "dpart", target));
+  return AQ_OK;
+}
+
+static aq_status_t finish(bw_t *b, uint32_t x, uint32_t target, int first) {
+  aq_graph_t *g = b->g;
+  b->written[x] = 1;
+  if (first) return AQ_OK;
+  uint32_t gx = g->tensors[x].grad;
+  int64_t n = (int64_t)(g->tensors[x].bytes / 4);
+  aq_axpby_args_t a = {.n = n, .alpha = 1.0f, .beta = 1.0f};
+  slot_t reads[2] = {{target, offsetof(aq_axpby_args_t, x)}, {gx, offsetof(aq_axpby_args_t, y)}};
+  slot_t writes[1] = {{gx, offsetof(aq_axpby_args_t, z)}};
+  uint32_t id;
+  return graph_op_task(g, "accumulate", AQ_KERNEL_AXPBY, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1,
+                       &id);
+}
+
+static aq_status_t backward_conv2d(bw_t *b, const task_t *t) {
+  aq_graph_t *g = b->g;
+  uint32_t x = t->in[0], w = t->in[1], bias = t->in[2], dy = g->tensors[t->out].grad;
+  aq_conv2d_args_t a;
+  memcpy(&a, t->kernarg, sizeof(a));
+  uint32_t id, tx, tw, tb = 0;
+  int fx, fw, fb = 0;
+  if (b->needs[x]) {
+    AQ_RETURN_IF_ERROR(target_for(b, x, &tx, &fx));
+    slot_t reads[2] = {{w, offsetof(aq_conv2d_args_t, w)}, {dy, offsetof(aq_conv2d_args_t, dy)}};
+    slot_t writes[1] = {{tx, offsetof(aq_conv2d_args_t, dx)}};
+    AQ_RETURN_IF_ERROR(graph_op_task(g, "conv2d_bwd_data", AQ_KERNEL_CONV2D_BWD_DATA, &a, sizeof(a),
+                                     aq_planes_grid(a.n * a.c), reads, 2, writes, 1, &id));
+    AQ_RETURN_IF_ERROR(finish(b, x, tx, fx));
+  }
+  if (b->needs[w] || (bias && b->needs[bias])) {
+    AQ_RETURN_IF_ERROR(target_for(b, w, &tw, &fw));
+    if (bias) AQ_RETURN_IF_ERROR(target_for(b, bias, &tb, &fb));
+    slot_t reads[2] = {{x, offsetof(aq_conv2d_args_t, x)}, {dy, offsetof(aq_conv2d_args_t, dy)}};
+    slot_t writes[2] = {{tw, offsetof(aq_conv2d_args_t, dw)}, {tb, offsetof(aq_conv2d_args_t, dbias)}};
+    AQ_RETURN_IF_ERROR(graph_op_task(g, "conv2d_bwd_filter", AQ_KERNEL_CONV2D_BWD_FILTER, &a, sizeof(a),
+                                     aq_planes_grid(a.k * a.c), reads, 2, writes, bias ? 2 : 1, &id));
+    AQ_RETURN_IF_ERROR(finish(b, w, tw, fw));
+    if (bias) AQ_RETURN_IF_ERROR(finish(b, bias, tb, fb));
+  }
+  return AQ_OK;
+}
+
+static aq_status_t backward_pool(bw_t *b, const task_t *t) {
+  aq_graph_t *g = b->g;
+  uint32_t x = t->in[0], dy = g->tensors[t->out].grad, target, id;
+  int first;
+  aq_pool_args_t a;
+  memcpy(&a, t->kernarg, sizeof(a));
+  AQ_RETURN_IF_ERROR(target_for(b, x, &target, &first));
+  slot_t reads[2] = {{t->aux, offsetof(aq_pool_args_t, argmax)}, {dy, offsetof(aq_pool_args_t, dy)}};
+  slot_t writes[1] = {{target, offsetof(aq_pool_args_t, dx)}};
+  AQ_RETURN_IF_ERROR(graph_op_task(g, "max_pool2d_bwd", AQ_KERNEL_MAX_POOL_BWD, &a, sizeof(a), aq_planes_grid(a.planes),
+                                   reads, 2, writes, 1, &id));
+  return finish(b, x, target, first);
+}
+
+static aq_status_t backward_batch_norm(bw_t *b, const task_t *t) {
+  aq_graph_t *g = b->g;
+  uint32_t x = t->in[0], gamma = t->in[1], beta = t->in[2], dy = g->tensors[t->out].grad, tx, tg, tb, id;
+  int fx, fg, fb;
+  aq_batch_norm_args_t a;
+  memcpy(&a, t->kernarg, sizeof(a));
+  /* The kernel writes all three; what nobody needs goes to a temporary. */
+  AQ_RETURN_IF_ERROR(target_for(b, x, &tx, &fx));
+  AQ_RETURN_IF_ERROR(target_for(b, gamma, &tg, &fg));
+  AQ_RETURN_IF_ERROR(target_for(b, beta, &tb, &fb));
+  slot_t reads[5] = {{x, offsetof(aq_batch_norm_args_t, x)}, {gamma, offsetof(aq_batch_norm_args_t, gamma)},
+                     {t->aux, offsetof(aq_batch_norm_args_t, mean)}, {t->aux + 1, offsetof(aq_batch_norm_args_t, rstd)},
+                     {dy, offsetof(aq_batch_norm_args_t, dy)}};
+  slot_t writes[3] = {{tx, offsetof(aq_batch_norm_args_t, dx)}, {tg, offsetof(aq_batch_norm_args_t, dgamma)},
+                      {tb, offsetof(aq_batch_norm_args_t, dbeta)}};
+  AQ_RETURN_IF_ERROR(graph_op_task(g, "batch_norm_bwd", AQ_KERNEL_BATCH_NORM_BWD, &a, sizeof(a), aq_planes_grid(a.c),
+                                   reads, 5, writes, 3, &id));
+  AQ_RETURN_IF_ERROR(finish(b, x, tx, fx));
+  AQ_RETURN_IF_ERROR(finish(b, gamma, tg, fg));
+  return finish(b, beta, tb, fb);
+}
+
+static aq_status_t backward_reshape(bw_t *b, const task_t *t) {
+  aq_graph_t *g = b->g;
+  uint32_t x = t->in[0], dy = g->tensors[t->out].grad, target, id;
+  int first;
+  AQ_RETURN_IF_ERROR(target_for(b, x, &target, &first));
+  aq_copy_args_t a = {.bytes = (int64_t)g->tensors[x].bytes};
+  slot_t reads[1] = {{dy, offsetof(aq_copy_args_t, src)}};
+  slot_t writes[1] = {{target, offsetof(aq_copy_args_t, dst)}};
+  AQ_RETURN_IF_ERROR(graph_op_task(g, "reshape_bwd", AQ_KERNEL_COPY, &a, sizeof(a), aq_elementwise_grid(a.bytes / 4),
+                                   reads, 1, writes, 1, &id));
+  return finish(b, x, target, first);
+}
+
 static aq_status_t backward_matmul(bw_t *b, const task_t *t) {
   aq_graph_t *g = b->g;
   uint32_t dz = g->tensors[t->out].grad;
@@ -206,6 +308,10 @@ static aq_status_t run_backward(bw_t *b, uint32_t loss) {
     if (t.op == OP_MATMUL) AQ_RETURN_IF_ERROR(backward_matmul(b, &t));
     else if ((t.op == OP_RELU || t.op == OP_UNARY || t.op == OP_DROPOUT) && b->needs[t.in[0]])
       AQ_RETURN_IF_ERROR(pointwise_into(b, &t, g->tensors[t.out].grad, t.in[0]));
+    else if (t.op == OP_CONV2D) AQ_RETURN_IF_ERROR(backward_conv2d(b, &t));
+    else if (t.op == OP_POOL && b->needs[t.in[0]]) AQ_RETURN_IF_ERROR(backward_pool(b, &t));
+    else if (t.op == OP_BATCH_NORM) AQ_RETURN_IF_ERROR(backward_batch_norm(b, &t));
+    else if (t.op == OP_RESHAPE && b->needs[t.in[0]]) AQ_RETURN_IF_ERROR(backward_reshape(b, &t));
   }
   return AQ_OK;
 }
@@ -214,7 +320,7 @@ AQ_API aq_status_t aq_graph_backward(aq_graph_t *g, aq_tensor_t loss) {
   if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_backward: graph is NULL");
   if (!graph_tensor(g, loss)) return aq_error(AQ_ERROR_INVALID_HANDLE, "backward: tensor %u is not in this graph", loss.id);
   /* Room for every tensor backward may add: at most a few per task. */
-  size_t cap = (size_t)g->ntensors + 4 * (size_t)g->ntasks + 16;
+  size_t cap = (size_t)g->ntensors + 8 * (size_t)g->ntasks + 16;
   bw_t b = {g, calloc(cap, 1), calloc(cap, 1)};
   aq_status_t s = b.needs && b.written ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for backward");
   if (s == AQ_OK) s = run_backward(&b, loss.id);

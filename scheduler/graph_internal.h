@@ -20,6 +20,10 @@ typedef enum op_kind {
   OP_RELU,
   OP_UNARY, /* sigmoid, tanh, gelu: bwd_kernel, differentiated from out or in */
   OP_DROPOUT,
+  OP_CONV2D,     /* in: x, w, bias; out: y; kernarg: the forward's */
+  OP_POOL,       /* max-pool; aux: the argmax tensor */
+  OP_BATCH_NORM, /* in: x, gamma, beta; aux: mean, rstd (pairs: aux, aux + 1) */
+  OP_RESHAPE,    /* out = in[0], another shape */
   OP_XENT,  /* writes probs and per-row losses */
   OP_MEAN,  /* the scalar loss of an OP_XENT */
   OP_OTHER, /* backward and optimizer tasks: not differentiated */

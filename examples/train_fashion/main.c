@@ -1,6 +1,6 @@
 /* train_fashion: Fashion-MNIST training on whatever agents exist.
  *
- *   train_fashion [--model mlp] [--optimizer sgd|adam] [--epochs 10] [--batch 256] [--lr 0.1]
+ *   train_fashion [--model mlp|cnn] [--optimizer sgd|adam] [--epochs 10] [--batch 256] [--lr 0.1]
  *                 [--momentum 0.9] [--seed 1] [--placement auto|cpu|gpu|eager|round-robin|locality]
  *                 [--data DIR] [--out DIR] [--dot FILE] [--trace FILE]
  *
@@ -26,7 +26,7 @@ typedef struct args {
 static int usage(const char *why) {
   if (why) fprintf(stderr, "train_fashion: %s\n", why);
   fprintf(stderr,
-          "usage: train_fashion [--model mlp] [--optimizer sgd|adam] [--epochs N] [--batch N] [--lr X]\n"
+          "usage: train_fashion [--model mlp|cnn] [--optimizer sgd|adam] [--epochs N] [--batch N] [--lr X]\n"
           "                     [--momentum X] [--seed N]\n"
           "                     [--placement auto|cpu|gpu|eager|round-robin|locality] [--data DIR] [--out DIR]\n"
           "                     [--dot FILE] [--trace FILE]\n");
@@ -119,9 +119,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_fashion: %s\n", trainer_error(s));
     return 1;
   }
-  fprintf(stderr, "train_fashion: %s %u-%u-%u-%d on %zu agent%s, batch %u, %u steps/epoch (built in %.2f s)\n",
-          a.t.model, 784, a.t.hidden, a.t.hidden, FASHION_CLASSES, nagents, nagents == 1 ? "" : "s", a.t.batch,
-          trainer_steps_per_epoch(t), now_s() - t0);
+  char shape[64];
+  if (!strcmp(a.t.model, "cnn")) snprintf(shape, sizeof(shape), "LeNet-5-like (2 conv+bn+pool, 400-120-84-10)");
+  else snprintf(shape, sizeof(shape), "784-%u-%u-%d", a.t.hidden, a.t.hidden, FASHION_CLASSES);
+  fprintf(stderr, "train_fashion: %s %s on %zu agent%s, batch %u, %u steps/epoch (built in %.2f s)\n", a.t.model,
+          shape, nagents, nagents == 1 ? "" : "s", a.t.batch, trainer_steps_per_epoch(t), now_s() - t0);
   if (a.dot) {
     if (aq_exec_write_dot(trainer_exec(t), a.dot) == AQ_OK) fprintf(stderr, "train_fashion: graph in %s\n", a.dot);
     else fprintf(stderr, "train_fashion: --dot: %s\n", aq_last_error());

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PIXELS = 784, EVAL_BATCH = 1000, NPARAMS = 6 };
+enum { PIXELS = 784, EVAL_BATCH = 1000, MAX_PARAMS = 24 };
 
 #define TRY(expr)                          \
   do {                                     \
@@ -35,8 +35,9 @@ struct trainer {
   const fashion_set_t *train, *test;
   aq_graph_t *g, *eg;
   aq_exec_t *e, *ee;
-  aq_tensor_t x, y, x_next, y_next, loss, params[NPARAMS];
-  aq_tensor_t ex, elogits, eparams[NPARAMS];
+  aq_tensor_t x, y, x_next, y_next, loss, params[MAX_PARAMS];
+  aq_tensor_t ex, elogits, eparams[MAX_PARAMS];
+  uint32_t nparams;
   uint32_t *perm;
   uint32_t step, steps;
   uint64_t rng;
@@ -54,21 +55,94 @@ static float uniform(uint64_t *state, float bound) {
   return bound * (2.0f * (float)pcg32(state) / 4294967296.0f - 1.0f);
 }
 
-/* Parameters: w1 784xH, b1 H, w2 HxH, b2 H, w3 Hx10, b3 10. */
-static aq_status_t make_params(aq_graph_t *g, uint32_t h, aq_tensor_t p[NPARAMS]) {
-  static const char *names[NPARAMS] = {"w1", "b1", "w2", "b2", "w3", "b3"};
-  int64_t shapes[NPARAMS][2] = {{PIXELS, h}, {h, 0}, {h, h}, {h, 0}, {h, FASHION_CLASSES}, {FASHION_CLASSES, 0}};
-  for (int i = 0; i < NPARAMS; ++i)
-    TRY(aq_tensor_create(g, names[i], AQ_DTYPE_F32, AQ_ROLE_PARAMETER, shapes[i][1] ? 2 : 1,
-                                           shapes[i], &p[i]));
+/* A model's tensors: what the graph holds and how they start. Trained ones
+ * are parameters; batch norm's running statistics are state in training and
+ * inputs (copied in) for evaluation. */
+typedef enum init { INIT_UNIFORM, INIT_ONES, INIT_ZEROS } init_t;
+typedef struct spec {
+  const char *name;
+  uint32_t rank;
+  int64_t dims[4];
+  int64_t fan_in;
+  init_t init;
+  int running; /* a running statistic, not trained */
+} spec_t;
+
+static uint32_t model_specs(const trainer_options_t *o, spec_t *s) {
+  int64_t h = o->hidden;
+  if (!strcmp(o->model, "mlp")) {
+    spec_t mlp[] = {{"w1", 2, {PIXELS, h}, PIXELS, INIT_UNIFORM, 0}, {"b1", 1, {h}, PIXELS, INIT_UNIFORM, 0},
+                    {"w2", 2, {h, h}, h, INIT_UNIFORM, 0},           {"b2", 1, {h}, h, INIT_UNIFORM, 0},
+                    {"w3", 2, {h, FASHION_CLASSES}, h, INIT_UNIFORM, 0},
+                    {"b3", 1, {FASHION_CLASSES}, h, INIT_UNIFORM, 0}};
+    memcpy(s, mlp, sizeof(mlp));
+    return sizeof(mlp) / sizeof(mlp[0]);
+  }
+  /* LeNet-5-like: conv 1->6 5x5 pad 2, bn, relu, pool 2; conv 6->16 5x5, bn,
+   * relu, pool 2; dense 400-120-84-10. */
+  spec_t cnn[] = {{"conv1.w", 4, {6, 1, 5, 5}, 25, INIT_UNIFORM, 0},   {"conv1.b", 1, {6}, 25, INIT_UNIFORM, 0},
+                  {"bn1.gamma", 1, {6}, 1, INIT_ONES, 0},              {"bn1.beta", 1, {6}, 1, INIT_ZEROS, 0},
+                  {"bn1.mean", 1, {6}, 1, INIT_ZEROS, 1},              {"bn1.var", 1, {6}, 1, INIT_ONES, 1},
+                  {"conv2.w", 4, {16, 6, 5, 5}, 150, INIT_UNIFORM, 0}, {"conv2.b", 1, {16}, 150, INIT_UNIFORM, 0},
+                  {"bn2.gamma", 1, {16}, 1, INIT_ONES, 0},             {"bn2.beta", 1, {16}, 1, INIT_ZEROS, 0},
+                  {"bn2.mean", 1, {16}, 1, INIT_ZEROS, 1},             {"bn2.var", 1, {16}, 1, INIT_ONES, 1},
+                  {"fc1.w", 2, {400, 120}, 400, INIT_UNIFORM, 0},      {"fc1.b", 1, {120}, 400, INIT_UNIFORM, 0},
+                  {"fc2.w", 2, {120, 84}, 120, INIT_UNIFORM, 0},       {"fc2.b", 1, {84}, 120, INIT_UNIFORM, 0},
+                  {"fc3.w", 2, {84, FASHION_CLASSES}, 84, INIT_UNIFORM, 0},
+                  {"fc3.b", 1, {FASHION_CLASSES}, 84, INIT_UNIFORM, 0}};
+  memcpy(s, cnn, sizeof(cnn));
+  return sizeof(cnn) / sizeof(cnn[0]);
+}
+
+static aq_status_t make_params(aq_graph_t *g, const trainer_options_t *o, int training, aq_tensor_t *p,
+                               uint32_t *count) {
+  spec_t s[MAX_PARAMS];
+  uint32_t n = model_specs(o, s);
+  for (uint32_t i = 0; i < n; ++i)
+    TRY(aq_tensor_create(g, s[i].name, AQ_DTYPE_F32,
+                         !s[i].running ? AQ_ROLE_PARAMETER : training ? AQ_ROLE_STATE : AQ_ROLE_INPUT, s[i].rank,
+                         s[i].dims, &p[i]));
+  *count = n;
   return AQ_OK;
 }
 
-static aq_status_t forward(aq_graph_t *g, aq_tensor_t x, const aq_tensor_t p[NPARAMS], aq_tensor_t *logits) {
+static aq_status_t forward_mlp(aq_graph_t *g, aq_tensor_t x, const aq_tensor_t *p, aq_tensor_t *logits) {
   aq_tensor_t h1, h2;
   TRY(aq_op_matmul(g, x, p[0], p[1], 0, 0, AQ_ACTIVATION_RELU, &h1));
   TRY(aq_op_matmul(g, h1, p[2], p[3], 0, 0, AQ_ACTIVATION_RELU, &h2));
   return aq_op_matmul(g, h2, p[4], p[5], 0, 0, AQ_ACTIVATION_NONE, logits);
+}
+
+static aq_status_t conv_block(aq_graph_t *g, aq_tensor_t x, const aq_tensor_t *p, int pad, int training,
+                              aq_tensor_t *out) {
+  aq_conv2d_options_t co = {.pad_h = pad, .pad_w = pad};
+  aq_batch_norm_options_t bo = {.training = training};
+  aq_pool_options_t po = {.kernel_h = 2, .kernel_w = 2};
+  aq_tensor_t c, b, r;
+  TRY(aq_op_conv2d(g, x, p[0], p[1], &co, &c));
+  TRY(aq_op_batch_norm(g, c, p[2], p[3], p[4], p[5], &bo, &b));
+  TRY(aq_op_relu(g, b, &r));
+  return aq_op_max_pool2d(g, r, &po, out);
+}
+
+static aq_status_t forward_cnn(aq_graph_t *g, aq_tensor_t x, const aq_tensor_t *p, int training,
+                               aq_tensor_t *logits) {
+  aq_tensor_info_t info;
+  TRY(aq_tensor_get_info(g, x, &info));
+  int64_t b = info.dims[0];
+  aq_tensor_t img, b1, b2, flat, h1, h2;
+  TRY(aq_op_reshape(g, x, 4, (int64_t[]){b, 1, 28, 28}, &img));
+  TRY(conv_block(g, img, p, 2, training, &b1));
+  TRY(conv_block(g, b1, p + 6, 0, training, &b2));
+  TRY(aq_op_reshape(g, b2, 2, (int64_t[]){b, 400}, &flat));
+  TRY(aq_op_matmul(g, flat, p[12], p[13], 0, 0, AQ_ACTIVATION_RELU, &h1));
+  TRY(aq_op_matmul(g, h1, p[14], p[15], 0, 0, AQ_ACTIVATION_RELU, &h2));
+  return aq_op_matmul(g, h2, p[16], p[17], 0, 0, AQ_ACTIVATION_NONE, logits);
+}
+
+static aq_status_t forward(trainer_t *t, aq_graph_t *g, aq_tensor_t x, const aq_tensor_t *p, int training,
+                           aq_tensor_t *logits) {
+  return !strcmp(t->o.model, "cnn") ? forward_cnn(g, x, p, training, logits) : forward_mlp(g, x, p, logits);
 }
 
 /* Normalises batch `step` of the epoch's order into the loader's buffers. */
@@ -112,15 +186,18 @@ static aq_status_t build_train(trainer_t *t) {
   aq_host_task_t load = {.name = "load_batch", .fn = load_batch, .user = t, .agent = -1, .write_count = 2,
                          .writes = {t->x_next, t->y_next}};
   TRY(aq_graph_add_host(g, &load, NULL));
-  TRY(make_params(g, t->o.hidden, t->params));
+  TRY(make_params(g, &t->o, 1, t->params, &t->nparams));
   aq_tensor_t logits;
-  TRY(forward(g, t->x, t->params, &logits));
+  TRY(forward(t, g, t->x, t->params, 1, &logits));
   TRY(aq_op_softmax_xent(g, logits, t->y, &t->loss));
   TRY(aq_graph_backward(g, t->loss));
   aq_sgd_options_t sgd = {.lr = t->o.lr, .momentum = t->o.momentum, .weight_decay = t->o.weight_decay};
   aq_adam_options_t adam = {.lr = t->o.lr, .weight_decay = t->o.weight_decay, .decoupled = 1};
   int use_adam = t->o.optimizer && !strcmp(t->o.optimizer, "adam");
-  for (int i = 0; i < NPARAMS; ++i) {
+  spec_t specs[MAX_PARAMS];
+  model_specs(&t->o, specs);
+  for (uint32_t i = 0; i < t->nparams; ++i) {
+    if (specs[i].running) continue;
     aq_tensor_t grad;
     TRY(aq_graph_gradient(g, t->params[i], &grad));
     TRY(use_adam ? aq_op_adam(g, t->params[i], grad, &adam) : aq_op_sgd(g, t->params[i], grad, &sgd));
@@ -135,23 +212,27 @@ static aq_status_t build_eval(trainer_t *t) {
   t->eg = g;
   TRY(
       aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){EVAL_BATCH, PIXELS}, &t->ex));
-  TRY(make_params(g, t->o.hidden, t->eparams));
-  TRY(forward(g, t->ex, t->eparams, &t->elogits));
+  uint32_t n;
+  TRY(make_params(g, &t->o, 0, t->eparams, &n));
+  TRY(forward(t, g, t->ex, t->eparams, 0, &t->elogits));
   aq_exec_options_t eo = {.policy = t->o.policy, .kernel_agent_kinds = t->o.kernel_agent_kinds};
   return aq_graph_instantiate(g, &eo, &t->ee);
 }
 
-/* PyTorch's nn.Linear default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
+/* PyTorch's defaults: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and
+ * biases; batch norm's gamma 1, beta 0, running mean 0, variance 1. */
 static aq_status_t init_params(trainer_t *t) {
   uint64_t state = t->o.seed * 2654435761ull + 1;
-  for (int i = 0; i < NPARAMS; ++i) {
+  spec_t specs[MAX_PARAMS];
+  model_specs(&t->o, specs);
+  for (uint32_t i = 0; i < t->nparams; ++i) {
     aq_tensor_info_t info;
     TRY(aq_tensor_get_info(t->g, t->params[i], &info));
     float *w = malloc(info.bytes);
     if (!w) return fail(AQ_ERROR_OUT_OF_MEMORY, "no memory for the parameters");
-    int64_t fan_in = info.rank == 2 ? info.dims[0] : (i == 1 ? PIXELS : t->o.hidden);
-    float bound = 1.0f / sqrtf((float)fan_in);
-    for (size_t k = 0; k < info.bytes / 4; ++k) w[k] = uniform(&state, bound);
+    float bound = 1.0f / sqrtf((float)specs[i].fan_in);
+    for (size_t k = 0; k < info.bytes / 4; ++k)
+      w[k] = specs[i].init == INIT_UNIFORM ? uniform(&state, bound) : specs[i].init == INIT_ONES ? 1.0f : 0.0f;
     aq_status_t s = aq_exec_write(t->e, t->params[i], w, info.bytes);
     free(w);
     TRY(s);
@@ -162,10 +243,8 @@ static aq_status_t init_params(trainer_t *t) {
 aq_status_t trainer_create(const trainer_options_t *o, const fashion_set_t *train, const fashion_set_t *test,
                            trainer_t **out) {
   own_error[0] = '\0';
-  if (strcmp(o->model, "mlp"))
-    return fail(AQ_ERROR_INVALID_ARGUMENT,
-                "this build trains --model mlp only: the cnn needs the conv2d, pool and batch-norm kernels, "
-                "which are not built yet");
+  if (strcmp(o->model, "mlp") && strcmp(o->model, "cnn"))
+    return fail(AQ_ERROR_INVALID_ARGUMENT, "--model must be mlp or cnn");
   if (o->optimizer && strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam"))
     return fail(AQ_ERROR_INVALID_ARGUMENT, "--optimizer must be sgd or adam");
   if (o->batch == 0 || o->batch > train->count || !(o->lr > 0) || o->hidden == 0)
@@ -225,8 +304,9 @@ aq_status_t trainer_step(trainer_t *t, float *out_loss) {
 }
 
 aq_status_t trainer_evaluate(trainer_t *t, double *out_accuracy) {
-  /* The trained parameters into the evaluation graph (wherever each lives). */
-  for (int i = 0; i < NPARAMS; ++i) {
+  /* The trained parameters and running statistics into the evaluation graph
+   * (wherever each lives). */
+  for (uint32_t i = 0; i < t->nparams; ++i) {
     aq_tensor_info_t info;
     TRY(aq_tensor_get_info(t->g, t->params[i], &info));
     float *w = malloc(info.bytes);

@@ -92,6 +92,36 @@ aq_status_t aq_op_dropout(aq_graph_t *graph, aq_tensor_t x, float p, uint64_t se
 aq_status_t aq_op_softmax_xent(aq_graph_t *graph, aq_tensor_t logits, aq_tensor_t labels,
                                aq_tensor_t *out_loss);
 
+/* ---- convolutional networks (NCHW) ---- */
+typedef struct aq_conv2d_options {
+  int32_t stride_h, stride_w; /* 0 = 1 */
+  int32_t pad_h, pad_w;
+  int32_t dil_h, dil_w;       /* 0 = 1 */
+} aq_conv2d_options_t;
+/* y = conv2d(x[n,c,h,w], w[k,c,r,s]) + bias[k] (bias may be {0}). */
+aq_status_t aq_op_conv2d(aq_graph_t *graph, aq_tensor_t x, aq_tensor_t w, aq_tensor_t bias,
+                         const aq_conv2d_options_t *options, aq_tensor_t *out);
+typedef struct aq_pool_options {
+  int32_t kernel_h, kernel_w; /* required */
+  int32_t stride_h, stride_w; /* 0 = the kernel size */
+  int32_t pad_h, pad_w;
+} aq_pool_options_t;
+aq_status_t aq_op_max_pool2d(aq_graph_t *graph, aq_tensor_t x, const aq_pool_options_t *options,
+                             aq_tensor_t *out);
+typedef struct aq_batch_norm_options {
+  int training;   /* batch statistics (and running ones updated), else the running ones */
+  float momentum; /* 0 = 0.1 */
+  float eps;      /* 0 = 1e-5 */
+} aq_batch_norm_options_t;
+/* Per channel of x[n,c,...]; gamma, beta, running_mean, running_var have c
+ * entries (running_* are STATE tensors when training, else inputs). */
+aq_status_t aq_op_batch_norm(aq_graph_t *graph, aq_tensor_t x, aq_tensor_t gamma, aq_tensor_t beta,
+                             aq_tensor_t running_mean, aq_tensor_t running_var,
+                             const aq_batch_norm_options_t *options, aq_tensor_t *out);
+/* The same elements in another shape (a copy: tensors do not alias). */
+aq_status_t aq_op_reshape(aq_graph_t *graph, aq_tensor_t x, uint32_t rank, const int64_t *dims,
+                          aq_tensor_t *out);
+
 /* dst = src (same size, any dtype): e.g. a batch from the buffer a loader
  * fills for the next run into the one this run computes on. */
 aq_status_t aq_op_copy(aq_graph_t *graph, aq_tensor_t src, aq_tensor_t dst);

@@ -251,6 +251,72 @@ Test(graph, gradients_through_gelu_tanh_sigmoid_and_dropout) {
   AQ_ASSERT_OK(aq_graph_destroy(g));
 }
 
+Test(graph, gradients_through_conv_batch_norm_pool_and_reshape) {
+  enum { NB = 3, CI = 2, HW = 6, K = 3, CLS = 4 };
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t x, y, w, cb, gam, bet, rm, rv, wf, c1, bn, r1, p1, flat, logits, loss;
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 4, (int64_t[]){NB, CI, HW, HW}, &x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "y", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){NB}, &y));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 4, (int64_t[]){K, CI, 3, 3}, &w));
+  AQ_ASSERT_OK(aq_tensor_create(g, "cb", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){K}, &cb));
+  AQ_ASSERT_OK(aq_tensor_create(g, "gamma", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){K}, &gam));
+  AQ_ASSERT_OK(aq_tensor_create(g, "beta", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){K}, &bet));
+  AQ_ASSERT_OK(aq_tensor_create(g, "rmean", AQ_DTYPE_F32, AQ_ROLE_STATE, 1, (int64_t[]){K}, &rm));
+  AQ_ASSERT_OK(aq_tensor_create(g, "rvar", AQ_DTYPE_F32, AQ_ROLE_STATE, 1, (int64_t[]){K}, &rv));
+  AQ_ASSERT_OK(aq_tensor_create(g, "wf", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){K * 3 * 3, CLS}, &wf));
+  aq_conv2d_options_t co = {.pad_h = 1, .pad_w = 1};
+  AQ_ASSERT_OK(aq_op_conv2d(g, x, w, cb, &co, &c1));
+  aq_batch_norm_options_t bo = {.training = 1};
+  AQ_ASSERT_OK(aq_op_batch_norm(g, c1, gam, bet, rm, rv, &bo, &bn));
+  AQ_ASSERT_OK(aq_op_relu(g, bn, &r1));
+  aq_pool_options_t po = {.kernel_h = 2, .kernel_w = 2};
+  AQ_ASSERT_OK(aq_op_max_pool2d(g, r1, &po, &p1));
+  AQ_ASSERT_OK(aq_op_reshape(g, p1, 2, (int64_t[]){NB, K * 3 * 3}, &flat));
+  AQ_ASSERT_OK(aq_op_matmul(g, flat, wf, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, y, &loss));
+  cr_assert_eq(aq_op_reshape(g, p1, 2, (int64_t[]){NB, 5}, &flat), AQ_ERROR_INVALID_ARGUMENT, "sizes must match");
+  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  aq_tensor_t gw, gg;
+  AQ_ASSERT_OK(aq_graph_gradient(g, w, &gw));
+  AQ_ASSERT_OK(aq_graph_gradient(g, gam, &gg));
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  float xs[NB * CI * HW * HW], ws[K * CI * 9], cbs[K], gs[K] = {1.0f, 0.8f, 1.2f}, bs[K] = {0.1f, -0.1f, 0.0f};
+  float wfs[K * 9 * CLS], gws[K * CI * 9], ggs[K];
+  int32_t ys[NB] = {0, 2, 3};
+  fill(xs, sizeof(xs) / 4, 1, 1.0f), fill(ws, sizeof(ws) / 4, 2, 0.5f), fill(cbs, K, 3, 0.1f), fill(wfs, sizeof(wfs) / 4, 4, 0.5f);
+  AQ_ASSERT_OK(aq_exec_write(e, x, xs, sizeof(xs)));
+  AQ_ASSERT_OK(aq_exec_write(e, y, ys, sizeof(ys)));
+  AQ_ASSERT_OK(aq_exec_write(e, w, ws, sizeof(ws)));
+  AQ_ASSERT_OK(aq_exec_write(e, cb, cbs, sizeof(cbs)));
+  AQ_ASSERT_OK(aq_exec_write(e, gam, gs, sizeof(gs)));
+  AQ_ASSERT_OK(aq_exec_write(e, bet, bs, sizeof(bs)));
+  AQ_ASSERT_OK(aq_exec_write(e, wf, wfs, sizeof(wfs)));
+  mlp_t m = {.g = g, .loss = loss};
+  run_loss(e, &m);
+  AQ_ASSERT_OK(aq_exec_read(e, gw, gws, sizeof(gws)));
+  AQ_ASSERT_OK(aq_exec_read(e, gg, ggs, sizeof(ggs)));
+  struct { aq_tensor_t t; float *v; int n; float *grad; } ps[2] = {{w, ws, K * CI * 9, gws}, {gam, gs, K, ggs}};
+  for (int p = 0; p < 2; ++p)
+    for (int j = 0; j < ps[p].n; j += p ? 1 : 5) {
+      float keep = ps[p].v[j], hh = 2e-3f;
+      ps[p].v[j] = keep + hh;
+      AQ_ASSERT_OK(aq_exec_write(e, ps[p].t, ps[p].v, (size_t)ps[p].n * 4));
+      float up = run_loss(e, &m);
+      ps[p].v[j] = keep - hh;
+      AQ_ASSERT_OK(aq_exec_write(e, ps[p].t, ps[p].v, (size_t)ps[p].n * 4));
+      float down = run_loss(e, &m);
+      ps[p].v[j] = keep;
+      AQ_ASSERT_OK(aq_exec_write(e, ps[p].t, ps[p].v, (size_t)ps[p].n * 4));
+      float fd = (up - down) / (2 * hh);
+      cr_assert(fabsf(fd - ps[p].grad[j]) < 3e-3f + 0.05f * fabsf(fd), "%s[%d]: backward %g, finite difference %g",
+                p ? "gamma" : "w", j, ps[p].grad[j], fd);
+    }
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
 Test(graph, host_tasks_and_explicit_edges) {
   aq_graph_t *g;
   AQ_ASSERT_OK(aq_graph_create(NULL, &g));
