@@ -14,6 +14,8 @@
 #include "aquila/code_object.h"
 #include "runtime/runtime.h"
 
+struct aq_signal_slot; /* runtime/signal.h */
+
 typedef struct aq_driver {
   const char *name;
   /* Registers the driver's agents (aq_agent_register). AQ_ERROR_UNAVAILABLE
@@ -43,6 +45,19 @@ typedef struct aq_driver {
   void (*co_unload)(void *module);
   aq_status_t (*co_kernel_at)(void *module, uint32_t index, aq_agent_impl_t *agent,
                               aq_kernel_info_t *out);
+
+  /* Optional: asynchronous work on the driver's own allocations (region is
+   * the one holding the side the driver acts for; aquila/unified.h). A NULL
+   * completion means: return when done. copy_async starts once every dep is
+   * 0 and decrements completion by one when done; prefetch moves a managed
+   * range to dest (an agent of any driver); advise is an aq_memory_advice_t. */
+  aq_status_t (*copy_async)(aq_region_impl_t *region, void *dst, const void *src, size_t size,
+                            struct aq_signal_slot *const *deps, uint32_t num_deps,
+                            struct aq_signal_slot *completion);
+  aq_status_t (*prefetch)(aq_region_impl_t *region, const void *ptr, size_t size,
+                          aq_agent_impl_t *dest, struct aq_signal_slot *completion);
+  aq_status_t (*advise)(aq_region_impl_t *region, const void *ptr, size_t size, int advice,
+                        aq_agent_impl_t *agent);
 } aq_driver_t;
 
 extern const aq_driver_t aq_driver_cpu;

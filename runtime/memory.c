@@ -179,6 +179,16 @@ static int find(const void *ptr, allocation_t *out) {
   return hit;
 }
 
+int aq_memory_find(const void *ptr, aq_region_impl_t **out_region, uintptr_t *out_base,
+                   size_t *out_size) {
+  allocation_t a;
+  if (!find(ptr, &a)) return 0;
+  *out_region = a.region;
+  *out_base = a.base;
+  *out_size = a.size;
+  return 1;
+}
+
 AQ_API aq_status_t aq_memory_lookup(const void *ptr, aq_region_t *out_region, void **out_base,
                                     size_t *out_size) {
   if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");

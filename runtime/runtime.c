@@ -122,12 +122,14 @@ static aq_status_t load_topology(void) {
 
 static void teardown(void) {
   aq_queue_module_release_all();
+  /* Code objects and live allocations go back to their drivers while the
+   * drivers (a GPU's context) and agents still exist. */
+  aq_code_object_module_deinit();
+  aq_memory_module_deinit();
   for (int i = (int)aq_driver_count - 1; i >= 0; --i)
     if (driver_started[i] && aq_drivers[i]->stop) aq_drivers[i]->stop();
-  aq_code_object_module_deinit();
   for (uint32_t i = 0; i < agent_count; ++i) free(agents[i]);
   agent_count = 0;
-  aq_memory_module_deinit();
   aq_queue_module_deinit();
   aq_handle_table_deinit(&agents_table);
   aq_signal_pool_deinit();

@@ -11,7 +11,10 @@
 #include "runtime/status.h"
 #include "runtime/trace.h"
 #include "runtime/wake.h"
+#include "scheduler/memplan.h"
+#include "scheduler/perfmodel.h"
 #include "scheduler/plan.h"
+#include "scheduler/replica.h"
 
 enum { EXEC_AGENTS_MAX = 64, EXEC_LANES_MAX = 256, LANES_PER_AGENT_MAX = 16, PKT = 64 };
 
@@ -22,6 +25,10 @@ typedef struct stream {
   uint32_t size;
   uint8_t *packets; /* npackets * 64 bytes, headers included */
   uint32_t npackets, cap;
+  /* The same stream with each CPU task between two time stamps (host
+   * calls): what a profiled run copies in instead. */
+  uint8_t *prof;
+  uint32_t nprof;
 } stream_t;
 
 struct aq_exec {
@@ -54,6 +61,24 @@ struct aq_exec {
   char last_kernel_name[64];
   int in_flight;
   size_t bytes;
+  aq_sched_policy_t policy;
+  uint32_t flags;                      /* AQ_EXEC_* */
+  /* With replicas, graph is the exec's own (the user's tasks and the
+   * copies); user_graph is the one it was made from. */
+  aq_graph_t *user_graph;
+  replica_out_t replicas;
+  char agent_arch[EXEC_AGENTS_MAX][PERF_ARCH_MAX]; /* performance models' key */
+  uint32_t *reused_by;                 /* per tensor: a later tensor given its buffer */
+  uint8_t *given;                      /* per tensor: the user gave it data (inputs) */
+  uint32_t *first_reader;              /* per tensor: the task reading an input first, or UINT32_MAX */
+  uint32_t unbound;                    /* inputs a task reads that were never given data */
+  uint64_t *stamps;                    /* per task: start and end of a profiled run */
+  uint32_t profile_left;               /* runs still to profile (models short of samples) */
+  int profiled;                        /* the run in flight is profiled */
+  /* lowering's scratch: per lane, the last producer a task waits for */
+  uint32_t lane_last_pred[EXEC_LANES_MAX], lane_stamp[EXEC_LANES_MAX], lane_touched[EXEC_LANES_MAX];
+  uint32_t *covered; /* nlanes x nlanes: see other_lane_producers */
+  uint32_t join_lane; /* its done signal is the whole run's */
 };
 
 static aq_status_t pick_agents(aq_exec_t *e) {
@@ -68,6 +93,8 @@ static aq_status_t pick_agents(aq_exec_t *e) {
     snprintf(e->agent_names[e->nagents], AQ_NAME_MAX, "%s", info.name);
     e->agent_node[e->nagents] = info.numa_node;
     e->agent_kind[e->nagents] = (uint8_t)info.kind;
+    snprintf(e->agent_arch[e->nagents], PERF_ARCH_MAX, "%s/%s/%u", info.driver, info.isa[0] ? info.isa : "any",
+             info.compute_units);
     /* A lane per CPU worker: independent tasks run side by side. A GPU
      * gets one in-order stream. */
     uint32_t lanes = info.kind == AQ_AGENT_KIND_GPU ? 1 : info.compute_units ? info.compute_units : 1;
@@ -152,13 +179,29 @@ static aq_status_t plan_memory(aq_exec_t *e) {
       if (home[x] != UINT32_MAX && e->agent_kind[home[x]] == AQ_AGENT_KIND_GPU) pinned[x] = 1;
     }
   }
+  /* Offsets in each arena (an agent's own, and its pinned host one):
+   * activations share buffers by lifetime unless the options say not. */
   size_t ptotal[EXEC_AGENTS_MAX] = {0};
-  for (uint32_t i = 1; s == AQ_OK && i < g->ntensors; ++i) {
+  uint32_t *domain = malloc(g->ntensors * sizeof(uint32_t));
+  uint8_t *reusable = calloc(g->ntensors, 1);
+  const char *reuse_env = getenv("AQ_MEMORY_REUSE");
+  int no_reuse = (e->flags & AQ_EXEC_NO_MEMORY_REUSE) || (reuse_env && !strcmp(reuse_env, "0"));
+  if (s == AQ_OK && (!domain || !reusable)) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
+  for (uint32_t i = 0; s == AQ_OK && i < g->ntensors; ++i) {
     if (home[i] == UINT32_MAX) home[i] = 0;
-    size_t *tot = pinned[i] ? ptotal : total;
-    offset[i] = tot[home[i]];
-    tot[home[i]] += (g->tensors[i].bytes + 63) & ~(size_t)63;
+    domain[i] = 2 * home[i] + (pinned[i] ? 1 : 0);
+    reusable[i] = i && !no_reuse && g->tensors[i].role == AQ_ROLE_ACTIVATION;
   }
+  memplan_t mp;
+  if (s == AQ_OK) s = memplan_build(&mp, g, &e->plan, domain, 2 * e->nagents, reusable);
+  if (s == AQ_OK) {
+    for (uint32_t i = 1; i < g->ntensors; ++i) offset[i] = mp.offset[i];
+    for (uint32_t a = 0; a < e->nagents; ++a) total[a] = mp.total[2 * a], ptotal[a] = mp.total[2 * a + 1];
+    e->reused_by = mp.reused_by;
+    mp.reused_by = NULL;
+    memplan_free(&mp);
+  }
+  free(domain), free(reusable);
   for (uint32_t a = 0; s == AQ_OK && a < e->nagents; ++a) {
     if (!ptotal[a]) continue;
     aq_region_t region;
@@ -238,12 +281,15 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   int gpu = e->lane_kind[e->plan.tasks[t].lane] == AQ_AGENT_KIND_GPU;
   aq_code_object_t co = task->code_object.handle ? task->code_object : gpu ? e->gpu_ops : e->ops;
   aq_kernel_info_t k;
-  if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, task->kernel)) &&
-      aq_code_object_find_kernel(co, task->kernel, e->agents[a], &e->last_kernel) != AQ_OK)
-    return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is placed on agent %s, which lacks kernel '%s': %s", task->name,
-                    e->agent_names[a], task->kernel, aq_last_error());
-  e->last_kernel_co = co.handle, e->last_kernel_agent = a;
-  snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", task->kernel);
+  if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, task->kernel))) {
+    e->last_kernel_co = 0;
+    if (aq_code_object_find_kernel(co, task->kernel, e->agents[a], &e->last_kernel) != AQ_OK)
+      return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is placed on agent %s, which lacks kernel '%s': %s",
+                      task->name, e->agent_names[a], task->kernel, aq_last_error());
+    /* remembered only once found (the names are at most 63 characters) */
+    e->last_kernel_co = co.handle, e->last_kernel_agent = a;
+    snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", task->kernel);
+  }
   k = e->last_kernel;
   if (task->kernarg_size < k.kernarg_size)
     return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': kernel '%s' takes %u bytes of kernargs, the task gives %u",
@@ -276,6 +322,42 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   return AQ_OK;
 }
 
+/* The producers on other lanes that task t must wait for. Packets of one
+ * queue complete in order (CPU queues, GPU streams), so of the producers on
+ * another lane only the last one in that lane counts: a fan-in of n tasks
+ * waits on one signal per lane, not n. *same_queue: a producer shares t's
+ * lane (its packet then needs the barrier bit). */
+static uint32_t other_lane_producers(aq_exec_t *e, uint32_t t, uint32_t *out, int *same_queue) {
+  const plan_task_t *pt = &e->plan.tasks[t];
+  uint32_t *last = e->lane_last_pred, n = 0;
+  /* covered[mine * nlanes + other]: packets of lane `other` before this seq
+   * are already waited for by an earlier barrier in my lane (which runs in
+   * order): a wavefront waits once per lane hop, not once per edge. */
+  uint32_t *covered = e->covered + (size_t)pt->lane * e->nlanes;
+  *same_queue = 0;
+  for (uint32_t j = 0; j < pt->npreds; ++j) {
+    uint32_t q = pt->preds[j], lane = e->plan.tasks[q].lane;
+    if (lane == pt->lane) {
+      *same_queue = 1;
+    } else if (e->plan.tasks[q].seq < covered[lane]) {
+      continue;
+    } else if (e->lane_stamp[lane] != t + 1) {
+      e->lane_stamp[lane] = t + 1;
+      last[lane] = q;
+      e->lane_touched[n++] = lane;
+    } else if (e->plan.tasks[q].seq > e->plan.tasks[last[lane]].seq) {
+      last[lane] = q;
+    }
+  }
+  for (uint32_t j = 0; j < n; ++j) {
+    out[j] = last[e->lane_touched[j]];
+    covered[e->lane_touched[j]] = e->plan.tasks[out[j]].seq + 1;
+  }
+  /* stamps are per task id; a second call for the same task starts afresh */
+  for (uint32_t j = 0; j < n; ++j) e->lane_stamp[e->lane_touched[j]] = 0;
+  return n;
+}
+
 /* Packets for one task: barrier-AND packets over its producers on other
  * queues (five at a time: consecutive barriers in one queue AND together),
  * a barrier-OR for its after-any edge, then the task itself. */
@@ -285,15 +367,11 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
   const plan_task_t *pt = &e->plan.tasks[t];
   stream_t *st = &e->streams[pt->lane];
   aq_signal_t deps[5], none = {0};
-  uint32_t nd = 0;
+  uint32_t nd = 0, producers[EXEC_LANES_MAX];
   int same_queue = 0;
-  for (uint32_t j = 0; j < pt->npreds; ++j) {
-    uint32_t q = pt->preds[j];
-    if (e->plan.tasks[q].lane == pt->lane) {
-      same_queue = 1;
-      continue;
-    }
-    deps[nd++] = e->signals[q];
+  uint32_t nprod = other_lane_producers(e, t, producers, &same_queue);
+  for (uint32_t j = 0; j < nprod; ++j) {
+    deps[nd++] = e->signals[producers[j]];
     if (nd == 5) {
       AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
       nd = 0;
@@ -324,6 +402,46 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
   return push(st, &p);
 }
 
+/* A profiled run's time stamps: a host call that notes the time. */
+static aq_status_t stamp_call(void *user, uint64_t slot, uint64_t a2, uint64_t a3) {
+  (void)a2, (void)a3;
+  ((uint64_t *)user)[slot] = aq_now_ns();
+  return AQ_OK;
+}
+
+/* The lane's stream with each task packet between two stamps (barrier bit
+ * set: the end stamp waits for the task). CPU lanes only: a GPU queue runs
+ * no host calls. */
+static aq_status_t profile_stream(aq_exec_t *e, stream_t *st) {
+  st->prof = malloc((size_t)st->npackets * 3 * PKT);
+  if (!st->prof) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for packets");
+  st->nprof = 0;
+  for (uint32_t i = 0; i < st->npackets; ++i) {
+    const uint8_t *p = st->packets + (size_t)i * PKT;
+    uint16_t type = p[0];
+    uint64_t tag;
+    memcpy(&tag, p + 48, sizeof(tag));
+    uint32_t t = (uint32_t)(tag & 0xfffff);
+    int task = (type == HSA_PACKET_TYPE_KERNEL_DISPATCH || type == HSA_PACKET_TYPE_AGENT_DISPATCH) && t;
+    for (int k = 0; k < 3; ++k) {
+      if (!task && k != 1) continue;
+      if (k == 1) {
+        memcpy(st->prof + (size_t)st->nprof++ * PKT, p, PKT);
+        continue;
+      }
+      hsa_agent_dispatch_packet_t s;
+      memset(&s, 0, sizeof(s));
+      s.header = header(HSA_PACKET_TYPE_AGENT_DISPATCH, 1);
+      s.type = AQ_AGENT_DISPATCH_HOST_CALL;
+      s.return_address = e->stamps;
+      s.arg[0] = (uint64_t)(uintptr_t)stamp_call;
+      s.arg[1] = 2ull * (t - 1) + (k == 2);
+      memcpy(st->prof + (size_t)st->nprof++ * PKT, &s, PKT);
+    }
+  }
+  return AQ_OK;
+}
+
 static aq_status_t lower(aq_exec_t *e, uint32_t queue_size) {
   aq_graph_t *g = e->graph;
   e->kernargs = calloc(g->ntasks, sizeof(void *));
@@ -332,33 +450,68 @@ static aq_status_t lower(aq_exec_t *e, uint32_t queue_size) {
   AQ_RETURN_IF_ERROR(plan_kernargs(e));
   e->watched = calloc(g->ntasks, 1);
   if (!e->watched) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
-  for (uint32_t t = 0; t < g->ntasks; ++t) {
-    const plan_task_t *pt = &e->plan.tasks[t];
-    for (uint32_t j = 0; j < pt->npreds; ++j)
-      if (e->plan.tasks[pt->preds[j]].lane != pt->lane) e->watched[pt->preds[j]] = 1;
+  /* watched: a producer another lane waits for, or an after-any edge
+   * points at (a GPU writes only those completion signals). */
+  e->covered = calloc((size_t)e->nlanes * e->nlanes, sizeof(uint32_t));
+  if (!e->covered) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
+  /* The same walk as lowering's (plan order), to know the watched ones
+   * before any packet is written. */
+  for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
+    uint32_t t = e->plan.order[k], producers[EXEC_LANES_MAX];
+    int same;
+    uint32_t n = other_lane_producers(e, t, producers, &same);
+    for (uint32_t j = 0; j < n; ++j) e->watched[producers[j]] = 1;
     for (uint32_t j = 0; j < g->tasks[t].nafter_any; ++j) e->watched[g->tasks[t].after_any[j]] = 1;
   }
+  memset(e->covered, 0, (size_t)e->nlanes * e->nlanes * sizeof(uint32_t));
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->signals[t]));
   for (uint32_t k = 0; k < e->plan.ntasks; ++k) AQ_RETURN_IF_ERROR(lower_task(e, e->plan.order[k]));
   aq_signal_t none = {0};
+  /* The last lane used ends with barriers over every other lane's end: its
+   * done signal is the run's (aq_exec_completion_signal). */
+  e->join_lane = UINT32_MAX;
+  for (uint32_t a = 0; a < e->nlanes; ++a)
+    if (e->streams[a].npackets && (e->join_lane == UINT32_MAX || e->lane_kind[a] == AQ_AGENT_KIND_CPU ||
+                                   e->lane_kind[e->join_lane] != AQ_AGENT_KIND_CPU))
+      e->join_lane = a; /* the last CPU lane if there is one: the host sees its signal at once */
+  for (uint32_t a = 0; a < e->nlanes; ++a)
+    if (e->streams[a].npackets) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->streams[a].done));
   for (uint32_t a = 0; a < e->nlanes; ++a) {
     stream_t *st = &e->streams[a];
     if (!st->npackets) continue;
+    if (a == e->join_lane) {
+      aq_signal_t deps[5];
+      uint32_t nd = 0;
+      for (uint32_t b = 0; b < e->nlanes; ++b) {
+        if (!e->streams[b].npackets || b == a) continue;
+        deps[nd++] = e->streams[b].done;
+        if (nd == 5) {
+          AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
+          e->barriers--; /* bookkeeping, not an edge */
+          nd = 0;
+        }
+      }
+      if (nd) {
+        AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
+        e->barriers--;
+      }
+    }
     /* The end of the stream: a barrier (bit set) that marks the lane done. */
-    AQ_RETURN_IF_ERROR(aq_signal_create(0, &st->done));
     AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, &none, 0, st->done));
     e->barriers--; /* bookkeeping, not an edge */
     e->packets += st->npackets;
+    if (e->stamps && e->lane_kind[a] == AQ_AGENT_KIND_CPU) AQ_RETURN_IF_ERROR(profile_stream(e, st));
+    uint32_t need = st->nprof > st->npackets ? st->nprof : st->npackets;
     uint32_t size = queue_size ? queue_size : 64;
-    while (size < st->npackets) size *= 2;
+    while (size < need) size *= 2;
     aq_queue_options_t qo = {.size = size};
     aq_status_t s = aq_queue_create(e->agents[e->lane_agent[a]], &qo, &st->queue);
     if (s != AQ_OK) return s;
     aq_queue_info_t info;
     AQ_RETURN_IF_ERROR(aq_queue_get_info(st->queue, &info));
-    if (info.size < st->npackets)
+    if (info.size < need)
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "queue_size %u cannot hold the %u packets of one run on %s",
-                      info.size, st->npackets, e->agent_names[e->lane_agent[a]]);
+                      info.size, need, e->agent_names[e->lane_agent[a]]);
     st->ring = info.base_address;
     st->size = info.size;
     e->queues_used++;
@@ -422,6 +575,7 @@ static aq_sched_policy_t policy_from(const aq_exec_options_t *o) {
   if (!strcmp(env, "round-robin") || !strcmp(env, "rr")) return AQ_SCHED_ROUND_ROBIN;
   if (!strcmp(env, "pinned")) return AQ_SCHED_PINNED;
   if (!strcmp(env, "locality") || !strcmp(env, "numa")) return AQ_SCHED_LOCALITY;
+  if (!strcmp(env, "heft")) return AQ_SCHED_HEFT;
   return AQ_SCHED_EAGER;
 }
 
@@ -442,6 +596,155 @@ static void trace_memory(aq_exec_t *e) {
   }
 }
 
+/* The model key of task t on agent a, and the bytes it touches. */
+static void task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *bytes) {
+  const task_t *task = &e->graph->tasks[t];
+  memset(k, 0, sizeof(*k));
+  if (task->kind == TASK_HOST) snprintf(k->kernel, sizeof(k->kernel), "host:%s", task->name);
+  else snprintf(k->kernel, sizeof(k->kernel), "%s", task->kernel);
+  for (char *c = k->kernel; *c; ++c)
+    if (*c == ' ' || *c == '\t' || *c == '\n') *c = '_'; /* the file is whitespace-separated */
+  snprintf(k->arch, sizeof(k->arch), "%s", e->agent_arch[a]);
+  uint64_t items = 1, b = 0;
+  for (int d = 0; d < 3; ++d) items *= task->shape.grid[d] ? task->shape.grid[d] : 1;
+  for (uint32_t r = 0; r < task->nreads; ++r) b += e->graph->tensors[task->reads[r]].bytes;
+  for (uint32_t w = 0; w < task->nwrites; ++w) b += e->graph->tensors[task->writes[w]].bytes;
+  k->shape_class = perf_shape_class(items, b);
+  *bytes = (double)b;
+}
+
+/* heft's cost matrix (task x agent, ns; -1 where it cannot run): the
+ * models' estimates, or a rough guess from the work-groups for a kernel
+ * never measured. Tasks on CPU agents whose models are short of samples
+ * make the exec profile its first runs. */
+static aq_status_t heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out) {
+  aq_graph_t *g = e->graph;
+  double *c = malloc((size_t)g->ntasks * e->nagents * sizeof(double));
+  if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  uint32_t short_of_samples = 0;
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    const task_t *task = &g->tasks[t];
+    double groups = 1;
+    for (int d = 0; d < 3; ++d) {
+      uint32_t wg = task->shape.workgroup[d] ? task->shape.workgroup[d] : 1;
+      uint32_t gr = task->shape.grid[d] ? task->shape.grid[d] : 1;
+      groups *= (gr + wg - 1) / wg;
+    }
+    for (uint32_t a = 0; a < e->nagents; ++a) {
+      double *ct = &c[(size_t)t * e->nagents + a];
+      if (!(eligible[t] & (1u << e->agent_kind[a]))) {
+        *ct = -1;
+        continue;
+      }
+      int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
+      double guess = task->kind == TASK_HOST ? 1000 : gpu ? 5000 + 20 * groups : 1000 * groups;
+      perf_key_t k;
+      double bytes;
+      uint32_t n;
+      task_key(e, t, a, &k, &bytes);
+      *ct = perf_estimate(&k, bytes, guess, &n);
+      if (!gpu && n < PERF_MIN_SAMPLES) short_of_samples++;
+    }
+  }
+  if (short_of_samples) e->profile_left = PERF_MIN_SAMPLES;
+  *out = c;
+  return AQ_OK;
+}
+
+static aq_status_t replica_copy(void *user, uint64_t dst, uint64_t src, uint64_t bytes);
+
+/* After a profiled run: each CPU task's time into its model (copies
+ * between replicas are not kernels: left out). */
+static void profile_record(aq_exec_t *e) {
+  for (uint32_t t = 0; t < e->plan.ntasks; ++t) {
+    uint32_t lane = e->plan.tasks[t].lane, a = e->lane_agent[lane];
+    if (e->lane_kind[lane] != AQ_AGENT_KIND_CPU || e->graph->tasks[t].fn == replica_copy) continue;
+    uint64_t t0 = e->stamps[2 * t], t1 = e->stamps[2 * t + 1];
+    if (!t0 || t1 < t0) continue;
+    perf_key_t k;
+    double bytes;
+    task_key(e, t, a, &k, &bytes);
+    perf_record(&k, bytes, (double)(t1 - t0));
+  }
+}
+
+/* A copy task between two replicas (CPU memory: both host-accessible).
+ * The addresses are looked up at run time: aq_exec_bind may move a tensor. */
+static aq_status_t replica_copy(void *user, uint64_t dst, uint64_t src, uint64_t bytes) {
+  aq_exec_t *e = user;
+  memcpy(e->buffers[dst], e->buffers[src], bytes);
+  return AQ_OK;
+}
+
+static int wants_replicas(aq_exec_t *e) {
+  const char *mem = getenv("AQ_MEMORY");
+  uint32_t cpus = 0;
+  for (uint32_t a = 0; a < e->nagents; ++a) cpus += e->agent_kind[a] == AQ_AGENT_KIND_CPU;
+  return cpus > 1 && (e->flags & AQ_EXEC_REPLICATE || (mem && !strcmp(mem, "replicate")));
+}
+
+/* Rebuilds the placed graph with replicas and copies (replica.c), then
+ * plans it again with every task pinned where it was placed. */
+static aq_status_t replicate(aq_exec_t *e, const uint8_t *eligible) {
+  uint8_t gpu[EXEC_AGENTS_MAX];
+  for (uint32_t a = 0; a < e->nagents; ++a) gpu[a] = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
+  replica_in_t in = {e->user_graph, &e->plan, e->lane_agent, e->nagents, gpu, e->agent_names, replica_copy, e};
+  AQ_RETURN_IF_ERROR(replica_build(&in, &e->replicas));
+  aq_graph_t *c = e->replicas.graph;
+  uint8_t *elig = malloc(c->ntasks ? c->ntasks : 1);
+  if (!elig) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan replicas");
+  for (uint32_t t = 0; t < c->ntasks; ++t) {
+    uint32_t o = e->replicas.origin[t];
+    elig[t] = o ? eligible[o - 1] : (uint8_t)(1u << AQ_AGENT_KIND_CPU);
+  }
+  /* The placement's estimates stay with the tasks (DOT shows them). */
+  plan_t placed = e->plan;
+  memset(&e->plan, 0, sizeof(e->plan));
+  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, elig, NULL};
+  aq_status_t s = plan_build(&e->plan, c, AQ_SCHED_EAGER, &lanes);
+  for (uint32_t t = 0; s == AQ_OK && t < c->ntasks; ++t) {
+    uint32_t o = e->replicas.origin[t];
+    if (o) e->plan.tasks[t].finish = placed.tasks[o - 1].finish, e->plan.tasks[t].cost_ns = placed.tasks[o - 1].cost_ns;
+  }
+  plan_free(&placed);
+  free(elig);
+  if (s == AQ_OK) e->graph = c;
+  return s;
+}
+
+/* Inputs and constants some task reads before any task of the run writes
+ * them: the user must give them data before the first run. */
+static aq_status_t find_inputs(aq_exec_t *e) {
+  aq_graph_t *g = e->graph;
+  e->given = calloc(g->ntensors, 1);
+  e->first_reader = malloc(g->ntensors * sizeof(uint32_t));
+  uint8_t *written = calloc(g->ntensors, 1);
+  aq_status_t s = e->given && e->first_reader && written ? AQ_OK
+                                                         : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
+  for (uint32_t x = 0; s == AQ_OK && x < g->ntensors; ++x) e->first_reader[x] = UINT32_MAX;
+  for (uint32_t k = 0; s == AQ_OK && k < e->plan.ntasks; ++k) {
+    uint32_t t = e->plan.order[k];
+    const task_t *task = &g->tasks[t];
+    for (uint32_t r = 0; r < task->nreads; ++r) {
+      uint32_t x = task->reads[r];
+      aq_tensor_role_t role = g->tensors[x].role;
+      if (!written[x] && (role == AQ_ROLE_INPUT || role == AQ_ROLE_CONSTANT) && e->first_reader[x] == UINT32_MAX) {
+        e->first_reader[x] = t;
+        e->unbound++;
+      }
+    }
+    for (uint32_t w = 0; w < task->nwrites; ++w) written[task->writes[w]] = 1;
+  }
+  free(written);
+  return s;
+}
+
+static void mark_given(aq_exec_t *e, uint32_t x) {
+  if (e->given[x]) return;
+  e->given[x] = 1;
+  if (e->first_reader[x] != UINT32_MAX) e->unbound--;
+}
+
 /* The dependency edges, for the trace's flows and critical path. */
 static void trace_edges(aq_exec_t *e) {
   uint32_t n = 0;
@@ -456,14 +759,16 @@ static void trace_edges(aq_exec_t *e) {
 
 AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *options, aq_exec_t **out) {
   if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: graph and out are required");
-  if (options && (options->policy < 0 || options->policy > AQ_SCHED_LOCALITY))
+  if (options && (options->policy < 0 || options->policy > AQ_SCHED_HEFT))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: unknown policy %d", options->policy);
+  if (options && options->flags & ~(AQ_EXEC_NO_MEMORY_REUSE | AQ_EXEC_PROFILE | AQ_EXEC_REPLICATE))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: unknown flags 0x%x", options->flags);
   if (options && options->queue_size & (options->queue_size - 1))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "queue_size %u is not a power of two", options->queue_size);
   aq_exec_t *e = calloc(1, sizeof(*e));
   if (!e) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
   uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
-  e->graph = g;
+  e->graph = e->user_graph = g;
   static _Atomic uint32_t serials;
   e->serial = atomic_fetch_add(&serials, 1) & 0xfff;
   atomic_fetch_add(&g->execs, 1);
@@ -472,9 +777,18 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK) s = load_gpu_ops(e);
   uint8_t *eligible = s == AQ_OK ? eligibility(e, options ? options->kernel_agent_kinds : 0) : NULL;
   if (s == AQ_OK && !eligible) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
-  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, eligible};
-  if (s == AQ_OK) s = plan_build(&e->plan, g, policy_from(options), &lanes);
-  free(eligible);
+  e->policy = policy_from(options);
+  e->flags = options ? options->flags : 0;
+  double *costs = NULL;
+  if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = heft_costs(e, eligible, &costs);
+  if (s == AQ_OK && e->flags & AQ_EXEC_PROFILE) e->profile_left = UINT32_MAX;
+  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, eligible, costs};
+  if (s == AQ_OK) s = plan_build(&e->plan, g, e->policy, &lanes);
+  if (s == AQ_OK && wants_replicas(e)) s = replicate(e, eligible);
+  free(eligible), free(costs);
+  if (s == AQ_OK && e->profile_left && !(e->stamps = calloc(2 * (size_t)e->graph->ntasks, sizeof(uint64_t))))
+    s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
+  if (s == AQ_OK) s = find_inputs(e);
   if (s == AQ_OK) s = plan_memory(e);
   if (s == AQ_OK) s = lower(e, options ? options->queue_size : 0);
   if (s != AQ_OK) {
@@ -523,8 +837,12 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
   if (e->gpu_ops.handle) aq_code_object_unload(e->gpu_ops);
   if (e->ops.handle) aq_code_object_unload(e->ops);
   free(e->kernargs), free(e->signals), free(e->buffers), free(e->watched);
+  free(e->reused_by), free(e->given), free(e->first_reader), free(e->stamps), free(e->covered);
+  for (uint32_t a = 0; a < EXEC_LANES_MAX; ++a) free(e->streams[a].prof);
+  if (e->runs && (e->policy == AQ_SCHED_HEFT || e->flags & AQ_EXEC_PROFILE)) perf_save();
   plan_free(&e->plan);
-  atomic_fetch_sub(&g->execs, 1);
+  replica_free(&e->replicas);
+  atomic_fetch_sub(&e->user_graph->execs, 1);
   free(e);
   return AQ_OK;
 }
@@ -535,11 +853,21 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
     return aq_error(AQ_ERROR_BUSY, "the exec's previous run is still in flight (run %llu); wait for it first",
                     (unsigned long long)e->runs);
   aq_graph_t *g = e->graph;
+  if (e->unbound) {
+    for (uint32_t x = 1; x < g->ntensors; ++x)
+      if (e->first_reader[x] != UINT32_MAX && !e->given[x])
+        return aq_error(AQ_ERROR_INVALID_GRAPH,
+                        "input '%s' was never given data, and task '%s' reads it: aq_exec_write or aq_exec_bind it "
+                        "before the first run",
+                        g->tensors[x].name, g->tasks[e->first_reader[x]].name);
+  }
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_store(e->signals[t], 1));
   for (uint32_t a = 0; a < e->nlanes; ++a)
     if (e->streams[a].done.handle) AQ_RETURN_IF_ERROR(aq_signal_store(e->streams[a].done, 1));
   e->in_flight = 1;
   e->runs++;
+  e->profiled = e->profile_left > 0 && e->stamps;
+  if (e->profiled) memset(e->stamps, 0, 2 * (size_t)g->ntasks * sizeof(uint64_t));
   int tracing = aq_trace_on();
   e->run_started_ns = aq_trace_on() ? aq_now_ns() : 0;
   for (uint32_t a = 0; a < e->nlanes; ++a) {
@@ -551,18 +879,27 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
       if (aq_queue_get_info(st->queue, &qi) == AQ_OK)
         aq_trace_counter("queue depth", e->lane_agent[a], (double)(qi.write_index - qi.read_index));
     }
-    AQ_RETURN_IF_ERROR(aq_queue_reserve(st->queue, st->npackets, AQ_TIMEOUT_INFINITE, &first));
-    for (uint32_t i = 0; i < st->npackets; ++i) {
+    const uint8_t *packets = e->profiled && st->prof ? st->prof : st->packets;
+    uint32_t npackets = e->profiled && st->prof ? st->nprof : st->npackets;
+    AQ_RETURN_IF_ERROR(aq_queue_reserve(st->queue, npackets, AQ_TIMEOUT_INFINITE, &first));
+    for (uint32_t i = 0; i < npackets; ++i) {
       uint8_t *slot = st->ring + ((first + i) & (st->size - 1)) * PKT;
-      const uint8_t *p = st->packets + (size_t)i * PKT;
+      const uint8_t *p = packets + (size_t)i * PKT;
       memcpy(slot + 4, p + 4, PKT - 4);
       if (tracing && *(const uint64_t *)(p + 48)) *(uint64_t *)(slot + 48) |= e->runs << 32;
       uint32_t word;
       memcpy(&word, p, 4);
       __atomic_store_n((uint32_t *)slot, word, __ATOMIC_RELEASE);
     }
-    AQ_RETURN_IF_ERROR(aq_queue_ring(st->queue, first + st->npackets - 1));
+    AQ_RETURN_IF_ERROR(aq_queue_ring(st->queue, first + npackets - 1));
   }
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_exec_completion_signal(aq_exec_t *e, aq_signal_t *out) {
+  if (!e || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_completion_signal: exec and out are required");
+  if (e->join_lane == UINT32_MAX) return aq_error(AQ_ERROR_INTERNAL, "the exec has no packets");
+  *out = e->streams[e->join_lane].done;
   return AQ_OK;
 }
 
@@ -573,6 +910,12 @@ AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
     if (e->streams[a].done.handle)
       AQ_RETURN_IF_ERROR(aq_signal_wait(e->streams[a].done, AQ_SIGNAL_EQ, 0, timeout_ns, NULL));
   e->in_flight = 0;
+  if (e->profiled) {
+    e->profiled = 0;
+    profile_record(e);
+    if (e->profile_left != UINT32_MAX) e->profile_left--;
+    if (!e->profile_left || e->runs % 16 == 0) perf_save(); /* a cache: a failure to write is not the run's */
+  }
   if (e->run_started_ns && aq_trace_on()) {
     aq_trace_event_t ev = {.name = "graph run", .category = "runtime", .ready_ns = e->run_started_ns,
                            .start_ns = e->run_started_ns, .end_ns = aq_now_ns(), .packet = e->runs,
@@ -597,14 +940,25 @@ AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
   return first == AQ_OK ? AQ_OK : aq_error(first, "%s", msg);
 }
 
+/* An activation whose buffer a later activation reuses holds that one's
+ * data after a run: reading or writing it would mislead. */
+static aq_status_t check_not_reused(aq_exec_t *e, uint32_t x, const char *what) {
+  if (!e->reused_by || !e->reused_by[x]) return AQ_OK;
+  return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                  "%s: activation '%s' shares its buffer with '%s', written after it (activations share memory by "
+                  "lifetime); instantiate with AQ_EXEC_NO_MEMORY_REUSE to keep it",
+                  what, e->graph->tensors[x].name, e->graph->tensors[e->reused_by[x]].name);
+}
+
 static aq_status_t tensor_io(aq_exec_t *e, aq_tensor_t tensor, size_t size, const char *what, void **out) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: exec is NULL", what);
-  tensor_t *t = graph_tensor(e->graph, tensor);
+  tensor_t *t = graph_tensor(e->user_graph, tensor);
   if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: tensor %u is not in this exec's graph", what, tensor.id);
   if (size != t->bytes)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: tensor '%s' holds %zu bytes, not %zu", what, t->name, t->bytes,
                     size);
   if (!finished(e)) return aq_error(AQ_ERROR_BUSY, "%s: a run is in flight; wait for it first", what);
+  AQ_RETURN_IF_ERROR(check_not_reused(e, tensor.id, what));
   *out = e->buffers[tensor.id];
   return AQ_OK;
 }
@@ -613,21 +967,72 @@ AQ_API aq_status_t aq_exec_write(aq_exec_t *e, aq_tensor_t tensor, const void *s
   void *dst;
   if (!src) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_write: src is NULL");
   AQ_RETURN_IF_ERROR(tensor_io(e, tensor, size, "aq_exec_write", &dst));
-  return aq_memory_copy(dst, src, size);
+  AQ_RETURN_IF_ERROR(aq_memory_copy(dst, src, size));
+  mark_given(e, tensor.id);
+  return AQ_OK;
 }
 
 AQ_API aq_status_t aq_exec_read(aq_exec_t *e, aq_tensor_t tensor, void *dst, size_t size) {
   void *src;
   if (!dst) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_read: dst is NULL");
   AQ_RETURN_IF_ERROR(tensor_io(e, tensor, size, "aq_exec_read", &src));
+  /* With replicas, an activation last written away from home is read there. */
+  uint32_t f = e->replicas.final ? e->replicas.final[tensor.id] : tensor.id;
+  if (f != tensor.id) {
+    AQ_RETURN_IF_ERROR(check_not_reused(e, f, "aq_exec_read"));
+    src = e->buffers[f];
+  }
   return aq_memory_copy(dst, src, size);
 }
 
 AQ_API aq_status_t aq_exec_tensor_data(aq_exec_t *e, aq_tensor_t tensor, void **out) {
   if (!e || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_tensor_data: exec and out are required");
-  tensor_t *t = graph_tensor(e->graph, tensor);
+  tensor_t *t = graph_tensor(e->user_graph, tensor);
   if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "tensor %u is not in this exec's graph", tensor.id);
+  AQ_RETURN_IF_ERROR(check_not_reused(e, tensor.id, "aq_exec_tensor_data"));
   *out = e->buffers[tensor.id];
+  mark_given(e, tensor.id); /* the caller fills it in place */
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_exec_bind(aq_exec_t *e, aq_tensor_t tensor, void *data, size_t size) {
+  if (!e || !data) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_bind: exec and data are required");
+  tensor_t *x = graph_tensor(e->user_graph, tensor);
+  if (!x) return aq_error(AQ_ERROR_INVALID_HANDLE, "aq_exec_bind: tensor %u is not in this exec's graph", tensor.id);
+  if (x->role != AQ_ROLE_INPUT && x->role != AQ_ROLE_CONSTANT)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_bind: '%s' is not an input or a constant", x->name);
+  if (size != x->bytes)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_bind: tensor '%s' holds %zu bytes, not %zu", x->name,
+                    x->bytes, size);
+  if ((uintptr_t)data % 16)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_bind: data for '%s' is not 16-byte aligned", x->name);
+  if (!finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_bind: a run is in flight; wait for it first");
+  aq_graph_t *g = e->graph;
+  /* Only CPU kernels reach arbitrary host memory; check them all first so a
+   * refusal changes nothing. */
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    const task_t *task = &g->tasks[t];
+    int uses = 0;
+    for (uint32_t r = 0; r < task->nreads; ++r) uses |= task->reads[r] == tensor.id;
+    for (uint32_t w = 0; w < task->nwrites; ++w) uses |= task->writes[w] == tensor.id;
+    if (uses && task->kind == TASK_KERNEL && e->lane_kind[e->plan.tasks[t].lane] != AQ_AGENT_KIND_CPU)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                      "aq_exec_bind: task '%s' reads '%s' on GPU agent %s, which cannot reach host memory; use "
+                      "aq_exec_write",
+                      task->name, x->name, e->agent_names[e->lane_agent[e->plan.tasks[t].lane]]);
+  }
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    const task_t *task = &g->tasks[t];
+    if (task->kind != TASK_KERNEL || !e->kernargs[t]) continue;
+    for (uint32_t r = 0; r < task->nreads; ++r)
+      if (task->reads[r] == tensor.id && task->read_off[r] != UINT32_MAX)
+        memcpy((uint8_t *)e->kernargs[t] + task->read_off[r], &data, sizeof(void *));
+    for (uint32_t w = 0; w < task->nwrites; ++w)
+      if (task->writes[w] == tensor.id && task->write_off[w] != UINT32_MAX)
+        memcpy((uint8_t *)e->kernargs[t] + task->write_off[w], &data, sizeof(void *));
+  }
+  e->buffers[tensor.id] = data;
+  mark_given(e, tensor.id);
   return AQ_OK;
 }
 
@@ -651,9 +1056,29 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
     const plan_task_t *pt = &e->plan.tasks[t];
-    fprintf(f, "  t%u [label=\"%s\\n%s on %s, lane %u\\nest. finish %.1f\"];\n", t, task->name,
-            task->kind == TASK_HOST ? "host call" : task->kernel, e->agent_names[e->lane_agent[pt->lane]], pt->lane,
-            pt->finish);
+    uint32_t a = e->lane_agent[pt->lane];
+    int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
+    const char *variant = task->kind == TASK_HOST ? "host" : task->code_object.handle ? "user code object"
+                          : gpu                      ? "kernels-cuda.fatbin"
+                                                     : "kernels-cpu.so";
+    if (e->policy == AQ_SCHED_HEFT)
+      fprintf(f, "  t%u [label=\"%s\\n%s [%s]\\non %s, lane %u\\nest. %.1f us, finish %.1f us\"];\n", t, task->name,
+              task->kind == TASK_HOST ? "host call" : task->kernel, variant, e->agent_names[a], pt->lane,
+              pt->cost_ns / 1e3, pt->finish / 1e3);
+    else {
+      /* Other policies place by a work-group count; the estimate shown is
+       * still the performance model's, where there is one. */
+      perf_key_t k;
+      double bytes;
+      uint32_t samples;
+      task_key(e, t, a, &k, &bytes);
+      double ns = perf_estimate(&k, bytes, -1, &samples);
+      char est[48];
+      if (samples) snprintf(est, sizeof(est), "est. %.1f us (%u samples)", ns / 1e3, samples);
+      else snprintf(est, sizeof(est), "est. ? (no model yet)");
+      fprintf(f, "  t%u [label=\"%s\\n%s [%s]\\non %s, lane %u\\n%s\"];\n", t, task->name,
+              task->kind == TASK_HOST ? "host call" : task->kernel, variant, e->agent_names[a], pt->lane, est);
+    }
   }
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const plan_task_t *pt = &e->plan.tasks[t];

@@ -156,6 +156,25 @@ static uint32_t earliest(plan_t *p, aq_graph_t *g, uint32_t task, const plan_lan
   return best;
 }
 
+/* NUMA locality: the node holding the most bytes of what task t reads
+ * (tensors already placed), -1 if none is. */
+static int32_t data_node(const aq_graph_t *g, uint32_t t, const plan_lanes_t *l, const uint32_t *tensor_agent) {
+  const task_t *task = &g->tasks[t];
+  double best = 0;
+  int32_t node = -1;
+  for (uint32_t r = 0; r < task->nreads; ++r) {
+    uint32_t a = tensor_agent[task->reads[r]];
+    if (a == UINT32_MAX) continue;
+    double bytes = 0;
+    for (uint32_t q = 0; q < task->nreads; ++q) {
+      uint32_t b = tensor_agent[task->reads[q]];
+      if (b != UINT32_MAX && l->agent_node[b] == l->agent_node[a]) bytes += (double)g->tensors[task->reads[q]].bytes;
+    }
+    if (bytes > best) best = bytes, node = l->agent_node[a];
+  }
+  return node;
+}
+
 aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const plan_lanes_t *l) {
   memset(p, 0, sizeof(*p));
   p->ntasks = g->ntasks;
@@ -166,20 +185,36 @@ aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const
   if (l->nlanes == 0) return aq_error(AQ_ERROR_UNAVAILABLE, "no agent can run the graph");
   AQ_RETURN_IF_ERROR(infer(p, g));
   AQ_RETURN_IF_ERROR(order(p, g));
+  if (policy == AQ_SCHED_HEFT) {
+    for (uint32_t i = 0; i < p->ntasks; ++i)
+      if (g->tasks[i].agent >= 0 && (uint32_t)g->tasks[i].agent >= l->nagents)
+        return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is pinned to agent %d; only %u agents can run it",
+                        g->tasks[i].name, g->tasks[i].agent, l->nagents);
+    if (!l->cost_ns) return aq_error(AQ_ERROR_INTERNAL, "heft placement without costs");
+    AQ_RETURN_IF_ERROR(plan_heft(p, g, l));
+    return plan_number_lanes(p, l->nlanes);
+  }
   double *free_at = calloc(l->nlanes, sizeof(double));
-  if (!free_at) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+  /* locality: the agent whose memory each tensor will live in (its first
+   * toucher's), as placement goes */
+  uint32_t *tensor_agent = policy == AQ_SCHED_LOCALITY ? malloc(g->ntensors * sizeof(uint32_t)) : NULL;
+  if (!free_at || (policy == AQ_SCHED_LOCALITY && !tensor_agent)) {
+    free(free_at), free(tensor_agent);
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+  }
+  for (uint32_t x = 0; tensor_agent && x < g->ntensors; ++x) tensor_agent[x] = UINT32_MAX;
   for (uint32_t k = 0; k < p->ntasks; ++k) {
     uint32_t i = p->order[k];
     const task_t *t = &g->tasks[i];
     plan_task_t *pt = &p->tasks[i];
     double finish;
     if (t->agent >= 0 && (uint32_t)t->agent >= l->nagents) {
-      free(free_at);
+      free(free_at), free(tensor_agent);
       return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is pinned to agent %d; only %u agents can run it", t->name,
                       t->agent, l->nagents);
     }
     if (!l->eligible[i]) {
-      free(free_at);
+      free(free_at), free(tensor_agent);
       return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': no agent allowed here has its kernel '%s'", t->name,
                       t->kind == TASK_HOST ? "(host call)" : t->kernel);
     }
@@ -194,21 +229,36 @@ aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const
         if (p->tasks[pt->preds[j]].finish > ready) ready = p->tasks[pt->preds[j]].finish;
       finish = (free_at[rr] > ready ? free_at[rr] : ready) + task_cost(t, l->lane_kind[rr]);
     } else {
-      int32_t node = -1;
-      if (policy == AQ_SCHED_LOCALITY && pt->npreds)
-        node = l->agent_node[l->lane_agent[p->tasks[pt->preds[0]].lane]];
+      int32_t node = policy == AQ_SCHED_LOCALITY ? data_node(g, i, l, tensor_agent) : -1;
       pt->lane = earliest(p, g, i, l, free_at, t->agent, node, &finish);
       if (pt->lane == UINT32_MAX) pt->lane = earliest(p, g, i, l, free_at, t->agent, -1, &finish);
       if (pt->lane == UINT32_MAX) {
-        free(free_at);
+        free(free_at), free(tensor_agent);
         return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is pinned to agent %d, which cannot run its kernel '%s'",
                         t->name, t->agent, t->kernel);
       }
     }
     pt->finish = finish;
     free_at[pt->lane] = finish;
+    if (tensor_agent) { /* first touch: where the exec will give it memory */
+      for (uint32_t j = 0; j < t->nreads + t->nwrites; ++j) {
+        uint32_t x = j < t->nreads ? t->reads[j] : t->writes[j - t->nreads];
+        if (tensor_agent[x] == UINT32_MAX) tensor_agent[x] = l->lane_agent[pt->lane];
+      }
+    }
   }
-  free(free_at);
+  free(free_at), free(tensor_agent);
+  return plan_number_lanes(p, l->nlanes);
+}
+
+aq_status_t plan_number_lanes(plan_t *p, uint32_t nlanes) {
+  uint32_t *next = calloc(nlanes ? nlanes : 1, sizeof(uint32_t));
+  if (!next) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+  for (uint32_t k = 0; k < p->ntasks; ++k) {
+    plan_task_t *pt = &p->tasks[p->order[k]];
+    pt->seq = next[pt->lane]++;
+  }
+  free(next);
   return AQ_OK;
 }
 

@@ -10,7 +10,9 @@ typedef struct plan_task {
   uint32_t *preds, npreds, cap_preds; /* task indices it must follow (all of) */
   uint32_t nsuccs;
   uint32_t lane;                      /* index into the exec's lanes */
-  double finish;                      /* eager's estimate */
+  uint32_t seq;                       /* position in its lane's stream (plan order) */
+  double finish;                      /* the placement's estimate (heft: ns from the start) */
+  double cost_ns;                     /* heft: the estimate of the task itself on its agent */
 } plan_task_t;
 
 typedef struct plan {
@@ -25,11 +27,22 @@ typedef struct plan_lanes {
   const uint8_t *lane_kind;   /* lane -> aq_agent_kind_t */
   const int32_t *agent_node;  /* agent -> NUMA node */
   const uint8_t *eligible;    /* task -> mask of agent kinds that can run it (1 << kind) */
+  /* heft: per task x agent, the estimated ns (ntasks * nagents) */
+  const double *cost_ns;
 } plan_lanes_t;
 
 /* Checks the graph (reads before writes, cycles, pinned agents) and places
  * it on lanes. */
 aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const plan_lanes_t *lanes);
 void plan_free(plan_t *p);
+/* HEFT (Topcuoglu et al.): tasks by decreasing upward rank over mean
+ * costs, each on the lane where it finishes first, transfers included;
+ * rewrites p->order to the rank order (a topological one). Called by
+ * plan_build after the dependencies and a first order are known. */
+aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l);
+/* What moving `bytes` from agent a to agent b costs, in ns (0 on one agent). */
+double plan_transfer_ns(const plan_lanes_t *l, uint32_t a, uint32_t b, double bytes);
+/* Numbers each task's position in its lane (seq), following order. */
+aq_status_t plan_number_lanes(plan_t *p, uint32_t nlanes);
 
 #endif

@@ -29,3 +29,12 @@ endif
 
 # The trace tests read traces with aq-trace's own reader.
 $(BUILD)/tests/trace: $(OBJDIR)/tools/aq-trace/json.o $(OBJDIR)/tools/aq-trace/trace_file.o
+
+# The same GPU test kernels for sm_80 only, without PTX: a fatbin with no
+# code for an sm_90 GPU (tests/gpu/memory.c expects a clear error for it).
+ifneq ($(wildcard $(NVCC)),)
+TEST_DATA += $(TEST_DATA_DIR)/test-kernels-gpu-sm80.fatbin
+$(TEST_DATA_DIR)/test-kernels-gpu-sm80.fatbin: tests/data/test_kernels_gpu.cu
+	@mkdir -p $(@D)
+	$(NVCC) -fatbin -gencode arch=compute_80,code=sm_80 -o $@ $<
+endif

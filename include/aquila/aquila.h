@@ -13,5 +13,6 @@
 #include "aquila/ops.h"
 #include "aquila/graph.h"
 #include "aquila/trace.h"
+#include "aquila/unified.h"
 
 #endif /* AQUILA_AQUILA_H_ */

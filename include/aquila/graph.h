@@ -11,12 +11,17 @@
  * parameter; aq_op_sgd appends an in-place optimizer update.
  *
  * aq_graph_instantiate checks the graph (every error names the task and the
- * tensor), places each task on an agent (AQ_SCHED or the options), gives every
- * tensor memory in its agent's region, and lowers the tasks to per-agent AQL
- * packet streams: packets in one queue follow each other; an edge across
- * queues becomes a barrier-AND packet over the producers' completion signals.
- * aq_exec_run then only resets signals and copies the prebuilt packets into
- * the queues; it returns at once, and aq_exec_wait waits for the run.
+ * tensor), places each task on a lane (a queue of an agent: AQ_SCHED or the
+ * options; eager, round-robin, pinned, NUMA locality, or HEFT over measured
+ * performance models), gives every tensor memory in its agent's region
+ * (activations share buffers by lifetime; with AQ_EXEC_REPLICATE a tensor has
+ * a replica per NUMA node, kept coherent by copy tasks), and lowers the tasks
+ * to per-lane AQL packet streams: packets in one queue follow each other; an
+ * edge across queues becomes a barrier-AND packet over the last producer on
+ * each other queue (five signals a packet, chained). aq_exec_run then only
+ * resets signals and copies the prebuilt packets into the queues; it returns
+ * at once, and aq_exec_wait (or the run's completion signal) tells when the
+ * run is done. aq_exec_write_dot shows the placed graph.
  *
  * Graph and exec handles are opaque pointers; tensors are small ids valid
  * within their graph (and the execs made from it).
@@ -30,6 +35,7 @@
 #include "aquila/ops.h"
 #include "aquila/queue.h"
 #include "aquila/runtime.h"
+#include "aquila/signal.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -210,7 +216,22 @@ typedef enum aq_sched_policy {
   AQ_SCHED_ROUND_ROBIN = 2, /* tasks dealt to agents in turn */
   AQ_SCHED_PINNED = 3,      /* the task's agent, else agent 0 */
   AQ_SCHED_LOCALITY = 4,    /* a task on the agent whose node holds its inputs */
+  /* HEFT: tasks by upward rank, each where it finishes first according to
+   * performance models measured per kernel x shape class x agent (transfer
+   * costs included). Models live in $AQ_PERF_DIR/models.tsv (default
+   * ~/.cache/aquila/); a task whose model has too few samples is measured
+   * in the exec's first runs (a profiled run stamps each CPU task's start
+   * and end) and the file refined. */
+  AQ_SCHED_HEFT = 5,
 } aq_sched_policy_t;
+
+/* aq_exec_options_t.flags */
+#define AQ_EXEC_NO_MEMORY_REUSE (1u << 0) /* every activation keeps its own buffer */
+#define AQ_EXEC_PROFILE (1u << 1)         /* profile every run: refine the models */
+/* A replica of each tensor per CPU agent (NUMA node) that uses it, kept
+ * coherent by copy tasks the planner inserts (MSI-like states); without it
+ * tasks read remote memory in place. Also AQ_MEMORY=replicate. */
+#define AQ_EXEC_REPLICATE (1u << 2)
 
 typedef struct aq_exec_options {
   aq_sched_policy_t policy;
@@ -218,6 +239,11 @@ typedef struct aq_exec_options {
   /* Which kinds of agent may run kernel tasks: a mask of 1 << aq_agent_kind_t;
    * 0 = any (host tasks always run on CPU agents). */
   uint32_t kernel_agent_kinds;
+  /* AQ_EXEC_* bits. By default activations share buffers by lifetime: an
+   * activation's memory is reused once every task touching it is done, so
+   * aq_exec_read refuses an activation whose buffer a later task reuses
+   * (read what you need from a task, or pass AQ_EXEC_NO_MEMORY_REUSE). */
+  uint32_t flags;
 } aq_exec_options_t;
 
 aq_status_t aq_graph_instantiate(aq_graph_t *graph, const aq_exec_options_t *options,
@@ -233,9 +259,24 @@ aq_status_t aq_exec_read(aq_exec_t *exec, aq_tensor_t tensor, void *dst, size_t 
  * under AQ_MEMORY=unified); otherwise a device address, for kernels only. */
 aq_status_t aq_exec_tensor_data(aq_exec_t *exec, aq_tensor_t tensor, void **out_data);
 
-/* Starts a run; AQ_ERROR_BUSY if the previous one has not finished. */
+/* Points an input or constant tensor at the caller's memory (host-
+ * accessible, exactly the tensor's size, kept alive while runs use it):
+ * tasks then read it in place. Between runs only; rewrites the kernargs that
+ * hold the address. */
+aq_status_t aq_exec_bind(aq_exec_t *exec, aq_tensor_t tensor, void *data, size_t size);
+
+/* Starts a run; AQ_ERROR_BUSY if the previous one has not finished. Every
+ * input a task reads before any task writes it must have been given data
+ * first (aq_exec_write, aq_exec_bind or aq_exec_tensor_data): the first run
+ * refuses, naming the tensor and the task, otherwise. */
 aq_status_t aq_exec_run(aq_exec_t *exec);
-/* Waits for the run; a failed task's fault comes back here. */
+/* The run's completion signal: 1 while a run is in flight, 0 once every
+ * task of it is done (wait on it, or give it to a barrier packet of
+ * another queue). aq_exec_wait still reports the run's faults (it returns at
+ * once then), and records profiled runs. Owned by the exec. */
+aq_status_t aq_exec_completion_signal(aq_exec_t *exec, aq_signal_t *out_signal);
+/* Waits for the run; a failed task's fault comes back here.
+ * AQ_ERROR_TIMEOUT leaves the run in flight: wait again. */
 aq_status_t aq_exec_wait(aq_exec_t *exec, uint64_t timeout_ns);
 
 typedef struct aq_exec_info {
@@ -249,8 +290,9 @@ typedef struct aq_exec_info {
 } aq_exec_info_t;
 aq_status_t aq_exec_get_info(aq_exec_t *exec, aq_exec_info_t *info);
 
-/* Writes the placed graph as DOT: one node per task with its agent and
- * kernel, one edge per dependency, cross-queue edges dashed. */
+/* Writes the placed graph as DOT: one node per task with its agent, lane,
+ * kernel and variant (the code object that runs it), estimated time and
+ * finish; one edge per dependency, cross-queue edges dashed. */
 aq_status_t aq_exec_write_dot(aq_exec_t *exec, const char *path);
 
 #ifdef __cplusplus

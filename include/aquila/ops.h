@@ -28,15 +28,22 @@ typedef struct aq_dispatch_shape {
 
 /* ---- matmul: C = alpha * op(A) * op(B) + beta * C, then + bias, then act ----
  * op(A) is m x k (A stored k x m when trans_a), op(B) k x n (n x k when
- * trans_b). bias (may be NULL) has n entries, added to every row. batch > 1
- * repeats over stride_a/b/c elements. Grid: one work-group per tile_m x
- * AQ_MATMUL_TILE_N tile of C per batch entry; aq_matmul_grid sets tile_m
- * (a multiple of AQ_MATMUL_TILE_M): tall tiles share one packed B panel,
- * enough tiles keep every worker busy. */
+ * trans_b). bias (may be NULL) has n entries, added to every row; beta == 0
+ * means C is not read. batch > 1 repeats over stride_a/b/c elements.
+ * Grid: aq_matmul_grid: up to AQ_MATMUL_MAX_GROUPS work-groups (of one
+ * work-item) per batch entry along x, the batch along z. The CPU kernel cuts
+ * the work into ctx->worker_count x AQ_MATMUL_PARTS_PER_WORKER parts (shared
+ * out over the batch entries), each a block of C that one work-group packs
+ * and computes, never more parts than the grid has groups; groups past the
+ * last part return at once. Two parts
+ * a worker, not one: the agent's workers take groups dynamically, so a
+ * worker whose core is shared with another process hands the rest on (one
+ * part each ran at 0.55x OpenBLAS at n = 1024 with one core busy, two at
+ * 0.97-1.09x), at the price of packing the panels a little more often. */
 #define AQ_KERNEL_MATMUL "aq_matmul_f32"
-#define AQ_MATMUL_TILE_M 96
-#define AQ_MATMUL_TILE_N 256
-#define AQ_MATMUL_MIN_GROUPS 16
+#define AQ_MATMUL_MAX_GROUPS 64
+#define AQ_MATMUL_PARTS_PER_WORKER 2
+#define AQ_MATMUL_MIN_PART 2048 /* elements of C below which a part is not worth cutting */
 
 typedef enum aq_activation {
   AQ_ACTIVATION_NONE = 0,
@@ -55,19 +62,16 @@ typedef struct aq_matmul_args {
   float alpha, beta;
   int32_t trans_a, trans_b;
   int32_t activation; /* aq_activation_t */
-  int32_t tile_m;     /* rows of C per work-group; 0 = AQ_MATMUL_TILE_M */
+  int32_t reserved_;  /* 0 */
 } aq_matmul_args_t;
 
-/* Sets a->tile_m (the tallest tile, up to 4 blocks, that still leaves
- * AQ_MATMUL_MIN_GROUPS work-groups) and returns the grid. */
+/* The grid of a matmul: min(AQ_MATMUL_MAX_GROUPS, m n / AQ_MATMUL_MIN_PART)
+ * groups (at least one) per batch entry. */
 static inline aq_dispatch_shape_t aq_matmul_grid(aq_matmul_args_t *a) {
-  uint32_t tn = (uint32_t)((a->n + AQ_MATMUL_TILE_N - 1) / AQ_MATMUL_TILE_N);
-  int64_t blocks = (a->m + AQ_MATMUL_TILE_M - 1) / AQ_MATMUL_TILE_M, per = 4;
-  while (per > 1 && (uint64_t)((blocks + per - 1) / per) * tn * (a->batch > 0 ? a->batch : 1) < AQ_MATMUL_MIN_GROUPS)
-    --per;
-  a->tile_m = (int32_t)(per * AQ_MATMUL_TILE_M);
-  uint32_t tm = (uint32_t)((blocks + per - 1) / per);
-  aq_dispatch_shape_t s = {{tn, tm, (uint32_t)(a->batch > 0 ? a->batch : 1)}, {1, 1, 1}};
+  int64_t elems = (a->m > 0 ? a->m : 0) * (a->n > 0 ? a->n : 0), g = elems / AQ_MATMUL_MIN_PART;
+  if (g > AQ_MATMUL_MAX_GROUPS) g = AQ_MATMUL_MAX_GROUPS;
+  if (g < 1) g = 1;
+  aq_dispatch_shape_t s = {{(uint32_t)g, 1, (uint32_t)(a->batch > 0 ? a->batch : 1)}, {1, 1, 1}};
   return s;
 }
 
@@ -189,9 +193,13 @@ static inline float aq_bf16_to_f32(uint16_t b) {
 
 /* ---- convolution, pooling, batch norm (NCHW) ------------------------------
  * conv2d: y[n,k,p,q] = bias[k] + sum_{c,r,s} x[n,c,p*sh-ph+r*dh, q*sw-pw+s*dw] w[k,c,r,s]
- * (positions outside x read as zero). Forward grid: aq_planes_grid(n*k), one
- * per output plane; backward data: n*c (one per input plane); backward
- * filter: k*c (one per filter slice; the c == 0 item also writes dbias[k]). */
+ * (positions outside x read as zero); p and q must be aq_conv_out's. Forward
+ * grid: aq_planes_grid(n*k), one per output plane; backward data: n*c (one
+ * per input plane); backward filter: k*c (one per filter slice; dbias[k] is
+ * written too when dbias is not NULL). The CPU kernels run these as GEMMs
+ * with an implicit im2col and, like matmul, cut the work into
+ * AQ_MATMUL_PARTS_PER_WORKER parts per worker of the agent (images first);
+ * the surplus groups return at once. */
 #define AQ_KERNEL_CONV2D "aq_conv2d_f32"
 #define AQ_KERNEL_CONV2D_BWD_DATA "aq_conv2d_bwd_data_f32"
 #define AQ_KERNEL_CONV2D_BWD_FILTER "aq_conv2d_bwd_filter_f32"
@@ -206,10 +214,17 @@ typedef struct aq_conv2d_args {
   int32_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
 } aq_conv2d_args_t;
 
-/* One work-item per plane (or slice, or channel), one a work-group: the
- * grid of conv2d, pooling and batch norm. */
+/* One work-item per plane (or slice, or channel), in at most
+ * AQ_PLANES_MAX_GROUPS work-groups of consecutive planes: the grid of
+ * conv2d, pooling and batch norm on CPUs. (A group per plane would have a
+ * CPU agent call the kernel thousands of times per dispatch for a batch of
+ * images, to little purpose: the GEMM-based conv2d cuts its work by worker
+ * anyway. GPU builds launch with aq_gpu_op_shape, ops_gpu.h.) */
+#define AQ_PLANES_MAX_GROUPS 64
 static inline aq_dispatch_shape_t aq_planes_grid(int64_t planes) {
-  aq_dispatch_shape_t s = {{(uint32_t)(planes > 0 ? planes : 1), 1, 1}, {1, 1, 1}};
+  int64_t p = planes > 0 ? planes : 1, wg = (p + AQ_PLANES_MAX_GROUPS - 1) / AQ_PLANES_MAX_GROUPS;
+  if (wg > 65535) wg = 65535;
+  aq_dispatch_shape_t s = {{(uint32_t)p, 1, 1}, {(uint16_t)wg, 1, 1}};
   return s;
 }
 
@@ -264,6 +279,47 @@ static inline aq_dispatch_shape_t aq_elementwise_grid(int64_t n) {
   aq_dispatch_shape_t s = {{(uint32_t)(n > 0 ? n : 1), 1, 1}, {AQ_ELEMENTWISE_WG, 1, 1}};
   return s;
 }
+
+/* ---- broadcasting binary ops: z = x + y, x - y, x * y, z = alpha * (x op y) --
+ * z is contiguous (row-major) of shape[0..rank); x and y are read through
+ * their own strides in elements, so a stride of 0 broadcasts along that
+ * dimension and transposed or sliced inputs need no copy. rank is 1 to
+ * AQ_MAX_BCAST_RANK (fold extra leading dimensions away first). The
+ * backward of a broadcast operand is the reduction of the gradient over
+ * the broadcast dimensions (AQ_KERNEL_REDUCE_SUM); of mul, one more mul.
+ * Scale is AQ_KERNEL_AXPBY with y = NULL. Grid: aq_elementwise_grid(numel z). */
+#define AQ_KERNEL_ADD "aq_add_f32"
+#define AQ_KERNEL_SUB "aq_sub_f32"
+#define AQ_KERNEL_MUL "aq_mul_f32"
+#define AQ_MAX_BCAST_RANK 4
+typedef struct aq_binary_args {
+  const float *x, *y;
+  float *z;
+  int64_t shape[AQ_MAX_BCAST_RANK];    /* of z */
+  int64_t stride_x[AQ_MAX_BCAST_RANK]; /* elements; 0 broadcasts */
+  int64_t stride_y[AQ_MAX_BCAST_RANK];
+  int32_t rank;
+  float alpha; /* 0 means 1 */
+} aq_binary_args_t;
+
+/* ---- sum / mean over axes ----------------------------------------------------
+ * out = alpha * reduce(x over the dimensions whose bit is set in axes) +
+ * beta * out (beta == 0: out is not read). x has shape[0..rank) with strides
+ * in elements; out is contiguous over the kept dimensions, in order. mean
+ * divides by the count of reduced elements. Sums accumulate in double.
+ * Grid: aq_elementwise_grid(numel out), a work-item per output. */
+#define AQ_KERNEL_REDUCE_SUM "aq_reduce_sum_f32"
+#define AQ_KERNEL_REDUCE_MEAN "aq_reduce_mean_f32"
+typedef struct aq_reduce_args {
+  const float *x;
+  float *out;
+  int64_t shape[AQ_MAX_BCAST_RANK];
+  int64_t stride[AQ_MAX_BCAST_RANK];
+  int32_t rank;
+  uint32_t axes; /* bit d: reduce dimension d */
+  float alpha;   /* 0 means 1 */
+  float beta;
+} aq_reduce_args_t;
 
 /* ---- softmax cross-entropy with integer labels ----------------------------
  * logits: rows x classes. Forward writes each row's loss into loss[row] and

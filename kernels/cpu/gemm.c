@@ -1,7 +1,10 @@
-/* GEMM: pack A into MR-row panels and B into NR-column panels for each
- * KC-deep block, then run the micro-kernel over every MR x NR micro-tile.
- * Packing zero-pads partial panels, so the micro-kernel never branches on
- * edges; only the write-back of a partial micro-tile goes through a buffer. */
+/* GEMM: for each GEMM_NC-wide slice of the part's columns and each
+ * GEMM_KC-deep slice of k, B is packed once into NR-column panels; every
+ * GEMM_MC-row block of A is packed into MR-row panels and streamed against
+ * it, one MR x NR micro-tile at a time (BLIS's loop order: the B micro-panel
+ * stays in L1 while A micro-panels come from L2). Packing zero-pads partial
+ * panels so the micro-kernel never branches on edges; only the write-back
+ * of a partial micro-tile goes through a buffer. */
 #include "kernels/cpu/gemm.h"
 
 #include <string.h>
@@ -12,189 +15,410 @@
 #include <immintrin.h>
 #endif
 
-size_t gemm_scratch_bytes(int64_t nc_max) {
-  int64_t np = (nc_max + GEMM_NR - 1) / GEMM_NR * GEMM_NR;
-  return (size_t)(GEMM_MC + np) * GEMM_KC * sizeof(float) + 128;
-}
+/* What the write-back of a micro-tile does: v = alpha * acc (+ beta * C when
+ * beta != 0) (+ bias[j]) then relu when asked. */
+typedef struct epi {
+  float alpha, beta;
+  const float *bias;     /* at the micro-tile's first column, or NULL */
+  const float *bias_row; /* at the micro-tile's first row, or NULL */
+  int relu;
+} epi_t;
 
-/* A panel: MR rows of op(A), kc deep, stored k-major: p[k * MR + r]. The
- * loops walk the source in its memory order (rows of A, or rows of A^T), so
- * reads are contiguous and only the writes stride, inside an L1-sized panel. */
-static void pack_a(const gemm_tile_t *t, int64_t k0, int64_t kc, float *dst) {
-  for (int64_t i0 = 0; i0 < t->mc; i0 += GEMM_MR) {
-    int64_t rows = t->mc - i0 < GEMM_MR ? t->mc - i0 : GEMM_MR;
+/* ---- packing --------------------------------------------------------------- */
+
+/* MR-row panels of op(A) rows [i0, i0 + mc), depth [l0, l0 + kc): the panel
+ * starting at row r0 holds p[l * MR + r]. */
+static void pack_a_generic(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc, float *dst) {
+  for (int64_t r0 = 0; r0 < mc; r0 += GEMM_MR, dst += kc * GEMM_MR) {
+    int64_t rows = mc - r0 < GEMM_MR ? mc - r0 : GEMM_MR;
     if (rows < GEMM_MR) memset(dst, 0, (size_t)kc * GEMM_MR * sizeof(float));
-    if (!t->trans_a) {
+    if (p->trans_a) {
+      for (int64_t l = 0; l < kc; ++l) {
+        const float *src = p->a + (l0 + l) * p->lda + i0 + r0;
+        for (int64_t r = 0; r < rows; ++r) dst[l * GEMM_MR + r] = src[r];
+      }
+    } else {
       for (int64_t r = 0; r < rows; ++r) {
-        const float *src = t->a + (t->m0 + i0 + r) * t->lda + k0;
-        for (int64_t k = 0; k < kc; ++k) dst[k * GEMM_MR + r] = src[k];
-      }
-    } else {
-      for (int64_t k = 0; k < kc; ++k) {
-        const float *src = t->a + (k0 + k) * t->lda + t->m0 + i0;
-        for (int64_t r = 0; r < rows; ++r) dst[k * GEMM_MR + r] = src[r];
+        const float *src = p->a + (i0 + r0 + r) * p->lda + l0;
+        for (int64_t l = 0; l < kc; ++l) dst[l * GEMM_MR + r] = src[l];
       }
     }
-    dst += kc * GEMM_MR;
   }
 }
 
-/* A B panel: NR columns of op(B), kc deep: p[k * NR + c]. */
-static void pack_b(const gemm_tile_t *t, int64_t k0, int64_t kc, float *dst) {
-  for (int64_t j0 = 0; j0 < t->nc; j0 += GEMM_NR) {
-    int64_t cols = t->nc - j0 < GEMM_NR ? t->nc - j0 : GEMM_NR, j = t->n0 + j0;
-    if (cols < GEMM_NR) memset(dst, 0, (size_t)kc * GEMM_NR * sizeof(float));
-    if (!t->trans_b) {
-      for (int64_t k = 0; k < kc; ++k)
-        memcpy(dst + k * GEMM_NR, t->b + (k0 + k) * t->ldb + j, (size_t)cols * sizeof(float));
+/* NR-column panels of op(B) columns [j0, j0 + nc), depth [l0, l0 + kc):
+ * p[l * NR + c]. */
+static void pack_b(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, float *dst) {
+  for (int64_t c0 = 0; c0 < nc; c0 += GEMM_NR, dst += kc * GEMM_NR) {
+    int64_t cols = nc - c0 < GEMM_NR ? nc - c0 : GEMM_NR, j = j0 + c0;
+    if (!p->trans_b) {
+      const float *src = p->b + l0 * p->ldb + j;
+      if (cols == GEMM_NR) {
+        for (int64_t l = 0; l < kc; ++l, src += p->ldb) memcpy(dst + l * GEMM_NR, src, GEMM_NR * sizeof(float));
+      } else {
+        memset(dst, 0, (size_t)kc * GEMM_NR * sizeof(float));
+        for (int64_t l = 0; l < kc; ++l, src += p->ldb) memcpy(dst + l * GEMM_NR, src, (size_t)cols * sizeof(float));
+      }
     } else {
+      if (cols < GEMM_NR) memset(dst, 0, (size_t)kc * GEMM_NR * sizeof(float));
       for (int64_t c = 0; c < cols; ++c) {
-        const float *src = t->b + (j + c) * t->ldb + k0;
-        for (int64_t k = 0; k < kc; ++k) dst[k * GEMM_NR + c] = src[k];
+        const float *src = p->b + (j + c) * p->ldb + l0;
+        for (int64_t l = 0; l < kc; ++l) dst[l * GEMM_NR + c] = src[l];
       }
     }
-    dst += kc * GEMM_NR;
   }
-}
-
-/* C[MR][NR] (leading dimension ldc) = alpha * A_panel B_panel + beta * C,
- * with beta == 0 meaning C is not read. */
-typedef void (*micro_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha,
-                         float beta);
-
-static void micro_c(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha,
-                    float beta) {
-  float acc[GEMM_MR][GEMM_NR] = {{0}};
-  for (int64_t k = 0; k < kc; ++k)
-    for (int r = 0; r < GEMM_MR; ++r)
-      for (int j = 0; j < GEMM_NR; ++j) acc[r][j] += a[k * GEMM_MR + r] * b[k * GEMM_NR + j];
-  for (int r = 0; r < GEMM_MR; ++r)
-    for (int j = 0; j < GEMM_NR; ++j)
-      c[r * ldc + j] = alpha * acc[r][j] + (beta != 0.0f ? beta * c[r * ldc + j] : 0.0f);
 }
 
 #if defined(__x86_64__)
-AQ_TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                                          float alpha, float beta) {
-  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps(), c10 = _mm512_setzero_ps(),
-         c11 = _mm512_setzero_ps(), c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps(),
-         c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps(), c40 = _mm512_setzero_ps(),
-         c41 = _mm512_setzero_ps(), c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-    __m512 a0 = _mm512_set1_ps(a[0]), a1 = _mm512_set1_ps(a[1]);
-    c00 = _mm512_fmadd_ps(a0, b0, c00);
-    c01 = _mm512_fmadd_ps(a0, b1, c01);
-    c10 = _mm512_fmadd_ps(a1, b0, c10);
-    c11 = _mm512_fmadd_ps(a1, b1, c11);
-    __m512 a2 = _mm512_set1_ps(a[2]), a3 = _mm512_set1_ps(a[3]);
-    c20 = _mm512_fmadd_ps(a2, b0, c20);
-    c21 = _mm512_fmadd_ps(a2, b1, c21);
-    c30 = _mm512_fmadd_ps(a3, b0, c30);
-    c31 = _mm512_fmadd_ps(a3, b1, c31);
-    __m512 a4 = _mm512_set1_ps(a[4]), a5 = _mm512_set1_ps(a[5]);
-    c40 = _mm512_fmadd_ps(a4, b0, c40);
-    c41 = _mm512_fmadd_ps(a4, b1, c41);
-    c50 = _mm512_fmadd_ps(a5, b0, c50);
-    c51 = _mm512_fmadd_ps(a5, b1, c51);
-    __builtin_prefetch(b + 8 * GEMM_NR);
-    a += GEMM_MR;
-    b += GEMM_NR;
+/* A row-major A (not transposed) packs as a transpose: 16 columns of k from
+ * each of the panel's rows at a time, written k-major. The 16x16 transpose
+ * runs in registers, so reads and writes are both full vectors. */
+AQ_TARGET_AVX512 static void pack_a_avx512(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc,
+                                           float *dst) {
+  if (p->trans_a) {
+    pack_a_generic(p, i0, mc, l0, kc, dst);
+    return;
   }
-  __m512 acc[GEMM_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  for (int r = 0; r < GEMM_MR; ++r)
-    for (int h = 0; h < 2; ++h) {
-      float *p = c + r * ldc + 16 * h;
-      __m512 v = _mm512_mul_ps(va, acc[r][h]);
-      if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_loadu_ps(p), v);
-      _mm512_storeu_ps(p, v);
+  for (int64_t r0 = 0; r0 < mc; r0 += GEMM_MR, dst += kc * GEMM_MR) {
+    int64_t rows = mc - r0 < GEMM_MR ? mc - r0 : GEMM_MR;
+    if (rows < GEMM_MR) {
+      pack_a_generic(p, i0 + r0, rows, l0, kc, dst);
+      continue;
     }
-}
-
-/* AVX2 has 16 registers: the 32 columns go in two 16-wide halves. */
-AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                                      float alpha, float beta) {
-  float *c_out = c;
-  for (int half = 0; half < 2; ++half) {
-    const float *pa = a, *pb = b + 16 * half;
-    __m256 c[GEMM_MR][2];
-    for (int r = 0; r < GEMM_MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < kc; ++k) {
-      __m256 b0 = _mm256_loadu_ps(pb), b1 = _mm256_loadu_ps(pb + 8);
-      for (int r = 0; r < GEMM_MR; ++r) {
-        __m256 ar = _mm256_broadcast_ss(pa + r);
-        c[r][0] = _mm256_fmadd_ps(ar, b0, c[r][0]);
-        c[r][1] = _mm256_fmadd_ps(ar, b1, c[r][1]);
+    const float *src = p->a + (i0 + r0) * p->lda + l0;
+    int64_t l = 0;
+    for (; l + 16 <= kc; l += 16) {
+      /* The panel's rows by 16 columns of k, padded to 16 rows with zeros,
+       * transposed in registers: unpack pairs of rows, then pairs of pairs,
+       * then 128-bit lanes twice. */
+      __m512 x[16], t[16], u[16], v[16];
+      for (int r = 0; r < 16; ++r) x[r] = r < GEMM_MR ? _mm512_loadu_ps(src + r * p->lda + l) : _mm512_setzero_ps();
+      for (int r = 0; r < 8; ++r) {
+        t[2 * r] = _mm512_unpacklo_ps(x[2 * r], x[2 * r + 1]);
+        t[2 * r + 1] = _mm512_unpackhi_ps(x[2 * r], x[2 * r + 1]);
       }
-      pa += GEMM_MR;
-      pb += GEMM_NR;
+      for (int g = 0; g < 4; ++g) {
+        __m512d t0 = _mm512_castps_pd(t[4 * g]), t1 = _mm512_castps_pd(t[4 * g + 1]);
+        __m512d t2 = _mm512_castps_pd(t[4 * g + 2]), t3 = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+      }
+      /* u[4g + j]: columns j, j+4, j+8, j+12 (one per lane) of rows 4g..4g+3. */
+      for (int h = 0; h < 2; ++h)
+        for (int j = 0; j < 4; ++j) {
+          v[8 * h + j] = _mm512_shuffle_f32x4(u[8 * h + j], u[8 * h + 4 + j], 0x88);
+          v[8 * h + 4 + j] = _mm512_shuffle_f32x4(u[8 * h + j], u[8 * h + 4 + j], 0xdd);
+        }
+      for (int j = 0; j < 8; ++j) {
+        __m512 lo = _mm512_shuffle_f32x4(v[j], v[8 + j], 0x88), hi = _mm512_shuffle_f32x4(v[j], v[8 + j], 0xdd);
+        _mm512_mask_storeu_ps(dst + (l + j) * GEMM_MR, (__mmask16)((1u << GEMM_MR) - 1), lo);
+        _mm512_mask_storeu_ps(dst + (l + j + 8) * GEMM_MR, (__mmask16)((1u << GEMM_MR) - 1), hi);
+      }
     }
-    __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-    for (int r = 0; r < GEMM_MR; ++r)
-      for (int h = 0; h < 2; ++h) {
-        float *p = c_out + r * ldc + 16 * half + 8 * h;
-        __m256 v = _mm256_mul_ps(va, c[r][h]);
-        if (beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_loadu_ps(p), v);
-        _mm256_storeu_ps(p, v);
-      }
+    for (; l < kc; ++l)
+      for (int r = 0; r < GEMM_MR; ++r) dst[l * GEMM_MR + r] = src[r * p->lda + l];
   }
 }
 #endif
 
-static micro_fn pick_micro(void) {
+/* ---- micro-kernels ------------------------------------------------------------
+ * C[MR][NR] (leading dimension ldc) from an A panel (p[l * MR + r]) and a
+ * B panel (p[l * NR + c]), kc deep (kc may be 0: C = beta C + bias). */
+typedef void (*micro_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, const epi_t *e);
+
+static void micro_c(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, const epi_t *e) {
+  float acc[GEMM_MR][GEMM_NR];
+  memset(acc, 0, sizeof(acc));
+  for (int64_t l = 0; l < kc; ++l)
+    for (int r = 0; r < GEMM_MR; ++r)
+      for (int j = 0; j < GEMM_NR; ++j) acc[r][j] += a[l * GEMM_MR + r] * b[l * GEMM_NR + j];
+  for (int r = 0; r < GEMM_MR; ++r)
+    for (int j = 0; j < GEMM_NR; ++j) {
+      float v = e->alpha * acc[r][j];
+      if (e->beta != 0.0f) v += e->beta * c[r * ldc + j];
+      if (e->bias) v += e->bias[j];
+      if (e->bias_row) v += e->bias_row[r];
+      if (e->relu && !(v > 0.0f)) v = 0.0f;
+      c[r * ldc + j] = v;
+    }
+}
+
+#if defined(__x86_64__)
+/* ROWS x 32 from an MR-row A panel: 12 x 32 is 24 accumulators, two B
+ * vectors and one broadcast in flight, of AVX-512's 32 registers. The
+ * shorter variants serve the last micro-tile of a product whose rows are
+ * not a multiple of 12 (a conv with 6 or 16 filters): they write C
+ * directly and pay only for the rows there are. */
+#define AQ_DEFINE_MICRO512(name, ROWS)                                                                    \
+  AQ_TARGET_AVX512 static void name(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,    \
+                                    const epi_t *e) {                                                     \
+    __m512 c0[ROWS], c1[ROWS];                                                                            \
+    _Pragma("GCC unroll 16") for (int r = 0; r < ROWS; ++r) c0[r] = c1[r] = _mm512_setzero_ps();          \
+    for (int64_t l = 0; l < kc; ++l) {                                                                    \
+      __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);                                         \
+      __builtin_prefetch(b + 8 * GEMM_NR);                                                                \
+      __builtin_prefetch(a + 8 * GEMM_MR);                                                                \
+      _Pragma("GCC unroll 16") for (int r = 0; r < ROWS; ++r) {                                           \
+        __m512 ar = _mm512_set1_ps(a[r]);                                                                 \
+        c0[r] = _mm512_fmadd_ps(ar, b0, c0[r]);                                                           \
+        c1[r] = _mm512_fmadd_ps(ar, b1, c1[r]);                                                           \
+      }                                                                                                   \
+      a += GEMM_MR;                                                                                       \
+      b += GEMM_NR;                                                                                       \
+    }                                                                                                     \
+    __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta), z = _mm512_setzero_ps();         \
+    __m512 bias0 = e->bias ? _mm512_loadu_ps(e->bias) : z, bias1 = e->bias ? _mm512_loadu_ps(e->bias + 16) : z; \
+    _Pragma("GCC unroll 16") for (int r = 0; r < ROWS; ++r) {                                             \
+      float *p = c + r * ldc;                                                                             \
+      __m512 v0 = _mm512_mul_ps(va, c0[r]), v1 = _mm512_mul_ps(va, c1[r]);                                \
+      if (e->beta != 0.0f) {                                                                              \
+        v0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(p), v0);                                                 \
+        v1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(p + 16), v1);                                            \
+      }                                                                                                   \
+      v0 = _mm512_add_ps(v0, bias0);                                                                      \
+      v1 = _mm512_add_ps(v1, bias1);                                                                      \
+      if (e->bias_row) {                                                                                  \
+        __m512 br = _mm512_set1_ps(e->bias_row[r]);                                                       \
+        v0 = _mm512_add_ps(v0, br);                                                                       \
+        v1 = _mm512_add_ps(v1, br);                                                                       \
+      }                                                                                                   \
+      if (e->relu) v0 = _mm512_max_ps(v0, z), v1 = _mm512_max_ps(v1, z);                                  \
+      _mm512_storeu_ps(p, v0);                                                                            \
+      _mm512_storeu_ps(p + 16, v1);                                                                       \
+    }                                                                                                     \
+  }
+AQ_DEFINE_MICRO512(micro_avx512, GEMM_MR)
+AQ_DEFINE_MICRO512(micro_avx512_1, 1)
+AQ_DEFINE_MICRO512(micro_avx512_2, 2)
+AQ_DEFINE_MICRO512(micro_avx512_3, 3)
+AQ_DEFINE_MICRO512(micro_avx512_4, 4)
+AQ_DEFINE_MICRO512(micro_avx512_5, 5)
+AQ_DEFINE_MICRO512(micro_avx512_half, 6)
+AQ_DEFINE_MICRO512(micro_avx512_7, 7)
+AQ_DEFINE_MICRO512(micro_avx512_8, 8)
+AQ_DEFINE_MICRO512(micro_avx512_9, 9)
+AQ_DEFINE_MICRO512(micro_avx512_10, 10)
+AQ_DEFINE_MICRO512(micro_avx512_11, 11)
+
+/* AVX2 has 16 registers: the 12 x 32 tile goes as four 6 x 16 quarters
+ * (12 accumulators each), re-reading the panels from L1. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows(int64_t kc, const float *a,
+                                                                                  const float *b, float *c,
+                                                                                  int64_t ldc, const epi_t *e,
+                                                                                  int rows) {
+  for (int rh = 0; rh < rows; rh += 6)
+    for (int half = 0; half < 2; ++half) {
+      const float *pa = a + rh, *pb = b + 16 * half;
+      __m256 acc[6][2];
+#pragma GCC unroll 8
+      for (int r = 0; r < 6; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+      for (int64_t l = 0; l < kc; ++l) {
+        __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8);
+#pragma GCC unroll 8
+        for (int r = 0; r < 6; ++r) {
+          __m256 ar = _mm256_broadcast_ss(pa + r);
+          acc[r][0] = _mm256_fmadd_ps(ar, b0, acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(ar, b1, acc[r][1]);
+        }
+        pa += GEMM_MR;
+        pb += GEMM_NR;
+      }
+      __m256 va = _mm256_set1_ps(e->alpha), vb = _mm256_set1_ps(e->beta), z = _mm256_setzero_ps();
+      for (int h = 0; h < 2; ++h) {
+        int col = 16 * half + 8 * h;
+        __m256 bias = e->bias ? _mm256_loadu_ps(e->bias + col) : z;
+        for (int r = 0; r < 6; ++r) {
+          float *p = c + (rh + r) * ldc + col;
+          __m256 v = _mm256_mul_ps(va, acc[r][h]);
+          if (e->beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_loadu_ps(p), v);
+          v = _mm256_add_ps(v, bias);
+          if (e->bias_row) v = _mm256_add_ps(v, _mm256_set1_ps(e->bias_row[rh + r]));
+          if (e->relu) v = _mm256_max_ps(v, z);
+          _mm256_storeu_ps(p, v);
+        }
+      }
+    }
+}
+AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                      const epi_t *e) {
+  micro_avx2_rows(kc, a, b, c, ldc, e, GEMM_MR);
+}
+AQ_TARGET_AVX2 static void micro_avx2_half(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                           const epi_t *e) {
+  micro_avx2_rows(kc, a, b, c, ldc, e, 6);
+}
+#endif
+
+typedef void (*pack_a_fn)(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc, float *dst);
+
+typedef struct engine {
+  micro_fn micro, micro_half; /* all MR rows; the first 6 only */
+  micro_fn rows[GEMM_MR + 1]; /* exactly r rows, writing C directly; NULL: none */
+  pack_a_fn pack_a;
+} engine_t;
+
+static const engine_t generic_engine = {micro_c, micro_c, {NULL}, pack_a_generic};
+#if defined(__x86_64__)
+static const engine_t avx2_engine = {micro_avx2, micro_avx2_half, {NULL}, pack_a_generic};
+static const engine_t avx512_engine = {
+    micro_avx512,
+    micro_avx512_half,
+    {NULL, micro_avx512_1, micro_avx512_2, micro_avx512_3, micro_avx512_4, micro_avx512_5, micro_avx512_half,
+     micro_avx512_7, micro_avx512_8, micro_avx512_9, micro_avx512_10, micro_avx512_11, micro_avx512},
+    pack_a_avx512};
+#endif
+
+static const engine_t *pick(void) {
 #if defined(__x86_64__)
   switch (aq_cpu_isa()) {
-    case AQ_CPU_ISA_AVX512: return micro_avx512;
-    case AQ_CPU_ISA_AVX2: return micro_avx2;
+    case AQ_CPU_ISA_AVX512: return &avx512_engine;
+    case AQ_CPU_ISA_AVX2: return &avx2_engine;
     default: break;
   }
 #endif
-  return micro_c;
+  return &generic_engine;
 }
 
-/* The micro-tiles of one packed A block against the packed B panel. */
-static void block(const gemm_tile_t *t, micro_fn micro, const float *pa, const float *pb, int64_t kc, float beta) {
-  float acc[GEMM_MR * GEMM_NR] __attribute__((aligned(64)));
-  for (int64_t j0 = 0; j0 < t->nc; j0 += GEMM_NR) {
-    int64_t cols = t->nc - j0 < GEMM_NR ? t->nc - j0 : GEMM_NR;
-    for (int64_t i0 = 0; i0 < t->mc; i0 += GEMM_MR) {
-      int64_t rows = t->mc - i0 < GEMM_MR ? t->mc - i0 : GEMM_MR;
-      float *c = t->c + (t->m0 + i0) * t->ldc + t->n0 + j0;
-      if (rows == GEMM_MR && cols == GEMM_NR && kc > 0) {
-        micro(kc, pa + i0 * kc, pb + j0 * kc, c, t->ldc, t->alpha, beta);
+/* ---- the macro-kernel ------------------------------------------------------- */
+
+/* The engine for this CPU, picked on first use (workers may race to pick;
+ * they pick the same one). */
+static const engine_t *engine_ptr;
+
+static const engine_t *engine_get(void) {
+  const engine_t *e = __atomic_load_n(&engine_ptr, __ATOMIC_ACQUIRE);
+  if (!e) e = pick(), __atomic_store_n(&engine_ptr, e, __ATOMIC_RELEASE);
+  return e;
+}
+
+/* Every micro-tile of a packed A block (rows [i0, i0 + mc)) against a packed
+ * B panel (columns [j0, j0 + nc)). */
+static void macro(const gemm_part_t *p, const engine_t *en, const float *pa, const float *pb, int64_t kc, int64_t i0,
+                  int64_t mc, int64_t j0, int64_t nc, const epi_t *e) {
+  float buf[GEMM_MR * GEMM_NR] __attribute__((aligned(64)));
+  const epi_t raw = {1.0f, 0.0f, NULL, NULL, 0};
+  for (int64_t jr = 0; jr < nc; jr += GEMM_NR) {
+    int64_t cols = nc - jr < GEMM_NR ? nc - jr : GEMM_NR;
+    epi_t ej = *e;
+    if (e->bias) ej.bias = e->bias + j0 + jr;
+    for (int64_t ir = 0; ir < mc; ir += GEMM_MR) {
+      int64_t rows = mc - ir < GEMM_MR ? mc - ir : GEMM_MR;
+      float *c = p->c + (i0 + ir) * p->ldc + j0 + jr;
+      ej.bias_row = e->bias_row ? e->bias_row + i0 + ir : NULL;
+      const float *a = pa + ir * kc, *b = pb + jr * kc;
+      if (rows == GEMM_MR && cols == GEMM_NR) {
+        en->micro(kc, a, b, c, p->ldc, &ej);
         continue;
       }
-      /* A partial micro-tile: compute into a full-size buffer, copy out. */
-      if (kc > 0) micro(kc, pa + i0 * kc, pb + j0 * kc, acc, GEMM_NR, 1.0f, 0.0f);
-      else memset(acc, 0, sizeof(acc));
+      if (cols == GEMM_NR && en->rows[rows]) {
+        en->rows[rows](kc, a, b, c, p->ldc, &ej);
+        continue;
+      }
+      /* A partial micro-tile: the product into a full-size buffer, then the
+       * epilogue on the part of it that lies inside C. */
+      (rows <= 6 ? en->micro_half : en->micro)(kc, a, b, buf, GEMM_NR, &raw);
       for (int64_t r = 0; r < rows; ++r) {
-        float *cr = c + r * t->ldc;
-        const float *x = acc + r * GEMM_NR;
-        for (int64_t j = 0; j < cols; ++j) cr[j] = t->alpha * x[j] + (beta != 0.0f ? beta * cr[j] : 0.0f);
+        float *cr = c + r * p->ldc;
+        const float *x = buf + r * GEMM_NR;
+        for (int64_t j = 0; j < cols; ++j) {
+          float v = ej.alpha * x[j];
+          if (ej.beta != 0.0f) v += ej.beta * cr[j];
+          if (ej.bias) v += ej.bias[j];
+          if (ej.bias_row) v += ej.bias_row[r];
+          if (ej.relu && !(v > 0.0f)) v = 0.0f;
+          cr[j] = v;
+        }
       }
     }
   }
 }
 
-/* BLIS's loop order inside a tile: for each KC-deep slice, B is packed once
- * and every GEMM_MC-row block of A streams against it. */
-void gemm_tile(const gemm_tile_t *t, void *scratch) {
-  static micro_fn micro;
-  if (!micro) micro = pick_micro();
-  float *pa = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-  float *pb = pa + (int64_t)GEMM_MC * GEMM_KC;
-  for (int64_t k0 = 0; k0 < t->k || k0 == 0; k0 += GEMM_KC) {
-    int64_t kc = t->k - k0 < GEMM_KC ? t->k - k0 : GEMM_KC;
-    float beta = k0 == 0 ? t->beta : 1.0f;
-    if (kc > 0) pack_b(t, k0, kc, pb);
-    for (int64_t i0 = 0; i0 < t->mc; i0 += GEMM_MC) {
-      gemm_tile_t sub = *t;
-      sub.m0 = t->m0 + i0;
-      sub.mc = t->mc - i0 < GEMM_MC ? t->mc - i0 : GEMM_MC;
-      if (kc > 0) pack_a(&sub, k0, kc, pa);
-      block(&sub, micro, pa, pb, kc, beta);
+/* A part whose rows fit one A block (small M: a convolution's filters, a
+ * batch of activations) packs A once per KC slice and then each NR-column
+ * B micro-panel right before the micro-kernels use it, so B goes through
+ * L1 / L2 once instead of being written to a large panel and read back. */
+static void part_fused(const gemm_part_t *p, const engine_t *en, float *pa, float *pb) {
+  for (int64_t pc = 0; pc < p->k || pc == 0; pc += GEMM_KC) {
+    int64_t kc = p->k - pc < GEMM_KC ? p->k - pc : GEMM_KC;
+    int last = pc + GEMM_KC >= p->k;
+    epi_t e = {p->alpha, pc == 0 ? p->beta : 1.0f, last ? p->bias : NULL, last ? p->bias_row : NULL,
+               last && p->act == GEMM_ACT_RELU};
+    if (kc > 0) {
+      if (p->pack_a) p->pack_a(p->pack_ctx, p->m0, p->mc, pc, kc, pa);
+      else en->pack_a(p, p->m0, p->mc, pc, kc, pa);
+    }
+    for (int64_t jr = 0; jr < p->nc; jr += GEMM_NR) {
+      int64_t cols = p->nc - jr < GEMM_NR ? p->nc - jr : GEMM_NR;
+      if (kc > 0) {
+        if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jr, cols, pc, kc, pb);
+        else pack_b(p, pc, kc, p->n0 + jr, cols, pb);
+      }
+      macro(p, en, pa, pb, kc, p->m0, p->mc, p->n0 + jr, cols, &e);
     }
     if (kc <= 0) break;
+  }
+}
+
+void gemm_part(const gemm_part_t *p, void *scratch) {
+  const engine_t *en = engine_get();
+  float *pa = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+  float *pb = pa + (size_t)GEMM_MC * GEMM_KC;
+  if (p->mc <= GEMM_MC) {
+    part_fused(p, en, pa, pb);
+    return;
+  }
+  for (int64_t jc = 0; jc < p->nc; jc += GEMM_NC) {
+    int64_t nc = p->nc - jc < GEMM_NC ? p->nc - jc : GEMM_NC;
+    for (int64_t pc = 0; pc < p->k || pc == 0; pc += GEMM_KC) {
+      int64_t kc = p->k - pc < GEMM_KC ? p->k - pc : GEMM_KC;
+      int last = pc + GEMM_KC >= p->k;
+      /* beta applies once, on the first slice; the epilogue on the last. */
+      epi_t e = {p->alpha, pc == 0 ? p->beta : 1.0f, last ? p->bias : NULL, last ? p->bias_row : NULL,
+                 last && p->act == GEMM_ACT_RELU};
+      if (kc > 0) {
+        if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jc, nc, pc, kc, pb);
+        else pack_b(p, pc, kc, p->n0 + jc, nc, pb);
+      }
+      /* Equal A blocks (a multiple of MR rows each) rather than full ones
+       * and a sliver. */
+      int64_t blocks = (p->mc + GEMM_MC - 1) / GEMM_MC;
+      int64_t mcb = ((p->mc + blocks - 1) / blocks + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+      for (int64_t ic = 0; ic < p->mc; ic += mcb) {
+        int64_t mc = p->mc - ic < mcb ? p->mc - ic : mcb;
+        if (kc > 0) {
+          if (p->pack_a) p->pack_a(p->pack_ctx, p->m0 + ic, mc, pc, kc, pa);
+          else en->pack_a(p, p->m0 + ic, mc, pc, kc, pa);
+        }
+        macro(p, en, pa, pb, kc, p->m0 + ic, mc, p->n0 + jc, nc, &e);
+      }
+      if (kc <= 0) break;
+    }
+  }
+}
+
+/* The time of the largest part, in units of one multiply-add, plus what a
+ * part spends packing (each packed float costs about as much as a dozen
+ * multiply-adds against it at full speed). */
+void gemm_split(int64_t m, int64_t n, int64_t parts, int64_t *pm, int64_t *pn) {
+  int64_t mb = (m + GEMM_MR - 1) / GEMM_MR, nb = (n + GEMM_NR - 1) / GEMM_NR;
+  if (mb < 1) mb = 1;
+  if (nb < 1) nb = 1;
+  if (parts < 1) parts = 1;
+  double best = -1.0;
+  *pm = *pn = 1;
+  for (int64_t p = parts; p >= 1; --p) {
+    for (int64_t a = 1; a <= p; ++a) {
+      if (p % a) continue;
+      int64_t b = p / a;
+      if (a > mb || b > nb) continue;
+      double rows = (double)((mb + a - 1) / a * GEMM_MR), cols = (double)((nb + b - 1) / b * GEMM_NR);
+      if (rows > m) rows = (double)m;
+      if (cols > n) cols = (double)n;
+      double cost = rows * cols + 12.0 * (rows + cols);
+      if (best < 0 || cost < best * 0.999) best = cost, *pm = a, *pn = b;
+    }
+    if (best >= 0) break; /* the most parts that fit */
   }
 }

@@ -1,6 +1,11 @@
-/* The GEMM engine under matmul (and, later, convolution): BLIS-style
- * blocking with packed panels and a register-tiled micro-kernel chosen at run
- * time (AVX-512, AVX2+FMA, or portable C). */
+/* The GEMM engine under matmul and convolution: BLIS-style blocking with
+ * packed panels and a register-tiled micro-kernel chosen at run time
+ * (AVX-512, AVX2+FMA, or portable C).
+ *
+ * One call computes one rectangular part of C over the whole depth k, with
+ * the epilogue (alpha, beta, bias, activation) applied to each micro-tile
+ * while it is still in registers or L1. Parts of one C never overlap, so the
+ * work-groups of a dispatch run them with no synchronisation. */
 #ifndef AQ_KERNELS_CPU_GEMM_H_
 #define AQ_KERNELS_CPU_GEMM_H_
 
@@ -8,27 +13,62 @@
 #include <stdint.h>
 
 enum {
-  GEMM_MR = 6,    /* rows of the micro-tile */
-  GEMM_NR = 32,   /* columns of the micro-tile */
-  GEMM_KC = 256,  /* depth of one packed block */
-  GEMM_MC = 96,   /* rows of A packed at a time */
+  GEMM_MR = 12,   /* rows of the micro-tile (broadcast from packed A) */
+  GEMM_NR = 32,   /* columns of the micro-tile (two AVX-512 vectors of packed B) */
+  GEMM_KC = 512,  /* depth of one packed block (fewer passes over C) */
+  GEMM_MC = 384,  /* rows of A packed at a time (the A block lives in L2) */
+  GEMM_NC = 1024, /* columns of B packed at a time (the B panel lives in L2/L3) */
 };
 
-/* One block of C: rows [0, mc) x cols [0, nc) of the tile, computed from
- * op(A) rows and op(B) cols starting at the given origins. */
-typedef struct gemm_tile {
+/* Activations the epilogue applies after bias (the values of aq_activation_t). */
+enum { GEMM_ACT_NONE = 0, GEMM_ACT_RELU = 1 };
+
+/* A packer: MR-row panels of op(A) rows [first, first + count) (pack_a), or
+ * NR-column panels of op(B) columns [first, first + count) (pack_b), depth
+ * [l0, l0 + kc); a panel holds p[l * MR + r] (p[l * NR + c]), and a partial
+ * panel is zero-padded. Convolution packs straight from the image this way
+ * (an implicit im2col). */
+typedef void (*gemm_pack_fn)(const void *ctx, int64_t first, int64_t count, int64_t l0, int64_t kc, float *dst);
+
+/* op(A) is m x k, op(B) k x n; the part is rows [m0, m0 + mc) and columns
+ * [n0, n0 + nc) of C. A is read as A[i * lda + l] (A[l * lda + i] when
+ * trans_a), B as B[l * ldb + j] (B[j * ldb + l] when trans_b), unless a
+ * packer is given. bias (may be NULL) is indexed by the column of C,
+ * bias_row by the row. */
+typedef struct gemm_part {
   const float *a, *b;
   float *c;
+  const float *bias, *bias_row;
+  gemm_pack_fn pack_a, pack_b; /* NULL: pack from a / b */
+  const void *pack_ctx;
   int64_t lda, ldb, ldc;
   int trans_a, trans_b;
+  int act;
   int64_t m0, n0, mc, nc, k;
   float alpha, beta;
-} gemm_tile_t;
+} gemm_part_t;
 
-/* Scratch a tile needs: one GEMM_MC-row A block and an nc_max-wide B panel. */
-size_t gemm_scratch_bytes(int64_t nc_max);
+/* Bytes of scratch gemm_part needs (one packed A block and one packed B panel). */
+#define GEMM_SCRATCH_BYTES (((size_t)GEMM_MC * GEMM_KC + (size_t)GEMM_KC * GEMM_NC) * sizeof(float) + 128)
 
-/* C_tile = alpha * op(A) op(B) + beta * C_tile. */
-void gemm_tile(const gemm_tile_t *t, void *scratch);
+/* C_part = act(alpha * op(A) op(B) + beta * C_part + bias). beta == 0 means C
+ * is not read (it may hold NaNs). */
+void gemm_part(const gemm_part_t *p, void *scratch);
+
+/* Splits an m x n product into parts for `parts` workers: *pm row blocks
+ * by *pn column blocks, row blocks a multiple of GEMM_MR and column blocks a
+ * multiple of GEMM_NR, chosen to balance the largest part against the
+ * packing every part repeats. *pm * *pn <= parts. */
+void gemm_split(int64_t m, int64_t n, int64_t parts, int64_t *pm, int64_t *pn);
+
+/* [lo, hi) of block `index` when `count` items are cut into `blocks` blocks
+ * on a `unit` boundary. */
+static inline void gemm_range(int64_t count, int64_t blocks, int64_t index, int64_t unit, int64_t *lo,
+                              int64_t *hi) {
+  int64_t units = (count + unit - 1) / unit, per = units / blocks, extra = units % blocks;
+  int64_t u0 = index * per + (index < extra ? index : extra), u1 = u0 + per + (index < extra ? 1 : 0);
+  *lo = u0 * unit < count ? u0 * unit : count;
+  *hi = u1 * unit < count ? u1 * unit : count;
+}
 
 #endif

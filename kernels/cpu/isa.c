@@ -5,8 +5,9 @@
 #include <string.h>
 
 aq_cpu_isa_t aq_cpu_isa(void) {
-  static int cached = -1;
-  if (cached >= 0) return (aq_cpu_isa_t)cached;
+  static int cached = -1; /* workers may race here; they compute the same value */
+  int seen = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (seen >= 0) return (aq_cpu_isa_t)seen;
   aq_cpu_isa_t isa = AQ_CPU_ISA_GENERIC;
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -22,6 +23,6 @@ aq_cpu_isa_t aq_cpu_isa(void) {
                                                 : AQ_CPU_ISA_AVX512;
     if (want < isa) isa = want;
   }
-  cached = (int)isa;
+  __atomic_store_n(&cached, (int)isa, __ATOMIC_RELAXED);
   return isa;
 }

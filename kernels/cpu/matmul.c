@@ -1,7 +1,15 @@
-/* aq_matmul_f32: one work-group per AQ_MATMUL_TILE_M x AQ_MATMUL_TILE_N tile
- * of C, so the dispatch grid spreads a GEMM over every worker of the agent;
- * each group packs its own panels into its group segment. The bias and
- * activation epilogue runs on the tile while it is still in cache. */
+/* aq_matmul_f32: C = act(alpha op(A) op(B) + beta C + bias), batched.
+ *
+ * The grid has AQ_MATMUL_MAX_GROUPS (or fewer) work-groups per batch entry;
+ * the kernel cuts each product into AQ_MATMUL_PARTS_PER_WORKER parts per
+ * worker of the agent (fewer when the batch already gives every worker a
+ * product, or when C is small) and the groups past the last part return at
+ * once. Few, large parts are what make the CPU GEMM fast: every part packs
+ * its own panels of A and B (work-groups share nothing), so finer cuts
+ * repeat the packing; the agent's workers take groups dynamically, which
+ * balances the parts when a core is shared.
+ * The epilogue (beta, bias, activation) runs on each micro-tile while it is
+ * in registers. */
 #include "aquila/ops.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/table.h"
@@ -9,40 +17,39 @@
 static int valid(const aq_matmul_args_t *a) {
   if (!a->a || !a->b || !a->c || a->m < 0 || a->n < 0 || a->k < 0) return 0;
   if (a->ldc < a->n || a->lda < (a->trans_a ? a->m : a->k) || a->ldb < (a->trans_b ? a->k : a->n)) return 0;
+  if (a->batch > 1 && (a->stride_a < 0 || a->stride_b < 0 || a->stride_c < 0)) return 0;
   return a->activation == AQ_ACTIVATION_NONE || a->activation == AQ_ACTIVATION_RELU;
 }
 
 static int matmul(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   const aq_matmul_args_t *a = kernarg;
+  int64_t workers = ctx->worker_count > 0 ? ctx->worker_count : 1;
+  /* Groups past any part's index leave at once (group 0 always checks). */
+  if ((int64_t)ctx->group_id[1] * ctx->group_count[0] + ctx->group_id[0] >= workers * AQ_MATMUL_PARTS_PER_WORKER)
+    return 0;
   if (!valid(a)) return 1;
-  int64_t tile_m = a->tile_m > 0 ? a->tile_m : AQ_MATMUL_TILE_M;
-  int64_t n0 = (int64_t)ctx->group_id[0] * AQ_MATMUL_TILE_N;
-  int64_t m0 = (int64_t)ctx->group_id[1] * tile_m;
-  int64_t b = ctx->group_id[2];
-  if (m0 >= a->m || n0 >= a->n) return 0;
-  gemm_tile_t t = {
-      .a = a->a + b * a->stride_a, .b = a->b + b * a->stride_b, .c = a->c + b * a->stride_c,
-      .lda = a->lda, .ldb = a->ldb, .ldc = a->ldc, .trans_a = a->trans_a, .trans_b = a->trans_b,
-      .m0 = m0, .n0 = n0,
-      .mc = a->m - m0 < tile_m ? a->m - m0 : tile_m,
-      .nc = a->n - n0 < AQ_MATMUL_TILE_N ? a->n - n0 : AQ_MATMUL_TILE_N,
-      .k = a->k, .alpha = a->alpha, .beta = a->beta};
-  gemm_tile(&t, ctx->group_segment);
-  if (a->bias || a->activation) {
-    for (int64_t i = 0; i < t.mc; ++i) {
-      float *c = t.c + (m0 + i) * a->ldc + n0;
-      if (a->bias)
-        for (int64_t j = 0; j < t.nc; ++j) c[j] += a->bias[n0 + j];
-      if (a->activation == AQ_ACTIVATION_RELU)
-        for (int64_t j = 0; j < t.nc; ++j) c[j] = c[j] > 0.0f ? c[j] : 0.0f;
-    }
-  }
+  int64_t batch = a->batch > 0 ? a->batch : 1, z = ctx->group_id[2];
+  if (z >= batch || a->m == 0 || a->n == 0) return 0;
+  /* Parts per product: the workers' share of this batch entry, at most the
+   * groups the grid gives it. */
+  int64_t parts = (workers * AQ_MATMUL_PARTS_PER_WORKER + batch - 1) / batch;
+  int64_t groups = (int64_t)ctx->group_count[0] * ctx->group_count[1];
+  if (parts > groups) parts = groups;
+  int64_t pm, pn;
+  gemm_split(a->m, a->n, parts, &pm, &pn);
+  int64_t g = (int64_t)ctx->group_id[1] * ctx->group_count[0] + ctx->group_id[0];
+  if (g >= pm * pn) return 0;
+  int64_t m0, m1, n0, n1;
+  gemm_range(a->m, pm, g / pn, GEMM_MR, &m0, &m1);
+  gemm_range(a->n, pn, g % pn, GEMM_NR, &n0, &n1);
+  if (m0 >= m1 || n0 >= n1) return 0;
+  gemm_part_t p = {.a = a->a + z * a->stride_a, .b = a->b + z * a->stride_b, .c = a->c + z * a->stride_c,
+                   .bias = a->bias, .lda = a->lda, .ldb = a->ldb, .ldc = a->ldc, .trans_a = a->trans_a,
+                   .trans_b = a->trans_b, .act = a->activation == AQ_ACTIVATION_RELU ? GEMM_ACT_RELU : GEMM_ACT_NONE,
+                   .m0 = m0, .n0 = n0, .mc = m1 - m0, .nc = n1 - n0, .k = a->k, .alpha = a->alpha, .beta = a->beta};
+  gemm_part(&p, ctx->group_segment);
   return 0;
 }
 
-/* Scratch for one packed A block and the tile's packed B panel. */
-#define MATMUL_SCRATCH \
-  ((GEMM_MC + (AQ_MATMUL_TILE_N + GEMM_NR - 1) / GEMM_NR * GEMM_NR) * GEMM_KC * 4 + 128)
-
 const aq_kernel_desc_t aq_cpu_matmul_desc = {AQ_KERNEL_MATMUL, matmul, sizeof(aq_matmul_args_t), 8,
-                                             MATMUL_SCRATCH, 0};
+                                             (uint32_t)GEMM_SCRATCH_BYTES, 0};

@@ -1,8 +1,13 @@
-/* 2-D max and average pooling, a work-group per (n, c) plane. */
+/* 2-D max and average pooling, a work-group per (n, c) plane. The forward
+ * walks one output row at a time: for each tap (i, j) of the window, every
+ * output column whose tap falls inside the input is updated, a loop over q
+ * that is vectorised per ISA (simd.h). Taps are visited in the order (i, j)
+ * with a strict '>' so the first maximum wins, as the backward expects. */
 #include <string.h>
 
 #include "aquila/ops.h"
 #include "kernels/cpu/grid.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/table.h"
 
 static int valid(const aq_pool_args_t *a) {
@@ -10,29 +15,78 @@ static int valid(const aq_pool_args_t *a) {
          a->stride_h > 0 && a->stride_w > 0 && a->pad_h >= 0 && a->pad_w >= 0;
 }
 
+/* Output columns [q0, q1) whose tap at column offset off = j - pad_w lies in
+ * [0, w): q * stride_w + off in [0, w). */
+static void tap_range(const aq_pool_args_t *a, int64_t off, int64_t *q0, int64_t *q1) {
+  int64_t lo = off >= 0 ? 0 : (-off + a->stride_w - 1) / a->stride_w;
+  int64_t hi = a->w - off <= 0 ? 0 : (a->w - off - 1) / a->stride_w + 1;
+  *q0 = lo, *q1 = hi < a->q ? hi : a->q;
+}
+
+/* One tap over output columns [q0, q1) of one row: best/arg (max) or sum. */
+AQ_INLINE void tap_max_body(const float *xrow, int64_t sw, int64_t off, int32_t base, int64_t q0, int64_t q1,
+                            float *best, int32_t *arg) {
+  for (int64_t q = q0; q < q1; ++q) {
+    float v = xrow[q * sw + off];
+    int32_t idx = base + (int32_t)(q * sw + off);
+    if (v > best[q]) best[q] = v, arg[q] = idx;
+  }
+}
+AQ_VECTORISE(tap_max,
+             (const float *xrow, int64_t sw, int64_t off, int32_t base, int64_t q0, int64_t q1, float *best,
+              int32_t *arg),
+             (xrow, sw, off, base, q0, q1, best, arg))
+
+AQ_INLINE void tap_sum_body(const float *xrow, int64_t sw, int64_t off, int64_t q0, int64_t q1, float *sum) {
+  for (int64_t q = q0; q < q1; ++q) sum[q] += xrow[q * sw + off];
+}
+AQ_VECTORISE(tap_sum, (const float *xrow, int64_t sw, int64_t off, int64_t q0, int64_t q1, float *sum),
+             (xrow, sw, off, q0, q1, sum))
+
 static int pool(const void *kernarg, const aq_dispatch_ctx_t *ctx, int max) {
   const aq_pool_args_t *a = kernarg;
   if (!a->x || !a->y || (max && !a->argmax) || !valid(a)) return 1;
   int64_t lo, hi;
   if (!aq_group_range(ctx, a->planes, &lo, &hi)) return 0;
+  float inv = 1.0f / (float)(a->kh * a->kw);
+  /* Each window column's range of output columns, once per call. */
+  enum { KW_TABLE = 64 };
+  int64_t tq0[KW_TABLE], tq1[KW_TABLE];
+  for (int32_t j = 0; j < a->kw && j < KW_TABLE; ++j) tap_range(a, j - a->pad_w, &tq0[j], &tq1[j]);
   for (int64_t pl = lo; pl < hi; ++pl) {
     const float *x = a->x + pl * a->h * a->w;
-    for (int64_t p = 0; p < a->p; ++p)
+    for (int64_t p = 0; p < a->p; ++p) {
+      int64_t o = pl * a->p * a->q + p * a->q;
+      float *y = a->y + o;
+      int32_t *arg = max ? a->argmax + o : NULL;
       for (int64_t q = 0; q < a->q; ++q) {
-        float best = -3.402823466e38f, sum = 0.0f;
-        int32_t arg = -1;
-        for (int32_t i = 0; i < a->kh; ++i)
-          for (int32_t j = 0; j < a->kw; ++j) {
-            int64_t ih = p * a->stride_h - a->pad_h + i, iw = q * a->stride_w - a->pad_w + j;
-            if (ih < 0 || ih >= a->h || iw < 0 || iw >= a->w) continue;
-            float v = x[ih * a->w + iw];
-            sum += v;
-            if (v > best) best = v, arg = (int32_t)(ih * a->w + iw);
-          }
-        int64_t o = pl * a->p * a->q + p * a->q + q;
-        if (max) a->y[o] = arg >= 0 ? best : 0.0f, a->argmax[o] = arg;
-        else a->y[o] = sum / (float)(a->kh * a->kw);
+        y[q] = max ? -3.402823466e38f : 0.0f;
+        if (max) arg[q] = -1;
       }
+      for (int32_t i = 0; i < a->kh; ++i) {
+        int64_t ih = p * a->stride_h - a->pad_h + i;
+        if (ih < 0 || ih >= a->h) continue;
+        for (int32_t j = 0; j < a->kw; ++j) {
+          int64_t off = j - a->pad_w, q0, q1;
+          if (j < KW_TABLE) q0 = tq0[j], q1 = tq1[j];
+          else tap_range(a, off, &q0, &q1);
+          if (q0 >= q1) continue;
+          /* Strided taps vectorise into gathers, slower than scalar code
+           * for the short rows pooling sees; contiguous ones vectorise well. */
+          if (a->stride_w == 1) {
+            if (max) tap_max(x + ih * a->w, 1, off, (int32_t)(ih * a->w), q0, q1, y, arg);
+            else tap_sum(x + ih * a->w, 1, off, q0, q1, y);
+          } else {
+            if (max) tap_max_body(x + ih * a->w, a->stride_w, off, (int32_t)(ih * a->w), q0, q1, y, arg);
+            else tap_sum_body(x + ih * a->w, a->stride_w, off, q0, q1, y);
+          }
+        }
+      }
+      for (int64_t q = 0; q < a->q; ++q) {
+        if (max && arg[q] < 0) y[q] = 0.0f; /* a window of padding only */
+        if (!max) y[q] *= inv;
+      }
+    }
   }
   return 0;
 }
@@ -49,7 +103,7 @@ static int pool_bwd(const void *kernarg, const aq_dispatch_ctx_t *ctx, int max) 
       for (int64_t q = 0; q < a->q; ++q) {
         int64_t o = pl * a->p * a->q + p * a->q + q;
         if (max) {
-          if (a->argmax[o] >= 0) dx[a->argmax[o]] += a->dy[o];
+          if (a->argmax[o] >= 0 && a->argmax[o] < a->h * a->w) dx[a->argmax[o]] += a->dy[o];
           continue;
         }
         float g = a->dy[o] / (float)(a->kh * a->kw);

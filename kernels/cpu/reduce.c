@@ -2,7 +2,14 @@
  * vector (a batch's loss). */
 #include "aquila/ops.h"
 #include "kernels/cpu/grid.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/table.h"
+
+/* acc[j] += x[j]: one row into the group's column accumulators. */
+AQ_INLINE void add_row_body(const float *x, float *acc, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
+}
+AQ_VECTORISE(add_row, (const float *x, float *acc, int64_t n), (x, acc, n))
 
 static int sum_rows(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   const aq_sum_rows_args_t *a = kernarg;
@@ -11,10 +18,7 @@ static int sum_rows(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   if (!aq_group_range(ctx, a->cols, &lo, &hi)) return 0;
   float acc[AQ_COLS_WG];
   for (int64_t j = lo; j < hi; ++j) acc[j - lo] = 0.0f;
-  for (int64_t i = 0; i < a->rows; ++i) {
-    const float *x = a->x + i * a->ldx;
-    for (int64_t j = lo; j < hi; ++j) acc[j - lo] += x[j];
-  }
+  for (int64_t i = 0; i < a->rows; ++i) add_row(a->x + i * a->ldx + lo, acc, hi - lo);
   for (int64_t j = lo; j < hi; ++j)
     a->out[j] = a->alpha * acc[j - lo] + (a->beta != 0.0f ? a->beta * a->out[j] : 0.0f);
   return 0;

@@ -1,19 +1,28 @@
-/* aq_sgd_momentum_f32: PyTorch's SGD update with momentum and weight decay. */
+/* aq_sgd_momentum_f32: PyTorch's SGD update with momentum and weight decay,
+ * vectorised per ISA (simd.h). */
 #include "aquila/ops.h"
 #include "kernels/cpu/grid.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/table.h"
+
+AQ_INLINE void sgd_loop_body(float *w, const float *grad, float *vel, int64_t n, float lr, float momentum,
+                             float wd) {
+  for (int64_t i = 0; i < n; ++i) {
+    float g = grad[i] + wd * w[i];
+    float v = momentum * vel[i] + g;
+    vel[i] = v;
+    w[i] -= lr * v;
+  }
+}
+AQ_VECTORISE(sgd_loop, (float *w, const float *grad, float *vel, int64_t n, float lr, float momentum, float wd),
+             (w, grad, vel, n, lr, momentum, wd))
 
 static int sgd(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   const aq_sgd_args_t *a = kernarg;
   if (!a->w || !a->grad || !a->velocity || a->n < 0) return 1;
   int64_t lo, hi;
   if (!aq_group_range(ctx, a->n, &lo, &hi)) return 0;
-  for (int64_t i = lo; i < hi; ++i) {
-    float g = a->grad[i] + a->weight_decay * a->w[i];
-    float v = a->momentum * a->velocity[i] + g;
-    a->velocity[i] = v;
-    a->w[i] -= a->lr * v;
-  }
+  sgd_loop(a->w + lo, a->grad + lo, a->velocity + lo, hi - lo, a->lr, a->momentum, a->weight_decay);
   return 0;
 }
 

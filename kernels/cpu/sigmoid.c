@@ -4,7 +4,7 @@
 #include "kernels/cpu/table.h"
 #include "kernels/cpu/unary.h"
 
-AQ_UNARY_KERNEL(sigmoid, 1.0f / (1.0f + expf(-x)))
+AQ_UNARY_KERNEL(sigmoid, aq_sigmoidf(x))
 AQ_UNARY_BWD_KERNEL(sigmoid_bwd, dy * x * (1.0f - x))
 
 const aq_kernel_desc_t aq_cpu_sigmoid_desc = {AQ_KERNEL_SIGMOID, sigmoid, sizeof(aq_unary_args_t), 8, 0, 0};

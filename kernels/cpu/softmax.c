@@ -3,7 +3,20 @@
 
 #include "aquila/ops.h"
 #include "kernels/cpu/grid.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/table.h"
+#include "kernels/cpu/vmath.h"
+
+/* One row: y = softmax(x) or log-softmax(x), vectorised per ISA. */
+AQ_INLINE void row_fwd_body(const float *x, float *y, int64_t n, int take_log) {
+  float mx = aq_row_max(x, n);
+  float lse = logf(aq_row_sum_exp(x, n, mx)) + mx;
+  if (take_log)
+    for (int64_t j = 0; j < n; ++j) y[j] = x[j] - lse;
+  else
+    for (int64_t j = 0; j < n; ++j) y[j] = aq_expf(x[j] - lse);
+}
+AQ_VECTORISE(row_fwd, (const float *x, float *y, int64_t n, int take_log), (x, y, n, take_log))
 
 static int rows_of(const aq_dispatch_ctx_t *ctx, const aq_softmax_args_t *a, int64_t *lo, int64_t *hi) {
   return a->rows >= 0 && a->cols > 0 && aq_group_range(ctx, a->rows, lo, hi);
@@ -14,15 +27,7 @@ static int forward(const void *kernarg, const aq_dispatch_ctx_t *ctx, int take_l
   if (!a->x || !a->out) return 1;
   int64_t lo, hi;
   if (!rows_of(ctx, a, &lo, &hi)) return a->rows < 0 || a->cols <= 0;
-  for (int64_t r = lo; r < hi; ++r) {
-    const float *x = a->x + r * a->cols;
-    float *y = a->out + r * a->cols, mx = x[0];
-    for (int64_t j = 1; j < a->cols; ++j) mx = x[j] > mx ? x[j] : mx;
-    double sum = 0;
-    for (int64_t j = 0; j < a->cols; ++j) sum += exp((double)(x[j] - mx));
-    float lse = (float)log(sum) + mx;
-    for (int64_t j = 0; j < a->cols; ++j) y[j] = take_log ? x[j] - lse : expf(x[j] - lse);
-  }
+  for (int64_t r = lo; r < hi; ++r) row_fwd(a->x + r * a->cols, a->out + r * a->cols, a->cols, take_log);
   return 0;
 }
 

@@ -4,7 +4,18 @@
 
 #include "aquila/ops.h"
 #include "kernels/cpu/grid.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/table.h"
+#include "kernels/cpu/vmath.h"
+
+/* One row's softmax into p; returns log(sum exp(x - max)) through *lse and
+ * the max through *mx. Vectorised per ISA. */
+AQ_INLINE void xent_row_body(const float *x, float *p, int64_t n, float *mx_out, float *lse_out) {
+  float mx = aq_row_max(x, n), sum = aq_row_sum_exp(x, n, mx), inv = 1.0f / sum;
+  for (int64_t j = 0; j < n; ++j) p[j] = aq_expf(x[j] - mx) * inv;
+  *mx_out = mx, *lse_out = logf(sum);
+}
+AQ_VECTORISE(xent_row, (const float *x, float *p, int64_t n, float *mx, float *lse), (x, p, n, mx, lse))
 
 static int xent(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   const aq_softmax_xent_args_t *a = kernarg;
@@ -16,16 +27,9 @@ static int xent(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
     float *p = a->probs + r * a->classes;
     int32_t label = a->labels[r];
     if (label < 0 || label >= a->classes) return 2;
-    float mx = x[0];
-    for (int64_t j = 1; j < a->classes; ++j) mx = x[j] > mx ? x[j] : mx;
-    double sum = 0.0;
-    for (int64_t j = 0; j < a->classes; ++j) {
-      p[j] = expf(x[j] - mx);
-      sum += p[j];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int64_t j = 0; j < a->classes; ++j) p[j] *= inv;
-    a->loss[r] = (float)(log(sum) - (double)(x[label] - mx));
+    float mx, lse;
+    xent_row(x, p, a->classes, &mx, &lse);
+    a->loss[r] = lse - (x[label] - mx);
   }
   return 0;
 }

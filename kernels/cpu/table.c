@@ -37,6 +37,11 @@ static const aq_kernel_desc_t *const all[] = {
     &aq_cpu_avg_pool_bwd_desc,
     &aq_cpu_batch_norm_desc,
     &aq_cpu_batch_norm_bwd_desc,
+    &aq_cpu_add_desc,
+    &aq_cpu_sub_desc,
+    &aq_cpu_mul_desc,
+    &aq_cpu_reduce_sum_desc,
+    &aq_cpu_reduce_mean_desc,
 };
 
 static aq_kernel_desc_t kernels[sizeof(all) / sizeof(all[0])];

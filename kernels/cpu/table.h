@@ -53,5 +53,10 @@ extern const aq_kernel_desc_t aq_cpu_avg_pool_desc;
 extern const aq_kernel_desc_t aq_cpu_avg_pool_bwd_desc;
 extern const aq_kernel_desc_t aq_cpu_batch_norm_desc;
 extern const aq_kernel_desc_t aq_cpu_batch_norm_bwd_desc;
+extern const aq_kernel_desc_t aq_cpu_add_desc;
+extern const aq_kernel_desc_t aq_cpu_sub_desc;
+extern const aq_kernel_desc_t aq_cpu_mul_desc;
+extern const aq_kernel_desc_t aq_cpu_reduce_sum_desc;
+extern const aq_kernel_desc_t aq_cpu_reduce_mean_desc;
 
 #endif

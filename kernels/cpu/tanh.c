@@ -4,7 +4,7 @@
 #include "kernels/cpu/table.h"
 #include "kernels/cpu/unary.h"
 
-AQ_UNARY_KERNEL(tanh_fwd, tanhf(x))
+AQ_UNARY_KERNEL(tanh_fwd, aq_tanhf(x))
 AQ_UNARY_BWD_KERNEL(tanh_bwd, dy * (1.0f - x * x))
 
 const aq_kernel_desc_t aq_cpu_tanh_desc = {AQ_KERNEL_TANH, tanh_fwd, sizeof(aq_unary_args_t), 8, 0, 0};

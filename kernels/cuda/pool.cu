@@ -1,58 +1,83 @@
-// 2-D max and average pooling, a thread per (n, c) plane.
+// 2-D max and average pooling over (n, c) planes, forward and backward, as
+// the CPU kernels define them (max-pool saves the argmax, -1 and y = 0 for a
+// window of padding only; average divides by kh * kw, padding included).
+// Forward: a thread per output; backward: a thread per input element,
+// gathering the windows that cover it (no atomics). Grid-stride: any launch.
 #include "common.cuh"
 
-__device__ inline void pool_plane(const aq_pool_args_t &a, int64_t pl, bool max) {
-  const float *x = a.x + pl * a.h * a.w;
-  for (int64_t p = 0; p < a.p; ++p)
-    for (int64_t q = 0; q < a.q; ++q) {
-      float best = -3.402823466e38f, sum = 0.0f;
-      int32_t arg = -1;
-      for (int32_t i = 0; i < a.kh; ++i)
-        for (int32_t j = 0; j < a.kw; ++j) {
-          int64_t ih = p * a.stride_h - a.pad_h + i, iw = q * a.stride_w - a.pad_w + j;
-          if (ih < 0 || ih >= a.h || iw < 0 || iw >= a.w) continue;
-          float v = x[ih * a.w + iw];
-          sum += v;
-          if (v > best) best = v, arg = (int32_t)(ih * a.w + iw);
-        }
-      int64_t o = pl * a.p * a.q + p * a.q + q;
-      if (max) a.y[o] = arg >= 0 ? best : 0.0f, a.argmax[o] = arg;
-      else a.y[o] = sum / (float)(a.kh * a.kw);
-    }
+namespace pool {
+
+__device__ inline bool valid(const aq_pool_args_t &a) {
+  return a.planes > 0 && a.h > 0 && a.w > 0 && a.p > 0 && a.q > 0 && a.kh > 0 && a.kw > 0 && a.stride_h > 0 &&
+         a.stride_w > 0 && a.pad_h >= 0 && a.pad_w >= 0;
 }
 
-__device__ inline void pool_plane_bwd(const aq_pool_args_t &a, int64_t pl, bool max) {
-  float *dx = a.dx + pl * a.h * a.w;
-  for (int64_t i = 0; i < a.h * a.w; ++i) dx[i] = 0.0f;
-  for (int64_t p = 0; p < a.p; ++p)
-    for (int64_t q = 0; q < a.q; ++q) {
-      int64_t o = pl * a.p * a.q + p * a.q + q;
-      if (max) {
-        if (a.argmax[o] >= 0) dx[a.argmax[o]] += a.dy[o];
-        continue;
+__device__ inline void forward(const aq_pool_args_t &a, bool max) {
+  const int64_t total = a.planes * a.p * a.q;
+  for (int64_t o = grid_thread(); o < total; o += grid_threads()) {
+    const int64_t q = o % a.q, p = (o / a.q) % a.p, pl = o / (a.p * a.q);
+    const float *x = a.x + pl * a.h * a.w;
+    float best = -3.402823466e38f, sum = 0.0f;
+    int32_t arg = -1;
+    for (int32_t i = 0; i < a.kh; ++i) {
+      const int64_t ih = p * a.stride_h - a.pad_h + i;
+      if (ih < 0 || ih >= a.h) continue;
+      for (int32_t j = 0; j < a.kw; ++j) {
+        const int64_t iw = q * a.stride_w - a.pad_w + j;
+        if (iw < 0 || iw >= a.w) continue;
+        const float v = x[ih * a.w + iw];
+        sum += v;
+        if (v > best) best = v, arg = (int32_t)(ih * a.w + iw);
       }
-      float g = a.dy[o] / (float)(a.kh * a.kw);
-      for (int32_t i = 0; i < a.kh; ++i)
-        for (int32_t j = 0; j < a.kw; ++j) {
-          int64_t ih = p * a.stride_h - a.pad_h + i, iw = q * a.stride_w - a.pad_w + j;
-          if (ih >= 0 && ih < a.h && iw >= 0 && iw < a.w) dx[ih * a.w + iw] += g;
-        }
     }
+    if (max) a.y[o] = arg >= 0 ? best : 0.0f, a.argmax[o] = arg;
+    else a.y[o] = sum / (float)(a.kh * a.kw);
+  }
 }
+
+// Outputs along one axis whose window covers input i: lo..hi inclusive.
+__device__ inline void covering(int64_t i, int64_t pad, int32_t k, int32_t stride, int64_t outs, int64_t &lo,
+                                int64_t &hi) {
+  const int64_t t = i + pad; /* o * stride <= t <= o * stride + k - 1 */
+  lo = t - k + 1 <= 0 ? 0 : (t - k + 1 + stride - 1) / stride;
+  hi = t / stride;
+  if (hi > outs - 1) hi = outs - 1;
+}
+
+__device__ inline void backward(const aq_pool_args_t &a, bool max) {
+  const int64_t total = a.planes * a.h * a.w;
+  const float inv = 1.0f / (float)(a.kh * a.kw);
+  for (int64_t e = grid_thread(); e < total; e += grid_threads()) {
+    const int64_t iw = e % a.w, ih = (e / a.w) % a.h, pl = e / (a.h * a.w);
+    int64_t p0, p1, q0, q1;
+    covering(ih, a.pad_h, a.kh, a.stride_h, a.p, p0, p1);
+    covering(iw, a.pad_w, a.kw, a.stride_w, a.q, q0, q1);
+    const int32_t me = (int32_t)(ih * a.w + iw);
+    float g = 0.0f;
+    for (int64_t p = p0; p <= p1; ++p)
+      for (int64_t q = q0; q <= q1; ++q) {
+        const int64_t o = (pl * a.p + p) * a.q + q;
+        if (max) {
+          if (a.argmax[o] == me) g += a.dy[o];
+        } else {
+          g += a.dy[o] * inv;
+        }
+      }
+    a.dx[e] = g;
+  }
+}
+
+}  // namespace pool
 
 AQ_KERNEL void aq_max_pool2d_f32(aq_pool_args_t a) {
-  int64_t pl = global_x();
-  if (pl < a.planes) pool_plane(a, pl, true);
+  if (a.x && a.y && a.argmax && pool::valid(a)) pool::forward(a, true);
 }
 AQ_KERNEL void aq_avg_pool2d_f32(aq_pool_args_t a) {
-  int64_t pl = global_x();
-  if (pl < a.planes) pool_plane(a, pl, false);
+  if (a.x && a.y && pool::valid(a)) pool::forward(a, false);
 }
 AQ_KERNEL void aq_max_pool2d_bwd_f32(aq_pool_args_t a) {
-  int64_t pl = global_x();
-  if (pl < a.planes) pool_plane_bwd(a, pl, true);
+  if (a.dy && a.dx && a.argmax && pool::valid(a)) pool::backward(a, true);
 }
 AQ_KERNEL void aq_avg_pool2d_bwd_f32(aq_pool_args_t a) {
-  int64_t pl = global_x();
-  if (pl < a.planes) pool_plane_bwd(a, pl, false);
+  if (a.dy && a.dx && pool::valid(a)) pool::backward(a, false);
 }

@@ -16,6 +16,11 @@ typedef struct cuda_agent {
   CUdevice device;
   CUcontext context;
   _Atomic int faulted; /* a sticky error: the agent needs a reset */
+  int concurrent_managed; /* prefetch and advice work on this GPU */
+  /* Copy streams, apart from the kernel queues: [0] to the GPU, [1] from it.
+   * The mutex keeps each copy's waits, copy and completion write together. */
+  CUstream copy_streams[2];
+  pthread_mutex_t copy_mutex;
 } cuda_agent_t;
 
 /* A kernel as one agent runs it; its handle is the packet's kernel_object. */
@@ -55,6 +60,16 @@ typedef struct cuda_queue {
 CUdeviceptr cuda_signal_address(const aq_signal_slot_t *slot);
 
 void *cuda_queue_main(void *arg);
+
+/* aquila/unified.h on CUDA memory (cuda_memory.c). */
+aq_status_t cuda_copy_streams_create(cuda_agent_t *a);
+void cuda_copy_streams_destroy(cuda_agent_t *a);
+aq_status_t cuda_copy_async(aq_region_impl_t *region, void *dst, const void *src, size_t size,
+                            aq_signal_slot_t *const *deps, uint32_t num_deps, aq_signal_slot_t *completion);
+aq_status_t cuda_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,
+                          aq_signal_slot_t *completion);
+aq_status_t cuda_advise(aq_region_impl_t *region, const void *ptr, size_t size, int advice,
+                        aq_agent_impl_t *agent);
 
 /* Makes the agent's context current on this thread. */
 int cuda_bind(cuda_agent_t *a);

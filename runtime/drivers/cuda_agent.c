@@ -78,6 +78,13 @@ static aq_status_t add_agent(int ordinal) {
   cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
   cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
   cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+  cu.cuDeviceGetAttribute(&a->concurrent_managed, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, d);
+  aq_status_t s = cuda_copy_streams_create(a);
+  if (s != AQ_OK) {
+    cu.cuDevicePrimaryCtxRelease(d);
+    free(a);
+    return s;
+  }
   size_t free_bytes = 0, total = 0;
   cu.cuMemGetInfo(&free_bytes, &total);
   aq_agent_info_t info = {.kind = AQ_AGENT_KIND_GPU, .numa_node = numa_of(d), .compute_units = (uint32_t)sms,
@@ -87,7 +94,13 @@ static aq_status_t add_agent(int ordinal) {
   cu.cuDeviceGetName(info.device, sizeof(info.device), d);
   snprintf(info.driver, sizeof(info.driver), "cuda");
   snprintf(info.isa, sizeof(info.isa), "sm_%d%d", major, minor);
-  AQ_RETURN_IF_ERROR(aq_agent_register(&aq_driver_cuda, &info, a, &a->agent));
+  s = aq_agent_register(&aq_driver_cuda, &info, a, &a->agent);
+  if (s != AQ_OK) {
+    cuda_copy_streams_destroy(a);
+    cu.cuDevicePrimaryCtxRelease(d);
+    free(a);
+    return s;
+  }
   agents[agent_count++] = a;
   return add_regions(a, total);
 }
@@ -108,6 +121,8 @@ static aq_status_t cuda_start(void) {
 }
 
 static void cuda_stop(void) {
+  /* Copies still in flight write signals: finish them before the pool goes. */
+  for (uint32_t i = 0; i < agent_count; ++i) cuda_copy_streams_destroy(agents[i]);
   atomic_store(&aq_signal_device_writers, 0);
   if (pool_registered) cu.cuMemHostUnregister(aq_signal_pool.slots);
   pool_registered = 0;
@@ -209,6 +224,9 @@ const aq_driver_t aq_driver_cuda = {
     .co_load = cuda_co_load,
     .co_unload = cuda_co_unload,
     .co_kernel_at = cuda_co_kernel_at,
+    .copy_async = cuda_copy_async,
+    .prefetch = cuda_prefetch,
+    .advise = cuda_advise,
 };
 
 /* ---- code objects: cubin (ELF, machine EM_CUDA) or fatbin ---------------- */
@@ -264,6 +282,13 @@ aq_status_t cuda_co_load(const char *path, const void *bytes, size_t size, void 
       size_t off = 0, psize = 0;
       k->function = fns[i];
       k->agent = agents[a];
+      /* Load every kernel now: under lazy loading (CUDA's default) a
+       * kernel's first launch synchronizes the context, and would wait for
+       * any stream blocked in a barrier's wait on a signal that only this
+       * kernel's completion satisfies: a deadlock. */
+      if (cu.cuFuncLoad && cu.cuFuncLoad(fns[i]) != CUDA_SUCCESS)
+        s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cannot load kernel %u", path, i);
+      if (s != AQ_OK) break;
       cu.cuFuncGetName(&k->name, fns[i]);
       if (cu.cuFuncGetParamInfo(fns[i], 0, &off, &psize) == CUDA_SUCCESS) k->kernarg_size = (uint32_t)(off + psize);
       s = aq_handle_alloc(&kernel_table, k, &k->handle);

@@ -27,6 +27,8 @@ int cuda_api_load(char *why, size_t size) {
       SYM(cuMemFree, "cuMemFree_v2"), SYM(cuMemFreeHost, "cuMemFreeHost"),
       SYM(cuMemHostRegister, "cuMemHostRegister_v2"), SYM(cuMemHostUnregister, "cuMemHostUnregister"),
       SYM(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"), SYM(cuMemcpy, "cuMemcpy"),
+      SYM(cuMemcpyAsync, "cuMemcpyAsync"), SYM(cuMemPrefetchAsync, "cuMemPrefetchAsync_v2"),
+      SYM(cuMemAdvise, "cuMemAdvise_v2"),
       SYM(cuStreamCreate, "cuStreamCreate"), SYM(cuStreamDestroy, "cuStreamDestroy_v2"),
       SYM(cuStreamSynchronize, "cuStreamSynchronize"), SYM(cuStreamQuery, "cuStreamQuery"),
       SYM(cuStreamWaitValue64, "cuStreamWaitValue64_v2"), SYM(cuStreamWriteValue64, "cuStreamWriteValue64_v2"),
@@ -46,6 +48,7 @@ int cuda_api_load(char *why, size_t size) {
     }
     *(void **)((char *)&cu + syms[i].offset) = f;
   }
+  *(void **)&cu.cuFuncLoad = dlsym(h, "cuFuncLoad");
   lib = h;
   return 0;
 }

@@ -15,6 +15,10 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef uint64_t CUdeviceptr;
 typedef void (*CUhostFn)(void *user);
+typedef struct CUmemLocation {
+  int type; /* CU_MEM_LOCATION_TYPE_* */
+  int id;
+} CUmemLocation;
 
 enum {
   CUDA_SUCCESS = 0,
@@ -31,6 +35,9 @@ enum {
   CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+  CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89,
+  CU_MEM_LOCATION_TYPE_DEVICE = 1,
+  CU_MEM_LOCATION_TYPE_HOST = 2,
 };
 #define CU_LAUNCH_PARAM_END ((void *)0x00)
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
@@ -57,6 +64,9 @@ typedef struct cuda_api {
   CUresult (*cuMemHostUnregister)(void *);
   CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
   CUresult (*cuMemcpy)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemPrefetchAsync)(CUdeviceptr, size_t, CUmemLocation, unsigned, CUstream);
+  CUresult (*cuMemAdvise)(CUdeviceptr, size_t, int, CUmemLocation);
   CUresult (*cuStreamCreate)(CUstream *, unsigned);
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
@@ -72,6 +82,8 @@ typedef struct cuda_api {
   CUresult (*cuModuleEnumerateFunctions)(CUfunction *, unsigned, CUmodule);
   CUresult (*cuFuncGetName)(const char **, CUfunction);
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+  /* Optional (NULL on drivers before CUDA 12.4). */
+  CUresult (*cuFuncLoad)(CUfunction);
 } cuda_api_t;
 
 extern cuda_api_t cu;

@@ -7,6 +7,7 @@
  * (its slot reusable) once it is on the stream. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "runtime/drivers/cuda.h"
 #include "runtime/fault.h"
@@ -23,14 +24,19 @@ static uint32_t packet_fault(cuda_queue_t *cq, aq_status_t s, const char *what, 
  * (the ends of a graph's streams), to keep it off the per-kernel path. */
 static void notify_host(void *slot) { aq_signal_slot_notify(slot); }
 
-/* Forgets completions the stream has written. */
-static void reap(cuda_queue_t *cq) {
+/* Forgets completions the stream has written, waking whoever sleeps on
+ * them (a stream's write wakes nobody by itself); returns how many. */
+static int reap(cuda_queue_t *cq) {
+  int n = 0;
   while (cq->pending_count) {
     cuda_pending_t *p = &cq->pending[cq->pending_head];
     if (atomic_load(&p->slot->value) > p->next) break;
+    aq_signal_slot_notify(p->slot);
     cq->pending_head = (cq->pending_head + 1) % CUDA_PENDING_MAX;
     cq->pending_count--;
+    ++n;
   }
+  return n;
 }
 
 /* After a sticky error the stream writes nothing more: fail what it owed. */
@@ -47,11 +53,14 @@ static void fail_pending(cuda_queue_t *cq, CUresult r) {
   }
 }
 
-static void watch_stream(cuda_queue_t *cq) {
-  reap(cq);
-  if (!cq->pending_count) return;
+/* Reaps; after a while with completions still owed (check_errors), asks
+ * the stream whether it died. Returns how many completions were reaped. */
+static int watch_stream(cuda_queue_t *cq, int check_errors) {
+  int n = reap(cq);
+  if (!cq->pending_count || !check_errors) return n;
   CUresult r = cu.cuStreamQuery(cq->stream);
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) fail_pending(cq, r);
+  return n;
 }
 
 static void complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, int always_notify, const char *what) {
@@ -103,17 +112,47 @@ static uint32_t dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p
   return check_agent(cq, r, k->name);
 }
 
-/* barrier-AND: the stream waits for every dependency to reach zero. */
-static void barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b) {
+/* barrier-AND: the stream waits for every dependency to reach zero. One
+ * already there needs no wait; if it failed, the barrier fails with it (a
+ * dependency that fails later, while the stream waits, reaches zero all the
+ * same: the stream cannot tell). */
+static uint32_t barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b) {
+  uint32_t fault = 0;
   for (int i = 0; i < 5; ++i) {
-    aq_signal_slot_t *s = b->dep_signal[i].handle ? aq_signal_slot(b->dep_signal[i].handle) : NULL;
-    if (s) cu.cuStreamWaitValue64(cq->stream, cuda_signal_address(s), 0, CU_STREAM_WAIT_VALUE_EQ);
+    if (!b->dep_signal[i].handle) continue;
+    aq_signal_slot_t *s = aq_signal_slot(b->dep_signal[i].handle);
+    if (!s)
+      return aq_fault_record(AQ_ERROR_INVALID_PACKET, "barrier dep_signal[%d] 0x%llx is not a live signal", i,
+                             (unsigned long long)b->dep_signal[i].handle);
+    if (atomic_load_explicit(&s->value, memory_order_acquire) == 0) {
+      if (!fault) fault = atomic_load(&s->fault);
+      continue;
+    }
+    cu.cuStreamWaitValue64(cq->stream, cuda_signal_address(s), 0, CU_STREAM_WAIT_VALUE_EQ);
   }
+  return fault;
 }
 
 static int any_met(void *arg) {
   uint32_t fault = 0;
   return aq_barrier_poll(arg, HSA_PACKET_TYPE_BARRIER_OR, &fault) == AQ_BARRIER_MET;
+}
+
+/* barrier-OR: no stream primitive waits for one of several values, so the
+ * processor waits on the host, then the stream goes on. A host completer
+ * wakes it (it watches the signals); a GPU's stream write wakes nobody, so it
+ * also looks every 20 us. */
+static uint32_t barrier_or(cuda_queue_t *cq, const void *p) {
+  uint32_t fault = 0;
+  uint64_t spin = aq_runtime_config()->spin_ns; /* the first time only */
+  aq_barrier_watch(p, &cq->wake);
+  while (aq_barrier_poll(p, HSA_PACKET_TYPE_BARRIER_OR, &fault) != AQ_BARRIER_MET) {
+    if (!atomic_load(&cq->running)) return 0; /* shutting down */
+    fault = 0;
+    aq_wake_wait(&cq->wake, any_met, (void *)p, spin + 20000, spin);
+    spin = 0;
+  }
+  return fault;
 }
 
 static int process(cuda_queue_t *cq) {
@@ -137,14 +176,12 @@ static int process(cuda_queue_t *cq) {
     }
     case HSA_PACKET_TYPE_BARRIER_AND:
       completion = ((const hsa_barrier_and_packet_t *)p)->completion_signal;
-      barrier_and(cq, (const void *)p);
+      fault = barrier_and(cq, (const void *)p);
       is_barrier = 1;
       break;
     case HSA_PACKET_TYPE_BARRIER_OR:
-      /* No stream primitive waits for one of several values: the processor
-       * waits on the host, then the stream goes on. */
       completion = ((const hsa_barrier_or_packet_t *)p)->completion_signal;
-      aq_wake_wait(&cq->wake, any_met, (void *)p, UINT64_MAX, aq_runtime_config()->spin_ns);
+      fault = barrier_or(cq, (const void *)p);
       is_barrier = 1;
       break;
     default:
@@ -173,24 +210,41 @@ static int process(cuda_queue_t *cq) {
   return 1;
 }
 
-static int has_packet(void *arg) {
+/* Work for the processor: a packet, a completion the stream has written
+ * (its waiters need waking), or the end. */
+static int has_work(void *arg) {
   cuda_queue_t *cq = arg;
-  return !atomic_load(&cq->running) ||
-         aq_queue_peek(cq->queue, atomic_load(&cq->queue->read_index)) != HSA_PACKET_TYPE_INVALID;
+  if (!atomic_load(&cq->running) ||
+      aq_queue_peek(cq->queue, atomic_load(&cq->queue->read_index)) != HSA_PACKET_TYPE_INVALID)
+    return 1;
+  if (!cq->pending_count) return 0;
+  const cuda_pending_t *p = &cq->pending[cq->pending_head];
+  return atomic_load(&p->slot->value) <= p->next;
 }
+
+enum { POLL_MIN_NS = 4000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000 };
 
 void *cuda_queue_main(void *arg) {
   cuda_queue_t *cq = arg;
   cuda_bind(cq->agent);
+  /* Our sleeps are short polls of GPU-written signals: keep them short
+   * (Linux lets a 20 us sleep run 50 us late by default). */
+  prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
   atomic_store(&cq->busy, 1);
+  uint64_t poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
   while (atomic_load(&cq->running)) {
-    if (process(cq)) continue;
-    /* Idle: let producers know they must wake us, then sleep on our word,
-     * looking at the stream every millisecond while it owes completions. */
+    if (process(cq)) {
+      poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
+      continue;
+    }
+    /* Idle: let producers know they must wake us. While the stream owes
+     * completions, look at them often at first (a host waiter sleeps until
+     * we wake it), then less and less: a long kernel costs little. */
     atomic_store(&cq->busy, 0);
-    watch_stream(cq);
-    aq_wake_wait(&cq->wake, has_packet, cq, cq->pending_count ? 1000000ull : UINT64_MAX,
-                 aq_runtime_config()->spin_ns);
+    if (watch_stream(cq, poll >= ERROR_CHECK_NS)) poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
+    aq_wake_wait(&cq->wake, has_work, cq, cq->pending_count ? spin + poll : UINT64_MAX, spin);
+    spin = 0;
+    if (cq->pending_count && poll < POLL_MAX_NS) poll *= 2;
     atomic_store(&cq->busy, 1);
   }
   return NULL;

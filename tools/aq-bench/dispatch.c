@@ -3,9 +3,12 @@
  *   empty       an empty kernel, N launches back to back (per launch)
  *   gpu_pair    two dependent kernels, launch to completion seen by the host
  *   cpu_to_gpu  a CPU task, then a GPU kernel waiting on it (barrier-AND on
- *               the CPU task's signal), submit to completion
+ *               the CPU task's signal), submit to completion (median_us) and
+ *               CPU task's end to completion (edge_us); the raw peer: a
+ *               stream waiting on a host word the host then sets
  * The raw peer loads libcuda itself (dlopen): libaquila is not involved. */
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +25,10 @@ static struct {
   int (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
   int (*stream_create)(void **, unsigned);
   int (*stream_sync)(void *);
+  int (*host_register)(void *, size_t, unsigned);
+  int (*host_device_pointer)(uint64_t *, void *, unsigned);
+  int (*wait_value)(void *, uint64_t, uint64_t, unsigned);
+  int (*write_value)(void *, uint64_t, uint64_t, unsigned);
 } raw;
 
 static int load_raw(const char *fatbin_path, void **fn, void **stream) {
@@ -36,6 +43,10 @@ static int load_raw(const char *fatbin_path, void **fn, void **stream) {
   *(void **)&raw.launch = dlsym(h, "cuLaunchKernel");
   *(void **)&raw.stream_create = dlsym(h, "cuStreamCreate");
   *(void **)&raw.stream_sync = dlsym(h, "cuStreamSynchronize");
+  *(void **)&raw.host_register = dlsym(h, "cuMemHostRegister_v2");
+  *(void **)&raw.host_device_pointer = dlsym(h, "cuMemHostGetDevicePointer_v2");
+  *(void **)&raw.wait_value = dlsym(h, "cuStreamWaitValue64_v2");
+  *(void **)&raw.write_value = dlsym(h, "cuStreamWriteValue64_v2");
   FILE *f = fopen(fatbin_path, "rb");
   if (!f) return -1;
   fseek(f, 0, SEEK_END);
@@ -62,9 +73,44 @@ static void emit(const char *impl, const char *c, double us, double ratio, int r
   bench_json_end(&j);
 }
 
+/* The CPU task: notes when it ran, so the edge itself (CPU task done -> GPU
+ * kernel done, seen by the host) is measured beside the whole chain. */
+static _Atomic uint64_t cpu_task_ns;
 static aq_status_t host_nop(void *r, uint64_t a, uint64_t b, uint64_t c) {
   (void)r, (void)a, (void)b, (void)c;
+  atomic_store(&cpu_task_ns, bench_now_ns());
   return AQ_OK;
+}
+
+/* The raw peer of a CPU -> GPU edge: the stream waits on a host word, runs
+ * the kernel and writes a second word; the host sets the first and polls the
+ * second. Median microseconds, 0 if the stream memory operations are missing. */
+static double raw_host_to_gpu(void *fn, void *stream, double *lat, int iters, int reps) {
+  static _Alignas(64) volatile uint64_t words[8];
+  uint64_t dev = 0;
+  if (!raw.host_register || !raw.wait_value || !raw.write_value ||
+      raw.host_register((void *)words, sizeof(words), 2 /* DEVICEMAP */) ||
+      raw.host_device_pointer(&dev, (void *)words, 0))
+    return 0;
+  double *med = calloc((size_t)reps, sizeof(double));
+  for (int rep = 0; rep < reps; ++rep) {
+    for (int i = 0; i < iters; ++i) {
+      words[0] = 1, words[1] = 1;
+      raw.wait_value(stream, dev, 0, 1 /* EQ */);
+      raw.launch(fn, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL);
+      raw.write_value(stream, dev + 8, 0, 0);
+      uint64_t t0 = bench_now_ns();
+      __atomic_store_n(&words[0], 0, __ATOMIC_RELEASE);
+      while (__atomic_load_n(&words[1], __ATOMIC_ACQUIRE) != 0) {
+      }
+      lat[i] = (double)(bench_now_ns() - t0) / 1e3;
+    }
+    raw.stream_sync(stream);
+    med[rep] = bench_median(lat, (size_t)iters);
+  }
+  double m = bench_median(med, (size_t)reps);
+  free(med);
+  return m;
 }
 
 int aq_bench_dispatch(int argc, char **argv) {
@@ -128,7 +174,7 @@ int aq_bench_dispatch(int argc, char **argv) {
   emit("aquila", "empty", ma, ma / mr, reps);
   /* gpu_pair: two dependent kernels (in order on one queue / stream) */
   enum { ITERS = 2000 };
-  double *lat = calloc(ITERS, sizeof(double));
+  double *lat = calloc(ITERS, sizeof(double)), *edge = calloc(ITERS, sizeof(double));
   for (int rep = 0; rep < reps; ++rep) {
     for (int i = 0; i < ITERS; ++i) {
       aq_signal_store(s1, 1);
@@ -155,33 +201,63 @@ int aq_bench_dispatch(int argc, char **argv) {
   ma = bench_median(a, (size_t)reps), mr = bench_median(r, (size_t)reps);
   emit("cuda", "gpu_pair", mr, 0, reps);
   emit("aquila", "gpu_pair", ma, ma / mr, reps);
-  /* cpu_to_gpu: host task -> barrier-AND on the GPU queue -> kernel */
-  for (int rep = 0; rep < reps; ++rep) {
-    for (int i = 0; i < ITERS; ++i) {
-      aq_signal_store(s1, 1);
-      aq_signal_store(s2, 1);
-      hsa_barrier_and_packet_t b;
-      memset(&b, 0, sizeof(b));
-      b.header = aq_packet_header(HSA_PACKET_TYPE_BARRIER_AND, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
-      b.dep_signal[0].handle = s1.handle;
-      aq_queue_submit(qg, &b, AQ_TIMEOUT_INFINITE, NULL);
-      p.completion_signal.handle = s2.handle;
-      aq_queue_submit(qg, &p, AQ_TIMEOUT_INFINITE, NULL);
-      hsa_agent_dispatch_packet_t h;
-      memset(&h, 0, sizeof(h));
-      h.header = aq_packet_header(HSA_PACKET_TYPE_AGENT_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
-      h.type = AQ_AGENT_DISPATCH_HOST_CALL;
-      h.arg[0] = (uint64_t)(uintptr_t)host_nop;
-      h.completion_signal.handle = s1.handle;
-      uint64_t t0 = bench_now_ns();
-      aq_queue_submit(qc, &h, AQ_TIMEOUT_INFINITE, NULL);
-      aq_signal_wait(s2, AQ_SIGNAL_EQ, 0, AQ_TIMEOUT_INFINITE, NULL);
-      lat[i] = (double)(bench_now_ns() - t0) / 1e3;
+  /* cpu_to_gpu: host task -> barrier-AND on the GPU queue -> kernel. Two
+   * ways: "racing", all three packets submitted back to back (the GPU queue's
+   * processor is still putting the barrier and kernel on the stream when the
+   * CPU task ends), and "prequeued", the CPU task submitted once the GPU side
+   * is on the stream (as in a graph whose CPU task takes a while). */
+  for (int prequeued = 0; prequeued < 2; ++prequeued) {
+    for (int rep = 0; rep < reps; ++rep) {
+      for (int i = 0; i < ITERS; ++i) {
+        aq_signal_store(s1, 1);
+        aq_signal_store(s2, 1);
+        hsa_barrier_and_packet_t b;
+        memset(&b, 0, sizeof(b));
+        b.header = aq_packet_header(HSA_PACKET_TYPE_BARRIER_AND, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+        b.dep_signal[0].handle = s1.handle;
+        aq_queue_submit(qg, &b, AQ_TIMEOUT_INFINITE, NULL);
+        p.completion_signal.handle = s2.handle;
+        aq_queue_submit(qg, &p, AQ_TIMEOUT_INFINITE, NULL);
+        if (prequeued) aq_queue_wait_idle(qg, AQ_TIMEOUT_INFINITE);
+        hsa_agent_dispatch_packet_t h;
+        memset(&h, 0, sizeof(h));
+        h.header = aq_packet_header(HSA_PACKET_TYPE_AGENT_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+        h.type = AQ_AGENT_DISPATCH_HOST_CALL;
+        h.arg[0] = (uint64_t)(uintptr_t)host_nop;
+        h.completion_signal.handle = s1.handle;
+        uint64_t t0 = bench_now_ns();
+        aq_queue_submit(qc, &h, AQ_TIMEOUT_INFINITE, NULL);
+        aq_signal_wait(s2, AQ_SIGNAL_EQ, 0, AQ_TIMEOUT_INFINITE, NULL);
+        uint64_t t1 = bench_now_ns();
+        lat[i] = (double)(t1 - t0) / 1e3;
+        edge[i] = (double)(t1 - atomic_load(&cpu_task_ns)) / 1e3;
+      }
+      a[rep] = bench_median(lat, ITERS);
+      r[rep] = bench_median(edge, ITERS);
     }
-    a[rep] = bench_median(lat, ITERS);
+    /* median_us: CPU task submitted -> GPU kernel's completion seen by the
+     * host; edge_us: from the end of the CPU task to the same point. */
+    double peer = prequeued ? raw_host_to_gpu(rfn, rstream, lat, ITERS, reps) : 0;
+    bench_json_t j;
+    if (peer > 0) {
+      bench_json_begin(&j, "dispatch", "cuda");
+      bench_json_str(&j, "case", "cpu_to_gpu");
+      bench_json_str(&j, "gpu_side", "prequeued");
+      bench_json_num(&j, "median_us", peer);
+      bench_json_num(&j, "edge_us", peer);
+      bench_json_int(&j, "reps", reps);
+      bench_json_end(&j);
+    }
+    bench_json_begin(&j, "dispatch", "aquila");
+    bench_json_str(&j, "case", "cpu_to_gpu");
+    bench_json_str(&j, "gpu_side", prequeued ? "prequeued" : "racing");
+    bench_json_num(&j, "median_us", bench_median(a, (size_t)reps));
+    bench_json_num(&j, "edge_us", bench_median(r, (size_t)reps));
+    if (peer > 0) bench_json_num(&j, "ratio", bench_median(r, (size_t)reps) / peer);
+    bench_json_int(&j, "reps", reps);
+    bench_json_end(&j);
   }
-  emit("aquila", "cpu_to_gpu", bench_median(a, (size_t)reps), 0, reps);
-  free(a), free(r), free(lat);
+  free(a), free(r), free(lat), free(edge);
   aq_queue_wait_idle(qg, AQ_TIMEOUT_INFINITE);
   aq_shut_down();
   return 0;

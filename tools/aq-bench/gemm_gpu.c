@@ -1,113 +1,250 @@
-/* aq-bench gemm --agent gpu: aq_matmul_f32 through a GPU agent's queue
- * against cuBLAS's SGEMM (libcublas, loaded by the benchmark only) in the
- * same process, on the same device buffers. fp32 only (no TF32). */
+/* aq-bench gemm --agent gpu: Aquila's GPU matmul kernels (aq_matmul_f32, exact
+ * fp32 on FFMA; aq_matmul_bf16, tensor cores, fp32 accumulate and C) through a
+ * GPU agent's queue, against cuBLAS in the same process on the same device
+ * buffers: cublasSgemm (default math mode: no TF32) and cublasGemmEx (bf16
+ * A / B, fp32 C, CUBLAS_COMPUTE_32F). cuBLAS is loaded by this benchmark only
+ * (dlopen of libcublas); without it the aquila lines come alone.
+ *
+ * aq_bench_gemm (gemm.c) calls aq_bench_gemm_gpu when --agent gpu is given.
+ * Options: --sizes 1024,2048,4096,8192  --dtype f32|bf16|all (default all)
+ *          --bf16-kernel NAME (aq_matmul_bf16, or a candidate shape built
+ *          beside it: aq_matmul_bf16_eight3, _wide16, _tall16)
+ *          --reps R (default 7; each rep times `inner` back-to-back GEMMs,
+ *          more for small n, so launch latency does not dominate).
+ * Each aquila line also carries max_rel_diff: the largest difference from
+ * cuBLAS's C, over the largest |C| (a check that the timed kernel is right). */
 #include <dlfcn.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "aquila/aquila.h"
+#include "aquila/ops.h"
+#include "aquila/ops_gpu.h"
 #include "bench.h"
 
 typedef int (*cublas_create_t)(void **);
 typedef int (*cublas_sgemm_t)(void *, int, int, int, int, int, const float *, const float *, int, const float *, int,
                               const float *, float *, int);
+typedef int (*cublas_gemm_ex_t)(void *, int, int, int, int, int, const void *, const void *, int, int, const void *,
+                                int, int, const void *, void *, int, int, int, int);
 typedef int (*ctx_sync_t)(void);
+enum { CUDA_R_32F = 0, CUDA_R_16BF = 14, CUBLAS_COMPUTE_32F = 68, CUBLAS_GEMM_DEFAULT = -1 };
+
+#define CHECK(expr)                                                                                     \
+  do {                                                                                                  \
+    aq_status_t s_ = (expr);                                                                            \
+    if (s_ != AQ_OK) {                                                                                  \
+      fprintf(stderr, "aq-bench gemm: %s: %s: %s\n", #expr, aq_status_string(s_), aq_last_error());    \
+      return 1;                                                                                         \
+    }                                                                                                   \
+  } while (0)
+
+typedef struct {
+  cublas_sgemm_t sgemm;
+  cublas_gemm_ex_t gemm_ex;
+  ctx_sync_t sync;
+  void *handle;
+} cublas_t;
+
+static void load_cublas(cublas_t *cb) {
+  memset(cb, 0, sizeof(*cb));
+  const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"};
+  void *lib = NULL;
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !lib; ++i) lib = dlopen(names[i], RTLD_NOW);
+  void *cu = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!lib || !cu) {
+    fprintf(stderr, "aq-bench gemm: no cuBLAS (%s); aquila alone\n", dlerror());
+    return;
+  }
+  cublas_create_t create = (cublas_create_t)dlsym(lib, "cublasCreate_v2");
+  cb->sgemm = (cublas_sgemm_t)dlsym(lib, "cublasSgemm_v2");
+  cb->gemm_ex = (cublas_gemm_ex_t)dlsym(lib, "cublasGemmEx");
+  cb->sync = (ctx_sync_t)dlsym(cu, "cuCtxSynchronize");
+  if (!create || !cb->sgemm || !cb->gemm_ex || !cb->sync || create(&cb->handle)) {
+    fprintf(stderr, "aq-bench gemm: cuBLAS did not start; aquila alone\n");
+    cb->handle = NULL;
+  }
+}
+
+static int cublas_run(cublas_t *cb, int bf16, int64_t n, const void *a, const void *b, float *c) {
+  const float one = 1.0f, zero = 0.0f;
+  int s = (int)n;
+  /* Row-major C = A B is column-major C^T = B^T A^T: swap the operands. */
+  if (bf16)
+    return cb->gemm_ex(cb->handle, 0, 0, s, s, s, &one, b, CUDA_R_16BF, s, a, CUDA_R_16BF, s, &zero, c, CUDA_R_32F, s,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  return cb->sgemm(cb->handle, 0, 0, s, s, s, &one, (const float *)b, s, (const float *)a, s, &zero, c, s);
+}
+
+/* Candidate shapes of the bf16 kernel: name, threads a block, tile rows x columns. */
+static const struct { const char *name; uint32_t threads, bm, bn; } bf16_kernels[] = {
+    {AQ_KERNEL_MATMUL_BF16, AQ_GPU_MATMUL_BF16_THREADS, AQ_GPU_MATMUL_BF16_TILE, AQ_GPU_MATMUL_BF16_TILE},
+    {"aq_matmul_bf16_eight3", 256, 128, 128}, {"aq_matmul_bf16_wide16", 512, 128, 256},
+    {"aq_matmul_bf16_tall16", 512, 256, 128}};
 
 int aq_bench_gemm_gpu(int argc, char **argv) {
-  int reps = (int)bench_arg_int(argc, argv, "reps", 5);
-  const char *sizes = bench_arg(argc, argv, "sizes");
+  const char *bf16_name = bench_arg(argc, argv, "bf16-kernel");
+  size_t bf16_pick = 0;
+  for (size_t i = 0; bf16_name && i < sizeof(bf16_kernels) / sizeof(bf16_kernels[0]); ++i)
+    if (!strcmp(bf16_name, bf16_kernels[i].name)) bf16_pick = i;
+  if (bf16_name && strcmp(bf16_name, bf16_kernels[bf16_pick].name)) {
+    fprintf(stderr, "aq-bench gemm: unknown --bf16-kernel %s\n", bf16_name);
+    return 2;
+  }
+  int reps = (int)bench_arg_int(argc, argv, "reps", 7);
+  const char *sizes = bench_arg(argc, argv, "sizes"), *dtype = bench_arg(argc, argv, "dtype");
   if (!sizes) sizes = "1024,2048,4096,8192";
-  if (aq_init(NULL) != AQ_OK) return fprintf(stderr, "aq-bench gemm: %s\n", aq_last_error()), 1;
+  if (!dtype) dtype = "all";
+  if (reps < 1) reps = 1;
+  CHECK(aq_init(NULL));
   aq_agent_t all[64], gpu = {0};
   size_t n;
-  aq_agents(all, 64, &n);
+  CHECK(aq_agents(all, 64, &n));
   for (size_t i = 0; i < n && !gpu.handle; ++i) {
     aq_agent_info_t info;
-    aq_agent_get_info(all[i], &info);
+    CHECK(aq_agent_get_info(all[i], &info));
     if (info.kind == AQ_AGENT_KIND_GPU) gpu = all[i];
   }
-  if (!gpu.handle) return fprintf(stderr, "aq-bench gemm: no GPU agent\n"), 2;
-  void *cb = dlopen("libcublas.so.13", RTLD_NOW);
-  if (!cb) cb = dlopen("libcublas.so.12", RTLD_NOW);
-  void *cu = dlopen("libcuda.so.1", RTLD_NOW);
-  cublas_create_t create = cb ? (cublas_create_t)dlsym(cb, "cublasCreate_v2") : NULL;
-  cublas_sgemm_t sgemm = cb ? (cublas_sgemm_t)dlsym(cb, "cublasSgemm_v2") : NULL;
-  ctx_sync_t sync = cu ? (ctx_sync_t)dlsym(cu, "cuCtxSynchronize") : NULL;
-  void *handle = NULL;
-  if (!create || !sgemm || !sync || create(&handle)) fprintf(stderr, "aq-bench gemm: no cuBLAS; aquila alone\n");
+  if (!gpu.handle) {
+    const char *why = "";
+    aq_driver_status("cuda", &why);
+    fprintf(stderr, "aq-bench gemm: no GPU agent (%s)\n", why ? why : "");
+    aq_shut_down();
+    return 2;
+  }
+  cublas_t cb;
+  load_cublas(&cb);
   aq_code_object_t co;
-  aq_kernel_info_t k;
-  if (aq_code_object_load("kernels-cuda.fatbin", &co) || aq_code_object_find_kernel(co, "aq_matmul_f32", gpu, &k))
-    return fprintf(stderr, "aq-bench gemm: %s\n", aq_last_error()), 1;
+  aq_kernel_info_t k32, k16;
+  CHECK(aq_code_object_load("kernels-cuda.fatbin", &co));
+  CHECK(aq_code_object_find_kernel(co, AQ_KERNEL_MATMUL, gpu, &k32));
+  CHECK(aq_code_object_find_kernel(co, bf16_kernels[bf16_pick].name, gpu, &k16));
   aq_region_t regs[8], dev = {0};
   size_t nr;
-  aq_agent_regions(gpu, regs, 8, &nr);
+  CHECK(aq_agent_regions(gpu, regs, 8, &nr));
   for (size_t i = 0; i < nr; ++i) {
     aq_region_info_t ri;
-    aq_region_get_info(regs[i], &ri);
+    CHECK(aq_region_get_info(regs[i], &ri));
     if (ri.flags & AQ_REGION_DEVICE) dev = regs[i];
   }
   aq_queue_t q;
-  aq_queue_create(gpu, NULL, &q);
+  CHECK(aq_queue_create(gpu, NULL, &q));
   aq_signal_t done;
-  aq_signal_create(0, &done);
+  CHECK(aq_signal_create(0, &done));
   char *list = strdup(sizes), *save = NULL;
   for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    int64_t s = strtoll(tok, NULL, 10);
-    size_t bytes = (size_t)s * (size_t)s * 4;
-    float *a, *b, *c, *host = malloc(bytes);
-    for (size_t i = 0; i < (size_t)s * (size_t)s; ++i) host[i] = (float)(i % 17) * 0.01f;
-    if (aq_memory_allocate(dev, bytes, (void **)&a) || aq_memory_allocate(dev, bytes, (void **)&b) ||
-        aq_memory_allocate(dev, bytes, (void **)&c))
-      return fprintf(stderr, "aq-bench gemm: %s\n", aq_last_error()), 1;
-    aq_memory_copy(a, host, bytes);
-    aq_memory_copy(b, host, bytes);
-    aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = s, .n = s, .k = s, .lda = s, .ldb = s, .ldc = s,
-                             .batch = 1, .alpha = 1.0f};
-    aq_dispatch_shape_t sh = aq_gpu_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args));
-    hsa_kernel_dispatch_packet_t p;
-    memset(&p, 0, sizeof(p));
-    p.header = aq_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
-    p.setup = 3;
-    p.workgroup_size_x = sh.workgroup[0], p.workgroup_size_y = sh.workgroup[1], p.workgroup_size_z = sh.workgroup[2];
-    p.grid_size_x = sh.grid[0], p.grid_size_y = sh.grid[1], p.grid_size_z = sh.grid[2];
-    p.kernel_object = k.kernel_object;
-    p.kernarg_address = &args;
-    p.completion_signal.handle = done.handle;
-    double *ta = calloc((size_t)reps, sizeof(double)), *tb = calloc((size_t)reps, sizeof(double));
-    const float one = 1.0f, zero = 0.0f;
-    for (int r = -1; r < reps; ++r) {
-      aq_signal_store(done, 1);
-      uint64_t t0 = bench_now_ns();
-      aq_queue_submit(q, &p, AQ_TIMEOUT_INFINITE, NULL);
-      aq_signal_wait(done, AQ_SIGNAL_EQ, 0, AQ_TIMEOUT_INFINITE, NULL);
-      if (r >= 0) ta[r] = (double)(bench_now_ns() - t0) / 1e9;
-      if (handle) {
-        t0 = bench_now_ns();
-        /* row-major C = A B is column-major C^T = B^T A^T */
-        sgemm(handle, 0, 0, (int)s, (int)s, (int)s, &one, b, (int)s, a, (int)s, &zero, c, (int)s);
-        sync();
-        if (r >= 0) tb[r] = (double)(bench_now_ns() - t0) / 1e9;
+    const int64_t s = strtoll(tok, NULL, 10);
+    if (s <= 0) continue;
+    const size_t count = (size_t)s * (size_t)s, bytes = count * 4;
+    float *host = malloc(bytes), *ca = malloc(bytes), *cc = malloc(bytes);
+    uint16_t *host16 = malloc(count * 2);
+    unsigned seed = 7;
+    for (size_t i = 0; i < count; ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      host[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+      host16[i] = aq_f32_to_bf16(host[i]);
+    }
+    void *a, *b, *c, *c_peer;
+    CHECK(aq_memory_allocate(dev, bytes, &a));
+    CHECK(aq_memory_allocate(dev, bytes, &b));
+    CHECK(aq_memory_allocate(dev, bytes, &c));
+    CHECK(aq_memory_allocate(dev, bytes, &c_peer));
+    /* Enough GEMMs a rep for ~20 ms of work at 50 TFLOP/s, at least 1. */
+    const double flops = 2.0 * (double)s * (double)s * (double)s;
+    int inner = (int)(1e12 / flops);
+    inner = inner < 1 ? 1 : inner > 50 ? 50 : inner;
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+      if (strcmp(dtype, "all") && strcmp(dtype, bf16 ? "bf16" : "f32")) continue;
+      /* Both operands hold the same random matrix: C = A A. */
+      CHECK(aq_memory_copy(a, bf16 ? (void *)host16 : (void *)host, bf16 ? count * 2 : bytes));
+      CHECK(aq_memory_copy(b, bf16 ? (void *)host16 : (void *)host, bf16 ? count * 2 : bytes));
+      aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = s, .n = s, .k = s, .lda = s, .ldb = s, .ldc = s,
+                               .batch = 1, .alpha = 1.0f};
+      aq_dispatch_shape_t sh = aq_gpu_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args));
+      if (bf16) {
+        const uint32_t th = bf16_kernels[bf16_pick].threads, bm = bf16_kernels[bf16_pick].bm, bn = bf16_kernels[bf16_pick].bn;
+        sh = (aq_dispatch_shape_t){{(uint32_t)((s + bn - 1) / bn) * th, (uint32_t)((s + bm - 1) / bm), 1}, {(uint16_t)th, 1, 1}};
       }
+      hsa_kernel_dispatch_packet_t p;
+      memset(&p, 0, sizeof(p));
+      p.header = aq_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+      p.setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
+      p.workgroup_size_x = sh.workgroup[0], p.workgroup_size_y = sh.workgroup[1];
+      p.workgroup_size_z = sh.workgroup[2];
+      p.grid_size_x = sh.grid[0], p.grid_size_y = sh.grid[1], p.grid_size_z = sh.grid[2];
+      p.kernel_object = (bf16 ? k16 : k32).kernel_object;
+      p.kernarg_address = &args;
+      p.completion_signal.handle = done.handle;
+      double *ta = calloc((size_t)reps, sizeof(double)), *tb = calloc((size_t)reps, sizeof(double));
+      int peer_ok = cb.handle != NULL;
+      for (int r = -1; r < reps; ++r) { /* r = -1: warm-up */
+        /* Only the last GEMM of a rep signals: the queue runs them in order,
+         * and a signal has one completer in flight at a time. */
+        CHECK(aq_signal_store(done, 1));
+        uint64_t t0 = bench_now_ns();
+        for (int i = 0; i < inner; ++i) {
+          p.completion_signal.handle = i == inner - 1 ? done.handle : 0;
+          CHECK(aq_queue_submit(q, &p, AQ_TIMEOUT_INFINITE, NULL));
+        }
+        CHECK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, AQ_TIMEOUT_INFINITE, NULL));
+        if (r >= 0) ta[r] = (double)(bench_now_ns() - t0) / 1e9 / inner;
+        if (peer_ok) {
+          t0 = bench_now_ns();
+          for (int i = 0; i < inner && peer_ok; ++i)
+            if (cublas_run(&cb, bf16, s, a, b, c_peer)) peer_ok = 0;
+          if (cb.sync()) peer_ok = 0;
+          if (r >= 0) tb[r] = (double)(bench_now_ns() - t0) / 1e9 / inner;
+          if (!peer_ok) fprintf(stderr, "aq-bench gemm: cuBLAS failed at n=%ld\n", (long)s);
+        }
+      }
+      aq_status_t err = AQ_OK;
+      aq_signal_get_error(done, 1, &err);
+      if (err != AQ_OK) {
+        fprintf(stderr, "aq-bench gemm: %s failed: %s\n", bf16 ? bf16_kernels[bf16_pick].name : AQ_KERNEL_MATMUL,
+                aq_last_error());
+        return 1;
+      }
+      double diff = -1, cmax = 0;
+      if (peer_ok) {
+        CHECK(aq_memory_copy(ca, c, bytes));
+        CHECK(aq_memory_copy(cc, c_peer, bytes));
+        double dmax = 0;
+        for (size_t i = 0; i < count; ++i) {
+          double d = fabs((double)ca[i] - cc[i]);
+          dmax = d > dmax || isnan(d) ? d : dmax;
+          cmax = fabs(cc[i]) > cmax ? fabs(cc[i]) : cmax;
+        }
+        diff = dmax / (cmax > 0 ? cmax : 1);
+      }
+      const double ga = flops / bench_median(ta, (size_t)reps) / 1e9;
+      const double gb = peer_ok ? flops / bench_median(tb, (size_t)reps) / 1e9 : 0;
+      for (int peer = peer_ok ? 1 : 0; peer >= 0; --peer) {
+        bench_json_t j;
+        bench_json_begin(&j, "gemm", peer ? "cublas" : "aquila");
+        bench_json_str(&j, "agent", "gpu");
+        bench_json_str(&j, "dtype", bf16 ? "bf16" : "f32");
+        bench_json_int(&j, "n", s);
+        bench_json_int(&j, "threads", 0);
+        bench_json_num(&j, "gflops", peer ? gb : ga);
+        if (!peer && peer_ok) {
+          bench_json_num(&j, "ratio", ga / gb);
+          bench_json_num(&j, "max_rel_diff", diff);
+          bench_json_num(&j, "max_abs_c", cmax);
+        }
+        bench_json_str(&j, "kernel", peer ? (bf16 ? "cublasGemmEx" : "cublasSgemm")
+                                          : (bf16 ? bf16_kernels[bf16_pick].name : AQ_KERNEL_MATMUL));
+        bench_json_int(&j, "reps", reps);
+        bench_json_int(&j, "gemms_per_rep", inner);
+        bench_json_end(&j);
+      }
+      free(ta), free(tb);
     }
-    double flops = 2.0 * (double)s * s * s, ga = flops / bench_median(ta, (size_t)reps) / 1e9;
-    double gb = handle ? flops / bench_median(tb, (size_t)reps) / 1e9 : 0;
-    for (int peer = handle ? 1 : 0; peer >= 0; --peer) {
-      bench_json_t j;
-      bench_json_begin(&j, "gemm", peer ? "cublas" : "aquila");
-      bench_json_str(&j, "agent", "gpu");
-      bench_json_str(&j, "dtype", "f32");
-      bench_json_int(&j, "n", s);
-      bench_json_int(&j, "threads", 0);
-      bench_json_num(&j, "gflops", peer ? gb : ga);
-      if (!peer && handle) bench_json_num(&j, "ratio", ga / gb);
-      bench_json_int(&j, "reps", reps);
-      bench_json_end(&j);
-    }
-    aq_memory_free(a), aq_memory_free(b), aq_memory_free(c);
-    free(host), free(ta), free(tb);
+    aq_memory_free(a), aq_memory_free(b), aq_memory_free(c), aq_memory_free(c_peer);
+    free(host), free(host16), free(ca), free(cc);
   }
   free(list);
+  aq_signal_destroy(done);
   aq_queue_destroy(q);
   aq_shut_down();
   return 0;

@@ -2,8 +2,11 @@
  * and OpenMP tasks (libgomp) on the same shapes, in one process.
  *   shapes: independent, chain, fanout (1 -> n-2 -> 1), wavefront (2-D
  *   stencil, sqrt(n) x sqrt(n)), random (each task after up to 3 of the 32
- *   before it); empty tasks; Aquila's first run (graph built and
- *   instantiated) and re-runs reported apart.
+ *   before it); empty tasks. Aquila's first run (instantiation: placement,
+ *   memory plan, lowering; then the run) and re-runs are reported apart,
+ *   each a median over --reps; the program's own graph construction is
+ *   build_us_per_task on the first-run line. The placement is AQ_SCHED's
+ *   (eager by default; AQ_SCHED=heft to measure HEFT).
  *   metg: Task Bench's minimum effective task granularity: the smallest
  *   busy-wait duration at which a 1-D stencil (width = cores) still runs at
  *   50% efficiency.
@@ -94,27 +97,41 @@ static aq_status_t aquila_graph(int shape, uint32_t n, double task_us, aq_graph_
   return AQ_OK;
 }
 
-/* Seconds for: build + instantiate + first run (first), and re-runs. */
-static aq_status_t aquila_times(int shape, uint32_t n, double task_us, int reps, double *first, double *rerun) {
-  double t0 = now_s();
-  aq_graph_t *g;
-  aq_exec_t *e = NULL;
-  AQ_RETURN_IF_ERROR_BENCH(aquila_graph(shape, n, task_us, &g));
-  aq_status_t s = aq_graph_instantiate(g, NULL, &e);
-  if (s == AQ_OK) s = aq_exec_run(e);
-  if (s == AQ_OK) s = aq_exec_wait(e, AQ_TIMEOUT_INFINITE);
-  *first = now_s() - t0;
-  double *v = calloc((size_t)reps, sizeof(double));
-  for (int r = 0; s == AQ_OK && r < reps; ++r) {
-    double a = now_s();
-    s = aq_exec_run(e);
+/* Seconds for: the graph's construction (build), instantiate + first run
+ * (first), and re-runs; first and build are medians over reps graphs. */
+static aq_status_t aquila_times(int shape, uint32_t n, double task_us, int reps, double *build, double *first,
+                                double *rerun) {
+  double *v = calloc((size_t)reps, sizeof(double)), *f = calloc((size_t)reps, sizeof(double));
+  double *b = calloc((size_t)reps, sizeof(double));
+  aq_status_t s = v && f && b ? AQ_OK : AQ_ERROR_OUT_OF_MEMORY;
+  for (int k = 0; s == AQ_OK && k < reps; ++k) {
+    double t0 = now_s();
+    aq_graph_t *g;
+    aq_exec_t *e = NULL;
+    s = aquila_graph(shape, n, task_us, &g);
+    if (s != AQ_OK) break;
+    double t1 = now_s();
+    s = aq_graph_instantiate(g, NULL, &e);
+    if (s == AQ_OK) s = aq_exec_run(e);
     if (s == AQ_OK) s = aq_exec_wait(e, AQ_TIMEOUT_INFINITE);
-    v[r] = now_s() - a;
+    b[k] = t1 - t0;
+    f[k] = now_s() - t1;
+    /* re-runs on the last graph only */
+    for (int r = 0; s == AQ_OK && k == reps - 1 && r < reps; ++r) {
+      double a = now_s();
+      s = aq_exec_run(e);
+      if (s == AQ_OK) s = aq_exec_wait(e, AQ_TIMEOUT_INFINITE);
+      v[r] = now_s() - a;
+    }
+    if (e) aq_exec_destroy(e);
+    aq_graph_destroy(g);
   }
-  *rerun = bench_median(v, (size_t)reps);
-  free(v);
-  if (e) aq_exec_destroy(e);
-  aq_graph_destroy(g);
+  if (s == AQ_OK) {
+    *build = bench_median(b, (size_t)reps);
+    *first = bench_median(f, (size_t)reps);
+    *rerun = bench_median(v, (size_t)reps);
+  }
+  free(v), free(f), free(b);
   return s;
 }
 
@@ -306,7 +323,7 @@ static double omp_stencil(uint32_t w, uint32_t steps, double us) {
 }
 
 static void metg(int cores) {
-  static const double durations[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000};
+  static const double durations[] = {0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000};
   const char *impls[3] = {"aquila", "starpu", "openmp"};
   for (int impl = 0; impl < 3; ++impl) {
     double found = -1;
@@ -360,14 +377,27 @@ static void mixed(int reps) {
       aq_op_matmul(g, big, big, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &out);
     }
     aq_exec_t *e;
-    aq_exec_options_t o = {.kernel_agent_kinds = kinds[pl]};
+    /* "heft": HEFT over the performance models (calibrated in the first
+     * runs, kept under AQ_PERF_DIR); the others: one kind of agent alone. */
+    aq_exec_options_t o = {.policy = pl == 0 ? AQ_SCHED_HEFT : AQ_SCHED_DEFAULT, .kernel_agent_kinds = kinds[pl]};
     if (aq_graph_instantiate(g, &o, &e) != AQ_OK) {
       fprintf(stderr, "tasks mixed %s: %s\n", names[pl], aq_last_error());
       aq_graph_destroy(g);
       continue;
     }
+    /* Inputs and constants get data (zeros) before the first run. */
+    void *zeros = calloc(1, (size_t)LARGE * LARGE * sizeof(float));
+    for (uint32_t id = 1; zeros; ++id) {
+      aq_tensor_info_t ti;
+      if (aq_tensor_get_info(g, (aq_tensor_t){id}, &ti) != AQ_OK) break;
+      if (ti.role == AQ_ROLE_INPUT || ti.role == AQ_ROLE_CONSTANT) aq_exec_write(e, (aq_tensor_t){id}, zeros, ti.bytes);
+    }
+    free(zeros);
     double *v = calloc((size_t)reps, sizeof(double));
-    aq_exec_run(e), aq_exec_wait(e, AQ_TIMEOUT_INFINITE);
+    /* warm-up (and, under heft, calibration) runs */
+    for (int r = 0; r < 4; ++r)
+      if (aq_exec_run(e) != AQ_OK || aq_exec_wait(e, AQ_TIMEOUT_INFINITE) != AQ_OK)
+        fprintf(stderr, "tasks mixed %s: %s\n", names[pl], aq_last_error());
     for (int r = 0; r < reps; ++r) {
       double a = now_s();
       aq_exec_run(e);
@@ -436,12 +466,24 @@ int aq_bench_tasks(int argc, char **argv) {
   for (int shape = 0; shape < SHAPES; ++shape) {
     if (only && strcmp(only, shape_names[shape])) continue;
     fprintf(stderr, "tasks: %s, n=%u\n", shape_names[shape], n);
-    double first, rerun;
-    if (aquila_times(shape, n, 0, reps, &first, &rerun) != AQ_OK) {
+    double build, first, rerun;
+    if (aquila_times(shape, n, 0, reps, &build, &first, &rerun) != AQ_OK) {
       fprintf(stderr, "aq-bench tasks: %s\n", aq_last_error());
       return 1;
     }
-    line("aquila", shape_names[shape], "first", n, cores, first * 1e6 / n, 1);
+    /* first: instantiate (placement, memory plan, lowering) + the first run;
+     * the graph's construction by the program is reported apart. */
+    bench_json_t fj;
+    bench_json_begin(&fj, "tasks", "aquila");
+    bench_json_str(&fj, "shape", shape_names[shape]);
+    bench_json_str(&fj, "run", "first");
+    bench_json_int(&fj, "n", n);
+    bench_json_int(&fj, "workers", cores);
+    bench_json_num(&fj, "us_per_task", first * 1e6 / n);
+    bench_json_num(&fj, "build_us_per_task", build * 1e6 / n);
+    bench_json_num(&fj, "with_build_us_per_task", (first + build) * 1e6 / n);
+    bench_json_int(&fj, "reps", reps);
+    bench_json_end(&fj);
     line("aquila", shape_names[shape], "rerun", n, cores, rerun * 1e6 / n, reps);
     /* Each system runs alone: StarPU's workers are paused outside its turn,
      * and OpenMP's spinning threads get time to go to sleep. */

@@ -1,0 +1,135 @@
+/* aquila/unified.h on CUDA memory: asynchronous copies on the agent's copy
+ * streams, prefetch and advice for managed memory.
+ *
+ * A copy is three stream operations kept together under the agent's copy
+ * mutex: a wait for each dependency's signal to reach 0 (on the signal
+ * pool's device mapping), the copy, and a write of the completion signal's
+ * next value, followed by a host function that wakes host waiters. Were two
+ * threads' operations interleaved, one copy could wait on another's
+ * dependencies, which may depend on the first copy: a deadlock. */
+#include <string.h>
+
+#include "runtime/driver.h"
+#include "runtime/drivers/cuda.h"
+#include "runtime/memory.h"
+#include "runtime/status.h"
+
+enum { TO_GPU = 0, FROM_GPU = 1 };
+
+aq_status_t cuda_copy_streams_create(cuda_agent_t *a) {
+  cuda_bind(a);
+  for (int i = 0; i < 2; ++i) {
+    CUresult r = cu.cuStreamCreate(&a->copy_streams[i], CU_STREAM_NON_BLOCKING);
+    if (r != CUDA_SUCCESS) {
+      if (i) cu.cuStreamDestroy(a->copy_streams[0]);
+      a->copy_streams[0] = NULL;
+      return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "cannot create a copy stream: %s", cuda_error(r));
+    }
+  }
+  pthread_mutex_init(&a->copy_mutex, NULL);
+  return AQ_OK;
+}
+
+void cuda_copy_streams_destroy(cuda_agent_t *a) {
+  if (!a->copy_streams[0]) return;
+  cuda_bind(a);
+  for (int i = 0; i < 2; ++i) {
+    cu.cuStreamSynchronize(a->copy_streams[i]);
+    cu.cuStreamDestroy(a->copy_streams[i]);
+    a->copy_streams[i] = NULL;
+  }
+  pthread_mutex_destroy(&a->copy_mutex);
+}
+
+static void notify_host(void *slot) { aq_signal_slot_notify(slot); }
+
+/* After the work is on the stream (mutex held): the completion write, or
+ * nothing when the caller waits for the stream itself. */
+static void complete_on(CUstream stream, aq_signal_slot_t *done) {
+  if (!done) return;
+  int64_t next = atomic_load(&done->value) - 1;
+  cu.cuStreamWriteValue64(stream, cuda_signal_address(done), (uint64_t)next, 0);
+  cu.cuLaunchHostFunc(stream, notify_host, done);
+}
+
+static aq_status_t finish(cuda_agent_t *a, CUstream stream, aq_signal_slot_t *done, const char *what) {
+  pthread_mutex_unlock(&a->copy_mutex);
+  if (done) return AQ_OK;
+  CUresult r = cu.cuStreamSynchronize(stream);
+  return r == CUDA_SUCCESS ? AQ_OK
+                           : aq_error(AQ_ERROR_KERNEL_FAULT, "%s on %s: %s", what, a->agent->info.name, cuda_error(r));
+}
+
+static aq_status_t usable(cuda_agent_t *a, const char *what) {
+  if (atomic_load(&a->faulted))
+    return aq_error(AQ_ERROR_UNAVAILABLE, "%s: GPU %s faulted earlier and needs a reset", what, a->agent->info.name);
+  return AQ_OK;
+}
+
+aq_status_t cuda_copy_async(aq_region_impl_t *region, void *dst, const void *src, size_t size,
+                            aq_signal_slot_t *const *deps, uint32_t num_deps, aq_signal_slot_t *done) {
+  cuda_agent_t *a = region->agent->driver_data;
+  AQ_RETURN_IF_ERROR(usable(a, "aq_memory_copy_async"));
+  uintptr_t d = (uintptr_t)dst, base = 0;
+  size_t bytes = 0;
+  aq_region_impl_t *dr = NULL;
+  /* The core passes the GPU side's region: a destination there is inbound. */
+  int from_gpu = !(aq_memory_find(dst, &dr, &base, &bytes) && dr == region);
+  CUstream stream = a->copy_streams[from_gpu ? FROM_GPU : TO_GPU];
+  cuda_bind(a);
+  pthread_mutex_lock(&a->copy_mutex);
+  for (uint32_t i = 0; i < num_deps; ++i)
+    cu.cuStreamWaitValue64(stream, cuda_signal_address(deps[i]), 0, CU_STREAM_WAIT_VALUE_EQ);
+  CUresult r = cu.cuMemcpyAsync((CUdeviceptr)d, (CUdeviceptr)(uintptr_t)src, size, stream);
+  if (r != CUDA_SUCCESS) {
+    pthread_mutex_unlock(&a->copy_mutex);
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_copy_async of %zu bytes %p -> %p on %s: %s", size, src,
+                    dst, a->agent->info.name, cuda_error(r));
+  }
+  complete_on(stream, done);
+  return finish(a, stream, done, "aq_memory_copy_async");
+}
+
+/* Where a managed range should go for an agent: a GPU's memory, or the host. */
+static CUmemLocation location_of(const aq_agent_impl_t *agent) {
+  if (agent->driver == &aq_driver_cuda)
+    return (CUmemLocation){CU_MEM_LOCATION_TYPE_DEVICE, ((const cuda_agent_t *)agent->driver_data)->device};
+  return (CUmemLocation){CU_MEM_LOCATION_TYPE_HOST, 0};
+}
+
+static aq_status_t managed_ok(cuda_agent_t *a, const char *what) {
+  AQ_RETURN_IF_ERROR(usable(a, what));
+  if (!a->concurrent_managed)
+    return aq_error(AQ_ERROR_UNAVAILABLE, "%s: GPU %s has no concurrent managed access (prefetch and advice)", what,
+                    a->agent->info.name);
+  return AQ_OK;
+}
+
+aq_status_t cuda_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,
+                          aq_signal_slot_t *done) {
+  cuda_agent_t *a = region->agent->driver_data;
+  AQ_RETURN_IF_ERROR(managed_ok(a, "aq_memory_prefetch"));
+  CUmemLocation loc = location_of(dest);
+  CUstream stream = a->copy_streams[loc.type == CU_MEM_LOCATION_TYPE_DEVICE ? TO_GPU : FROM_GPU];
+  cuda_bind(a);
+  pthread_mutex_lock(&a->copy_mutex);
+  CUresult r = cu.cuMemPrefetchAsync((CUdeviceptr)(uintptr_t)ptr, size, loc, 0, stream);
+  if (r != CUDA_SUCCESS) {
+    pthread_mutex_unlock(&a->copy_mutex);
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_prefetch of %zu bytes at %p to %s: %s", size, ptr,
+                    dest->info.name, cuda_error(r));
+  }
+  complete_on(stream, done);
+  return finish(a, stream, done, "aq_memory_prefetch");
+}
+
+aq_status_t cuda_advise(aq_region_impl_t *region, const void *ptr, size_t size, int advice, aq_agent_impl_t *agent) {
+  cuda_agent_t *a = region->agent->driver_data;
+  AQ_RETURN_IF_ERROR(managed_ok(a, "aq_memory_advise"));
+  cuda_bind(a);
+  /* aq_memory_advice_t takes CUDA's numbering (CU_MEM_ADVISE_*). */
+  CUresult r = cu.cuMemAdvise((CUdeviceptr)(uintptr_t)ptr, size, advice, location_of(agent));
+  return r == CUDA_SUCCESS ? AQ_OK
+                           : aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_advise(%p, %zu, %d) for %s: %s", ptr, size,
+                                      advice, agent->info.name, cuda_error(r));
+}

@@ -1,0 +1,200 @@
+/* conv2d (forward, backward data, backward filter + bias), max / avg pooling
+ * and batch norm on the GPU against plain C references, on awkward shapes
+ * with stride, padding and dilation; each op both with its GPU launch shape
+ * (aq_gpu_op_shape) and with the CPU grid the runtime's aq_gpu_shape gives
+ * (one-thread blocks: the kernels' fallback paths). */
+#include "gk.h"
+
+TestSuite(gpu_conv, .init = gk_setup, .fini = gk_teardown);
+
+typedef struct { int64_t n, c, h, w, k, r, s; int32_t sh, sw, ph, pw, dh, dw; } conv_case_t;
+
+static const conv_case_t conv_cases[] = {
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1},
+    {2, 3, 7, 9, 4, 3, 2, 2, 1, 1, 0, 1, 2},
+    {3, 5, 33, 17, 7, 5, 5, 1, 1, 2, 2, 1, 1},
+    {2, 4, 12, 10, 3, 3, 3, 3, 2, 2, 1, 2, 1},
+};
+
+static void conv_case(const conv_case_t *t, int cpu_grid) {
+  aq_conv2d_args_t a = {0};
+  a.n = t->n, a.c = t->c, a.h = t->h, a.wd = t->w, a.k = t->k, a.r = t->r, a.s = t->s;
+  a.stride_h = t->sh, a.stride_w = t->sw, a.pad_h = t->ph, a.pad_w = t->pw, a.dil_h = t->dh, a.dil_w = t->dw;
+  a.p = aq_conv_out(a.h, a.r, a.stride_h, a.pad_h, a.dil_h), a.q = aq_conv_out(a.wd, a.s, a.stride_w, a.pad_w, a.dil_w);
+  const int64_t nx = a.n * a.c * a.h * a.wd, nw = a.k * a.c * a.r * a.s, ny = a.n * a.k * a.p * a.q;
+  float *x = gk_random((size_t)nx, 1), *w = gk_random((size_t)nw, 2), *bias = gk_random((size_t)a.k, 3);
+  float *y = gk_floats((size_t)ny), *dy = gk_random((size_t)ny, 4), *dx = gk_floats((size_t)nx);
+  float *dw = gk_floats((size_t)nw), *db = gk_floats((size_t)a.k);
+  float *ry = calloc((size_t)ny, 4), *rdx = calloc((size_t)nx, 4), *rdw = calloc((size_t)nw, 4), *rdb = calloc((size_t)a.k, 4);
+  double *ay = calloc((size_t)ny, 8), *adx = calloc((size_t)nx, 8), *adw = calloc((size_t)nw, 8), *adb = calloc((size_t)a.k, 8);
+  for (int64_t n = 0; n < a.n; ++n)
+    for (int64_t k = 0; k < a.k; ++k)
+      for (int64_t p = 0; p < a.p; ++p)
+        for (int64_t q = 0; q < a.q; ++q) {
+          int64_t o = ((n * a.k + k) * a.p + p) * a.q + q;
+          ay[o] += bias[k], adb[k] += dy[o];
+          for (int64_t c = 0; c < a.c; ++c)
+            for (int64_t r = 0; r < a.r; ++r)
+              for (int64_t s = 0; s < a.s; ++s) {
+                int64_t ih = p * a.stride_h - a.pad_h + r * a.dil_h, iw = q * a.stride_w - a.pad_w + s * a.dil_w;
+                if (ih < 0 || ih >= a.h || iw < 0 || iw >= a.wd) continue;
+                int64_t xi = ((n * a.c + c) * a.h + ih) * a.wd + iw, wi = ((k * a.c + c) * a.r + r) * a.s + s;
+                ay[o] += (double)w[wi] * x[xi], adx[xi] += (double)w[wi] * dy[o], adw[wi] += (double)x[xi] * dy[o];
+              }
+        }
+  for (int64_t i = 0; i < ny; ++i) ry[i] = (float)ay[i];
+  for (int64_t i = 0; i < nx; ++i) rdx[i] = (float)adx[i];
+  for (int64_t i = 0; i < nw; ++i) rdw[i] = (float)adw[i];
+  for (int64_t i = 0; i < a.k; ++i) rdb[i] = (float)adb[i];
+  a.x = x, a.w = w, a.bias = bias, a.y = y, a.dy = dy, a.dx = dx, a.dw = dw, a.dbias = db;
+  const char *names[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
+  const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
+  for (int i = 0; i < 3; ++i) {
+    aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
+    if (cpu_grid) gk_op(names[i], &a, cpu);
+    else gk_run(names[i], &a, aq_gpu_op_shape(names[i], &a, cpu));
+  }
+  gk_expect_close("conv2d y", y, ry, (size_t)ny, 1e-4f);
+  gk_expect_close("conv2d dx", dx, rdx, (size_t)nx, 1e-4f);
+  gk_expect_close("conv2d dw", dw, rdw, (size_t)nw, 1e-4f);
+  gk_expect_close("conv2d dbias", db, rdb, (size_t)a.k, 1e-4f);
+  aq_memory_free(x), aq_memory_free(w), aq_memory_free(bias), aq_memory_free(y), aq_memory_free(dy);
+  aq_memory_free(dx), aq_memory_free(dw), aq_memory_free(db);
+  free(ry), free(rdx), free(rdw), free(rdb), free(ay), free(adx), free(adw), free(adb);
+}
+
+Test(gpu_conv, conv2d_forward_and_backwards_stride_padding_dilation) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 0);
+}
+Test(gpu_conv, conv2d_under_the_cpu_grid) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 1);
+}
+
+static void pool_case(int64_t planes, int64_t h, int64_t w, int32_t kh, int32_t kw, int32_t sh, int32_t sw,
+                      int32_t ph, int32_t pw, int cpu_grid) {
+  aq_pool_args_t a = {0};
+  a.planes = planes, a.h = h, a.w = w, a.kh = kh, a.kw = kw, a.stride_h = sh, a.stride_w = sw, a.pad_h = ph, a.pad_w = pw;
+  a.p = (h + 2 * ph - kh) / sh + 1, a.q = (w + 2 * pw - kw) / sw + 1;
+  const int64_t nx = planes * h * w, ny = planes * a.p * a.q;
+  float *x = gk_random((size_t)nx, 5), *y = gk_floats((size_t)ny), *dy = gk_random((size_t)ny, 6), *dx = gk_floats((size_t)nx);
+  int32_t *arg = gk_alloc((size_t)ny, 4);
+  a.x = x, a.y = y, a.argmax = arg, a.dy = dy, a.dx = dx;
+  for (int max = 0; max < 2; ++max) {
+    float *ry = calloc((size_t)ny, 4), *rdx = calloc((size_t)nx, 4);
+    int32_t *rarg = calloc((size_t)ny, 4);
+    for (int64_t pl = 0; pl < planes; ++pl)
+      for (int64_t p = 0; p < a.p; ++p)
+        for (int64_t q = 0; q < a.q; ++q) {
+          float best = -3.402823466e38f, sum = 0;
+          int32_t am = -1;
+          for (int32_t i = 0; i < kh; ++i)
+            for (int32_t j = 0; j < kw; ++j) {
+              int64_t ih = p * sh - ph + i, iw = q * sw - pw + j;
+              if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+              float v = x[pl * h * w + ih * w + iw];
+              sum += v;
+              if (v > best) best = v, am = (int32_t)(ih * w + iw);
+            }
+          int64_t o = (pl * a.p + p) * a.q + q;
+          ry[o] = max ? (am >= 0 ? best : 0.0f) : sum / (float)(kh * kw), rarg[o] = am;
+          for (int32_t i = 0; i < kh; ++i)
+            for (int32_t j = 0; j < kw; ++j) {
+              int64_t ih = p * sh - ph + i, iw = q * sw - pw + j;
+              if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+              if (!max) rdx[pl * h * w + ih * w + iw] += dy[o] / (float)(kh * kw);
+              else if (am == (int32_t)(ih * w + iw)) rdx[pl * h * w + am] += dy[o];
+            }
+        }
+    const char *fwd = max ? AQ_KERNEL_MAX_POOL : AQ_KERNEL_AVG_POOL, *bwd = max ? AQ_KERNEL_MAX_POOL_BWD : AQ_KERNEL_AVG_POOL_BWD;
+    if (cpu_grid) {
+      gk_op(fwd, &a, aq_planes_grid(planes));
+      gk_op(bwd, &a, aq_planes_grid(planes));
+    } else {
+      gk_run(fwd, &a, aq_gpu_op_shape(fwd, &a, aq_planes_grid(planes)));
+      gk_run(bwd, &a, aq_gpu_op_shape(bwd, &a, aq_planes_grid(planes)));
+    }
+    gk_expect_close(fwd, y, ry, (size_t)ny, 1e-6f);
+    if (max)
+      for (int64_t i = 0; i < ny; ++i) cr_assert_eq(arg[i], rarg[i], "argmax[%ld]", (long)i);
+    gk_expect_close(bwd, dx, rdx, (size_t)nx, 1e-5f);
+    free(ry), free(rdx), free(rarg);
+  }
+  aq_memory_free(x), aq_memory_free(y), aq_memory_free(dy), aq_memory_free(dx), aq_memory_free(arg);
+}
+
+Test(gpu_conv, max_and_avg_pool_forward_backward) {
+  for (int g = 0; g < 2; ++g) {
+    pool_case(1, 1, 1, 1, 1, 1, 1, 0, 0, g);
+    pool_case(6, 7, 9, 2, 2, 2, 2, 0, 0, g);
+    pool_case(5, 33, 17, 3, 3, 2, 1, 1, 1, g);
+    pool_case(3, 8, 8, 3, 2, 3, 2, 1, 1, g); /* overlapping and uneven windows */
+    pool_case(2, 257, 7, 5, 3, 4, 2, 2, 1, g);
+  }
+}
+
+static void bn_case(int64_t n, int64_t c, int64_t hw, int cpu_grid) {
+  const int64_t total = n * c * hw;
+  float *x = gk_random((size_t)total, 7), *y = gk_floats((size_t)total), *dy = gk_random((size_t)total, 8);
+  float *dx = gk_floats((size_t)total), *gamma = gk_random((size_t)c, 9), *beta = gk_random((size_t)c, 10);
+  float *mean = gk_floats((size_t)c), *rstd = gk_floats((size_t)c), *rm = gk_random((size_t)c, 11), *rv = gk_floats((size_t)c);
+  float *dg = gk_floats((size_t)c), *dbt = gk_floats((size_t)c);
+  for (int64_t i = 0; i < total; ++i) x[i] = x[i] * 3.0f + 0.5f; /* a mean and a variance away from 0 and 1 */
+  for (int64_t i = 0; i < c; ++i) rv[i] = 1.0f + 0.1f * (float)i;
+  float *rm0 = malloc((size_t)c * 4), *rv0 = malloc((size_t)c * 4);
+  memcpy(rm0, rm, (size_t)c * 4), memcpy(rv0, rv, (size_t)c * 4);
+  aq_batch_norm_args_t a = {x, gamma, beta, y, mean, rstd, rm, rv, dy, dx, dg, dbt, n, c, hw, 1e-5f, 0.1f, 1, 0};
+  aq_dispatch_shape_t cpu = aq_planes_grid(c);
+  if (cpu_grid) gk_op(AQ_KERNEL_BATCH_NORM, &a, cpu), gk_op(AQ_KERNEL_BATCH_NORM_BWD, &a, cpu);
+  else
+    gk_run(AQ_KERNEL_BATCH_NORM, &a, aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM, &a, cpu)),
+        gk_run(AQ_KERNEL_BATCH_NORM_BWD, &a, aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM_BWD, &a, cpu));
+  const double m = (double)(n * hw);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double s = 0, ss = 0, sdy = 0, sdyx = 0;
+    for (int64_t i = 0; i < n * hw; ++i) s += x[((i / hw) * c + ch) * hw + i % hw];
+    double mu = s / m;
+    for (int64_t i = 0; i < n * hw; ++i) ss += pow(x[((i / hw) * c + ch) * hw + i % hw] - mu, 2);
+    double var = ss / m, rs = 1.0 / sqrt(var + 1e-5);
+    float want_rm = (float)(0.9 * rm0[ch] + 0.1 * mu), want_rv = (float)(0.9 * rv0[ch] + 0.1 * var * m / (m > 1 ? m - 1 : 1));
+    gk_expect_close("bn mean", &mean[ch], &(float){(float)mu}, 1, 1e-5f);
+    gk_expect_close("bn rstd", &rstd[ch], &(float){(float)rs}, 1, 1e-5f);
+    gk_expect_close("bn running_mean", &rm[ch], &want_rm, 1, 1e-5f);
+    gk_expect_close("bn running_var", &rv[ch], &want_rv, 1, 1e-5f);
+    for (int64_t i = 0; i < n * hw; ++i) {
+      int64_t o = ((i / hw) * c + ch) * hw + i % hw;
+      double xh = (x[o] - mu) * rs;
+      float want = (float)(xh * gamma[ch] + beta[ch]);
+      gk_expect_close("bn y", &y[o], &want, 1, 1e-4f);
+      sdy += dy[o], sdyx += dy[o] * xh;
+    }
+    gk_expect_close("bn dgamma", &dg[ch], &(float){(float)sdyx}, 1, 1e-4f);
+    gk_expect_close("bn dbeta", &dbt[ch], &(float){(float)sdy}, 1, 1e-4f);
+    for (int64_t i = 0; i < n * hw; ++i) {
+      int64_t o = ((i / hw) * c + ch) * hw + i % hw;
+      double xh = (x[o] - mu) * rs;
+      float want = (float)(gamma[ch] * rs / m * (m * dy[o] - sdy - xh * sdyx));
+      gk_expect_close("bn dx", &dx[o], &want, 1, 1e-3f);
+    }
+  }
+  /* Inference uses the running statistics (now updated). */
+  a.training = 0;
+  gk_run(AQ_KERNEL_BATCH_NORM, &a, aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM, &a, cpu));
+  for (int64_t i = 0; i < total; ++i) {
+    int64_t ch = (i / hw) % c;
+    float want = (float)((x[i] - rm[ch]) / sqrt(rv[ch] + 1e-5) * gamma[ch] + beta[ch]);
+    gk_expect_close("bn inference y", &y[i], &want, 1, 1e-4f);
+  }
+  aq_memory_free(x), aq_memory_free(y), aq_memory_free(dy), aq_memory_free(dx), aq_memory_free(gamma);
+  aq_memory_free(beta), aq_memory_free(mean), aq_memory_free(rstd), aq_memory_free(rm), aq_memory_free(rv);
+  aq_memory_free(dg), aq_memory_free(dbt);
+  free(rm0), free(rv0);
+}
+
+Test(gpu_conv, batch_norm_training_inference_backward) {
+  for (int g = 0; g < 2; ++g) {
+    bn_case(1, 1, 1, g);
+    bn_case(7, 3, 33, g);
+    bn_case(4, 5, 257, g);
+    bn_case(32, 2, 1000, g); /* more values than a block has threads, many times over */
+  }
+}

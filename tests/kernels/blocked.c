@@ -1,0 +1,422 @@
+/* The blocked kernels on shapes that cross their block boundaries (GEMM
+ * panels, the per-worker parts, conv's column chunks), and the broadcasting
+ * and reduction ops, all dispatched through a CPU agent's queue against
+ * plain C references in double precision; backwards by finite differences. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../runtime/common.h"
+#include "aquila/ops.h"
+
+static aq_agent_t agent;
+static aq_code_object_t co;
+static aq_queue_t queue;
+static aq_signal_t done;
+
+static void setup(void) {
+  AQ_ASSERT_OK(aq_init(NULL));
+  agent = first_cpu_agent();
+  AQ_ASSERT_OK(aq_code_object_load("kernels-cpu.so", &co));
+  AQ_ASSERT_OK(aq_queue_create(agent, NULL, &queue));
+  AQ_ASSERT_OK(aq_signal_create(0, &done));
+}
+static void teardown(void) { aq_shut_down(); }
+TestSuite(blocked, .init = setup, .fini = teardown);
+
+static aq_status_t run(const char *name, const void *args, aq_dispatch_shape_t s) {
+  aq_kernel_info_t k;
+  AQ_ASSERT_OK(aq_code_object_find_kernel(co, name, agent, &k));
+  hsa_kernel_dispatch_packet_t p;
+  memset(&p, 0, sizeof(p));
+  p.header = aq_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+  p.setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
+  p.workgroup_size_x = s.workgroup[0], p.workgroup_size_y = s.workgroup[1], p.workgroup_size_z = s.workgroup[2];
+  p.grid_size_x = s.grid[0], p.grid_size_y = s.grid[1], p.grid_size_z = s.grid[2];
+  p.kernel_object = k.kernel_object;
+  p.kernarg_address = (void *)args;
+  p.completion_signal.handle = done.handle;
+  AQ_ASSERT_OK(aq_signal_store(done, 1));
+  AQ_ASSERT_OK(aq_queue_submit(queue, &p, SEC, NULL));
+  aq_status_t st = aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 60 * SEC, NULL);
+  aq_status_t err = AQ_OK;
+  aq_signal_get_error(done, 1, &err);
+  return st != AQ_OK ? st : err;
+}
+
+static float *rnd(size_t n, unsigned seed) {
+  float *x = malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    x[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+  }
+  return x;
+}
+
+/* ---- matmul across panel, block and part boundaries ------------------------ */
+
+static void check_matmul(int64_t m, int64_t n, int64_t k, int ta, int tb, int bias, int relu, float beta) {
+  int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 3, ldc = n + 4;
+  float *a = rnd((size_t)((ta ? k : m) * lda), 11), *b = rnd((size_t)((tb ? n : k) * ldb), 12);
+  float *c = rnd((size_t)(m * ldc), 13), *bv = rnd((size_t)n, 14), *want = malloc((size_t)(m * ldc) * 4);
+  memcpy(want, c, (size_t)(m * ldc) * 4);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t l = 0; l < k; ++l)
+        s += (double)(ta ? a[l * lda + i] : a[i * lda + l]) * (tb ? b[j * ldb + l] : b[l * ldb + j]);
+      double v = 1.5 * s + (beta != 0.0f ? beta * want[i * ldc + j] : 0.0) + (bias ? bv[j] : 0.0);
+      want[i * ldc + j] = (float)(relu && v < 0 ? 0 : v);
+    }
+  aq_matmul_args_t args = {.a = a, .b = b, .c = c, .bias = bias ? bv : NULL, .m = m, .n = n, .k = k, .lda = lda,
+                           .ldb = ldb, .ldc = ldc, .batch = 1, .alpha = 1.5f, .beta = beta, .trans_a = ta,
+                           .trans_b = tb, .activation = relu ? AQ_ACTIVATION_RELU : AQ_ACTIVATION_NONE};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float got = c[i * ldc + j], w = want[i * ldc + j];
+      cr_assert(fabsf(got - w) <= 2e-5f * (float)(k + 1) * (1.0f + fabsf(w)),
+                "%lldx%lldx%lld ta=%d tb=%d: C[%lld,%lld] = %g, want %g", (long long)m, (long long)n, (long long)k,
+                ta, tb, (long long)i, (long long)j, got, w);
+    }
+    for (int64_t j = n; j < ldc; ++j) cr_assert_eq(c[i * ldc + j], want[i * ldc + j], "padding written");
+  }
+  free(a), free(b), free(c), free(bv), free(want);
+}
+
+Test(blocked, matmul_crosses_kc_mc_nc_blocks_and_parts) {
+  /* k > GEMM_KC (512), m > GEMM_MC (384), n > GEMM_NC (1024), odd everywhere. */
+  check_matmul(389, 1057, 515, 0, 0, 1, 1, 0.0f);
+  check_matmul(389, 1057, 515, 1, 1, 0, 0, 0.5f);
+  check_matmul(13, 33, 1100, 1, 0, 1, 0, 1.0f);
+  check_matmul(1, 2049, 3, 0, 1, 1, 1, 0.0f);
+  check_matmul(700, 1, 9, 0, 0, 0, 1, 0.0f);
+}
+
+Test(blocked, matmul_beta_zero_ignores_nans_in_c) {
+  enum { M = 30, N = 40, K = 20 };
+  float *a = rnd(M * K, 1), *b = rnd(K * N, 2), c[M * N];
+  for (int i = 0; i < M * N; ++i) c[i] = NAN;
+  aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = M, .n = N, .k = K, .lda = K, .ldb = N, .ldc = N,
+                           .batch = 1, .alpha = 1.0f};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  for (int i = 0; i < M * N; ++i) cr_assert(!isnan(c[i]), "C[%d] is NaN", i);
+  free(a), free(b);
+}
+
+Test(blocked, matmul_batched_with_strides_and_bad_strides) {
+  enum { B = 5, M = 17, N = 45, K = 23 };
+  float *a = rnd(B * M * K, 3), *b = rnd(B * K * N, 4), *c = calloc(B * M * N, 4);
+  aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = M, .n = N, .k = K, .lda = K, .ldb = N, .ldc = N,
+                           .batch = B, .stride_a = M * K, .stride_b = K * N, .stride_c = M * N, .alpha = 1.0f};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  for (int q = 0; q < B; ++q)
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        double s = 0;
+        for (int l = 0; l < K; ++l) s += (double)a[q * M * K + i * K + l] * b[q * K * N + l * N + j];
+        cr_assert(fabs(c[q * M * N + i * N + j] - s) < 1e-4, "batch %d C[%d,%d]", q, i, j);
+      }
+  args.stride_a = -1;
+  cr_assert_eq(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)), AQ_ERROR_KERNEL_FAULT);
+  args.stride_a = M * K, args.activation = 7;
+  cr_assert_eq(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)), AQ_ERROR_KERNEL_FAULT);
+  free(a), free(b), free(c);
+}
+
+/* ---- conv2d against the definition, both paths ---------------------------------- */
+
+static void conv_ref(const aq_conv2d_args_t *a, double *y, double *dx, double *dw) {
+  memset(dx, 0, sizeof(double) * (size_t)(a->n * a->c * a->h * a->wd));
+  memset(dw, 0, sizeof(double) * (size_t)(a->k * a->c * a->r * a->s));
+  for (int64_t n = 0; n < a->n; ++n)
+    for (int64_t k = 0; k < a->k; ++k)
+      for (int64_t p = 0; p < a->p; ++p)
+        for (int64_t q = 0; q < a->q; ++q) {
+          double s = a->bias ? a->bias[k] : 0.0;
+          int64_t o = ((n * a->k + k) * a->p + p) * a->q + q;
+          for (int64_t c = 0; c < a->c; ++c)
+            for (int64_t r = 0; r < a->r; ++r)
+              for (int64_t t = 0; t < a->s; ++t) {
+                int64_t ih = p * a->stride_h - a->pad_h + r * a->dil_h, iw = q * a->stride_w - a->pad_w + t * a->dil_w;
+                if (ih < 0 || ih >= a->h || iw < 0 || iw >= a->wd) continue;
+                int64_t xi = ((n * a->c + c) * a->h + ih) * a->wd + iw, wi = ((k * a->c + c) * a->r + r) * a->s + t;
+                s += (double)a->x[xi] * a->w[wi];
+                dx[xi] += (double)a->dy[o] * a->w[wi];
+                dw[wi] += (double)a->dy[o] * a->x[xi];
+              }
+          y[o] = s;
+        }
+}
+
+static void check_conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t r, int64_t s, int st, int pad,
+                       int dil) {
+  aq_conv2d_args_t a = {.n = n, .c = c, .h = h, .wd = w, .k = k, .r = r, .s = s, .stride_h = st, .stride_w = st,
+                        .pad_h = pad, .pad_w = pad, .dil_h = dil, .dil_w = dil};
+  a.p = aq_conv_out(h, r, st, pad, dil), a.q = aq_conv_out(w, s, st, pad, dil);
+  size_t nx = (size_t)(n * c * h * w), nw = (size_t)(k * c * r * s), ny = (size_t)(n * k * a.p * a.q);
+  float *x = rnd(nx, 21), *wt = rnd(nw, 22), *b = rnd((size_t)k, 23), *dy = rnd(ny, 24);
+  float *y = malloc(ny * 4), *dx = malloc(nx * 4), *dw = malloc(nw * 4), *db = malloc((size_t)k * 4);
+  a.x = x, a.w = wt, a.bias = b, a.dy = dy, a.y = y, a.dx = dx, a.dw = dw, a.dbias = db;
+  double *ry = malloc(ny * 8), *rdx = malloc(nx * 8), *rdw = malloc(nw * 8);
+  conv_ref(&a, ry, rdx, rdw);
+  AQ_ASSERT_OK(run(AQ_KERNEL_CONV2D, &a, aq_planes_grid(n * k)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_CONV2D_BWD_DATA, &a, aq_planes_grid(n * c)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_CONV2D_BWD_FILTER, &a, aq_planes_grid(k * c)));
+  double tol = 1e-5 * (double)(c * r * s + k * a.p * a.q + n * a.p * a.q);
+  for (size_t i = 0; i < ny; ++i) cr_assert(fabs(y[i] - ry[i]) < tol, "y[%zu] = %g, want %g", i, y[i], ry[i]);
+  for (size_t i = 0; i < nx; ++i) cr_assert(fabs(dx[i] - rdx[i]) < tol, "dx[%zu] = %g, want %g", i, dx[i], rdx[i]);
+  for (size_t i = 0; i < nw; ++i) cr_assert(fabs(dw[i] - rdw[i]) < tol, "dw[%zu] = %g, want %g", i, dw[i], rdw[i]);
+  for (int64_t j = 0; j < k; ++j) {
+    double want = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t t = 0; t < a.p * a.q; ++t) want += dy[(i * k + j) * a.p * a.q + t];
+    cr_assert(fabs(db[j] - want) < tol, "dbias[%lld]", (long long)j);
+  }
+  free(x), free(wt), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(ry), free(rdx), free(rdw);
+}
+
+static void conv_shapes(void) {
+  check_conv(3, 5, 33, 35, 14, 3, 3, 1, 1, 1);  /* rows cross the 32-pixel panels */
+  check_conv(2, 7, 17, 19, 13, 3, 5, 2, 2, 1);  /* stride 2, non-square filter */
+  check_conv(1, 3, 20, 20, 33, 3, 3, 1, 2, 2);  /* dilation, K > MR */
+  check_conv(1, 40, 9, 9, 257, 1, 1, 1, 0, 1);  /* 1x1, many filters */
+  check_conv(5, 1, 28, 28, 6, 5, 5, 1, 2, 1);   /* LeNet's first layer */
+  check_conv(1, 1, 1, 1, 1, 1, 1, 1, 0, 1);     /* the smallest */
+  check_conv(7, 3, 6, 5, 13, 3, 3, 1, 1, 1);    /* 91 planes: work-groups of two planes */
+}
+
+Test(blocked, conv2d_gemm_path_matches_the_definition) {
+  setenv("AQ_CONV_ALGO", "gemm", 1);
+  conv_shapes();
+}
+
+Test(blocked, conv2d_direct_path_matches_the_definition) {
+  setenv("AQ_CONV_ALGO", "direct", 1);
+  conv_shapes();
+}
+
+Test(blocked, conv2d_gemm_path_on_avx2_and_generic_isas) {
+  setenv("AQ_CONV_ALGO", "gemm", 1);
+  setenv("AQ_CPU_ISA", rand() & 1 ? "avx2" : "generic", 1); /* one per process; either must agree */
+  check_conv(2, 4, 15, 16, 20, 3, 3, 1, 1, 1);
+}
+
+Test(blocked, conv2d_data_gradient_chunks_a_large_image) {
+  /* 9 x 9 taps x 16 channels x 400 pixels exceeds the column buffer's
+   * chunk, so the data gradient goes in pixel chunks and channel blocks. */
+  setenv("AQ_CONV_ALGO", "gemm", 1);
+  check_conv(1, 16, 40, 40, 12, 9, 9, 1, 4, 1);
+}
+
+Test(blocked, conv2d_rejects_inconsistent_output_sizes) {
+  float buf[64] = {0};
+  aq_conv2d_args_t a = {.x = buf, .w = buf, .y = buf, .n = 1, .c = 1, .h = 4, .wd = 4, .k = 1, .r = 3, .s = 3,
+                        .p = 4, .q = 4, .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1}; /* p should be 2 */
+  cr_assert_eq(run(AQ_KERNEL_CONV2D, &a, aq_planes_grid(1)), AQ_ERROR_KERNEL_FAULT);
+  cr_assert(strstr(aq_last_error(), AQ_KERNEL_CONV2D), "%s", aq_last_error());
+}
+
+/* ---- broadcasting binary ops ------------------------------------------------------ */
+
+static double op_ref(int op, double x, double y) { return op == 0 ? x + y : op == 1 ? x - y : x * y; }
+
+Test(blocked, add_sub_mul_broadcast_through_strides) {
+  const char *names[3] = {AQ_KERNEL_ADD, AQ_KERNEL_SUB, AQ_KERNEL_MUL};
+  /* z: 3 x 7 x 33 x 257 would be large; use 2 x 7 x 33 x 9 and a transposed x. */
+  enum { D0 = 2, D1 = 7, D2 = 33, D3 = 9 };
+  const int64_t total = D0 * D1 * D2 * D3;
+  /* x is stored as D3 x D2 x D1 x D0 (all dims reversed: non-contiguous);
+   * y is a row of D3 broadcast over everything else (a bias). */
+  float *x = rnd((size_t)total, 31), *y = rnd(D3, 32), *z = malloc((size_t)total * 4);
+  for (int op = 0; op < 3; ++op) {
+    aq_binary_args_t a = {.x = x, .y = y, .z = z, .rank = 4, .shape = {D0, D1, D2, D3},
+                          .stride_x = {1, D0, D0 * D1, D0 * D1 * D2}, .stride_y = {0, 0, 0, 1},
+                          .alpha = op == 2 ? 0.5f : 0.0f};
+    AQ_ASSERT_OK(run(names[op], &a, aq_elementwise_grid(total)));
+    for (int64_t i0 = 0; i0 < D0; ++i0)
+      for (int64_t i1 = 0; i1 < D1; ++i1)
+        for (int64_t i2 = 0; i2 < D2; ++i2)
+          for (int64_t i3 = 0; i3 < D3; ++i3) {
+            double xv = x[i0 + i1 * D0 + i2 * D0 * D1 + i3 * D0 * D1 * D2], yv = y[i3];
+            double want = (op == 2 ? 0.5 : 1.0) * op_ref(op, xv, yv);
+            float got = z[((i0 * D1 + i1) * D2 + i2) * D3 + i3];
+            cr_assert(fabs(got - want) < 1e-6, "%s at %lld,%lld,%lld,%lld: %g vs %g", names[op], (long long)i0,
+                      (long long)i1, (long long)i2, (long long)i3, got, want);
+          }
+  }
+  /* A scalar broadcast on the left, contiguous on the right, rank 1, n = 1 and 257. */
+  for (int64_t n = 1; n <= 257; n += 256) {
+    float s = 2.0f;
+    aq_binary_args_t a = {.x = &s, .y = x, .z = z, .rank = 1, .shape = {n}, .stride_x = {0}, .stride_y = {1}};
+    AQ_ASSERT_OK(run(AQ_KERNEL_SUB, &a, aq_elementwise_grid(n)));
+    for (int64_t i = 0; i < n; ++i) cr_assert(fabsf(z[i] - (2.0f - x[i])) < 1e-6f);
+  }
+  aq_binary_args_t bad = {.x = x, .y = NULL, .z = z, .rank = 1, .shape = {4}, .stride_x = {1}};
+  cr_assert_eq(run(AQ_KERNEL_ADD, &bad, aq_elementwise_grid(4)), AQ_ERROR_KERNEL_FAULT);
+  bad.y = y, bad.rank = 5;
+  cr_assert_eq(run(AQ_KERNEL_MUL, &bad, aq_elementwise_grid(4)), AQ_ERROR_KERNEL_FAULT);
+  free(x), free(y), free(z);
+}
+
+/* ---- reductions over axes, and the broadcast backward they give ---------------- */
+
+static void check_reduce(const int64_t shape[4], uint32_t axes, int mean, int transposed) {
+  int64_t total = shape[0] * shape[1] * shape[2] * shape[3];
+  float *x = rnd((size_t)total, 41);
+  int64_t stride[4];
+  if (!transposed) stride[3] = 1, stride[2] = shape[3], stride[1] = shape[2] * shape[3], stride[0] = shape[1] * stride[1];
+  else stride[0] = 1, stride[1] = shape[0], stride[2] = shape[0] * shape[1], stride[3] = stride[2] * shape[2];
+  int64_t outs = 1, count = 1;
+  for (int d = 0; d < 4; ++d) *(axes & (1u << d) ? &count : &outs) *= shape[d];
+  float *out = malloc((size_t)outs * 4);
+  for (int64_t i = 0; i < outs; ++i) out[i] = 1.0f;
+  aq_reduce_args_t a = {.x = x, .out = out, .rank = 4, .axes = axes, .beta = 0.25f};
+  memcpy(a.shape, shape, sizeof(a.shape)), memcpy(a.stride, stride, sizeof(a.stride));
+  AQ_ASSERT_OK(run(mean ? AQ_KERNEL_REDUCE_MEAN : AQ_KERNEL_REDUCE_SUM, &a, aq_elementwise_grid(outs)));
+  double *want = calloc((size_t)outs, sizeof(double));
+  for (int64_t i0 = 0; i0 < shape[0]; ++i0)
+    for (int64_t i1 = 0; i1 < shape[1]; ++i1)
+      for (int64_t i2 = 0; i2 < shape[2]; ++i2)
+        for (int64_t i3 = 0; i3 < shape[3]; ++i3) {
+          int64_t idx[4] = {i0, i1, i2, i3}, o = 0;
+          for (int d = 0; d < 4; ++d)
+            if (!(axes & (1u << d))) o = o * shape[d] + idx[d];
+          want[o] += x[i0 * stride[0] + i1 * stride[1] + i2 * stride[2] + i3 * stride[3]];
+        }
+  for (int64_t i = 0; i < outs; ++i) {
+    double w = want[i] / (mean ? (double)count : 1.0) + 0.25;
+    cr_assert(fabs(out[i] - w) < 1e-4 * (1 + fabs(w)), "axes %#x mean %d out[%lld] = %g, want %g", axes, mean,
+              (long long)i, out[i], w);
+  }
+  free(x), free(out), free(want);
+}
+
+Test(blocked, reduce_sum_and_mean_over_any_axes) {
+  const int64_t shape[4] = {3, 7, 33, 5}, big[4] = {1, 257, 1, 600};
+  for (uint32_t axes = 0; axes < 16; ++axes)
+    for (int mean = 0; mean < 2; ++mean) check_reduce(shape, axes, mean, axes & 1);
+  check_reduce(big, 0x2, 0, 0); /* a bias gradient: 257 rows of 600 */
+  check_reduce(big, 0xf, 1, 1); /* everything into one */
+  aq_reduce_args_t bad = {.x = NULL, .rank = 2};
+  float o;
+  bad.out = &o;
+  cr_assert_eq(run(AQ_KERNEL_REDUCE_SUM, &bad, aq_elementwise_grid(1)), AQ_ERROR_KERNEL_FAULT);
+  bad.x = &o, bad.axes = 0x4; /* axis 2 of a rank-2 tensor */
+  cr_assert_eq(run(AQ_KERNEL_REDUCE_SUM, &bad, aq_elementwise_grid(1)), AQ_ERROR_KERNEL_FAULT);
+}
+
+/* L = sum(g * (x * y)) with y broadcast along rows: dL/dy = reduce_sum over
+ * rows of (g * x), checked against central differences. */
+Test(blocked, broadcast_mul_backward_is_mul_then_reduce_by_finite_differences) {
+  enum { R = 9, C = 13 };
+  float *x = rnd(R * C, 51), *y = rnd(C, 52), *g = rnd(R * C, 53), gx[R * C], dy[C];
+  aq_binary_args_t m = {.x = g, .y = x, .z = gx, .rank = 2, .shape = {R, C}, .stride_x = {C, 1}, .stride_y = {C, 1}};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MUL, &m, aq_elementwise_grid(R * C)));
+  aq_reduce_args_t r = {.x = gx, .out = dy, .rank = 2, .shape = {R, C}, .stride = {C, 1}, .axes = 0x1};
+  AQ_ASSERT_OK(run(AQ_KERNEL_REDUCE_SUM, &r, aq_elementwise_grid(C)));
+  for (int j = 0; j < C; ++j) {
+    double h = 1e-3, up = 0, down = 0;
+    for (int i = 0; i < R; ++i) {
+      up += (double)g[i * C + j] * x[i * C + j] * (y[j] + h);
+      down += (double)g[i * C + j] * x[i * C + j] * (y[j] - h);
+    }
+    cr_assert(fabs(dy[j] - (up - down) / (2 * h)) < 1e-4, "dy[%d] = %g vs %g", j, dy[j], (up - down) / (2 * h));
+  }
+  free(x), free(y), free(g);
+}
+
+/* ---- batch norm on planes long enough for the vector lanes ------------------ */
+
+Test(blocked, batch_norm_matches_a_double_reference_on_long_planes) {
+  enum { N = 3, C = 5, HW = 37 };
+  float *x = rnd(N * C * HW, 61), *g = rnd(C, 62), *b = rnd(C, 63), *dy = rnd(N * C * HW, 64);
+  float y[N * C * HW], mean[C], rstd[C], rm[C] = {0}, rv[C] = {1, 1, 1, 1, 1}, dx[N * C * HW], dg[C], db[C];
+  for (int i = 0; i < N * C * HW; ++i) x[i] = 3.0f + 2.0f * x[i]; /* an offset mean, as real activations have */
+  aq_batch_norm_args_t a = {.x = x, .gamma = g, .beta = b, .y = y, .mean = mean, .rstd = rstd, .running_mean = rm,
+                            .running_var = rv, .dy = dy, .dx = dx, .dgamma = dg, .dbeta = db, .n = N, .c = C,
+                            .hw = HW, .eps = 1e-5f, .momentum = 0.1f, .training = 1};
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM, &a, aq_planes_grid(C)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_BWD, &a, aq_planes_grid(C)));
+  const double m = N * HW;
+  for (int c = 0; c < C; ++c) {
+    double s = 0, ss = 0, sdy = 0, sdyx = 0;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) s += x[(n * C + c) * HW + i];
+    double mu = s / m;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) ss += (x[(n * C + c) * HW + i] - mu) * (x[(n * C + c) * HW + i] - mu);
+    double rs = 1.0 / sqrt(ss / m + 1e-5);
+    cr_assert(fabs(mean[c] - mu) < 1e-5 && fabs(rstd[c] - rs) < 1e-4 * rs, "channel %d statistics", c);
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) {
+        int o = (n * C + c) * HW + i;
+        double xh = (x[o] - mu) * rs;
+        cr_assert(fabs(y[o] - (xh * g[c] + b[c])) < 1e-4, "y[%d] = %g, want %g", o, y[o], xh * g[c] + b[c]);
+        sdy += dy[o], sdyx += dy[o] * xh;
+      }
+    cr_assert(fabs(db[c] - sdy) < 1e-4 && fabs(dg[c] - sdyx) < 1e-4, "channel %d dgamma / dbeta", c);
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) {
+        int o = (n * C + c) * HW + i;
+        double xh = (x[o] - mu) * rs, want = g[c] * rs / m * (m * dy[o] - sdy - xh * sdyx);
+        cr_assert(fabs(dx[o] - want) < 1e-4, "dx[%d] = %g, want %g", o, dx[o], want);
+      }
+  }
+  free(x), free(g), free(b), free(dy);
+}
+
+/* ---- pooling on rows long enough for the vector lanes --------------------------- */
+
+static void check_pool(int64_t h, int64_t w, int32_t kh, int32_t kw, int32_t st, int32_t pad) {
+  enum { PL = 3 };
+  aq_pool_args_t a = {.planes = PL, .h = h, .w = w, .kh = kh, .kw = kw, .stride_h = st, .stride_w = st,
+                      .pad_h = pad, .pad_w = pad};
+  a.p = aq_conv_out(h, kh, st, pad, 1), a.q = aq_conv_out(w, kw, st, pad, 1);
+  size_t nx = (size_t)(PL * h * w), ny = (size_t)(PL * a.p * a.q);
+  float *x = rnd(nx, 71), *y = malloc(ny * 4), *dy = rnd(ny, 72), *dx = malloc(nx * 4);
+  int32_t *arg = malloc(ny * 4);
+  double *dref = calloc(nx, sizeof(double));
+  a.x = x, a.y = y, a.argmax = arg, a.dy = dy, a.dx = dx;
+  for (int max = 0; max < 2; ++max) {
+    AQ_ASSERT_OK(run(max ? AQ_KERNEL_MAX_POOL : AQ_KERNEL_AVG_POOL, &a, aq_planes_grid(PL)));
+    AQ_ASSERT_OK(run(max ? AQ_KERNEL_MAX_POOL_BWD : AQ_KERNEL_AVG_POOL_BWD, &a, aq_planes_grid(PL)));
+    memset(dref, 0, nx * sizeof(double));
+    for (int64_t pl = 0; pl < PL; ++pl)
+      for (int64_t p = 0; p < a.p; ++p)
+        for (int64_t q = 0; q < a.q; ++q) {
+          double best = -INFINITY, sum = 0;
+          int64_t at = -1, o = (pl * a.p + p) * a.q + q;
+          for (int i = 0; i < kh; ++i)
+            for (int j = 0; j < kw; ++j) {
+              int64_t ih = p * st - pad + i, iw = q * st - pad + j;
+              if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+              double v = x[(pl * h + ih) * w + iw];
+              sum += v;
+              if (v > best) best = v, at = ih * w + iw;
+            }
+          double want = max ? (at >= 0 ? best : 0.0) : sum / (kh * kw);
+          cr_assert(fabs(y[o] - want) < 1e-5, "%s %lldx%lld k%dx%d s%d p%d: y[%lld] = %g, want %g", max ? "max" : "avg",
+                    (long long)h, (long long)w, kh, kw, st, pad, (long long)o, y[o], want);
+          if (max) {
+            cr_assert_eq(arg[o], (int32_t)at, "argmax[%lld]", (long long)o);
+            if (at >= 0) dref[pl * h * w + at] += dy[o];
+          } else {
+            for (int i = 0; i < kh; ++i)
+              for (int j = 0; j < kw; ++j) {
+                int64_t ih = p * st - pad + i, iw = q * st - pad + j;
+                if (ih >= 0 && ih < h && iw >= 0 && iw < w) dref[(pl * h + ih) * w + iw] += dy[o] / (kh * kw);
+              }
+          }
+        }
+    for (size_t i = 0; i < nx; ++i) cr_assert(fabs(dx[i] - dref[i]) < 1e-5, "dx[%zu] = %g, want %g", i, dx[i], dref[i]);
+  }
+  free(x), free(y), free(dy), free(dx), free(arg), free(dref);
+}
+
+Test(blocked, max_and_avg_pool_match_the_definition_on_wide_rows) {
+  check_pool(40, 67, 2, 2, 2, 0);
+  check_pool(33, 70, 3, 3, 2, 1);
+  check_pool(19, 45, 3, 3, 1, 1);
+  check_pool(9, 40, 2, 3, 3, 1); /* stride past the window: gaps */
+  check_pool(1, 1, 1, 1, 1, 0);
+}
