@@ -579,23 +579,6 @@ static aq_sched_policy_t policy_from(const aq_exec_options_t *o) {
   return AQ_SCHED_EAGER;
 }
 
-/* Counter tracks: memory in use in every region of the agents the exec uses. */
-static void trace_memory(aq_exec_t *e) {
-  for (uint32_t a = 0; a < e->nagents; ++a) {
-    aq_region_t r[8];
-    size_t n = 0;
-    aq_agent_info_t ai;
-    if (aq_agent_regions(e->agents[a], r, 8, &n) != AQ_OK || aq_agent_get_info(e->agents[a], &ai) != AQ_OK) continue;
-    for (size_t i = 0; i < n && i < 8; ++i) {
-      aq_region_info_t ri;
-      char name[AQ_NAME_MAX + 16];
-      if (aq_region_get_info(r[i], &ri) != AQ_OK) continue;
-      snprintf(name, sizeof(name), "in use: %s", ri.name); /* the recorder copies it */
-      aq_trace_counter(name, ai.index, (double)ri.in_use);
-    }
-  }
-}
-
 /* The model key of task t on agent a, and the bytes it touches. */
 static void task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *bytes) {
   const task_t *task = &e->graph->tasks[t];
@@ -783,13 +766,16 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = heft_costs(e, eligible, &costs);
   if (s == AQ_OK && e->flags & AQ_EXEC_PROFILE) e->profile_left = UINT32_MAX;
   plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, eligible, costs};
+  uint64_t t_place = t0 ? aq_now_ns() : 0;
   if (s == AQ_OK) s = plan_build(&e->plan, g, e->policy, &lanes);
   if (s == AQ_OK && wants_replicas(e)) s = replicate(e, eligible);
+  uint64_t t_memory = t0 ? aq_now_ns() : 0;
   free(eligible), free(costs);
   if (s == AQ_OK && e->profile_left && !(e->stamps = calloc(2 * (size_t)e->graph->ntasks, sizeof(uint64_t))))
     s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
   if (s == AQ_OK) s = find_inputs(e);
   if (s == AQ_OK) s = plan_memory(e);
+  uint64_t t_lower = t0 ? aq_now_ns() : 0;
   if (s == AQ_OK) s = lower(e, options ? options->queue_size : 0);
   if (s != AQ_OK) {
     char msg[512];
@@ -801,8 +787,10 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
     aq_trace_event_t ev = {.name = "instantiate", .category = "runtime", .ready_ns = t0, .start_ns = t0,
                            .end_ns = aq_now_ns(), .queue = UINT32_MAX};
     aq_trace_record(&ev);
+    aq_trace_span("place", t_place, t_memory, 0);
+    aq_trace_span("plan memory", t_memory, t_lower, 0);
+    aq_trace_span("lower", t_lower, ev.end_ns, 0);
     trace_edges(e);
-    trace_memory(e);
   }
   *out = e;
   return AQ_OK;
@@ -874,11 +862,6 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
     stream_t *st = &e->streams[a];
     if (!st->npackets) continue;
     uint64_t first;
-    if (tracing) {
-      aq_queue_info_t qi;
-      if (aq_queue_get_info(st->queue, &qi) == AQ_OK)
-        aq_trace_counter("queue depth", e->lane_agent[a], (double)(qi.write_index - qi.read_index));
-    }
     const uint8_t *packets = e->profiled && st->prof ? st->prof : st->packets;
     uint32_t npackets = e->profiled && st->prof ? st->nprof : st->npackets;
     AQ_RETURN_IF_ERROR(aq_queue_reserve(st->queue, npackets, AQ_TIMEOUT_INFINITE, &first));
@@ -916,12 +899,9 @@ AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
     if (e->profile_left != UINT32_MAX) e->profile_left--;
     if (!e->profile_left || e->runs % 16 == 0) perf_save(); /* a cache: a failure to write is not the run's */
   }
-  if (e->run_started_ns && aq_trace_on()) {
-    aq_trace_event_t ev = {.name = "graph run", .category = "runtime", .ready_ns = e->run_started_ns,
-                           .start_ns = e->run_started_ns, .end_ns = aq_now_ns(), .packet = e->runs,
-                           .queue = UINT32_MAX};
-    aq_trace_record(&ev);
-  }
+  /* Tagged with the run, so the trace gives its packets this dispatch time. */
+  if (e->run_started_ns && aq_trace_on())
+    aq_trace_span("graph run", e->run_started_ns, aq_now_ns(), (uint64_t)e->runs << 32 | (uint64_t)e->serial << 20);
   /* The first failed task (in topological order) is the one to report. */
   aq_status_t first = AQ_OK;
   char msg[512] = "";

@@ -185,6 +185,7 @@ int cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
   if (traced) {
     ev.ready_ns = ev.start_ns = aq_now_ns();
     ev.tag = aq_trace_tag_of(p);
+    ev.depth = (uint32_t)(atomic_load_explicit(&q->write_index, memory_order_relaxed) - index);
   }
   switch (type) {
     case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
@@ -223,10 +224,12 @@ int cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
     char msg[8];
     aq_queue_note_failure(q, aq_fault_message(fault, msg, sizeof(msg)), fault);
   }
+  /* The end is stamped before the signal moves: a consumer on another
+   * queue may start the moment it does, and must not appear to overlap. */
+  if (traced) ev.end_ns = aq_now_ns();
   aq_queue_retire(q, index);
   aq_packet_complete(completion, fault);
   if (traced) {
-    ev.end_ns = aq_now_ns();
     ev.status = fault ? (int32_t)atomic_load(&q->error) : 0;
     aq_trace_record(&ev);
   }

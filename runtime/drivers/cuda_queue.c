@@ -67,8 +67,17 @@ static void complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, int al
   if (!completion.handle) return;
   aq_signal_slot_t *s = aq_signal_slot(completion.handle);
   if (!s) return;
-  /* One completer per signal in flight: its next value is known now. */
-  int64_t next = atomic_load(&s->value) - 1;
+  /* The stream writes absolute values, so a decrement is computed here.
+   * Packets of this queue that share the signal complete in order: count
+   * from the value the last of them will write, not from the current one. */
+  int64_t next = atomic_load(&s->value);
+  for (uint32_t i = cq->pending_count; i-- > 0;) {
+    const cuda_pending_t *p = &cq->pending[(cq->pending_head + i) % CUDA_PENDING_MAX];
+    if (p->slot != s) continue;
+    if (p->next < next) next = p->next;
+    break;
+  }
+  next -= 1;
   cu.cuStreamWriteValue64(cq->stream, cuda_signal_address(s), (uint64_t)next, 0);
   if (cq->pending_count == CUDA_PENDING_MAX) reap(cq);
   if (cq->pending_count < CUDA_PENDING_MAX) {

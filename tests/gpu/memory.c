@@ -230,3 +230,37 @@ Test(gpu_memory, what_is_left_alive_is_released_at_shutdown) {
     cr_assert(gpu.handle, "the GPU agent is back after aq_init");
   }
 }
+
+/* HSA's rule: a completion signal is decremented once per packet. Packets
+ * of one GPU queue that share it, all in flight at once, must each take one
+ * off, and the signal reaches 0 only when the last has run. */
+Test(gpu_memory, packets_in_flight_share_one_completion_signal) {
+  enum { N = 1 << 16, K = 16 };
+  float *m = alloc(AQ_REGION_MANAGED, N * 4);
+  for (uint32_t i = 0; i < N; ++i) m[i] = 0;
+  aq_queue_t q;
+  AQ_ASSERT_OK(aq_queue_create(gpu, NULL, &q));
+  aq_signal_t gate, done;
+  AQ_ASSERT_OK(aq_signal_create(1, &gate));
+  AQ_ASSERT_OK(aq_signal_create(K, &done));
+  /* A barrier holds the stream so every packet is processed before any runs. */
+  hsa_barrier_and_packet_t b = barrier_packet(HSA_PACKET_TYPE_BARRIER_AND, &gate, 1, (aq_signal_t){0});
+  AQ_ASSERT_OK(aq_queue_submit(q, &b, SEC, NULL));
+  aq_kernel_info_t k;
+  AQ_ASSERT_OK(aq_code_object_find_kernel(co, "gpu_add_one", gpu, &k));
+  add_one_args_t a = {m, N};
+  for (int i = 0; i < K; ++i) {
+    hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, &a, N, 256, done);
+    AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+  }
+  usleep(20000);
+  aq_signal_value_t v;
+  AQ_ASSERT_OK(aq_signal_load(done, &v));
+  cr_assert_eq(v, K, "nothing ran behind the barrier");
+  aq_signal_store(gate, 0);
+  AQ_ASSERT_OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
+  for (uint32_t i = 0; i < N; i += 997) cr_assert_eq(m[i], (float)K, "m[%u] = %g after %d kernels", i, m[i], K);
+  aq_signal_destroy(gate), aq_signal_destroy(done);
+  aq_queue_destroy(q);
+  AQ_ASSERT_OK(aq_memory_free(m));
+}
