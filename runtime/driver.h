@@ -58,6 +58,10 @@ typedef struct aq_driver {
                           aq_agent_impl_t *dest, struct aq_signal_slot *completion);
   aq_status_t (*advise)(aq_region_impl_t *region, const void *ptr, size_t size, int advice,
                         aq_agent_impl_t *agent);
+
+  /* Optional: records what the driver still holds for the trace (GPU times
+   * of finished kernels that it has not read back yet). Any thread. */
+  void (*trace_flush)(void);
 } aq_driver_t;
 
 extern const aq_driver_t aq_driver_cpu;

@@ -106,6 +106,7 @@ AQ_API aq_status_t aq_signal_load(aq_signal_t signal, aq_signal_value_t *out_val
 AQ_API aq_status_t aq_signal_store(aq_signal_t signal, aq_signal_value_t value) {
   aq_signal_slot_t *s;
   AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  atomic_fetch_add_explicit(&s->host_sets, 1, memory_order_relaxed);
   aq_signal_slot_store(s, value);
   return AQ_OK;
 }
@@ -113,6 +114,7 @@ AQ_API aq_status_t aq_signal_store(aq_signal_t signal, aq_signal_value_t value) 
 AQ_API aq_status_t aq_signal_add(aq_signal_t signal, aq_signal_value_t value) {
   aq_signal_slot_t *s;
   AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  atomic_fetch_add_explicit(&s->host_sets, 1, memory_order_relaxed);
   atomic_fetch_add(&s->value, value);
   aq_signal_slot_notify(s);
   return AQ_OK;
@@ -129,6 +131,7 @@ AQ_API aq_status_t aq_signal_exchange(aq_signal_t signal, aq_signal_value_t valu
                                       aq_signal_value_t *out_old) {
   aq_signal_slot_t *s;
   AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  atomic_fetch_add_explicit(&s->host_sets, 1, memory_order_relaxed);
   aq_signal_value_t old = atomic_exchange(&s->value, value);
   aq_signal_slot_notify(s);
   if (out_old) *out_old = old;
@@ -140,6 +143,7 @@ AQ_API aq_status_t aq_signal_cas(aq_signal_t signal, aq_signal_value_t expected,
   aq_signal_slot_t *s;
   AQ_RETURN_IF_ERROR(resolve(signal, &s));
   aq_signal_value_t seen = expected;
+  atomic_fetch_add_explicit(&s->host_sets, 1, memory_order_relaxed);
   if (atomic_compare_exchange_strong(&s->value, &seen, desired)) aq_signal_slot_notify(s);
   if (out_observed) *out_observed = seen;
   return AQ_OK;

@@ -21,7 +21,10 @@ typedef struct aq_signal_slot {
   _Atomic uint32_t generation;   /* odd while live */
   _Atomic uint32_t fault;        /* fault id, 0 if the signal has not failed */
   uint32_t next_free;
-  uint32_t pad_[7];
+  /* Bumped by host stores, adds and exchanges: a GPU queue that computed a
+   * pending write from the value can tell the host has since reset it. */
+  _Atomic uint32_t host_sets;
+  uint32_t pad_[6];
 } __attribute__((aligned(64))) aq_signal_slot_t;
 
 typedef struct aq_signal_pool {

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "aquila/trace.h"
+#include "runtime/driver.h"
 #include "runtime/memory.h"
 #include "runtime/runtime.h"
 #include "runtime/status.h"
@@ -253,7 +254,15 @@ static aq_status_t write_locked(void) {
   return aq_trace_write_json(path, &s);
 }
 
+/* Drivers that read GPU times back later hand over what they have. */
+static void drivers_flush(void) {
+  if (!atomic_load(&aq_tracing)) return;
+  for (unsigned i = 0; i < aq_driver_count; ++i)
+    if (aq_drivers[i]->trace_flush) aq_drivers[i]->trace_flush();
+}
+
 AQ_API aq_status_t aq_trace_flush(void) {
+  drivers_flush();
   pthread_mutex_lock(&mutex);
   if (!atomic_load(&aq_tracing)) {
     pthread_mutex_unlock(&mutex);
@@ -267,6 +276,7 @@ AQ_API aq_status_t aq_trace_flush(void) {
 AQ_API aq_status_t aq_trace_stop(void) {
   /* A last sample, so every memory track reaches the end of the trace
    * (before the mutex: a first record takes it to register a buffer). */
+  drivers_flush();
   if (atomic_load(&aq_tracing)) {
     atomic_store(&next_sample_ns, 0);
     sample_memory(aq_now_ns());

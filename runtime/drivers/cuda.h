@@ -10,6 +10,7 @@
 #include "aquila/code_object.h"
 #include "runtime/drivers/cuda_api.h"
 #include "runtime/queue.h"
+#include "runtime/trace.h"
 
 typedef struct cuda_agent {
   aq_agent_impl_t *agent;
@@ -39,10 +40,31 @@ const cuda_kernel_t *cuda_kernel_lookup(uint64_t kernel_object);
 typedef struct cuda_pending {
   aq_signal_slot_t *slot;
   int64_t next;
+  uint32_t host_sets; /* the slot's host_sets when next was computed */
   const char *what;
 } cuda_pending_t;
 
 enum { CUDA_PENDING_MAX = 1024 };
+
+/* A traced kernel in flight: events around it on the stream, and the
+ * record to complete once the GPU has timed it. */
+typedef struct cuda_timed {
+  CUevent start, end;
+  aq_trace_event_t ev;
+} cuda_timed_t;
+
+enum { CUDA_TIMED_MAX = 256 };
+
+/* GPU times on the host clock: a reference event whose host time is known
+ * anchors cuEventElapsedTime. The ring is the processor thread's alone;
+ * others ask for a flush (aq_trace_stop) through flush_req. */
+typedef struct cuda_timing {
+  cuda_timed_t ring[CUDA_TIMED_MAX];
+  uint32_t head, count, created;
+  CUevent ref;
+  uint64_t ref_ns;
+  _Atomic uint64_t flush_req, flush_ack;
+} cuda_timing_t;
 
 typedef struct cuda_queue {
   aq_queue_impl_t *queue;
@@ -54,12 +76,26 @@ typedef struct cuda_queue {
   _Atomic int running;
   _Atomic int busy; /* the processor is awake: producers need not wake it */
   aq_wake_t wake;
+  cuda_timing_t timing;
+  struct cuda_queue *next_traced; /* the agent's queues, for trace flushes */
 } cuda_queue_t;
 
 /* The device address of a signal's value (the pool is registered). */
 CUdeviceptr cuda_signal_address(const aq_signal_slot_t *slot);
 
 void *cuda_queue_main(void *arg);
+
+/* cuda_timing.c: the processor thread brackets a traced kernel with
+ * cuda_timing_begin/end; cuda_timing_resolve records those the GPU has
+ * finished (all of them, waiting, when block is set) and answers flushes. */
+cuda_timed_t *cuda_timing_begin(struct cuda_queue *cq);
+void cuda_timing_end(struct cuda_queue *cq, cuda_timed_t *t, const aq_trace_event_t *ev);
+int cuda_timing_resolve(struct cuda_queue *cq, int block);
+int cuda_timing_owed(const struct cuda_queue *cq);
+void cuda_timing_track(struct cuda_queue *cq);
+void cuda_timing_release(struct cuda_queue *cq);
+/* From any thread: every queue records what it has timed (bounded wait). */
+void cuda_timing_flush_all(void);
 
 /* aquila/unified.h on CUDA memory (cuda_memory.c). */
 aq_status_t cuda_copy_streams_create(cuda_agent_t *a);

@@ -155,6 +155,7 @@ static aq_status_t cuda_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *qu
     free(cq);
     return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "cannot start a packet processor thread");
   }
+  cuda_timing_track(cq);
   return AQ_OK;
 }
 
@@ -165,6 +166,7 @@ static void cuda_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   aq_wake_all(&cq->wake);
   pthread_join(cq->thread, NULL);
   cuda_bind(cq->agent);
+  cuda_timing_release(cq);
   cu.cuStreamSynchronize(cq->stream);
   cu.cuStreamDestroy(cq->stream);
   free(cq);
@@ -227,6 +229,7 @@ const aq_driver_t aq_driver_cuda = {
     .copy_async = cuda_copy_async,
     .prefetch = cuda_prefetch,
     .advise = cuda_advise,
+    .trace_flush = cuda_timing_flush_all,
 };
 
 /* ---- code objects: cubin (ELF, machine EM_CUDA) or fatbin ---------------- */

@@ -69,19 +69,22 @@ static void complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, int al
   if (!s) return;
   /* The stream writes absolute values, so a decrement is computed here.
    * Packets of this queue that share the signal complete in order: count
-   * from the value the last of them will write, not from the current one. */
+   * from the value the last of them will write, not from the current one.
+   * Unless the host has set the signal since (a graph's next run stores
+   * it again): then the write it is owed is past. */
+  uint32_t sets = atomic_load_explicit(&s->host_sets, memory_order_relaxed);
   int64_t next = atomic_load(&s->value);
   for (uint32_t i = cq->pending_count; i-- > 0;) {
     const cuda_pending_t *p = &cq->pending[(cq->pending_head + i) % CUDA_PENDING_MAX];
     if (p->slot != s) continue;
-    if (p->next < next) next = p->next;
+    if (p->host_sets == sets && p->next < next) next = p->next;
     break;
   }
   next -= 1;
   cu.cuStreamWriteValue64(cq->stream, cuda_signal_address(s), (uint64_t)next, 0);
   if (cq->pending_count == CUDA_PENDING_MAX) reap(cq);
   if (cq->pending_count < CUDA_PENDING_MAX) {
-    cq->pending[(cq->pending_head + cq->pending_count++) % CUDA_PENDING_MAX] = (cuda_pending_t){s, next, what};
+    cq->pending[(cq->pending_head + cq->pending_count++) % CUDA_PENDING_MAX] = (cuda_pending_t){s, next, sets, what};
   }
   if (always_notify || atomic_load(&s->wake.sleepers) || atomic_load(&s->notify))
     cu.cuLaunchHostFunc(cq->stream, notify_host, s);
@@ -175,12 +178,21 @@ static int process(cuda_queue_t *cq) {
   int is_barrier = 0;
   uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
   const char *what = "barrier packet";
+  int timed = 0;
   switch (type) {
     case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
       completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;
       const cuda_kernel_t *k = cuda_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
       what = k && k->name ? k->name : "kernel";
+      cuda_timed_t *slot = t0 ? cuda_timing_begin(cq) : NULL;
       fault = dispatch(cq, (const void *)p);
+      if (slot && !fault) {
+        aq_trace_event_t ev = {.name = what, .category = "kernel", .ready_ns = t0, .start_ns = t0, .end_ns = t0,
+                               .packet = index, .tag = aq_trace_tag_of(p), .agent = cq->agent->agent->info.index,
+                               .queue = q->id, .depth = (uint32_t)(atomic_load(&q->write_index) - index)};
+        cuda_timing_end(cq, slot, &ev);
+        timed = 1;
+      }
       break;
     }
     case HSA_PACKET_TYPE_BARRIER_AND:
@@ -198,8 +210,9 @@ static int process(cuda_queue_t *cq) {
       fault = packet_fault(cq, AQ_ERROR_INVALID_PACKET, "GPU agents run kernel dispatch and barrier packets only",
                            NULL);
   }
-  if (aq_trace_on()) {
-    /* The host side of a GPU packet: when it went onto the stream. */
+  if (t0 && !timed) {
+    /* Barriers, and kernels the GPU could not time: when they went onto the
+     * stream, on the host. */
     uint64_t now = aq_now_ns();
     aq_trace_event_t ev = {.name = what, .category = "gpu launch", .ready_ns = t0, .start_ns = t0, .end_ns = now,
                            .packet = index, .tag = aq_trace_tag_of(p), .agent = cq->agent->agent->info.index,
@@ -226,6 +239,7 @@ static int has_work(void *arg) {
   if (!atomic_load(&cq->running) ||
       aq_queue_peek(cq->queue, atomic_load(&cq->queue->read_index)) != HSA_PACKET_TYPE_INVALID)
     return 1;
+  if (cuda_timing_owed(cq)) return 1;
   if (!cq->pending_count) return 0;
   const cuda_pending_t *p = &cq->pending[cq->pending_head];
   return atomic_load(&p->slot->value) <= p->next;
@@ -242,7 +256,9 @@ void *cuda_queue_main(void *arg) {
   atomic_store(&cq->busy, 1);
   uint64_t poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
   while (atomic_load(&cq->running)) {
+    int flush = atomic_load(&cq->timing.flush_req) != atomic_load(&cq->timing.flush_ack);
     if (process(cq)) {
+      if (flush) cuda_timing_resolve(cq, 1);
       poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
       continue;
     }
@@ -251,9 +267,11 @@ void *cuda_queue_main(void *arg) {
      * we wake it), then less and less: a long kernel costs little. */
     atomic_store(&cq->busy, 0);
     if (watch_stream(cq, poll >= ERROR_CHECK_NS)) poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
-    aq_wake_wait(&cq->wake, has_work, cq, cq->pending_count ? spin + poll : UINT64_MAX, spin);
+    cuda_timing_resolve(cq, flush);
+    int owed = cq->pending_count || cq->timing.count;
+    aq_wake_wait(&cq->wake, has_work, cq, owed ? spin + poll : UINT64_MAX, spin);
     spin = 0;
-    if (cq->pending_count && poll < POLL_MAX_NS) poll *= 2;
+    if (owed && poll < POLL_MAX_NS) poll *= 2;
     atomic_store(&cq->busy, 1);
   }
   return NULL;

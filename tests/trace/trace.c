@@ -78,8 +78,10 @@ Test(trace, one_event_per_packet_with_consistent_times) {
       if (t.events[i].run == run && t.events[i].task >= 0 && t.events[i].task < 3 && !strcmp(t.events[i].cat, "kernel"))
         ev[t.events[i].task] = &t.events[i];
     cr_assert(ev[0] && ev[1] && ev[2], "run %ld has all three tasks", run);
+    /* GPU times are mapped onto the host clock to within a microsecond or
+     * two: an edge between agents gets that much slack, not one within. */
     for (int k = 0; k < 2; ++k)
-      cr_assert_geq(ev[2]->ts, ev[k]->ts + ev[k]->dur - 0.002,
+      cr_assert_geq(ev[2]->ts, ev[k]->ts + ev[k]->dur - (ev[2]->pid == ev[k]->pid ? 0.002 : 5.0),
                     "run %ld: the matmul started before task %d ended", run, k);
   }
   size_t starts = 0;

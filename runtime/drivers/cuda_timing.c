@@ -1,0 +1,142 @@
+/* GPU times of traced kernels, on the host clock.
+ *
+ * The processor thread records a CUDA event on the stream before and after
+ * each traced launch. Once the end event has happened, cuEventElapsedTime
+ * against a reference event gives the kernel's start and end on the GPU,
+ * which the reference's host time (taken when the idle stream reached it)
+ * turns into aq_now_ns() time. The error is the time the host takes to see
+ * the reference complete: a microsecond or two. The reference is renewed
+ * whenever the stream is idle and the last one is over a second old, so the
+ * two clocks cannot drift apart over a long trace.
+ *
+ * Events are made once per queue, on first use, and reused round the ring:
+ * nothing is created on the launch path. A GPU time is never put before the
+ * host launched the kernel. */
+#include <pthread.h>
+#include <sched.h>
+
+#include "runtime/drivers/cuda.h"
+#include "runtime/trace.h"
+
+enum { RECALIBRATE_NS = 1000000000, FLUSH_WAIT_NS = 200000000 };
+
+static pthread_mutex_t queues_mutex = PTHREAD_MUTEX_INITIALIZER;
+static cuda_queue_t *queues;
+
+static int calibrate(cuda_queue_t *cq) {
+  cuda_timing_t *t = &cq->timing;
+  int idle = cu.cuStreamQuery(cq->stream) == CUDA_SUCCESS;
+  if (!idle && t->ref_ns) return 0; /* keep the old one until the stream rests */
+  if (!t->ref && cu.cuEventCreate(&t->ref, 0) != CUDA_SUCCESS) return -1;
+  uint64_t before = aq_now_ns();
+  if (cu.cuEventRecord(t->ref, cq->stream) != CUDA_SUCCESS || cu.cuEventSynchronize(t->ref) != CUDA_SUCCESS)
+    return -1;
+  uint64_t after = aq_now_ns();
+  /* On an idle stream the GPU reached the event between the two reads; on a
+   * busy one, just before the host saw it. */
+  t->ref_ns = idle ? before + (after - before) / 2 : after;
+  return 0;
+}
+
+static int make_events(cuda_timed_t *s) {
+  if (s->start) return 0;
+  if (cu.cuEventCreate(&s->start, 0) != CUDA_SUCCESS) return -1;
+  if (cu.cuEventCreate(&s->end, 0) != CUDA_SUCCESS) {
+    cu.cuEventDestroy(s->start);
+    s->start = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+static uint64_t on_host(const cuda_timing_t *t, CUevent e) {
+  float ms = 0;
+  if (cu.cuEventElapsedTime(&ms, t->ref, e) != CUDA_SUCCESS) return 0;
+  return t->ref_ns + (uint64_t)((double)ms * 1e6);
+}
+
+cuda_timed_t *cuda_timing_begin(cuda_queue_t *cq) {
+  cuda_timing_t *t = &cq->timing;
+  if (t->count == CUDA_TIMED_MAX) cuda_timing_resolve(cq, 0);
+  if (t->count == CUDA_TIMED_MAX) return NULL; /* the GPU is far behind: this one goes untimed */
+  if (!t->count && !cq->pending_count && (!t->ref_ns || aq_now_ns() - t->ref_ns > RECALIBRATE_NS) &&
+      calibrate(cq))
+    return NULL;
+  if (!t->ref_ns) return NULL;
+  cuda_timed_t *s = &t->ring[(t->head + t->count) % CUDA_TIMED_MAX];
+  if (make_events(s) || cu.cuEventRecord(s->start, cq->stream) != CUDA_SUCCESS) return NULL;
+  return s;
+}
+
+void cuda_timing_end(cuda_queue_t *cq, cuda_timed_t *s, const aq_trace_event_t *ev) {
+  if (cu.cuEventRecord(s->end, cq->stream) != CUDA_SUCCESS) return;
+  s->ev = *ev;
+  cq->timing.count++;
+}
+
+int cuda_timing_resolve(cuda_queue_t *cq, int block) {
+  cuda_timing_t *t = &cq->timing;
+  int n = 0;
+  while (t->count) {
+    cuda_timed_t *s = &t->ring[t->head];
+    CUresult r = block ? cu.cuEventSynchronize(s->end) : cu.cuEventQuery(s->end);
+    if (r == CUDA_ERROR_NOT_READY) break;
+    if (r == CUDA_SUCCESS) {
+      uint64_t start = on_host(t, s->start), end = on_host(t, s->end);
+      if (start && end) {
+        if (start < s->ev.ready_ns) start = s->ev.ready_ns;
+        s->ev.start_ns = start;
+        s->ev.end_ns = end > start ? end : start;
+      }
+      aq_trace_record(&s->ev);
+    } /* else the stream died: the kernel's fault is reported elsewhere */
+    t->head = (t->head + 1) % CUDA_TIMED_MAX;
+    t->count--;
+    ++n;
+  }
+  uint64_t req = atomic_load(&t->flush_req);
+  if (block && atomic_load(&t->flush_ack) != req) atomic_store(&t->flush_ack, req);
+  return n;
+}
+
+int cuda_timing_owed(const cuda_queue_t *cq) {
+  const cuda_timing_t *t = &cq->timing;
+  if (atomic_load(&t->flush_req) != atomic_load(&t->flush_ack)) return 1;
+  return t->count && cu.cuEventQuery(t->ring[t->head].end) != CUDA_ERROR_NOT_READY;
+}
+
+void cuda_timing_track(cuda_queue_t *cq) {
+  pthread_mutex_lock(&queues_mutex);
+  cq->next_traced = queues;
+  queues = cq;
+  pthread_mutex_unlock(&queues_mutex);
+}
+
+/* After the processor thread has ended: what is still owed is recorded,
+ * then the events go. */
+void cuda_timing_release(cuda_queue_t *cq) {
+  pthread_mutex_lock(&queues_mutex);
+  for (cuda_queue_t **p = &queues; *p; p = &(*p)->next_traced)
+    if (*p == cq) {
+      *p = cq->next_traced;
+      break;
+    }
+  pthread_mutex_unlock(&queues_mutex);
+  cuda_timing_resolve(cq, 1);
+  cuda_timing_t *t = &cq->timing;
+  for (uint32_t i = 0; i < CUDA_TIMED_MAX; ++i)
+    if (t->ring[i].start) cu.cuEventDestroy(t->ring[i].start), cu.cuEventDestroy(t->ring[i].end);
+  if (t->ref) cu.cuEventDestroy(t->ref);
+}
+
+void cuda_timing_flush_all(void) {
+  pthread_mutex_lock(&queues_mutex);
+  for (cuda_queue_t *cq = queues; cq; cq = cq->next_traced) {
+    uint64_t req = atomic_fetch_add(&cq->timing.flush_req, 1) + 1;
+    aq_wake_all(&cq->wake);
+    uint64_t deadline = aq_now_ns() + FLUSH_WAIT_NS;
+    while (atomic_load(&cq->timing.flush_ack) < req && atomic_load(&cq->running) && aq_now_ns() < deadline)
+      sched_yield();
+  }
+  pthread_mutex_unlock(&queues_mutex);
+}
