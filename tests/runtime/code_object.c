@@ -136,6 +136,19 @@ Test(code_object, wrong_architecture) {
   free(b);
 }
 
+/* An AMD GPU code object is told apart from a foreign CPU one: no agent
+ * here can run it, and the message says so. */
+Test(code_object, an_hsaco_without_an_amd_gpu) {
+  size_t size;
+  unsigned char *b = slurp(data_path("test-kernels.so"), &size);
+  ((Elf64_Ehdr *)b)->e_machine = 224; /* EM_AMDGPU */
+  load_expect(write_tmp("amdgpu", b, size), AQ_ERROR_UNAVAILABLE, "AMD GPU code object (hsaco), and no ROCr agent");
+  free(b);
+  aq_code_object_t co;
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+  aq_code_object_unload(co);
+}
+
 Test(code_object, wrong_version) {
   load_expect("test-kernels-v99.so", AQ_ERROR_INCOMPATIBLE, "version 99");
   /* And the runtime still loads good ones afterwards. */
