@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "aquila/aquila.h"
+#include "aquila/ops_gpu.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 #include "runtime/wake.h"
@@ -47,6 +48,7 @@ struct aq_exec {
   void **kernargs;     /* per task: carved from its agent's kernarg arena */
   void *arenas[EXEC_AGENTS_MAX], *pinned_arenas[EXEC_AGENTS_MAX], *kernarg_arenas[EXEC_AGENTS_MAX];
   size_t kernarg_used[EXEC_AGENTS_MAX];
+  size_t managed_size[EXEC_AGENTS_MAX]; /* a GPU arena in managed memory (AQ_MEMORY=unified): its size */
   aq_signal_t *signals;/* per task */
   uint8_t *watched;    /* per task: another lane waits for its signal */
   uint32_t queues_used, barriers, packets;
@@ -139,6 +141,41 @@ static aq_status_t zero(void *p, size_t n) {
   return s;
 }
 
+/* Unified memory: the GPU that runs the arena's tasks is its pages'
+ * preferred home, and they move there now (zeroing just pulled them to the
+ * host), not by faults during the first run. */
+static aq_status_t hint(aq_status_t s) { /* a GPU without prefetch and advice still runs, by faults */
+  return s == AQ_ERROR_UNAVAILABLE ? AQ_OK : s;
+}
+
+static aq_status_t settle_managed(aq_exec_t *e, uint32_t a, size_t size) {
+  e->managed_size[a] = size;
+  AQ_RETURN_IF_ERROR(hint(aq_memory_advise(e->arenas[a], size, AQ_ADVICE_PREFERRED_LOCATION, e->agents[a])));
+  return hint(aq_memory_prefetch(e->arenas[a], size, e->agents[a], (aq_signal_t){0}));
+}
+
+/* The GPU agent whose managed arena holds ptr, or UINT32_MAX. */
+static uint32_t managed_owner(const aq_exec_t *e, const void *ptr) {
+  for (uint32_t a = 0; a < e->nagents; ++a) {
+    const uint8_t *base = e->arenas[a];
+    if (e->managed_size[a] && (const uint8_t *)ptr >= base && (const uint8_t *)ptr < base + e->managed_size[a])
+      return a;
+  }
+  return UINT32_MAX;
+}
+
+/* Before the host touches a managed tensor (aq_exec_read / _write), its
+ * pages come to the host in one transfer rather than a fault per page; after
+ * a write they go back to the GPU that reads them, before the run needs them. */
+static aq_status_t prefetch_for(aq_exec_t *e, const void *ptr, size_t size, int to_gpu) {
+  uint32_t a = managed_owner(e, ptr);
+  if (a == UINT32_MAX) return AQ_OK;
+  uint32_t host = 0;
+  while (host < e->nagents && e->agent_kind[host] != AQ_AGENT_KIND_CPU) ++host;
+  if (!to_gpu && host == e->nagents) return AQ_OK;
+  return hint(aq_memory_prefetch(ptr, size, e->agents[to_gpu ? a : host], (aq_signal_t){0}));
+}
+
 /* Every tensor lives on the node of the agent that touches it first, in
  * one arena per agent (one allocation, not one per tensor: instantiation
  * stays cheap), zeroed so optimizer state starts at zero. */
@@ -223,6 +260,7 @@ static aq_status_t plan_memory(aq_exec_t *e) {
     s = region_of(e->agents[a], flag, &region);
     if (s == AQ_OK) s = aq_memory_allocate(region, total[a], &e->arenas[a]);
     if (s == AQ_OK) s = zero(e->arenas[a], total[a]);
+    if (s == AQ_OK && flag == AQ_REGION_MANAGED) s = settle_managed(e, a, total[a]);
     e->bytes += total[a];
   }
   for (uint32_t i = 1; s == AQ_OK && i < g->ntensors; ++i)
@@ -306,7 +344,9 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   memset(p, 0, sizeof(*p));
   p->header = header(HSA_PACKET_TYPE_KERNEL_DISPATCH, barrier);
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
-  aq_dispatch_shape_t sh = gpu ? aq_gpu_shape(task->kernel, ka, task->shape) : task->shape;
+  /* GPUs get each kernel's own launch shape (conv, pool and batch norm would
+   * leave a GPU nearly idle under their CPU grids of one item per plane). */
+  aq_dispatch_shape_t sh = gpu ? aq_gpu_op_shape(task->kernel, ka, task->shape) : task->shape;
   p->workgroup_size_x = sh.workgroup[0] ? sh.workgroup[0] : 1;
   p->workgroup_size_y = sh.workgroup[1] ? sh.workgroup[1] : 1;
   p->workgroup_size_z = sh.workgroup[2] ? sh.workgroup[2] : 1;
@@ -947,9 +987,10 @@ AQ_API aq_status_t aq_exec_write(aq_exec_t *e, aq_tensor_t tensor, const void *s
   void *dst;
   if (!src) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_write: src is NULL");
   AQ_RETURN_IF_ERROR(tensor_io(e, tensor, size, "aq_exec_write", &dst));
+  AQ_RETURN_IF_ERROR(prefetch_for(e, dst, size, 0));
   AQ_RETURN_IF_ERROR(aq_memory_copy(dst, src, size));
   mark_given(e, tensor.id);
-  return AQ_OK;
+  return prefetch_for(e, dst, size, 1);
 }
 
 AQ_API aq_status_t aq_exec_read(aq_exec_t *e, aq_tensor_t tensor, void *dst, size_t size) {
@@ -962,6 +1003,7 @@ AQ_API aq_status_t aq_exec_read(aq_exec_t *e, aq_tensor_t tensor, void *dst, siz
     AQ_RETURN_IF_ERROR(check_not_reused(e, f, "aq_exec_read"));
     src = e->buffers[f];
   }
+  AQ_RETURN_IF_ERROR(prefetch_for(e, src, size, 0));
   return aq_memory_copy(dst, src, size);
 }
 

@@ -221,6 +221,26 @@ Test(gpu, a_training_graph_on_the_gpu_matches_the_cpu) {
   cr_assert(on_gpu < 1.5f, "the GPU run learned: loss %g", on_gpu);
 }
 
+/* AQ_MEMORY=unified: the GPU's tensors in managed memory, advised to live
+ * on the GPU and prefetched around every host read and write; the same
+ * training as in device memory. */
+Test(gpu, a_training_graph_in_unified_memory_matches_device_memory) {
+  float in_device = train_loss(1u << AQ_AGENT_KIND_GPU, 20);
+  setenv("AQ_MEMORY", "unified", 1);
+  float unified = train_loss(1u << AQ_AGENT_KIND_GPU, 20);
+  unsetenv("AQ_MEMORY");
+  cr_assert(fabsf(in_device - unified) < 1e-5f * (1 + in_device), "loss after 20 steps: device %g, unified %g",
+            in_device, unified);
+  aq_region_info_t ri;
+  aq_region_t r[8];
+  size_t n;
+  AQ_ASSERT_OK(aq_agent_regions(gpu, r, 8, &n));
+  for (size_t i = 0; i < n; ++i) {
+    AQ_ASSERT_OK(aq_region_get_info(r[i], &ri));
+    cr_assert_eq(ri.in_use, 0, "region %s: %zu bytes still in use after the execs went", ri.name, (size_t)ri.in_use);
+  }
+}
+
 /* Last: a faulting kernel makes the GPU unusable; the CPU agents go on. */
 Test(gpu, a_planted_fault_fails_its_dependents_and_spares_the_cpu) {
   aq_code_object_t co;

@@ -161,7 +161,7 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
       CHECK(aq_memory_copy(b, bf16 ? (void *)host16 : (void *)host, bf16 ? count * 2 : bytes));
       aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = s, .n = s, .k = s, .lda = s, .ldb = s, .ldc = s,
                                .batch = 1, .alpha = 1.0f};
-      aq_dispatch_shape_t sh = aq_gpu_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args));
+      aq_dispatch_shape_t sh = aq_gpu_op_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args));
       if (bf16) {
         const uint32_t th = bf16_kernels[bf16_pick].threads, bm = bf16_kernels[bf16_pick].bm, bn = bf16_kernels[bf16_pick].bn;
         sh = (aq_dispatch_shape_t){{(uint32_t)((s + bn - 1) / bn) * th, (uint32_t)((s + bm - 1) / bm), 1}, {(uint16_t)th, 1, 1}};

@@ -3,7 +3,7 @@
  * time over all epochs' steps after the first (warm-up) epoch's first steps.
  * The peer, PyTorch eager, runs from shared/reference/torch_fashion_mlp.py in
  * the same device call (aq-bench does not embed Python).
- * Options: --placement auto|cpu|gpu, --epochs N (default 1), --batch N (256), --threads (informational:
+ * Options: --model mlp|cnn, --placement auto|cpu|gpu, --epochs N (default 1), --batch N (256), --threads (informational:
  * workers come from AQ_CPU_WORKERS), --data DIR, --steps N (cap per epoch). */
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +17,12 @@ int aq_bench_train(int argc, char **argv) {
   long cap = bench_arg_int(argc, argv, "steps", 0);
   trainer_options_t o = {.model = "mlp", .optimizer = "sgd", .batch = (uint32_t)bench_arg_int(argc, argv, "batch", 256),
                          .hidden = 1024, .lr = 0.1f, .momentum = 0.9f, .seed = 1, .policy = AQ_SCHED_EAGER};
+  const char *model = bench_arg(argc, argv, "model");
+  if (model && strcmp(model, "mlp") && strcmp(model, "cnn")) {
+    fprintf(stderr, "aq-bench train: --model must be mlp or cnn, not '%s'\n", model);
+    return 2;
+  }
+  if (model && !strcmp(model, "cnn")) o.model = "cnn", o.lr = 0.05f; /* as train_fashion's defaults */
   const char *placement = bench_arg(argc, argv, "placement");
   if (!placement) placement = "auto";
   o.kernel_agent_kinds = !strcmp(placement, "cpu") ? 1u << AQ_AGENT_KIND_CPU
@@ -63,7 +69,7 @@ int aq_bench_train(int argc, char **argv) {
     if (s != AQ_OK) break;
     bench_json_t j;
     bench_json_begin(&j, "train", "aquila");
-    bench_json_str(&j, "model", "mlp");
+    bench_json_str(&j, "model", o.model);
     bench_json_str(&j, "placement", placement);
     bench_json_int(&j, "batch", o.batch);
     bench_json_int(&j, "threads", info.compute_units);
