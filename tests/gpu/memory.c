@@ -13,16 +13,8 @@ static aq_code_object_t co;
 
 static void setup(void) {
   AQ_ASSERT_OK(aq_init(NULL));
-  aq_agent_t all[64];
-  size_t n;
-  AQ_ASSERT_OK(aq_agents(all, 64, &n));
-  gpu.handle = cpu.handle = 0;
-  for (size_t i = 0; i < n; ++i) {
-    aq_agent_info_t info;
-    AQ_ASSERT_OK(aq_agent_get_info(all[i], &info));
-    if (info.kind == AQ_AGENT_KIND_GPU && !gpu.handle) gpu = all[i];
-    if (info.kind == AQ_AGENT_KIND_CPU && !cpu.handle) cpu = all[i];
-  }
+  gpu = first_agent(AQ_AGENT_KIND_GPU);
+  cpu = first_agent(AQ_AGENT_KIND_CPU);
   if (!gpu.handle) {
     aq_shut_down();
     cr_skip_test("skipped: no GPU");

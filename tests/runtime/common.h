@@ -35,6 +35,19 @@ static inline aq_kernel_info_t test_kernel(aq_code_object_t co, aq_agent_t agent
   return k;
 }
 
+/* The first agent of a kind, or a zero handle if the machine has none. */
+static inline aq_agent_t first_agent(aq_agent_kind_t kind) {
+  aq_agent_t all[64], none = {0};
+  size_t n;
+  AQ_ASSERT_OK(aq_agents(all, 64, &n));
+  for (size_t i = 0; i < n; ++i) {
+    aq_agent_info_t info;
+    AQ_ASSERT_OK(aq_agent_get_info(all[i], &info));
+    if (info.kind == kind) return all[i];
+  }
+  return none;
+}
+
 static inline hsa_kernel_dispatch_packet_t dispatch_packet(const aq_kernel_info_t *k, const void *kernarg,
                                                            uint32_t grid, uint16_t wg, aq_signal_t done) {
   hsa_kernel_dispatch_packet_t p;

@@ -10,14 +10,7 @@ typedef struct { uint64_t ns; } busy_args_t;
 
 Test(trace_gpu, kernels_carry_gpu_times_on_the_host_clock) {
   AQ_ASSERT_OK(aq_init(NULL));
-  aq_agent_t all[64], gpu = {0};
-  size_t n;
-  AQ_ASSERT_OK(aq_agents(all, 64, &n));
-  for (size_t i = 0; i < n && !gpu.handle; ++i) {
-    aq_agent_info_t info;
-    AQ_ASSERT_OK(aq_agent_get_info(all[i], &info));
-    if (info.kind == AQ_AGENT_KIND_GPU) gpu = all[i];
-  }
+  aq_agent_t gpu = first_agent(AQ_AGENT_KIND_GPU);
   if (!gpu.handle) {
     aq_shut_down();
     cr_skip_test("skipped: no GPU");
