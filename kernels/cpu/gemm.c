@@ -202,44 +202,65 @@ AQ_DEFINE_MICRO512(micro_avx512_9, 9)
 AQ_DEFINE_MICRO512(micro_avx512_10, 10)
 AQ_DEFINE_MICRO512(micro_avx512_11, 11)
 
-/* AVX2 has 16 registers: the 12 x 32 tile goes as four 6 x 16 quarters
- * (12 accumulators each), re-reading the panels from L1. */
+/* AVX2 has 16 registers: the 12 x 32 tile goes as four 6 x 16 quarters of
+ * twelve accumulators each. The depth is walked in slices short enough that
+ * a slice of both panels (AVX2_KS x (12 + 32) floats, 22 KB) stays in L1
+ * across the four quarters; between slices the quarters park their sums in
+ * a tile-sized buffer, itself in L1. */
+enum { AVX2_KS = 128 };
+
+/* The accumulators are twelve named variables, not an array: GCC kept an
+ * array on the stack and stored it back on every step (a third of the speed). */
+#define AVX2_ROW(r)                                                                        \
+  x = _mm256_broadcast_ss(a + (r));                                                        \
+  c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0);                                               \
+  c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1);
+#define AVX2_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5)
+#define AVX2_ZERO(r) c##r##0 = c##r##1 = _mm256_setzero_ps();
+#define AVX2_LOAD(r) c##r##0 = _mm256_load_ps(t + (r) * GEMM_NR), c##r##1 = _mm256_load_ps(t + (r) * GEMM_NR + 8);
+#define AVX2_STORE(r) _mm256_store_ps(t + (r) * GEMM_NR, c##r##0), _mm256_store_ps(t + (r) * GEMM_NR + 8, c##r##1);
+
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void quarter_avx2(int64_t ks, const float *a,
+                                                                              const float *b, float *t, int first) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, x;
+  if (first) {
+    AVX2_EACH(AVX2_ZERO)
+  } else {
+    AVX2_EACH(AVX2_LOAD)
+  }
+  for (int64_t l = 0; l < ks; ++l, a += GEMM_MR, b += GEMM_NR) {
+    __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+    AVX2_EACH(AVX2_ROW)
+  }
+  AVX2_EACH(AVX2_STORE)
+}
+
 AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows(int64_t kc, const float *a,
                                                                                   const float *b, float *c,
                                                                                   int64_t ldc, const epi_t *e,
                                                                                   int rows) {
-  for (int rh = 0; rh < rows; rh += 6)
-    for (int half = 0; half < 2; ++half) {
-      const float *pa = a + rh, *pb = b + 16 * half;
-      __m256 acc[6][2];
-#pragma GCC unroll 8
-      for (int r = 0; r < 6; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-      for (int64_t l = 0; l < kc; ++l) {
-        __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8);
-#pragma GCC unroll 8
-        for (int r = 0; r < 6; ++r) {
-          __m256 ar = _mm256_broadcast_ss(pa + r);
-          acc[r][0] = _mm256_fmadd_ps(ar, b0, acc[r][0]);
-          acc[r][1] = _mm256_fmadd_ps(ar, b1, acc[r][1]);
-        }
-        pa += GEMM_MR;
-        pb += GEMM_NR;
-      }
-      __m256 va = _mm256_set1_ps(e->alpha), vb = _mm256_set1_ps(e->beta), z = _mm256_setzero_ps();
-      for (int h = 0; h < 2; ++h) {
-        int col = 16 * half + 8 * h;
-        __m256 bias = e->bias ? _mm256_loadu_ps(e->bias + col) : z;
-        for (int r = 0; r < 6; ++r) {
-          float *p = c + (rh + r) * ldc + col;
-          __m256 v = _mm256_mul_ps(va, acc[r][h]);
-          if (e->beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_loadu_ps(p), v);
-          v = _mm256_add_ps(v, bias);
-          if (e->bias_row) v = _mm256_add_ps(v, _mm256_set1_ps(e->bias_row[rh + r]));
-          if (e->relu) v = _mm256_max_ps(v, z);
-          _mm256_storeu_ps(p, v);
-        }
-      }
+  float t[GEMM_MR * GEMM_NR] __attribute__((aligned(32)));
+  int64_t k0 = 0;
+  do {
+    int64_t ks = kc - k0 < AVX2_KS ? kc - k0 : AVX2_KS;
+    for (int rh = 0; rh < rows; rh += 6)
+      for (int half = 0; half < 2; ++half)
+        quarter_avx2(ks, a + k0 * GEMM_MR + rh, b + k0 * GEMM_NR + 16 * half, t + rh * GEMM_NR + 16 * half, k0 == 0);
+    k0 += AVX2_KS;
+  } while (k0 < kc);
+  __m256 va = _mm256_set1_ps(e->alpha), vb = _mm256_set1_ps(e->beta), z = _mm256_setzero_ps();
+  for (int h = 0; h < GEMM_NR / 8; ++h) {
+    __m256 bias = e->bias ? _mm256_loadu_ps(e->bias + 8 * h) : z;
+    for (int r = 0; r < rows; ++r) {
+      float *p = c + r * ldc + 8 * h;
+      __m256 v = _mm256_mul_ps(va, _mm256_load_ps(t + r * GEMM_NR + 8 * h));
+      if (e->beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_loadu_ps(p), v);
+      v = _mm256_add_ps(v, bias);
+      if (e->bias_row) v = _mm256_add_ps(v, _mm256_set1_ps(e->bias_row[r]));
+      if (e->relu) v = _mm256_max_ps(v, z);
+      _mm256_storeu_ps(p, v);
     }
+  }
 }
 AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       const epi_t *e) {
