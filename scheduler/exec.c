@@ -318,15 +318,17 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
   int gpu = e->lane_kind[e->plan.tasks[t].lane] == AQ_AGENT_KIND_GPU;
   aq_code_object_t co = task->code_object.handle ? task->code_object : gpu ? e->gpu_ops : e->ops;
+  /* The op library's GPU build may have a variant per class of shapes. */
+  const char *name = gpu && !task->code_object.handle ? aq_gpu_op_kernel(task->kernel, task->kernarg) : task->kernel;
   aq_kernel_info_t k;
-  if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, task->kernel))) {
+  if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
     e->last_kernel_co = 0;
-    if (aq_code_object_find_kernel(co, task->kernel, e->agents[a], &e->last_kernel) != AQ_OK)
+    if (aq_code_object_find_kernel(co, name, e->agents[a], &e->last_kernel) != AQ_OK)
       return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is placed on agent %s, which lacks kernel '%s': %s",
-                      task->name, e->agent_names[a], task->kernel, aq_last_error());
+                      task->name, e->agent_names[a], name, aq_last_error());
     /* remembered only once found (the names are at most 63 characters) */
     e->last_kernel_co = co.handle, e->last_kernel_agent = a;
-    snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", task->kernel);
+    snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", name);
   }
   k = e->last_kernel;
   if (task->kernarg_size < k.kernarg_size)

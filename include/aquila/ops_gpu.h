@@ -36,21 +36,6 @@ static inline aq_dispatch_shape_t aq_matmul_bf16_gpu_shape(const aq_matmul_args_
   return s;
 }
 
-/* ---- fp32 matmul launch on GPUs ---------------------------------------------
- * aq_matmul_f32's GPU build computes 128x128 tiles with blocks of exactly 256
- * threads (any other block size traps) and walks the tiles with a grid-stride
- * loop, so any grid is correct. aq_gpu_shape's 16x16 blocks over 64x64 tiles
- * work (three blocks in four find no tile and return at once); this is the
- * exact grid. */
-#define AQ_GPU_MATMUL_F32_TILE 128
-static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t *a) {
-  uint32_t tn = (uint32_t)((a->n + AQ_GPU_MATMUL_F32_TILE - 1) / AQ_GPU_MATMUL_F32_TILE);
-  uint32_t tm = (uint32_t)((a->m + AQ_GPU_MATMUL_F32_TILE - 1) / AQ_GPU_MATMUL_F32_TILE);
-  aq_dispatch_shape_t s = {{(tn ? tn : 1) * 16, (tm ? tm : 1) * 16, (uint32_t)(a->batch > 0 ? a->batch : 1)},
-                           {16, 16, 1}};
-  return s;
-}
-
 /* ---- launch shapes of the other GPU op kernels ---------------------------------
  * The matmul, conv2d, pooling, batch norm, broadcasting binary and
  * reduce-over-axes kernels walk their work with grid-stride loops, so any
@@ -63,13 +48,58 @@ static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t
  *  - conv2d forward / backward data, pooling: 256-thread blocks, a thread
  *    per output (forward) or input element (backward data, pool backward);
  *  - conv2d backward filter: a warp per weight and per bias entry;
- *  - batch norm: a 256-thread block per channel. */
+ *  - batch norm: a 256-thread block per channel;
+ *  - sum over rows: a 256-thread block per 32 columns. */
 #define AQ_GPU_BLOCK 256
 static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
   const int64_t cap = (int64_t)1 << 30; /* past it, the grid-stride loops take over */
   int64_t t = threads < 1 ? 1 : threads > cap ? cap : threads;
   aq_dispatch_shape_t s = {{(uint32_t)t, 1, 1}, {AQ_GPU_BLOCK, 1, 1}};
   return s;
+}
+
+/* ---- fp32 matmul on GPUs: three builds ------------------------------------------
+ * The GPU builds of aq_matmul_f32 take its kernarg struct and check it as
+ * the CPU kernel does; each is correct for any shape and grid (grid-stride
+ * loops) with blocks of exactly 256 threads (any other size traps), and each
+ * suits a class of products:
+ *  - aq_matmul_f32: 128x128 tiles, for products with at least a tile for
+ *    every SM of a large GPU;
+ *  - aq_matmul_f32_tile64: 64x64 tiles, four times the blocks, for smaller
+ *    ones (a training step's 256-row activations: 16 big tiles, 64 small);
+ *  - aq_matmul_f32_rows: a warp a row of C, lanes splitting k, for at most
+ *    AQ_GPU_MATMUL_F32_SKINNY_N columns and a deep k (a classifier's logits
+ *    and their gradients), which tiles would leave mostly empty.
+ * aq_gpu_op_kernel names the build for a product, aq_gpu_op_shape its grid:
+ * a block a tile, or a warp a row. */
+#define AQ_KERNEL_MATMUL_F32_TILE64 "aq_matmul_f32_tile64"
+#define AQ_KERNEL_MATMUL_F32_ROWS "aq_matmul_f32_rows"
+#define AQ_GPU_MATMUL_F32_BIG_TILES 132 /* an H100's SMs */
+#define AQ_GPU_MATMUL_F32_SKINNY_N 16
+
+/* 128 or 64 (tile edge), or 0 for a warp a row. */
+static inline int aq_matmul_f32_gpu_tile(const aq_matmul_args_t *a) {
+  int64_t batch = a->batch > 1 ? a->batch : 1;
+  if (a->n <= AQ_GPU_MATMUL_F32_SKINNY_N && a->k >= 64) return 0;
+  return (a->m + 127) / 128 * ((a->n + 127) / 128) * batch >= AQ_GPU_MATMUL_F32_BIG_TILES ? 128 : 64;
+}
+
+static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t *a) {
+  int64_t tile = aq_matmul_f32_gpu_tile(a), batch = a->batch > 0 ? a->batch : 1;
+  if (tile == 0) return aq_gpu_threads_shape(32 * (a->m > 0 ? a->m : 1) * batch);
+  uint32_t tn = (uint32_t)((a->n + tile - 1) / tile), tm = (uint32_t)((a->m + tile - 1) / tile);
+  aq_dispatch_shape_t s = {{(tn ? tn : 1) * 16, (tm ? tm : 1) * 16, (uint32_t)batch}, {16, 16, 1}};
+  return s;
+}
+
+/* The GPU build of an op kernel that suits these kernargs: one of a GPU's
+ * variants, or the op's own name. */
+static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kernarg) {
+  if (!strcmp(kernel, AQ_KERNEL_MATMUL)) {
+    int tile = aq_matmul_f32_gpu_tile((const aq_matmul_args_t *)kernarg);
+    return tile == 128 ? AQ_KERNEL_MATMUL : tile == 64 ? AQ_KERNEL_MATMUL_F32_TILE64 : AQ_KERNEL_MATMUL_F32_ROWS;
+  }
+  return kernel;
 }
 
 static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void *kernarg, aq_dispatch_shape_t cpu) {
@@ -90,6 +120,8 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
                                 ((const aq_pool_args_t *)kernarg)->w);
   if (!strcmp(kernel, AQ_KERNEL_BATCH_NORM) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD))
     return aq_gpu_threads_shape(((const aq_batch_norm_args_t *)kernarg)->c * AQ_GPU_BLOCK);
+  if (!strcmp(kernel, AQ_KERNEL_SUM_ROWS)) /* 32 columns x 8 row slices a block */
+    return aq_gpu_threads_shape((((const aq_sum_rows_args_t *)kernarg)->cols + 31) / 32 * AQ_GPU_BLOCK);
   return aq_gpu_shape(kernel, kernarg, cpu);
 }
 

@@ -2,8 +2,14 @@
 //
 // A block of 256 threads computes 128x128 tiles of C: each warp a 64x32
 // piece, each thread 8x8 outputs (two 4-row by two 4-column quads, so every
-// shared-memory read is a conflict-free 16-byte vector). The k loop walks 8
-// deep, double-buffered: the next slice of A and B comes from global memory
+// shared-memory read is a conflict-free 16-byte vector). Products too small
+// to give every SM a 128x128 tile (a training step's 256-row activations:
+// 16 tiles for 132 SMs) take 64x64 tiles instead, one quad a thread, 16
+// deep, four times the blocks; products of at most 16 columns take a warp a
+// row (matmul_skinny). Each way is its own kernel (aq_matmul_f32,
+// _tile64, _rows; every one correct for any shape and grid), and ops_gpu.h's
+// aq_gpu_op_kernel picks for the scheduler. The k loop is
+// double-buffered: the next slice of A and B comes from global memory
 // into registers while the current one is multiplied, and lands in the other
 // shared buffer, one barrier per slice. A is kept k-major in shared memory
 // (As[k][m]) so both operands are read along m / n; transposes only change
@@ -17,15 +23,25 @@
 // at a time) so neighbouring blocks share A and B in L2. A block of any other
 // size is a launch bug: the kernel traps, so the fault names it.
 #include "matmul_common.cuh"
+#include "aquila/ops_gpu.h" /* AQ_GPU_MATMUL_F32_SKINNY_N */
 
 // Every .cu is one translation unit of the fatbin: names stay in a namespace per file.
 namespace mm_f32 {
 
-constexpr int BM = 128, BN = 128, BK = 8, THREADS = 256, PAD = 4;
+constexpr int THREADS = 256, PAD = 4;
 
+// Q x Q quads of 4x4 a thread; 2 x 4 warps of 8 x 4 lanes make a tile of
+// 64Q x 64Q, and a k-slice of BK = 16 / Q so that A's and B's slices are one
+// 16-byte vector a thread each.
+template <int Q>
+struct Geo {
+  static constexpr int BM = 64 * Q, BN = 64 * Q, BK = 16 / Q;
+};
+
+template <int Q>
 struct Tile {
-  float a[2][BK][BM + PAD];
-  float b[2][BK][BN + PAD];
+  float a[2][Geo<Q>::BK][Geo<Q>::BM + PAD];
+  float b[2][Geo<Q>::BK][Geo<Q>::BN + PAD];
 };
 
 // Four consecutive elements (r, c..c+3) of a rows x cols row-major matrix,
@@ -44,66 +60,74 @@ __device__ __forceinline__ float4 load4(const float *base, int64_t ld, int64_t r
 }
 
 // One thread's share of a k-slice: a float4 of A and one of B.
+template <int Q>
 __device__ __forceinline__ void fetch(const aq_matmul_args_t &p, bool TA, bool TB, const float *a, const float *b, int64_t row0,
                                       int64_t col0, int64_t k0, int tid, bool va, bool vb, float4 &ra, float4 &rb) {
-  if (TA) /* A stored k x m: a row of 128 m per k */
-    ra = load4(a, p.lda, k0 + (tid >> 5), row0 + (tid & 31) * 4, p.k, p.m, va);
-  else /* A stored m x k: 8 k per m row */
-    ra = load4(a, p.lda, row0 + (tid >> 1), k0 + (tid & 1) * 4, p.m, p.k, va);
+  constexpr int RV = Geo<Q>::BM / 4, KV = Geo<Q>::BK / 4; /* float4s along a row of m (n), of k */
+  if (TA) /* A stored k x m: BM m per k */
+    ra = load4(a, p.lda, k0 + tid / RV, row0 + (tid % RV) * 4, p.k, p.m, va);
+  else /* A stored m x k: BK k per m row */
+    ra = load4(a, p.lda, row0 + tid / KV, k0 + (tid % KV) * 4, p.m, p.k, va);
   if (TB) /* B stored n x k */
-    rb = load4(b, p.ldb, col0 + (tid >> 1), k0 + (tid & 1) * 4, p.n, p.k, vb);
+    rb = load4(b, p.ldb, col0 + tid / KV, k0 + (tid % KV) * 4, p.n, p.k, vb);
   else /* B stored k x n */
-    rb = load4(b, p.ldb, k0 + (tid >> 5), col0 + (tid & 31) * 4, p.k, p.n, vb);
+    rb = load4(b, p.ldb, k0 + tid / RV, col0 + (tid % RV) * 4, p.k, p.n, vb);
 }
 
-__device__ __forceinline__ void stash(Tile &t, bool TA, bool TB, int buf, int tid, const float4 &ra, const float4 &rb) {
+template <int Q>
+__device__ __forceinline__ void stash(Tile<Q> &t, bool TA, bool TB, int buf, int tid, const float4 &ra,
+                                      const float4 &rb) {
+  constexpr int RV = Geo<Q>::BM / 4, KV = Geo<Q>::BK / 4;
   if (TA) {
-    *reinterpret_cast<float4 *>(&t.a[buf][tid >> 5][(tid & 31) * 4]) = ra;
+    *reinterpret_cast<float4 *>(&t.a[buf][tid / RV][(tid % RV) * 4]) = ra;
   } else {
-    int m = tid >> 1, k = (tid & 1) * 4;
+    int m = tid / KV, k = (tid % KV) * 4;
     t.a[buf][k][m] = ra.x, t.a[buf][k + 1][m] = ra.y, t.a[buf][k + 2][m] = ra.z, t.a[buf][k + 3][m] = ra.w;
   }
   if (TB) {
-    int n = tid >> 1, k = (tid & 1) * 4;
+    int n = tid / KV, k = (tid % KV) * 4;
     t.b[buf][k][n] = rb.x, t.b[buf][k + 1][n] = rb.y, t.b[buf][k + 2][n] = rb.z, t.b[buf][k + 3][n] = rb.w;
   } else {
-    *reinterpret_cast<float4 *>(&t.b[buf][tid >> 5][(tid & 31) * 4]) = rb;
+    *reinterpret_cast<float4 *>(&t.b[buf][tid / RV][(tid % RV) * 4]) = rb;
   }
 }
 
-__device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile &t, const float *a, const float *b, float *c, int64_t row0,
-                         int64_t col0, bool va, bool vb, bool vc) {
+template <int Q>
+__device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q> &t, const float *a, const float *b,
+                         float *c, int64_t row0, int64_t col0, bool va, bool vb, bool vc) {
+  constexpr int BK = Geo<Q>::BK, T = 4 * Q; /* T x T outputs a thread */
   const int tid = threadIdx.x + threadIdx.y * blockDim.x, warp = tid >> 5, lane = tid & 31;
-  const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32; /* 2 x 4 warps */
-  const int lr = (lane >> 2) * 4, lc = (lane & 3) * 4;   /* 8 x 4 lanes */
-  float acc[8][8];
+  const int wm = (warp >> 2) * 32 * Q, wn = (warp & 3) * 16 * Q; /* 2 x 4 warps */
+  const int lr = (lane >> 2) * 4, lc = (lane & 3) * 4;            /* 8 x 4 lanes */
+  float acc[T][T];
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < T; ++i)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+    for (int j = 0; j < T; ++j) acc[i][j] = 0.0f;
 
   const int64_t nk = (p.k + BK - 1) / BK;
   float4 ra, rb;
-  fetch(p, TA, TB, a, b, row0, col0, 0, tid, va, vb, ra, rb);
+  fetch<Q>(p, TA, TB, a, b, row0, col0, 0, tid, va, vb, ra, rb);
   stash(t, TA, TB, 0, tid, ra, rb);
   __syncthreads();
   int buf = 0;
   for (int64_t kt = 0; kt < nk; ++kt) {
     const bool more = kt + 1 < nk;
-    if (more) fetch(p, TA, TB, a, b, row0, col0, (kt + 1) * BK, tid, va, vb, ra, rb);
+    if (more) fetch<Q>(p, TA, TB, a, b, row0, col0, (kt + 1) * BK, tid, va, vb, ra, rb);
 #pragma unroll
     for (int k = 0; k < BK; ++k) {
-      float av[8], bv[8];
-      float4 x0 = *reinterpret_cast<const float4 *>(&t.a[buf][k][wm + lr]);
-      float4 x1 = *reinterpret_cast<const float4 *>(&t.a[buf][k][wm + 32 + lr]);
-      float4 y0 = *reinterpret_cast<const float4 *>(&t.b[buf][k][wn + lc]);
-      float4 y1 = *reinterpret_cast<const float4 *>(&t.b[buf][k][wn + 16 + lc]);
-      av[0] = x0.x, av[1] = x0.y, av[2] = x0.z, av[3] = x0.w, av[4] = x1.x, av[5] = x1.y, av[6] = x1.z, av[7] = x1.w;
-      bv[0] = y0.x, bv[1] = y0.y, bv[2] = y0.z, bv[3] = y0.w, bv[4] = y1.x, bv[5] = y1.y, bv[6] = y1.z, bv[7] = y1.w;
+      float av[T], bv[T];
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
+      for (int q = 0; q < Q; ++q) {
+        float4 x = *reinterpret_cast<const float4 *>(&t.a[buf][k][wm + 32 * q + lr]);
+        float4 y = *reinterpret_cast<const float4 *>(&t.b[buf][k][wn + 16 * q + lc]);
+        av[4 * q] = x.x, av[4 * q + 1] = x.y, av[4 * q + 2] = x.z, av[4 * q + 3] = x.w;
+        bv[4 * q] = y.x, bv[4 * q + 1] = y.y, bv[4 * q + 2] = y.z, bv[4 * q + 3] = y.w;
+      }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+      for (int i = 0; i < T; ++i)
+#pragma unroll
+        for (int j = 0; j < T; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
     }
     if (more) stash(t, TA, TB, buf ^ 1, tid, ra, rb);
     __syncthreads();
@@ -112,11 +136,11 @@ __device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile &t, c
 
   /* Epilogue: alpha, beta * C, bias, activation; 16-byte stores where C allows. */
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < T; ++i) {
     const int64_t r = row0 + wm + (i >> 2) * 32 + lr + (i & 3);
     if (r >= p.m) continue;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < Q; ++h) {
       const int64_t col = col0 + wn + h * 16 + lc;
       float v[4];
 #pragma unroll
@@ -149,7 +173,9 @@ __device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile &t, c
 
 
 
-__device__ void matmul_tiles(const aq_matmul_args_t &p, Tile &t) {
+template <int Q>
+__device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q> &t) {
+  constexpr int BM = Geo<Q>::BM, BN = Geo<Q>::BN;
   const int64_t tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN, tiles = tiles_m * tiles_n;
   const int64_t blocks = (int64_t)gridDim.x * gridDim.y;
   /* 16-byte loads need 16-byte aligned rows in every batch entry. */
@@ -165,22 +191,90 @@ __device__ void matmul_tiles(const aq_matmul_args_t &p, Tile &t) {
       const int64_t per_group = 8 * tiles_n, first = (id / per_group) * 8;
       const int64_t rows = tiles_m - first < 8 ? tiles_m - first : 8;
       const int64_t tm = first + (id % per_group) % rows, tn = (id % per_group) / rows;
-      tile_f32(p, p.trans_a != 0, p.trans_b != 0, t, a, b, c, tm * BM, tn * BN, va, vb, vc);
+      tile_f32<Q>(p, p.trans_a != 0, p.trans_b != 0, t, a, b, c, tm * BM, tn * BN, va, vb, vc);
     }
+  }
+}
+
+// Products with a handful of columns (a classifier's logits and their
+// gradients: n = 10) would leave every tile mostly empty with a long k loop
+// in each of very few blocks. A warp takes a row of C instead: its lanes
+// split k, each keeping SKINNY_N column sums, and a shuffle tree adds the
+// lanes in a fixed order (so the result does not depend on the launch).
+// Wider products go SKINNY_N columns at a time (correct, not fast).
+constexpr int SKINNY_N = AQ_GPU_MATMUL_F32_SKINNY_N;
+
+__device__ void row_columns(const aq_matmul_args_t &p, const float *a, const float *b, float *c, int64_t i,
+                            int64_t j0, int lane) {
+  const int64_t n = p.n - j0 < SKINNY_N ? p.n - j0 : SKINNY_N;
+  float acc[SKINNY_N];
+#pragma unroll
+  for (int j = 0; j < SKINNY_N; ++j) acc[j] = 0.0f;
+  for (int64_t l = lane; l < p.k; l += 32) {
+    const float av = __ldg(p.trans_a ? a + l * p.lda + i : a + i * p.lda + l);
+#pragma unroll
+    for (int j = 0; j < SKINNY_N; ++j)
+      if (j < n) acc[j] = fmaf(av, __ldg(p.trans_b ? b + (j0 + j) * p.ldb + l : b + l * p.ldb + j0 + j), acc[j]);
+  }
+  float mine = 0.0f;
+#pragma unroll
+  for (int j = 0; j < SKINNY_N; ++j) {
+    if (j >= n) break;
+    float v = acc[j];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (lane == j) mine = v;
+  }
+  if (lane < n) {
+    float *out = c + i * p.ldc + j0 + lane;
+    float v = p.alpha * mine;
+    if (p.beta != 0.0f) v += p.beta * *out;
+    if (p.bias) v += p.bias[j0 + lane];
+    *out = activate(v, p.activation);
+  }
+}
+
+__device__ void matmul_skinny(const aq_matmul_args_t &p) {
+  const int64_t threads = (int64_t)blockDim.x * blockDim.y * blockDim.z;
+  const int64_t tid = threadIdx.x + (int64_t)blockDim.x * (threadIdx.y + (int64_t)blockDim.y * threadIdx.z);
+  const int64_t block = blockIdx.x + (int64_t)gridDim.x * (blockIdx.y + (int64_t)gridDim.y * blockIdx.z);
+  const int64_t warps = (int64_t)gridDim.x * gridDim.y * gridDim.z * (threads / 32);
+  for (int64_t w = block * (threads / 32) + tid / 32; w < p.m * p.batch; w += warps) {
+    const int64_t z = w / p.m;
+    for (int64_t j0 = 0; j0 < p.n; j0 += SKINNY_N)
+      row_columns(p, p.a + z * p.stride_a, p.b + z * p.stride_b, p.c + z * p.stride_c, w % p.m, j0, (int)(tid & 31));
   }
 }
 
 }  // namespace mm_f32
 
-// At most 256 threads a block (2 blocks an SM keep 128 registers a thread).
-AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32(aq_matmul_args_t p) {
-  using namespace mm_f32;
-  if (!matmul_valid(p)) return;
+// The three builds share the CPU kernel's checks and launch rules. At most
+// 256 threads a block (2 blocks an SM keep 128 registers a thread). They are
+// separate kernels, not branches of one: sharing a kernel, the 64x64 path
+// pushed the 128x128 one into spills and cost it 10% at n = 4096.
+__device__ __forceinline__ bool matmul_prologue(aq_matmul_args_t &p) {
+  if (!matmul_valid(p)) return false;
   if (p.batch <= 0) p.batch = 1; /* as the CPU grid: batch 0 is one matrix */
-  if (p.m == 0 || p.n == 0) return;
+  if (p.m == 0 || p.n == 0) return false;
   /* The tiles assume 256 threads; another launch shape is the caller's bug,
    * and faulting names this kernel (the CPU kernels fault the same way). */
-  if (blockDim.x * blockDim.y * blockDim.z != THREADS) __trap();
-  __shared__ __align__(16) Tile t;
-  matmul_tiles(p, t);
+  if (blockDim.x * blockDim.y * blockDim.z != mm_f32::THREADS) __trap();
+  return true;
+}
+
+AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32(aq_matmul_args_t p) {
+  if (!matmul_prologue(p)) return;
+  __shared__ __align__(16) mm_f32::Tile<2> t;
+  mm_f32::matmul_tiles<2>(p, t);
+}
+
+AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_tile64(aq_matmul_args_t p) {
+  if (!matmul_prologue(p)) return;
+  __shared__ __align__(16) mm_f32::Tile<1> t;
+  mm_f32::matmul_tiles<1>(p, t);
+}
+
+AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_rows(aq_matmul_args_t p) {
+  if (!matmul_prologue(p)) return;
+  mm_f32::matmul_skinny(p);
 }

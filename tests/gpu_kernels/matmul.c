@@ -26,6 +26,25 @@ static const bf16_kernel_t bf16_kernels[] = {{AQ_KERNEL_MATMUL_BF16, 256, 128, 1
                                              {"aq_matmul_bf16_tall16", 512, 256, 128}};
 static const bf16_kernel_t *bf16_kernel = &bf16_kernels[0];
 
+static void verify(const mm_case_t *tp, const float *c, const float *want, const float *tol, const char *kernel) {
+  const mm_case_t t = *tp;
+  const int64_t ldc = t.n + t.pad, sc = t.m * ldc, nb = t.batch > 0 ? t.batch : 1;
+  for (int64_t z = 0; z < nb; ++z)
+    for (int64_t i = 0; i < t.m; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        int64_t e = z * sc + i * ldc + j;
+        if (j >= t.n) { /* padding stays untouched */
+          cr_assert_eq(c[e], want[e], "%s m=%ld n=%ld k=%ld: padding [%ld,%ld,%ld] was written", kernel, (long)t.m,
+                       (long)t.n, (long)t.k, (long)z, (long)i, (long)j);
+          continue;
+        }
+        cr_assert(fabsf(c[e] - want[e]) <= tol[e],
+                  "%s m=%ld n=%ld k=%ld ta=%d tb=%d pad=%ld batch=%ld shape=%d: C[%ld,%ld,%ld] = %.7g, want %.7g",
+                  kernel, (long)t.m, (long)t.n, (long)t.k, t.ta, t.tb, (long)t.pad, (long)t.batch, t.shape, (long)z,
+                  (long)i, (long)j, c[e], want[e]);
+      }
+}
+
 static void check(mm_case_t t) {
   const int64_t lda = (t.ta ? t.m : t.k) + t.pad, ldb = (t.tb ? t.k : t.n) + t.pad, ldc = t.n + t.pad;
   const int64_t sa = (t.ta ? t.k : t.m) * lda, sb = (t.tb ? t.n : t.k) * ldb, sc = t.m * ldc;
@@ -75,25 +94,22 @@ static void check(mm_case_t t) {
     }
     if (t.shape == 2) s.grid[0] = bk->threads, s.grid[1] = 1, s.grid[2] = 1;
     gk_run(bk->name, &args, s);
+    verify(&t, c, want, tol, bk->name);
   } else {
-    s = t.shape == 0 ? aq_gpu_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)) : aq_matmul_f32_gpu_shape(&args);
-    if (t.shape == 2) s.grid[0] = 16, s.grid[1] = 16, s.grid[2] = 1;
-    gk_run(AQ_KERNEL_MATMUL, &args, s);
+    /* Every GPU build of the fp32 op is right for every product and grid,
+     * under the shape of the build aq_gpu_op_kernel picks. */
+    static const char *builds[] = {AQ_KERNEL_MATMUL, AQ_KERNEL_MATMUL_F32_TILE64, AQ_KERNEL_MATMUL_F32_ROWS};
+    float *c0 = malloc((size_t)(sc * nb) * sizeof(float));
+    memcpy(c0, c, (size_t)(sc * nb) * sizeof(float));
+    for (int v = 0; v < 3; ++v) {
+      memcpy(c, c0, (size_t)(sc * nb) * sizeof(float));
+      s = t.shape == 0 ? aq_gpu_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)) : aq_matmul_f32_gpu_shape(&args);
+      if (t.shape == 2) s.grid[0] = 16, s.grid[1] = 16, s.grid[2] = 1;
+      gk_run(builds[v], &args, s);
+      verify(&t, c, want, tol, builds[v]);
+    }
+    free(c0);
   }
-  for (int64_t z = 0; z < nb; ++z)
-    for (int64_t i = 0; i < t.m; ++i)
-      for (int64_t j = 0; j < ldc; ++j) {
-        int64_t e = z * sc + i * ldc + j;
-        if (j >= t.n) { /* padding stays untouched */
-          cr_assert_eq(c[e], want[e], "%s m=%ld n=%ld k=%ld: padding [%ld,%ld,%ld] was written", t.bf16 ? "bf16" : "f32",
-                       (long)t.m, (long)t.n, (long)t.k, (long)z, (long)i, (long)j);
-          continue;
-        }
-        cr_assert(fabsf(c[e] - want[e]) <= tol[e],
-                  "%s m=%ld n=%ld k=%ld ta=%d tb=%d pad=%ld batch=%ld shape=%d: C[%ld,%ld,%ld] = %.7g, want %.7g",
-                  t.bf16 ? "bf16" : "f32", (long)t.m, (long)t.n, (long)t.k, t.ta, t.tb, (long)t.pad, (long)t.batch,
-                  t.shape, (long)z, (long)i, (long)j, c[e], want[e]);
-      }
   aq_memory_free(a), aq_memory_free(b), aq_memory_free(c);
   if (bias) aq_memory_free(bias);
   if (a16) aq_memory_free(a16), aq_memory_free(b16);
@@ -137,6 +153,38 @@ static void epilogues_batches_and_launches(int bf16) {
 }
 
 Test(gpu_matmul, f32_epilogue_batches_and_launch_shapes) { epilogues_batches_and_launches(0); }
+
+/* Few columns and a deep k: a warp a row of C, lanes splitting k (every
+ * transpose, the epilogue, batches, 1..16 columns, k not a multiple of 32,
+ * and each launch shape). */
+Test(gpu_matmul, f32_skinny_rows) {
+  aq_matmul_args_t deep = {.m = 256, .n = 10, .k = 1024}, shallow = {.m = 256, .n = 10, .k = 40};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &deep), AQ_KERNEL_MATMUL_F32_ROWS);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &shallow), AQ_KERNEL_MATMUL_F32_TILE64);
+  const int64_t ns[] = {1, 10, 16};
+  for (int tr = 0; tr < 4; ++tr)
+    for (size_t n = 0; n < 3; ++n) {
+      check((mm_case_t){257, ns[n], 1000, tr & 1, tr >> 1, 0, tr == 2 ? 3 : 0, 1, 1, 0.5f, -0.75f, 2, tr % 3});
+      check((mm_case_t){33, ns[n], 64, tr & 1, tr >> 1, 0, 0, 0, 0, 1.0f, 0.0f, 1, 1});
+    }
+}
+
+/* 128x128 or 64x64 tiles by the product's size (aq_gpu_op_kernel); both
+ * builds, every transpose, with the epilogue: a product with enough big tiles,
+ * and the shapes of an MLP training step on a batch of 256. */
+Test(gpu_matmul, f32_both_tile_sizes) {
+  aq_matmul_args_t big = {.m = 1540, .n = 1410, .k = 40}, step = {.m = 256, .n = 1024, .k = 784};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &big), AQ_KERNEL_MATMUL);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &step), AQ_KERNEL_MATMUL_F32_TILE64);
+  for (int tr = 0; tr < 4; ++tr) {
+    check((mm_case_t){1540, 1410, 40, tr & 1, tr >> 1, 0, tr == 3 ? 1 : 0, 1, 1, 1.0f, 0.5f, 1, 1});
+    check((mm_case_t){256, 1024, 784, tr & 1, tr >> 1, 0, 0, 1, 1, 1.0f, 0.0f, 1, 1});
+  }
+  check((mm_case_t){1024, 10, 256, 1, 0, 0, 0, 0, 0, 1.0f, 0.0f, 1, 1}); /* dW3 = H2^T dY */
+  check((mm_case_t){256, 10, 1024, 0, 0, 0, 0, 1, 0, 1.0f, 0.0f, 1, 1}); /* logits = H2 W3 + b */
+  check((mm_case_t){784, 1024, 256, 1, 0, 0, 0, 0, 0, 1.0f, 0.0f, 1, 1}); /* dW1 = X^T dH1 */
+  check((mm_case_t){256, 1024, 10, 0, 1, 0, 0, 0, 0, 1.0f, 0.0f, 1, 1}); /* dH2 = dY W3^T */
+}
 Test(gpu_matmul, bf16_epilogue_batches_and_launch_shapes) {
   for (size_t i = 0; i < sizeof(bf16_kernels) / sizeof(bf16_kernels[0]); ++i) {
     bf16_kernel = &bf16_kernels[i];
@@ -155,6 +203,8 @@ Test(gpu_matmul, bad_kernargs_leave_c_untouched) {
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
     gk_run(AQ_KERNEL_MATMUL, &bad[i], aq_matmul_f32_gpu_shape(&bad[i]));
+    gk_run(AQ_KERNEL_MATMUL_F32_TILE64, &bad[i], aq_matmul_f32_gpu_shape(&bad[i]));
+    gk_run(AQ_KERNEL_MATMUL_F32_ROWS, &bad[i], aq_gpu_threads_shape(32 * 8));
     gk_run(AQ_KERNEL_MATMUL_BF16, &bad[i], aq_matmul_bf16_gpu_shape(&bad[i]));
     cr_assert_eq(memcmp(before, c, sizeof(before)), 0, "case %zu wrote C", i);
   }

@@ -118,7 +118,6 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
   aq_code_object_t co;
   aq_kernel_info_t k32, k16;
   CHECK(aq_code_object_load("kernels-cuda.fatbin", &co));
-  CHECK(aq_code_object_find_kernel(co, AQ_KERNEL_MATMUL, gpu, &k32));
   CHECK(aq_code_object_find_kernel(co, bf16_kernels[bf16_pick].name, gpu, &k16));
   aq_region_t regs[8], dev = {0};
   size_t nr;
@@ -161,6 +160,9 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
       CHECK(aq_memory_copy(b, bf16 ? (void *)host16 : (void *)host, bf16 ? count * 2 : bytes));
       aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = s, .n = s, .k = s, .lda = s, .ldb = s, .ldc = s,
                                .batch = 1, .alpha = 1.0f};
+      /* the fp32 build the scheduler would pick for this product */
+      const char *f32_name = aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &args);
+      CHECK(aq_code_object_find_kernel(co, f32_name, gpu, &k32));
       aq_dispatch_shape_t sh = aq_gpu_op_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args));
       if (bf16) {
         const uint32_t th = bf16_kernels[bf16_pick].threads, bm = bf16_kernels[bf16_pick].bm, bn = bf16_kernels[bf16_pick].bn;
@@ -201,7 +203,7 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
       aq_status_t err = AQ_OK;
       aq_signal_get_error(done, 1, &err);
       if (err != AQ_OK) {
-        fprintf(stderr, "aq-bench gemm: %s failed: %s\n", bf16 ? bf16_kernels[bf16_pick].name : AQ_KERNEL_MATMUL,
+        fprintf(stderr, "aq-bench gemm: %s failed: %s\n", bf16 ? bf16_kernels[bf16_pick].name : f32_name,
                 aq_last_error());
         return 1;
       }
@@ -233,7 +235,7 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
           bench_json_num(&j, "max_abs_c", cmax);
         }
         bench_json_str(&j, "kernel", peer ? (bf16 ? "cublasGemmEx" : "cublasSgemm")
-                                          : (bf16 ? bf16_kernels[bf16_pick].name : AQ_KERNEL_MATMUL));
+                                          : (bf16 ? bf16_kernels[bf16_pick].name : f32_name));
         bench_json_int(&j, "reps", reps);
         bench_json_int(&j, "gemms_per_rep", inner);
         bench_json_end(&j);
