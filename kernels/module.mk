@@ -1,7 +1,9 @@
 # The GPU op library, one CUDA C source per op (kernels/cuda/*.cu), built
 # into one code object per vendor:
-#  - NVIDIA: kernels-cuda.fatbin with SASS for sm_80 and sm_90, where the
-#    CUDA toolkit is (nvcc at /usr/local/cuda);
+#  - NVIDIA: kernels-cuda.fatbin with SASS for sm_80 and sm_90a, where the
+#    CUDA toolkit is (nvcc at /usr/local/cuda). sm_90a rather than sm_90:
+#    the same GPUs (compute capability 9.0), plus Hopper's wgmma, which the
+#    bf16 matmul uses (kernels/cuda/wgmma.cuh);
 #  - AMD: kernels-amdgcn.hsaco for gfx90a, where Debian's HIP toolchain is
 #    (hipcc, rocm-device-libs; `apt-get install hipcc`). Debian's HIP 5.2
 #    (clang 15) knows no gfx942, so MI300 is not built.
@@ -28,7 +30,7 @@ all: $(KCUDA_FATBIN)
 $(KCUDA_FATBIN): $(KCUDA_ALL) $(KCUDA_HDRS)
 	@mkdir -p $(@D)
 	$(NVCC) -fatbin -O3 -Iinclude -Ikernels/cuda -gencode arch=compute_80,code=sm_80 \
-	  -gencode arch=compute_90,code=sm_90 -o $@ $<
+	  -gencode arch=compute_90a,code=sm_90a -o $@ $<
 else
 $(info aquila: no CUDA toolkit at $(NVCC): kernels-cuda.fatbin is not built)
 endif

@@ -15,6 +15,7 @@
 #include "runtime/runtime.h"
 
 struct aq_signal_slot; /* runtime/signal.h */
+struct aq_profile_sink; /* runtime/profile.h */
 
 typedef struct aq_driver {
   const char *name;
@@ -59,9 +60,13 @@ typedef struct aq_driver {
   aq_status_t (*advise)(aq_region_impl_t *region, const void *ptr, size_t size, int advice,
                         aq_agent_impl_t *agent);
 
-  /* Optional: records what the driver still holds for the trace (GPU times
-   * of finished kernels that it has not read back yet). Any thread. */
+  /* Optional: records what the driver still holds for the trace and hands
+   * profile sinks what they are owed (GPU times of finished kernels that it
+   * has not read back yet). Any thread. */
   void (*trace_flush)(void);
+  /* Optional: per-dispatch times of a queue's kernels to a sink, NULL: off
+   * (runtime/profile.h). */
+  aq_status_t (*queue_profile)(aq_queue_impl_t *queue, const struct aq_profile_sink *sink);
 } aq_driver_t;
 
 extern const aq_driver_t aq_driver_cpu;

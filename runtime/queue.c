@@ -35,6 +35,8 @@ static aq_status_t resolve(aq_queue_t queue, aq_queue_impl_t **out) {
   return aq_handle_resolve(&queues, queue.handle, (void **)out);
 }
 
+aq_status_t aq_queue_resolve(aq_queue_t queue, aq_queue_impl_t **out) { return resolve(queue, out); }
+
 AQ_API aq_status_t aq_queue_create(aq_agent_t agent, const aq_queue_options_t *options,
                                    aq_queue_t *out_queue) {
   aq_agent_impl_t *a;
@@ -112,6 +114,7 @@ AQ_API aq_status_t aq_queue_get_info(aq_queue_t queue, aq_queue_info_t *info) {
       .read_index = atomic_load(&q->read_index),
       .write_index = atomic_load(&q->write_index),
       .packets_completed = atomic_load(&q->completed),
+      .packets_in_graphs = atomic_load(&q->graphed),
       .error = (aq_status_t)atomic_load(&q->error),
   };
   return AQ_OK;

@@ -21,6 +21,7 @@ struct aq_queue_impl {
   /* Consumer's line. */
   _Atomic uint64_t read_index __attribute__((aligned(64)));
   _Atomic uint64_t completed;
+  _Atomic uint64_t graphed;       /* packets a driver ran inside a graph of them (CUDA graphs) */
   _Atomic uint32_t error;         /* last aq_status_t a packet failed with */
   _Atomic uint32_t error_fault;   /* its fault id */
   aq_wake_t space;                /* producers waiting for room */
@@ -83,6 +84,9 @@ void aq_queue_module_init(void);
 void aq_queue_module_deinit(void);
 void aq_queue_module_release_all(void);
 uint32_t aq_queue_live_count(void);
+
+/* The queue behind a handle (AQ_ERROR_INVALID_HANDLE if none). */
+aq_status_t aq_queue_resolve(aq_queue_t queue, aq_queue_impl_t **out);
 
 /* Records that a packet of q failed (the queue keeps going). */
 void aq_queue_note_failure(aq_queue_impl_t *q, aq_status_t status, uint32_t fault_id);

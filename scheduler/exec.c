@@ -9,9 +9,12 @@
 
 #include "aquila/aquila.h"
 #include "aquila/ops_gpu.h"
+#include "runtime/profile.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 #include "runtime/wake.h"
+#include "scheduler/calibrate.h"
+#include "scheduler/linkcal.h"
 #include "scheduler/memplan.h"
 #include "scheduler/perfmodel.h"
 #include "scheduler/plan.h"
@@ -77,6 +80,8 @@ struct aq_exec {
   uint64_t *stamps;                    /* per task: start and end of a profiled run */
   uint32_t profile_left;               /* runs still to profile (models short of samples) */
   int profiled;                        /* the run in flight is profiled */
+  int warm_up;                         /* the next run is not profiled (calibrate.c) */
+  aq_profile_sink_t gpu_sink;          /* GPU lanes' kernel times into stamps (runtime/profile.h) */
   /* lowering's scratch: per lane, the last producer a task waits for */
   uint32_t lane_last_pred[EXEC_LANES_MAX], lane_stamp[EXEC_LANES_MAX], lane_touched[EXEC_LANES_MAX];
   uint32_t *covered; /* nlanes x nlanes: see other_lane_producers */
@@ -204,7 +209,8 @@ static aq_status_t plan_memory(aq_exec_t *e) {
    * its pages back and forth every run. */
   uint8_t *pinned = calloc(g->ntensors, 1);
   if (!pinned) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
-  for (uint32_t t = 0; s == AQ_OK && t < g->ntasks; ++t) {
+  /* (Not in unified memory: there prefetch tasks move the pages, replica.c.) */
+  for (uint32_t t = 0; s == AQ_OK && !e->replicas.prefetch && t < g->ntasks; ++t) {
     uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
     if (e->agent_kind[a] != AQ_AGENT_KIND_CPU) continue;
     for (uint32_t w = 0; w < g->tasks[t].nwrites; ++w) {
@@ -355,6 +361,7 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   p->grid_size_x = sh.grid[0] ? sh.grid[0] : 1;
   p->grid_size_y = sh.grid[1] ? sh.grid[1] : 1;
   p->grid_size_z = sh.grid[2] ? sh.grid[2] : 1;
+  p->group_segment_size = gpu ? aq_gpu_op_group_segment(name, ka) : 0; /* staged tiles past 48 KB */
   p->kernel_object = k.kernel_object;
   p->kernarg_address = ka;
   p->reserved2 = ((uint64_t)e->serial << 20) | (t + 1); /* the run goes in at each run */
@@ -638,52 +645,112 @@ static void task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double
   *bytes = (double)b;
 }
 
-/* heft's cost matrix (task x agent, ns; -1 where it cannot run): the
- * models' estimates, or a rough guess from the work-groups for a kernel
- * never measured. Tasks on CPU agents whose models are short of samples
- * make the exec profile its first runs. */
+/* Task t's estimate on agent a (ns): its model's, or a rough guess from the
+ * work-groups for a kernel never measured; *samples: what the model rests on. */
+static double cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
+  const task_t *task = &e->graph->tasks[t];
+  double groups = 1;
+  for (int d = 0; d < 3; ++d) {
+    uint32_t wg = task->shape.workgroup[d] ? task->shape.workgroup[d] : 1;
+    uint32_t gr = task->shape.grid[d] ? task->shape.grid[d] : 1;
+    groups *= (gr + wg - 1) / wg;
+  }
+  int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
+  double guess = task->kind == TASK_HOST ? 1000 : gpu ? 5000 + 20 * groups : 1000 * groups;
+  perf_key_t k;
+  double bytes;
+  task_key(e, t, a, &k, &bytes);
+  return perf_estimate(&k, bytes, guess, samples);
+}
+
+/* Op-library kernels short of samples on an agent that may run them are
+ * measured there first, one task per model (calibrate.h); a failure leaves
+ * the guesses. */
+static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible) {
+  aq_graph_t *g = e->graph;
+  uint32_t *pick = malloc((g->ntasks ? g->ntasks : 1) * sizeof(uint32_t));
+  perf_key_t *keys = malloc((g->ntasks ? g->ntasks : 1) * sizeof(perf_key_t));
+  for (uint32_t a = 0; pick && keys && a < e->nagents; ++a) {
+    uint32_t n = 0, samples;
+    for (uint32_t t = 0; t < g->ntasks; ++t) {
+      if (!(eligible[t] & (1u << e->agent_kind[a])) || !perf_calibratable(g, t)) continue;
+      double bytes;
+      task_key(e, t, a, &keys[n], &bytes);
+      perf_estimate(&keys[n], bytes, 0, &samples);
+      int seen = 0;
+      for (uint32_t i = 0; i < n && !seen; ++i)
+        seen = keys[i].shape_class == keys[n].shape_class && !strcmp(keys[i].kernel, keys[n].kernel);
+      if (samples < PERF_MIN_SAMPLES && !seen) pick[n++] = t;
+    }
+    if (n) perf_calibrate(g, pick, n, a);
+  }
+  free(pick), free(keys);
+}
+
+/* heft's cost matrix (task x agent, ns; -1 where it cannot run). Tasks
+ * whose models are still short of samples (host tasks, users' kernels, a
+ * calibration that failed) make the exec profile its first runs. */
 static aq_status_t heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out) {
   aq_graph_t *g = e->graph;
+  calibrate_missing(e, eligible);
   double *c = malloc((size_t)g->ntasks * e->nagents * sizeof(double));
   if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   uint32_t short_of_samples = 0;
-  for (uint32_t t = 0; t < g->ntasks; ++t) {
-    const task_t *task = &g->tasks[t];
-    double groups = 1;
-    for (int d = 0; d < 3; ++d) {
-      uint32_t wg = task->shape.workgroup[d] ? task->shape.workgroup[d] : 1;
-      uint32_t gr = task->shape.grid[d] ? task->shape.grid[d] : 1;
-      groups *= (gr + wg - 1) / wg;
-    }
+  for (uint32_t t = 0; t < g->ntasks; ++t)
     for (uint32_t a = 0; a < e->nagents; ++a) {
       double *ct = &c[(size_t)t * e->nagents + a];
-      if (!(eligible[t] & (1u << e->agent_kind[a]))) {
-        *ct = -1;
-        continue;
-      }
-      int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
-      double guess = task->kind == TASK_HOST ? 1000 : gpu ? 5000 + 20 * groups : 1000 * groups;
-      perf_key_t k;
-      double bytes;
-      uint32_t n;
-      task_key(e, t, a, &k, &bytes);
-      *ct = perf_estimate(&k, bytes, guess, &n);
-      if (!gpu && n < PERF_MIN_SAMPLES) short_of_samples++;
+      uint32_t n = 0;
+      *ct = eligible[t] & (1u << e->agent_kind[a]) ? cost_of(e, t, a, &n) : -1;
+      if (*ct >= 0 && n < PERF_MIN_SAMPLES) short_of_samples++;
     }
-  }
   if (short_of_samples) e->profile_left = PERF_MIN_SAMPLES;
   *out = c;
   return AQ_OK;
 }
 
-static aq_status_t replica_copy(void *user, uint64_t dst, uint64_t src, uint64_t bytes);
+/* heft's link costs (agent x agent latency, then ns per byte), measured
+ * once per process (linkcal.h). */
+static aq_status_t heft_links(aq_exec_t *e, double **out) {
+  link_agent_t la[EXEC_AGENTS_MAX];
+  for (uint32_t a = 0; a < e->nagents; ++a) la[a] = (link_agent_t){e->agents[a], e->agent_kind[a], e->agent_arch[a]};
+  size_t nn = (size_t)e->nagents * e->nagents;
+  if (!(*out = malloc(2 * (nn ? nn : 1) * sizeof(double))))
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  uint32_t measured;
+  link_calibrate(la, e->nagents, *out, *out + nn, &measured);
+  return AQ_OK;
+}
 
-/* After a profiled run: each CPU task's time into its model (copies
- * between replicas are not kernels: left out). */
+static aq_status_t replica_copy(void *user, uint64_t dst, uint64_t src, uint64_t bytes);
+static aq_status_t replica_prefetch(void *user, uint64_t x, uint64_t agent, uint64_t bytes);
+
+/* A GPU kernel's time from its driver (runtime/profile.h), by its tag. */
+static void gpu_stamp(void *user, uint64_t tag, uint64_t start_ns, uint64_t end_ns) {
+  aq_exec_t *e = user;
+  uint32_t t = (uint32_t)(tag & 0xfffff) - 1;
+  if (((tag >> 20) & 0xfff) != e->serial || t >= e->graph->ntasks) return;
+  e->stamps[2 * t] = start_ns, e->stamps[2 * t + 1] = end_ns;
+}
+
+/* Profiled runs time GPU lanes' kernels on the GPU (CPU lanes have stamp
+ * packets); off again once the times are in. A GPU that cannot time them
+ * goes unmeasured, its estimates stay guesses. */
+static void profile_gpu_lanes(aq_exec_t *e, int on) {
+  e->gpu_sink = (aq_profile_sink_t){gpu_stamp, e};
+  for (uint32_t c = 0, flushed = on; c < e->nlanes; ++c) {
+    if (e->lane_kind[c] != AQ_AGENT_KIND_GPU || !e->streams[c].npackets) continue;
+    if (!flushed++) aq_profile_flush(); /* the run's times, before the sink goes */
+    aq_queue_profile(e->streams[c].queue, on ? &e->gpu_sink : NULL);
+  }
+}
+
+/* After a profiled run: each task's time into its model (copies between
+ * replicas on the host are not kernels: left out). */
 static void profile_record(aq_exec_t *e) {
   for (uint32_t t = 0; t < e->plan.ntasks; ++t) {
     uint32_t lane = e->plan.tasks[t].lane, a = e->lane_agent[lane];
-    if (e->lane_kind[lane] != AQ_AGENT_KIND_CPU || e->graph->tasks[t].fn == replica_copy) continue;
+    aq_host_call_fn_t fn = e->graph->tasks[t].fn;
+    if (fn == replica_copy || fn == replica_prefetch) continue;
     uint64_t t0 = e->stamps[2 * t], t1 = e->stamps[2 * t + 1];
     if (!t0 || t1 < t0) continue;
     perf_key_t k;
@@ -693,39 +760,40 @@ static void profile_record(aq_exec_t *e) {
   }
 }
 
-/* A copy task between two replicas (CPU memory: both host-accessible).
- * The addresses are looked up at run time: aq_exec_bind may move a tensor. */
+/* A copy task between two replicas run on the host (CPU memory, or a size
+ * the GPU's aq_copy does not take: the driver copies device memory). The
+ * addresses are looked up at run time: aq_exec_bind may move a tensor. */
 static aq_status_t replica_copy(void *user, uint64_t dst, uint64_t src, uint64_t bytes) {
   aq_exec_t *e = user;
-  memcpy(e->buffers[dst], e->buffers[src], bytes);
-  return AQ_OK;
+  return aq_memory_copy(e->buffers[dst], e->buffers[src], bytes);
 }
 
-static int wants_replicas(aq_exec_t *e) {
-  const char *mem = getenv("AQ_MEMORY");
-  uint32_t cpus = 0;
-  for (uint32_t a = 0; a < e->nagents; ++a) cpus += e->agent_kind[a] == AQ_AGENT_KIND_CPU;
-  return cpus > 1 && (e->flags & AQ_EXEC_REPLICATE || (mem && !strcmp(mem, "replicate")));
+/* A prefetch task (AQ_MEMORY=unified): a managed tensor's pages to agent. */
+static aq_status_t replica_prefetch(void *user, uint64_t x, uint64_t agent, uint64_t bytes) {
+  aq_exec_t *e = user;
+  return hint(aq_memory_prefetch(e->buffers[x], bytes, e->agents[agent], (aq_signal_t){0}));
 }
 
-/* Rebuilds the placed graph with replicas and copies (replica.c), then
- * plans it again with every task pinned where it was placed. */
+/* Rebuilds the placed graph with replicas and copies, or prefetches
+ * (replica.c), then plans it again with every task pinned where it was placed. */
 static aq_status_t replicate(aq_exec_t *e, const uint8_t *eligible) {
-  uint8_t gpu[EXEC_AGENTS_MAX];
+  uint8_t gpu[EXEC_AGENTS_MAX], gpus, prefetch;
   for (uint32_t a = 0; a < e->nagents; ++a) gpu[a] = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
-  replica_in_t in = {e->user_graph, &e->plan, e->lane_agent, e->nagents, gpu, e->agent_names, replica_copy, e};
+  if (!replica_wanted(e->flags & AQ_EXEC_REPLICATE, gpu, e->nagents, &gpus, &prefetch)) return AQ_OK;
+  replica_in_t in = {e->user_graph, &e->plan, e->lane_agent, e->nagents, gpu, e->agent_names, replica_copy, e,
+                     gpus, prefetch, replica_prefetch};
   AQ_RETURN_IF_ERROR(replica_build(&in, &e->replicas));
   aq_graph_t *c = e->replicas.graph;
   uint8_t *elig = malloc(c->ntasks ? c->ntasks : 1);
   if (!elig) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan replicas");
   for (uint32_t t = 0; t < c->ntasks; ++t) {
     uint32_t o = e->replicas.origin[t];
-    elig[t] = o ? eligible[o - 1] : (uint8_t)(1u << AQ_AGENT_KIND_CPU);
+    elig[t] = o ? eligible[o - 1] : (uint8_t)(1u << e->agent_kind[c->tasks[t].agent]);
   }
   /* The placement's estimates stay with the tasks (DOT shows them). */
   plan_t placed = e->plan;
   memset(&e->plan, 0, sizeof(e->plan));
-  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, elig, NULL};
+  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, elig, NULL, NULL, NULL};
   aq_status_t s = plan_build(&e->plan, c, AQ_SCHED_EAGER, &lanes);
   for (uint32_t t = 0; s == AQ_OK && t < c->ntasks; ++t) {
     uint32_t o = e->replicas.origin[t];
@@ -804,15 +872,18 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK && !eligible) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
   e->policy = policy_from(options);
   e->flags = options ? options->flags : 0;
-  double *costs = NULL;
+  double *costs = NULL, *links = NULL;
   if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = heft_costs(e, eligible, &costs);
+  if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = heft_links(e, &links);
   if (s == AQ_OK && e->flags & AQ_EXEC_PROFILE) e->profile_left = UINT32_MAX;
-  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, eligible, costs};
+  plan_lanes_t lanes = {e->nlanes, e->nagents,  e->lane_agent, e->lane_kind,
+                        e->agent_node, eligible, costs,         links,
+                        links ? links + (size_t)e->nagents * e->nagents : NULL};
   uint64_t t_place = t0 ? aq_now_ns() : 0;
   if (s == AQ_OK) s = plan_build(&e->plan, g, e->policy, &lanes);
-  if (s == AQ_OK && wants_replicas(e)) s = replicate(e, eligible);
+  if (s == AQ_OK) s = replicate(e, eligible);
   uint64_t t_memory = t0 ? aq_now_ns() : 0;
-  free(eligible), free(costs);
+  free(eligible), free(costs), free(links);
   if (s == AQ_OK && e->profile_left && !(e->stamps = calloc(2 * (size_t)e->graph->ntasks, sizeof(uint64_t))))
     s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
   if (s == AQ_OK) s = find_inputs(e);
@@ -896,8 +967,10 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
     if (e->streams[a].done.handle) AQ_RETURN_IF_ERROR(aq_signal_store(e->streams[a].done, 1));
   e->in_flight = 1;
   e->runs++;
-  e->profiled = e->profile_left > 0 && e->stamps;
+  e->profiled = e->profile_left > 0 && e->stamps && !e->warm_up;
+  e->warm_up = 0;
   if (e->profiled) memset(e->stamps, 0, 2 * (size_t)g->ntasks * sizeof(uint64_t));
+  if (e->profiled) profile_gpu_lanes(e, 1);
   int tracing = aq_trace_on();
   e->run_started_ns = aq_trace_on() ? aq_now_ns() : 0;
   for (uint32_t a = 0; a < e->nlanes; ++a) {
@@ -921,6 +994,8 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
   return AQ_OK;
 }
 
+void exec_warm_up_next(aq_exec_t *e) { e->warm_up = 1; }
+
 AQ_API aq_status_t aq_exec_completion_signal(aq_exec_t *e, aq_signal_t *out) {
   if (!e || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_completion_signal: exec and out are required");
   if (e->join_lane == UINT32_MAX) return aq_error(AQ_ERROR_INTERNAL, "the exec has no packets");
@@ -937,6 +1012,7 @@ AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
   e->in_flight = 0;
   if (e->profiled) {
     e->profiled = 0;
+    profile_gpu_lanes(e, 0);
     profile_record(e);
     if (e->profile_left != UINT32_MAX) e->profile_left--;
     if (!e->profile_left || e->runs % 16 == 0) perf_save(); /* a cache: a failure to write is not the run's */

@@ -7,15 +7,13 @@
 #include <string.h>
 
 #include "runtime/status.h"
+#include "scheduler/linkcal.h"
 #include "scheduler/plan.h"
 
 /* What a dependency costs beyond the data: a hop between two lanes of one
  * agent is a barrier packet and a signal wake-up; between agents also the
- * copy or the remote reads. Bandwidths are conservative round figures for
- * a NUMA link and PCIe; the models measure kernels, not links. */
-enum { LANE_HOP_NS = 1000, NUMA_LATENCY_NS = 2000, PCIE_LATENCY_NS = 10000 };
-static const double NUMA_NS_PER_BYTE = 1.0 / 8.0;  /* 8 GB/s */
-static const double PCIE_NS_PER_BYTE = 1.0 / 12.0; /* 12 GB/s */
+ * copy or the remote reads. The exec measures them once per process
+ * (linkcal.h); without measurements, round figures for a NUMA link and PCIe. */
 
 static uint8_t agent_kind(const plan_lanes_t *l, uint32_t agent) {
   for (uint32_t c = 0; c < l->nlanes; ++c)
@@ -25,9 +23,16 @@ static uint8_t agent_kind(const plan_lanes_t *l, uint32_t agent) {
 
 double plan_transfer_ns(const plan_lanes_t *l, uint32_t a, uint32_t b, double bytes) {
   if (a == b) return 0;
+  size_t ab = (size_t)a * l->nagents + b;
+  if (l->link_ns) return l->link_ns[ab] + bytes * l->link_ns_per_byte[ab];
   uint8_t ka = agent_kind(l, a), kb = agent_kind(l, b);
-  if (ka == AQ_AGENT_KIND_CPU && kb == AQ_AGENT_KIND_CPU) return NUMA_LATENCY_NS + bytes * NUMA_NS_PER_BYTE;
-  return PCIE_LATENCY_NS + bytes * PCIE_NS_PER_BYTE;
+  if (ka == AQ_AGENT_KIND_CPU && kb == AQ_AGENT_KIND_CPU) return LINK_NUMA_NS + bytes * LINK_NUMA_NS_PER_BYTE;
+  return LINK_PCIE_NS + bytes * LINK_PCIE_NS_PER_BYTE;
+}
+
+/* Between two lanes of agent a. */
+static double lane_hop_ns(const plan_lanes_t *l, uint32_t a) {
+  return l->link_ns ? l->link_ns[(size_t)a * l->nagents + a] : LINK_HOP_NS;
 }
 
 /* Bytes task t reads that task q writes. */
@@ -100,7 +105,7 @@ aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   double lat = 0, per_byte = 0;
   for (uint32_t a = 0; a < na; ++a)
     for (uint32_t b = 0; b < na; ++b) {
-      double base = a == b ? (na > 1 ? 0 : LANE_HOP_NS) : plan_transfer_ns(l, a, b, 0);
+      double base = a == b ? (na > 1 ? 0 : lane_hop_ns(l, a)) : plan_transfer_ns(l, a, b, 0);
       lat += base / ((double)na * na);
       per_byte += (a == b ? 0 : plan_transfer_ns(l, a, b, 1e6) - plan_transfer_ns(l, a, b, 0)) / 1e6 / ((double)na * na);
     }
@@ -146,7 +151,8 @@ aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
         uint32_t q = j < pt->npreds ? pt->preds[j] : t->after_any[j - pt->npreds];
         const plan_task_t *pq = &p->tasks[q];
         uint32_t aq = l->lane_agent[pq->lane];
-        double r = pq->finish + (pq->lane == c ? 0 : aq == a ? LANE_HOP_NS : plan_transfer_ns(l, aq, a, edge_bytes(g, q, i)));
+        double hop = pq->lane == c ? 0 : aq == a ? lane_hop_ns(l, a) : plan_transfer_ns(l, aq, a, edge_bytes(g, q, i));
+        double r = pq->finish + hop;
         if (r > ready) ready = r;
       }
       double finish = (free_at[c] > ready ? free_at[c] : ready) + cost;

@@ -29,6 +29,9 @@ typedef struct plan_lanes {
   const uint8_t *eligible;    /* task -> mask of agent kinds that can run it (1 << kind) */
   /* heft: per task x agent, the estimated ns (ntasks * nagents) */
   const double *cost_ns;
+  /* heft: per agent x agent, an edge's latency (a == b: a lane hop) and ns
+   * per byte, measured (linkcal.h); NULL: round figures */
+  const double *link_ns, *link_ns_per_byte;
 } plan_lanes_t;
 
 /* Checks the graph (reads before writes, cycles, pinned agents) and places

@@ -218,19 +218,27 @@ typedef enum aq_sched_policy {
   AQ_SCHED_LOCALITY = 4,    /* a task on the agent whose node holds its inputs */
   /* HEFT: tasks by upward rank, each where it finishes first according to
    * performance models measured per kernel x shape class x agent (transfer
-   * costs included). Models live in $AQ_PERF_DIR/models.tsv (default
-   * ~/.cache/aquila/); a task whose model has too few samples is measured
-   * in the exec's first runs (a profiled run stamps each CPU task's start
-   * and end) and the file refined. */
+   * costs included: edge latencies and bandwidths measured once per process
+   * by a ping between queues and a copy calibration). Models live in
+   * $AQ_PERF_DIR/models.tsv (default ~/.cache/aquila/). An op-library kernel
+   * without a model on an agent that may run it is measured there before
+   * placement (a calibration exec of its own, once per machine); other
+   * tasks short of samples are measured in the exec's first runs (a
+   * profiled run stamps each CPU task's start and end, and takes each GPU
+   * kernel's time from the GPU) and the file refined. */
   AQ_SCHED_HEFT = 5,
 } aq_sched_policy_t;
 
 /* aq_exec_options_t.flags */
 #define AQ_EXEC_NO_MEMORY_REUSE (1u << 0) /* every activation keeps its own buffer */
 #define AQ_EXEC_PROFILE (1u << 1)         /* profile every run: refine the models */
-/* A replica of each tensor per CPU agent (NUMA node) that uses it, kept
- * coherent by copy tasks the planner inserts (MSI-like states); without it
- * tasks read remote memory in place. Also AQ_MEMORY=replicate. */
+/* A replica of each tensor per memory domain that uses it (a CPU agent's
+ * NUMA node, a GPU's device memory), kept coherent by copy tasks the planner
+ * inserts (MSI-like states; between host and GPU, the op library's aq_copy on
+ * the GPU's queue); without it tasks read remote memory in place, and a
+ * tensor both a CPU and a GPU touch lives in pinned host memory. Also
+ * AQ_MEMORY=replicate. (AQ_MEMORY=unified instead puts such tensors in
+ * managed memory, with prefetch tasks where they change sides.) */
 #define AQ_EXEC_REPLICATE (1u << 2)
 
 typedef struct aq_exec_options {

@@ -21,19 +21,34 @@ extern "C" {
  * bf16 values (uint16_t, see aq_f32_to_bf16); products accumulate in fp32
  * and C and bias are fp32. Fast path: a, b 16-byte aligned with lda, ldb
  * (and batch strides) multiples of 8; any other layout is still exact, just
- * slower. Grid: aq_matmul_bf16_gpu_shape (one 256-thread block per 128x128
+ * slower. Grid: aq_matmul_bf16_gpu_shape (one 384-thread block per 128x256
  * tile of C per batch entry; the kernel walks tiles grid-stride, so a
- * smaller grid is correct too); a block of another size traps. */
+ * smaller grid is correct too); a block of another size traps. Its stages
+ * live in dynamic shared memory: the packet's group_segment_size must be at
+ * least AQ_GPU_MATMUL_BF16_GROUP_SEGMENT (aq_gpu_op_group_segment), or it
+ * traps. H100s run it on wgmma, A100s on mma.sync (kernels/cuda/
+ * matmul_bf16.cu); a GPU offering a block less shared memory (sm_86 / sm_89:
+ * 99 KB) fails the packet, saying so. */
 #define AQ_KERNEL_MATMUL_BF16 "aq_matmul_bf16"
-#define AQ_GPU_MATMUL_BF16_TILE 128
-#define AQ_GPU_MATMUL_BF16_THREADS 256
+#define AQ_GPU_MATMUL_BF16_TILE_M 128
+#define AQ_GPU_MATMUL_BF16_TILE_N 256
+#define AQ_GPU_MATMUL_BF16_THREADS 384
+#define AQ_GPU_MATMUL_BF16_GROUP_SEGMENT (3 * 48 * 1024 + 2048) /* 146 KB: 3 stages, barriers, alignment */
 
 static inline aq_dispatch_shape_t aq_matmul_bf16_gpu_shape(const aq_matmul_args_t *a) {
-  uint32_t tn = (uint32_t)((a->n + AQ_GPU_MATMUL_BF16_TILE - 1) / AQ_GPU_MATMUL_BF16_TILE);
-  uint32_t tm = (uint32_t)((a->m + AQ_GPU_MATMUL_BF16_TILE - 1) / AQ_GPU_MATMUL_BF16_TILE);
+  uint32_t tn = (uint32_t)((a->n + AQ_GPU_MATMUL_BF16_TILE_N - 1) / AQ_GPU_MATMUL_BF16_TILE_N);
+  uint32_t tm = (uint32_t)((a->m + AQ_GPU_MATMUL_BF16_TILE_M - 1) / AQ_GPU_MATMUL_BF16_TILE_M);
   aq_dispatch_shape_t s = {{(tn ? tn : 1) * AQ_GPU_MATMUL_BF16_THREADS, tm ? tm : 1, (uint32_t)(a->batch > 0 ? a->batch : 1)},
                            {AQ_GPU_MATMUL_BF16_THREADS, 1, 1}};
   return s;
+}
+
+/* The group segment (dynamic shared memory, bytes) a GPU kernel's packet
+ * must ask for: 0 for all but those that stage tiles beyond the 48 KB a
+ * block gets by default. */
+static inline uint32_t aq_gpu_op_group_segment(const char *kernel, const void *kernarg) {
+  (void)kernarg;
+  return !strcmp(kernel, AQ_KERNEL_MATMUL_BF16) ? AQ_GPU_MATMUL_BF16_GROUP_SEGMENT : 0;
 }
 
 /* ---- launch shapes of the other GPU op kernels ---------------------------------
@@ -67,6 +82,10 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
  *    every SM of a large GPU;
  *  - aq_matmul_f32_tile64: 64x64 tiles, four times the blocks, for smaller
  *    ones (a training step's 256-row activations: 16 big tiles, 64 small);
+ *  - aq_matmul_f32_split: 64x64 tiles with k split over a cluster of
+ *    AQ_GPU_MATMUL_F32_SPLIT blocks (sm_90), for products with fewer 64x64
+ *    tiles than SMs and a deep k; its grid's x must be a multiple of the
+ *    cluster, as the grid below is;
  *  - aq_matmul_f32_rows: a warp a row of C, lanes splitting k, for at most
  *    AQ_GPU_MATMUL_F32_SKINNY_N columns and a deep k (a classifier's logits
  *    and their gradients), which tiles would leave mostly empty.
@@ -76,20 +95,87 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
 #define AQ_KERNEL_MATMUL_F32_ROWS "aq_matmul_f32_rows"
 #define AQ_GPU_MATMUL_F32_BIG_TILES 132 /* an H100's SMs */
 #define AQ_GPU_MATMUL_F32_SKINNY_N 16
+#define AQ_GPU_MATMUL_F32_SPLIT 4
+#define AQ_KERNEL_MATMUL_F32_SPLIT "aq_matmul_f32_split"
 
-/* 128 or 64 (tile edge), or 0 for a warp a row. */
+/* 128 or 64 (tile edge), -64 for 64-edge tiles with k split, or 0 for a
+ * warp a row. */
 static inline int aq_matmul_f32_gpu_tile(const aq_matmul_args_t *a) {
   int64_t batch = a->batch > 1 ? a->batch : 1;
   if (a->n <= AQ_GPU_MATMUL_F32_SKINNY_N && a->k >= 64) return 0;
-  return (a->m + 127) / 128 * ((a->n + 127) / 128) * batch >= AQ_GPU_MATMUL_F32_BIG_TILES ? 128 : 64;
+  if ((a->m + 127) / 128 * ((a->n + 127) / 128) * batch >= AQ_GPU_MATMUL_F32_BIG_TILES) return 128;
+  return (a->m + 63) / 64 * ((a->n + 63) / 64) * batch < AQ_GPU_MATMUL_F32_BIG_TILES && a->k >= 256 ? -64 : 64;
 }
 
 static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t *a) {
-  int64_t tile = aq_matmul_f32_gpu_tile(a), batch = a->batch > 0 ? a->batch : 1;
-  if (tile == 0) return aq_gpu_threads_shape(32 * (a->m > 0 ? a->m : 1) * batch);
+  int64_t tile = aq_matmul_f32_gpu_tile(a), batch = a->batch > 0 ? a->batch : 1, split = tile < 0 ? AQ_GPU_MATMUL_F32_SPLIT : 1;
+  if (tile == 0) return aq_gpu_threads_shape(32 * (a->m > 0 ? a->m : 1) * batch); /* 8 rows a block */
+  if (tile < 0) tile = -tile;
   uint32_t tn = (uint32_t)((a->n + tile - 1) / tile), tm = (uint32_t)((a->m + tile - 1) / tile);
-  aq_dispatch_shape_t s = {{(tn ? tn : 1) * 16, (tm ? tm : 1) * 16, (uint32_t)batch}, {16, 16, 1}};
+  aq_dispatch_shape_t s = {{(tn ? tn : 1) * 16 * (uint32_t)split, (tm ? tm : 1) * 16, (uint32_t)batch}, {16, 16, 1}};
   return s;
+}
+
+/* ---- bf16 conv2d on tensor cores --------------------------------------------
+ * aq_conv2d_f32's three passes with its kernarg struct (same checks, same
+ * index conventions), except that the tensors a pass reads are bf16
+ * (uint16_t, see aq_f32_to_bf16): x and w forward, w and dy backward data,
+ * x and dy backward filter. What a pass writes is fp32 (y, dx, dw, dbias),
+ * as is bias, and products accumulate in fp32: bf16 in, fp32 out, like bf16
+ * matmul's fp32 C. So the backward's gradients, and the optimizer's updates
+ * from them, keep fp32 precision; a bf16 y for the next layer is one cast
+ * (aq_cast_f32_bf16) away.
+ * Each pass is an implicit GEMM on mma.sync tiles, rows x columns over a
+ * depth: forward (n,p,q) x k over (c,r,s); backward data (n,h,w) x c over
+ * (k,r,s); backward filter (c,r,s) x k over (n,p,q). Tiles
+ * (aq_conv2d_bf16_gpu_tiles): 128x128, or 256x64 where there are at most
+ * AQ_GPU_CONV2D_BF16_NARROW columns; 64x64 (two warp groups splitting the
+ * depth) where those would be fewer than AQ_GPU_CONV2D_BF16_FEW_TILES, and
+ * always for the backward filter, which runs one block per tile of dw over
+ * the whole depth (there is no workspace to split it across blocks
+ * deterministically, so a dw of few tiles leaves most of a GPU idle).
+ * Grid: aq_conv2d_bf16_gpu_shape, a 256-thread block a tile (plus one per 8
+ * dbias entries), walked grid-stride, so any grid is correct. Blocks of
+ * another size, tensors of 2^31 elements or more, and AMD GPUs take an
+ * exact direct path instead (a thread an output, as the fp32 kernels). */
+#define AQ_KERNEL_CONV2D_BF16 "aq_conv2d_bf16"
+#define AQ_KERNEL_CONV2D_BWD_DATA_BF16 "aq_conv2d_bwd_data_bf16"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16 "aq_conv2d_bwd_filter_bf16"
+#define AQ_GPU_CONV2D_BF16_THREADS 256
+#define AQ_GPU_CONV2D_BF16_NARROW 64
+#define AQ_GPU_CONV2D_BF16_FEW_TILES 132 /* an H100's SMs */
+
+/* The kernels choose their tiles with this too. */
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define AQ_GPU_HOST_DEVICE __host__ __device__
+#else
+#define AQ_GPU_HOST_DEVICE
+#endif
+
+/* 0 forward, 1 backward data, 2 backward filter; -1: not a bf16 conv2d. */
+static inline int aq_conv2d_bf16_pass(const char *kernel) {
+  return !strcmp(kernel, AQ_KERNEL_CONV2D_BF16)              ? 0
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16)   ? 1
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) ? 2
+                                                             : -1;
+}
+
+/* A pass's tile (rows x columns of its GEMM), and how many tiles it has. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_gpu_tiles(const aq_conv2d_args_t *a, int pass, int *tm, int *tn) {
+  int64_t rows = pass == 0 ? a->n * a->p * a->q : pass == 1 ? a->n * a->h * a->wd : a->c * a->r * a->s;
+  int64_t cols = pass == 1 ? a->c : a->k;
+  rows = rows > 0 ? rows : 1, cols = cols > 0 ? cols : 1;
+  *tm = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 256 : 128, *tn = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 64 : 128;
+  int64_t tiles = (rows + *tm - 1) / *tm * ((cols + *tn - 1) / *tn);
+  if (pass == 2 || tiles < AQ_GPU_CONV2D_BF16_FEW_TILES) *tm = *tn = 64, tiles = (rows + 63) / 64 * ((cols + 63) / 64);
+  return tiles;
+}
+
+static inline aq_dispatch_shape_t aq_conv2d_bf16_gpu_shape(const aq_conv2d_args_t *a, int pass) {
+  int tm, tn;
+  int64_t blocks = aq_conv2d_bf16_gpu_tiles(a, pass, &tm, &tn);
+  if (pass == 2 && a->dbias && a->k > 0) blocks += (a->k + 7) / 8;
+  return aq_gpu_threads_shape(blocks * AQ_GPU_CONV2D_BF16_THREADS);
 }
 
 /* The GPU build of an op kernel that suits these kernargs: one of a GPU's
@@ -97,7 +183,10 @@ static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t
 static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kernarg) {
   if (!strcmp(kernel, AQ_KERNEL_MATMUL)) {
     int tile = aq_matmul_f32_gpu_tile((const aq_matmul_args_t *)kernarg);
-    return tile == 128 ? AQ_KERNEL_MATMUL : tile == 64 ? AQ_KERNEL_MATMUL_F32_TILE64 : AQ_KERNEL_MATMUL_F32_ROWS;
+    return tile == 128 ? AQ_KERNEL_MATMUL
+           : tile == 64 ? AQ_KERNEL_MATMUL_F32_TILE64
+           : tile < 0   ? AQ_KERNEL_MATMUL_F32_SPLIT
+                        : AQ_KERNEL_MATMUL_F32_ROWS;
   }
   return kernel;
 }
@@ -105,6 +194,7 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
 static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void *kernarg, aq_dispatch_shape_t cpu) {
   if (!strcmp(kernel, AQ_KERNEL_MATMUL)) return aq_matmul_f32_gpu_shape((const aq_matmul_args_t *)kernarg);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return aq_matmul_bf16_gpu_shape((const aq_matmul_args_t *)kernarg);
+  if (aq_conv2d_bf16_pass(kernel) >= 0) return aq_conv2d_bf16_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_bf16_pass(kernel));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) ||
       !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) {
     const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;

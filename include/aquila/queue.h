@@ -47,6 +47,9 @@ typedef struct aq_queue_info {
   uint64_t write_index;
   uint64_t packets_completed;
   aq_status_t error;           /* the last packet failure seen, AQ_OK if none */
+  /* GPU queues: packets that ran as part of a CUDA graph, launched once for
+   * a stretch of kernel dispatches that repeats (AQ_CUDA_GRAPHS). */
+  uint64_t packets_in_graphs;
 } aq_queue_info_t;
 
 #define AQ_AGENT_DISPATCH_HOST_CALL 0x8000u

@@ -23,7 +23,10 @@
 // at a time) so neighbouring blocks share A and B in L2. A block of any other
 // size is a launch bug: the kernel traps, so the fault names it.
 #include "matmul_common.cuh"
-#include "aquila/ops_gpu.h" /* AQ_GPU_MATMUL_F32_SKINNY_N */
+#include "aquila/ops_gpu.h" /* AQ_GPU_MATMUL_F32_SKINNY_N, _SPLIT */
+#if !defined(AQ_HIP)
+#include <cooperative_groups.h>
+#endif
 
 // Every .cu is one translation unit of the fatbin: names stay in a namespace per file.
 namespace mm_f32 {
@@ -196,36 +199,129 @@ __device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q> &t) {
   }
 }
 
+// Split k. A product with fewer 64x64 tiles than SMs and a deep k (a
+// training step's 256 x 1024 activations against 1024 x 1024 weights: 64
+// tiles) gives each tile a cluster of SPLIT blocks (sm_90), each block a
+// slice of k. Every block leaves its partial tile in its own shared memory;
+// after a cluster barrier each block sums one SPLIT-th of the tile's rows
+// over the cluster's partials (distributed shared memory), always in rank
+// order, and applies the epilogue. Results do not depend on timing, and no
+// global workspace is needed. Without clusters (sm_80, HIP) the first block
+// of each group computes the whole tile and the others return.
+constexpr int SPLIT = AQ_GPU_MATMUL_F32_SPLIT;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(AQ_HIP)
+#define AQ_CLUSTERS 1
+#endif
+
+__device__ void tile_split(const aq_matmul_args_t &p, Tile<1> &t, float *part, const float *a, const float *b,
+                           float *c, int64_t row0, int64_t col0) {
+  const bool TA = p.trans_a != 0, TB = p.trans_b != 0;
+#ifdef AQ_CLUSTERS
+  constexpr int B = Geo<1>::BM; /* 64 */
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = (int)cluster.block_rank();
+  /* This block's slice of k, a multiple of 16 deep so 16-byte loads stay aligned. */
+  const int64_t slice = ((p.k + SPLIT - 1) / SPLIT + 15) / 16 * 16;
+  const int64_t k0 = rank * slice < p.k ? rank * slice : p.k, k1 = k0 + slice < p.k ? k0 + slice : p.k;
+  aq_matmul_args_t q = p;
+  q.a = TA ? a + k0 * p.lda : a + k0, q.b = TB ? b + k0 : b + k0 * p.ldb, q.k = k1 - k0;
+  q.alpha = 1.0f, q.beta = 0.0f, q.bias = nullptr, q.activation = AQ_ACTIVATION_NONE, q.ldc = B;
+  const bool va = aligned16(q.a) && p.lda % 4 == 0, vb = aligned16(q.b) && p.ldb % 4 == 0;
+  /* The partial goes to part[(r - row0) * 64 + (col - col0)]. */
+  tile_f32<1>(q, TA, TB, t, q.a, q.b, part - row0 * B - col0, row0, col0, va, vb, true);
+  cluster.sync();
+  const int tid = threadIdx.x + threadIdx.y * blockDim.x;
+  for (int e = rank * (B * B / SPLIT) + tid; e < (rank + 1) * (B * B / SPLIT); e += mm_f32::THREADS) {
+    const int64_t r = row0 + e / B, col = col0 + e % B;
+    if (r >= p.m || col >= p.n) continue;
+    float sum = 0.0f;
+    for (int s = 0; s < SPLIT; ++s) sum += cluster.map_shared_rank(part, s)[e];
+    float *out = c + r * p.ldc + col, v = p.alpha * sum;
+    if (p.beta != 0.0f) v += p.beta * *out;
+    if (p.bias) v += p.bias[col];
+    *out = activate(v, p.activation);
+  }
+  cluster.sync(); /* the partials are read before the next tile overwrites them */
+#else
+  const bool va = aligned16(a) && p.lda % 4 == 0, vb = aligned16(b) && p.ldb % 4 == 0;
+  const bool vc = aligned16(c) && p.ldc % 4 == 0 && (!p.bias || aligned16(p.bias));
+  (void)part;
+  tile_f32<1>(p, TA, TB, t, a, b, c, row0, col0, va, vb, vc);
+#endif
+}
+
+__device__ void matmul_split(const aq_matmul_args_t &p, Tile<1> &t, float *part) {
+  constexpr int B = Geo<1>::BM;
+#ifndef AQ_CLUSTERS
+  if (blockIdx.x % SPLIT) return; /* one block a group does the whole tile */
+#endif
+  const int64_t tiles_m = (p.m + B - 1) / B, tiles_n = (p.n + B - 1) / B, tiles = tiles_m * tiles_n;
+  const int64_t groups_x = gridDim.x / SPLIT, groups = groups_x * gridDim.y;
+  for (int64_t z = blockIdx.z; z < p.batch; z += gridDim.z)
+    for (int64_t id = (int64_t)blockIdx.y * groups_x + blockIdx.x / SPLIT; id < tiles; id += groups) {
+      const int64_t per_group = 8 * tiles_n, first = (id / per_group) * 8;
+      const int64_t rows = tiles_m - first < 8 ? tiles_m - first : 8;
+      const int64_t tm = first + (id % per_group) % rows, tn = (id % per_group) / rows;
+      tile_split(p, t, part, p.a + z * p.stride_a, p.b + z * p.stride_b, p.c + z * p.stride_c, tm * B, tn * B);
+    }
+}
+
 // Products with a handful of columns (a classifier's logits and their
 // gradients: n = 10) would leave every tile mostly empty with a long k loop
-// in each of very few blocks. A warp takes a row of C instead: its lanes
-// split k, each keeping SKINNY_N column sums, and a shuffle tree adds the
-// lanes in a fixed order (so the result does not depend on the launch).
-// Wider products go SKINNY_N columns at a time (correct, not fast).
-constexpr int SKINNY_N = AQ_GPU_MATMUL_F32_SKINNY_N;
+// in each of very few blocks. A warp takes a row of C instead, its lanes
+// splitting k, each keeping SKINNY_N column sums; a shuffle tree then adds
+// the lanes in a fixed order (the result does not depend on the launch).
+// The block's 8 rows of A and a SKINNY_N-wide panel of B come through
+// shared memory a k-chunk at a time, loaded along whichever dimension is
+// contiguous in memory: read straight from global memory, each lane's own
+// k made every load touch 32 sectors. Wider products go SKINNY_N columns at
+// a time (correct, not fast).
+constexpr int SKINNY_N = AQ_GPU_MATMUL_F32_SKINNY_N, SKINNY_ROWS = THREADS / 32, SKINNY_KC = 256;
 
-__device__ void row_columns(const aq_matmul_args_t &p, const float *a, const float *b, float *c, int64_t i,
-                            int64_t j0, int lane) {
-  const int64_t n = p.n - j0 < SKINNY_N ? p.n - j0 : SKINNY_N;
+struct Skinny {
+  float a[SKINNY_ROWS][SKINNY_KC + 1];
+  float b[SKINNY_KC][SKINNY_N + 1]; /* +1: lanes' k rows fall in distinct banks */
+};
+
+__device__ void rows_columns(const aq_matmul_args_t &p, Skinny &s, const float *a, const float *b, float *c,
+                             int64_t i0, int64_t j0, int tid) {
+  const int warp = tid / 32, lane = tid % 32;
+  const int64_t n = p.n - j0 < SKINNY_N ? p.n - j0 : SKINNY_N, i = i0 + warp;
   float acc[SKINNY_N];
 #pragma unroll
   for (int j = 0; j < SKINNY_N; ++j) acc[j] = 0.0f;
-  for (int64_t l = lane; l < p.k; l += 32) {
-    const float av = __ldg(p.trans_a ? a + l * p.lda + i : a + i * p.lda + l);
+  for (int64_t k0 = 0; k0 < p.k; k0 += SKINNY_KC) {
+    const int64_t kc = p.k - k0 < SKINNY_KC ? p.k - k0 : SKINNY_KC;
+    for (int e = tid; e < SKINNY_ROWS * SKINNY_KC; e += THREADS) {
+      const int r = p.trans_a ? e % SKINNY_ROWS : e / SKINNY_KC, kk = p.trans_a ? e / SKINNY_ROWS : e % SKINNY_KC;
+      const bool in = i0 + r < p.m && kk < kc;
+      s.a[r][kk] = !in ? 0.0f : __ldg(p.trans_a ? a + (k0 + kk) * p.lda + i0 + r : a + (i0 + r) * p.lda + k0 + kk);
+    }
+    for (int e = tid; e < SKINNY_KC * SKINNY_N; e += THREADS) {
+      const int j = p.trans_b ? e / SKINNY_KC : e % SKINNY_N, kk = p.trans_b ? e % SKINNY_KC : e / SKINNY_N;
+      const bool in = j < n && kk < kc;
+      s.b[kk][j] = !in ? 0.0f : __ldg(p.trans_b ? b + (j0 + j) * p.ldb + k0 + kk : b + (k0 + kk) * p.ldb + j0 + j);
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int kk = lane; kk < SKINNY_KC; kk += 32) {
+      const float av = s.a[warp][kk];
 #pragma unroll
-    for (int j = 0; j < SKINNY_N; ++j)
-      if (j < n) acc[j] = fmaf(av, __ldg(p.trans_b ? b + (j0 + j) * p.ldb + l : b + l * p.ldb + j0 + j), acc[j]);
+      for (int j = 0; j < SKINNY_N; ++j) acc[j] = fmaf(av, s.b[kk][j], acc[j]);
+    }
+    __syncthreads();
   }
   float mine = 0.0f;
 #pragma unroll
   for (int j = 0; j < SKINNY_N; ++j) {
-    if (j >= n) break;
     float v = acc[j];
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     if (lane == j) mine = v;
   }
-  if (lane < n) {
+  if (i < p.m && lane < n) {
     float *out = c + i * p.ldc + j0 + lane;
     float v = p.alpha * mine;
     if (p.beta != 0.0f) v += p.beta * *out;
@@ -234,15 +330,15 @@ __device__ void row_columns(const aq_matmul_args_t &p, const float *a, const flo
   }
 }
 
-__device__ void matmul_skinny(const aq_matmul_args_t &p) {
-  const int64_t threads = (int64_t)blockDim.x * blockDim.y * blockDim.z;
-  const int64_t tid = threadIdx.x + (int64_t)blockDim.x * (threadIdx.y + (int64_t)blockDim.y * threadIdx.z);
+__device__ void matmul_skinny(const aq_matmul_args_t &p, Skinny &s) {
+  const int tid = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const int64_t block = blockIdx.x + (int64_t)gridDim.x * (blockIdx.y + (int64_t)gridDim.y * blockIdx.z);
-  const int64_t warps = (int64_t)gridDim.x * gridDim.y * gridDim.z * (threads / 32);
-  for (int64_t w = block * (threads / 32) + tid / 32; w < p.m * p.batch; w += warps) {
-    const int64_t z = w / p.m;
+  const int64_t blocks = (int64_t)gridDim.x * gridDim.y * gridDim.z, groups = (p.m + SKINNY_ROWS - 1) / SKINNY_ROWS;
+  for (int64_t g = block; g < groups * p.batch; g += blocks) {
+    const int64_t z = g / groups;
     for (int64_t j0 = 0; j0 < p.n; j0 += SKINNY_N)
-      row_columns(p, p.a + z * p.stride_a, p.b + z * p.stride_b, p.c + z * p.stride_c, w % p.m, j0, (int)(tid & 31));
+      rows_columns(p, s, p.a + z * p.stride_a, p.b + z * p.stride_b, p.c + z * p.stride_c,
+                   g % groups * SKINNY_ROWS, j0, tid);
   }
 }
 
@@ -274,7 +370,22 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_tile64(aq_matmul_args_t p
   mm_f32::matmul_tiles<1>(p, t);
 }
 
+// Blocks come in clusters of SPLIT along x: the grid's x must hold a whole
+// number of them (aq_matmul_f32_gpu_shape's does).
+#ifdef AQ_CLUSTERS
+#define AQ_SPLIT_CLUSTER __cluster_dims__(AQ_GPU_MATMUL_F32_SPLIT, 1, 1)
+#else
+#define AQ_SPLIT_CLUSTER
+#endif
+AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 2) aq_matmul_f32_split(aq_matmul_args_t p) {
+  if (!matmul_prologue(p)) return;
+  __shared__ __align__(16) mm_f32::Tile<1> t;
+  __shared__ __align__(16) float part[64 * 64];
+  mm_f32::matmul_split(p, t, part);
+}
+
 AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_rows(aq_matmul_args_t p) {
   if (!matmul_prologue(p)) return;
-  mm_f32::matmul_skinny(p);
+  __shared__ mm_f32::Skinny s;
+  mm_f32::matmul_skinny(p, s);
 }

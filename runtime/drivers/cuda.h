@@ -9,6 +9,7 @@
 
 #include "aquila/code_object.h"
 #include "runtime/drivers/cuda_api.h"
+#include "runtime/profile.h"
 #include "runtime/queue.h"
 #include "runtime/trace.h"
 
@@ -31,9 +32,12 @@ typedef struct cuda_kernel {
   cuda_agent_t *agent;
   const char *name;
   uint32_t kernarg_size;
+  /* The dynamic shared memory (group segment) the function may launch with
+   * past CUDA's default 48 KB, once a packet asked for it. */
+  _Atomic uint32_t group_limit;
 } cuda_kernel_t;
 
-const cuda_kernel_t *cuda_kernel_lookup(uint64_t kernel_object);
+cuda_kernel_t *cuda_kernel_lookup(uint64_t kernel_object);
 
 /* A completion written by the stream but not yet seen: if the GPU faults,
  * the stream never writes it, and the processor fails it instead. */
@@ -51,6 +55,7 @@ enum { CUDA_PENDING_MAX = 1024 };
 typedef struct cuda_timed {
   CUevent start, end;
   aq_trace_event_t ev;
+  aq_profile_sink_t sink; /* the queue's profile sink when it was launched */
 } cuda_timed_t;
 
 enum { CUDA_TIMED_MAX = 256 };
@@ -64,6 +69,9 @@ typedef struct cuda_timing {
   CUevent ref;
   uint64_t ref_ns;
   _Atomic uint64_t flush_req, flush_ack;
+  /* Profiling (runtime/profile.h): every kernel is timed while fn is set. */
+  _Atomic(aq_profile_fn) profile_fn;
+  void *_Atomic profile_user;
 } cuda_timing_t;
 
 typedef struct cuda_queue {
@@ -78,12 +86,32 @@ typedef struct cuda_queue {
   aq_wake_t wake;
   cuda_timing_t timing;
   struct cuda_queue *next_traced; /* the agent's queues, for trace flushes */
+  struct cuda_graphs *graphs;     /* repeating stretches as CUDA graphs; NULL: off */
 } cuda_queue_t;
+
+/* The queue's kernels are being profiled: the processor times each one
+ * (cuda_timing.c) and launches it alone, as when tracing. */
+static inline int cuda_profiling(struct cuda_queue *cq) {
+  return atomic_load_explicit(&cq->timing.profile_fn, memory_order_relaxed) != NULL;
+}
 
 /* The device address of a signal's value (the pool is registered). */
 CUdeviceptr cuda_signal_address(const aq_signal_slot_t *slot);
 
 void *cuda_queue_main(void *arg);
+/* Launches one kernel dispatch packet on cq->stream; a fault id, 0 if launched. */
+uint32_t cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
+
+/* cuda_graph.c: stretches of kernel dispatches that repeat, replayed as CUDA
+ * graphs. init reads AQ_CUDA_GRAPHS (a bad value is an error); the processor
+ * thread calls replay where a kernel packet is next (how many packets one
+ * graph launch took, 0: launch it yourself) and observe after each packet it
+ * processed otherwise (the kernel it launched, NULL for anything else). */
+typedef struct cuda_graphs cuda_graphs_t;
+aq_status_t cuda_graph_init(cuda_queue_t *cq);
+uint32_t cuda_graph_replay(cuda_queue_t *cq, uint64_t index, const char **what);
+void cuda_graph_observe(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
+void cuda_graph_release(cuda_queue_t *cq);
 
 /* cuda_timing.c: the processor thread brackets a traced kernel with
  * cuda_timing_begin/end; cuda_timing_resolve records those the GPU has
@@ -96,6 +124,8 @@ void cuda_timing_track(struct cuda_queue *cq);
 void cuda_timing_release(struct cuda_queue *cq);
 /* From any thread: every queue records what it has timed (bounded wait). */
 void cuda_timing_flush_all(void);
+/* cuda_profile.c: a queue's profile sink (runtime/profile.h). */
+aq_status_t cuda_queue_profile(aq_queue_impl_t *queue, const aq_profile_sink_t *sink);
 
 /* aquila/unified.h on CUDA memory (cuda_memory.c). */
 aq_status_t cuda_copy_streams_create(cuda_agent_t *a);

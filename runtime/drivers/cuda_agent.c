@@ -146,11 +146,18 @@ static aq_status_t cuda_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *qu
     free(cq);
     return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "%s: cannot create a stream: %s", agent->info.name, cuda_error(r));
   }
+  aq_status_t s = cuda_graph_init(cq);
+  if (s != AQ_OK) {
+    cu.cuStreamDestroy(cq->stream);
+    free(cq);
+    return s;
+  }
   queue->driver_data = cq;
   queue->draining = &cq->busy;
   queue->doorbell_wake = &cq->wake;
   atomic_store(&cq->running, 1);
   if (pthread_create(&cq->thread, NULL, cuda_queue_main, cq)) {
+    cuda_graph_release(cq);
     cu.cuStreamDestroy(cq->stream);
     free(cq);
     return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "cannot start a packet processor thread");
@@ -168,6 +175,7 @@ static void cuda_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   cuda_bind(cq->agent);
   cuda_timing_release(cq);
   cu.cuStreamSynchronize(cq->stream);
+  cuda_graph_release(cq);
   cu.cuStreamDestroy(cq->stream);
   free(cq);
 }
@@ -210,6 +218,10 @@ static void cuda_free(aq_region_impl_t *region, void *ptr, size_t size) {
 static aq_status_t cuda_copy(void *dst, const void *src, size_t size) {
   if (agent_count) cuda_bind(agents[0]);
   CUresult r = cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, size);
+  /* From pageable memory cuMemcpy returns once the bytes are staged, before
+   * the DMA to the GPU ends; kernels on our non-blocking streams do not wait
+   * for the legacy stream it runs on, so a kernel could read half-old data. */
+  if (r == CUDA_SUCCESS) r = cu.cuStreamSynchronize(NULL);
   return r == CUDA_SUCCESS ? AQ_OK : aq_error(AQ_ERROR_INVALID_ARGUMENT, "GPU copy of %zu bytes: %s", size, cuda_error(r));
 }
 
@@ -230,6 +242,7 @@ const aq_driver_t aq_driver_cuda = {
     .prefetch = cuda_prefetch,
     .advise = cuda_advise,
     .trace_flush = cuda_timing_flush_all,
+    .queue_profile = cuda_queue_profile,
 };
 
 /* ---- code objects: cubin (ELF, machine EM_CUDA) or fatbin ---------------- */
@@ -247,7 +260,7 @@ static aq_handle_table_t kernel_table;
 void cuda_code_objects_init(void) { aq_handle_table_init(&kernel_table, "kernel"); }
 void cuda_code_objects_deinit(void) { aq_handle_table_deinit(&kernel_table); }
 
-const cuda_kernel_t *cuda_kernel_lookup(uint64_t kernel_object) { return aq_handle_get(&kernel_table, kernel_object); }
+cuda_kernel_t *cuda_kernel_lookup(uint64_t kernel_object) { return aq_handle_get(&kernel_table, kernel_object); }
 
 int cuda_co_recognizes(const void *bytes, size_t size) {
   const uint8_t *b = bytes;

@@ -39,7 +39,7 @@ int cuda_api_load(char *why, size_t size) {
       SYM(cuModuleLoadData, "cuModuleLoadData"), SYM(cuModuleUnload, "cuModuleUnload"),
       SYM(cuModuleGetFunctionCount, "cuModuleGetFunctionCount"),
       SYM(cuModuleEnumerateFunctions, "cuModuleEnumerateFunctions"), SYM(cuFuncGetName, "cuFuncGetName"),
-      SYM(cuFuncGetParamInfo, "cuFuncGetParamInfo"),
+      SYM(cuFuncGetParamInfo, "cuFuncGetParamInfo"), SYM(cuFuncSetAttribute, "cuFuncSetAttribute"),
 #undef SYM
   };
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); ++i) {
@@ -52,6 +52,12 @@ int cuda_api_load(char *why, size_t size) {
     *(void **)((char *)&cu + syms[i].offset) = f;
   }
   *(void **)&cu.cuFuncLoad = dlsym(h, "cuFuncLoad");
+  *(void **)&cu.cuStreamBeginCapture = dlsym(h, "cuStreamBeginCapture_v2");
+  *(void **)&cu.cuStreamEndCapture = dlsym(h, "cuStreamEndCapture");
+  *(void **)&cu.cuGraphInstantiateWithFlags = dlsym(h, "cuGraphInstantiateWithFlags");
+  *(void **)&cu.cuGraphLaunch = dlsym(h, "cuGraphLaunch");
+  *(void **)&cu.cuGraphExecDestroy = dlsym(h, "cuGraphExecDestroy");
+  *(void **)&cu.cuGraphDestroy = dlsym(h, "cuGraphDestroy");
   lib = h;
   return 0;
 }

@@ -15,6 +15,8 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef uint64_t CUdeviceptr;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 typedef void (*CUhostFn)(void *user);
 typedef struct CUmemLocation {
   int type; /* CU_MEM_LOCATION_TYPE_* */
@@ -37,6 +39,8 @@ enum {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
   CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89,
+  CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
   CU_MEM_LOCATION_TYPE_DEVICE = 1,
   CU_MEM_LOCATION_TYPE_HOST = 2,
 };
@@ -89,8 +93,16 @@ typedef struct cuda_api {
   CUresult (*cuModuleEnumerateFunctions)(CUfunction *, unsigned, CUmodule);
   CUresult (*cuFuncGetName)(const char **, CUfunction);
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int /* CUfunction_attribute */, int);
   /* Optional (NULL on drivers before CUDA 12.4). */
   CUresult (*cuFuncLoad)(CUfunction);
+  /* Optional: CUDA graphs (cuda_graph.c); without them, no graphs. */
+  CUresult (*cuStreamBeginCapture)(CUstream, int /* CUstreamCaptureMode */);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
 } cuda_api_t;
 
 extern cuda_api_t cu;

@@ -102,8 +102,38 @@ static uint32_t check_agent(cuda_queue_t *cq, CUresult r, const char *kernel) {
   return packet_fault(cq, AQ_ERROR_KERNEL_FAULT, "launch failed", detail);
 }
 
-static uint32_t dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p) {
-  const cuda_kernel_t *k = cuda_kernel_lookup(p->kernel_object);
+/* A packet's group_segment_size is the group memory (CUDA: dynamic shared
+ * memory) each work-group gets. CUDA launches a block with at most 48 KB
+ * unless the function's limit was raised, up to the device's opt-in
+ * maximum: raised here, the first time a packet asks for more than the
+ * kernel was allowed so far (a lock only then; the check is lock-free). */
+static uint32_t fit_group_segment(cuda_queue_t *cq, cuda_kernel_t *k, uint32_t bytes) {
+  static pthread_mutex_t raising = PTHREAD_MUTEX_INITIALIZER;
+  if (bytes <= atomic_load_explicit(&k->group_limit, memory_order_acquire)) return 0;
+  char detail[240];
+  int most = 0;
+  cu.cuDeviceGetAttribute(&most, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cq->agent->device);
+  if ((int64_t)bytes > most) {
+    snprintf(detail, sizeof(detail),
+             "kernel '%s' asks for %u bytes of group segment a work-group; this GPU offers at most %d", k->name,
+             bytes, most);
+    return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "group_segment_size too large", detail);
+  }
+  pthread_mutex_lock(&raising);
+  CUresult r = CUDA_SUCCESS;
+  if (bytes > atomic_load(&k->group_limit)) { /* never lowered: another queue may have raised it further */
+    r = cu.cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes);
+    if (r == CUDA_SUCCESS) atomic_store_explicit(&k->group_limit, bytes, memory_order_release);
+  }
+  pthread_mutex_unlock(&raising);
+  if (r == CUDA_SUCCESS) return 0;
+  snprintf(detail, sizeof(detail), "kernel '%s', %u bytes of group segment (its static shared memory counts too): %s",
+           k->name, bytes, cuda_error(r));
+  return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "group_segment_size not available", detail);
+}
+
+uint32_t cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p) {
+  cuda_kernel_t *k = cuda_kernel_lookup(p->kernel_object);
   if (!k || k->agent != cq->agent)
     return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "kernel_object is not a kernel loaded for this GPU", NULL);
   if (atomic_load(&cq->agent->faulted))
@@ -116,6 +146,8 @@ static uint32_t dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p
     if (!wg[i] || !grid[i]) return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "a zero grid or work-group size", k->name);
     blocks[i] = (grid[i] + wg[i] - 1) / wg[i];
   }
+  uint32_t fault = p->group_segment_size ? fit_group_segment(cq, k, p->group_segment_size) : 0;
+  if (fault) return fault;
   size_t size = k->kernarg_size;
   void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, p->kernarg_address, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
@@ -176,16 +208,22 @@ static int process(cuda_queue_t *cq) {
   uint32_t fault = 0;
   hsa_signal_t completion = {0};
   int is_barrier = 0;
-  uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
+  uint64_t t0 = aq_trace_on() || cuda_profiling(cq) ? aq_now_ns() : 0; /* timed: one launch each */
   const char *what = "barrier packet";
   int timed = 0;
-  switch (type) {
+  /* A stretch of kernels seen before, as one CUDA graph launch (cuda_graph.c). */
+  uint32_t replayed = type == HSA_PACKET_TYPE_KERNEL_DISPATCH && !t0 ? cuda_graph_replay(cq, index, &what) : 0;
+  if (replayed) {
+    for (uint32_t i = 1; i < replayed; ++i) aq_queue_retire(q, index++);
+    const uint8_t *last = q->ring + (index & q->mask) * AQ_PACKET_SIZE;
+    completion = ((const hsa_kernel_dispatch_packet_t *)(const void *)last)->completion_signal;
+  } else switch (type) {
     case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
       completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;
       const cuda_kernel_t *k = cuda_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
       what = k && k->name ? k->name : "kernel";
       cuda_timed_t *slot = t0 ? cuda_timing_begin(cq) : NULL;
-      fault = dispatch(cq, (const void *)p);
+      fault = cuda_dispatch(cq, (const void *)p);
       if (slot && !fault) {
         aq_trace_event_t ev = {.name = what, .category = "kernel", .ready_ns = t0, .start_ns = t0, .end_ns = t0,
                                .packet = index, .tag = aq_trace_tag_of(p), .agent = cq->agent->agent->info.index,
@@ -220,6 +258,8 @@ static int process(cuda_queue_t *cq) {
                            .status = fault ? AQ_ERROR_KERNEL_FAULT : 0};
     aq_trace_record(&ev);
   }
+  if (!replayed)
+    cuda_graph_observe(cq, type == HSA_PACKET_TYPE_KERNEL_DISPATCH && !fault && !t0 ? (const void *)p : NULL);
   hsa_signal_t done = completion;
   aq_queue_retire(q, index);
   if (fault) {
@@ -258,6 +298,10 @@ void *cuda_queue_main(void *arg) {
   while (atomic_load(&cq->running)) {
     int flush = atomic_load(&cq->timing.flush_req) != atomic_load(&cq->timing.flush_ack);
     if (process(cq)) {
+      /* A host task may wait on a completion the stream wrote while we were
+       * launching a long stretch (a training step's loader waits for the
+       * batch copy at the step's head): wake it now, not after the stretch. */
+      if (cq->pending_count) reap(cq);
       if (flush) cuda_timing_resolve(cq, 1);
       poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
       continue;

@@ -11,7 +11,8 @@
  *
  * Events are made once per queue, on first use, and reused round the ring:
  * nothing is created on the launch path. A GPU time is never put before the
- * host launched the kernel. */
+ * host launched the kernel. The same times go to a queue's profile sink
+ * while it has one (cuda_profile.c), traced or not. */
 #include <pthread.h>
 #include <sched.h>
 
@@ -59,8 +60,10 @@ cuda_timed_t *cuda_timing_begin(cuda_queue_t *cq) {
   cuda_timing_t *t = &cq->timing;
   if (t->count == CUDA_TIMED_MAX) cuda_timing_resolve(cq, 0);
   if (t->count == CUDA_TIMED_MAX) return NULL; /* the GPU is far behind: this one goes untimed */
-  if (!t->count && !cq->pending_count && (!t->ref_ns || aq_now_ns() - t->ref_ns > RECALIBRATE_NS) &&
-      calibrate(cq))
+  /* A reference is taken only where it cannot block: the stream owes
+   * nothing (completions it wrote but nobody reaped yet do not count). */
+  if (!t->count && (!t->ref_ns || aq_now_ns() - t->ref_ns > RECALIBRATE_NS) &&
+      (!cq->pending_count || cu.cuStreamQuery(cq->stream) == CUDA_SUCCESS) && calibrate(cq))
     return NULL;
   if (!t->ref_ns) return NULL;
   cuda_timed_t *s = &t->ring[(t->head + t->count) % CUDA_TIMED_MAX];
@@ -71,6 +74,8 @@ cuda_timed_t *cuda_timing_begin(cuda_queue_t *cq) {
 void cuda_timing_end(cuda_queue_t *cq, cuda_timed_t *s, const aq_trace_event_t *ev) {
   if (cu.cuEventRecord(s->end, cq->stream) != CUDA_SUCCESS) return;
   s->ev = *ev;
+  s->sink.fn = atomic_load_explicit(&cq->timing.profile_fn, memory_order_acquire);
+  s->sink.user = s->sink.fn ? atomic_load_explicit(&cq->timing.profile_user, memory_order_relaxed) : NULL;
   cq->timing.count++;
 }
 
@@ -83,6 +88,9 @@ int cuda_timing_resolve(cuda_queue_t *cq, int block) {
     if (r == CUDA_ERROR_NOT_READY) break;
     if (r == CUDA_SUCCESS) {
       uint64_t start = on_host(t, s->start), end = on_host(t, s->end);
+      /* The profile gets the GPU's own times; the trace's start is never
+       * put before the host launched the kernel. */
+      if (start && end && s->sink.fn) s->sink.fn(s->sink.user, s->ev.tag, start, end > start ? end : start);
       if (start && end) {
         if (start < s->ev.ready_ns) start = s->ev.ready_ns;
         s->ev.start_ns = start;

@@ -270,6 +270,49 @@ Test(gpu, a_planted_fault_fails_its_dependents_and_spares_the_cpu) {
   AQ_ASSERT_OK(aq_signal_wait(s3, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
 }
 
+/* A packet's group_segment_size is the work-group's dynamic shared memory:
+ * past CUDA's default 48 KB the driver raises the kernel's limit; past what
+ * the GPU offers, the packet fails naming the kernel and the GPU stays
+ * usable. */
+Test(gpu, group_segments_past_48k_and_too_large) {
+  aq_code_object_t co;
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels-gpu.fatbin", &co));
+  aq_kernel_info_t k;
+  AQ_ASSERT_OK(aq_code_object_find_kernel(co, "gpu_group_size", gpu, &k));
+  uint32_t *out;
+  AQ_ASSERT_OK(aq_memory_allocate(region(gpu, AQ_REGION_MANAGED), 64, (void **)&out));
+  aq_queue_t q;
+  AQ_ASSERT_OK(aq_queue_create(gpu, NULL, &q));
+  aq_signal_t done;
+  AQ_ASSERT_OK(aq_signal_create(1, &done));
+  const uint32_t sizes[] = {1024, 100 * 1024, 64 << 20, 2048};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
+    *out = 1;
+    hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, &out, 64, 64, done);
+    p.group_segment_size = sizes[i];
+    AQ_ASSERT_OK(aq_signal_store(done, 1));
+    AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+    aq_status_t st = aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL);
+    if (sizes[i] == 64 << 20) {
+      cr_assert_eq(st, AQ_ERROR_INVALID_PACKET, "%s: %s", aq_status_string(st), aq_last_error());
+      cr_assert(strstr(aq_last_error(), "gpu_group_size") && strstr(aq_last_error(), "group segment"), "%s",
+                aq_last_error());
+      cr_assert_eq(*out, 1, "the kernel did not run");
+      aq_status_t err;
+      AQ_ASSERT_OK(aq_signal_get_error(done, 1, &err)); /* the failure is reset: the next packet stands alone */
+    } else {
+      cr_assert_eq(st, AQ_OK, "%u bytes: %s", sizes[i], aq_last_error());
+      cr_assert_eq(*out, sizes[i]);
+    }
+  }
+  aq_agent_info_t info;
+  AQ_ASSERT_OK(aq_agent_get_info(gpu, &info));
+  cr_assert(info.usable, "a refused packet leaves the GPU usable");
+  aq_signal_destroy(done);
+  aq_queue_destroy(q);
+  aq_memory_free(out);
+}
+
 /* The op library on the GPU against the CPU's, kernel by kernel, on the
  * same inputs (managed memory, reachable from both). */
 static float *managed(size_t n) {

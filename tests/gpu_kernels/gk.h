@@ -71,8 +71,9 @@ static inline float *gk_random(size_t n, unsigned seed) {
   return x;
 }
 
-/* Dispatches one kernel by name with the given shape and waits for it. */
-static inline void gk_run(const char *name, const void *args, aq_dispatch_shape_t s) {
+/* Dispatches one kernel by name with the given shape and group segment
+ * (dynamic shared memory, bytes) and waits for it. */
+static inline void gk_run_group(const char *name, const void *args, aq_dispatch_shape_t s, uint32_t group) {
   aq_kernel_info_t k;
   AQ_ASSERT_OK(aq_code_object_find_kernel(gk_co, name, gk_gpu, &k));
   hsa_kernel_dispatch_packet_t p;
@@ -83,6 +84,7 @@ static inline void gk_run(const char *name, const void *args, aq_dispatch_shape_
   p.grid_size_x = s.grid[0], p.grid_size_y = s.grid[1], p.grid_size_z = s.grid[2];
   p.kernel_object = k.kernel_object;
   p.kernarg_address = (void *)args;
+  p.group_segment_size = group;
   p.completion_signal.handle = gk_done.handle;
   AQ_ASSERT_OK(aq_signal_store(gk_done, 1));
   AQ_ASSERT_OK(aq_queue_submit(gk_queue, &p, SEC, NULL));
@@ -90,6 +92,11 @@ static inline void gk_run(const char *name, const void *args, aq_dispatch_shape_
   aq_status_t err = AQ_OK;
   AQ_ASSERT_OK(aq_signal_get_error(gk_done, 1, &err));
   cr_assert_eq(err, AQ_OK, "%s failed on the GPU: %s", name, aq_last_error());
+}
+
+/* ... with the group segment the scheduler gives it. */
+static inline void gk_run(const char *name, const void *args, aq_dispatch_shape_t s) {
+  gk_run_group(name, args, s, aq_gpu_op_group_segment(name, args));
 }
 
 /* The GPU shape of an op, as the scheduler computes it today (aq_gpu_shape

@@ -17,14 +17,27 @@ typedef struct {
   int shape;     /* 0: aq_gpu_shape, 1: the exact GPU shape, 2: one block */
 } mm_case_t;
 
-/* The bf16 kernel and the candidate shapes built beside it (one becomes
- * aq_matmul_bf16): name, threads a block, tile rows and columns. */
-typedef struct { const char *name; uint32_t threads, bm, bn; } bf16_kernel_t;
-static const bf16_kernel_t bf16_kernels[] = {{AQ_KERNEL_MATMUL_BF16, 256, 128, 128},
-                                             {"aq_matmul_bf16_eight3", 256, 128, 128},
-                                             {"aq_matmul_bf16_wide16", 512, 128, 256},
-                                             {"aq_matmul_bf16_tall16", 512, 256, 128}};
+/* The bf16 kernel and the candidates built beside it: name, threads a
+ * block, tile rows and columns, group segment, and whether only an sm_90
+ * GPU runs it (wgmma). aq_matmul_bf16_mma is what sm_80 GPUs run as
+ * aq_matmul_bf16; on an H100 it is tested here as a candidate. */
+typedef struct { const char *name; uint32_t threads, bm, bn, group; int sm90; } bf16_kernel_t;
+static const bf16_kernel_t bf16_kernels[] = {
+    {AQ_KERNEL_MATMUL_BF16, 384, 128, 256, AQ_GPU_MATMUL_BF16_GROUP_SEGMENT, 0},
+    {"aq_matmul_bf16_mma", 384, 192, 192, AQ_GPU_MATMUL_BF16_GROUP_SEGMENT, 0},
+    {"aq_matmul_bf16_wide4", 384, 128, 256, 4 * 48 * 1024 + 2048, 1}};
 static const bf16_kernel_t *bf16_kernel = &bf16_kernels[0];
+
+/* Runs f for each bf16 kernel this GPU has code for. */
+static void for_each_bf16_kernel(void (*f)(int)) {
+  aq_agent_info_t info;
+  AQ_ASSERT_OK(aq_agent_get_info(gk_gpu, &info));
+  for (size_t i = 0; i < sizeof(bf16_kernels) / sizeof(bf16_kernels[0]); ++i) {
+    if (bf16_kernels[i].sm90 && strncmp(info.isa, "sm_90", 5)) continue;
+    bf16_kernel = &bf16_kernels[i];
+    f(1);
+  }
+}
 
 static void verify(const mm_case_t *tp, const float *c, const float *want, const float *tol, const char *kernel) {
   const mm_case_t t = *tp;
@@ -88,23 +101,30 @@ static void check(mm_case_t t) {
                                (uint32_t)nb},
                               {(uint16_t)bk->threads, 1, 1}};
     if (bk == &bf16_kernels[0]) {
-      aq_dispatch_shape_t r = aq_matmul_bf16_gpu_shape(&args); /* the published rule agrees */
+      aq_dispatch_shape_t r = aq_matmul_bf16_gpu_shape(&args); /* the published rules agree */
       for (int d = 0; d < 3; ++d)
         cr_assert(r.grid[d] == s.grid[d] && r.workgroup[d] == s.workgroup[d], "aq_matmul_bf16_gpu_shape, dim %d", d);
+      cr_assert_eq(aq_gpu_op_group_segment(bk->name, &args), bk->group);
     }
     if (t.shape == 2) s.grid[0] = bk->threads, s.grid[1] = 1, s.grid[2] = 1;
-    gk_run(bk->name, &args, s);
+    gk_run_group(bk->name, &args, s, bk->group);
     verify(&t, c, want, tol, bk->name);
   } else {
     /* Every GPU build of the fp32 op is right for every product and grid,
      * under the shape of the build aq_gpu_op_kernel picks. */
-    static const char *builds[] = {AQ_KERNEL_MATMUL, AQ_KERNEL_MATMUL_F32_TILE64, AQ_KERNEL_MATMUL_F32_ROWS};
+    static const char *builds[] = {AQ_KERNEL_MATMUL, AQ_KERNEL_MATMUL_F32_TILE64, AQ_KERNEL_MATMUL_F32_ROWS,
+                                   AQ_KERNEL_MATMUL_F32_SPLIT};
     float *c0 = malloc((size_t)(sc * nb) * sizeof(float));
     memcpy(c0, c, (size_t)(sc * nb) * sizeof(float));
-    for (int v = 0; v < 3; ++v) {
+    for (int v = 0; v < 4; ++v) {
       memcpy(c, c0, (size_t)(sc * nb) * sizeof(float));
       s = t.shape == 0 ? aq_gpu_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)) : aq_matmul_f32_gpu_shape(&args);
       if (t.shape == 2) s.grid[0] = 16, s.grid[1] = 16, s.grid[2] = 1;
+      if (v == 3) /* whole clusters: a block a 64x64 tile and k slice, or one cluster for everything */
+        s = (aq_dispatch_shape_t){{t.shape == 2 ? 16 * AQ_GPU_MATMUL_F32_SPLIT
+                                                : (uint32_t)((t.n + 63) / 64 * 16 * AQ_GPU_MATMUL_F32_SPLIT),
+                                   t.shape == 2 ? 16 : (uint32_t)((t.m + 63) / 64 * 16), t.shape == 2 ? 1 : (uint32_t)nb},
+                                  {16, 16, 1}};
       gk_run(builds[v], &args, s);
       verify(&t, c, want, tol, builds[v]);
     }
@@ -128,12 +148,7 @@ static void every_shape_and_transpose(int bf16) {
 }
 
 Test(gpu_matmul, f32_awkward_shapes_every_transpose) { every_shape_and_transpose(0); }
-Test(gpu_matmul, bf16_awkward_shapes_every_transpose) {
-  for (size_t i = 0; i < sizeof(bf16_kernels) / sizeof(bf16_kernels[0]); ++i) {
-    bf16_kernel = &bf16_kernels[i];
-    every_shape_and_transpose(1);
-  }
-}
+Test(gpu_matmul, bf16_awkward_shapes_every_transpose) { for_each_bf16_kernel(every_shape_and_transpose); }
 
 static void epilogues_batches_and_launches(int bf16) {
   for (int tr = 0; tr < 4; ++tr) {
@@ -175,7 +190,10 @@ Test(gpu_matmul, f32_skinny_rows) {
 Test(gpu_matmul, f32_both_tile_sizes) {
   aq_matmul_args_t big = {.m = 1540, .n = 1410, .k = 40}, step = {.m = 256, .n = 1024, .k = 784};
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &big), AQ_KERNEL_MATMUL);
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &step), AQ_KERNEL_MATMUL_F32_TILE64);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &step), AQ_KERNEL_MATMUL_F32_SPLIT);
+  aq_matmul_args_t wgrad = {.m = 784, .n = 1024, .k = 256}, shallow = {.m = 256, .n = 1024, .k = 10};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &wgrad), AQ_KERNEL_MATMUL_F32_TILE64);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &shallow), AQ_KERNEL_MATMUL_F32_TILE64);
   for (int tr = 0; tr < 4; ++tr) {
     check((mm_case_t){1540, 1410, 40, tr & 1, tr >> 1, 0, tr == 3 ? 1 : 0, 1, 1, 1.0f, 0.5f, 1, 1});
     check((mm_case_t){256, 1024, 784, tr & 1, tr >> 1, 0, 0, 1, 1, 1.0f, 0.0f, 1, 1});
@@ -185,11 +203,26 @@ Test(gpu_matmul, f32_both_tile_sizes) {
   check((mm_case_t){784, 1024, 256, 1, 0, 0, 0, 0, 0, 1.0f, 0.0f, 1, 1}); /* dW1 = X^T dH1 */
   check((mm_case_t){256, 1024, 10, 0, 1, 0, 0, 0, 0, 1.0f, 0.0f, 1, 1}); /* dH2 = dY W3^T */
 }
-Test(gpu_matmul, bf16_epilogue_batches_and_launch_shapes) {
-  for (size_t i = 0; i < sizeof(bf16_kernels) / sizeof(bf16_kernels[0]); ++i) {
-    bf16_kernel = &bf16_kernels[i];
-    epilogues_batches_and_launches(1);
+Test(gpu_matmul, bf16_epilogue_batches_and_launch_shapes) { for_each_bf16_kernel(epilogues_batches_and_launches); }
+
+/* The pipeline's stages and barriers carry on from tile to tile: one block
+ * walking many tiles of a batch, several 64-deep slices each (k not a
+ * multiple of 64), every transpose; and the grid the scheduler gives. */
+static void pipeline_across_tiles(int bf16) {
+  for (int tr = 0; tr < 4; ++tr) {
+    check((mm_case_t){520, 600, 300, tr & 1, tr >> 1, bf16, 0, 1, 0, 1.0f, 0.0f, 2, 2});
+    check((mm_case_t){390, 700, 200, tr & 1, tr >> 1, bf16, tr == 1 ? 8 : 0, 0, 1, 0.5f, 0.25f, 1, 1});
   }
+}
+Test(gpu_matmul, bf16_pipeline_across_tiles) { for_each_bf16_kernel(pipeline_across_tiles); }
+
+/* Only the bf16 kernel asks for a group segment (its stages, past 48 KB). */
+Test(gpu_matmul, group_segments) {
+  aq_matmul_args_t a = {.m = 64, .n = 64, .k = 64};
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_MATMUL_BF16, &a), AQ_GPU_MATMUL_BF16_GROUP_SEGMENT);
+  cr_assert_gt(AQ_GPU_MATMUL_BF16_GROUP_SEGMENT, 48 * 1024);
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_MATMUL, &a), 0);
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_MATMUL_F32_TILE64, &a), 0);
 }
 
 Test(gpu_matmul, bad_kernargs_leave_c_untouched) {
@@ -205,6 +238,7 @@ Test(gpu_matmul, bad_kernargs_leave_c_untouched) {
     gk_run(AQ_KERNEL_MATMUL, &bad[i], aq_matmul_f32_gpu_shape(&bad[i]));
     gk_run(AQ_KERNEL_MATMUL_F32_TILE64, &bad[i], aq_matmul_f32_gpu_shape(&bad[i]));
     gk_run(AQ_KERNEL_MATMUL_F32_ROWS, &bad[i], aq_gpu_threads_shape(32 * 8));
+    gk_run(AQ_KERNEL_MATMUL_F32_SPLIT, &bad[i], (aq_dispatch_shape_t){{16 * AQ_GPU_MATMUL_F32_SPLIT, 16, 1}, {16, 16, 1}});
     gk_run(AQ_KERNEL_MATMUL_BF16, &bad[i], aq_matmul_bf16_gpu_shape(&bad[i]));
     cr_assert_eq(memcmp(before, c, sizeof(before)), 0, "case %zu wrote C", i);
   }

@@ -250,6 +250,57 @@ Test(sched, heft_calibrates_unknown_tasks_and_keeps_models_in_a_file, .init = pe
   AQ_ASSERT_OK(aq_graph_destroy(g));
 }
 
+/* The models of one kernel: how many lines (shape classes x archs) and
+ * their samples. */
+static int model_lines(const char *kernel, double samples[8]) {
+  char path[128], line[512];
+  snprintf(path, sizeof(path), "%s/models.tsv", perf_dir);
+  FILE *f = fopen(path, "r");
+  int n = 0;
+  while (f && fgets(line, sizeof(line), f)) {
+    char k[64], arch[48];
+    unsigned cls;
+    double ns, mean, m2, bytes;
+    if (sscanf(line, "%63s %x %47s %lf %lf %lf %lf", k, &cls, arch, &ns, &mean, &m2, &bytes) == 7 &&
+        !strcmp(k, kernel) && n < 8)
+      samples[n++] = ns;
+  }
+  if (f) fclose(f);
+  return n;
+}
+
+/* An op-library kernel heft has no model for is measured on the agents
+ * that may run it before the graph is placed, once per shape class (a
+ * calibration exec of its own, three runs): the first placement rests on
+ * measurements, and the exec does not profile its own runs for it. */
+Test(sched, heft_measures_unmodelled_kernels_before_placing_them, .init = perf_setup, .fini = perf_teardown) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t x, w, big, y, h;
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_CONSTANT, 2, (int64_t[]){64, 64}, &x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_CONSTANT, 2, (int64_t[]){64, 64}, &w));
+  AQ_ASSERT_OK(aq_tensor_create(g, "big", AQ_DTYPE_F32, AQ_ROLE_CONSTANT, 2, (int64_t[]){256, 256}, &big));
+  h = x;
+  for (int i = 0; i < 3; ++i) AQ_ASSERT_OK(aq_op_matmul(g, h, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &h));
+  AQ_ASSERT_OK(aq_op_matmul(g, big, big, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &y));
+  aq_exec_t *e;
+  aq_exec_options_t o = {.policy = AQ_SCHED_HEFT, .kernel_agent_kinds = 1u << AQ_AGENT_KIND_CPU};
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &o, &e));
+  double n[8];
+  cr_assert_eq(model_lines("aq_matmul_f32", n), 2, "a model per shape class, measured before any run");
+  cr_assert_eq(n[0], 3, "one task of the class, three calibration runs (%g samples)", n[0]);
+  cr_assert_eq(n[1], 3, "%g samples", n[1]);
+  static float zeros[256 * 256];
+  AQ_ASSERT_OK(aq_exec_write(e, x, zeros, 64 * 64 * sizeof(float)));
+  AQ_ASSERT_OK(aq_exec_write(e, w, zeros, 64 * 64 * sizeof(float)));
+  AQ_ASSERT_OK(aq_exec_write(e, big, zeros, sizeof(zeros)));
+  run_ok(e);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  cr_assert_eq(model_lines("aq_matmul_f32", n), 2);
+  cr_assert(n[0] == 3 && n[1] == 3, "the exec's own runs are not profiled (%g, %g samples)", n[0], n[1]);
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
 Test(sched, heft_spreads_independent_tasks_and_refuses_bad_pins) {
   aq_graph_t *g;
   AQ_ASSERT_OK(aq_graph_create(NULL, &g));

@@ -3,54 +3,10 @@
  * and reduction ops, all dispatched through a CPU agent's queue against
  * plain C references in double precision; backwards by finite differences. */
 #include <math.h>
-#include <stdlib.h>
 
-#include "../runtime/common.h"
-#include "aquila/ops.h"
+#include "kernels.h"
 
-static aq_agent_t agent;
-static aq_code_object_t co;
-static aq_queue_t queue;
-static aq_signal_t done;
-
-static void setup(void) {
-  AQ_ASSERT_OK(aq_init(NULL));
-  agent = first_cpu_agent();
-  AQ_ASSERT_OK(aq_code_object_load("kernels-cpu.so", &co));
-  AQ_ASSERT_OK(aq_queue_create(agent, NULL, &queue));
-  AQ_ASSERT_OK(aq_signal_create(0, &done));
-}
-static void teardown(void) { aq_shut_down(); }
 TestSuite(blocked, .init = setup, .fini = teardown);
-
-static aq_status_t run(const char *name, const void *args, aq_dispatch_shape_t s) {
-  aq_kernel_info_t k;
-  AQ_ASSERT_OK(aq_code_object_find_kernel(co, name, agent, &k));
-  hsa_kernel_dispatch_packet_t p;
-  memset(&p, 0, sizeof(p));
-  p.header = aq_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
-  p.setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
-  p.workgroup_size_x = s.workgroup[0], p.workgroup_size_y = s.workgroup[1], p.workgroup_size_z = s.workgroup[2];
-  p.grid_size_x = s.grid[0], p.grid_size_y = s.grid[1], p.grid_size_z = s.grid[2];
-  p.kernel_object = k.kernel_object;
-  p.kernarg_address = (void *)args;
-  p.completion_signal.handle = done.handle;
-  AQ_ASSERT_OK(aq_signal_store(done, 1));
-  AQ_ASSERT_OK(aq_queue_submit(queue, &p, SEC, NULL));
-  aq_status_t st = aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 60 * SEC, NULL);
-  aq_status_t err = AQ_OK;
-  aq_signal_get_error(done, 1, &err);
-  return st != AQ_OK ? st : err;
-}
-
-static float *rnd(size_t n, unsigned seed) {
-  float *x = malloc((n ? n : 1) * sizeof(float));
-  for (size_t i = 0; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    x[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
-  }
-  return x;
-}
 
 /* ---- matmul across panel, block and part boundaries ------------------------ */
 

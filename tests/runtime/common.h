@@ -65,6 +65,22 @@ static inline hsa_kernel_dispatch_packet_t dispatch_packet(const aq_kernel_info_
   return p;
 }
 
+/* Dispatches kernel `name` of `co` on `queue` with a 3-D shape and waits
+ * for `done`: the wait's status, or else the error the packet reported. */
+static inline aq_status_t dispatch_and_wait(aq_code_object_t co, aq_agent_t agent, aq_queue_t queue, aq_signal_t done,
+                                            const char *name, const void *kernarg, aq_dispatch_shape_t s) {
+  aq_kernel_info_t k = test_kernel(co, agent, name);
+  hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, kernarg, s.grid[0], s.workgroup[0], done);
+  p.setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
+  p.workgroup_size_y = s.workgroup[1], p.workgroup_size_z = s.workgroup[2];
+  p.grid_size_y = s.grid[1], p.grid_size_z = s.grid[2];
+  AQ_ASSERT_OK(aq_signal_store(done, 1));
+  AQ_ASSERT_OK(aq_queue_submit(queue, &p, SEC, NULL));
+  aq_status_t st = aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 60 * SEC, NULL), err = AQ_OK;
+  aq_signal_get_error(done, 1, &err);
+  return st != AQ_OK ? st : err;
+}
+
 static inline hsa_barrier_and_packet_t barrier_packet(hsa_packet_type_t type, const aq_signal_t *deps,
                                                       int ndeps, aq_signal_t done) {
   hsa_barrier_and_packet_t b;

@@ -1,11 +1,22 @@
 /* aq-bench conv --agent gpu: Aquila's GPU conv2d kernels (forward, backward
- * data, backward filter; exact fp32) through a GPU agent's queue against
- * cuDNN (libcudnn.so.9 / .8, loaded by this benchmark only, fp32 with
- * CUDNN_FMA_MATH so no TF32, each pass's fastest algorithm by
- * cudnnFind*) in the same process on the same buffers.
+ * data, backward filter) through a GPU agent's queue against cuDNN
+ * (libcudnn.so.9 / .8, loaded by this benchmark only, each pass's fastest
+ * algorithm by cudnnFind*) in the same process on the same inputs:
+ *  - dtype f32: aq_conv2d_*_f32 (exact fp32) against cuDNN fp32 with
+ *    CUDNN_FMA_MATH, so no TF32;
+ *  - dtype bf16: aq_conv2d_*_bf16 (bf16 inputs, fp32 accumulation and
+ *    outputs; tensor cores) against cuDNN with CUDNN_DATA_BFLOAT16 tensors
+ *    and an fp32 compute type (tensor-op math). cuDNN's legacy API keeps
+ *    one data type for all a pass's tensors, so its output is bf16 where
+ *    Aquila's is fp32: max_rel_diff includes that rounding (2^-9). The
+ *    inputs of both dtypes hold the same (bf16) values, and bf16 lines also
+ *    carry max_rel_diff_f32, the difference from Aquila's exact fp32 kernel
+ *    on them.
  *
  * aq_bench_conv (conv.c) calls aq_bench_conv_gpu when --agent gpu is given.
- * Options: --shapes N,C,H,W,K,R,S,STRIDE,PAD[;...] (default a few CNN layers)
+ * Options: --shapes N,C,H,W,K,R,S,STRIDE,PAD[;...] (default two LeNet-like
+ *          convolutions at batch 256 and three ResNet-like layers)
+ *          --dtype f32|bf16|all (default all)
  *          --reps R (default 5) */
 #include <dlfcn.h>
 #include <math.h>
@@ -36,7 +47,8 @@ typedef int (*fn_find_t)(void *, void *, void *, void *, void *, int, int *, cud
 typedef int (*fn_ws_t)(void *, void *, void *, void *, void *, int, size_t *);
 typedef int (*fn_run_t)(void *, const void *, void *, const void *, void *, const void *, void *, int, void *, size_t,
                         const void *, void *, void *);
-enum { CUDNN_NCHW = 0, CUDNN_FLOAT = 0, CUDNN_CROSS_CORRELATION = 1, CUDNN_FMA_MATH = 3 };
+enum { CUDNN_NCHW = 0, CUDNN_FLOAT = 0, CUDNN_BFLOAT16 = 9, CUDNN_CROSS_CORRELATION = 1, CUDNN_TENSOR_OP_MATH = 1,
+       CUDNN_FMA_MATH = 3 };
 
 typedef struct {
   void *h, *xd, *yd, *wd, *cd;
@@ -74,7 +86,9 @@ static void load_cudnn(cudnn_t *d) {
   d->ok = 1;
 }
 
-static int cudnn_setup(cudnn_t *d, const aq_conv2d_args_t *a) {
+/* Descriptors for one shape and dtype: fp32 tensors and FMA math, or bf16
+ * tensors computed in fp32 on tensor cores. */
+static int cudnn_setup(cudnn_t *d, const aq_conv2d_args_t *a, int bf16) {
   void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_NOLOAD);
   if (!lib) lib = dlopen("libcudnn.so.8", RTLD_NOW | RTLD_NOLOAD);
   fn_set_tensor_t st = (fn_set_tensor_t)dlsym(lib, "cudnnSetTensor4dDescriptor");
@@ -82,12 +96,13 @@ static int cudnn_setup(cudnn_t *d, const aq_conv2d_args_t *a) {
   fn_set_conv_t sc = (fn_set_conv_t)dlsym(lib, "cudnnSetConvolution2dDescriptor");
   fn_set_math_t sm = (fn_set_math_t)dlsym(lib, "cudnnSetConvolutionMathType");
   if (!st || !sf || !sc || !sm) return -1;
-  return st(d->xd, CUDNN_NCHW, CUDNN_FLOAT, (int)a->n, (int)a->c, (int)a->h, (int)a->wd) ||
-         st(d->yd, CUDNN_NCHW, CUDNN_FLOAT, (int)a->n, (int)a->k, (int)a->p, (int)a->q) ||
-         sf(d->wd, CUDNN_FLOAT, CUDNN_NCHW, (int)a->k, (int)a->c, (int)a->r, (int)a->s) ||
+  const int t = bf16 ? CUDNN_BFLOAT16 : CUDNN_FLOAT;
+  return st(d->xd, CUDNN_NCHW, t, (int)a->n, (int)a->c, (int)a->h, (int)a->wd) ||
+         st(d->yd, CUDNN_NCHW, t, (int)a->n, (int)a->k, (int)a->p, (int)a->q) ||
+         sf(d->wd, t, CUDNN_NCHW, (int)a->k, (int)a->c, (int)a->r, (int)a->s) ||
          sc(d->cd, a->pad_h, a->pad_w, a->stride_h, a->stride_w, a->dil_h, a->dil_w, CUDNN_CROSS_CORRELATION,
             CUDNN_FLOAT) ||
-         sm(d->cd, CUDNN_FMA_MATH);
+         sm(d->cd, bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
 }
 
 /* Descriptor order per pass: forward (x, w, conv, y), backward data (w, dy,
@@ -107,11 +122,194 @@ static void order(cudnn_t *d, int pass, void **o) {
     }                                                                                                \
   } while (0)
 
-int aq_bench_conv_gpu(int argc, char **argv) {
-  int reps = (int)bench_arg_int(argc, argv, "reps", 5);
-  const char *shapes = bench_arg(argc, argv, "shapes");
-  if (!shapes) shapes = "256,1,28,28,32,5,5,1,2;32,64,56,56,64,3,3,1,1;32,128,28,28,128,3,3,1,1;32,256,14,14,256,3,3,2,1";
-  if (reps < 1) reps = 1;
+/* What a run of the suite shares: the GPU, a queue, the kernels, cuDNN. */
+typedef struct {
+  aq_region_t dev;
+  aq_queue_t q;
+  aq_signal_t done;
+  aq_kernel_info_t k[2][3]; /* [bf16][pass] */
+  int (*sync)(void);
+  cudnn_t dn;
+  int reps;
+} ctx_t;
+
+/* One shape's device buffers: the inputs in fp32 and in bf16 (the same
+ * values rounded), Aquila's fp32 outputs, and the peer's output. */
+typedef struct {
+  void *in[2][3]; /* [bf16][x, w, dy] */
+  void *out[3];   /* y, dx, dw */
+  void *peer, *ref; /* cuDNN's output; the fp32 kernel's, beside a bf16 run */
+} bufs_t;
+
+static const char *const names[2][3] = {
+    {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER},
+    {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16}};
+static const char *const passes[3] = {"fwd", "bwd_data", "bwd_filter"};
+
+/* cuDNN's fastest algorithm for a pass and its workspace; -1 if none. */
+static int cudnn_pick(ctx_t *c, int pass, void **d, void **ws, size_t *ws_size) {
+  cudnn_perf_t perf[16];
+  int got = 0, algo = -1;
+  if (c->dn.find[pass](c->dn.h, d[0], d[1], d[2], d[3], 16, &got, perf) == 0)
+    for (int i = 0; i < got && algo < 0; ++i)
+      if (perf[i].status == 0) algo = perf[i].algo;
+  if (algo < 0 || c->dn.ws[pass](c->dn.h, d[0], d[1], d[2], d[3], algo, ws_size)) algo = -1;
+  if (algo >= 0 && *ws_size && aq_memory_allocate(c->dev, *ws_size, ws) != AQ_OK) algo = -1;
+  if (algo < 0) fprintf(stderr, "aq-bench conv: cuDNN has no %s algorithm here\n", passes[pass]);
+  return algo;
+}
+
+/* The largest difference between the two outputs over the largest |peer|
+ * (the peer's output is bf16 in the bf16 runs). */
+static double compare(const void *ours, const void *peer, size_t count, int bf16) {
+  float *ha = malloc(count * 4), *hb = malloc(count * 4);
+  uint16_t *hb16 = malloc(count * 2);
+  double dmax = 0, cmax = 0;
+  if (aq_memory_copy(ha, ours, count * 4) != AQ_OK || aq_memory_copy(bf16 ? (void *)hb16 : hb, peer, count * (bf16 ? 2 : 4)) != AQ_OK)
+    dmax = NAN;
+  for (size_t i = 0; i < count; ++i) {
+    if (bf16) hb[i] = aq_bf16_to_f32(hb16[i]);
+    double e = fabs((double)ha[i] - hb[i]);
+    dmax = e > dmax || isnan(e) ? e : dmax, cmax = fabs(hb[i]) > cmax ? fabs(hb[i]) : cmax;
+  }
+  free(ha), free(hb), free(hb16);
+  return dmax / (cmax > 0 ? cmax : 1);
+}
+
+static void report(const aq_conv2d_args_t *a, int bf16, int pass, int peer, double gflops, double ratio, double diff,
+                   double diff_f32, int algo, int reps) {
+  bench_json_t j;
+  bench_json_begin(&j, "conv", peer ? "cudnn" : "aquila");
+  bench_json_str(&j, "agent", "gpu");
+  bench_json_str(&j, "dtype", bf16 ? "bf16" : "f32");
+  bench_json_int(&j, "n", a->n), bench_json_int(&j, "c", a->c), bench_json_int(&j, "h", a->h);
+  bench_json_int(&j, "w", a->wd), bench_json_int(&j, "k", a->k), bench_json_int(&j, "r", a->r);
+  bench_json_int(&j, "s", a->s), bench_json_int(&j, "stride", a->stride_h), bench_json_int(&j, "pad", a->pad_h);
+  bench_json_str(&j, "pass", passes[pass]);
+  bench_json_num(&j, "gflops", gflops);
+  if (!peer && algo >= 0) bench_json_num(&j, "ratio", ratio), bench_json_num(&j, "max_rel_diff", diff);
+  if (!peer && bf16) bench_json_num(&j, "max_rel_diff_f32", diff_f32);
+  if (peer) bench_json_int(&j, "algo", algo);
+  bench_json_int(&j, "reps", reps);
+  bench_json_end(&j);
+}
+
+/* A dispatch of one pass's kernel with its GPU shape. */
+static void packet(ctx_t *c, int bf16, int pass, const aq_conv2d_args_t *a, hsa_kernel_dispatch_packet_t *p) {
+  const char *name = names[bf16][pass];
+  aq_dispatch_shape_t sh = aq_gpu_op_shape(name, a, aq_planes_grid(1));
+  memset(p, 0, sizeof(*p));
+  p->header = aq_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+  p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
+  p->workgroup_size_x = sh.workgroup[0], p->workgroup_size_y = sh.workgroup[1], p->workgroup_size_z = sh.workgroup[2];
+  p->grid_size_x = sh.grid[0], p->grid_size_y = sh.grid[1], p->grid_size_z = sh.grid[2];
+  p->group_segment_size = aq_gpu_op_group_segment(name, a);
+  p->kernel_object = c->k[bf16][pass].kernel_object;
+  p->kernarg_address = (void *)a;
+  p->completion_signal.handle = c->done.handle;
+}
+
+/* The fp32 kernel's output for the pass, on the same (bf16) values, into
+ * b->ref: the exact answer a bf16 run is compared with. */
+static int exact(ctx_t *c, aq_conv2d_args_t a, const bufs_t *b, int pass) {
+  a.x = b->in[0][0], a.w = b->in[0][1], a.dy = b->in[0][2];
+  a.y = a.dx = a.dw = b->ref, a.bias = NULL, a.dbias = NULL;
+  hsa_kernel_dispatch_packet_t p;
+  packet(c, 0, pass, &a, &p);
+  CHECK(aq_signal_store(c->done, 1));
+  CHECK(aq_queue_submit(c->q, &p, AQ_TIMEOUT_INFINITE, NULL));
+  CHECK(aq_signal_wait(c->done, AQ_SIGNAL_EQ, 0, AQ_TIMEOUT_INFINITE, NULL));
+  return 0;
+}
+
+/* Times one pass of one dtype, Aquila's kernel and cuDNN's alternately, and
+ * prints their lines. */
+static int bench_pass(ctx_t *c, aq_conv2d_args_t a, const bufs_t *b, int bf16, int pass, int peer) {
+  a.x = b->in[bf16][0], a.w = b->in[bf16][1], a.dy = b->in[bf16][2];
+  a.y = b->out[0], a.dx = b->out[1], a.dw = b->out[2], a.bias = NULL, a.dbias = NULL;
+  const char *name = names[bf16][pass];
+  hsa_kernel_dispatch_packet_t p;
+  packet(c, bf16, pass, &a, &p);
+  void *d[4], *ws = NULL;
+  size_t ws_size = 0;
+  order(&c->dn, pass, d);
+  int algo = peer ? cudnn_pick(c, pass, d, &ws, &ws_size) : -1;
+  const void *in1[3] = {a.x, a.w, a.x}, *in2[3] = {a.w, a.dy, a.dy};
+  const float one = 1.0f, zero = 0.0f;
+  double *ta = calloc((size_t)c->reps, sizeof(double)), *tb = calloc((size_t)c->reps, sizeof(double));
+  for (int r = -1; r < c->reps; ++r) {
+    CHECK(aq_signal_store(c->done, 1));
+    uint64_t t0 = bench_now_ns();
+    CHECK(aq_queue_submit(c->q, &p, AQ_TIMEOUT_INFINITE, NULL));
+    CHECK(aq_signal_wait(c->done, AQ_SIGNAL_EQ, 0, AQ_TIMEOUT_INFINITE, NULL));
+    if (r >= 0) ta[r] = (double)(bench_now_ns() - t0) / 1e9;
+    if (algo >= 0) {
+      t0 = bench_now_ns();
+      if (c->dn.run[pass](c->dn.h, &one, d[0], (void *)in1[pass], d[1], (void *)in2[pass], d[2], algo, ws, ws_size,
+                          &zero, d[3], b->peer))
+        algo = -1, fprintf(stderr, "aq-bench conv: cuDNN %s failed\n", passes[pass]);
+      c->sync();
+      if (r >= 0) tb[r] = (double)(bench_now_ns() - t0) / 1e9;
+    }
+  }
+  aq_status_t err = AQ_OK;
+  aq_signal_get_error(c->done, 1, &err);
+  if (err != AQ_OK) return fprintf(stderr, "aq-bench conv: %s failed: %s\n", name, aq_last_error()), 1;
+  const size_t count = (size_t)(pass == 0 ? a.n * a.k * a.p * a.q : pass == 1 ? a.n * a.c * a.h * a.wd : a.k * a.c * a.r * a.s);
+  const double diff = algo >= 0 ? compare(b->out[pass], b->peer, count, bf16) : -1;
+  double diff_f32 = -1;
+  if (bf16) {
+    if (exact(c, a, b, pass)) return 1;
+    diff_f32 = compare(b->out[pass], b->ref, count, 0);
+  }
+  const double flops = 2.0 * (double)(a.n * a.k * a.p * a.q) * (double)(a.c * a.r * a.s);
+  const double ga = flops / bench_median(ta, (size_t)c->reps) / 1e9;
+  const double gb = algo >= 0 ? flops / bench_median(tb, (size_t)c->reps) / 1e9 : 0;
+  if (algo >= 0) report(&a, bf16, pass, 1, gb, 0, 0, 0, algo, c->reps);
+  report(&a, bf16, pass, 0, ga, algo >= 0 ? ga / gb : 0, diff, diff_f32, algo, c->reps);
+  if (ws) aq_memory_free(ws);
+  free(ta), free(tb);
+  return 0;
+}
+
+/* Device buffers for a shape, the inputs filled with the same values in
+ * both precisions (bf16 ones). */
+static int alloc_bufs(ctx_t *c, const aq_conv2d_args_t *a, bufs_t *b) {
+  const size_t n[3] = {(size_t)(a->n * a->c * a->h * a->wd), (size_t)(a->k * a->c * a->r * a->s),
+                       (size_t)(a->n * a->k * a->p * a->q)};
+  const size_t outs[3] = {n[2], n[0], n[1]};
+  size_t big = n[0] > n[1] ? n[0] : n[1];
+  big = big > n[2] ? big : n[2];
+  unsigned seed = 3;
+  memset(b, 0, sizeof(*b));
+  for (int i = 0; i < 3; ++i) {
+    float *h = malloc(n[i] * 4);
+    uint16_t *h16 = malloc(n[i] * 2);
+    for (size_t e = 0; e < n[i]; ++e) {
+      seed = seed * 1664525u + 1013904223u;
+      h16[e] = aq_f32_to_bf16((float)(seed >> 9) / 8388608.0f - 0.5f), h[e] = aq_bf16_to_f32(h16[e]);
+    }
+    CHECK(aq_memory_allocate(c->dev, n[i] * 4, &b->in[0][i]));
+    CHECK(aq_memory_allocate(c->dev, n[i] * 2, &b->in[1][i]));
+    CHECK(aq_memory_copy(b->in[0][i], h, n[i] * 4));
+    CHECK(aq_memory_copy(b->in[1][i], h16, n[i] * 2));
+    CHECK(aq_memory_allocate(c->dev, outs[i] * 4, &b->out[i]));
+    free(h), free(h16);
+  }
+  CHECK(aq_memory_allocate(c->dev, big * 4, &b->peer));
+  CHECK(aq_memory_allocate(c->dev, big * 4, &b->ref));
+  return 0;
+}
+
+static void free_bufs(bufs_t *b) {
+  for (int i = 0; i < 3; ++i) aq_memory_free(b->in[0][i]), aq_memory_free(b->in[1][i]), aq_memory_free(b->out[i]);
+  aq_memory_free(b->peer), aq_memory_free(b->ref);
+}
+
+static int setup(ctx_t *c, int argc, char **argv) {
+  memset(c, 0, sizeof(*c));
+  c->reps = (int)bench_arg_int(argc, argv, "reps", 5);
+  if (c->reps < 1) c->reps = 1;
   CHECK(aq_init(NULL));
   aq_agent_t all[64], gpu = {0};
   size_t n;
@@ -127,155 +325,60 @@ int aq_bench_conv_gpu(int argc, char **argv) {
     return 2;
   }
   void *cu = dlopen("libcuda.so.1", RTLD_NOW);
-  int (*sync)(void) = cu ? (int (*)(void))dlsym(cu, "cuCtxSynchronize") : NULL;
-  cudnn_t dn;
-  load_cudnn(&dn);
-  if (!sync) dn.ok = 0;
+  c->sync = cu ? (int (*)(void))dlsym(cu, "cuCtxSynchronize") : NULL;
+  load_cudnn(&c->dn);
+  if (!c->sync) c->dn.ok = 0;
   aq_code_object_t co;
   CHECK(aq_code_object_load("kernels-cuda.fatbin", &co));
-  const char *names[3] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
-  const char *passes[3] = {"fwd", "bwd_data", "bwd_filter"};
-  aq_kernel_info_t k[3];
-  for (int i = 0; i < 3; ++i) CHECK(aq_code_object_find_kernel(co, names[i], gpu, &k[i]));
-  aq_region_t regs[8], dev = {0};
-  size_t nr;
-  CHECK(aq_agent_regions(gpu, regs, 8, &nr));
-  for (size_t i = 0; i < nr; ++i) {
+  for (int t = 0; t < 2; ++t)
+    for (int i = 0; i < 3; ++i) CHECK(aq_code_object_find_kernel(co, names[t][i], gpu, &c->k[t][i]));
+  aq_region_t regs[8];
+  CHECK(aq_agent_regions(gpu, regs, 8, &n));
+  for (size_t i = 0; i < n; ++i) {
     aq_region_info_t ri;
     CHECK(aq_region_get_info(regs[i], &ri));
-    if (ri.flags & AQ_REGION_DEVICE) dev = regs[i];
+    if (ri.flags & AQ_REGION_DEVICE) c->dev = regs[i];
   }
-  aq_queue_t q;
-  CHECK(aq_queue_create(gpu, NULL, &q));
-  aq_signal_t done;
-  CHECK(aq_signal_create(0, &done));
+  CHECK(aq_queue_create(gpu, NULL, &c->q));
+  CHECK(aq_signal_create(0, &c->done));
+  return 0;
+}
+
+int aq_bench_conv_gpu(int argc, char **argv) {
+  const char *shapes = bench_arg(argc, argv, "shapes"), *dtype = bench_arg(argc, argv, "dtype");
+  if (!shapes)
+    shapes = "256,1,28,28,32,5,5,1,2;256,6,14,14,16,5,5,1,0;32,64,56,56,64,3,3,1,1;32,128,28,28,128,3,3,1,1;32,256,14,14,256,3,3,2,1";
+  if (!dtype) dtype = "all";
+  if (strcmp(dtype, "all") && strcmp(dtype, "f32") && strcmp(dtype, "bf16"))
+    return fprintf(stderr, "aq-bench conv: --dtype is f32, bf16 or all, not '%s'\n", dtype), 2;
+  ctx_t c;
+  int rc = setup(&c, argc, argv);
+  if (rc) return rc;
   char *list = strdup(shapes), *save = NULL;
-  for (char *tok = strtok_r(list, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
+  for (char *tok = strtok_r(list, ";", &save); tok && !rc; tok = strtok_r(NULL, ";", &save)) {
     long v[9];
     if (sscanf(tok, "%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
                &v[8]) != 9) {
       fprintf(stderr, "aq-bench conv: bad shape '%s' (N,C,H,W,K,R,S,STRIDE,PAD)\n", tok);
-      return 2;
+      rc = 2;
+      break;
     }
     aq_conv2d_args_t a = {0};
     a.n = v[0], a.c = v[1], a.h = v[2], a.wd = v[3], a.k = v[4], a.r = v[5], a.s = v[6];
     a.stride_h = a.stride_w = (int32_t)v[7], a.pad_h = a.pad_w = (int32_t)v[8], a.dil_h = a.dil_w = 1;
     a.p = aq_conv_out(a.h, a.r, a.stride_h, a.pad_h, 1), a.q = aq_conv_out(a.wd, a.s, a.stride_w, a.pad_w, 1);
-    const size_t nx = (size_t)(a.n * a.c * a.h * a.wd), nw = (size_t)(a.k * a.c * a.r * a.s),
-                 ny = (size_t)(a.n * a.k * a.p * a.q);
-    float *hx = malloc(nx * 4), *hw = malloc(nw * 4), *hy = malloc(ny * 4);
-    unsigned seed = 3;
-    for (size_t i = 0; i < nx; ++i) seed = seed * 1664525u + 1013904223u, hx[i] = (float)(seed >> 9) / 8388608.0f - 0.5f;
-    for (size_t i = 0; i < nw; ++i) seed = seed * 1664525u + 1013904223u, hw[i] = (float)(seed >> 9) / 8388608.0f - 0.5f;
-    for (size_t i = 0; i < ny; ++i) seed = seed * 1664525u + 1013904223u, hy[i] = (float)(seed >> 9) / 8388608.0f - 0.5f;
-    void *x, *w, *y, *dy, *dx, *dw, *bias, *peer_out;
-    size_t big = nx > ny ? nx : ny;
-    big = big > nw ? big : nw;
-    CHECK(aq_memory_allocate(dev, nx * 4, &x));
-    CHECK(aq_memory_allocate(dev, nw * 4, &w));
-    CHECK(aq_memory_allocate(dev, ny * 4, &y));
-    CHECK(aq_memory_allocate(dev, ny * 4, &dy));
-    CHECK(aq_memory_allocate(dev, nx * 4, &dx));
-    CHECK(aq_memory_allocate(dev, nw * 4, &dw));
-    CHECK(aq_memory_allocate(dev, (size_t)a.k * 4, &bias));
-    CHECK(aq_memory_allocate(dev, big * 4, &peer_out));
-    CHECK(aq_memory_copy(x, hx, nx * 4));
-    CHECK(aq_memory_copy(w, hw, nw * 4));
-    CHECK(aq_memory_copy(dy, hy, ny * 4));
-    a.x = x, a.w = w, a.y = y, a.dy = dy, a.dx = dx, a.dw = dw, a.bias = NULL, a.dbias = NULL;
-    (void)bias;
-    int peer = dn.ok && !cudnn_setup(&dn, &a);
-    const double flops = 2.0 * (double)ny * (double)(a.c * a.r * a.s);
-    for (int pass = 0; pass < 3; ++pass) {
-      aq_dispatch_shape_t sh = aq_gpu_op_shape(names[pass], &a, aq_planes_grid(1));
-      hsa_kernel_dispatch_packet_t p;
-      memset(&p, 0, sizeof(p));
-      p.header = aq_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
-      p.setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
-      p.workgroup_size_x = sh.workgroup[0], p.workgroup_size_y = sh.workgroup[1], p.workgroup_size_z = sh.workgroup[2];
-      p.grid_size_x = sh.grid[0], p.grid_size_y = sh.grid[1], p.grid_size_z = sh.grid[2];
-      p.kernel_object = k[pass].kernel_object;
-      p.kernarg_address = &a;
-      p.completion_signal.handle = done.handle;
-      /* cuDNN: the fastest FMA-math algorithm, and its workspace. */
-      int algo = -1;
-      void *ws = NULL;
-      size_t ws_size = 0;
-      void *d[4];
-      order(&dn, pass, d);
-      if (peer) {
-        cudnn_perf_t perf[16];
-        int got = 0;
-        if (dn.find[pass](dn.h, d[0], d[1], d[2], d[3], 16, &got, perf) == 0)
-          for (int i = 0; i < got && algo < 0; ++i)
-            if (perf[i].status == 0) algo = perf[i].algo;
-        if (algo < 0 || dn.ws[pass](dn.h, d[0], d[1], d[2], d[3], algo, &ws_size)) algo = -1;
-        if (algo >= 0 && ws_size && aq_memory_allocate(dev, ws_size, &ws) != AQ_OK) algo = -1;
-        if (algo < 0) fprintf(stderr, "aq-bench conv: cuDNN has no %s algorithm here\n", passes[pass]);
-      }
-      const void *in1[3] = {x, w, x}, *in2[3] = {w, dy, dy};
-      void *out[3] = {y, dx, dw};
-      const float one = 1.0f, zero = 0.0f;
-      double *ta = calloc((size_t)reps, sizeof(double)), *tb = calloc((size_t)reps, sizeof(double));
-      for (int r = -1; r < reps; ++r) {
-        CHECK(aq_signal_store(done, 1));
-        uint64_t t0 = bench_now_ns();
-        CHECK(aq_queue_submit(q, &p, AQ_TIMEOUT_INFINITE, NULL));
-        CHECK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, AQ_TIMEOUT_INFINITE, NULL));
-        if (r >= 0) ta[r] = (double)(bench_now_ns() - t0) / 1e9;
-        if (algo >= 0) {
-          t0 = bench_now_ns();
-          if (dn.run[pass](dn.h, &one, d[0], (void *)in1[pass], d[1], (void *)in2[pass], d[2], algo, ws, ws_size, &zero,
-                           d[3], peer_out))
-            algo = -1, fprintf(stderr, "aq-bench conv: cuDNN %s failed\n", passes[pass]);
-          sync();
-          if (r >= 0) tb[r] = (double)(bench_now_ns() - t0) / 1e9;
-        }
-      }
-      aq_status_t err = AQ_OK;
-      aq_signal_get_error(done, 1, &err);
-      if (err != AQ_OK) return fprintf(stderr, "aq-bench conv: %s failed: %s\n", names[pass], aq_last_error()), 1;
-      /* The two results should agree. */
-      double diff = -1;
-      size_t count = pass == 0 ? ny : pass == 1 ? nx : nw;
-      if (algo >= 0) {
-        float *ha = malloc(count * 4), *hb = malloc(count * 4);
-        CHECK(aq_memory_copy(ha, out[pass], count * 4));
-        CHECK(aq_memory_copy(hb, peer_out, count * 4));
-        double dmax = 0, cmax = 0;
-        for (size_t i = 0; i < count; ++i) {
-          double e = fabs((double)ha[i] - hb[i]);
-          dmax = e > dmax || isnan(e) ? e : dmax, cmax = fabs(hb[i]) > cmax ? fabs(hb[i]) : cmax;
-        }
-        diff = dmax / (cmax > 0 ? cmax : 1);
-        free(ha), free(hb);
-      }
-      double ga = flops / bench_median(ta, (size_t)reps) / 1e9, gb = algo >= 0 ? flops / bench_median(tb, (size_t)reps) / 1e9 : 0;
-      for (int pe = algo >= 0 ? 1 : 0; pe >= 0; --pe) {
-        bench_json_t j;
-        bench_json_begin(&j, "conv", pe ? "cudnn" : "aquila");
-        bench_json_str(&j, "agent", "gpu");
-        bench_json_str(&j, "dtype", "f32");
-        bench_json_int(&j, "n", a.n), bench_json_int(&j, "c", a.c), bench_json_int(&j, "h", a.h);
-        bench_json_int(&j, "w", a.wd), bench_json_int(&j, "k", a.k), bench_json_int(&j, "r", a.r);
-        bench_json_int(&j, "s", a.s), bench_json_int(&j, "stride", a.stride_h), bench_json_int(&j, "pad", a.pad_h);
-        bench_json_str(&j, "pass", passes[pass]);
-        bench_json_num(&j, "gflops", pe ? gb : ga);
-        if (!pe && algo >= 0) bench_json_num(&j, "ratio", ga / gb), bench_json_num(&j, "max_rel_diff", diff);
-        if (pe) bench_json_int(&j, "algo", algo);
-        bench_json_int(&j, "reps", reps);
-        bench_json_end(&j);
-      }
-      if (ws) aq_memory_free(ws);
-      free(ta), free(tb);
+    bufs_t b;
+    if (alloc_bufs(&c, &a, &b)) return 1;
+    for (int bf16 = 0; bf16 < 2 && !rc; ++bf16) {
+      if (strcmp(dtype, "all") && strcmp(dtype, bf16 ? "bf16" : "f32")) continue;
+      int peer = c.dn.ok && !cudnn_setup(&c.dn, &a, bf16);
+      for (int pass = 0; pass < 3 && !rc; ++pass) rc = bench_pass(&c, a, &b, bf16, pass, peer);
     }
-    aq_memory_free(x), aq_memory_free(w), aq_memory_free(y), aq_memory_free(dy), aq_memory_free(dx);
-    aq_memory_free(dw), aq_memory_free(bias), aq_memory_free(peer_out);
-    free(hx), free(hw), free(hy);
+    free_bufs(&b);
   }
   free(list);
-  aq_signal_destroy(done);
-  aq_queue_destroy(q);
+  aq_signal_destroy(c.done);
+  aq_queue_destroy(c.q);
   aq_shut_down();
-  return 0;
+  return rc;
 }

@@ -7,8 +7,8 @@
  *
  * aq_bench_gemm (gemm.c) calls aq_bench_gemm_gpu when --agent gpu is given.
  * Options: --sizes 1024,2048,4096,8192  --dtype f32|bf16|all (default all)
- *          --bf16-kernel NAME (aq_matmul_bf16, or a candidate shape built
- *          beside it: aq_matmul_bf16_eight3, _wide16, _tall16)
+ *          --bf16-kernel NAME (aq_matmul_bf16, or a candidate built beside
+ *          it, as the table below lists them)
  *          --reps R (default 7; each rep times `inner` back-to-back GEMMs,
  *          more for small n, so launch latency does not dominate).
  * Each aquila line also carries max_rel_diff: the largest difference from
@@ -77,11 +77,15 @@ static int cublas_run(cublas_t *cb, int bf16, int64_t n, const void *a, const vo
   return cb->sgemm(cb->handle, 0, 0, s, s, s, &one, (const float *)b, s, (const float *)a, s, &zero, c, s);
 }
 
-/* Candidate shapes of the bf16 kernel: name, threads a block, tile rows x columns. */
-static const struct { const char *name; uint32_t threads, bm, bn; } bf16_kernels[] = {
-    {AQ_KERNEL_MATMUL_BF16, AQ_GPU_MATMUL_BF16_THREADS, AQ_GPU_MATMUL_BF16_TILE, AQ_GPU_MATMUL_BF16_TILE},
-    {"aq_matmul_bf16_eight3", 256, 128, 128}, {"aq_matmul_bf16_wide16", 512, 128, 256},
-    {"aq_matmul_bf16_tall16", 512, 256, 128}};
+/* The bf16 kernel and its candidates (kernels/cuda/matmul_bf16.cu): name,
+ * threads a block, tile rows x columns, group segment. _nomath measures the
+ * copies alone (its C is wrong). */
+static const struct { const char *name; uint32_t threads, bm, bn, group; } bf16_kernels[] = {
+    {AQ_KERNEL_MATMUL_BF16, AQ_GPU_MATMUL_BF16_THREADS, AQ_GPU_MATMUL_BF16_TILE_M, AQ_GPU_MATMUL_BF16_TILE_N,
+     AQ_GPU_MATMUL_BF16_GROUP_SEGMENT},
+    {"aq_matmul_bf16_mma", 384, 192, 192, AQ_GPU_MATMUL_BF16_GROUP_SEGMENT},
+    {"aq_matmul_bf16_wide4", 384, 128, 256, 4 * 48 * 1024 + 2048},
+    {"aq_matmul_bf16_nomath", 384, 128, 256, AQ_GPU_MATMUL_BF16_GROUP_SEGMENT}};
 
 int aq_bench_gemm_gpu(int argc, char **argv) {
   const char *bf16_name = bench_arg(argc, argv, "bf16-kernel");
@@ -175,6 +179,8 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
       p.workgroup_size_x = sh.workgroup[0], p.workgroup_size_y = sh.workgroup[1];
       p.workgroup_size_z = sh.workgroup[2];
       p.grid_size_x = sh.grid[0], p.grid_size_y = sh.grid[1], p.grid_size_z = sh.grid[2];
+      p.group_segment_size = bf16 ? bf16_kernels[bf16_pick].group : aq_gpu_op_group_segment(f32_name, &args);
+      if (bf16 && !bf16_pick) p.group_segment_size = aq_gpu_op_group_segment(AQ_KERNEL_MATMUL_BF16, &args);
       p.kernel_object = (bf16 ? k16 : k32).kernel_object;
       p.kernarg_address = &args;
       p.completion_signal.handle = done.handle;

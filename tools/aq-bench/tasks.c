@@ -12,7 +12,8 @@
  *   50% efficiency.
  *   mixed: small and large matmuls over CPU and GPU agents (--shape mixed):
  *   the default placement against each kind of agent alone.
- * Options: --n N (tasks, default 10000), --reps R (5), --shape S, --no-metg. */
+ * Options: --n N (tasks, default 10000), --reps R (5), --shape S, --no-metg;
+ * mixed: --dot PREFIX writes each placement's DOT to PREFIX-heft.dot, -cpu, -gpu. */
 #include <math.h>
 #include <omp.h>
 #include <starpu.h>
@@ -355,7 +356,7 @@ static void metg(int cores) {
 /* A mixed graph: independent chains of small matmuls beside a few large
  * ones, placed by Aquila's default (earliest finish over a cost model, HEFT's
  * rule) and pinned to each kind of agent alone. */
-static void mixed(int reps) {
+static void mixed(int reps, const char *dot) {
   const char *names[3] = {"heft", "cpu", "gpu"};
   uint32_t kinds[3] = {0, 1u << AQ_AGENT_KIND_CPU, 1u << AQ_AGENT_KIND_GPU};
   for (int pl = 0; pl < 3; ++pl) {
@@ -393,6 +394,11 @@ static void mixed(int reps) {
       if (ti.role == AQ_ROLE_INPUT || ti.role == AQ_ROLE_CONSTANT) aq_exec_write(e, (aq_tensor_t){id}, zeros, ti.bytes);
     }
     free(zeros);
+    if (dot) { /* where each placement put each task (heft's: with its estimates) */
+      char path[512];
+      snprintf(path, sizeof(path), "%s-%s.dot", dot, names[pl]);
+      if (aq_exec_write_dot(e, path) != AQ_OK) fprintf(stderr, "tasks mixed: %s\n", aq_last_error());
+    }
     double *v = calloc((size_t)reps, sizeof(double));
     /* warm-up (and, under heft, calibration) runs */
     for (int r = 0; r < 4; ++r)
@@ -426,7 +432,7 @@ int aq_bench_tasks(int argc, char **argv) {
   const char *only = bench_arg(argc, argv, "shape");
   if (only && !strcmp(only, "mixed")) {
     if (aq_init(NULL) != AQ_OK) return fprintf(stderr, "aq-bench tasks: %s\n", aq_last_error()), 1;
-    mixed(reps);
+    mixed(reps, bench_arg(argc, argv, "dot"));
     aq_shut_down();
     return 0;
   }

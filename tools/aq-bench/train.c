@@ -4,7 +4,8 @@
  * The peer, PyTorch eager, runs from shared/reference/torch_fashion_mlp.py in
  * the same device call (aq-bench does not embed Python).
  * Options: --model mlp|cnn, --placement auto|cpu|gpu, --epochs N (default 1), --batch N (256), --threads (informational:
- * workers come from AQ_CPU_WORKERS), --data DIR, --steps N (cap per epoch). */
+ * workers come from AQ_CPU_WORKERS), --data DIR, --steps N (cap per epoch), --dot FILE (the placed step).
+ * The placement policy is AQ_SCHED's (eager by default). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +17,7 @@ int aq_bench_train(int argc, char **argv) {
   const char *data = bench_arg(argc, argv, "data");
   long cap = bench_arg_int(argc, argv, "steps", 0);
   trainer_options_t o = {.model = "mlp", .optimizer = "sgd", .batch = (uint32_t)bench_arg_int(argc, argv, "batch", 256),
-                         .hidden = 1024, .lr = 0.1f, .momentum = 0.9f, .seed = 1, .policy = AQ_SCHED_EAGER};
+                         .hidden = 1024, .lr = 0.1f, .momentum = 0.9f, .seed = 1, .policy = AQ_SCHED_DEFAULT};
   const char *model = bench_arg(argc, argv, "model");
   if (model && strcmp(model, "mlp") && strcmp(model, "cnn")) {
     fprintf(stderr, "aq-bench train: --model must be mlp or cnn, not '%s'\n", model);
@@ -50,6 +51,8 @@ int aq_bench_train(int argc, char **argv) {
     fprintf(stderr, "aq-bench train: %s\n", trainer_error(s));
     return 1;
   }
+  const char *dot = bench_arg(argc, argv, "dot"); /* the placed step, to see where each task went */
+  if (dot && aq_exec_write_dot(trainer_exec(t), dot) != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
   uint32_t steps = trainer_steps_per_epoch(t);
   if (cap > 0 && (uint32_t)cap < steps) steps = (uint32_t)cap;
   double *us = calloc((size_t)steps * (size_t)epochs, sizeof(double));

@@ -1,0 +1,57 @@
+/* Calibration runs for heft (see calibrate.h). */
+#include "scheduler/calibrate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/status.h"
+
+static const uint64_t CALIBRATION_TIMEOUT_NS = 60000000000ull;
+
+int perf_calibratable(const aq_graph_t *g, uint32_t t) {
+  const task_t *task = &g->tasks[t];
+  return task->kind == TASK_KERNEL && !task->code_object.handle;
+}
+
+/* A copy of task t reading and writing fresh tensors (state: zeroed, and
+ * readable before any write), pinned to agent, after task `after` (0: none). */
+static aq_status_t copy_task(aq_graph_t *c, const aq_graph_t *g, uint32_t t, uint32_t agent, uint32_t after,
+                             uint32_t *map, uint32_t *stamp, uint32_t *out) {
+  task_t k = g->tasks[t];
+  k.after_all = k.after_any = NULL;
+  k.nafter_all = k.nafter_any = 0;
+  k.agent = (int32_t)agent;
+  for (uint32_t j = 0; j < k.nreads + k.nwrites; ++j) {
+    uint32_t *x = j < k.nreads ? &k.reads[j] : &k.writes[j - k.nreads];
+    const tensor_t *src = &g->tensors[*x];
+    if (stamp[*x] != t + 1) {
+      stamp[*x] = t + 1;
+      AQ_RETURN_IF_ERROR(graph_new_tensor(c, src->name, src->dtype, AQ_ROLE_STATE, src->rank, src->dims, &map[*x]));
+    }
+    *x = map[*x];
+  }
+  AQ_RETURN_IF_ERROR(graph_new_task(c, &k, out));
+  return after ? aq_graph_add_edge(c, (aq_task_t){*out}, AQ_EDGE_AFTER_ALL, &(aq_task_t){after}, 1) : AQ_OK;
+}
+
+aq_status_t perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32_t n, uint32_t agent) {
+  aq_graph_t *c;
+  AQ_RETURN_IF_ERROR(aq_graph_create(NULL, &c));
+  uint32_t *map = calloc(g->ntensors, sizeof(uint32_t)), *stamp = calloc(g->ntensors, sizeof(uint32_t));
+  aq_status_t s = map && stamp ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to calibrate");
+  uint32_t prev = 0;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) s = copy_task(c, g, tasks[i], agent, prev, map, stamp, &prev);
+  free(map), free(stamp);
+  /* Profiled every run; eager, which keeps each task on its pinned agent. */
+  aq_exec_options_t o = {.policy = AQ_SCHED_EAGER, .flags = AQ_EXEC_PROFILE | AQ_EXEC_NO_MEMORY_REUSE};
+  aq_exec_t *e = NULL;
+  if (s == AQ_OK) s = aq_graph_instantiate(c, &o, &e);
+  for (int r = 0; s == AQ_OK && r <= CALIBRATION_RUNS; ++r) {
+    if (r == 0) exec_warm_up_next(e);
+    s = aq_exec_run(e);
+    if (s == AQ_OK) s = aq_exec_wait(e, CALIBRATION_TIMEOUT_NS);
+  }
+  if (e && aq_exec_wait(e, CALIBRATION_TIMEOUT_NS) == AQ_OK) aq_exec_destroy(e); /* saves the models */
+  aq_graph_destroy(c);
+  return s;
+}

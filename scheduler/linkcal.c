@@ -1,0 +1,227 @@
+/* Link costs measured once per process (see linkcal.h). */
+#include "scheduler/linkcal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aquila/aquila.h"
+#include "runtime/wake.h"
+
+enum { PINGS = 31, COPIES = 3, SMALL = 4096, LARGE = 8 << 20, CACHE_MAX = 32 };
+static const uint64_t PING_TIMEOUT_NS = 1000000000ull;
+
+typedef struct link {
+  char key[2 * 48 + 4];
+  double lat_ns, ns_per_byte; /* < 0: could not be measured */
+} link_t;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static link_t cache[CACHE_MAX];
+static uint32_t ncache;
+
+static double median(double *v, int n) {
+  for (int i = 1; i < n; ++i)
+    for (int j = i; j > 0 && v[j] < v[j - 1]; --j) {
+      double t = v[j];
+      v[j] = v[j - 1], v[j - 1] = t;
+    }
+  return n ? v[n / 2] : -1;
+}
+
+/* ---- latency: a ping between queues ------------------------------------- */
+
+static aq_status_t stamp(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
+  (void)a1, (void)a2, (void)a3;
+  *(volatile uint64_t *)user = aq_now_ns();
+  return AQ_OK;
+}
+
+static aq_status_t submit_stamp(aq_queue_t q, uint64_t *slot, aq_signal_t done) {
+  hsa_agent_dispatch_packet_t p;
+  memset(&p, 0, sizeof(p));
+  p.header = aq_packet_header(HSA_PACKET_TYPE_AGENT_DISPATCH, 1, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+  p.type = AQ_AGENT_DISPATCH_HOST_CALL;
+  p.return_address = slot;
+  p.arg[0] = (uint64_t)(uintptr_t)stamp;
+  p.completion_signal.handle = done.handle;
+  return aq_queue_submit(q, &p, PING_TIMEOUT_NS, NULL);
+}
+
+static aq_status_t submit_wait(aq_queue_t q, aq_signal_t dep, aq_signal_t done) {
+  hsa_barrier_and_packet_t b;
+  memset(&b, 0, sizeof(b));
+  b.header = aq_packet_header(HSA_PACKET_TYPE_BARRIER_AND, 1, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+  b.dep_signal[0].handle = dep.handle;
+  b.completion_signal.handle = done.handle;
+  return aq_queue_submit(q, &b, PING_TIMEOUT_NS, NULL);
+}
+
+typedef struct ping {
+  aq_queue_t from, to, back; /* back: a CPU queue that waits for a GPU's barrier */
+  aq_signal_t s1, s2, done;
+  uint64_t t0, t1;
+} ping_t;
+
+/* One ping: from stamps and signals; to waits (and on a CPU stamps); a GPU's
+ * wait is waited for by back, which stamps. The waiters go in first. */
+static aq_status_t ping_once(ping_t *p, int gpu, double *ns) {
+  aq_status_t s = AQ_OK;
+  aq_signal_t none = {0};
+  if (s == AQ_OK) s = aq_signal_store(p->s1, 1);
+  if (s == AQ_OK) s = aq_signal_store(p->s2, 1);
+  if (s == AQ_OK) s = aq_signal_store(p->done, 1);
+  if (s == AQ_OK) s = submit_wait(p->to, p->s1, gpu ? p->s2 : none);
+  if (s == AQ_OK) s = gpu ? submit_wait(p->back, p->s2, none) : AQ_OK;
+  if (s == AQ_OK) s = submit_stamp(gpu ? p->back : p->to, &p->t1, p->done);
+  if (s == AQ_OK) s = submit_stamp(p->from, &p->t0, p->s1);
+  if (s == AQ_OK) s = aq_signal_wait(p->done, AQ_SIGNAL_EQ, 0, PING_TIMEOUT_NS, NULL);
+  if (s == AQ_OK) *ns = (double)(p->t1 - p->t0) / (gpu ? 2 : 1);
+  return s;
+}
+
+/* Median one-way latency from CPU agent a to agent b, or -1. */
+static double ping(aq_agent_t a, aq_agent_t b, int b_gpu) {
+  ping_t p;
+  memset(&p, 0, sizeof(p));
+  aq_queue_options_t qo = {.size = 64};
+  aq_status_t s = aq_queue_create(a, &qo, &p.from);
+  if (s == AQ_OK) s = aq_queue_create(b, &qo, &p.to);
+  if (s == AQ_OK && b_gpu) s = aq_queue_create(a, &qo, &p.back);
+  if (s == AQ_OK) s = aq_signal_create(0, &p.s1);
+  if (s == AQ_OK) s = aq_signal_create(0, &p.s2);
+  if (s == AQ_OK) s = aq_signal_create(0, &p.done);
+  double v[PINGS];
+  int n = 0;
+  for (int i = 0; s == AQ_OK && i < PINGS + 2; ++i) {
+    double ns = 0;
+    s = ping_once(&p, b_gpu, &ns);
+    if (s == AQ_OK && i >= 2) v[n++] = ns; /* the first ones wake threads up */
+  }
+  /* A failed ping may leave packets waiting on its signals: release them. */
+  aq_signal_store(p.s1, 0), aq_signal_store(p.s2, 0);
+  aq_queue_t qs[3] = {p.from, p.to, p.back};
+  for (int i = 0; i < 3; ++i)
+    if (qs[i].handle) aq_queue_wait_idle(qs[i], PING_TIMEOUT_NS), aq_queue_destroy(qs[i]);
+  aq_signal_t sig[3] = {p.s1, p.s2, p.done};
+  for (int i = 0; i < 3; ++i)
+    if (sig[i].handle) aq_signal_destroy(sig[i]);
+  return s == AQ_OK ? median(v, n) : -1;
+}
+
+/* ---- bandwidth: copies ---------------------------------------------------- */
+
+static void *alloc_in(aq_agent_t agent, uint32_t flag, size_t size) {
+  aq_region_t r[8];
+  size_t n = 0;
+  if (aq_agent_regions(agent, r, 8, &n) != AQ_OK) return NULL;
+  for (size_t i = 0; i < n && i < 8; ++i) {
+    aq_region_info_t info;
+    void *p = NULL;
+    if (aq_region_get_info(r[i], &info) == AQ_OK && (info.flags & flag) && aq_memory_allocate(r[i], size, &p) == AQ_OK)
+      return p;
+  }
+  return NULL;
+}
+
+static double copy_ns(void *dst, const void *src, size_t size, int reps) {
+  double v[COPIES > 9 ? COPIES : 9];
+  for (int i = 0; i < reps; ++i) {
+    uint64_t t0 = aq_now_ns();
+    if (aq_memory_copy(dst, src, size) != AQ_OK) return -1;
+    v[i] = (double)(aq_now_ns() - t0);
+  }
+  return median(v, reps);
+}
+
+/* ns per byte from src to dst (each LARGE bytes), or -1. */
+static double per_byte(void *dst, void *src) {
+  if (!dst || !src) return -1;
+  copy_ns(dst, src, LARGE, 1); /* first touch: pages in */
+  double small = copy_ns(dst, src, SMALL, 9), large = copy_ns(dst, src, LARGE, COPIES);
+  if (small < 0 || large <= small) return -1;
+  return (large - small) / (LARGE - SMALL);
+}
+
+/* ---- pairs ---------------------------------------------------------------- */
+
+static const link_t *lookup(const link_agent_t *a, const link_agent_t *b);
+
+static void measure(const link_agent_t *a, const link_agent_t *b, link_t *out) {
+  int same = a->agent.handle == b->agent.handle, a_gpu = a->kind == AQ_AGENT_KIND_GPU,
+      b_gpu = b->kind == AQ_AGENT_KIND_GPU;
+  out->lat_ns = out->ns_per_byte = -1;
+  if (a_gpu && b_gpu) return;                                /* through the host: the caller adds two hops */
+  const link_agent_t *c = a_gpu ? b : a, *g = a_gpu ? a : b; /* the CPU side, the other side */
+  if (a_gpu) { /* a ping is a round trip: GPU to CPU is the same as CPU to GPU */
+    const link_t *r = lookup(b, a);
+    out->lat_ns = r ? r->lat_ns : -1;
+  } else {
+    out->lat_ns = ping(c->agent, same ? c->agent : g->agent, !same && b_gpu);
+  }
+  if (same) {
+    out->ns_per_byte = 0;
+    return;
+  }
+  void *src, *dst;
+  if (!a_gpu && !b_gpu) {
+    src = alloc_in(a->agent, AQ_REGION_COARSE_GRAINED, LARGE),
+    dst = alloc_in(b->agent, AQ_REGION_COARSE_GRAINED, LARGE);
+  } else {
+    /* The host side of a GPU's data is its pinned memory (the exec's too). */
+    void *host = alloc_in(g->agent, AQ_REGION_FINE_GRAINED, LARGE), *dev = alloc_in(g->agent, AQ_REGION_DEVICE, LARGE);
+    src = a_gpu ? dev : host, dst = a_gpu ? host : dev;
+  }
+  out->ns_per_byte = per_byte(dst, src);
+  if (src) aq_memory_free(src);
+  if (dst) aq_memory_free(dst);
+}
+
+static const link_t *lookup(const link_agent_t *a, const link_agent_t *b) {
+  char key[sizeof(cache[0].key)];
+  snprintf(key, sizeof(key), "%s>%s%s", a->arch, b->arch, a->agent.handle == b->agent.handle ? "=" : "");
+  for (uint32_t i = 0; i < ncache; ++i)
+    if (!strcmp(cache[i].key, key)) return &cache[i];
+  link_t l;
+  snprintf(l.key, sizeof(l.key), "%s", key);
+  measure(a, b, &l);
+  if (ncache == CACHE_MAX) return NULL;
+  cache[ncache] = l;
+  return &cache[ncache++];
+}
+
+static void round_figures(uint8_t ka, uint8_t kb, int same, double *lat, double *pb) {
+  if (same)
+    *lat = LINK_HOP_NS, *pb = 0;
+  else if (ka == AQ_AGENT_KIND_CPU && kb == AQ_AGENT_KIND_CPU)
+    *lat = LINK_NUMA_NS, *pb = LINK_NUMA_NS_PER_BYTE;
+  else
+    *lat = LINK_PCIE_NS, *pb = LINK_PCIE_NS_PER_BYTE;
+}
+
+void link_calibrate(const link_agent_t *agents, uint32_t n, double *lat_ns, double *ns_per_byte, uint32_t *measured) {
+  const link_agent_t *cpu = NULL;
+  for (uint32_t a = 0; a < n && !cpu; ++a)
+    if (agents[a].kind == AQ_AGENT_KIND_CPU) cpu = &agents[a];
+  *measured = 0;
+  pthread_mutex_lock(&lock);
+  for (uint32_t a = 0; a < n; ++a)
+    for (uint32_t b = 0; b < n; ++b) {
+      const link_agent_t *x = &agents[a], *y = &agents[b];
+      double *lat = &lat_ns[a * n + b], *pb = &ns_per_byte[a * n + b];
+      round_figures(x->kind, y->kind, a == b, lat, pb);
+      if (!cpu || (a == b && x->kind != AQ_AGENT_KIND_CPU)) continue; /* a GPU has one lane */
+      if (x->kind == AQ_AGENT_KIND_GPU && y->kind == AQ_AGENT_KIND_GPU && a != b) {
+        /* GPU to GPU through the host: two hops. */
+        const link_t *l1 = lookup(x, cpu), *l2 = lookup(cpu, y);
+        if (l1 && l2 && l1->lat_ns >= 0 && l2->lat_ns >= 0) *lat = l1->lat_ns + l2->lat_ns, ++*measured;
+        if (l1 && l2 && l1->ns_per_byte >= 0 && l2->ns_per_byte >= 0) *pb = l1->ns_per_byte + l2->ns_per_byte;
+        continue;
+      }
+      const link_t *l = lookup(x, y);
+      if (l && l->lat_ns >= 0) *lat = l->lat_ns, ++*measured;
+      if (l && l->ns_per_byte >= 0) *pb = l->ns_per_byte;
+    }
+  pthread_mutex_unlock(&lock);
+}

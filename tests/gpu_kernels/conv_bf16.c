@@ -1,0 +1,201 @@
+/* The bf16 conv2d kernels (ops_gpu.h: x, w, dy in bf16; y, dx, dw, dbias in
+ * fp32) on the GPU against a double-precision C reference computed on the
+ * bf16 values themselves: stride, padding, dilation; 1, 3, 7, 33, 64 and
+ * more channels on either side (both tile shapes, several tiles each way);
+ * odd spatial sizes; batches of 1 and more; depths that are and are not
+ * multiples of 8 (the vector and the element loads); each tile shape. Each case runs with
+ * the GPU launch shape (aq_gpu_op_shape), with one block for all the tiles
+ * (the grid-stride walk), and with the CPU grid that aq_gpu_shape turns
+ * into blocks of other sizes (the exact direct path).
+ *
+ * Tolerance: a product of two bf16 values is exact in fp32, so the only
+ * error is fp32 rounding in the sums, which grows like u sqrt(depth) mag in
+ * practice (u = 2^-24, mag = the sum of the terms' magnitudes) and at most
+ * like u depth mag. 1e-5 (1 + mag) is 168 u mag: above the first for every
+ * depth here (at most 3920), and a wrong index or a lost tap, which moves
+ * many outputs by a term's size (0.25 on average), is far above it. */
+#include "gk.h"
+
+TestSuite(gpu_conv_bf16, .init = gk_setup, .fini = gk_teardown);
+
+typedef struct { int64_t n, c, h, w, k, r, s; int32_t sh, sw, ph, pw, dh, dw; } bcase_t;
+
+static const bcase_t cases[] = {
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1},
+    {2, 3, 7, 9, 4, 3, 2, 2, 1, 1, 0, 1, 2},
+    {3, 7, 33, 17, 33, 5, 5, 1, 1, 2, 2, 1, 1},
+    {2, 33, 13, 11, 7, 3, 3, 2, 2, 1, 1, 2, 1},   /* stride 2: dy feeds dx only where it divides */
+    {2, 5, 12, 10, 9, 3, 3, 3, 2, 2, 1, 2, 1},
+    {1, 64, 15, 15, 64, 3, 3, 1, 1, 1, 1, 1, 1},  /* c r s = 576: whole chunks of w */
+    {2, 64, 16, 16, 130, 1, 1, 1, 1, 0, 0, 1, 1}, /* 130 filters: 128-wide tiles, two of them */
+    {2, 130, 9, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1},    /* 130 input channels: the same for dx */
+    {4, 3, 31, 29, 64, 7, 7, 2, 2, 3, 3, 1, 1},   /* a stem: 960 output positions, four row tiles */
+    {5, 1, 28, 28, 8, 5, 5, 1, 1, 2, 2, 1, 1},    /* LeNet's first layer: p q = 784, whole chunks of dy */
+    /* Enough tiles for the big ones (aq_conv2d_bf16_gpu_tiles); the cases
+     * above run 64x64 tiles but in the backward filter. */
+    {4, 3, 96, 96, 16, 3, 3, 1, 1, 1, 1, 1, 1},   /* 256x64: forward and backward data */
+    {4, 3, 96, 96, 16, 3, 3, 2, 2, 1, 1, 1, 1},   /* 256x64 backward data, stride 2 */
+    {2, 4, 66, 66, 130, 3, 3, 1, 1, 1, 1, 1, 1},  /* 128x128 forward */
+    {2, 130, 66, 66, 4, 3, 3, 2, 2, 1, 1, 1, 1},  /* 128x128 backward data, stride 2 */
+};
+
+static uint16_t *bf16_random(size_t n, unsigned seed, double *vals) {
+  float *f = gk_random(n, seed);
+  uint16_t *b = gk_alloc(n, 2);
+  for (size_t i = 0; i < n; ++i) vals[i] = aq_bf16_to_f32(b[i] = aq_f32_to_bf16(f[i]));
+  aq_memory_free(f);
+  return b;
+}
+
+static void expect(const char *what, const bcase_t *t, int shape, const float *got, const double *want,
+                   const double *mag, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    cr_assert(fabs(got[i] - want[i]) <= 1e-5 * (1 + mag[i]),
+              "%s[%zu] (n=%ld c=%ld h=%ld w=%ld k=%ld r=%ld s=%ld, launch %d): got %.8g want %.8g", what, i, (long)t->n,
+              (long)t->c, (long)t->h, (long)t->w, (long)t->k, (long)t->r, (long)t->s, shape, got[i], want[i]);
+}
+
+static void fill(float *p, size_t n) {
+  for (size_t i = 0; i < n; ++i) p[i] = 1e30f; /* an output left unwritten fails */
+}
+
+static void bf16_case(const bcase_t *t) {
+  aq_conv2d_args_t a = {0};
+  a.n = t->n, a.c = t->c, a.h = t->h, a.wd = t->w, a.k = t->k, a.r = t->r, a.s = t->s;
+  a.stride_h = t->sh, a.stride_w = t->sw, a.pad_h = t->ph, a.pad_w = t->pw, a.dil_h = t->dh, a.dil_w = t->dw;
+  a.p = aq_conv_out(a.h, a.r, a.stride_h, a.pad_h, a.dil_h), a.q = aq_conv_out(a.wd, a.s, a.stride_w, a.pad_w, a.dil_w);
+  const size_t nx = (size_t)(a.n * a.c * a.h * a.wd), nw = (size_t)(a.k * a.c * a.r * a.s),
+               ny = (size_t)(a.n * a.k * a.p * a.q), nk = (size_t)a.k;
+  double *vx = calloc(nx, 8), *vw = calloc(nw, 8), *vdy = calloc(ny, 8);
+  uint16_t *x = bf16_random(nx, 1, vx), *w = bf16_random(nw, 2, vw), *dy = bf16_random(ny, 4, vdy);
+  float *bias = gk_random(nk, 3), *y = gk_floats(ny), *dx = gk_floats(nx), *dw = gk_floats(nw), *db = gk_floats(nk);
+  double *ry = calloc(ny, 8), *my = calloc(ny, 8), *rdx = calloc(nx, 8), *mdx = calloc(nx, 8);
+  double *rdw = calloc(nw, 8), *mdw = calloc(nw, 8), *rdb = calloc(nk, 8), *mdb = calloc(nk, 8);
+  for (int64_t n = 0; n < a.n; ++n)
+    for (int64_t k = 0; k < a.k; ++k)
+      for (int64_t p = 0; p < a.p; ++p)
+        for (int64_t q = 0; q < a.q; ++q) {
+          const int64_t o = ((n * a.k + k) * a.p + p) * a.q + q;
+          ry[o] += bias[k], my[o] += fabs(bias[k]), rdb[k] += vdy[o], mdb[k] += fabs(vdy[o]);
+          for (int64_t c = 0; c < a.c; ++c)
+            for (int64_t r = 0; r < a.r; ++r)
+              for (int64_t s = 0; s < a.s; ++s) {
+                const int64_t ih = p * a.stride_h - a.pad_h + r * a.dil_h, iw = q * a.stride_w - a.pad_w + s * a.dil_w;
+                if (ih < 0 || ih >= a.h || iw < 0 || iw >= a.wd) continue;
+                const int64_t xi = ((n * a.c + c) * a.h + ih) * a.wd + iw, wi = ((k * a.c + c) * a.r + r) * a.s + s;
+                ry[o] += vw[wi] * vx[xi], my[o] += fabs(vw[wi] * vx[xi]);
+                rdx[xi] += vw[wi] * vdy[o], mdx[xi] += fabs(vw[wi] * vdy[o]);
+                rdw[wi] += vx[xi] * vdy[o], mdw[wi] += fabs(vx[xi] * vdy[o]);
+              }
+        }
+  a.x = (const float *)x, a.w = (const float *)w, a.bias = bias, a.y = y, a.dy = (const float *)dy;
+  a.dx = dx, a.dw = dw, a.dbias = db;
+  const char *names[] = {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16};
+  const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
+  for (int shape = 0; shape < 3; ++shape) {
+    fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
+    for (int i = 0; i < 3; ++i) {
+      aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
+      if (shape == 0) gk_run(names[i], &a, aq_gpu_op_shape(names[i], &a, cpu));
+      else if (shape == 1) gk_run(names[i], &a, one);
+      else gk_op(names[i], &a, cpu);
+    }
+    expect("y", t, shape, y, ry, my, ny);
+    expect("dx", t, shape, dx, rdx, mdx, nx);
+    expect("dw", t, shape, dw, rdw, mdw, nw);
+    expect("dbias", t, shape, db, rdb, mdb, nk);
+  }
+  aq_memory_free(x), aq_memory_free(w), aq_memory_free(dy), aq_memory_free(bias), aq_memory_free(y);
+  aq_memory_free(dx), aq_memory_free(dw), aq_memory_free(db);
+  free(vx), free(vw), free(vdy), free(ry), free(my), free(rdx), free(mdx), free(rdw), free(mdw), free(rdb), free(mdb);
+}
+
+Test(gpu_conv_bf16, forward_and_backwards_against_bf16_reference) {
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) bf16_case(&cases[i]);
+}
+
+/* Without bias in the forward and without dbias in the backward filter:
+ * y has no bias added, and nothing is written through the NULL. */
+Test(gpu_conv_bf16, no_bias) {
+  const bcase_t t = {2, 7, 11, 9, 33, 3, 3, 1, 1, 1, 1, 1, 1};
+  aq_conv2d_args_t a = {0};
+  a.n = t.n, a.c = t.c, a.h = t.h, a.wd = t.w, a.k = t.k, a.r = t.r, a.s = t.s;
+  a.stride_h = a.stride_w = a.dil_h = a.dil_w = 1, a.pad_h = a.pad_w = 1;
+  a.p = aq_conv_out(a.h, a.r, 1, 1, 1), a.q = aq_conv_out(a.wd, a.s, 1, 1, 1);
+  const size_t nx = (size_t)(a.n * a.c * a.h * a.wd), nw = (size_t)(a.k * a.c * a.r * a.s), ny = (size_t)(a.n * a.k * a.p * a.q);
+  double *vx = calloc(nx, 8), *vw = calloc(nw, 8), *vdy = calloc(ny, 8);
+  uint16_t *x = bf16_random(nx, 5, vx), *w = bf16_random(nw, 6, vw), *dy = bf16_random(ny, 7, vdy);
+  float *y = gk_floats(ny), *dw = gk_floats(nw);
+  a.x = (const float *)x, a.w = (const float *)w, a.y = y, a.dy = (const float *)dy, a.dw = dw;
+  gk_run(AQ_KERNEL_CONV2D_BF16, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1)));
+  gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1)));
+  for (int64_t n = 0; n < a.n; ++n)
+    for (int64_t k = 0; k < a.k; ++k)
+      for (int64_t p = 0; p < a.p; ++p)
+        for (int64_t q = 0; q < a.q; ++q) {
+          double s = 0, m = 0;
+          for (int64_t c = 0; c < a.c; ++c)
+            for (int64_t r = 0; r < a.r; ++r)
+              for (int64_t u = 0; u < a.s; ++u) {
+                int64_t ih = p - 1 + r, iw = q - 1 + u;
+                if (ih < 0 || ih >= a.h || iw < 0 || iw >= a.wd) continue;
+                double v = vw[((k * a.c + c) * a.r + r) * a.s + u] * vx[((n * a.c + c) * a.h + ih) * a.wd + iw];
+                s += v, m += fabs(v);
+              }
+          const int64_t o = ((n * a.k + k) * a.p + p) * a.q + q;
+          cr_assert(fabs(y[o] - s) <= 1e-5 * (1 + m), "y[%ld] = %.8g, want %.8g", (long)o, y[o], s);
+        }
+  for (size_t i = 0; i < nw; ++i) cr_assert(isfinite(dw[i]), "dw[%zu] written", i);
+  aq_memory_free(x), aq_memory_free(w), aq_memory_free(dy), aq_memory_free(y), aq_memory_free(dw);
+  free(vx), free(vw), free(vdy);
+}
+
+/* Kernargs the kernels refuse (as the fp32 kernels and the CPU kernel do):
+ * nothing is written. */
+Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
+  uint16_t *in = gk_alloc(4096, 2);
+  memset(in, 0, 4096 * 2);
+  float *out = gk_random(4096, 9), before[4096];
+  memcpy(before, out, sizeof(before));
+  aq_conv2d_args_t ok = {.x = (const float *)in, .w = (const float *)in, .y = out, .dy = (const float *)in,
+                         .dx = out, .dw = out, .dbias = out + 2048, .n = 2, .c = 3, .h = 8, .wd = 8, .k = 4, .r = 3,
+                         .s = 3, .p = 8, .q = 8, .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
+  const char *names[] = {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16};
+  for (int kind = 0; kind < 8; ++kind)
+    for (int i = 0; i < 3; ++i) {
+      aq_conv2d_args_t a = ok;
+      switch (kind) {
+        case 0: a.n = -1; break;
+        case 1: a.k = 0; break;
+        case 2: a.stride_h = 0; break;
+        case 3: a.dil_w = 0; break;
+        case 4: a.pad_h = -1; break;
+        case 5: a.q = 0; break;
+        case 6: i == 1 ? (a.dy = NULL) : (a.x = NULL); break;  /* an input the pass reads */
+        default: i == 0 ? (a.y = NULL) : i == 1 ? (a.dx = NULL) : (a.dw = NULL); /* its output */
+      }
+      gk_run(names[i], &a, aq_gpu_op_shape(names[i], &a, aq_planes_grid(1)));
+      cr_assert_eq(memcmp(before, out, sizeof(before)), 0, "%s wrote under bad kernarg %d", names[i], kind);
+    }
+  aq_memory_free(in), aq_memory_free(out);
+}
+
+/* The launch shape counts the tiles each pass runs (no GPU needed). */
+Test(conv_bf16_shape, a_block_a_tile) {
+  const uint32_t T = AQ_GPU_CONV2D_BF16_THREADS;
+  aq_conv2d_args_t big = {.n = 32, .c = 64, .h = 56, .wd = 56, .k = 128, .r = 3, .s = 3, .p = 56, .q = 56};
+  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &big, aq_planes_grid(1));
+  cr_assert_eq(s.workgroup[0], T);
+  cr_assert_eq(s.grid[0], 784 * T, "100352 rows x 128 columns: 784 tiles of 128x128");
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &big, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 392 * T, "100352 rows x 64 columns: 392 tiles of 256x64");
+  aq_conv2d_args_t small = {.n = 2, .c = 64, .h = 16, .wd = 16, .k = 130, .r = 1, .s = 1, .p = 16, .q = 16};
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &small, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 8 * 3 * T, "512 x 130: 8 big tiles are few; 24 of 64x64");
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &small, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 3 * T, "64 rows x 130 columns: 3 tiles of 64x64");
+  small.dbias = (float *)&small;
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &small, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], (3 + 17) * T, "and a block per 8 bias gradients");
+  cr_assert_eq(aq_conv2d_bf16_pass(AQ_KERNEL_CONV2D), -1, "fp32 conv2d keeps its own shape");
+}
