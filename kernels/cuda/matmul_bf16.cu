@@ -34,6 +34,7 @@
 // halves of B through distributed shared memory (bulk copies) were slower
 // here (see below); TMA needs tensor maps the kernarg struct does not carry.
 #include "matmul_common.cuh"
+#include "mma_bf16.cuh"
 #include "wgmma.cuh"
 #include "aquila/ops_gpu.h"
 
@@ -160,11 +161,13 @@ struct Config {
   static_assert(sizeof(Smem) <= AQ_GPU_MATMUL_BF16_GROUP_SEGMENT, "fits the group segment");
 };
 
-// Byte offset of 16-byte chunk `ch` of row `row`. K-major tiles: MN rows of
-// 32 k, 4 chunks a row; m/n-major tiles: 32 rows (k) of MN values, MN / 8
-// chunks a row. The XOR swizzle puts the 8 rows an ldmatrix phase reads in
-// 8 different bank groups.
-__device__ __forceinline__ uint32_t off_kmajor(int row, int ch) { return row * 64 + ((ch ^ ((row >> 1) & 3)) << 4); }
+// Byte offset of 16-byte chunk `ch` of row `row`. K-major tiles (MN rows of
+// 32 k, 4 chunks a row) use the tensor-core helpers' swizzle (mma_bf16.cuh);
+// m/n-major tiles: 32 rows (k) of MN values, MN / 8 chunks a row, the XOR
+// putting the 8 rows an ldmatrix phase reads in 8 different bank groups.
+using tc::ldsm_x4;
+using tc::mma;
+using tc::off_kmajor;
 template <int MN>
 __device__ __forceinline__ uint32_t off_mnmajor(int row, int ch) {
   return row * (MN * 2) + ((ch ^ (row & 7)) << 4);
@@ -176,25 +179,10 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
-}
-
-// Not volatile: a pure function of its registers, free to move among the
-// ldmatrix of the next fragments.
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Stage one MN x 32 (k-major) or 32 x MN (m/n-major) slice starting at
