@@ -222,6 +222,18 @@ static aq_status_t plan_memory(aq_exec_t *e) {
       if (home[x] != UINT32_MAX && e->agent_kind[home[x]] == AQ_AGENT_KIND_GPU) pinned[x] = 1;
     }
   }
+  /* A small GPU result no task reads (a loss) is there for the host, which
+   * reads it after every run: from pinned memory that is a load, from
+   * device memory a synchronous copy (about 10 us a step). */
+  uint8_t *read = calloc(g->ntensors, 1);
+  if (!read && s == AQ_OK) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
+  for (uint32_t t = 0; s == AQ_OK && t < g->ntasks; ++t)
+    for (uint32_t r = 0; r < g->tasks[t].nreads; ++r) read[g->tasks[t].reads[r]] = 1;
+  for (uint32_t x = 0; s == AQ_OK && !e->replicas.prefetch && x < g->ntensors; ++x)
+    if (!read[x] && home[x] != UINT32_MAX && e->agent_kind[home[x]] == AQ_AGENT_KIND_GPU &&
+        g->tensors[x].bytes <= 4096)
+      pinned[x] = 1;
+  free(read);
   /* Offsets in each arena (an agent's own, and its pinned host one):
    * activations share buffers by lifetime unless the options say not. */
   size_t ptotal[EXEC_AGENTS_MAX] = {0};

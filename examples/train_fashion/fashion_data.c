@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -53,7 +54,11 @@ int fashion_read_idx(const char *path, uint32_t expect_magic, uint32_t dims[3], 
     }
     n *= dims[i];
   }
-  uint8_t *buf = malloc(n);
+  /* On 2 MB pages where the kernel allows: a shuffled batch touches 256
+   * images scattered over 47 MB, and on 4 KB pages each costs a TLB miss. */
+  size_t huge = (size_t)2 << 20;
+  uint8_t *buf = n >= huge ? aligned_alloc(huge, (n + huge - 1) / huge * huge) : malloc(n);
+  if (buf && n >= huge) madvise(buf, (n + huge - 1) / huge * huge, MADV_HUGEPAGE);
   if (!buf) {
     snprintf(err, err_size, "%s: no memory for %zu bytes", path, n);
     gzclose(f);

@@ -86,7 +86,7 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
  *    AQ_GPU_MATMUL_F32_SPLIT blocks (sm_90), for products with fewer 64x64
  *    tiles than SMs and a deep k; its grid's x must be a multiple of the
  *    cluster, as the grid below is;
- *  - aq_matmul_f32_rows: a warp a row of C, lanes splitting k, for at most
+ *  - aq_matmul_f32_rows: a few rows of C a block, warps and lanes splitting k, for at most
  *    AQ_GPU_MATMUL_F32_SKINNY_N columns and a deep k (a classifier's logits
  *    and their gradients), which tiles would leave mostly empty.
  * aq_gpu_op_kernel names the build for a product, aq_gpu_op_shape its grid:
@@ -95,11 +95,24 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
 #define AQ_KERNEL_MATMUL_F32_ROWS "aq_matmul_f32_rows"
 #define AQ_GPU_MATMUL_F32_BIG_TILES 132 /* an H100's SMs */
 #define AQ_GPU_MATMUL_F32_SKINNY_N 16
-#define AQ_GPU_MATMUL_F32_SPLIT 4
+#define AQ_GPU_MATMUL_F32_SPLIT 2
 #define AQ_KERNEL_MATMUL_F32_SPLIT "aq_matmul_f32_split"
 
-/* 128 or 64 (tile edge), -64 for 64-edge tiles with k split, or 0 for a
- * warp a row. */
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define AQ_GPU_HOST_DEVICE __host__ __device__
+#else
+#define AQ_GPU_HOST_DEVICE
+#endif
+
+/* aq_matmul_f32_rows: the rows of C a 256-thread block takes. A warp a
+ * row when A is stored k x m (trans_a); otherwise its 8 warps split k and a
+ * block takes 1, 2 or 4 rows, enough blocks to fill a GPU. */
+static inline AQ_GPU_HOST_DEVICE int aq_matmul_f32_rows_per_block(const aq_matmul_args_t *a) {
+  return a->trans_a ? 8 : a->m >= 1024 ? 4 : a->m >= 256 ? 2 : 1;
+}
+
+/* 128 or 64 (tile edge), -64 for 64-edge tiles with k split, or 0 for the
+ * rows build. */
 static inline int aq_matmul_f32_gpu_tile(const aq_matmul_args_t *a) {
   int64_t batch = a->batch > 1 ? a->batch : 1;
   if (a->n <= AQ_GPU_MATMUL_F32_SKINNY_N && a->k >= 64) return 0;
@@ -109,7 +122,10 @@ static inline int aq_matmul_f32_gpu_tile(const aq_matmul_args_t *a) {
 
 static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t *a) {
   int64_t tile = aq_matmul_f32_gpu_tile(a), batch = a->batch > 0 ? a->batch : 1, split = tile < 0 ? AQ_GPU_MATMUL_F32_SPLIT : 1;
-  if (tile == 0) return aq_gpu_threads_shape(32 * (a->m > 0 ? a->m : 1) * batch); /* 8 rows a block */
+  if (tile == 0) {
+    int64_t rows = aq_matmul_f32_rows_per_block(a), m = a->m > 0 ? a->m : 1;
+    return aq_gpu_threads_shape((m + rows - 1) / rows * batch * 256);
+  }
   if (tile < 0) tile = -tile;
   uint32_t tn = (uint32_t)((a->n + tile - 1) / tile), tm = (uint32_t)((a->m + tile - 1) / tile);
   aq_dispatch_shape_t s = {{(tn ? tn : 1) * 16 * (uint32_t)split, (tm ? tm : 1) * 16, (uint32_t)batch}, {16, 16, 1}};
@@ -145,12 +161,7 @@ static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t
 #define AQ_GPU_CONV2D_BF16_NARROW 64
 #define AQ_GPU_CONV2D_BF16_FEW_TILES 132 /* an H100's SMs */
 
-/* The kernels choose their tiles with this too. */
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define AQ_GPU_HOST_DEVICE __host__ __device__
-#else
-#define AQ_GPU_HOST_DEVICE
-#endif
+/* The kernels choose their tiles with AQ_GPU_HOST_DEVICE functions too. */
 
 /* 0 forward, 1 backward data, 2 backward filter; -1: not a bf16 conv2d. */
 static inline int aq_conv2d_bf16_pass(const char *kernel) {

@@ -36,15 +36,16 @@ constexpr int THREADS = 256, PAD = 4;
 // Q x Q quads of 4x4 a thread; 2 x 4 warps of 8 x 4 lanes make a tile of
 // 64Q x 64Q, and a k-slice of BK = 16 / Q so that A's and B's slices are one
 // 16-byte vector a thread each.
-template <int Q>
+template <int Q, int K = 16 / Q>
 struct Geo {
-  static constexpr int BM = 64 * Q, BN = 64 * Q, BK = 16 / Q;
+  static constexpr int BM = 64 * Q, BN = 64 * Q, BK = K;
+  static constexpr int V = BM * BK / (4 * THREADS); /* 16-byte vectors a thread, of A and of B, per slice */
 };
 
-template <int Q>
+template <int Q, int K = 16 / Q>
 struct Tile {
-  float a[2][Geo<Q>::BK][Geo<Q>::BM + PAD];
-  float b[2][Geo<Q>::BK][Geo<Q>::BN + PAD];
+  float a[2][K][Geo<Q>::BM + PAD];
+  float b[2][K][Geo<Q>::BN + PAD];
 };
 
 // Four consecutive elements (r, c..c+3) of a rows x cols row-major matrix,
@@ -62,43 +63,51 @@ __device__ __forceinline__ float4 load4(const float *base, int64_t ld, int64_t r
   return v;
 }
 
-// One thread's share of a k-slice: a float4 of A and one of B.
-template <int Q>
+// One thread's share of a k-slice: V float4s of A and V of B.
+template <int Q, int K>
 __device__ __forceinline__ void fetch(const aq_matmul_args_t &p, bool TA, bool TB, const float *a, const float *b, int64_t row0,
-                                      int64_t col0, int64_t k0, int tid, bool va, bool vb, float4 &ra, float4 &rb) {
-  constexpr int RV = Geo<Q>::BM / 4, KV = Geo<Q>::BK / 4; /* float4s along a row of m (n), of k */
-  if (TA) /* A stored k x m: BM m per k */
-    ra = load4(a, p.lda, k0 + tid / RV, row0 + (tid % RV) * 4, p.k, p.m, va);
-  else /* A stored m x k: BK k per m row */
-    ra = load4(a, p.lda, row0 + tid / KV, k0 + (tid % KV) * 4, p.m, p.k, va);
-  if (TB) /* B stored n x k */
-    rb = load4(b, p.ldb, col0 + tid / KV, k0 + (tid % KV) * 4, p.n, p.k, vb);
-  else /* B stored k x n */
-    rb = load4(b, p.ldb, k0 + tid / RV, col0 + (tid % RV) * 4, p.k, p.n, vb);
-}
-
-template <int Q>
-__device__ __forceinline__ void stash(Tile<Q> &t, bool TA, bool TB, int buf, int tid, const float4 &ra,
-                                      const float4 &rb) {
-  constexpr int RV = Geo<Q>::BM / 4, KV = Geo<Q>::BK / 4;
-  if (TA) {
-    *reinterpret_cast<float4 *>(&t.a[buf][tid / RV][(tid % RV) * 4]) = ra;
-  } else {
-    int m = tid / KV, k = (tid % KV) * 4;
-    t.a[buf][k][m] = ra.x, t.a[buf][k + 1][m] = ra.y, t.a[buf][k + 2][m] = ra.z, t.a[buf][k + 3][m] = ra.w;
-  }
-  if (TB) {
-    int n = tid / KV, k = (tid % KV) * 4;
-    t.b[buf][k][n] = rb.x, t.b[buf][k + 1][n] = rb.y, t.b[buf][k + 2][n] = rb.z, t.b[buf][k + 3][n] = rb.w;
-  } else {
-    *reinterpret_cast<float4 *>(&t.b[buf][tid / RV][(tid % RV) * 4]) = rb;
+                                      int64_t col0, int64_t k0, int tid, bool va, bool vb, float4 *ra, float4 *rb) {
+  constexpr int RV = Geo<Q, K>::BM / 4, KV = K / 4; /* float4s along a row of m (n), of k */
+#pragma unroll
+  for (int v = 0; v < Geo<Q, K>::V; ++v) {
+    const int i = tid + v * THREADS;
+    if (TA) /* A stored k x m: BM m per k */
+      ra[v] = load4(a, p.lda, k0 + i / RV, row0 + (i % RV) * 4, p.k, p.m, va);
+    else /* A stored m x k: BK k per m row */
+      ra[v] = load4(a, p.lda, row0 + i / KV, k0 + (i % KV) * 4, p.m, p.k, va);
+    if (TB) /* B stored n x k */
+      rb[v] = load4(b, p.ldb, col0 + i / KV, k0 + (i % KV) * 4, p.n, p.k, vb);
+    else /* B stored k x n */
+      rb[v] = load4(b, p.ldb, k0 + i / RV, col0 + (i % RV) * 4, p.k, p.n, vb);
   }
 }
 
-template <int Q>
-__device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q> &t, const float *a, const float *b,
+template <int Q, int K>
+__device__ __forceinline__ void stash(Tile<Q, K> &t, bool TA, bool TB, int buf, int tid, const float4 *ra,
+                                      const float4 *rb) {
+  constexpr int RV = Geo<Q, K>::BM / 4, KV = K / 4;
+#pragma unroll
+  for (int v = 0; v < Geo<Q, K>::V; ++v) {
+    const int i = tid + v * THREADS;
+    if (TA) {
+      *reinterpret_cast<float4 *>(&t.a[buf][i / RV][(i % RV) * 4]) = ra[v];
+    } else {
+      int m = i / KV, k = (i % KV) * 4;
+      t.a[buf][k][m] = ra[v].x, t.a[buf][k + 1][m] = ra[v].y, t.a[buf][k + 2][m] = ra[v].z, t.a[buf][k + 3][m] = ra[v].w;
+    }
+    if (TB) {
+      int n = i / KV, k = (i % KV) * 4;
+      t.b[buf][k][n] = rb[v].x, t.b[buf][k + 1][n] = rb[v].y, t.b[buf][k + 2][n] = rb[v].z, t.b[buf][k + 3][n] = rb[v].w;
+    } else {
+      *reinterpret_cast<float4 *>(&t.b[buf][i / RV][(i % RV) * 4]) = rb[v];
+    }
+  }
+}
+
+template <int Q, int BK>
+__device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q, BK> &t, const float *a, const float *b,
                          float *c, int64_t row0, int64_t col0, bool va, bool vb, bool vc) {
-  constexpr int BK = Geo<Q>::BK, T = 4 * Q; /* T x T outputs a thread */
+  constexpr int T = 4 * Q, V = Geo<Q, BK>::V; /* T x T outputs a thread */
   const int tid = threadIdx.x + threadIdx.y * blockDim.x, warp = tid >> 5, lane = tid & 31;
   const int wm = (warp >> 2) * 32 * Q, wn = (warp & 3) * 16 * Q; /* 2 x 4 warps */
   const int lr = (lane >> 2) * 4, lc = (lane & 3) * 4;            /* 8 x 4 lanes */
@@ -109,14 +118,14 @@ __device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q> &t
     for (int j = 0; j < T; ++j) acc[i][j] = 0.0f;
 
   const int64_t nk = (p.k + BK - 1) / BK;
-  float4 ra, rb;
-  fetch<Q>(p, TA, TB, a, b, row0, col0, 0, tid, va, vb, ra, rb);
+  float4 ra[V], rb[V];
+  fetch<Q, BK>(p, TA, TB, a, b, row0, col0, 0, tid, va, vb, ra, rb);
   stash(t, TA, TB, 0, tid, ra, rb);
   __syncthreads();
   int buf = 0;
   for (int64_t kt = 0; kt < nk; ++kt) {
     const bool more = kt + 1 < nk;
-    if (more) fetch<Q>(p, TA, TB, a, b, row0, col0, (kt + 1) * BK, tid, va, vb, ra, rb);
+    if (more) fetch<Q, BK>(p, TA, TB, a, b, row0, col0, (kt + 1) * BK, tid, va, vb, ra, rb);
 #pragma unroll
     for (int k = 0; k < BK; ++k) {
       float av[T], bv[T];
@@ -176,8 +185,8 @@ __device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q> &t
 
 
 
-template <int Q>
-__device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q> &t) {
+template <int Q, int BK>
+__device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q, BK> &t) {
   constexpr int BM = Geo<Q>::BM, BN = Geo<Q>::BN;
   const int64_t tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN, tiles = tiles_m * tiles_n;
   const int64_t blocks = (int64_t)gridDim.x * gridDim.y;
@@ -194,7 +203,7 @@ __device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q> &t) {
       const int64_t per_group = 8 * tiles_n, first = (id / per_group) * 8;
       const int64_t rows = tiles_m - first < 8 ? tiles_m - first : 8;
       const int64_t tm = first + (id % per_group) % rows, tn = (id % per_group) / rows;
-      tile_f32<Q>(p, p.trans_a != 0, p.trans_b != 0, t, a, b, c, tm * BM, tn * BN, va, vb, vc);
+      tile_f32<Q, BK>(p, p.trans_a != 0, p.trans_b != 0, t, a, b, c, tm * BM, tn * BN, va, vb, vc);
     }
   }
 }
@@ -208,13 +217,12 @@ __device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q> &t) {
 // order, and applies the epilogue. Results do not depend on timing, and no
 // global workspace is needed. Without clusters (sm_80, HIP) the first block
 // of each group computes the whole tile and the others return.
-constexpr int SPLIT = AQ_GPU_MATMUL_F32_SPLIT;
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(AQ_HIP)
 #define AQ_CLUSTERS 1
 #endif
 
-__device__ void tile_split(const aq_matmul_args_t &p, Tile<1> &t, float *part, const float *a, const float *b,
+template <int SPLIT, int BK>
+__device__ void tile_split(const aq_matmul_args_t &p, Tile<1, BK> &t, float *part, const float *a, const float *b,
                            float *c, int64_t row0, int64_t col0) {
   const bool TA = p.trans_a != 0, TB = p.trans_b != 0;
 #ifdef AQ_CLUSTERS
@@ -230,7 +238,7 @@ __device__ void tile_split(const aq_matmul_args_t &p, Tile<1> &t, float *part, c
   q.alpha = 1.0f, q.beta = 0.0f, q.bias = nullptr, q.activation = AQ_ACTIVATION_NONE, q.ldc = B;
   const bool va = aligned16(q.a) && p.lda % 4 == 0, vb = aligned16(q.b) && p.ldb % 4 == 0;
   /* The partial goes to part[(r - row0) * 64 + (col - col0)]. */
-  tile_f32<1>(q, TA, TB, t, q.a, q.b, part - row0 * B - col0, row0, col0, va, vb, true);
+  tile_f32<1, BK>(q, TA, TB, t, q.a, q.b, part - row0 * B - col0, row0, col0, va, vb, true);
   cluster.sync();
   const int tid = threadIdx.x + threadIdx.y * blockDim.x;
   for (int e = rank * (B * B / SPLIT) + tid; e < (rank + 1) * (B * B / SPLIT); e += mm_f32::THREADS) {
@@ -248,11 +256,12 @@ __device__ void tile_split(const aq_matmul_args_t &p, Tile<1> &t, float *part, c
   const bool va = aligned16(a) && p.lda % 4 == 0, vb = aligned16(b) && p.ldb % 4 == 0;
   const bool vc = aligned16(c) && p.ldc % 4 == 0 && (!p.bias || aligned16(p.bias));
   (void)part;
-  tile_f32<1>(p, TA, TB, t, a, b, c, row0, col0, va, vb, vc);
+  tile_f32<1, BK>(p, TA, TB, t, a, b, c, row0, col0, va, vb, vc);
 #endif
 }
 
-__device__ void matmul_split(const aq_matmul_args_t &p, Tile<1> &t, float *part) {
+template <int SPLIT, int BK>
+__device__ void matmul_split(const aq_matmul_args_t &p, Tile<1, BK> &t, float *part) {
   constexpr int B = Geo<1>::BM;
 #ifndef AQ_CLUSTERS
   if (blockIdx.x % SPLIT) return; /* one block a group does the whole tile */
@@ -264,29 +273,95 @@ __device__ void matmul_split(const aq_matmul_args_t &p, Tile<1> &t, float *part)
       const int64_t per_group = 8 * tiles_n, first = (id / per_group) * 8;
       const int64_t rows = tiles_m - first < 8 ? tiles_m - first : 8;
       const int64_t tm = first + (id % per_group) % rows, tn = (id % per_group) / rows;
-      tile_split(p, t, part, p.a + z * p.stride_a, p.b + z * p.stride_b, p.c + z * p.stride_c, tm * B, tn * B);
+      tile_split<SPLIT, BK>(p, t, part, p.a + z * p.stride_a, p.b + z * p.stride_b, p.c + z * p.stride_c, tm * B, tn * B);
     }
 }
 
 // Products with a handful of columns (a classifier's logits and their
 // gradients: n = 10) would leave every tile mostly empty with a long k loop
-// in each of very few blocks. A warp takes a row of C instead, its lanes
-// splitting k, each keeping SKINNY_N column sums; a shuffle tree then adds
-// the lanes in a fixed order (the result does not depend on the launch).
-// The block's 8 rows of A and a SKINNY_N-wide panel of B come through
-// shared memory a k-chunk at a time, loaded along whichever dimension is
-// contiguous in memory: read straight from global memory, each lane's own
-// k made every load touch 32 sectors. Wider products go SKINNY_N columns at
-// a time (correct, not fast).
-constexpr int SKINNY_N = AQ_GPU_MATMUL_F32_SKINNY_N, SKINNY_ROWS = THREADS / 32, SKINNY_KC = 256;
+// in each of very few blocks. Here a block takes a few rows of C
+// (aq_matmul_f32_rows_per_block: enough blocks to fill the GPU) and its 8
+// warps split k; each thread keeps SKINNY_N column sums per row, and the
+// sums meet through shuffles and shared memory in a fixed order, so the
+// result depends on the shape only, never on the grid. Which way the lanes
+// run follows A's layout, so A's loads are always contiguous across a warp:
+//  - A stored m x k: the lanes of a warp take consecutive k of each row;
+//  - A stored k x m (trans_a, a weight gradient h^T dy): a warp a row, A
+//    staged through shared memory.
+// B's SKINNY_N-wide panel is small and read from L1/L2 by every block.
+// Wider products go SKINNY_N columns at a time (correct, not fast).
+constexpr int SKINNY_N = AQ_GPU_MATMUL_F32_SKINNY_N, WARPS = THREADS / 32, SKINNY_KC = 256;
 
-struct Skinny {
-  float a[SKINNY_ROWS][SKINNY_KC + 1];
-  float b[SKINNY_KC][SKINNY_N + 1]; /* +1: lanes' k rows fall in distinct banks */
+union Skinny {
+  float part[WARPS][4][SKINNY_N]; /* skinny_k_lanes */
+  struct {                        /* skinny_staged */
+    float a[WARPS][SKINNY_KC + 1];
+    float b[SKINNY_KC][SKINNY_N + 1]; /* +1: lanes' k rows fall in distinct banks */
+  } staged;
 };
 
-__device__ void rows_columns(const aq_matmul_args_t &p, Skinny &s, const float *a, const float *b, float *c,
+__device__ __forceinline__ float skinny_b(const aq_matmul_args_t &p, const float *b, int64_t k, int64_t j) {
+  return __ldg(p.trans_b ? b + j * p.ldb + k : b + k * p.ldb + j);
+}
+
+__device__ __forceinline__ void skinny_store(const aq_matmul_args_t &p, float *c, int64_t i, int64_t j, float sum) {
+  float *out = c + i * p.ldc + j, v = p.alpha * sum;
+  if (p.beta != 0.0f) v += p.beta * *out;
+  if (p.bias) v += p.bias[j];
+  *out = activate(v, p.activation);
+}
+
+// A stored m x k: R rows a block, lanes along k.
+template <int R>
+__device__ void skinny_k_lanes(const aq_matmul_args_t &p, Skinny &s, const float *a, const float *b, float *c,
+                               int64_t i0, int64_t j0, int64_t n) {
+  const int tid = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)), warp = tid / 32,
+            lane = tid % 32;
+  const int64_t slice = (p.k + WARPS - 1) / WARPS, k0 = warp * slice, k1 = k0 + slice < p.k ? k0 + slice : p.k;
+  float acc[R][SKINNY_N];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < SKINNY_N; ++j) acc[r][j] = 0.0f;
+#pragma unroll 2
+  for (int64_t k = k0 + lane; k < k1; k += 32) {
+    float bv[SKINNY_N];
+#pragma unroll
+    for (int j = 0; j < SKINNY_N; ++j) bv[j] = j < n ? skinny_b(p, b, k, j0 + j) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float av = i0 + r < p.m ? __ldg(a + (i0 + r) * p.lda + k) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < SKINNY_N; ++j) acc[r][j] = fmaf(av, bv[j], acc[r][j]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < SKINNY_N; ++j) {
+      float v = acc[r][j];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      if (lane == 0) s.part[warp][r][j] = v;
+    }
+  __syncthreads();
+  for (int e = tid; e < R * SKINNY_N; e += THREADS) {
+    const int r = e / SKINNY_N, j = e % SKINNY_N;
+    if (i0 + r >= p.m || j >= n) continue;
+    float sum = 0.0f;
+    for (int w = 0; w < WARPS; ++w) sum += s.part[w][r][j];
+    skinny_store(p, c, i0 + r, j0 + j, sum);
+  }
+  __syncthreads();
+}
+
+// A stored k x m: a warp a row, its lanes splitting k. The block's 8 rows
+// of A and B's panel come through shared memory a k-chunk at a time, loaded
+// along whichever dimension is contiguous (read straight from global
+// memory, each lane's own k made every load touch 32 sectors).
+__device__ void skinny_staged(const aq_matmul_args_t &p, Skinny &u, const float *a, const float *b, float *c,
                              int64_t i0, int64_t j0, int tid) {
+  auto &s = u.staged;
   const int warp = tid / 32, lane = tid % 32;
   const int64_t n = p.n - j0 < SKINNY_N ? p.n - j0 : SKINNY_N, i = i0 + warp;
   float acc[SKINNY_N];
@@ -294,8 +369,8 @@ __device__ void rows_columns(const aq_matmul_args_t &p, Skinny &s, const float *
   for (int j = 0; j < SKINNY_N; ++j) acc[j] = 0.0f;
   for (int64_t k0 = 0; k0 < p.k; k0 += SKINNY_KC) {
     const int64_t kc = p.k - k0 < SKINNY_KC ? p.k - k0 : SKINNY_KC;
-    for (int e = tid; e < SKINNY_ROWS * SKINNY_KC; e += THREADS) {
-      const int r = p.trans_a ? e % SKINNY_ROWS : e / SKINNY_KC, kk = p.trans_a ? e / SKINNY_ROWS : e % SKINNY_KC;
+    for (int e = tid; e < WARPS * SKINNY_KC; e += THREADS) {
+      const int r = p.trans_a ? e % WARPS : e / SKINNY_KC, kk = p.trans_a ? e / WARPS : e % SKINNY_KC;
       const bool in = i0 + r < p.m && kk < kc;
       s.a[r][kk] = !in ? 0.0f : __ldg(p.trans_a ? a + (k0 + kk) * p.lda + i0 + r : a + (i0 + r) * p.lda + k0 + kk);
     }
@@ -331,14 +406,21 @@ __device__ void rows_columns(const aq_matmul_args_t &p, Skinny &s, const float *
 }
 
 __device__ void matmul_skinny(const aq_matmul_args_t &p, Skinny &s) {
-  const int tid = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   const int64_t block = blockIdx.x + (int64_t)gridDim.x * (blockIdx.y + (int64_t)gridDim.y * blockIdx.z);
-  const int64_t blocks = (int64_t)gridDim.x * gridDim.y * gridDim.z, groups = (p.m + SKINNY_ROWS - 1) / SKINNY_ROWS;
+  const int64_t blocks = (int64_t)gridDim.x * gridDim.y * gridDim.z;
+  const int rows = aq_matmul_f32_rows_per_block(&p);
+  const int64_t groups = (p.m + rows - 1) / rows;
   for (int64_t g = block; g < groups * p.batch; g += blocks) {
-    const int64_t z = g / groups;
-    for (int64_t j0 = 0; j0 < p.n; j0 += SKINNY_N)
-      rows_columns(p, s, p.a + z * p.stride_a, p.b + z * p.stride_b, p.c + z * p.stride_c,
-                   g % groups * SKINNY_ROWS, j0, tid);
+    const int64_t z = g / groups, i0 = g % groups * rows;
+    const float *a = p.a + z * p.stride_a, *b = p.b + z * p.stride_b;
+    float *c = p.c + z * p.stride_c;
+    for (int64_t j0 = 0; j0 < p.n; j0 += SKINNY_N) {
+      const int64_t n = p.n - j0 < SKINNY_N ? p.n - j0 : SKINNY_N;
+      if (p.trans_a) skinny_staged(p, s, a, b, c, i0, j0, threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+      else if (rows == 4) skinny_k_lanes<4>(p, s, a, b, c, i0, j0, n);
+      else if (rows == 2) skinny_k_lanes<2>(p, s, a, b, c, i0, j0, n);
+      else skinny_k_lanes<1>(p, s, a, b, c, i0, j0, n);
+    }
   }
 }
 
@@ -361,13 +443,13 @@ __device__ __forceinline__ bool matmul_prologue(aq_matmul_args_t &p) {
 AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32(aq_matmul_args_t p) {
   if (!matmul_prologue(p)) return;
   __shared__ __align__(16) mm_f32::Tile<2> t;
-  mm_f32::matmul_tiles<2>(p, t);
+  mm_f32::matmul_tiles<2, 8>(p, t);
 }
 
 AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_tile64(aq_matmul_args_t p) {
   if (!matmul_prologue(p)) return;
   __shared__ __align__(16) mm_f32::Tile<1> t;
-  mm_f32::matmul_tiles<1>(p, t);
+  mm_f32::matmul_tiles<1, 16>(p, t);
 }
 
 // Blocks come in clusters of SPLIT along x: the grid's x must hold a whole
@@ -377,11 +459,17 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_tile64(aq_matmul_args_t p
 #else
 #define AQ_SPLIT_CLUSTER
 #endif
-AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 2) aq_matmul_f32_split(aq_matmul_args_t p) {
+// Four blocks an SM: a pair of clusters per SM measured fastest on the
+// H100 for a training step's products (256 x 1024 x 1024: 41 -> 32 us
+// against four-block clusters at two an SM). The partial tile takes the
+// k loop's buffers once the loop is done.
+AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 4) aq_matmul_f32_split(aq_matmul_args_t p) {
   if (!matmul_prologue(p)) return;
-  __shared__ __align__(16) mm_f32::Tile<1> t;
-  __shared__ __align__(16) float part[64 * 64];
-  mm_f32::matmul_split(p, t, part);
+  __shared__ __align__(16) union {
+    mm_f32::Tile<1> t;
+    float part[64 * 64];
+  } u;
+  mm_f32::matmul_split<AQ_GPU_MATMUL_F32_SPLIT, 16>(p, u.t, u.part);
 }
 
 AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_rows(aq_matmul_args_t p) {

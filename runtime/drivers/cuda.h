@@ -56,6 +56,7 @@ typedef struct cuda_timed {
   CUevent start, end;
   aq_trace_event_t ev;
   aq_profile_sink_t sink; /* the queue's profile sink when it was launched */
+  int anchored;           /* a reference event was on the stream before it */
 } cuda_timed_t;
 
 enum { CUDA_TIMED_MAX = 256 };
@@ -68,6 +69,7 @@ typedef struct cuda_timing {
   uint32_t head, count, created;
   CUevent ref;
   uint64_t ref_ns;
+  uint64_t last_end_ns; /* the last timed kernel's end (host clock): unanchored ones start after it */
   _Atomic uint64_t flush_req, flush_ack;
   /* Profiling (runtime/profile.h): every kernel is timed while fn is set. */
   _Atomic(aq_profile_fn) profile_fn;

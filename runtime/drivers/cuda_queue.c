@@ -285,7 +285,21 @@ static int has_work(void *arg) {
   return atomic_load(&p->slot->value) <= p->next;
 }
 
-enum { POLL_MIN_NS = 4000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000 };
+enum { POLL_MIN_NS = 4000, POLL_WATCHED_NS = 16000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000 };
+
+/* Someone waits for a completion the stream still owes: a host thread
+ * asleep on it, or another agent's barrier watching it. Then the stream's
+ * write must be seen within a few microseconds (the end of a training step
+ * is one), not after a backed-off poll. */
+static int owed_to_a_waiter(const cuda_queue_t *cq) {
+  for (uint32_t i = 0; i < cq->pending_count; ++i) {
+    aq_signal_slot_t *s = cq->pending[(cq->pending_head + i) % CUDA_PENDING_MAX].slot;
+    if (atomic_load_explicit(&s->wake.sleepers, memory_order_relaxed) ||
+        atomic_load_explicit(&s->notify, memory_order_relaxed))
+      return 1;
+  }
+  return 0;
+}
 
 void *cuda_queue_main(void *arg) {
   cuda_queue_t *cq = arg;
@@ -294,7 +308,7 @@ void *cuda_queue_main(void *arg) {
    * (Linux lets a 20 us sleep run 50 us late by default). */
   prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
   atomic_store(&cq->busy, 1);
-  uint64_t poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
+  uint64_t poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns, checked = aq_now_ns();
   while (atomic_load(&cq->running)) {
     int flush = atomic_load(&cq->timing.flush_req) != atomic_load(&cq->timing.flush_ack);
     if (process(cq)) {
@@ -308,14 +322,20 @@ void *cuda_queue_main(void *arg) {
     }
     /* Idle: let producers know they must wake us. While the stream owes
      * completions, look at them often at first (a host waiter sleeps until
-     * we wake it), then less and less: a long kernel costs little. */
+     * we wake it), then less and less (a long kernel costs little), unless
+     * someone is waiting for them. The stream's health is asked about every
+     * ERROR_CHECK_NS. */
     atomic_store(&cq->busy, 0);
-    if (watch_stream(cq, poll >= ERROR_CHECK_NS)) poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
+    uint64_t now = aq_now_ns();
+    int check = now - checked >= ERROR_CHECK_NS;
+    if (check) checked = now;
+    if (watch_stream(cq, check)) poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
     cuda_timing_resolve(cq, flush);
     int owed = cq->pending_count || cq->timing.count;
     aq_wake_wait(&cq->wake, has_work, cq, owed ? spin + poll : UINT64_MAX, spin);
     spin = 0;
-    if (owed && poll < POLL_MAX_NS) poll *= 2;
+    uint64_t cap = owed_to_a_waiter(cq) ? POLL_WATCHED_NS : POLL_MAX_NS;
+    if (owed) poll = poll * 2 < cap ? poll * 2 : cap;
     atomic_store(&cq->busy, 1);
   }
   return NULL;

@@ -7,7 +7,10 @@
  * turns into aq_now_ns() time. The error is the time the host takes to see
  * the reference complete: a microsecond or two. The reference is renewed
  * whenever the stream is idle and the last one is over a second old, so the
- * two clocks cannot drift apart over a long trace.
+ * two clocks cannot drift apart over a long trace. A reference is only
+ * taken on an idle stream (never blocking the processor); a kernel timed
+ * before there is one keeps its GPU duration, placed after its launch and
+ * the stream's previous timed kernel (a profile needs the duration only).
  *
  * Events are made once per queue, on first use, and reused round the ring:
  * nothing is created on the launch path. A GPU time is never put before the
@@ -60,14 +63,19 @@ cuda_timed_t *cuda_timing_begin(cuda_queue_t *cq) {
   cuda_timing_t *t = &cq->timing;
   if (t->count == CUDA_TIMED_MAX) cuda_timing_resolve(cq, 0);
   if (t->count == CUDA_TIMED_MAX) return NULL; /* the GPU is far behind: this one goes untimed */
-  /* A reference is taken only where it cannot block: the stream owes
-   * nothing (completions it wrote but nobody reaped yet do not count). */
+  /* A reference is taken only where it cannot block: on an idle stream.
+   * Without one the kernel is timed all the same (unanchored, see
+   * cuda_timing_resolve): a busy stream is the common case at the first
+   * timed kernel after untimed runs (the last run's host-function wake-up
+   * is still on the stream when the host has seen its end and starts the
+   * next run), and giving up there lost the first profiled run's first
+   * kernel, so calibration got 2 samples of it instead of 3. */
   if (!t->count && (!t->ref_ns || aq_now_ns() - t->ref_ns > RECALIBRATE_NS) &&
-      (!cq->pending_count || cu.cuStreamQuery(cq->stream) == CUDA_SUCCESS) && calibrate(cq))
-    return NULL;
-  if (!t->ref_ns) return NULL;
+      cu.cuStreamQuery(cq->stream) == CUDA_SUCCESS)
+    calibrate(cq); /* a failure leaves the old reference, or none */
   cuda_timed_t *s = &t->ring[(t->head + t->count) % CUDA_TIMED_MAX];
   if (make_events(s) || cu.cuEventRecord(s->start, cq->stream) != CUDA_SUCCESS) return NULL;
+  s->anchored = t->ref_ns != 0;
   return s;
 }
 
@@ -87,7 +95,20 @@ int cuda_timing_resolve(cuda_queue_t *cq, int block) {
     CUresult r = block ? cu.cuEventSynchronize(s->end) : cu.cuEventQuery(s->end);
     if (r == CUDA_ERROR_NOT_READY) break;
     if (r == CUDA_SUCCESS) {
-      uint64_t start = on_host(t, s->start), end = on_host(t, s->end);
+      uint64_t start = 0, end = 0;
+      if (s->anchored) {
+        start = on_host(t, s->start), end = on_host(t, s->end);
+      } else {
+        /* No reference yet: the GPU's own duration, placed where the
+         * kernel can have started at the earliest (launched, and after the
+         * last timed kernel of this in-order stream). */
+        float ms = 0;
+        if (cu.cuEventElapsedTime(&ms, s->start, s->end) == CUDA_SUCCESS && ms >= 0) {
+          start = s->ev.ready_ns > t->last_end_ns ? s->ev.ready_ns : t->last_end_ns;
+          end = start + (uint64_t)((double)ms * 1e6);
+        }
+      }
+      if (end > t->last_end_ns) t->last_end_ns = end;
       /* The profile gets the GPU's own times; the trace's start is never
        * put before the host launched the kernel. */
       if (start && end && s->sink.fn) s->sink.fn(s->sink.user, s->ev.tag, start, end > start ? end : start);

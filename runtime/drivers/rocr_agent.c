@@ -1,83 +1,125 @@
-/* The rocr driver: AMD GPUs through the real HSA runtime
- * (libhsa-runtime64.so.1, loaded at run time). It starts the runtime and
- * looks for GPU agents; where hsa_init fails (no /dev/kfd: every machine
- * here) it says why, and aq-info shows it.
+/* The rocr driver: AMD GPUs through the real HSA runtime (libhsa-runtime64.so.1,
+ * loaded at run time). One agent per GPU agent ROCr reports; its queues are
+ * hardware AQL queues (rocr_queue.c), its regions ROCr's memory pools
+ * (rocr_memory.c), its code objects hsaco executables (rocr_code_object.c).
  *
- * What it does not do yet: drive the GPUs it finds (hardware queues from
- * hsa_queue_create take the scheduler's packets unchanged; memory pools; hsaco
- * executables). With no AMD GPU to run on, that part would be untested code,
- * so a machine that has one is told so plainly instead. */
-#include <dlfcn.h>
-#include <hsa/hsa.h>
+ * NEVER RUN ON AMD HARDWARE. No machine we have has an AMD GPU or /dev/kfd,
+ * so hsa_init fails everywhere we test and only that path has run: the
+ * driver reports the error (aq-info shows it) and offers no agents. What the
+ * tests do exercise for real is the pure part (rocr_packet.c: packet
+ * forwarding into a ring, the in-flight signal table, hsaco kernel
+ * descriptors) on CPU memory. Everything past a successful hsa_init (agent
+ * discovery, pools, hardware queues, async signal handlers, executables,
+ * SVM) is written against ROCm's headers and has never executed. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "runtime/driver.h"
+#include "runtime/drivers/rocr.h"
+#include "runtime/memory.h"
 #include "runtime/status.h"
 
-static void *lib;
-static hsa_status_t (*p_shut_down)(void);
+rocr_host_t rocr_host;
+rocr_agent_t *rocr_agents[AQ_AGENTS_MAX];
+uint32_t rocr_agent_count;
+static int initialized;
+static char unavailable[256];
 
-static hsa_status_t count_gpu(hsa_agent_t agent, void *data) {
-  hsa_status_t (*get_info)(hsa_agent_t, hsa_agent_info_t, void *) = ((void **)data)[0];
+const char *rocr_unavailable_reason(void) { return unavailable; }
+
+static aq_status_t unavailable_error(const char *fmt, const char *detail) {
+  snprintf(unavailable, sizeof(unavailable), fmt, detail);
+  return aq_error(AQ_ERROR_UNAVAILABLE, "%s", unavailable);
+}
+
+/* The NUMA node nearest the GPU, from its PCI address through hwloc. */
+static int numa_of(hsa_agent_t g) {
+  uint32_t bdf = 0, domain = 0;
+  rocr.hsa_agent_get_info(g, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_BDFID, &bdf);
+  rocr.hsa_agent_get_info(g, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_DOMAIN, &domain);
+  hwloc_obj_t pci = hwloc_get_pcidev_by_busid(aq_topology(), domain, bdf >> 8, (bdf >> 3) & 0x1f, bdf & 7);
+  hwloc_obj_t parent = pci ? hwloc_get_non_io_ancestor_obj(aq_topology(), pci) : NULL;
+  return parent && parent->nodeset ? hwloc_bitmap_first(parent->nodeset) : -1;
+}
+
+static aq_status_t add_agent(hsa_agent_t g) {
+  rocr_agent_t *a = calloc(1, sizeof(*a));
+  if (!a) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a GPU agent");
+  a->hsa = g;
+  uint32_t cus = 0, queue_max = 0, queues = 0, wg = 0;
+  rocr.hsa_agent_get_info(g, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, &cus);
+  rocr.hsa_agent_get_info(g, HSA_AGENT_INFO_QUEUE_MAX_SIZE, &queue_max);
+  rocr.hsa_agent_get_info(g, HSA_AGENT_INFO_QUEUES_MAX, &queues);
+  rocr.hsa_agent_get_info(g, HSA_AGENT_INFO_WORKGROUP_MAX_SIZE, &wg);
+  aq_agent_info_t info = {.kind = AQ_AGENT_KIND_GPU, .numa_node = numa_of(g), .compute_units = cus,
+                          .queue_max_size = queue_max, .queues_max = queues, .workgroup_max_size = wg,
+                          .features = AQ_FEATURE_KERNEL_DISPATCH, .usable = 1};
+  snprintf(info.name, sizeof(info.name), "rocr%u", rocr_agent_count);
+  snprintf(info.driver, sizeof(info.driver), "rocr");
+  char isa[64] = "", product[64] = ""; /* ROCr writes up to 64 bytes */
+  rocr.hsa_agent_get_info(g, HSA_AGENT_INFO_NAME, isa);
+  rocr.hsa_agent_get_info(g, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_PRODUCT_NAME, product);
+  snprintf(info.isa, sizeof(info.isa), "%s", isa);
+  snprintf(info.device, sizeof(info.device), "%s", product);
+  aq_status_t s = aq_agent_register(&aq_driver_rocr, &info, a, &a->agent);
+  if (s != AQ_OK) {
+    free(a);
+    return s;
+  }
+  rocr_agents[rocr_agent_count++] = a;
+  return AQ_OK;
+}
+
+static hsa_status_t collect(hsa_agent_t g, void *data) {
+  (void)data;
   hsa_device_type_t type;
-  if (get_info(agent, HSA_AGENT_INFO_DEVICE, &type) == HSA_STATUS_SUCCESS && type == HSA_DEVICE_TYPE_GPU)
-    ++*(int *)((void **)data)[1];
+  if (rocr.hsa_agent_get_info(g, HSA_AGENT_INFO_DEVICE, &type) != HSA_STATUS_SUCCESS) return HSA_STATUS_SUCCESS;
+  if (type == HSA_DEVICE_TYPE_CPU && !rocr_host.cpu.handle) rocr_host.cpu = g;
+  if (type == HSA_DEVICE_TYPE_GPU && rocr_host.gpu_count < AQ_AGENTS_MAX) rocr_host.gpus[rocr_host.gpu_count++] = g;
   return HSA_STATUS_SUCCESS;
 }
 
 static aq_status_t rocr_start(void) {
-  lib = dlopen("libhsa-runtime64.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return aq_error(AQ_ERROR_UNAVAILABLE, "no HSA runtime: %s", dlerror());
-  hsa_status_t (*init)(void) = (hsa_status_t(*)(void))dlsym(lib, "hsa_init");
-  hsa_status_t (*status_string)(hsa_status_t, const char **) =
-      (hsa_status_t(*)(hsa_status_t, const char **))dlsym(lib, "hsa_status_string");
-  hsa_status_t (*iterate)(hsa_status_t (*)(hsa_agent_t, void *), void *) =
-      (hsa_status_t(*)(hsa_status_t (*)(hsa_agent_t, void *), void *))dlsym(lib, "hsa_iterate_agents");
-  void *get_info = dlsym(lib, "hsa_agent_get_info");
-  p_shut_down = (hsa_status_t(*)(void))dlsym(lib, "hsa_shut_down");
-  if (!init || !iterate || !get_info || !p_shut_down)
-    return aq_error(AQ_ERROR_UNAVAILABLE, "libhsa-runtime64.so.1 lacks the HSA core API");
-  hsa_status_t s = init();
+  char why[256];
+  unavailable[0] = '\0';
+  if (rocr_api_load(why, sizeof(why))) return unavailable_error("%s", why);
+  hsa_status_t s = rocr.hsa_init();
   if (s != HSA_STATUS_SUCCESS) {
-    const char *why = NULL;
-    if (status_string) status_string(s, &why);
-    p_shut_down = NULL;
-    return aq_error(AQ_ERROR_UNAVAILABLE, "hsa_init failed (0x%x: %s); no /dev/kfd?", s, why ? why : "unknown");
+    int kfd = access("/dev/kfd", R_OK | W_OK) == 0;
+    snprintf(why, sizeof(why), "%s%s", kfd ? "" : "no /dev/kfd (no AMD GPU driver here): ", rocr_error(s));
+    return unavailable_error("hsa_init failed, %s", why);
   }
-  int gpus = 0;
-  void *data[2] = {get_info, &gpus};
-  iterate(count_gpu, data);
-  if (!gpus) return aq_error(AQ_ERROR_UNAVAILABLE, "the HSA runtime started and found no GPU agent");
-  return aq_error(AQ_ERROR_UNAVAILABLE,
-                  "the HSA runtime found %d AMD GPU%s; this build does not drive AMD GPUs yet", gpus,
-                  gpus > 1 ? "s" : "");
+  initialized = 1;
+  memset(&rocr_host, 0, sizeof(rocr_host));
+  rocr.hsa_iterate_agents(collect, NULL);
+  if (!rocr_host.gpu_count) return unavailable_error("%s", "the HSA runtime started and found no GPU agent");
+  aq_status_t st = AQ_OK;
+  for (uint32_t i = 0; st == AQ_OK && i < rocr_host.gpu_count; ++i) st = add_agent(rocr_host.gpus[i]);
+  for (uint32_t i = 0; st == AQ_OK && i < rocr_agent_count; ++i) st = rocr_memory_regions(rocr_agents[i]);
+  return st;
 }
 
 static void rocr_stop(void) {
-  if (p_shut_down) p_shut_down();
-  p_shut_down = NULL;
-  if (lib) dlclose(lib);
-  lib = NULL;
-}
-
-/* An hsaco (AMDGPU ELF, as make builds kernels-amdgcn.hsaco) is known for
- * what it is, so loading one says why it cannot run here. */
-static int rocr_co_recognizes(const void *bytes, size_t size) {
-  const uint8_t *b = bytes;
-  return size >= 20 && !memcmp(b, "\177ELF", 4) && b[18] == 224; /* EM_AMDGPU */
-}
-
-static aq_status_t rocr_co_load(const char *path, const void *bytes, size_t size, void **out_module,
-                                aq_code_object_info_t *info) {
-  (void)bytes, (void)size, (void)out_module, (void)info;
-  return aq_error(AQ_ERROR_UNAVAILABLE, "%s: an AMD GPU code object (hsaco), and no ROCr agent here", path);
+  for (uint32_t i = 0; i < rocr_agent_count; ++i) free(rocr_agents[i]);
+  rocr_agent_count = 0;
+  if (initialized) rocr.hsa_shut_down();
+  initialized = 0;
 }
 
 const aq_driver_t aq_driver_rocr = {
     .name = "rocr",
     .start = rocr_start,
     .stop = rocr_stop,
+    .queue_attach = rocr_queue_attach,
+    .queue_detach = rocr_queue_detach,
+    .region_allocate = rocr_alloc,
+    .region_free = rocr_free,
+    .copy = rocr_copy,
     .co_recognizes = rocr_co_recognizes,
     .co_load = rocr_co_load,
+    .co_unload = rocr_co_unload,
+    .co_kernel_at = rocr_co_kernel_at,
+    .prefetch = rocr_prefetch,
+    .advise = rocr_advise,
 };
