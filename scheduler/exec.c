@@ -3,6 +3,8 @@
  * tasks to one prebuilt packet stream per agent queue. A run resets the
  * tasks' signals and copies the streams into the queues: no allocation, no
  * lock, one doorbell per queue. */
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1202,4 +1204,27 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
   }
   fprintf(f, "}\n");
   return fclose(f) ? aq_error(AQ_ERROR_IO, "cannot write %s", path) : AQ_OK;
+}
+
+AQ_API aq_status_t aq_exec_set_learning_rate(aq_exec_t *e, float lr) {
+  if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_set_learning_rate: exec is NULL");
+  if (!(lr > 0.0f) || !isfinite(lr))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_set_learning_rate: lr %g is not a finite number > 0", (double)lr);
+  if (!finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_set_learning_rate: a run is in flight; wait for it first");
+  aq_graph_t *g = e->graph;
+  uint32_t found = 0;
+  /* The live kernargs: a GPU's packet processor reads them at each launch
+   * (a CUDA graph that captured the old ones sees them differ and is made
+   * again), a CPU worker at each dispatch. */
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    const task_t *task = &g->tasks[t];
+    if (task->kind != TASK_KERNEL || task->code_object.handle || !e->kernargs[t]) continue;
+    size_t off = !strcmp(task->kernel, AQ_KERNEL_SGD)    ? offsetof(aq_sgd_args_t, lr)
+                 : !strcmp(task->kernel, AQ_KERNEL_ADAM) ? offsetof(aq_adam_args_t, lr)
+                                                         : SIZE_MAX;
+    if (off == SIZE_MAX) continue;
+    memcpy((uint8_t *)e->kernargs[t] + off, &lr, sizeof(lr));
+    ++found;
+  }
+  return found ? AQ_OK : aq_error(AQ_ERROR_NOT_FOUND, "aq_exec_set_learning_rate: the exec has no optimizer task");
 }

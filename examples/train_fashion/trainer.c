@@ -47,7 +47,7 @@ struct trainer {
   aq_tensor_t ex, elogits, eparams[MAX_PARAMS];
   uint32_t nparams;
   uint32_t *perm;
-  uint32_t step, steps;
+  uint32_t step, steps, epoch;
   uint64_t rng;
 };
 
@@ -178,6 +178,23 @@ static void to_unit_floats(const uint8_t *img, float *x) {
   for (; p < PIXELS; ++p) x[p] = (float)img[p] * (1.0f / 255.0f);
 }
 
+/* Augmentation: whether row r of batch `step` this epoch is mirrored. A
+ * hash of the seed and the position, not a shared random stream, so the
+ * loaders need no order among themselves and a seed repeats bit for bit. */
+static int mirrored(const trainer_t *t, uint32_t step, uint32_t r) {
+  uint64_t h = (t->o.seed + 0x632be59bd9b4e019ull) ^ ((uint64_t)t->epoch << 40 | (uint64_t)step << 16 | r);
+  h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ull, h ^= h >> 33;
+  return (int)(h & 1);
+}
+
+static void mirror(float *img) {
+  for (int row = 0; row < 28; ++row)
+    for (int a = 0, b = 27; a < b; ++a, --b) {
+      float v = img[row * 28 + a];
+      img[row * 28 + a] = img[row * 28 + b], img[row * 28 + b] = v;
+    }
+}
+
 /* Normalises rows [r0, r1) of batch `step` of the epoch's order into the
  * loaders' buffers and, with a GPU, copies them to it. */
 static aq_status_t load_rows(trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) {
@@ -192,6 +209,7 @@ static aq_status_t load_rows(trainer_t *t, uint32_t step, uint32_t r0, uint32_t 
     const uint8_t *ahead = t->train->images + (size_t)t->perm[((size_t)step * b + r + 4) % t->train->count] * PIXELS;
     for (int l = 0; l < PIXELS; l += 64) __builtin_prefetch(ahead + l);
     to_unit_floats(img, x + (size_t)r * PIXELS);
+    if (t->o.flip && mirrored(t, step, r)) mirror(x + (size_t)r * PIXELS);
     y[r] = t->train->labels[i];
   }
   if (!t->stage_x) return AQ_OK;
@@ -364,6 +382,13 @@ aq_exec_t *trainer_exec(trainer_t *t) { return t->e; }
 
 void trainer_begin_epoch(trainer_t *t, uint32_t epoch) {
   uint64_t state = (t->o.seed + 1) * 0x9e3779b97f4a7c15ull + epoch;
+  t->epoch = epoch;
+  if (t->o.cosine_epochs) {
+    double f = epoch < t->o.cosine_epochs ? 0.5 * (1.0 + cos(M_PI * epoch / t->o.cosine_epochs)) : 0.0;
+    float lr = (float)(t->o.lr * (f > 1e-3 ? f : 1e-3));
+    if (aq_exec_set_learning_rate(t->e, lr) != AQ_OK)
+      fprintf(stderr, "train_fashion: epoch %u's learning rate: %s\n", epoch + 1, aq_last_error());
+  }
   for (uint32_t i = t->train->count - 1; i > 0; --i) {
     uint32_t j = pcg32(&state) % (i + 1), tmp = t->perm[i];
     t->perm[i] = t->perm[j];

@@ -19,6 +19,9 @@ typedef struct trainer_options {
   uint64_t seed;
   aq_sched_policy_t policy; /* placement */
   uint32_t kernel_agent_kinds; /* 0: any agent; else 1 << aq_agent_kind_t */
+  int flip;                 /* augment: mirror each image left-right with probability 1/2 (seeded) */
+  uint32_t cosine_epochs;   /* > 0: the learning rate falls from lr towards 0 on a cosine over these
+                               epochs (set at each trainer_begin_epoch); 0: constant */
 } trainer_options_t;
 
 typedef struct trainer trainer_t;

@@ -287,6 +287,13 @@ aq_status_t aq_exec_completion_signal(aq_exec_t *exec, aq_signal_t *out_signal);
  * AQ_ERROR_TIMEOUT leaves the run in flight: wait again. */
 aq_status_t aq_exec_wait(aq_exec_t *exec, uint64_t timeout_ns);
 
+/* Sets the learning rate of every optimizer task (aq_op_sgd, aq_op_adam) of
+ * the exec from its next run on: a schedule (step or cosine decay) without
+ * instantiating again. Between runs only (AQ_ERROR_BUSY while one is in
+ * flight); lr must be finite and > 0; AQ_ERROR_NOT_FOUND if the exec has
+ * no optimizer task. */
+aq_status_t aq_exec_set_learning_rate(aq_exec_t *exec, float lr);
+
 typedef struct aq_exec_info {
   uint32_t tasks;
   uint32_t packets;          /* kernel, host and barrier packets of one run */

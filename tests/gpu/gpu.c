@@ -213,6 +213,54 @@ Test(gpu, a_training_graph_on_the_gpu_matches_the_cpu) {
   cr_assert(on_gpu < 1.5f, "the GPU run learned: loss %g", on_gpu);
 }
 
+static uint32_t region_flags_of(aq_exec_t *e, aq_tensor_t t) {
+  void *p;
+  aq_region_t r;
+  aq_region_info_t ri;
+  AQ_ASSERT_OK(aq_exec_tensor_data(e, t, &p));
+  AQ_ASSERT_OK(aq_memory_lookup(p, &r, NULL, NULL));
+  AQ_ASSERT_OK(aq_region_get_info(r, &ri));
+  return ri.flags;
+}
+
+/* The host reads a loss after every step: a small GPU result that no task
+ * reads lives in pinned host memory (a load, not a copy, to read); the
+ * parameters stay in device memory. */
+Test(gpu, a_small_result_nothing_reads_is_in_pinned_memory) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t x, y, w, logits, loss, grad;
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){32, 64}, &x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "y", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){32}, &y));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){64, 10}, &w));
+  AQ_ASSERT_OK(aq_op_matmul(g, x, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, y, &loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  AQ_ASSERT_OK(aq_graph_gradient(g, w, &grad));
+  AQ_ASSERT_OK(aq_op_sgd(g, w, grad, &(aq_sgd_options_t){.lr = 0.1f}));
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &(aq_exec_options_t){.kernel_agent_kinds = 1u << AQ_AGENT_KIND_GPU}, &e));
+  cr_assert(region_flags_of(e, loss) & AQ_REGION_HOST_ACCESSIBLE, "the loss is in host-visible memory");
+  cr_assert(!(region_flags_of(e, w) & AQ_REGION_HOST_ACCESSIBLE), "the parameter is in device memory");
+  static float xs[32 * 64], ws[64 * 10];
+  int32_t ys[32];
+  for (int i = 0; i < 32 * 64; ++i) xs[i] = (float)(i % 7) / 7.0f;
+  for (int i = 0; i < 64 * 10; ++i) ws[i] = (float)(i % 5) / 50.0f;
+  for (int i = 0; i < 32; ++i) ys[i] = i % 10;
+  AQ_ASSERT_OK(aq_exec_write(e, x, xs, sizeof(xs)));
+  AQ_ASSERT_OK(aq_exec_write(e, y, ys, sizeof(ys)));
+  AQ_ASSERT_OK(aq_exec_write(e, w, ws, sizeof(ws)));
+  float first = 0, last = 0;
+  for (int s = 0; s < 20; ++s) {
+    AQ_ASSERT_OK(aq_exec_run(e));
+    AQ_ASSERT_OK(aq_exec_wait(e, 30 * SEC));
+    AQ_ASSERT_OK(aq_exec_read(e, loss, s ? &last : &first, sizeof(float)));
+  }
+  cr_assert(first > 1.0f && last < first, "the loss read back each step falls: %g -> %g", first, last);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
 /* AQ_MEMORY=unified: the GPU's tensors in managed memory, advised to live
  * on the GPU and prefetched around every host read and write; the same
  * training as in device memory. */

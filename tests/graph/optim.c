@@ -1,0 +1,85 @@
+/* Optimizer hyperparameters between runs: aq_exec_set_learning_rate
+ * changes what the next run's SGD and Adam updates use, exactly, and
+ * refuses what it cannot honour without touching the exec. */
+#include <math.h>
+
+#include "../runtime/common.h"
+
+static void setup(void) { AQ_ASSERT_OK(aq_init(NULL)); }
+static void teardown(void) { aq_shut_down(); }
+TestSuite(optim, .init = setup, .fini = teardown);
+
+enum { N = 37 };
+
+/* w -= lr * g: SGD without momentum or decay, the gradient an input. */
+typedef struct sgd_graph {
+  aq_graph_t *g;
+  aq_exec_t *e;
+  aq_tensor_t w, grad;
+} sgd_graph_t;
+
+static void build(sgd_graph_t *s, float lr) {
+  AQ_ASSERT_OK(aq_graph_create(NULL, &s->g));
+  AQ_ASSERT_OK(aq_tensor_create(s->g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){N}, &s->w));
+  AQ_ASSERT_OK(aq_tensor_create(s->g, "grad", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){N}, &s->grad));
+  AQ_ASSERT_OK(aq_op_sgd(s->g, s->w, s->grad, &(aq_sgd_options_t){.lr = lr}));
+  AQ_ASSERT_OK(aq_graph_instantiate(s->g, NULL, &s->e));
+  float w[N], g[N];
+  for (int i = 0; i < N; ++i) w[i] = (float)i, g[i] = 1.0f + (float)(i % 4);
+  AQ_ASSERT_OK(aq_exec_write(s->e, s->w, w, sizeof(w)));
+  AQ_ASSERT_OK(aq_exec_write(s->e, s->grad, g, sizeof(g)));
+}
+
+static void step(sgd_graph_t *s, float *w) {
+  AQ_ASSERT_OK(aq_exec_run(s->e));
+  AQ_ASSERT_OK(aq_exec_wait(s->e, 10ull * 1000000000ull));
+  AQ_ASSERT_OK(aq_exec_read(s->e, s->w, w, N * sizeof(float)));
+}
+
+static void destroy(sgd_graph_t *s) {
+  AQ_ASSERT_OK(aq_exec_destroy(s->e));
+  AQ_ASSERT_OK(aq_graph_destroy(s->g));
+}
+
+Test(optim, the_next_run_uses_the_new_learning_rate) {
+  sgd_graph_t s;
+  build(&s, 0.5f);
+  float w[N];
+  step(&s, w);
+  for (int i = 0; i < N; ++i) cr_assert_float_eq(w[i], (float)i - 0.5f * (1.0f + (float)(i % 4)), 1e-6f, "w[%d]", i);
+  AQ_ASSERT_OK(aq_exec_set_learning_rate(s.e, 0.25f));
+  float before[N];
+  for (int i = 0; i < N; ++i) before[i] = w[i];
+  step(&s, w);
+  for (int i = 0; i < N; ++i)
+    cr_assert_eq(w[i], before[i] - 0.25f * (1.0f + (float)(i % 4)), "w[%d] after lr 0.25: %g", i, (double)w[i]);
+  destroy(&s);
+}
+
+Test(optim, bad_rates_and_execs_without_an_optimizer_are_refused) {
+  sgd_graph_t s;
+  build(&s, 0.5f);
+  const float bad[] = {0.0f, -0.1f, NAN, INFINITY};
+  for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+    cr_assert_eq(aq_exec_set_learning_rate(s.e, bad[i]), AQ_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(aq_last_error(), "lr"), "the error names the rate: %s", aq_last_error());
+  }
+  cr_assert_eq(aq_exec_set_learning_rate(NULL, 0.1f), AQ_ERROR_INVALID_ARGUMENT);
+  /* Refusals leave the rate as it was. */
+  float w[N];
+  step(&s, w);
+  cr_assert_float_eq(w[3], 3.0f - 0.5f * 4.0f, 1e-6f);
+  destroy(&s);
+
+  aq_graph_t *g;
+  aq_tensor_t x, y;
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){N}, &x));
+  AQ_ASSERT_OK(aq_op_relu(g, x, &y));
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  cr_assert_eq(aq_exec_set_learning_rate(e, 0.1f), AQ_ERROR_NOT_FOUND);
+  cr_assert(strstr(aq_last_error(), "no optimizer task"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
