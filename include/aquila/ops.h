@@ -44,6 +44,7 @@ typedef struct aq_dispatch_shape {
 #define AQ_MATMUL_MAX_GROUPS 64
 #define AQ_MATMUL_PARTS_PER_WORKER 2
 #define AQ_MATMUL_MIN_PART 2048 /* elements of C below which a part is not worth cutting */
+#define AQ_MATMUL_MIN_WORK 131072 /* multiply-adds (about a microsecond) below which a part is not worth cutting */
 
 typedef enum aq_activation {
   AQ_ACTIVATION_NONE = 0,
@@ -65,10 +66,14 @@ typedef struct aq_matmul_args {
   int32_t reserved_;  /* 0 */
 } aq_matmul_args_t;
 
-/* The grid of a matmul: min(AQ_MATMUL_MAX_GROUPS, m n / AQ_MATMUL_MIN_PART)
- * groups (at least one) per batch entry. */
+/* The grid of a matmul: min(AQ_MATMUL_MAX_GROUPS, max(m n / AQ_MATMUL_MIN_PART,
+ * m n k / AQ_MATMUL_MIN_WORK)) groups (at least one) per batch entry: a
+ * narrow but deep product (a classifier's 256 x 10 logits over 1024
+ * features) has little C but enough work for every worker. */
 static inline aq_dispatch_shape_t aq_matmul_grid(aq_matmul_args_t *a) {
   int64_t elems = (a->m > 0 ? a->m : 0) * (a->n > 0 ? a->n : 0), g = elems / AQ_MATMUL_MIN_PART;
+  int64_t work = elems * (a->k > 0 ? a->k : 0) / AQ_MATMUL_MIN_WORK;
+  if (work > g) g = work;
   if (g > AQ_MATMUL_MAX_GROUPS) g = AQ_MATMUL_MAX_GROUPS;
   if (g < 1) g = 1;
   aq_dispatch_shape_t s = {{(uint32_t)g, 1, (uint32_t)(a->batch > 0 ? a->batch : 1)}, {1, 1, 1}};

@@ -8,6 +8,7 @@
 #include "kernels/cpu/gemm.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/cpu/isa.h"
 
@@ -70,13 +71,127 @@ static void pack_b(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int
 }
 
 #if defined(__x86_64__)
+/* 8 x 8 transpose in registers: r[i] holds row i on entry, column i on exit. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void transpose8_avx2(__m256 r[8]) {
+  __m256 t[8], s[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {
+    s[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+    s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xee);
+    s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+    s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xee);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm256_permute2f128_ps(s[j], s[4 + j], 0x20);
+    r[j + 4] = _mm256_permute2f128_ps(s[j], s[4 + j], 0x31);
+  }
+}
+
+/* pack_a with AVX2: a transposed A is already k-major (each depth step is
+ * 12 consecutive floats: one 8-wide and one 4-wide copy); a row-major A is
+ * transposed 8 columns of k at a time, rows 0-7 as an 8 x 8 block and rows
+ * 8-11 as a 4 x 8 one, so loads and stores are full vectors (the scalar
+ * packer was 7.5% of a 1024^3 product on AVX2). */
+AQ_TARGET_AVX2 static void pack_a_avx2(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc,
+                                       float *dst) {
+  for (int64_t r0 = 0; r0 < mc; r0 += GEMM_MR, dst += kc * GEMM_MR) {
+    int64_t rows = mc - r0 < GEMM_MR ? mc - r0 : GEMM_MR;
+    if (rows < GEMM_MR) {
+      pack_a_generic(p, i0 + r0, rows, l0, kc, dst);
+      continue;
+    }
+    if (p->trans_a) {
+      const float *src = p->a + l0 * p->lda + i0 + r0;
+      for (int64_t l = 0; l < kc; ++l, src += p->lda) {
+        _mm256_storeu_ps(dst + l * GEMM_MR, _mm256_loadu_ps(src));
+        _mm_storeu_ps(dst + l * GEMM_MR + 8, _mm_loadu_ps(src + 8));
+      }
+      continue;
+    }
+    const float *src = p->a + (i0 + r0) * p->lda + l0;
+    int64_t l = 0;
+    for (; l + 8 <= kc; l += 8) {
+      __m256 x[8];
+      for (int r = 0; r < 8; ++r) x[r] = _mm256_loadu_ps(src + r * p->lda + l);
+      transpose8_avx2(x);
+      __m256 x8 = _mm256_loadu_ps(src + 8 * p->lda + l), x9 = _mm256_loadu_ps(src + 9 * p->lda + l);
+      __m256 x10 = _mm256_loadu_ps(src + 10 * p->lda + l), x11 = _mm256_loadu_ps(src + 11 * p->lda + l);
+      __m256 t0 = _mm256_unpacklo_ps(x8, x9), t1 = _mm256_unpackhi_ps(x8, x9);
+      __m256 t2 = _mm256_unpacklo_ps(x10, x11), t3 = _mm256_unpackhi_ps(x10, x11);
+      /* u[j]: rows 8-11 of column j (low half) and of column j + 4 (high half). */
+      __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xee), _mm256_shuffle_ps(t1, t3, 0x44),
+                     _mm256_shuffle_ps(t1, t3, 0xee)};
+      for (int j = 0; j < 8; ++j) {
+        _mm256_storeu_ps(dst + (l + j) * GEMM_MR, x[j]);
+        _mm_storeu_ps(dst + (l + j) * GEMM_MR + 8,
+                      j < 4 ? _mm256_castps256_ps128(u[j]) : _mm256_extractf128_ps(u[j - 4], 1));
+      }
+    }
+    for (; l < kc; ++l)
+      for (int r = 0; r < GEMM_MR; ++r) dst[l * GEMM_MR + r] = src[r * p->lda + l];
+  }
+}
+
+/* pack_b with AVX2 (the AVX-512 engine uses it too): a row-major B is
+ * copied as the portable packer copies it; a transposed B (B[j * ldb + l],
+ * the data gradient of a matmul) is transposed 8 x 8 at a time instead of
+ * one float per strided store. */
+AQ_TARGET_AVX2 static void pack_b_avx2(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc,
+                                       float *dst) {
+  if (!p->trans_b) {
+    /* Full panels: four vector copies a row, the rows a few ahead
+     * prefetched (they lie ldb apart, often 4 KB: the hardware prefetcher
+     * does not follow them across a panel's 32 columns). */
+    int64_t c0 = 0;
+    for (; c0 + GEMM_NR <= nc; c0 += GEMM_NR, dst += kc * GEMM_NR) {
+      const float *src = p->b + l0 * p->ldb + j0 + c0;
+      for (int64_t l = 0; l < kc; ++l, src += p->ldb) {
+        __builtin_prefetch(src + 8 * p->ldb);
+        __builtin_prefetch(src + 8 * p->ldb + 16);
+        __m256 x0 = _mm256_loadu_ps(src), x1 = _mm256_loadu_ps(src + 8), x2 = _mm256_loadu_ps(src + 16),
+               x3 = _mm256_loadu_ps(src + 24);
+        _mm256_store_ps(dst + l * GEMM_NR, x0);
+        _mm256_store_ps(dst + l * GEMM_NR + 8, x1);
+        _mm256_store_ps(dst + l * GEMM_NR + 16, x2);
+        _mm256_store_ps(dst + l * GEMM_NR + 24, x3);
+      }
+    }
+    if (c0 < nc) pack_b(p, l0, kc, j0 + c0, nc - c0, dst);
+    return;
+  }
+  for (int64_t c0 = 0; c0 < nc; c0 += GEMM_NR, dst += kc * GEMM_NR) {
+    int64_t cols = nc - c0 < GEMM_NR ? nc - c0 : GEMM_NR, j = j0 + c0;
+    if (cols < GEMM_NR) memset(dst, 0, (size_t)kc * GEMM_NR * sizeof(float));
+    int64_t full = cols & ~(int64_t)7; /* columns packed 8 x 8 */
+    for (int64_t g = 0; g < full; g += 8) {
+      const float *src = p->b + (j + g) * p->ldb + l0;
+      int64_t l = 0;
+      for (; l + 8 <= kc; l += 8) {
+        __m256 x[8];
+        for (int c = 0; c < 8; ++c) x[c] = _mm256_loadu_ps(src + c * p->ldb + l);
+        transpose8_avx2(x);
+        for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + (l + t) * GEMM_NR + g, x[t]);
+      }
+      for (; l < kc; ++l)
+        for (int c = 0; c < 8; ++c) dst[l * GEMM_NR + g + c] = src[c * p->ldb + l];
+    }
+    for (int64_t c = full; c < cols; ++c) {
+      const float *src = p->b + (j + c) * p->ldb + l0;
+      for (int64_t l = 0; l < kc; ++l) dst[l * GEMM_NR + c] = src[l];
+    }
+  }
+}
+
 /* A row-major A (not transposed) packs as a transpose: 16 columns of k from
  * each of the panel's rows at a time, written k-major. The 16x16 transpose
  * runs in registers, so reads and writes are both full vectors. */
 AQ_TARGET_AVX512 static void pack_a_avx512(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc,
                                            float *dst) {
   if (p->trans_a) {
-    pack_a_generic(p, i0, mc, l0, kc, dst);
+    pack_a_avx2(p, i0, mc, l0, kc, dst); /* k-major already: plain copies */
     return;
   }
   for (int64_t r0 = 0; r0 < mc; r0 += GEMM_MR, dst += kc * GEMM_MR) {
@@ -145,6 +260,18 @@ static void micro_c(int64_t kc, const float *a, const float *b, float *c, int64_
     }
 }
 
+/* C's micro-tile is fetched (for writing) this many depth steps before the
+ * write-back, so that the epilogue's reads and writes of rows ldc apart,
+ * often 4 KB, find their lines in L1 (about 1% on the MLP's products on
+ * the 2-core EPYC, close to the noise there, and never slower). */
+#define AQ_PREFETCH_C_AHEAD 24
+static inline __attribute__((always_inline)) void aq_prefetch_c(const float *c, int64_t ldc, int rows) {
+  for (int r = 0; r < rows; ++r) {
+    __builtin_prefetch(c + r * ldc, 1);
+    __builtin_prefetch(c + r * ldc + GEMM_NR - 1, 1);
+  }
+}
+
 #if defined(__x86_64__)
 /* ROWS x 32 from an MR-row A panel: 12 x 32 is 24 accumulators, two B
  * vectors and one broadcast in flight, of AVX-512's 32 registers. The
@@ -157,6 +284,7 @@ static void micro_c(int64_t kc, const float *a, const float *b, float *c, int64_
     __m512 c0[ROWS], c1[ROWS];                                                                            \
     _Pragma("GCC unroll 16") for (int r = 0; r < ROWS; ++r) c0[r] = c1[r] = _mm512_setzero_ps();          \
     for (int64_t l = 0; l < kc; ++l) {                                                                    \
+      if (l == kc - AQ_PREFETCH_C_AHEAD) aq_prefetch_c(c, ldc, ROWS);                                     \
       __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);                                         \
       __builtin_prefetch(b + 8 * GEMM_NR);                                                                \
       __builtin_prefetch(a + 8 * GEMM_MR);                                                                \
@@ -270,25 +398,148 @@ AQ_TARGET_AVX2 static void micro_avx2_half(int64_t kc, const float *a, const flo
                                            const epi_t *e) {
   micro_avx2_rows(kc, a, b, c, ldc, e, 6);
 }
+/* Exactly r rows, written straight to C (the last micro-tile of a product
+ * whose rows are not a multiple of 12): one or two 6-row halves' work. */
+#define AQ_DEFINE_MICRO2_ROWS(r)                                                                        \
+  AQ_TARGET_AVX2 static void micro_avx2_##r(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, \
+                                           const epi_t *e) {                                           \
+    micro_avx2_rows(kc, a, b, c, ldc, e, r);                                                            \
+  }
+AQ_DEFINE_MICRO2_ROWS(1)
+AQ_DEFINE_MICRO2_ROWS(2)
+AQ_DEFINE_MICRO2_ROWS(3)
+AQ_DEFINE_MICRO2_ROWS(4)
+AQ_DEFINE_MICRO2_ROWS(5)
+AQ_DEFINE_MICRO2_ROWS(7)
+AQ_DEFINE_MICRO2_ROWS(8)
+AQ_DEFINE_MICRO2_ROWS(9)
+AQ_DEFINE_MICRO2_ROWS(10)
+AQ_DEFINE_MICRO2_ROWS(11)
+#endif
+
+/* ---- narrow products ---------------------------------------------------------
+ * A product only a few columns wide (a classifier's 10 logits, its weight
+ * gradient) wastes most of a 32-column micro-tile. A narrow kernel turns the
+ * tile around: the vector runs down one packed 12-row A panel (one
+ * p[l * MR .. + 11] per depth step), and each of up to NARROW_J columns
+ * keeps an accumulator fed by a broadcast of B[l][j]. B is read in place
+ * (sl: its stride along the depth, sj: along the columns). out[j * 16 + r]
+ * gets row r of column j; each sum runs over l in order, as in the
+ * micro-kernels. */
+enum { NARROW_N = 16 };
+typedef void (*narrow_fn)(int64_t k, const float *a, const float *b, int64_t sl, int64_t sj, int nj, float *out);
+
+static void narrow_c(int64_t k, const float *a, const float *b, int64_t sl, int64_t sj, int nj, float *out) {
+  float acc[NARROW_N][GEMM_MR];
+  memset(acc, 0, sizeof(acc));
+  for (int64_t l = 0; l < k; ++l, a += GEMM_MR, b += sl)
+    for (int j = 0; j < nj; ++j) {
+      float bj = b[j * sj];
+      for (int r = 0; r < GEMM_MR; ++r) acc[j][r] += a[r] * bj;
+    }
+  for (int j = 0; j < nj; ++j)
+    for (int r = 0; r < GEMM_MR; ++r) out[j * 16 + r] = acc[j][r];
+}
+
+#if defined(__x86_64__)
+/* Up to 8 columns a pass: 8 accumulators, the A vector and a broadcast. */
+#define AQ_DEFINE_NARROW512(name, NJ)                                                                     \
+  AQ_TARGET_AVX512 static void name(int64_t k, const float *a, const float *b, int64_t sl, int64_t sj,   \
+                                    float *out) {                                                         \
+    __m512 acc[NJ];                                                                                       \
+    _Pragma("GCC unroll 8") for (int j = 0; j < NJ; ++j) acc[j] = _mm512_setzero_ps();                   \
+    for (int64_t l = 0; l < k; ++l, a += GEMM_MR, b += sl) {                                              \
+      __m512 x = _mm512_maskz_loadu_ps((__mmask16)0x0fff, a);                                             \
+      _Pragma("GCC unroll 8") for (int j = 0; j < NJ; ++j) acc[j] =                                       \
+          _mm512_fmadd_ps(x, _mm512_set1_ps(b[j * sj]), acc[j]);                                          \
+    }                                                                                                     \
+    _Pragma("GCC unroll 8") for (int j = 0; j < NJ; ++j) _mm512_storeu_ps(out + j * 16, acc[j]);          \
+  }
+AQ_DEFINE_NARROW512(narrow512_1, 1)
+AQ_DEFINE_NARROW512(narrow512_2, 2)
+AQ_DEFINE_NARROW512(narrow512_3, 3)
+AQ_DEFINE_NARROW512(narrow512_4, 4)
+AQ_DEFINE_NARROW512(narrow512_5, 5)
+AQ_DEFINE_NARROW512(narrow512_6, 6)
+AQ_DEFINE_NARROW512(narrow512_7, 7)
+AQ_DEFINE_NARROW512(narrow512_8, 8)
+
+static void narrow_avx512(int64_t k, const float *a, const float *b, int64_t sl, int64_t sj, int nj, float *out) {
+  static void (*const fn[9])(int64_t, const float *, const float *, int64_t, int64_t, float *) = {
+      NULL, narrow512_1, narrow512_2, narrow512_3, narrow512_4, narrow512_5, narrow512_6, narrow512_7, narrow512_8};
+  for (int j0 = 0; j0 < nj; j0 += 8) fn[nj - j0 < 8 ? nj - j0 : 8](k, a, b + j0 * sj, sl, sj, out + j0 * 16);
+}
+
+/* AVX2: rows 0-7 in a ymm and rows 8-11 in an xmm per column, up to 6
+ * columns a pass (12 accumulators of 16 registers). */
+#define AQ_DEFINE_NARROW2(name, NJ)                                                                       \
+  AQ_TARGET_AVX2 static void name(int64_t k, const float *a, const float *b, int64_t sl, int64_t sj,     \
+                                  float *out) {                                                           \
+    __m256 lo[NJ];                                                                                        \
+    __m128 hi[NJ];                                                                                        \
+    _Pragma("GCC unroll 8") for (int j = 0; j < NJ; ++j) lo[j] = _mm256_setzero_ps(), hi[j] = _mm_setzero_ps(); \
+    for (int64_t l = 0; l < k; ++l, a += GEMM_MR, b += sl) {                                              \
+      __m256 x0 = _mm256_loadu_ps(a);                                                                     \
+      __m128 x1 = _mm_loadu_ps(a + 8);                                                                    \
+      _Pragma("GCC unroll 8") for (int j = 0; j < NJ; ++j) {                                              \
+        __m256 y = _mm256_broadcast_ss(b + j * sj);                                                       \
+        lo[j] = _mm256_fmadd_ps(x0, y, lo[j]);                                                            \
+        hi[j] = _mm_fmadd_ps(x1, _mm256_castps256_ps128(y), hi[j]);                                       \
+      }                                                                                                   \
+    }                                                                                                     \
+    _Pragma("GCC unroll 8") for (int j = 0; j < NJ; ++j) {                                                \
+      _mm256_storeu_ps(out + j * 16, lo[j]);                                                              \
+      _mm_storeu_ps(out + j * 16 + 8, hi[j]);                                                             \
+    }                                                                                                     \
+  }
+AQ_DEFINE_NARROW2(narrow2_1, 1)
+AQ_DEFINE_NARROW2(narrow2_2, 2)
+AQ_DEFINE_NARROW2(narrow2_3, 3)
+AQ_DEFINE_NARROW2(narrow2_4, 4)
+AQ_DEFINE_NARROW2(narrow2_5, 5)
+AQ_DEFINE_NARROW2(narrow2_6, 6)
+
+static void narrow_avx2(int64_t k, const float *a, const float *b, int64_t sl, int64_t sj, int nj, float *out) {
+  static void (*const fn[7])(int64_t, const float *, const float *, int64_t, int64_t, float *) = {
+      NULL, narrow2_1, narrow2_2, narrow2_3, narrow2_4, narrow2_5, narrow2_6};
+  for (int j0 = 0; j0 < nj; j0 += 6) fn[nj - j0 < 6 ? nj - j0 : 6](k, a, b + j0 * sj, sl, sj, out + j0 * 16);
+}
 #endif
 
 typedef void (*pack_a_fn)(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc, float *dst);
+typedef void (*pack_b_fn)(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, float *dst);
 
 typedef struct engine {
   micro_fn micro, micro_half; /* all MR rows; the first 6 only */
   micro_fn rows[GEMM_MR + 1]; /* exactly r rows, writing C directly; NULL: none */
   pack_a_fn pack_a;
+  pack_b_fn pack_b;
+  narrow_fn narrow;
+  int64_t kc, mc; /* depth of a packed slice and rows of an A block (<= GEMM_KC, GEMM_MC); mc 0: from L2 */
 } engine_t;
 
-static const engine_t generic_engine = {micro_c, micro_c, {NULL}, pack_a_generic};
+static const engine_t generic_engine = {micro_c, micro_c, {NULL}, pack_a_generic, pack_b, narrow_c, GEMM_KC, GEMM_MC};
 #if defined(__x86_64__)
-static const engine_t avx2_engine = {micro_avx2, micro_avx2_half, {NULL}, pack_a_generic};
+static const engine_t avx2_engine = {
+    micro_avx2,
+    micro_avx2_half,
+    {NULL, micro_avx2_1, micro_avx2_2, micro_avx2_3, micro_avx2_4, micro_avx2_5, micro_avx2_half, micro_avx2_7,
+     micro_avx2_8, micro_avx2_9, micro_avx2_10, micro_avx2_11, micro_avx2},
+    pack_a_avx2,
+    pack_b_avx2,
+    narrow_avx2,
+    GEMM_KC,
+    0 /* from the L2 size: a_block_rows */};
 static const engine_t avx512_engine = {
     micro_avx512,
     micro_avx512_half,
     {NULL, micro_avx512_1, micro_avx512_2, micro_avx512_3, micro_avx512_4, micro_avx512_5, micro_avx512_half,
      micro_avx512_7, micro_avx512_8, micro_avx512_9, micro_avx512_10, micro_avx512_11, micro_avx512},
-    pack_a_avx512};
+    pack_a_avx512,
+    pack_b_avx2,
+    narrow_avx512,
+    GEMM_KC,
+    GEMM_MC};
 #endif
 
 static const engine_t *pick(void) {
@@ -303,6 +554,25 @@ static const engine_t *pick(void) {
 }
 
 /* ---- the macro-kernel ------------------------------------------------------- */
+
+/* Rows of a packed A block. The block is meant to live in L2 while every B
+ * micro-panel streams past it; GEMM_MC x GEMM_KC (768 KB) fits the 1-2 MB
+ * L2 of the AVX-512 machines, but the AVX2 ones here are Zen 1-3 EPYCs
+ * with 512 KB, where it spilled to L3. An engine with mc 0 takes the rows
+ * that fill 3/4 of this CPU's L2 (192 on those EPYCs, 384 with 1 MB): only
+ * the blocking changes, not the order of any sum. */
+static int64_t a_block_rows(const engine_t *en) {
+  if (en->mc > 0) return en->mc;
+  static int64_t cached; /* workers may race here; they compute the same value */
+  int64_t rows = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (rows) return rows;
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  rows = l2 > 0 ? (int64_t)l2 * 3 / 4 / (en->kc * (int64_t)sizeof(float)) / GEMM_MR * GEMM_MR : GEMM_MC;
+  if (rows > GEMM_MC) rows = GEMM_MC;
+  if (rows < 4 * GEMM_MR) rows = 4 * GEMM_MR;
+  __atomic_store_n(&cached, rows, __ATOMIC_RELAXED);
+  return rows;
+}
 
 /* The engine for this CPU, picked on first use (workers may race to pick;
  * they pick the same one). */
@@ -361,9 +631,10 @@ static void macro(const gemm_part_t *p, const engine_t *en, const float *pa, con
  * B micro-panel right before the micro-kernels use it, so B goes through
  * L1 / L2 once instead of being written to a large panel and read back. */
 static void part_fused(const gemm_part_t *p, const engine_t *en, float *pa, float *pb) {
-  for (int64_t pc = 0; pc < p->k || pc == 0; pc += GEMM_KC) {
-    int64_t kc = p->k - pc < GEMM_KC ? p->k - pc : GEMM_KC;
-    int last = pc + GEMM_KC >= p->k;
+  const int64_t KC = en->kc;
+  for (int64_t pc = 0; pc < p->k || pc == 0; pc += KC) {
+    int64_t kc = p->k - pc < KC ? p->k - pc : KC;
+    int last = pc + KC >= p->k;
     epi_t e = {p->alpha, pc == 0 ? p->beta : 1.0f, last ? p->bias : NULL, last ? p->bias_row : NULL,
                last && p->act == GEMM_ACT_RELU};
     if (kc > 0) {
@@ -374,7 +645,7 @@ static void part_fused(const gemm_part_t *p, const engine_t *en, float *pa, floa
       int64_t cols = p->nc - jr < GEMM_NR ? p->nc - jr : GEMM_NR;
       if (kc > 0) {
         if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jr, cols, pc, kc, pb);
-        else pack_b(p, pc, kc, p->n0 + jr, cols, pb);
+        else en->pack_b(p, pc, kc, p->n0 + jr, cols, pb);
       }
       macro(p, en, pa, pb, kc, p->m0, p->mc, p->n0 + jr, cols, &e);
     }
@@ -382,29 +653,64 @@ static void part_fused(const gemm_part_t *p, const engine_t *en, float *pa, floa
   }
 }
 
+/* A part at most NARROW_N columns wide: each 12-row panel of A is packed
+ * over the whole depth, then the narrow kernel runs down it once and the
+ * epilogue writes the panel's rows. */
+static void part_narrow(const gemm_part_t *p, const engine_t *en, float *pa) {
+  float out[NARROW_N * 16] __attribute__((aligned(64)));
+  int64_t sl = p->trans_b ? 1 : p->ldb, sj = p->trans_b ? p->ldb : 1;
+  const float *b = p->b + (p->trans_b ? p->n0 * p->ldb : p->n0);
+  int nj = (int)p->nc;
+  for (int64_t i0 = 0; i0 < p->mc; i0 += GEMM_MR) {
+    int64_t rows = p->mc - i0 < GEMM_MR ? p->mc - i0 : GEMM_MR;
+    if (p->k > 0) en->pack_a(p, p->m0 + i0, rows, 0, p->k, pa);
+    en->narrow(p->k, pa, b, sl, sj, nj, out);
+    for (int64_t r = 0; r < rows; ++r) {
+      float *cr = p->c + (p->m0 + i0 + r) * p->ldc + p->n0;
+      for (int j = 0; j < nj; ++j) {
+        float v = p->alpha * out[j * 16 + r];
+        if (p->beta != 0.0f) v += p->beta * cr[j];
+        if (p->bias) v += p->bias[p->n0 + j];
+        if (p->bias_row) v += p->bias_row[p->m0 + i0 + r];
+        if (p->act == GEMM_ACT_RELU && !(v > 0.0f)) v = 0.0f;
+        cr[j] = v;
+      }
+    }
+  }
+}
+
 void gemm_part(const gemm_part_t *p, void *scratch) {
   const engine_t *en = engine_get();
   float *pa = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
   float *pb = pa + (size_t)GEMM_MC * GEMM_KC;
-  if (p->mc <= GEMM_MC) {
+  /* Narrow parts read B in place and pack an A panel over the whole depth
+   * (it must fit the scratch; packers of the caller's, which may assume
+   * kc <= GEMM_KC, keep the blocked path). */
+  if (p->nc <= NARROW_N && !p->pack_a && !p->pack_b &&
+      p->k * GEMM_MR <= (int64_t)GEMM_MC * GEMM_KC + (int64_t)GEMM_KC * GEMM_NC) {
+    part_narrow(p, en, pa);
+    return;
+  }
+  const int64_t KC = en->kc, MC = a_block_rows(en);
+  if (p->mc <= MC) {
     part_fused(p, en, pa, pb);
     return;
   }
   for (int64_t jc = 0; jc < p->nc; jc += GEMM_NC) {
     int64_t nc = p->nc - jc < GEMM_NC ? p->nc - jc : GEMM_NC;
-    for (int64_t pc = 0; pc < p->k || pc == 0; pc += GEMM_KC) {
-      int64_t kc = p->k - pc < GEMM_KC ? p->k - pc : GEMM_KC;
-      int last = pc + GEMM_KC >= p->k;
+    for (int64_t pc = 0; pc < p->k || pc == 0; pc += KC) {
+      int64_t kc = p->k - pc < KC ? p->k - pc : KC;
+      int last = pc + KC >= p->k;
       /* beta applies once, on the first slice; the epilogue on the last. */
       epi_t e = {p->alpha, pc == 0 ? p->beta : 1.0f, last ? p->bias : NULL, last ? p->bias_row : NULL,
                  last && p->act == GEMM_ACT_RELU};
       if (kc > 0) {
         if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jc, nc, pc, kc, pb);
-        else pack_b(p, pc, kc, p->n0 + jc, nc, pb);
+        else en->pack_b(p, pc, kc, p->n0 + jc, nc, pb);
       }
       /* Equal A blocks (a multiple of MR rows each) rather than full ones
        * and a sliver. */
-      int64_t blocks = (p->mc + GEMM_MC - 1) / GEMM_MC;
+      int64_t blocks = (p->mc + MC - 1) / MC;
       int64_t mcb = ((p->mc + blocks - 1) / blocks + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
       for (int64_t ic = 0; ic < p->mc; ic += mcb) {
         int64_t mc = p->mc - ic < mcb ? p->mc - ic : mcb;

@@ -5,7 +5,10 @@
  * One call computes one rectangular part of C over the whole depth k, with
  * the epilogue (alpha, beta, bias, activation) applied to each micro-tile
  * while it is still in registers or L1. Parts of one C never overlap, so the
- * work-groups of a dispatch run them with no synchronisation. */
+ * work-groups of a dispatch run them with no synchronisation. A part at most
+ * 16 columns wide (a classifier's logits and their weight gradient) takes a
+ * narrow kernel instead, the vector running down a packed 12-row A panel
+ * and B read in place. */
 #ifndef AQ_KERNELS_CPU_GEMM_H_
 #define AQ_KERNELS_CPU_GEMM_H_
 

@@ -11,8 +11,10 @@
 /* One row's softmax into p; returns log(sum exp(x - max)) through *lse and
  * the max through *mx. Vectorised per ISA. */
 AQ_INLINE void xent_row_body(const float *x, float *p, int64_t n, float *mx_out, float *lse_out) {
-  float mx = aq_row_max(x, n), sum = aq_row_sum_exp(x, n, mx), inv = 1.0f / sum;
-  for (int64_t j = 0; j < n; ++j) p[j] = aq_expf(x[j] - mx) * inv;
+  /* Each exponential once: kept in p, then scaled (the same values and sum
+   * as computing them twice). */
+  float mx = aq_row_max(x, n), sum = aq_row_exp_sum(x, p, n, mx), inv = 1.0f / sum;
+  for (int64_t j = 0; j < n; ++j) p[j] *= inv;
   *mx_out = mx, *lse_out = logf(sum);
 }
 AQ_VECTORISE(xent_row, (const float *x, float *p, int64_t n, float *mx, float *lse), (x, p, n, mx, lse))

@@ -67,4 +67,25 @@ AQ_INLINE float aq_row_sum_exp(const float *x, int64_t n, float shift) {
   return sum;
 }
 
+/* The same sum as aq_row_sum_exp, in the same order, keeping each
+ * exp(x[j] - shift) in e[j] (so a softmax computes every exponential once). */
+AQ_INLINE float aq_row_exp_sum(const float *x, float *e, int64_t n, float shift) {
+  float s[16] = {0};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int t = 0; t < 16; ++t) {
+      float v = aq_expf(x[j + t] - shift);
+      e[j + t] = v;
+      s[t] += v;
+    }
+  float sum = 0.0f;
+  for (int t = 0; t < 16; ++t) sum += s[t];
+  for (; j < n; ++j) {
+    float v = aq_expf(x[j] - shift);
+    e[j] = v;
+    sum += v;
+  }
+  return sum;
+}
+
 #endif

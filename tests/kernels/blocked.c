@@ -48,6 +48,19 @@ Test(blocked, matmul_crosses_kc_mc_nc_blocks_and_parts) {
   check_matmul(700, 1, 9, 0, 0, 0, 1, 0.0f);
 }
 
+Test(blocked, matmul_narrow_products_every_layout) {
+  /* n <= 16 takes the narrow kernels: 10 columns (a classifier), 16, 7; both
+   * layouts of A and B, partial 12-row panels, bias, relu and beta. */
+  check_matmul(256, 10, 1024, 0, 0, 1, 0, 0.0f);
+  check_matmul(1031, 10, 256, 1, 0, 0, 0, 0.0f);
+  check_matmul(77, 16, 300, 0, 1, 1, 1, 0.5f);
+  check_matmul(45, 7, 33, 1, 1, 0, 1, 1.0f);
+  check_matmul(12, 13, 0, 0, 0, 1, 0, 0.5f);
+  /* 40 columns cut into parts of 32 and 8: the narrow part starts at column 32. */
+  check_matmul(30, 40, 50, 0, 1, 1, 1, 0.5f);
+  check_matmul(20, 40, 300, 1, 0, 1, 0, 0.0f);
+}
+
 Test(blocked, matmul_beta_zero_ignores_nans_in_c) {
   enum { M = 30, N = 40, K = 20 };
   float *a = rnd(M * K, 1), *b = rnd(K * N, 2), c[M * N];
