@@ -46,6 +46,7 @@ struct aq_exec {
   char agent_names[EXEC_AGENTS_MAX][AQ_NAME_MAX];
   int32_t agent_node[EXEC_AGENTS_MAX];
   uint8_t agent_kind[EXEC_AGENTS_MAX];
+  uint32_t agent_workers[EXEC_AGENTS_MAX]; /* a CPU agent's workers (its lanes share them); 0: a GPU */
   uint32_t nlanes;
   uint32_t lane_agent[EXEC_LANES_MAX];
   stream_t streams[EXEC_LANES_MAX]; /* one queue per lane */
@@ -102,6 +103,7 @@ static aq_status_t pick_agents(aq_exec_t *e) {
     snprintf(e->agent_names[e->nagents], AQ_NAME_MAX, "%s", info.name);
     e->agent_node[e->nagents] = info.numa_node;
     e->agent_kind[e->nagents] = (uint8_t)info.kind;
+    e->agent_workers[e->nagents] = info.kind == AQ_AGENT_KIND_CPU ? (info.compute_units ? info.compute_units : 1) : 0;
     snprintf(e->agent_arch[e->nagents], PERF_ARCH_MAX, "%s/%s/%u", info.driver, info.isa[0] ? info.isa : "any",
              info.compute_units);
     /* A lane per CPU worker: independent tasks run side by side. A GPU
@@ -807,8 +809,10 @@ static aq_status_t replicate(aq_exec_t *e, const uint8_t *eligible) {
   /* The placement's estimates stay with the tasks (DOT shows them). */
   plan_t placed = e->plan;
   memset(&e->plan, 0, sizeof(e->plan));
-  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, elig, NULL, NULL, NULL};
+  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, elig, NULL, NULL, NULL, NULL};
   aq_status_t s = plan_build(&e->plan, c, AQ_SCHED_EAGER, &lanes);
+  e->plan.heft_ns = placed.heft_ns, e->plan.heft_mixed_ns = placed.heft_mixed_ns;
+  e->plan.heft_single_ns = placed.heft_single_ns, e->plan.heft_single_agent = placed.heft_single_agent;
   for (uint32_t t = 0; s == AQ_OK && t < c->ntasks; ++t) {
     uint32_t o = e->replicas.origin[t];
     if (o) e->plan.tasks[t].finish = placed.tasks[o - 1].finish, e->plan.tasks[t].cost_ns = placed.tasks[o - 1].cost_ns;
@@ -892,7 +896,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK && e->flags & AQ_EXEC_PROFILE) e->profile_left = UINT32_MAX;
   plan_lanes_t lanes = {e->nlanes, e->nagents,  e->lane_agent, e->lane_kind,
                         e->agent_node, eligible, costs,         links,
-                        links ? links + (size_t)e->nagents * e->nagents : NULL};
+                        links ? links + (size_t)e->nagents * e->nagents : NULL, e->agent_workers};
   uint64_t t_place = t0 ? aq_now_ns() : 0;
   if (s == AQ_OK) s = plan_build(&e->plan, g, e->policy, &lanes);
   if (s == AQ_OK) s = replicate(e, eligible);
@@ -987,7 +991,12 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
   if (e->profiled) profile_gpu_lanes(e, 1);
   int tracing = aq_trace_on();
   e->run_started_ns = aq_trace_on() ? aq_now_ns() : 0;
-  for (uint32_t a = 0; a < e->nlanes; ++a) {
+  /* GPU lanes first: their packet processors need a core to launch, and
+   * once the CPU lanes run, every core may be a busy worker (a mixed run's
+   * long pole is usually its GPU work, which then starts late). */
+  for (uint32_t k = 0; k < 2 * e->nlanes; ++k) {
+    uint32_t a = k % e->nlanes;
+    if ((k < e->nlanes) != (e->lane_kind[a] != AQ_AGENT_KIND_CPU)) continue;
     stream_t *st = &e->streams[a];
     if (!st->npackets) continue;
     uint64_t first;
@@ -1167,6 +1176,14 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
   if (!f) return aq_error(AQ_ERROR_IO, "cannot write %s", path);
   aq_graph_t *g = e->graph;
   fprintf(f, "digraph aquila {\n  rankdir=TB; node [shape=box, fontname=\"sans-serif\", fontsize=10];\n");
+  if (e->policy == AQ_SCHED_HEFT) { /* heft's estimates of the whole run: what it kept, and what it weighed */
+    const plan_t *p = &e->plan;
+    fprintf(f, "  labelloc=t; label=\"heft: makespan estimate %.1f us (over all agents %.1f us", p->heft_ns / 1e3,
+            p->heft_mixed_ns / 1e3);
+    if (p->heft_single_agent >= 0 && (uint32_t)p->heft_single_agent < e->nagents)
+      fprintf(f, "; best single agent %.1f us on %s", p->heft_single_ns / 1e3, e->agent_names[p->heft_single_agent]);
+    fprintf(f, ")\";\n");
+  }
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
     const plan_task_t *pt = &e->plan.tasks[t];

@@ -1,6 +1,9 @@
 /* HEFT placement (Topcuoglu, Hariri, Wu 2002) over measured performance
  * models: upward ranks from mean costs, then each task, by decreasing rank,
  * on the lane where it finishes first, with what moving its inputs costs.
+ * A CPU agent's lanes share its workers (placer_t below), a GPU lane runs
+ * no faster than its launches, and a placement over several agents is kept
+ * only where it beats every single agent's by more than an edge.
  * Pure graph work: the costs come in through plan_lanes_t. */
 #include <math.h>
 #include <stdlib.h>
@@ -48,6 +51,212 @@ static double edge_bytes(const aq_graph_t *g, uint32_t q, uint32_t t) {
   return bytes;
 }
 
+/* A GPU lane is one in-order stream: a kernel there takes at least what
+ * its packet processor needs to launch one (4.1 us each on an H100, see
+ * DESIGN.md), however short its own time (all that its model measures:
+ * the driver's kernel times). Stretches replayed as CUDA graphs launch
+ * faster; heft does not count on that. */
+#define GPU_LAUNCH_NS 4000.0
+
+/* Task t's work-groups on a CPU (a host call: 1). A CPU dispatch splits
+ * them across all of the agent's workers, whatever queue it came from. */
+static double task_groups(const task_t *t) {
+  if (t->kind == TASK_HOST) return 1;
+  double groups = 1;
+  for (int d = 0; d < 3; ++d) {
+    uint32_t wg = t->shape.workgroup[d] ? t->shape.workgroup[d] : 1, gr = t->shape.grid[d] ? t->shape.grid[d] : 1;
+    groups *= (gr + wg - 1) / wg;
+  }
+  return groups;
+}
+
+/* One placement in the making. The lanes of a CPU agent are queues, not
+ * processors: they share the agent's workers. So besides each lane's
+ * stream (in order), each CPU agent keeps when each of its workers is next
+ * free. A task's model was measured alone on the agent (calibrate.h), so
+ * with min(groups, workers) workers: its full width. With fewer free it
+ * takes longer, by the rounds of work-groups each worker runs
+ * (ceil(groups / k) against ceil(groups / full)); it goes at the width
+ * that finishes first. So two 1024^3 matmuls on two lanes of one agent
+ * take twice one's time, as they do, not one's; eight 2-group ones on 16
+ * workers run side by side. */
+typedef struct placer {
+  plan_t *p;
+  aq_graph_t *g;
+  const plan_lanes_t *l;
+  double *lane_free, *worker_free, *sorted; /* per lane; per worker of all agents; scratch */
+  uint32_t *first_worker;                   /* per agent (+1): its workers in worker_free */
+  uint8_t *taken, *used;                    /* scratch, per worker; per lane: has a task */
+  uint32_t *lane;                           /* per task: the result */
+  double *finish, *cost;
+} placer_t;
+
+static uint32_t workers_of(const plan_lanes_t *l, uint32_t a) {
+  return l->agent_workers && agent_kind(l, a) == AQ_AGENT_KIND_CPU ? l->agent_workers[a] : 0;
+}
+
+static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
+  memset(pl, 0, sizeof(*pl));
+  pl->p = p, pl->g = g, pl->l = l;
+  pl->first_worker = calloc(l->nagents + 1, sizeof(uint32_t));
+  if (!pl->first_worker) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  uint32_t most = 1;
+  for (uint32_t a = 0; a < l->nagents; ++a) {
+    uint32_t w = workers_of(l, a);
+    pl->first_worker[a + 1] = pl->first_worker[a] + w;
+    if (w > most) most = w;
+  }
+  uint32_t nw = pl->first_worker[l->nagents], n = p->ntasks ? p->ntasks : 1;
+  pl->lane_free = malloc((l->nlanes ? l->nlanes : 1) * sizeof(double));
+  pl->worker_free = malloc((nw ? nw : 1) * sizeof(double));
+  pl->sorted = malloc(most * sizeof(double));
+  pl->taken = malloc(most);
+  pl->used = malloc(l->nlanes ? l->nlanes : 1);
+  pl->lane = malloc(n * sizeof(uint32_t));
+  pl->finish = malloc(n * sizeof(double));
+  pl->cost = malloc(n * sizeof(double));
+  if (!pl->lane_free || !pl->worker_free || !pl->sorted || !pl->taken || !pl->used || !pl->lane || !pl->finish || !pl->cost)
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  return AQ_OK;
+}
+
+static void placer_free(placer_t *pl) {
+  free(pl->lane_free), free(pl->worker_free), free(pl->sorted), free(pl->taken), free(pl->used), free(pl->first_worker);
+  free(pl->lane), free(pl->finish), free(pl->cost);
+  memset(pl, 0, sizeof(*pl));
+}
+
+static void placer_swap(placer_t *a, placer_t *b) {
+  placer_t t = *a;
+  *a = *b, *b = t;
+}
+
+/* The free times of agent a's workers, earliest first, into pl->sorted;
+ * how many. */
+static uint32_t sort_workers(placer_t *pl, uint32_t a) {
+  uint32_t f = pl->first_worker[a], n = pl->first_worker[a + 1] - f;
+  double *v = pl->sorted;
+  for (uint32_t i = 0; i < n; ++i) {
+    double x = pl->worker_free[f + i];
+    uint32_t j = i;
+    for (; j > 0 && v[j - 1] > x; --j) v[j] = v[j - 1];
+    v[j] = x;
+  }
+  return n;
+}
+
+/* The width (workers) at which a task of `groups` work-groups, costing
+ * `cost` at its full width, finishes first when it may start at `base`
+ * (its lane and inputs) and the workers are free at sorted[0..n);
+ * *start, *finish for it. */
+static uint32_t best_width(const double *sorted, uint32_t n, double groups, double base, double cost, double *start,
+                           double *finish) {
+  uint32_t full = groups < n ? (uint32_t)groups : n, best = 1;
+  double rounds = ceil(groups / full);
+  for (uint32_t k = 1; k <= full; ++k) {
+    double s = sorted[k - 1] > base ? sorted[k - 1] : base, f = s + cost * ceil(groups / k) / rounds;
+    if (k == 1 || f < *finish) best = k, *start = s, *finish = f;
+  }
+  return best;
+}
+
+/* Takes w workers of agent a free by `start` until `finish`: the ones
+ * free last (the best fit leaves earlier-free workers to others). */
+static void take_workers(placer_t *pl, uint32_t a, uint32_t w, double start, double finish) {
+  uint32_t f = pl->first_worker[a], n = pl->first_worker[a + 1] - f;
+  memset(pl->taken, 0, n);
+  for (uint32_t k = 0; k < w; ++k) {
+    uint32_t pick = UINT32_MAX;
+    for (uint32_t i = 0; i < n; ++i)
+      if (!pl->taken[i] && pl->worker_free[f + i] <= start &&
+          (pick == UINT32_MAX || pl->worker_free[f + i] > pl->worker_free[f + pick]))
+        pick = i;
+    if (pick == UINT32_MAX) return;
+    pl->taken[pick] = 1;
+    pl->worker_free[f + pick] = finish;
+  }
+}
+
+/* Whether agent a may run every task of g. */
+static int runs_everything(const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
+  uint8_t kind = agent_kind(l, a);
+  for (uint32_t i = 0; i < g->ntasks; ++i)
+    if (l->cost_ns[(size_t)i * l->nagents + a] < 0 || !(l->eligible[i] & (1u << kind)) ||
+        (g->tasks[i].agent >= 0 && (uint32_t)g->tasks[i].agent != a))
+      return 0;
+  return 1;
+}
+
+/* Places the tasks in p->order, each where it finishes first (on agent
+ * `only` alone if >= 0); the makespan, or -1 with *fail the task that has
+ * no lane. */
+static double place(placer_t *pl, int32_t only, uint32_t *fail) {
+  const plan_lanes_t *l = pl->l;
+  aq_graph_t *g = pl->g;
+  plan_t *p = pl->p;
+  uint32_t na = l->nagents;
+  double makespan = 0;
+  for (uint32_t c = 0; c < l->nlanes; ++c) pl->lane_free[c] = 0, pl->used[c] = 0;
+  for (uint32_t w = 0; w < pl->first_worker[na]; ++w) pl->worker_free[w] = 0;
+  for (uint32_t k = 0; k < p->ntasks; ++k) {
+    uint32_t i = p->order[k];
+    const task_t *t = &g->tasks[i];
+    const plan_task_t *pt = &p->tasks[i];
+    uint32_t best = UINT32_MAX, cached = UINT32_MAX, nsorted = 0, best_width_ = 1;
+    double best_finish = 0, best_start = 0, best_cost = 0, groups = task_groups(t);
+    for (uint32_t c = 0; c < l->nlanes; ++c) {
+      uint32_t a = l->lane_agent[c];
+      double cost = l->cost_ns[(size_t)i * na + a];
+      if (cost < 0 || !(l->eligible[i] & (1u << l->lane_kind[c]))) continue;
+      if (t->agent >= 0 && a != (uint32_t)t->agent) continue;
+      if (only >= 0 && a != (uint32_t)only) continue;
+      if (l->lane_kind[c] == AQ_AGENT_KIND_GPU && cost < GPU_LAUNCH_NS) cost = GPU_LAUNCH_NS;
+      double ready = 0;
+      for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
+        uint32_t q = j < pt->npreds ? pt->preds[j] : t->after_any[j - pt->npreds];
+        uint32_t aq = l->lane_agent[pl->lane[q]];
+        double hop = pl->lane[q] == c ? 0 : aq == a ? lane_hop_ns(l, a) : plan_transfer_ns(l, aq, a, edge_bytes(g, q, i));
+        double r = pl->finish[q] + hop;
+        if (r > ready) ready = r;
+      }
+      double start = pl->lane_free[c] > ready ? pl->lane_free[c] : ready, finish = start + cost;
+      uint32_t width = 1;
+      if (pl->first_worker[a + 1] > pl->first_worker[a]) {
+        if (cached != a) cached = a, nsorted = sort_workers(pl, a);
+        width = best_width(pl->sorted, nsorted, groups, start, cost, &start, &finish);
+      }
+      if (best == UINT32_MAX || finish < best_finish)
+        best = c, best_finish = finish, best_start = start, best_cost = finish - start, best_width_ = width;
+    }
+    if (best == UINT32_MAX) {
+      *fail = i;
+      return -1;
+    }
+    uint32_t a = l->lane_agent[best];
+    if (pl->first_worker[a + 1] > pl->first_worker[a]) take_workers(pl, a, best_width_, best_start, best_finish);
+    pl->lane[i] = best;
+    pl->finish[i] = best_finish;
+    pl->cost[i] = best_cost;
+    pl->lane_free[best] = best_finish;
+    pl->used[best] = 1;
+  }
+  /* The run ends when its last CPU lane (the exec's join lane, or the last
+   * GPU one if none) has seen every other lane's end: a lane on another
+   * agent costs an edge more (a GPU's end seen by a CPU queue). */
+  uint32_t join = UINT32_MAX;
+  for (uint32_t c = 0; c < l->nlanes; ++c)
+    if (pl->used[c] && (join == UINT32_MAX || l->lane_kind[c] == AQ_AGENT_KIND_CPU ||
+                        l->lane_kind[join] != AQ_AGENT_KIND_CPU))
+      join = c;
+  for (uint32_t c = 0; c < l->nlanes; ++c) {
+    if (!pl->used[c]) continue;
+    uint32_t a = l->lane_agent[c], b = l->lane_agent[join];
+    double end = pl->lane_free[c] + (c == join ? 0 : a == b ? lane_hop_ns(l, a) : plan_transfer_ns(l, a, b, 0));
+    if (end > makespan) makespan = end;
+  }
+  return makespan;
+}
+
 static const double *rank_of;
 static const uint32_t *pos_of;
 static int by_rank(const void *x, const void *y) {
@@ -59,10 +268,9 @@ static int by_rank(const void *x, const void *y) {
 aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint32_t n = p->ntasks, na = l->nagents;
   double *mean = calloc(n, sizeof(double)), *rank = calloc(n, sizeof(double));
-  double *free_at = calloc(l->nlanes, sizeof(double));
   uint32_t *pos = malloc(n * sizeof(uint32_t)), *order = malloc(n * sizeof(uint32_t));
   uint32_t *start = calloc(n + 1, sizeof(uint32_t)), *fill = calloc(n + 1, sizeof(uint32_t));
-  aq_status_t s = mean && rank && free_at && pos && order && start && fill
+  aq_status_t s = mean && rank && pos && order && start && fill
                       ? AQ_OK
                       : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   uint32_t edges = 0, *succ = NULL;
@@ -133,43 +341,48 @@ aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
       for (uint32_t e = start[i]; e < start[i + 1]; ++e) ok &= pos[i] < pos[succ[e]];
     if (ok) memcpy(p->order, order, n * sizeof(uint32_t));
   }
-  /* Earliest finish time per lane, appending only: each lane's stream runs
-   * its tasks in this order. */
-  for (uint32_t k = 0; s == AQ_OK && k < n; ++k) {
-    uint32_t i = p->order[k];
-    const task_t *t = &g->tasks[i];
-    plan_task_t *pt = &p->tasks[i];
-    uint32_t best = UINT32_MAX;
-    double best_finish = 0, best_cost = 0;
-    for (uint32_t c = 0; c < l->nlanes; ++c) {
-      uint32_t a = l->lane_agent[c];
-      double cost = l->cost_ns[(size_t)i * na + a];
-      if (cost < 0 || !(l->eligible[i] & (1u << l->lane_kind[c]))) continue;
-      if (t->agent >= 0 && a != (uint32_t)t->agent) continue;
-      double ready = 0;
-      for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
-        uint32_t q = j < pt->npreds ? pt->preds[j] : t->after_any[j - pt->npreds];
-        const plan_task_t *pq = &p->tasks[q];
-        uint32_t aq = l->lane_agent[pq->lane];
-        double hop = pq->lane == c ? 0 : aq == a ? lane_hop_ns(l, a) : plan_transfer_ns(l, aq, a, edge_bytes(g, q, i));
-        double r = pq->finish + hop;
-        if (r > ready) ready = r;
-      }
-      double finish = (free_at[c] > ready ? free_at[c] : ready) + cost;
-      if (best == UINT32_MAX || finish < best_finish) best = c, best_finish = finish, best_cost = cost;
-    }
-    if (best == UINT32_MAX) {
+  /* Earliest finish per lane, appending only (each lane's stream runs its
+   * tasks in this order): for the agents all together, and for each agent
+   * that can run every task alone; the mixed placement is kept only where
+   * its estimate beats the best single agent's by more than a cross-agent
+   * edge (a split whose gain is within the model's error costs edges and
+   * a second agent's noise for nothing). */
+  placer_t mixed = {0}, single = {0};
+  uint32_t fail = UINT32_MAX;
+  double best_ms = -1, single_ms = -1, margin = 0;
+  int32_t single_agent = -1;
+  if (s == AQ_OK) s = placer_init(&mixed, p, g, l);
+  if (s == AQ_OK && na > 1) s = placer_init(&single, p, g, l);
+  if (s == AQ_OK) {
+    best_ms = place(&mixed, -1, &fail);
+    if (best_ms < 0) {
+      const task_t *t = &g->tasks[fail];
       s = t->agent >= 0 ? aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is pinned to agent %d, which cannot run its kernel '%s'",
                                    t->name, t->agent, t->kernel)
                         : aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': no agent allowed here has its kernel '%s'",
                                    t->name, t->kernel);
-      break;
     }
-    pt->lane = best;
-    pt->finish = best_finish;
-    pt->cost_ns = best_cost;
-    free_at[best] = best_finish;
   }
-  free(mean), free(rank), free(free_at), free(pos), free(order), free(start), free(fill), free(succ);
+  p->heft_mixed_ns = best_ms;
+  for (uint32_t a = 0; a < na; ++a)
+    for (uint32_t b = 0; b < na; ++b)
+      if (a != b && plan_transfer_ns(l, a, b, 0) > margin) margin = plan_transfer_ns(l, a, b, 0);
+  for (uint32_t a = 0; s == AQ_OK && na > 1 && a < na; ++a) {
+    if (!runs_everything(g, l, a)) continue;
+    double ms = place(&single, (int32_t)a, &fail);
+    if (ms < 0 || (single_ms >= 0 && ms >= single_ms)) continue;
+    single_ms = ms, single_agent = (int32_t)a;
+    if (ms <= best_ms + margin) placer_swap(&mixed, &single), best_ms = ms;
+  }
+  p->heft_single_ns = single_ms;
+  p->heft_single_agent = single_agent;
+  p->heft_ns = best_ms;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
+    p->tasks[i].lane = mixed.lane[i];
+    p->tasks[i].finish = mixed.finish[i];
+    p->tasks[i].cost_ns = mixed.cost[i];
+  }
+  placer_free(&mixed), placer_free(&single);
+  free(mean), free(rank), free(pos), free(order), free(start), free(fill), free(succ);
   return s;
 }

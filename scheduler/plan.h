@@ -19,6 +19,11 @@ typedef struct plan {
   plan_task_t *tasks;
   uint32_t ntasks;
   uint32_t *order; /* topological */
+  /* heft: the estimated makespan (ns) of the placement kept, of the best
+   * over all agents, and of the best single agent (which; -1: none ran
+   * everything, or there is one agent) */
+  double heft_ns, heft_mixed_ns, heft_single_ns;
+  int32_t heft_single_agent;
 } plan_t;
 
 typedef struct plan_lanes {
@@ -32,6 +37,10 @@ typedef struct plan_lanes {
   /* heft: per agent x agent, an edge's latency (a == b: a lane hop) and ns
    * per byte, measured (linkcal.h); NULL: round figures */
   const double *link_ns, *link_ns_per_byte;
+  /* heft: per agent, the CPU workers that all of its lanes share (a CPU
+   * kernel's work-groups are split across them: heft.c); NULL or 0: each
+   * lane a processor of its own */
+  const uint32_t *agent_workers;
 } plan_lanes_t;
 
 /* Checks the graph (reads before writes, cycles, pinned agents) and places

@@ -107,6 +107,17 @@ static void train_mlp_ex(uint32_t flags, aq_sched_policy_t policy, float losses[
   AQ_ASSERT_OK(aq_graph_destroy(g));
 }
 
+/* The exec's DOT, through a file. */
+static void read_dot(aq_exec_t *e, const char *path, char *dot, size_t size) {
+  AQ_ASSERT_OK(aq_exec_write_dot(e, path));
+  FILE *f = fopen(path, "r");
+  cr_assert(f, "cannot read back %s", path);
+  size_t n = fread(dot, 1, size - 1, f);
+  dot[n] = '\0';
+  fclose(f);
+  unlink(path);
+}
+
 Test(sched, activations_share_memory_and_training_is_unchanged) {
   float with[STEPS], without[STEPS];
   size_t bytes_with, bytes_without;
@@ -211,26 +222,15 @@ Test(sched, heft_calibrates_unknown_tasks_and_keeps_models_in_a_file, .init = pe
   cr_assert(model_line("host:sleep_2ms", &n, &mean), "no model for the host task in %s", perf_dir);
   cr_assert_eq(n, 9, "3 tasks x 3 profiled runs, not %g", n);
   cr_assert(mean > 1.9e6 && mean < 20e6, "mean %g ns for a 2 ms sleep", mean);
-  AQ_ASSERT_OK(aq_exec_write_dot(e, "/tmp/aq-sched-heft.dot"));
+  char dot[4096];
+  read_dot(e, "/tmp/aq-sched-heft.dot", dot, sizeof(dot));
   AQ_ASSERT_OK(aq_exec_destroy(e));
-  FILE *f = fopen("/tmp/aq-sched-heft.dot", "r");
-  cr_assert(f);
-  char dot[4096] = {0};
-  fread(dot, 1, sizeof(dot) - 1, f);
-  fclose(f);
-  unlink("/tmp/aq-sched-heft.dot");
   /* The first instantiation had no model: its estimate was the guess. */
   cr_assert(strstr(dot, "[host]") && strstr(dot, "est. 1.0 us"), "%s", dot);
   /* A second exec uses the measured model (about 2000 us a task), and does
    * not profile again. */
   AQ_ASSERT_OK(aq_graph_instantiate(g, &o, &e));
-  AQ_ASSERT_OK(aq_exec_write_dot(e, "/tmp/aq-sched-heft.dot"));
-  f = fopen("/tmp/aq-sched-heft.dot", "r");
-  cr_assert(f);
-  memset(dot, 0, sizeof(dot));
-  fread(dot, 1, sizeof(dot) - 1, f);
-  fclose(f);
-  unlink("/tmp/aq-sched-heft.dot");
+  read_dot(e, "/tmp/aq-sched-heft.dot", dot, sizeof(dot));
   char *est = strstr(dot, "est. ");
   cr_assert(est, "%s", dot);
   double us = atof(est + 5);
@@ -242,7 +242,7 @@ Test(sched, heft_calibrates_unknown_tasks_and_keeps_models_in_a_file, .init = pe
   /* A broken line in the file is skipped, not fatal. */
   char path[128];
   snprintf(path, sizeof(path), "%s/models.tsv", perf_dir);
-  f = fopen(path, "a");
+  FILE *f = fopen(path, "a");
   fputs("garbage line\naq_matmul zz cpu -1 x\n", f);
   fclose(f);
   AQ_ASSERT_OK(aq_graph_instantiate(g, &o, &e));
@@ -298,6 +298,36 @@ Test(sched, heft_measures_unmodelled_kernels_before_placing_them, .init = perf_s
   AQ_ASSERT_OK(aq_exec_destroy(e));
   cr_assert_eq(model_lines("aq_matmul_f32", n), 2);
   cr_assert(n[0] == 3 && n[1] == 3, "the exec's own runs are not profiled (%g, %g samples)", n[0], n[1]);
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
+/* The lanes of a CPU agent are queues over the same workers (a dispatch's
+ * work-groups go to all of them): two independent 256^3 matmuls (at least
+ * 32 groups each), on an agent of at most 32 workers, take twice one's time in heft's
+ * estimate, not one's as on two processors of their own. */
+Test(sched, heft_counts_the_workers_that_cpu_lanes_share, .init = perf_setup, .fini = perf_teardown) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t a, y;
+  AQ_ASSERT_OK(aq_tensor_create(g, "a", AQ_DTYPE_F32, AQ_ROLE_CONSTANT, 2, (int64_t[]){256, 256}, &a));
+  for (int i = 0; i < 2; ++i) AQ_ASSERT_OK(aq_op_matmul(g, a, a, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &y));
+  aq_exec_t *e;
+  aq_exec_options_t o = {.policy = AQ_SCHED_HEFT, .kernel_agent_kinds = 1u << AQ_AGENT_KIND_CPU};
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &o, &e));
+  double n = 0, mean = 0;
+  cr_assert(model_line("aq_matmul_f32", &n, &mean), "calibrated before placement");
+  char dot[8192];
+  read_dot(e, "/tmp/aq-sched-width.dot", dot, sizeof(dot));
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  const char *label = strstr(dot, "makespan estimate ");
+  cr_assert(label, "%s", dot);
+  double us = atof(label + 18);
+  aq_agent_t cpu = first_agent(AQ_AGENT_KIND_CPU);
+  aq_agent_info_t ai;
+  AQ_ASSERT_OK(aq_agent_get_info(cpu, &ai));
+  if (ai.compute_units <= 32) /* (wider agents might run the two side by side) */
+    cr_assert(fabs(us * 1e3 - 2 * mean) < 0.01 * mean, "%g us for two of %g us on %u workers: %s", us, mean / 1e3,
+              ai.compute_units, dot);
   AQ_ASSERT_OK(aq_graph_destroy(g));
 }
 
@@ -444,13 +474,8 @@ Test(sched, dot_names_agent_variant_and_estimate) {
   AQ_ASSERT_OK(aq_op_matmul(g, b, a, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &c));
   aq_exec_t *e;
   AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
-  AQ_ASSERT_OK(aq_exec_write_dot(e, "/tmp/aq-sched-test.dot"));
-  FILE *f = fopen("/tmp/aq-sched-test.dot", "r");
-  cr_assert(f);
-  char dot[4096] = {0};
-  fread(dot, 1, sizeof(dot) - 1, f);
-  fclose(f);
-  unlink("/tmp/aq-sched-test.dot");
+  char dot[4096];
+  read_dot(e, "/tmp/aq-sched-test.dot", dot, sizeof(dot));
   cr_assert(strstr(dot, "digraph") && strstr(dot, "[kernels-cpu.so]") && strstr(dot, "on cpu") &&
                 strstr(dot, "t0 -> t1"),
             "%s", dot);
