@@ -40,6 +40,9 @@ static inline int aq_runtime_ready(void) {
 }
 const aq_runtime_config_t *aq_runtime_config(void);
 hwloc_topology_t aq_topology(void);
+/* The NUMA node (OS index) nearest a PCI device, such as a GPU, from
+ * hwloc's I/O objects; -1 where hwloc cannot tell (runtime/topology.c). */
+int aq_topology_pci_numa_node(unsigned domain, unsigned bus, unsigned dev, unsigned func);
 
 /* Drivers call this from start() for each agent they offer. */
 aq_status_t aq_agent_register(const struct aq_driver *driver, const aq_agent_info_t *info,

@@ -1,4 +1,4 @@
-/* aq_topology_get_info: the machine as hwloc sees it. */
+/* aq_topology_get_info: the machine as hwloc sees it; where a PCI device sits. */
 #include <string.h>
 
 #include "runtime/runtime.h"
@@ -7,6 +7,12 @@
 static uint64_t cache_size(hwloc_topology_t t, hwloc_obj_type_t type) {
   hwloc_obj_t o = hwloc_get_obj_by_type(t, type, 0);
   return o && o->attr ? o->attr->cache.size : 0;
+}
+
+int aq_topology_pci_numa_node(unsigned domain, unsigned bus, unsigned dev, unsigned func) {
+  hwloc_obj_t pci = hwloc_get_pcidev_by_busid(aq_topology(), domain, bus, dev, func);
+  hwloc_obj_t parent = pci ? hwloc_get_non_io_ancestor_obj(aq_topology(), pci) : NULL;
+  return parent && parent->nodeset ? hwloc_bitmap_first(parent->nodeset) : -1;
 }
 
 AQ_API aq_status_t aq_topology_get_info(aq_topology_info_t *info) {

@@ -23,17 +23,13 @@ CUdeviceptr cuda_signal_address(const aq_signal_slot_t *slot) {
 
 int cuda_bind(cuda_agent_t *a) { return cu.cuCtxSetCurrent(a->context) == CUDA_SUCCESS; }
 
-/* The NUMA node nearest the GPU, from hwloc's PCI objects. */
+/* The NUMA node nearest the GPU, from its PCI address. */
 static int numa_of(CUdevice d) {
   int domain = 0, bus = 0, dev = 0;
   cu.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d);
   cu.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d);
   cu.cuDeviceGetAttribute(&dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d);
-  hwloc_obj_t pci = hwloc_get_pcidev_by_busid(aq_topology(), (unsigned)domain, (unsigned)bus, (unsigned)dev, 0);
-  hwloc_obj_t parent = pci ? hwloc_get_non_io_ancestor_obj(aq_topology(), pci) : NULL;
-  if (!parent || !parent->nodeset) return -1;
-  int node = hwloc_bitmap_first(parent->nodeset);
-  return node;
+  return aq_topology_pci_numa_node((unsigned)domain, (unsigned)bus, (unsigned)dev, 0);
 }
 
 static aq_status_t add_regions(cuda_agent_t *a, size_t total) {

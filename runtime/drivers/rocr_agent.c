@@ -33,14 +33,12 @@ static aq_status_t unavailable_error(const char *fmt, const char *detail) {
   return aq_error(AQ_ERROR_UNAVAILABLE, "%s", unavailable);
 }
 
-/* The NUMA node nearest the GPU, from its PCI address through hwloc. */
+/* The NUMA node nearest the GPU, from its PCI address. */
 static int numa_of(hsa_agent_t g) {
   uint32_t bdf = 0, domain = 0;
   rocr.hsa_agent_get_info(g, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_BDFID, &bdf);
   rocr.hsa_agent_get_info(g, (hsa_agent_info_t)HSA_AMD_AGENT_INFO_DOMAIN, &domain);
-  hwloc_obj_t pci = hwloc_get_pcidev_by_busid(aq_topology(), domain, bdf >> 8, (bdf >> 3) & 0x1f, bdf & 7);
-  hwloc_obj_t parent = pci ? hwloc_get_non_io_ancestor_obj(aq_topology(), pci) : NULL;
-  return parent && parent->nodeset ? hwloc_bitmap_first(parent->nodeset) : -1;
+  return aq_topology_pci_numa_node(domain, bdf >> 8, (bdf >> 3) & 0x1f, bdf & 7);
 }
 
 static aq_status_t add_agent(hsa_agent_t g) {
