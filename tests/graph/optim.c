@@ -2,6 +2,7 @@
  * changes what the next run's SGD and Adam updates use, exactly, and
  * refuses what it cannot honour without touching the exec. */
 #include <math.h>
+#include <unistd.h>
 
 #include "../runtime/common.h"
 
@@ -82,4 +83,34 @@ Test(optim, bad_rates_and_execs_without_an_optimizer_are_refused) {
   cr_assert(strstr(aq_last_error(), "no optimizer task"), "%s", aq_last_error());
   AQ_ASSERT_OK(aq_exec_destroy(e));
   AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
+static aq_status_t nap(void *user, uint64_t us, uint64_t a2, uint64_t a3) {
+  (void)user, (void)a2, (void)a3;
+  usleep((useconds_t)us);
+  return AQ_OK;
+}
+
+/* While a run is in flight its kernargs are the queues': a new rate is
+ * refused, and the run and the next one use the rate they had. */
+Test(optim, a_rate_set_while_a_run_is_in_flight_is_refused) {
+  sgd_graph_t s;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &s.g));
+  AQ_ASSERT_OK(aq_tensor_create(s.g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){N}, &s.w));
+  AQ_ASSERT_OK(aq_tensor_create(s.g, "grad", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){N}, &s.grad));
+  aq_host_task_t h = {.name = "nap", .fn = nap, .args = {200000}, .agent = -1, .read_count = 1, .reads = {s.grad}};
+  AQ_ASSERT_OK(aq_graph_add_host(s.g, &h, NULL));
+  AQ_ASSERT_OK(aq_op_sgd(s.g, s.w, s.grad, &(aq_sgd_options_t){.lr = 0.5f}));
+  AQ_ASSERT_OK(aq_graph_instantiate(s.g, NULL, &s.e));
+  float w[N], g[N];
+  for (int i = 0; i < N; ++i) w[i] = (float)i, g[i] = 1.0f;
+  AQ_ASSERT_OK(aq_exec_write(s.e, s.w, w, sizeof(w)));
+  AQ_ASSERT_OK(aq_exec_write(s.e, s.grad, g, sizeof(g)));
+  AQ_ASSERT_OK(aq_exec_run(s.e));
+  cr_assert_eq(aq_exec_set_learning_rate(s.e, 0.25f), AQ_ERROR_BUSY);
+  cr_assert(strstr(aq_last_error(), "in flight"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_exec_wait(s.e, 10ull * 1000000000ull));
+  step(&s, w);
+  for (int i = 0; i < N; ++i) cr_assert_eq(w[i], (float)i - 1.0f, "w[%d] after two steps at 0.5: %g", i, (double)w[i]);
+  destroy(&s);
 }
