@@ -16,6 +16,7 @@
 #include "runtime/trace.h"
 #include "runtime/wake.h"
 #include "scheduler/calibrate.h"
+#include "scheduler/fuse.h"
 #include "scheduler/linkcal.h"
 #include "scheduler/memplan.h"
 #include "scheduler/perfmodel.h"
@@ -89,6 +90,7 @@ struct aq_exec {
   uint32_t lane_last_pred[EXEC_LANES_MAX], lane_stamp[EXEC_LANES_MAX], lane_touched[EXEC_LANES_MAX];
   uint32_t *covered; /* nlanes x nlanes: see other_lane_producers */
   uint32_t join_lane; /* its done signal is the whole run's */
+  fusion_t fusion;    /* products run in their consumers' kernels (fuse.h) */
 };
 
 static aq_status_t pick_agents(aq_exec_t *e) {
@@ -291,13 +293,19 @@ static aq_status_t plan_memory(aq_exec_t *e) {
   return s;
 }
 
+/* The bytes of task t's kernarg: a fused consumer's is the fused kernel's,
+ * an absorbed product has none. */
+static size_t kernarg_bytes(const aq_exec_t *e, uint32_t t) {
+  if (e->graph->tasks[t].kind != TASK_KERNEL || e->fusion.absorbed[t]) return 0;
+  return e->fusion.product[t] != UINT32_MAX ? sizeof(aq_matmul_fused_args_t) : e->graph->tasks[t].kernarg_size;
+}
+
 /* One kernarg arena per agent, sized for the tasks placed on it. */
 static aq_status_t plan_kernargs(aq_exec_t *e) {
   aq_graph_t *g = e->graph;
   size_t total[EXEC_AGENTS_MAX] = {0};
   for (uint32_t t = 0; t < g->ntasks; ++t)
-    if (g->tasks[t].kind == TASK_KERNEL)
-      total[e->lane_agent[e->plan.tasks[t].lane]] += (g->tasks[t].kernarg_size + 63) & ~(size_t)63;
+    total[e->lane_agent[e->plan.tasks[t].lane]] += (kernarg_bytes(e, t) + 63) & ~(size_t)63;
   for (uint32_t a = 0; a < e->nagents; ++a) {
     if (!total[a]) continue;
     aq_region_t region;
@@ -334,14 +342,41 @@ static aq_status_t push_barrier(aq_exec_t *e, stream_t *st, hsa_packet_type_t ty
   return push(st, &b);
 }
 
+/* Task t's kernarg as written at dst: the graph's, with the addresses of
+ * its tensors filled in. */
+static void fill_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
+  const task_t *task = &e->graph->tasks[t];
+  memcpy(dst, task->kernarg, task->kernarg_size);
+  for (uint32_t r = 0; r < task->nreads; ++r)
+    if (task->read_off[r] != UINT32_MAX) memcpy(dst + task->read_off[r], &e->buffers[task->reads[r]], sizeof(void *));
+  for (uint32_t w = 0; w < task->nwrites; ++w)
+    if (task->write_off[w] != UINT32_MAX)
+      memcpy(dst + task->write_off[w], &e->buffers[task->writes[w]], sizeof(void *));
+}
+
+/* A fused consumer's kernarg: the product's and its own, merged. */
+static void fill_fused_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
+  uint8_t mine[TASK_KERNARG_MAX], product[TASK_KERNARG_MAX];
+  aq_matmul_fused_args_t f;
+  fill_kernarg(e, t, mine);
+  fill_kernarg(e, e->fusion.product[t], product);
+  fuse_kernarg(e->graph, t, mine, product, &f);
+  memcpy(dst, &f, sizeof(f));
+}
+
 static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kernel_dispatch_packet_t *p) {
   aq_graph_t *g = e->graph;
   const task_t *task = &g->tasks[t];
   uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
   int gpu = e->lane_kind[e->plan.tasks[t].lane] == AQ_AGENT_KIND_GPU;
   aq_code_object_t co = task->code_object.handle ? task->code_object : gpu ? e->gpu_ops : e->ops;
-  /* The op library's GPU build may have a variant per class of shapes. */
-  const char *name = gpu && !task->code_object.handle ? aq_gpu_op_kernel(task->kernel, task->kernarg) : task->kernel;
+  uint32_t fused = e->fusion.product[t];
+  /* A fused consumer dispatches as its product (kernel, grid), with both
+   * kernargs. The op library's GPU build may have a variant per class of
+   * shapes. */
+  const task_t *body = fused != UINT32_MAX ? &g->tasks[fused] : task;
+  const char *base = fused != UINT32_MAX ? AQ_KERNEL_MATMUL_FUSED : task->kernel;
+  const char *name = gpu && !task->code_object.handle ? aq_gpu_op_kernel(base, body->kernarg) : base;
   aq_kernel_info_t k;
   if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
     e->last_kernel_co = 0;
@@ -353,24 +388,23 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
     snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", name);
   }
   k = e->last_kernel;
-  if (task->kernarg_size < k.kernarg_size)
-    return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': kernel '%s' takes %u bytes of kernargs, the task gives %u",
-                    task->name, task->kernel, k.kernarg_size, task->kernarg_size);
+  size_t bytes = kernarg_bytes(e, t);
+  if (bytes < k.kernarg_size)
+    return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': kernel '%s' takes %u bytes of kernargs, the task gives %zu",
+                    task->name, name, k.kernarg_size, bytes);
   e->kernargs[t] = (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a];
-  e->kernarg_used[a] += (task->kernarg_size + 63) & ~(size_t)63;
+  e->kernarg_used[a] += (bytes + 63) & ~(size_t)63;
   uint8_t *ka = e->kernargs[t];
-  memcpy(ka, task->kernarg, task->kernarg_size);
-  for (uint32_t r = 0; r < task->nreads; ++r)
-    if (task->read_off[r] != UINT32_MAX) memcpy(ka + task->read_off[r], &e->buffers[task->reads[r]], sizeof(void *));
-  for (uint32_t w = 0; w < task->nwrites; ++w)
-    if (task->write_off[w] != UINT32_MAX)
-      memcpy(ka + task->write_off[w], &e->buffers[task->writes[w]], sizeof(void *));
+  if (fused != UINT32_MAX)
+    fill_fused_kernarg(e, t, ka);
+  else
+    fill_kernarg(e, t, ka);
   memset(p, 0, sizeof(*p));
   p->header = header(HSA_PACKET_TYPE_KERNEL_DISPATCH, barrier);
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
   /* GPUs get each kernel's own launch shape (conv, pool and batch norm would
    * leave a GPU nearly idle under their CPU grids of one item per plane). */
-  aq_dispatch_shape_t sh = gpu ? aq_gpu_op_shape(task->kernel, ka, task->shape) : task->shape;
+  aq_dispatch_shape_t sh = gpu ? aq_gpu_op_shape(base, ka, body->shape) : body->shape;
   p->workgroup_size_x = sh.workgroup[0] ? sh.workgroup[0] : 1;
   p->workgroup_size_y = sh.workgroup[1] ? sh.workgroup[1] : 1;
   p->workgroup_size_z = sh.workgroup[2] ? sh.workgroup[2] : 1;
@@ -402,6 +436,7 @@ static uint32_t other_lane_producers(aq_exec_t *e, uint32_t t, uint32_t *out, in
   *same_queue = 0;
   for (uint32_t j = 0; j < pt->npreds; ++j) {
     uint32_t q = pt->preds[j], lane = e->plan.tasks[q].lane;
+    if (e->fusion.absorbed[q]) continue; /* runs in a consumer, which t already follows */
     if (lane == pt->lane) {
       *same_queue = 1;
     } else if (e->plan.tasks[q].seq < covered[lane]) {
@@ -523,6 +558,7 @@ static aq_status_t lower(aq_exec_t *e, uint32_t queue_size) {
    * before any packet is written. */
   for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
     uint32_t t = e->plan.order[k], producers[EXEC_LANES_MAX];
+    if (e->fusion.absorbed[t]) continue;
     int same;
     uint32_t n = other_lane_producers(e, t, producers, &same);
     for (uint32_t j = 0; j < n; ++j) e->watched[producers[j]] = 1;
@@ -530,7 +566,8 @@ static aq_status_t lower(aq_exec_t *e, uint32_t queue_size) {
   }
   memset(e->covered, 0, (size_t)e->nlanes * e->nlanes * sizeof(uint32_t));
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->signals[t]));
-  for (uint32_t k = 0; k < e->plan.ntasks; ++k) AQ_RETURN_IF_ERROR(lower_task(e, e->plan.order[k]));
+  for (uint32_t k = 0; k < e->plan.ntasks; ++k)
+    if (!e->fusion.absorbed[e->plan.order[k]]) AQ_RETURN_IF_ERROR(lower_task(e, e->plan.order[k]));
   aq_signal_t none = {0};
   /* The last lane used ends with barriers over every other lane's end: its
    * done signal is the run's (aq_exec_completion_signal). */
@@ -767,6 +804,7 @@ static void profile_record(aq_exec_t *e) {
     uint32_t lane = e->plan.tasks[t].lane, a = e->lane_agent[lane];
     aq_host_call_fn_t fn = e->graph->tasks[t].fn;
     if (fn == replica_copy || fn == replica_prefetch) continue;
+    if (e->fusion.product[t] != UINT32_MAX) continue; /* two ops' time: neither model's sample */
     uint64_t t0 = e->stamps[2 * t], t1 = e->stamps[2 * t + 1];
     if (!t0 || t1 < t0) continue;
     perf_key_t k;
@@ -788,6 +826,28 @@ static aq_status_t replica_copy(void *user, uint64_t dst, uint64_t src, uint64_t
 static aq_status_t replica_prefetch(void *user, uint64_t x, uint64_t agent, uint64_t bytes) {
   aq_exec_t *e = user;
   return hint(aq_memory_prefetch(e->buffers[x], bytes, e->agents[agent], (aq_signal_t){0}));
+}
+
+/* Epilogue fusion on the placed graph (fuse.h), unless turned off. */
+/* Epilogue fusion on the placed graph (fuse.h): on GPU agents, where each
+ * fused pair is one launch and one pass over C fewer; on CPU agents only
+ * with AQ_FUSION=1 (there, the MLP step measured no faster: the consumer's
+ * extra arrays cost the GEMM about what the pass it saves did). Off with
+ * AQ_EXEC_NO_FUSION or AQ_FUSION=0. */
+static aq_status_t fuse(aq_exec_t *e) {
+  const char *env = getenv("AQ_FUSION");
+  if (env && strcmp(env, "0") && strcmp(env, "1"))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "AQ_FUSION=%s: expected 0 (no fusion) or 1 (on CPU agents too)", env);
+  int off = (e->flags & AQ_EXEC_NO_FUSION) || (env && !strcmp(env, "0")), cpu = env && !strcmp(env, "1");
+  uint8_t fuses[EXEC_LANES_MAX];
+  for (uint32_t l = 0; l < e->nlanes; ++l) {
+    int gpu = e->lane_kind[l] == AQ_AGENT_KIND_GPU;
+    aq_code_object_t co = gpu ? e->gpu_ops : e->ops;
+    int has = (gpu || cpu) && co.handle && has_kernel(e, co, AQ_KERNEL_MATMUL_FUSED, e->lane_kind[l]);
+    fuses[l] = has ? (1u << AQ_MATMUL_FUSE_RELU_MASK) | (1u << AQ_MATMUL_FUSE_SGD) : 0;
+  }
+  fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, fuses, off};
+  return fuse_plan(&in, &e->plan, &e->fusion);
 }
 
 /* Rebuilds the placed graph with replicas and copies, or prefetches
@@ -862,9 +922,12 @@ static void trace_edges(aq_exec_t *e) {
   for (uint32_t t = 0; t < e->plan.ntasks; ++t) n += e->plan.tasks[t].npreds;
   uint32_t (*edges)[2] = malloc((n ? n : 1) * sizeof(*edges)), k = 0;
   if (!edges) return;
+  /* an absorbed product runs no packet of its own: its consumer has its edges */
   for (uint32_t t = 0; t < e->plan.ntasks; ++t)
-    for (uint32_t j = 0; j < e->plan.tasks[t].npreds; ++j) edges[k][0] = t, edges[k++][1] = e->plan.tasks[t].preds[j];
-  aq_trace_edges(e->serial, (const uint32_t(*)[2])edges, n);
+    for (uint32_t j = 0; j < e->plan.tasks[t].npreds; ++j)
+      if (!e->fusion.absorbed[t] && !e->fusion.absorbed[e->plan.tasks[t].preds[j]])
+        edges[k][0] = t, edges[k++][1] = e->plan.tasks[t].preds[j];
+  aq_trace_edges(e->serial, (const uint32_t(*)[2])edges, k);
   free(edges);
 }
 
@@ -872,7 +935,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: graph and out are required");
   if (options && (options->policy < 0 || options->policy > AQ_SCHED_HEFT))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: unknown policy %d", options->policy);
-  if (options && options->flags & ~(AQ_EXEC_NO_MEMORY_REUSE | AQ_EXEC_PROFILE | AQ_EXEC_REPLICATE))
+  if (options && options->flags & ~(AQ_EXEC_NO_MEMORY_REUSE | AQ_EXEC_PROFILE | AQ_EXEC_REPLICATE | AQ_EXEC_NO_FUSION))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: unknown flags 0x%x", options->flags);
   if (options && options->queue_size & (options->queue_size - 1))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "queue_size %u is not a power of two", options->queue_size);
@@ -900,6 +963,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   uint64_t t_place = t0 ? aq_now_ns() : 0;
   if (s == AQ_OK) s = plan_build(&e->plan, g, e->policy, &lanes);
   if (s == AQ_OK) s = replicate(e, eligible);
+  if (s == AQ_OK) s = fuse(e);
   uint64_t t_memory = t0 ? aq_now_ns() : 0;
   free(eligible), free(costs), free(links);
   if (s == AQ_OK && e->profile_left && !(e->stamps = calloc(2 * (size_t)e->graph->ntasks, sizeof(uint64_t))))
@@ -960,6 +1024,7 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
   for (uint32_t a = 0; a < EXEC_LANES_MAX; ++a) free(e->streams[a].prof);
   if (e->runs && (e->policy == AQ_SCHED_HEFT || e->flags & AQ_EXEC_PROFILE)) perf_save();
   plan_free(&e->plan);
+  fusion_free(&e->fusion);
   replica_free(&e->replicas);
   atomic_fetch_sub(&e->user_graph->execs, 1);
   free(e);
@@ -1064,6 +1129,12 @@ AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
 /* An activation whose buffer a later activation reuses holds that one's
  * data after a run: reading or writing it would mislead. */
 static aq_status_t check_not_reused(aq_exec_t *e, uint32_t x, const char *what) {
+  uint32_t fused = e->fusion.unstored ? e->fusion.unstored[x] : UINT32_MAX;
+  if (fused != UINT32_MAX)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                    "%s: '%s' is never stored: task '%s' takes it in as it is computed (epilogue fusion); "
+                    "instantiate with AQ_EXEC_NO_FUSION to keep it",
+                    what, e->graph->tensors[x].name, e->graph->tasks[fused].name);
   if (!e->reused_by || !e->reused_by[x]) return AQ_OK;
   return aq_error(AQ_ERROR_INVALID_ARGUMENT,
                   "%s: activation '%s' shares its buffer with '%s', written after it (activations share memory by "
@@ -1146,13 +1217,17 @@ AQ_API aq_status_t aq_exec_bind(aq_exec_t *e, aq_tensor_t tensor, void *data, si
   }
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
-    if (task->kind != TASK_KERNEL || !e->kernargs[t]) continue;
+    /* A fused product's operands sit in its consumer's kernarg at the same
+     * offsets (the fused args start with the product's); the consumer's own
+     * tensors (a weight, its state, gradients) are never inputs. */
+    uint8_t *ka = e->fusion.absorbed[t] ? e->kernargs[e->fusion.unstored[task->writes[0]]] : e->kernargs[t];
+    if (task->kind != TASK_KERNEL || !ka || e->fusion.product[t] != UINT32_MAX) continue;
     for (uint32_t r = 0; r < task->nreads; ++r)
       if (task->reads[r] == tensor.id && task->read_off[r] != UINT32_MAX)
-        memcpy((uint8_t *)e->kernargs[t] + task->read_off[r], &data, sizeof(void *));
+        memcpy(ka + task->read_off[r], &data, sizeof(void *));
     for (uint32_t w = 0; w < task->nwrites; ++w)
       if (task->writes[w] == tensor.id && task->write_off[w] != UINT32_MAX)
-        memcpy((uint8_t *)e->kernargs[t] + task->write_off[w], &data, sizeof(void *));
+        memcpy(ka + task->write_off[w], &data, sizeof(void *));
   }
   e->buffers[tensor.id] = data;
   mark_given(e, tensor.id);
@@ -1168,6 +1243,15 @@ AQ_API aq_status_t aq_exec_get_info(aq_exec_t *e, aq_exec_info_t *info) {
   *info = (aq_exec_info_t){.tasks = e->graph->ntasks, .packets = e->packets, .barriers = e->barriers,
                            .agents_used = agents_used, .queues = e->queues_used, .runs = e->runs, .bytes = e->bytes};
   return AQ_OK;
+}
+
+/* What a task runs, as DOT shows it: a fused pair is one kernel, the
+ * consumer's; the product's node says where its work went. */
+static const char *dot_kernel(const aq_exec_t *e, uint32_t t) {
+  const task_t *task = &e->graph->tasks[t];
+  if (task->kind == TASK_HOST) return "host call";
+  if (e->fusion.product[t] != UINT32_MAX) return AQ_KERNEL_MATMUL_FUSED;
+  return e->fusion.absorbed[t] ? "fused into its consumer" : task->kernel;
 }
 
 AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
@@ -1194,7 +1278,7 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
                                                      : "kernels-cpu.so";
     if (e->policy == AQ_SCHED_HEFT)
       fprintf(f, "  t%u [label=\"%s\\n%s [%s]\\non %s, lane %u\\nest. %.1f us, finish %.1f us\"];\n", t, task->name,
-              task->kind == TASK_HOST ? "host call" : task->kernel, variant, e->agent_names[a], pt->lane,
+              dot_kernel(e, t), variant, e->agent_names[a], pt->lane,
               pt->cost_ns / 1e3, pt->finish / 1e3);
     else {
       /* Other policies place by a work-group count; the estimate shown is
@@ -1208,7 +1292,7 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
       if (samples) snprintf(est, sizeof(est), "est. %.1f us (%u samples)", ns / 1e3, samples);
       else snprintf(est, sizeof(est), "est. ? (no model yet)");
       fprintf(f, "  t%u [label=\"%s\\n%s [%s]\\non %s, lane %u\\n%s\"];\n", t, task->name,
-              task->kind == TASK_HOST ? "host call" : task->kernel, variant, e->agent_names[a], pt->lane, est);
+              dot_kernel(e, t), variant, e->agent_names[a], pt->lane, est);
     }
   }
   for (uint32_t t = 0; t < g->ntasks; ++t) {
@@ -1236,7 +1320,8 @@ AQ_API aq_status_t aq_exec_set_learning_rate(aq_exec_t *e, float lr) {
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
     if (task->kind != TASK_KERNEL || task->code_object.handle || !e->kernargs[t]) continue;
-    size_t off = !strcmp(task->kernel, AQ_KERNEL_SGD)    ? offsetof(aq_sgd_args_t, lr)
+    size_t off = e->fusion.product[t] != UINT32_MAX ? offsetof(aq_matmul_fused_args_t, lr)
+                 : !strcmp(task->kernel, AQ_KERNEL_SGD) ? offsetof(aq_sgd_args_t, lr)
                  : !strcmp(task->kernel, AQ_KERNEL_ADAM) ? offsetof(aq_adam_args_t, lr)
                                                          : SIZE_MAX;
     if (off == SIZE_MAX) continue;

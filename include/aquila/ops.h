@@ -66,6 +66,36 @@ typedef struct aq_matmul_args {
   int32_t reserved_;  /* 0 */
 } aq_matmul_args_t;
 
+/* ---- matmul with a fused consumer --------------------------------------------
+ * The exec's fusion pass (scheduler/fuse.c) folds an elementwise consumer of
+ * a product into the product's write-back, where each micro-tile is still in
+ * registers or L1, instead of a second pass over C in memory:
+ *   AQ_MATMUL_FUSE_RELU_MASK: C = the product where mask > 0, else 0 (relu's
+ *     backward; mask is relu's forward output, row stride ldmask);
+ *   AQ_MATMUL_FUSE_SGD: the product is the gradient of the weight C (row
+ *     stride ldc), updated in place as AQ_KERNEL_SGD would, with velocity
+ *     (row stride ldc). The weight takes the whole sum at once, so this needs
+ *     beta 0, k <= AQ_MATMUL_FUSE_SGD_MAX_K (one depth slice), batch 1.
+ * Both need no bias and no activation in mm. Each element's arithmetic is
+ * that of the unfused pair. Grid: aq_matmul_grid(&args.mm). CPU only. */
+#define AQ_KERNEL_MATMUL_FUSED "aq_matmul_fused_f32"
+#define AQ_MATMUL_FUSE_SGD_MAX_K 512
+
+typedef enum aq_matmul_fuse {
+  AQ_MATMUL_FUSE_RELU_MASK = 1,
+  AQ_MATMUL_FUSE_SGD = 2,
+} aq_matmul_fuse_t;
+
+typedef struct aq_matmul_fused_args {
+  aq_matmul_args_t mm;
+  int32_t fuse; /* aq_matmul_fuse_t */
+  int32_t reserved_;
+  const float *mask; /* RELU_MASK */
+  int64_t ldmask;
+  float *velocity; /* SGD */
+  float lr, momentum, weight_decay;
+} aq_matmul_fused_args_t;
+
 /* The grid of a matmul: min(AQ_MATMUL_MAX_GROUPS, max(m n / AQ_MATMUL_MIN_PART,
  * m n k / AQ_MATMUL_MIN_WORK)) groups (at least one) per batch entry: a
  * narrow but deep product (a classifier's 256 x 10 logits over 1024

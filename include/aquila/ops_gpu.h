@@ -97,6 +97,10 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
 #define AQ_GPU_MATMUL_F32_SKINNY_N 16
 #define AQ_GPU_MATMUL_F32_SPLIT 2
 #define AQ_KERNEL_MATMUL_F32_SPLIT "aq_matmul_f32_split"
+/* aq_matmul_fused_f32's builds: the same four, by the same rule on its mm. */
+#define AQ_KERNEL_MATMUL_FUSED_TILE64 "aq_matmul_fused_f32_tile64"
+#define AQ_KERNEL_MATMUL_FUSED_ROWS "aq_matmul_fused_f32_rows"
+#define AQ_KERNEL_MATMUL_FUSED_SPLIT "aq_matmul_fused_f32_split"
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define AQ_GPU_HOST_DEVICE __host__ __device__
@@ -199,11 +203,20 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
            : tile < 0   ? AQ_KERNEL_MATMUL_F32_SPLIT
                         : AQ_KERNEL_MATMUL_F32_ROWS;
   }
+  if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED)) { /* the fused args start with the product's */
+    int tile = aq_matmul_f32_gpu_tile(&((const aq_matmul_fused_args_t *)kernarg)->mm);
+    return tile == 128 ? AQ_KERNEL_MATMUL_FUSED
+           : tile == 64 ? AQ_KERNEL_MATMUL_FUSED_TILE64
+           : tile < 0   ? AQ_KERNEL_MATMUL_FUSED_SPLIT
+                        : AQ_KERNEL_MATMUL_FUSED_ROWS;
+  }
   return kernel;
 }
 
 static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void *kernarg, aq_dispatch_shape_t cpu) {
   if (!strcmp(kernel, AQ_KERNEL_MATMUL)) return aq_matmul_f32_gpu_shape((const aq_matmul_args_t *)kernarg);
+  if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED))
+    return aq_matmul_f32_gpu_shape(&((const aq_matmul_fused_args_t *)kernarg)->mm);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return aq_matmul_bf16_gpu_shape((const aq_matmul_args_t *)kernarg);
   if (aq_conv2d_bf16_pass(kernel) >= 0) return aq_conv2d_bf16_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_bf16_pass(kernel));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) ||

@@ -11,19 +11,48 @@
 #include <unistd.h>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/update.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 /* What the write-back of a micro-tile does: v = alpha * acc (+ beta * C when
- * beta != 0) (+ bias[j]) then relu when asked. */
+ * beta != 0) (+ bias[j]) then relu when asked, or v through a fused
+ * consumer (post, on the last depth slice only). */
 typedef struct epi {
   float alpha, beta;
   const float *bias;     /* at the micro-tile's first column, or NULL */
   const float *bias_row; /* at the micro-tile's first row, or NULL */
   int relu;
+  const gemm_post_t *post;
 } epi_t;
+
+/* The write-back through a fused consumer: x holds the raw product of
+ * rows x cols elements (row stride ldx) and becomes v in place; C's part
+ * starts at row `row`, column `col`. The epilogue's arithmetic is the
+ * micro-kernels' (the + 0 too: it turns -0 into +0 as adding a zero bias
+ * vector does there). */
+static void post_rows(const epi_t *e, float *x, int64_t ldx, int64_t rows, int64_t cols, float *c, int64_t ldc,
+                      int64_t row, int64_t col) {
+  const gemm_post_t *q = e->post;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *cr = c + r * ldc;
+    float *xr = x + r * ldx;
+    for (int64_t j = 0; j < cols; ++j) {
+      float t = e->alpha * xr[j];
+      if (e->beta != 0.0f) t += e->beta * cr[j];
+      t += e->bias ? e->bias[j] : 0.0f;
+      if (e->bias_row) t += e->bias_row[r];
+      xr[j] = t;
+    }
+  }
+  if (q->kind == GEMM_POST_RELU_MASK)
+    cpu_relu_mask(rows, cols, q->mask + row * q->ldmask + col, q->ldmask, x, ldx, c, ldc);
+  else
+    cpu_sgd_update(rows, cols, c, ldc, x, ldx, q->velocity + row * q->ldv + col, q->ldv, q->lr, q->momentum,
+                   q->weight_decay);
+}
 
 /* ---- packing --------------------------------------------------------------- */
 
@@ -584,12 +613,57 @@ static const engine_t *engine_get(void) {
   return e;
 }
 
+/* Fetches C and the fused consumer's other array over rows [row, row +
+ * rows), columns [col, col + GEMM_NR). */
+static inline void post_prefetch(const gemm_part_t *p, const gemm_post_t *q, int64_t rows, int64_t row, int64_t col) {
+  const float *o = q->kind == GEMM_POST_RELU_MASK ? q->mask : q->velocity;
+  int64_t ldo = q->kind == GEMM_POST_RELU_MASK ? q->ldmask : q->ldv;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *c = p->c + (row + r) * p->ldc + col, *x = o + (row + r) * ldo + col;
+    __builtin_prefetch(c, 1), __builtin_prefetch(c + 16, 1);
+    __builtin_prefetch(x), __builtin_prefetch(x + 16);
+  }
+}
+
+/* macro with a fused consumer, over chunks of POST_NC columns: for each
+ * chunk, MR-row strips across it (A's micro-panel stays in L1 over the
+ * chunk's micro-panels of B, which stay in L2), then the consumer on the
+ * strip. Its rows of C and of its own array are runs of POST_NC floats,
+ * fetched while the strip before is computed; tile by tile (runs of 32
+ * floats 4 KB apart) its loads missed, and strips across all of nc cost
+ * the micro-kernels B's reuse. */
+enum { POST_NC = 4 * GEMM_NR, POST_LD = POST_NC + 16 /* rows 4 KB apart would share L1 sets */ };
+static void macro_post(const gemm_part_t *p, const engine_t *en, const float *pa, const float *pb, int64_t kc,
+                       int64_t i0, int64_t mc, int64_t j0, int64_t nc, const epi_t *e) {
+  float strip[GEMM_MR * POST_LD] __attribute__((aligned(64)));
+  const epi_t raw = {1.0f, 0.0f, NULL, NULL, 0, NULL};
+  for (int64_t jb = 0; jb < nc; jb += POST_NC) {
+    int64_t cols = nc - jb < POST_NC ? nc - jb : POST_NC;
+    for (int64_t ir = 0; ir < mc; ir += GEMM_MR) {
+      int64_t rows = mc - ir < GEMM_MR ? mc - ir : GEMM_MR;
+      int64_t next = mc - ir - GEMM_MR < GEMM_MR ? mc - ir - GEMM_MR : GEMM_MR;
+      for (int64_t jr = 0; jr < cols; jr += GEMM_NR) {
+        post_prefetch(p, e->post, next, i0 + ir + GEMM_MR, j0 + jb + jr);
+        (rows <= 6 ? en->micro_half : en->micro)(kc, pa + ir * kc, pb + (jb + jr) * kc, strip + jr, POST_LD, &raw);
+      }
+      epi_t er = *e;
+      er.bias = e->bias ? e->bias + j0 + jb : NULL;
+      er.bias_row = e->bias_row ? e->bias_row + i0 + ir : NULL;
+      post_rows(&er, strip, POST_LD, rows, cols, p->c + (i0 + ir) * p->ldc + j0 + jb, p->ldc, i0 + ir, j0 + jb);
+    }
+  }
+}
+
 /* Every micro-tile of a packed A block (rows [i0, i0 + mc)) against a packed
  * B panel (columns [j0, j0 + nc)). */
 static void macro(const gemm_part_t *p, const engine_t *en, const float *pa, const float *pb, int64_t kc, int64_t i0,
                   int64_t mc, int64_t j0, int64_t nc, const epi_t *e) {
+  if (e->post) {
+    macro_post(p, en, pa, pb, kc, i0, mc, j0, nc, e);
+    return;
+  }
   float buf[GEMM_MR * GEMM_NR] __attribute__((aligned(64)));
-  const epi_t raw = {1.0f, 0.0f, NULL, NULL, 0};
+  const epi_t raw = {1.0f, 0.0f, NULL, NULL, 0, NULL};
   for (int64_t jr = 0; jr < nc; jr += GEMM_NR) {
     int64_t cols = nc - jr < GEMM_NR ? nc - jr : GEMM_NR;
     epi_t ej = *e;
@@ -636,12 +710,21 @@ static void part_fused(const gemm_part_t *p, const engine_t *en, float *pa, floa
     int64_t kc = p->k - pc < KC ? p->k - pc : KC;
     int last = pc + KC >= p->k;
     epi_t e = {p->alpha, pc == 0 ? p->beta : 1.0f, last ? p->bias : NULL, last ? p->bias_row : NULL,
-               last && p->act == GEMM_ACT_RELU};
+               last && p->act == GEMM_ACT_RELU, last ? p->post : NULL};
     if (kc > 0) {
       if (p->pack_a) p->pack_a(p->pack_ctx, p->m0, p->mc, pc, kc, pa);
       else en->pack_a(p, p->m0, p->mc, pc, kc, pa);
     }
-    for (int64_t jr = 0; jr < p->nc; jr += GEMM_NR) {
+    /* A fused consumer's slice: B packed whole (macro_post walks rows). */
+    for (int64_t jc = 0; e.post && jc < p->nc; jc += GEMM_NC) {
+      int64_t nc = p->nc - jc < GEMM_NC ? p->nc - jc : GEMM_NC;
+      if (kc > 0) {
+        if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jc, nc, pc, kc, pb);
+        else en->pack_b(p, pc, kc, p->n0 + jc, nc, pb);
+      }
+      macro(p, en, pa, pb, kc, p->m0, p->mc, p->n0 + jc, nc, &e);
+    }
+    for (int64_t jr = 0; !e.post && jr < p->nc; jr += GEMM_NR) {
       int64_t cols = p->nc - jr < GEMM_NR ? p->nc - jr : GEMM_NR;
       if (kc > 0) {
         if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jr, cols, pc, kc, pb);
@@ -665,6 +748,15 @@ static void part_narrow(const gemm_part_t *p, const engine_t *en, float *pa) {
     int64_t rows = p->mc - i0 < GEMM_MR ? p->mc - i0 : GEMM_MR;
     if (p->k > 0) en->pack_a(p, p->m0 + i0, rows, 0, p->k, pa);
     en->narrow(p->k, pa, b, sl, sj, nj, out);
+    if (p->post) {
+      float x[GEMM_MR * NARROW_N];
+      for (int64_t r = 0; r < rows; ++r)
+        for (int j = 0; j < nj; ++j) x[r * NARROW_N + j] = out[j * 16 + r];
+      epi_t e = {p->alpha, p->beta, p->bias ? p->bias + p->n0 : NULL, p->bias_row ? p->bias_row + p->m0 + i0 : NULL,
+                 0, p->post};
+      post_rows(&e, x, NARROW_N, rows, nj, p->c + (p->m0 + i0) * p->ldc + p->n0, p->ldc, p->m0 + i0, p->n0);
+      continue;
+    }
     for (int64_t r = 0; r < rows; ++r) {
       float *cr = p->c + (p->m0 + i0 + r) * p->ldc + p->n0;
       for (int j = 0; j < nj; ++j) {
@@ -703,7 +795,7 @@ void gemm_part(const gemm_part_t *p, void *scratch) {
       int last = pc + KC >= p->k;
       /* beta applies once, on the first slice; the epilogue on the last. */
       epi_t e = {p->alpha, pc == 0 ? p->beta : 1.0f, last ? p->bias : NULL, last ? p->bias_row : NULL,
-                 last && p->act == GEMM_ACT_RELU};
+                 last && p->act == GEMM_ACT_RELU, last ? p->post : NULL};
       if (kc > 0) {
         if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jc, nc, pc, kc, pb);
         else en->pack_b(p, pc, kc, p->n0 + jc, nc, pb);

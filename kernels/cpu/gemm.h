@@ -33,6 +33,19 @@ enum { GEMM_ACT_NONE = 0, GEMM_ACT_RELU = 1 };
  * (an implicit im2col). */
 typedef void (*gemm_pack_fn)(const void *ctx, int64_t first, int64_t count, int64_t l0, int64_t kc, float *dst);
 
+/* A consumer of the product fused into its write-back (aq_matmul_fused_f32):
+ * after the epilogue, on the last depth slice, each row segment v of the
+ * tile goes to C through it instead of being stored. */
+typedef enum gemm_post_kind { GEMM_POST_RELU_MASK = 1, GEMM_POST_SGD = 2 } gemm_post_kind_t;
+typedef struct gemm_post {
+  gemm_post_kind_t kind;
+  const float *mask; /* RELU_MASK: C = v where mask > 0, else 0 */
+  int64_t ldmask;
+  float *velocity; /* SGD: C is the weight, v its gradient (update.h) */
+  int64_t ldv;
+  float lr, momentum, weight_decay;
+} gemm_post_t;
+
 /* op(A) is m x k, op(B) k x n; the part is rows [m0, m0 + mc) and columns
  * [n0, n0 + nc) of C. A is read as A[i * lda + l] (A[l * lda + i] when
  * trans_a), B as B[l * ldb + j] (B[j * ldb + l] when trans_b), unless a
@@ -47,6 +60,7 @@ typedef struct gemm_part {
   int64_t lda, ldb, ldc;
   int trans_a, trans_b;
   int act;
+  const gemm_post_t *post; /* NULL: store C */
   int64_t m0, n0, mc, nc, k;
   float alpha, beta;
 } gemm_part_t;

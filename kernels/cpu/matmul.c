@@ -9,7 +9,9 @@
  * repeat the packing; the agent's workers take groups dynamically, which
  * balances the parts when a core is shared.
  * The epilogue (beta, bias, activation) runs on each micro-tile while it is
- * in registers. */
+ * in registers; aq_matmul_fused_f32 also passes the tile through a fused
+ * consumer there (relu's backward mask, or the SGD update of the weight
+ * whose gradient the product is). */
 #include "aquila/ops.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/table.h"
@@ -21,8 +23,8 @@ static int valid(const aq_matmul_args_t *a) {
   return a->activation == AQ_ACTIVATION_NONE || a->activation == AQ_ACTIVATION_RELU;
 }
 
-static int matmul(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
-  const aq_matmul_args_t *a = kernarg;
+/* Group g's part of the product (a fused consumer or none). */
+static int matmul_part(const aq_matmul_args_t *a, const aq_dispatch_ctx_t *ctx, const gemm_post_t *post) {
   int64_t workers = ctx->worker_count > 0 ? ctx->worker_count : 1;
   /* Groups past any part's index leave at once (group 0 always checks). */
   if ((int64_t)ctx->group_id[1] * ctx->group_count[0] + ctx->group_id[0] >= workers * AQ_MATMUL_PARTS_PER_WORKER)
@@ -46,10 +48,36 @@ static int matmul(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   gemm_part_t p = {.a = a->a + z * a->stride_a, .b = a->b + z * a->stride_b, .c = a->c + z * a->stride_c,
                    .bias = a->bias, .lda = a->lda, .ldb = a->ldb, .ldc = a->ldc, .trans_a = a->trans_a,
                    .trans_b = a->trans_b, .act = a->activation == AQ_ACTIVATION_RELU ? GEMM_ACT_RELU : GEMM_ACT_NONE,
-                   .m0 = m0, .n0 = n0, .mc = m1 - m0, .nc = n1 - n0, .k = a->k, .alpha = a->alpha, .beta = a->beta};
+                   .post = post, .m0 = m0, .n0 = n0, .mc = m1 - m0, .nc = n1 - n0, .k = a->k, .alpha = a->alpha,
+                   .beta = a->beta};
   gemm_part(&p, ctx->group_segment);
   return 0;
 }
 
+static int matmul(const void *kernarg, const aq_dispatch_ctx_t *ctx) { return matmul_part(kernarg, ctx, NULL); }
+
+/* The fused forms' own rules (ops.h): the consumer sees the finished
+ * product, so nothing may follow it in the epilogue, and SGD's weight must
+ * take the sum in one depth slice. */
+static int fused_valid(const aq_matmul_fused_args_t *f) {
+  const aq_matmul_args_t *a = &f->mm;
+  if (a->bias || a->activation != AQ_ACTIVATION_NONE || a->batch > 1) return 0;
+  if (f->fuse == AQ_MATMUL_FUSE_RELU_MASK) return f->mask && f->ldmask >= a->n;
+  return f->fuse == AQ_MATMUL_FUSE_SGD && f->velocity && a->beta == 0.0f && a->k <= AQ_MATMUL_FUSE_SGD_MAX_K;
+}
+
+_Static_assert(AQ_MATMUL_FUSE_SGD_MAX_K <= GEMM_KC, "SGD's fused product must fit one depth slice");
+
+static int matmul_fused(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
+  const aq_matmul_fused_args_t *f = kernarg;
+  if (!fused_valid(f)) return 1;
+  gemm_post_t post = {.kind = f->fuse == AQ_MATMUL_FUSE_SGD ? GEMM_POST_SGD : GEMM_POST_RELU_MASK,
+                      .mask = f->mask, .ldmask = f->ldmask, .velocity = f->velocity, .ldv = f->mm.ldc,
+                      .lr = f->lr, .momentum = f->momentum, .weight_decay = f->weight_decay};
+  return matmul_part(&f->mm, ctx, &post);
+}
+
 const aq_kernel_desc_t aq_cpu_matmul_desc = {AQ_KERNEL_MATMUL, matmul, sizeof(aq_matmul_args_t), 8,
                                              (uint32_t)GEMM_SCRATCH_BYTES, 0};
+const aq_kernel_desc_t aq_cpu_matmul_fused_desc = {AQ_KERNEL_MATMUL_FUSED, matmul_fused,
+                                                   sizeof(aq_matmul_fused_args_t), 8, (uint32_t)GEMM_SCRATCH_BYTES, 0};

@@ -3,17 +3,30 @@
 #include "kernels/cpu/grid.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/table.h"
+#include "kernels/cpu/update.h"
 
 AQ_INLINE void relu_loop_body(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 AQ_VECTORISE(relu_loop, (const float *x, float *y, int64_t n), (x, y, n))
 
-/* y is the forward output: the gradient passes where it is positive. */
-AQ_INLINE void relu_bwd_loop_body(const float *y, const float *dy, float *dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+/* y is the forward output: the gradient passes where it is positive. Rows
+ * of n (strides ld*): the standalone kernel's one range, or a GEMM tile's
+ * rows when fused (update.h). */
+AQ_INLINE void relu_bwd_rows_body(int64_t rows, int64_t n, const float *y, int64_t ldy, const float *dy,
+                                  int64_t lddy, float *dx, int64_t lddx) {
+  for (int64_t r = 0; r < rows; ++r, y += ldy, dy += lddy, dx += lddx)
+    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
-AQ_VECTORISE(relu_bwd_loop, (const float *y, const float *dy, float *dx, int64_t n), (y, dy, dx, n))
+AQ_VECTORISE(relu_bwd_rows,
+             (int64_t rows, int64_t n, const float *y, int64_t ldy, const float *dy, int64_t lddy, float *dx,
+              int64_t lddx),
+             (rows, n, y, ldy, dy, lddy, dx, lddx))
+
+void cpu_relu_mask(int64_t rows, int64_t cols, const float *y, int64_t ldy, const float *dy, int64_t lddy, float *dx,
+                   int64_t lddx) {
+  relu_bwd_rows(rows, cols, y, ldy, dy, lddy, dx, lddx);
+}
 
 static int relu(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   const aq_relu_args_t *a = kernarg;
@@ -29,7 +42,7 @@ static int relu_bwd(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   if (!a->x || !a->dy || !a->y || a->n < 0) return 1;
   int64_t lo, hi;
   if (!aq_group_range(ctx, a->n, &lo, &hi)) return 0;
-  relu_bwd_loop(a->x + lo, a->dy + lo, a->y + lo, hi - lo);
+  relu_bwd_rows(1, hi - lo, a->x + lo, 0, a->dy + lo, 0, a->y + lo, 0);
   return 0;
 }
 

@@ -4,25 +4,36 @@
 #include "kernels/cpu/grid.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/table.h"
+#include "kernels/cpu/update.h"
 
-AQ_INLINE void sgd_loop_body(float *w, const float *grad, float *vel, int64_t n, float lr, float momentum,
-                             float wd) {
-  for (int64_t i = 0; i < n; ++i) {
-    float g = grad[i] + wd * w[i];
-    float v = momentum * vel[i] + g;
-    vel[i] = v;
-    w[i] -= lr * v;
-  }
+/* Rows of n elements (strides ld*): the standalone kernel's one range, or
+ * a GEMM tile's rows when fused (update.h). */
+AQ_INLINE void sgd_rows_body(int64_t rows, int64_t n, float *w, int64_t ldw, const float *grad, int64_t ldg,
+                             float *vel, int64_t ldv, float lr, float momentum, float wd) {
+  for (int64_t r = 0; r < rows; ++r, w += ldw, grad += ldg, vel += ldv)
+    for (int64_t i = 0; i < n; ++i) {
+      float g = grad[i] + wd * w[i];
+      float v = momentum * vel[i] + g;
+      vel[i] = v;
+      w[i] -= lr * v;
+    }
 }
-AQ_VECTORISE(sgd_loop, (float *w, const float *grad, float *vel, int64_t n, float lr, float momentum, float wd),
-             (w, grad, vel, n, lr, momentum, wd))
+AQ_VECTORISE(sgd_rows,
+             (int64_t rows, int64_t n, float *w, int64_t ldw, const float *grad, int64_t ldg, float *vel, int64_t ldv,
+              float lr, float momentum, float wd),
+             (rows, n, w, ldw, grad, ldg, vel, ldv, lr, momentum, wd))
+
+void cpu_sgd_update(int64_t rows, int64_t cols, float *w, int64_t ldw, const float *grad, int64_t ldg,
+                    float *velocity, int64_t ldv, float lr, float momentum, float wd) {
+  sgd_rows(rows, cols, w, ldw, grad, ldg, velocity, ldv, lr, momentum, wd);
+}
 
 static int sgd(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   const aq_sgd_args_t *a = kernarg;
   if (!a->w || !a->grad || !a->velocity || a->n < 0) return 1;
   int64_t lo, hi;
   if (!aq_group_range(ctx, a->n, &lo, &hi)) return 0;
-  sgd_loop(a->w + lo, a->grad + lo, a->velocity + lo, hi - lo, a->lr, a->momentum, a->weight_decay);
+  sgd_rows(1, hi - lo, a->w + lo, 0, a->grad + lo, 0, a->velocity + lo, 0, a->lr, a->momentum, a->weight_decay);
   return 0;
 }
 

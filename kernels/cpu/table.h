@@ -14,6 +14,7 @@ typedef struct aq_busy_wait_args {
 extern const aq_kernel_desc_t aq_cpu_noop_desc;
 extern const aq_kernel_desc_t aq_cpu_busy_wait_desc;
 extern const aq_kernel_desc_t aq_cpu_matmul_desc;
+extern const aq_kernel_desc_t aq_cpu_matmul_fused_desc;
 extern const aq_kernel_desc_t aq_cpu_relu_desc;
 extern const aq_kernel_desc_t aq_cpu_relu_bwd_desc;
 extern const aq_kernel_desc_t aq_cpu_axpby_desc;

@@ -33,6 +33,58 @@ namespace mm_f32 {
 
 constexpr int THREADS = 256, PAD = 4;
 
+// aq_matmul_fused_f32's consumer (ops.h): what the write-back does with an
+// element v of the finished product instead of storing it. F = false (every
+// unfused build) compiles to the plain store.
+struct Fuse {
+  int32_t kind;
+  const float *mask;
+  int64_t ldmask;
+  float *velocity;
+  float lr, momentum, weight_decay;
+  bool vec; /* the consumer's array takes 16-byte accesses along a row */
+};
+
+// Four consecutive elements v[0..3] of a row through the consumer, 16
+// bytes at a time (C, and the consumer's array, allow it: vc && f.vec).
+__device__ __forceinline__ void put4(const aq_matmul_args_t &p, const Fuse &f, float *c, int64_t r, int64_t col,
+                                     const float *v) {
+  float4 *out = reinterpret_cast<float4 *>(c + r * p.ldc + col);
+  if (f.kind == AQ_MATMUL_FUSE_RELU_MASK) {
+    float4 m = __ldg(reinterpret_cast<const float4 *>(f.mask + r * f.ldmask + col));
+    *out = make_float4(m.x > 0.0f ? v[0] : 0.0f, m.y > 0.0f ? v[1] : 0.0f, m.z > 0.0f ? v[2] : 0.0f,
+                       m.w > 0.0f ? v[3] : 0.0f);
+    return;
+  }
+  float4 *vp = reinterpret_cast<float4 *>(f.velocity + r * p.ldc + col);
+  float4 w4 = *out, u4 = *vp;
+  float w[4] = {w4.x, w4.y, w4.z, w4.w}, u[4] = {u4.x, u4.y, u4.z, u4.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float g = v[j] + f.weight_decay * w[j];
+    u[j] = f.momentum * u[j] + g;
+    w[j] = w[j] - f.lr * u[j];
+  }
+  *vp = make_float4(u[0], u[1], u[2], u[3]);
+  *out = make_float4(w[0], w[1], w[2], w[3]);
+}
+
+template <bool F>
+__device__ __forceinline__ void put(const aq_matmul_args_t &p, const Fuse &f, float *c, int64_t r, int64_t col, float v) {
+  float *out = c + r * p.ldc + col;
+  if (!F) {
+    *out = v;
+  } else if (f.kind == AQ_MATMUL_FUSE_RELU_MASK) {
+    *out = f.mask[r * f.ldmask + col] > 0.0f ? v : 0.0f;
+  } else { /* SGD: v is the gradient of the weight at out (aq_sgd_momentum_f32's rule) */
+    float *vel = f.velocity + r * p.ldc + col, w = *out;
+    float g = v + f.weight_decay * w;
+    float u = f.momentum * *vel + g;
+    *vel = u;
+    *out = w - f.lr * u;
+  }
+}
+
 // Q x Q quads of 4x4 a thread; 2 x 4 warps of 8 x 4 lanes make a tile of
 // 64Q x 64Q, and a k-slice of BK = 16 / Q so that A's and B's slices are one
 // 16-byte vector a thread each.
@@ -104,9 +156,9 @@ __device__ __forceinline__ void stash(Tile<Q, K> &t, bool TA, bool TB, int buf, 
   }
 }
 
-template <int Q, int BK>
+template <int Q, int BK, bool F = false>
 __device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q, BK> &t, const float *a, const float *b,
-                         float *c, int64_t row0, int64_t col0, bool va, bool vb, bool vc) {
+                         float *c, int64_t row0, int64_t col0, bool va, bool vb, bool vc, const Fuse &f = Fuse{}) {
   constexpr int T = 4 * Q, V = Geo<Q, BK>::V; /* T x T outputs a thread */
   const int tid = threadIdx.x + threadIdx.y * blockDim.x, warp = tid >> 5, lane = tid & 31;
   const int wm = (warp >> 2) * 32 * Q, wn = (warp & 3) * 16 * Q; /* 2 x 4 warps */
@@ -158,7 +210,17 @@ __device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q, BK
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = p.alpha * acc[i][h * 4 + j];
       float *out = c + r * p.ldc + col;
-      if (vc && col + 3 < p.n) {
+      if (F && vc && f.vec && col + 3 < p.n) {
+        const float4 o = p.beta != 0.0f ? *reinterpret_cast<const float4 *>(out) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float ov[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (p.beta != 0.0f) v[j] += p.beta * ov[j];
+          if (p.bias) v[j] += p.bias[col + j];
+          v[j] = activate(v[j], p.activation);
+        }
+        put4(p, f, c, r, col, v);
+      } else if (!F && vc && col + 3 < p.n) {
         if (p.beta != 0.0f) {
           float4 o = *reinterpret_cast<const float4 *>(out);
           v[0] += p.beta * o.x, v[1] += p.beta * o.y, v[2] += p.beta * o.z, v[3] += p.beta * o.w;
@@ -176,7 +238,7 @@ __device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q, BK
           float x = v[j];
           if (p.beta != 0.0f) x += p.beta * out[j];
           if (p.bias) x += p.bias[col + j];
-          out[j] = activate(x, p.activation);
+          put<F>(p, f, c, r, col + j, activate(x, p.activation));
         }
       }
     }
@@ -185,8 +247,8 @@ __device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q, BK
 
 
 
-template <int Q, int BK>
-__device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q, BK> &t) {
+template <int Q, int BK, bool F = false>
+__device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q, BK> &t, const Fuse &f = Fuse{}) {
   constexpr int BM = Geo<Q>::BM, BN = Geo<Q>::BN;
   const int64_t tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN, tiles = tiles_m * tiles_n;
   const int64_t blocks = (int64_t)gridDim.x * gridDim.y;
@@ -203,7 +265,7 @@ __device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q, BK> &t) {
       const int64_t per_group = 8 * tiles_n, first = (id / per_group) * 8;
       const int64_t rows = tiles_m - first < 8 ? tiles_m - first : 8;
       const int64_t tm = first + (id % per_group) % rows, tn = (id % per_group) / rows;
-      tile_f32<Q, BK>(p, p.trans_a != 0, p.trans_b != 0, t, a, b, c, tm * BM, tn * BN, va, vb, vc);
+      tile_f32<Q, BK, F>(p, p.trans_a != 0, p.trans_b != 0, t, a, b, c, tm * BM, tn * BN, va, vb, vc, f);
     }
   }
 }
@@ -221,9 +283,9 @@ __device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q, BK> &t) {
 #define AQ_CLUSTERS 1
 #endif
 
-template <int SPLIT, int BK>
+template <int SPLIT, int BK, bool F>
 __device__ void tile_split(const aq_matmul_args_t &p, Tile<1, BK> &t, float *part, const float *a, const float *b,
-                           float *c, int64_t row0, int64_t col0) {
+                           float *c, int64_t row0, int64_t col0, const Fuse &f) {
   const bool TA = p.trans_a != 0, TB = p.trans_b != 0;
 #ifdef AQ_CLUSTERS
   constexpr int B = Geo<1>::BM; /* 64 */
@@ -249,19 +311,19 @@ __device__ void tile_split(const aq_matmul_args_t &p, Tile<1, BK> &t, float *par
     float *out = c + r * p.ldc + col, v = p.alpha * sum;
     if (p.beta != 0.0f) v += p.beta * *out;
     if (p.bias) v += p.bias[col];
-    *out = activate(v, p.activation);
+    put<F>(p, f, c, r, col, activate(v, p.activation));
   }
   cluster.sync(); /* the partials are read before the next tile overwrites them */
 #else
   const bool va = aligned16(a) && p.lda % 4 == 0, vb = aligned16(b) && p.ldb % 4 == 0;
   const bool vc = aligned16(c) && p.ldc % 4 == 0 && (!p.bias || aligned16(p.bias));
   (void)part;
-  tile_f32<1, BK>(p, TA, TB, t, a, b, c, row0, col0, va, vb, vc);
+  tile_f32<1, BK, F>(p, TA, TB, t, a, b, c, row0, col0, va, vb, vc, f);
 #endif
 }
 
-template <int SPLIT, int BK>
-__device__ void matmul_split(const aq_matmul_args_t &p, Tile<1, BK> &t, float *part) {
+template <int SPLIT, int BK, bool F = false>
+__device__ void matmul_split(const aq_matmul_args_t &p, Tile<1, BK> &t, float *part, const Fuse &f = Fuse{}) {
   constexpr int B = Geo<1>::BM;
 #ifndef AQ_CLUSTERS
   if (blockIdx.x % SPLIT) return; /* one block a group does the whole tile */
@@ -273,7 +335,8 @@ __device__ void matmul_split(const aq_matmul_args_t &p, Tile<1, BK> &t, float *p
       const int64_t per_group = 8 * tiles_n, first = (id / per_group) * 8;
       const int64_t rows = tiles_m - first < 8 ? tiles_m - first : 8;
       const int64_t tm = first + (id % per_group) % rows, tn = (id % per_group) / rows;
-      tile_split<SPLIT, BK>(p, t, part, p.a + z * p.stride_a, p.b + z * p.stride_b, p.c + z * p.stride_c, tm * B, tn * B);
+      tile_split<SPLIT, BK, F>(p, t, part, p.a + z * p.stride_a, p.b + z * p.stride_b, p.c + z * p.stride_c, tm * B,
+                               tn * B, f);
     }
 }
 
@@ -304,17 +367,19 @@ __device__ __forceinline__ float skinny_b(const aq_matmul_args_t &p, const float
   return __ldg(p.trans_b ? b + j * p.ldb + k : b + k * p.ldb + j);
 }
 
-__device__ __forceinline__ void skinny_store(const aq_matmul_args_t &p, float *c, int64_t i, int64_t j, float sum) {
+template <bool F>
+__device__ __forceinline__ void skinny_store(const aq_matmul_args_t &p, const Fuse &f, float *c, int64_t i, int64_t j,
+                                             float sum) {
   float *out = c + i * p.ldc + j, v = p.alpha * sum;
   if (p.beta != 0.0f) v += p.beta * *out;
   if (p.bias) v += p.bias[j];
-  *out = activate(v, p.activation);
+  put<F>(p, f, c, i, j, activate(v, p.activation));
 }
 
 // A stored m x k: R rows a block, lanes along k.
-template <int R>
+template <int R, bool F>
 __device__ void skinny_k_lanes(const aq_matmul_args_t &p, Skinny &s, const float *a, const float *b, float *c,
-                               int64_t i0, int64_t j0, int64_t n) {
+                               int64_t i0, int64_t j0, int64_t n, const Fuse &f) {
   const int tid = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)), warp = tid / 32,
             lane = tid % 32;
   const int64_t slice = (p.k + WARPS - 1) / WARPS, k0 = warp * slice, k1 = k0 + slice < p.k ? k0 + slice : p.k;
@@ -350,7 +415,7 @@ __device__ void skinny_k_lanes(const aq_matmul_args_t &p, Skinny &s, const float
     if (i0 + r >= p.m || j >= n) continue;
     float sum = 0.0f;
     for (int w = 0; w < WARPS; ++w) sum += s.part[w][r][j];
-    skinny_store(p, c, i0 + r, j0 + j, sum);
+    skinny_store<F>(p, f, c, i0 + r, j0 + j, sum);
   }
   __syncthreads();
 }
@@ -359,8 +424,9 @@ __device__ void skinny_k_lanes(const aq_matmul_args_t &p, Skinny &s, const float
 // of A and B's panel come through shared memory a k-chunk at a time, loaded
 // along whichever dimension is contiguous (read straight from global
 // memory, each lane's own k made every load touch 32 sectors).
+template <bool F>
 __device__ void skinny_staged(const aq_matmul_args_t &p, Skinny &u, const float *a, const float *b, float *c,
-                             int64_t i0, int64_t j0, int tid) {
+                              int64_t i0, int64_t j0, int tid, const Fuse &f) {
   auto &s = u.staged;
   const int warp = tid / 32, lane = tid % 32;
   const int64_t n = p.n - j0 < SKINNY_N ? p.n - j0 : SKINNY_N, i = i0 + warp;
@@ -396,16 +462,11 @@ __device__ void skinny_staged(const aq_matmul_args_t &p, Skinny &u, const float 
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     if (lane == j) mine = v;
   }
-  if (i < p.m && lane < n) {
-    float *out = c + i * p.ldc + j0 + lane;
-    float v = p.alpha * mine;
-    if (p.beta != 0.0f) v += p.beta * *out;
-    if (p.bias) v += p.bias[j0 + lane];
-    *out = activate(v, p.activation);
-  }
+  if (i < p.m && lane < n) skinny_store<F>(p, f, c, i, j0 + lane, mine);
 }
 
-__device__ void matmul_skinny(const aq_matmul_args_t &p, Skinny &s) {
+template <bool F = false>
+__device__ void matmul_skinny(const aq_matmul_args_t &p, Skinny &s, const Fuse &f = Fuse{}) {
   const int64_t block = blockIdx.x + (int64_t)gridDim.x * (blockIdx.y + (int64_t)gridDim.y * blockIdx.z);
   const int64_t blocks = (int64_t)gridDim.x * gridDim.y * gridDim.z;
   const int rows = aq_matmul_f32_rows_per_block(&p);
@@ -416,10 +477,11 @@ __device__ void matmul_skinny(const aq_matmul_args_t &p, Skinny &s) {
     float *c = p.c + z * p.stride_c;
     for (int64_t j0 = 0; j0 < p.n; j0 += SKINNY_N) {
       const int64_t n = p.n - j0 < SKINNY_N ? p.n - j0 : SKINNY_N;
-      if (p.trans_a) skinny_staged(p, s, a, b, c, i0, j0, threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-      else if (rows == 4) skinny_k_lanes<4>(p, s, a, b, c, i0, j0, n);
-      else if (rows == 2) skinny_k_lanes<2>(p, s, a, b, c, i0, j0, n);
-      else skinny_k_lanes<1>(p, s, a, b, c, i0, j0, n);
+      if (p.trans_a)
+        skinny_staged<F>(p, s, a, b, c, i0, j0, threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z), f);
+      else if (rows == 4) skinny_k_lanes<4, F>(p, s, a, b, c, i0, j0, n, f);
+      else if (rows == 2) skinny_k_lanes<2, F>(p, s, a, b, c, i0, j0, n, f);
+      else skinny_k_lanes<1, F>(p, s, a, b, c, i0, j0, n, f);
     }
   }
 }
@@ -476,4 +538,49 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_rows(aq_matmul_args_t p) 
   if (!matmul_prologue(p)) return;
   __shared__ mm_f32::Skinny s;
   mm_f32::matmul_skinny(p, s);
+}
+
+// aq_matmul_fused_f32 (ops.h): the same four builds with the consumer in the
+// write-back; aq_gpu_op_kernel picks one by the product's shape. The rules
+// the CPU kernel faults on leave everything untouched here.
+__device__ __forceinline__ bool fused_prologue(aq_matmul_fused_args_t &a, mm_f32::Fuse &f) {
+  const aq_matmul_args_t &p = a.mm;
+  if (p.bias || p.activation != AQ_ACTIVATION_NONE || p.batch > 1) return false;
+  if (a.fuse == AQ_MATMUL_FUSE_RELU_MASK ? !a.mask || a.ldmask < p.n
+      : a.fuse != AQ_MATMUL_FUSE_SGD || !a.velocity || p.beta != 0.0f || p.k > AQ_MATMUL_FUSE_SGD_MAX_K)
+    return false;
+  const bool vec = a.fuse == AQ_MATMUL_FUSE_RELU_MASK ? aligned16(a.mask) && a.ldmask % 4 == 0 : aligned16(a.velocity);
+  f = mm_f32::Fuse{a.fuse, a.mask, a.ldmask, a.velocity, a.lr, a.momentum, a.weight_decay, vec};
+  return matmul_prologue(a.mm);
+}
+
+AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_fused_f32(aq_matmul_fused_args_t a) {
+  mm_f32::Fuse f;
+  if (!fused_prologue(a, f)) return;
+  __shared__ __align__(16) mm_f32::Tile<2> t;
+  mm_f32::matmul_tiles<2, 8, true>(a.mm, t, f);
+}
+
+AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_fused_f32_tile64(aq_matmul_fused_args_t a) {
+  mm_f32::Fuse f;
+  if (!fused_prologue(a, f)) return;
+  __shared__ __align__(16) mm_f32::Tile<1> t;
+  mm_f32::matmul_tiles<1, 16, true>(a.mm, t, f);
+}
+
+AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 4) aq_matmul_fused_f32_split(aq_matmul_fused_args_t a) {
+  mm_f32::Fuse f;
+  if (!fused_prologue(a, f)) return;
+  __shared__ __align__(16) union {
+    mm_f32::Tile<1> t;
+    float part[64 * 64];
+  } u;
+  mm_f32::matmul_split<AQ_GPU_MATMUL_F32_SPLIT, 16, true>(a.mm, u.t, u.part, f);
+}
+
+AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_fused_f32_rows(aq_matmul_fused_args_t a) {
+  mm_f32::Fuse f;
+  if (!fused_prologue(a, f)) return;
+  __shared__ mm_f32::Skinny s;
+  mm_f32::matmul_skinny<true>(a.mm, s, f);
 }

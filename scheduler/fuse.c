@@ -1,0 +1,283 @@
+/* Epilogue fusion (fuse.h). A training step's backward pass writes each
+ * weight gradient with a matmul and reads it back once, in the SGD update;
+ * relu's backward likewise reads a product once to mask it. On a CPU the
+ * second pass is a trip through memory for megabytes the GEMM had in L1 a
+ * moment before: fused, the consumer's rule runs on each tile in the
+ * write-back (kernels/cpu/gemm.c) and the product is never stored.
+ *
+ * A pair fuses only where nothing else can see the product: one writer (a
+ * plain matmul of the op library: no bias, activation or batch), one reader
+ * (the consumer), no later task ordered after the product alone, and both
+ * tasks on lanes of the same CPU agent. */
+#include "scheduler/fuse.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/status.h"
+
+/* The consumer kinds and where each reads the product. */
+static int consumer_slot(const task_t *t, size_t *off, aq_matmul_fuse_t *kind) {
+  if (t->kind != TASK_KERNEL || t->code_object.handle) return 0;
+  if (!strcmp(t->kernel, AQ_KERNEL_SGD)) {
+    *off = offsetof(aq_sgd_args_t, grad), *kind = AQ_MATMUL_FUSE_SGD;
+    return 1;
+  }
+  if (!strcmp(t->kernel, AQ_KERNEL_RELU_BWD)) {
+    *off = offsetof(aq_relu_args_t, dy), *kind = AQ_MATMUL_FUSE_RELU_MASK;
+    return 1;
+  }
+  return 0;
+}
+
+static int reads_at(const task_t *t, size_t off, uint32_t *tensor) {
+  for (uint32_t r = 0; r < t->nreads; ++r)
+    if (t->read_off[r] == off) return *tensor = t->reads[r], 1;
+  return 0;
+}
+
+/* The product: a library matmul writing only x, whose epilogue the fused
+ * kernel takes over as it is (ops.h's rules for aq_matmul_fused_f32). */
+static int plain_product(const task_t *m, uint32_t x, const task_t *c, aq_matmul_fuse_t kind) {
+  if (m->kind != TASK_KERNEL || m->code_object.handle || strcmp(m->kernel, AQ_KERNEL_MATMUL)) return 0;
+  if (m->nwrites != 1 || m->writes[0] != x) return 0;
+  uint32_t bias;
+  if (reads_at(m, offsetof(aq_matmul_args_t, bias), &bias)) return 0;
+  aq_matmul_args_t a;
+  memcpy(&a, m->kernarg, sizeof(a));
+  if (a.bias || a.activation != AQ_ACTIVATION_NONE || a.batch > 1 || a.ldc != a.n || a.beta != 0.0f) return 0;
+  if (kind == AQ_MATMUL_FUSE_SGD) {
+    aq_sgd_args_t s;
+    memcpy(&s, c->kernarg, sizeof(s));
+    return a.k <= AQ_MATMUL_FUSE_SGD_MAX_K && s.n == a.m * a.n;
+  }
+  aq_relu_args_t r;
+  memcpy(&r, c->kernarg, sizeof(r));
+  return r.n == a.m * a.n;
+}
+
+static aq_status_t add_pred(plan_task_t *pt, uint32_t q) {
+  for (uint32_t j = 0; j < pt->npreds; ++j)
+    if (pt->preds[j] == q) return AQ_OK;
+  if (pt->npreds == pt->cap_preds) {
+    uint32_t cap = pt->cap_preds ? 2 * pt->cap_preds : 4;
+    uint32_t *n = realloc(pt->preds, cap * sizeof(uint32_t));
+    if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan fusion");
+    pt->preds = n, pt->cap_preds = cap;
+  }
+  pt->preds[pt->npreds++] = q;
+  return AQ_OK;
+}
+
+/* Per tensor, how many tasks read and write it; per task, whether an
+ * after-any edge names it (such a task must keep its own signal). */
+typedef struct counts {
+  uint32_t *readers, *writers;
+  uint8_t *awaited;
+} counts_t;
+
+static aq_status_t count(const aq_graph_t *g, counts_t *c) {
+  c->readers = calloc(g->ntensors, sizeof(uint32_t));
+  c->writers = calloc(g->ntensors, sizeof(uint32_t));
+  c->awaited = calloc(g->ntasks ? g->ntasks : 1, 1);
+  if (!c->readers || !c->writers || !c->awaited) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan fusion");
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    const task_t *k = &g->tasks[t];
+    for (uint32_t r = 0; r < k->nreads; ++r) c->readers[k->reads[r]]++;
+    for (uint32_t w = 0; w < k->nwrites; ++w) c->writers[k->writes[w]]++;
+    for (uint32_t j = 0; j < k->nafter_any; ++j) c->awaited[k->after_any[j]] = 1;
+  }
+  return AQ_OK;
+}
+
+/* Scratch for walking the plan: a stack and a mark per task. */
+typedef struct walk {
+  uint32_t *stack;
+  uint8_t *seen;
+} walk_t;
+
+/* Whether `target` is an ancestor of t. */
+static int is_ancestor(const plan_t *plan, uint32_t t, uint32_t target, walk_t *w) {
+  uint32_t top = 0, found = 0;
+  w->stack[top++] = t;
+  w->seen[t] = 1;
+  while (top && !found) {
+    const plan_task_t *pt = &plan->tasks[w->stack[--top]];
+    for (uint32_t j = 0; j < pt->npreds && !found; ++j) {
+      uint32_t q = pt->preds[j];
+      found = q == target;
+      if (!w->seen[q]) w->seen[q] = 1, w->stack[top++] = q;
+    }
+  }
+  memset(w->seen, 0, plan->ntasks); /* small graphs fuse; big ones rarely have a candidate */
+  return (int)found;
+}
+
+/* The product task consumer t can take in, or UINT32_MAX. Tasks ordered
+ * after the product for other reasons (a later writer of an operand it
+ * reads) will follow the consumer instead, unless one of them leads to the
+ * consumer: then the pair stays apart. */
+static uint32_t fusable(const fuse_in_t *in, const plan_t *plan, const counts_t *c, const fusion_t *f, uint32_t t,
+                        walk_t *w) {
+  const aq_graph_t *g = in->graph;
+  const task_t *ct = &g->tasks[t];
+  size_t off;
+  aq_matmul_fuse_t kind;
+  uint32_t x;
+  if (!consumer_slot(ct, &off, &kind) || !reads_at(ct, off, &x)) return UINT32_MAX;
+  aq_tensor_role_t role = g->tensors[x].role;
+  if ((role != AQ_ROLE_GRADIENT && role != AQ_ROLE_ACTIVATION) || c->readers[x] != 1 || c->writers[x] != 1)
+    return UINT32_MAX;
+  const plan_task_t *pt = &plan->tasks[t];
+  for (uint32_t j = 0; j < pt->npreds; ++j) {
+    uint32_t m = pt->preds[j];
+    if (!plain_product(&g->tasks[m], x, ct, kind)) continue;
+    /* the consumer writes in place of what the product still reads */
+    for (uint32_t k = 0; k < ct->nwrites; ++k)
+      for (uint32_t r = 0; r < g->tasks[m].nreads; ++r)
+        if (ct->writes[k] == g->tasks[m].reads[r]) return UINT32_MAX;
+    uint32_t lm = plan->tasks[m].lane, lt = pt->lane;
+    if (c->awaited[m] || f->absorbed[m] || f->product[m] != UINT32_MAX) return UINT32_MAX;
+    if (in->lane_agent[lm] != in->lane_agent[lt] || !(in->lane_fuses[lt] & (1u << kind))) return UINT32_MAX;
+    for (uint32_t u = 0; u < plan->ntasks; ++u) {
+      if (u == t) continue;
+      for (uint32_t k = 0; k < plan->tasks[u].npreds; ++k)
+        if (plan->tasks[u].preds[k] == m && is_ancestor(plan, t, u, w)) return UINT32_MAX;
+    }
+    return m;
+  }
+  return UINT32_MAX;
+}
+
+/* Consumer t takes product m in: t also waits for m's predecessors, and
+ * m's other successors wait for t. */
+static aq_status_t merge(plan_t *plan, uint32_t t, uint32_t m) {
+  aq_status_t s = AQ_OK;
+  for (uint32_t j = 0; s == AQ_OK && j < plan->tasks[m].npreds; ++j) {
+    uint32_t q = plan->tasks[m].preds[j], before = plan->tasks[t].npreds;
+    s = add_pred(&plan->tasks[t], q);
+    if (s == AQ_OK && plan->tasks[t].npreds > before) plan->tasks[q].nsuccs++;
+  }
+  for (uint32_t u = 0; s == AQ_OK && u < plan->ntasks; ++u) {
+    if (u == t) continue;
+    for (uint32_t k = 0; s == AQ_OK && k < plan->tasks[u].npreds; ++k)
+      if (plan->tasks[u].preds[k] == m) {
+        uint32_t before = plan->tasks[u].npreds;
+        s = add_pred(&plan->tasks[u], t);
+        if (s == AQ_OK && plan->tasks[u].npreds > before) plan->tasks[t].nsuccs++;
+        break;
+      }
+  }
+  return s;
+}
+
+/* A topological order as close to the old one as the new edges allow (Kahn's,
+ * always taking the ready task that came first), and the lanes numbered
+ * again: placement's order stands except where a consumer moved. */
+static aq_status_t reorder(plan_t *plan, uint32_t nlanes) {
+  uint32_t n = plan->ntasks;
+  uint32_t *pos = malloc(n * sizeof(uint32_t)), *indeg = calloc(n, sizeof(uint32_t)), *heap = malloc(n * sizeof(uint32_t));
+  uint32_t *start = calloc(n + 1, sizeof(uint32_t)), *succ = NULL, *fill = calloc(n, sizeof(uint32_t));
+  uint32_t edges = 0;
+  for (uint32_t i = 0; i < n; ++i) edges += plan->tasks[i].npreds;
+  succ = malloc((edges ? edges : 1) * sizeof(uint32_t));
+  aq_status_t s = pos && indeg && heap && start && succ && fill ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan fusion");
+  for (uint32_t k = 0; s == AQ_OK && k < n; ++k) pos[plan->order[k]] = k;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
+    indeg[i] = plan->tasks[i].npreds;
+    for (uint32_t j = 0; j < plan->tasks[i].npreds; ++j) start[plan->tasks[i].preds[j] + 1]++;
+  }
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) start[i + 1] += start[i];
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
+    for (uint32_t j = 0; j < plan->tasks[i].npreds; ++j) {
+      uint32_t q = plan->tasks[i].preds[j];
+      succ[start[q] + fill[q]++] = i;
+    }
+  uint32_t size = 0, out = 0;
+#define LESS(a, b) (pos[heap[a]] < pos[heap[b]])
+#define SWAP(a, b) do { uint32_t t_ = heap[a]; heap[a] = heap[b]; heap[b] = t_; } while (0)
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
+    if (!indeg[i])
+      for (uint32_t c = size++, p; heap[c] = i, c && (p = (c - 1) / 2, LESS(c, p)); c = p) SWAP(c, p);
+  while (s == AQ_OK && size) {
+    uint32_t t = heap[0];
+    heap[0] = heap[--size];
+    for (uint32_t c = 0;;) { /* sift down */
+      uint32_t l = 2 * c + 1, r = l + 1, m = c;
+      if (l < size && LESS(l, m)) m = l;
+      if (r < size && LESS(r, m)) m = r;
+      if (m == c) break;
+      SWAP(c, m);
+      c = m;
+    }
+    plan->order[out++] = t;
+    for (uint32_t e = start[t]; e < start[t + 1]; ++e)
+      if (--indeg[succ[e]] == 0)
+        for (uint32_t c = size++, p; heap[c] = succ[e], c && (p = (c - 1) / 2, LESS(c, p)); c = p) SWAP(c, p);
+  }
+#undef LESS
+#undef SWAP
+  if (s == AQ_OK && out != n) s = aq_error(AQ_ERROR_INTERNAL, "fusion left the plan with a cycle");
+  if (s == AQ_OK) s = plan_number_lanes(plan, nlanes);
+  free(pos), free(indeg), free(heap), free(start), free(succ), free(fill);
+  return s;
+}
+
+aq_status_t fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *f) {
+  const aq_graph_t *g = in->graph;
+  memset(f, 0, sizeof(*f));
+  f->product = malloc((g->ntasks ? g->ntasks : 1) * sizeof(uint32_t));
+  f->absorbed = calloc(g->ntasks ? g->ntasks : 1, 1);
+  f->unstored = malloc(g->ntensors * sizeof(uint32_t));
+  if (!f->product || !f->absorbed || !f->unstored) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan fusion");
+  for (uint32_t t = 0; t < g->ntasks; ++t) f->product[t] = UINT32_MAX;
+  for (uint32_t x = 0; x < g->ntensors; ++x) f->unstored[x] = UINT32_MAX;
+  if (in->off) return AQ_OK;
+  counts_t c = {0};
+  walk_t w = {malloc((g->ntasks + 1) * sizeof(uint32_t)), calloc(g->ntasks + 1, 1)};
+  aq_status_t s = w.stack && w.seen ? count(g, &c) : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan fusion");
+  for (uint32_t t = 0; s == AQ_OK && t < g->ntasks; ++t) {
+    uint32_t m = fusable(in, plan, &c, f, t, &w);
+    if (m == UINT32_MAX) continue;
+    s = merge(plan, t, m);
+    if (s != AQ_OK) break;
+    f->product[t] = m;
+    f->absorbed[m] = 1;
+    f->unstored[g->tasks[m].writes[0]] = t;
+    f->count++;
+  }
+  if (s == AQ_OK && f->count) s = reorder(plan, in->nlanes);
+  free(c.readers), free(c.writers), free(c.awaited), free(w.stack), free(w.seen);
+  return s;
+}
+
+void fusion_free(fusion_t *f) {
+  free(f->product), free(f->absorbed), free(f->unstored);
+  memset(f, 0, sizeof(*f));
+}
+
+_Static_assert(offsetof(aq_matmul_fused_args_t, mm) == 0, "a product's kernarg offsets must hold in the fused one");
+
+void fuse_kernarg(const aq_graph_t *g, uint32_t consumer, const void *consumer_args, const void *product_args,
+                  aq_matmul_fused_args_t *out) {
+  size_t off;
+  aq_matmul_fuse_t kind = AQ_MATMUL_FUSE_RELU_MASK;
+  memset(out, 0, sizeof(*out));
+  memcpy(&out->mm, product_args, sizeof(out->mm));
+  consumer_slot(&g->tasks[consumer], &off, &kind);
+  out->fuse = kind;
+  if (kind == AQ_MATMUL_FUSE_SGD) {
+    aq_sgd_args_t s;
+    memcpy(&s, consumer_args, sizeof(s));
+    out->mm.c = s.w; /* the product is w's gradient: w takes it in place */
+    out->velocity = s.velocity;
+    out->lr = s.lr, out->momentum = s.momentum, out->weight_decay = s.weight_decay;
+    return;
+  }
+  aq_relu_args_t r;
+  memcpy(&r, consumer_args, sizeof(r));
+  out->mm.c = r.y; /* relu's dx */
+  out->mask = r.x; /* the forward output */
+  out->ldmask = out->mm.n;
+}

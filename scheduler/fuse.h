@@ -1,0 +1,43 @@
+/* Epilogue fusion: after placement, a matmul whose one consumer is an
+ * elementwise op the CPU GEMM can apply in its write-back (relu's backward,
+ * an SGD update) runs as one kernel, aq_matmul_fused_f32, at the consumer's
+ * place in the plan; the product's own task gets no packet. */
+#ifndef AQ_SCHEDULER_FUSE_H_
+#define AQ_SCHEDULER_FUSE_H_
+
+#include "aquila/ops.h"
+#include "scheduler/plan.h"
+
+typedef struct fusion {
+  uint32_t *product;  /* per task: the product task its kernel takes in, or UINT32_MAX */
+  uint8_t *absorbed;  /* per task: 1 when its work runs in its consumer's kernel */
+  uint32_t *unstored; /* per tensor: the consumer task whose kernel takes it in
+                         instead of storing it, or UINT32_MAX */
+  uint32_t count;
+} fusion_t;
+
+typedef struct fuse_in {
+  aq_graph_t *graph;
+  uint32_t nlanes;
+  const uint32_t *lane_agent; /* lane -> agent index */
+  /* lane -> the aq_matmul_fuse_t kinds its agent fuses (1 << kind): where
+   * aq_matmul_fused_f32 exists, and the fusion measured faster there */
+  const uint8_t *lane_fuses;
+  int off; /* AQ_EXEC_NO_FUSION or AQ_FUSION=0: plan no fusion */
+} fuse_in_t;
+
+/* Finds the fusable pairs; each consumer then waits for its product's
+ * producers too, the product's other successors wait for the consumer, and
+ * the plan's order and lane positions follow (the product task stays the
+ * consumer's predecessor, so what follows the consumer still follows every
+ * task that touched the product's operands). The arrays are allocated even
+ * when nothing fuses. */
+aq_status_t fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *out);
+void fusion_free(fusion_t *f);
+
+/* The fused kernel's arguments, from the consumer's and the product's
+ * kernargs with their tensor addresses filled in. */
+void fuse_kernarg(const aq_graph_t *g, uint32_t consumer, const void *consumer_args, const void *product_args,
+                  aq_matmul_fused_args_t *out);
+
+#endif

@@ -1,0 +1,79 @@
+/* aq_matmul_fused_f32's four GPU builds against the GPU's own unfused pair
+ * (the product, then aq_sgd_momentum_f32 or aq_relu_bwd_f32), on shapes
+ * that select each build the way the scheduler does. */
+#include "gk.h"
+
+TestSuite(gpu_fused, .init = gk_setup, .fini = gk_teardown);
+
+typedef struct fcase {
+  int64_t m, n, k;
+  int ta, tb;
+  const char *build; /* the fused kernel aq_gpu_op_kernel must pick */
+} fcase_t;
+
+static aq_matmul_args_t product(const float *a, const float *b, float *c, const fcase_t *f) {
+  aq_matmul_args_t p = {.a = a, .b = b, .c = c, .m = f->m, .n = f->n, .k = f->k, .lda = f->ta ? f->m : f->k,
+                        .ldb = f->tb ? f->k : f->n, .ldc = f->n, .batch = 1, .alpha = 1.0f, .trans_a = f->ta,
+                        .trans_b = f->tb};
+  return p;
+}
+
+static void check(const fcase_t *f, aq_matmul_fuse_t kind) {
+  size_t mn = (size_t)(f->m * f->n);
+  float *a = gk_random((size_t)(f->m * f->k), 1), *b = gk_random((size_t)(f->k * f->n), 2), *g = gk_floats(mn);
+  float *c = gk_random(mn, 3), *v = gk_random(mn, 4), *c2 = gk_floats(mn), *v2 = gk_floats(mn);
+  float *mask = gk_random(mn, 5);
+  memcpy(c2, c, mn * 4), memcpy(v2, v, mn * 4);
+  aq_matmul_args_t mm = product(a, b, g, f);
+  gk_run(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &mm), &mm, aq_matmul_f32_gpu_shape(&mm));
+  if (kind == AQ_MATMUL_FUSE_SGD) {
+    aq_sgd_args_t s = {.w = c, .grad = g, .velocity = v, .n = (int64_t)mn, .lr = 0.05f, .momentum = 0.9f,
+                       .weight_decay = 1e-3f};
+    gk_op(AQ_KERNEL_SGD, &s, aq_elementwise_grid((int64_t)mn));
+  } else {
+    aq_relu_args_t r = {mask, g, c, (int64_t)mn};
+    gk_op(AQ_KERNEL_RELU_BWD, &r, aq_elementwise_grid((int64_t)mn));
+  }
+  aq_matmul_fused_args_t fa = {.mm = product(a, b, c2, f), .fuse = kind, .mask = mask, .ldmask = f->n,
+                               .velocity = v2, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f};
+  const char *name = aq_gpu_op_kernel(AQ_KERNEL_MATMUL_FUSED, &fa);
+  cr_assert_str_eq(name, f->build, "%lldx%lldx%lld", (long long)f->m, (long long)f->n, (long long)f->k);
+  gk_run(name, &fa, aq_gpu_op_shape(AQ_KERNEL_MATMUL_FUSED, &fa, aq_matmul_grid(&fa.mm)));
+  /* The products are the same code; only how the update's multiply-adds
+   * contract may differ. */
+  gk_expect_close(kind == AQ_MATMUL_FUSE_SGD ? "weight" : "dx", c2, c, mn, 1e-6f);
+  if (kind == AQ_MATMUL_FUSE_SGD) gk_expect_close("velocity", v2, v, mn, 1e-6f);
+  aq_memory_free(a), aq_memory_free(b), aq_memory_free(g), aq_memory_free(c), aq_memory_free(v);
+  aq_memory_free(c2), aq_memory_free(v2), aq_memory_free(mask);
+}
+
+Test(gpu_fused, every_build_matches_the_unfused_pair) {
+  const fcase_t cases[] = {
+      {1540, 1410, 40, 0, 0, AQ_KERNEL_MATMUL_FUSED},       /* 128x128 tiles */
+      {784, 1024, 256, 1, 0, AQ_KERNEL_MATMUL_FUSED_TILE64}, /* an MLP's dW1 = x^T dz1 */
+      {256, 1024, 300, 0, 1, AQ_KERNEL_MATMUL_FUSED_SPLIT},  /* k split over a cluster */
+      {1024, 10, 256, 1, 0, AQ_KERNEL_MATMUL_FUSED_ROWS},    /* dW3 = h2^T dz3: a warp a row */
+      {256, 10, 1024, 0, 0, AQ_KERNEL_MATMUL_FUSED_ROWS},    /* lanes along k */
+      {77, 45, 33, 0, 0, AQ_KERNEL_MATMUL_FUSED_TILE64},     /* partial tiles everywhere */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    if (cases[i].k <= AQ_MATMUL_FUSE_SGD_MAX_K) check(&cases[i], AQ_MATMUL_FUSE_SGD);
+    check(&cases[i], AQ_MATMUL_FUSE_RELU_MASK);
+  }
+  /* relu's backward through a deep product: dz2 W2^T over k = 1024, split */
+  check(&(fcase_t){256, 1024, 1024, 0, 1, AQ_KERNEL_MATMUL_FUSED_SPLIT}, AQ_MATMUL_FUSE_RELU_MASK);
+}
+
+Test(gpu_fused, kernargs_outside_the_rules_write_nothing) {
+  const fcase_t f = {64, 64, 64, 0, 0, AQ_KERNEL_MATMUL_FUSED_TILE64};
+  float *a = gk_random(64 * 64, 1), *w = gk_random(64 * 64, 2), *v = gk_random(64 * 64, 3), before[64 * 64];
+  memcpy(before, w, sizeof(before));
+  aq_matmul_fused_args_t ok = {.mm = product(a, a, w, &f), .fuse = AQ_MATMUL_FUSE_SGD, .velocity = v, .lr = 0.1f};
+  aq_matmul_fused_args_t bad[4] = {ok, ok, ok, ok};
+  bad[0].mm.bias = a, bad[1].mm.beta = 1.0f, bad[2].fuse = 9, bad[3].fuse = AQ_MATMUL_FUSE_RELU_MASK;
+  for (int i = 0; i < 4; ++i) {
+    gk_run(aq_gpu_op_kernel(AQ_KERNEL_MATMUL_FUSED, &bad[i]), &bad[i], aq_matmul_f32_gpu_shape(&bad[i].mm));
+    cr_assert(!memcmp(w, before, sizeof(before)), "case %d wrote the weight", i);
+  }
+  aq_memory_free(a), aq_memory_free(w), aq_memory_free(v);
+}

@@ -1,0 +1,293 @@
+/* Epilogue fusion (scheduler/fuse.c) through real execs: an MLP's training
+ * step fused (AQ_FUSION=1 puts it on the CPU agent too) computes exactly
+ * what the unfused step does, run after run, with a new learning rate and
+ * with an input bound in place; a gradient that is never stored is refused
+ * by name; the DOT file shows which tasks ran as one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../runtime/common.h"
+
+static void setup(void) {
+  setenv("AQ_FUSION", "1", 1);
+  AQ_ASSERT_OK(aq_init(NULL));
+}
+static void teardown(void) {
+  aq_shut_down();
+  unsetenv("AQ_FUSION");
+}
+TestSuite(fuse, .init = setup, .fini = teardown);
+
+enum { B = 32, IN = 40, H = 48, OUT = 10, STEPS = 4 };
+
+typedef struct mlp {
+  aq_graph_t *g;
+  aq_tensor_t x, y, loss, w[3], b[3], dw1;
+} mlp_t;
+
+static float *fill(size_t n, unsigned seed, float scale) {
+  float *p = malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    p[i] = scale * ((float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f);
+  }
+  return p;
+}
+
+/* x -> relu(x W1 + b1) -> relu(. W2 + b2) -> . W3 + b3 -> softmax xent,
+ * backward, SGD with momentum on every parameter. */
+static void build(mlp_t *m, aq_tensor_role_t x_role) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  m->g = g;
+  int64_t dims[3][2] = {{IN, H}, {H, H}, {H, OUT}};
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, x_role, 2, (int64_t[]){B, IN}, &m->x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){B}, &m->y));
+  for (int l = 0; l < 3; ++l) {
+    char name[8];
+    snprintf(name, sizeof(name), "w%d", l + 1);
+    AQ_ASSERT_OK(aq_tensor_create(g, name, AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, dims[l], &m->w[l]));
+    snprintf(name, sizeof(name), "b%d", l + 1);
+    AQ_ASSERT_OK(aq_tensor_create(g, name, AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, &dims[l][1], &m->b[l]));
+  }
+  aq_tensor_t h = m->x;
+  for (int l = 0; l < 3; ++l)
+    AQ_ASSERT_OK(aq_op_matmul(g, h, m->w[l], m->b[l], 0, 0, l < 2 ? AQ_ACTIVATION_RELU : AQ_ACTIVATION_NONE, &h));
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, h, m->y, &m->loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, m->loss));
+  AQ_ASSERT_OK(aq_graph_gradient(g, m->w[0], &m->dw1));
+  aq_sgd_options_t o = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f};
+  for (int l = 0; l < 3; ++l) {
+    aq_tensor_t gw, gb;
+    AQ_ASSERT_OK(aq_graph_gradient(g, m->w[l], &gw));
+    AQ_ASSERT_OK(aq_graph_gradient(g, m->b[l], &gb));
+    AQ_ASSERT_OK(aq_op_sgd(g, m->w[l], gw, &o));
+    AQ_ASSERT_OK(aq_op_sgd(g, m->b[l], gb, &o));
+  }
+}
+
+static aq_exec_t *instantiate_on(mlp_t *m, uint32_t flags, aq_agent_kind_t kind) {
+  aq_exec_t *e;
+  aq_exec_options_t eo = {.flags = flags | AQ_EXEC_NO_MEMORY_REUSE, .kernel_agent_kinds = 1u << kind};
+  AQ_ASSERT_OK(aq_graph_instantiate(m->g, &eo, &e));
+  int64_t sizes[3] = {IN * H, H * H, H * OUT}, widths[3] = {H, H, OUT};
+  for (int l = 0; l < 3; ++l) {
+    float *w = fill((size_t)sizes[l], 10 + l, 0.3f), *b = fill((size_t)widths[l], 20 + l, 0.1f);
+    AQ_ASSERT_OK(aq_exec_write(e, m->w[l], w, (size_t)sizes[l] * 4));
+    AQ_ASSERT_OK(aq_exec_write(e, m->b[l], b, (size_t)widths[l] * 4));
+    free(w), free(b);
+  }
+  int32_t labels[B];
+  for (int i = 0; i < B; ++i) labels[i] = (i * 7) % OUT;
+  AQ_ASSERT_OK(aq_exec_write(e, m->y, labels, sizeof(labels)));
+  return e;
+}
+
+/* CPU agents, where AQ_FUSION=1 (set up above) turns fusion on. */
+static aq_exec_t *instantiate(mlp_t *m, uint32_t flags) { return instantiate_on(m, flags, AQ_AGENT_KIND_CPU); }
+
+static void run(aq_exec_t *e) {
+  AQ_ASSERT_OK(aq_exec_run(e));
+  AQ_ASSERT_OK(aq_exec_wait(e, 30ull * 1000000000ull));
+}
+
+/* Equal, or within tol (relative) where the fused update's multiply-adds
+ * may contract differently (a GPU compiler's choice). */
+static void close_parameters(mlp_t *m, aq_exec_t *a, aq_exec_t *b, const char *when, float tol) {
+  int64_t sizes[3] = {IN * H, H * H, H * OUT};
+  for (int l = 0; l < 3; ++l) {
+    float *wa = malloc((size_t)sizes[l] * 4), *wb = malloc((size_t)sizes[l] * 4);
+    AQ_ASSERT_OK(aq_exec_read(a, m->w[l], wa, (size_t)sizes[l] * 4));
+    AQ_ASSERT_OK(aq_exec_read(b, m->w[l], wb, (size_t)sizes[l] * 4));
+    for (int64_t i = 0; i < sizes[l]; ++i)
+      cr_assert(tol ? fabsf(wa[i] - wb[i]) <= tol * (1.0f + fabsf(wb[i])) : wa[i] == wb[i],
+                "%s: w%d[%lld] fused %.9g, unfused %.9g", when, l + 1, (long long)i, wa[i], wb[i]);
+    free(wa), free(wb);
+  }
+}
+
+static void same_parameters(mlp_t *m, aq_exec_t *a, aq_exec_t *b, const char *when) {
+  close_parameters(m, a, b, when, 0.0f);
+}
+
+/* The same data into both execs' x. */
+static void feed(mlp_t *m, aq_exec_t *a, aq_exec_t *b, unsigned seed) {
+  float *x = fill(B * IN, seed, 1.0f);
+  AQ_ASSERT_OK(aq_exec_write(a, m->x, x, B * IN * 4));
+  AQ_ASSERT_OK(aq_exec_write(b, m->x, x, B * IN * 4));
+  free(x);
+}
+
+static void destroy(mlp_t *m, aq_exec_t *a, aq_exec_t *b) {
+  AQ_ASSERT_OK(aq_exec_destroy(a));
+  AQ_ASSERT_OK(aq_exec_destroy(b));
+  AQ_ASSERT_OK(aq_graph_destroy(m->g));
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  cr_assert(f, "%s", path);
+  static char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+static int count(const char *s, const char *what) {
+  int n = 0;
+  for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) ++n;
+  return n;
+}
+
+Test(fuse, a_fused_training_step_computes_what_the_unfused_one_does) {
+  mlp_t m;
+  build(&m, AQ_ROLE_INPUT);
+  aq_exec_t *fused = instantiate(&m, 0), *plain = instantiate(&m, AQ_EXEC_NO_FUSION);
+  char path[] = "/tmp/aq-fuse-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  AQ_ASSERT_OK(aq_exec_write_dot(fused, path));
+  const char *dot = slurp(path);
+  /* w1, w2, w3's SGD and both relu backwards take their products in */
+  cr_assert_eq(count(dot, AQ_KERNEL_MATMUL_FUSED), 5, "%s", dot);
+  cr_assert_eq(count(dot, "fused into its consumer"), 5, "%s", dot);
+  AQ_ASSERT_OK(aq_exec_write_dot(plain, path));
+  cr_assert_eq(count(slurp(path), AQ_KERNEL_MATMUL_FUSED), 0);
+  unlink(path);
+  for (int s = 0; s < STEPS; ++s) {
+    feed(&m, fused, plain, 100 + s);
+    run(fused), run(plain);
+    same_parameters(&m, fused, plain, "a step");
+    float la, lb;
+    AQ_ASSERT_OK(aq_exec_read(fused, m.loss, &la, 4));
+    AQ_ASSERT_OK(aq_exec_read(plain, m.loss, &lb, 4));
+    cr_assert_eq(la, lb, "loss %g vs %g", la, lb);
+  }
+  /* A new rate reaches the fused updates as it does the plain ones. */
+  AQ_ASSERT_OK(aq_exec_set_learning_rate(fused, 0.02f));
+  AQ_ASSERT_OK(aq_exec_set_learning_rate(plain, 0.02f));
+  run(fused), run(plain);
+  same_parameters(&m, fused, plain, "after aq_exec_set_learning_rate");
+  destroy(&m, fused, plain);
+}
+
+Test(fuse, a_gradient_never_stored_is_refused_by_name) {
+  mlp_t m;
+  build(&m, AQ_ROLE_INPUT);
+  aq_exec_t *fused = instantiate(&m, 0), *plain = instantiate(&m, AQ_EXEC_NO_FUSION);
+  float *g = malloc(IN * H * 4);
+  feed(&m, fused, plain, 7);
+  run(fused), run(plain);
+  cr_assert_eq(aq_exec_read(fused, m.dw1, g, IN * H * 4), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "never stored") && strstr(aq_last_error(), "sgd(w1)") &&
+                strstr(aq_last_error(), "AQ_EXEC_NO_FUSION"),
+            "%s", aq_last_error());
+  void *where;
+  cr_assert_eq(aq_exec_tensor_data(fused, m.dw1, &where), AQ_ERROR_INVALID_ARGUMENT);
+  AQ_ASSERT_OK(aq_exec_read(plain, m.dw1, g, IN * H * 4)); /* kept when asked */
+  /* the refusal leaves the exec as it was */
+  run(fused), run(plain);
+  same_parameters(&m, fused, plain, "after a refused read");
+  free(g);
+  destroy(&m, fused, plain);
+}
+
+Test(fuse, an_input_a_fused_product_reads_can_be_bound_in_place) {
+  mlp_t m;
+  build(&m, AQ_ROLE_INPUT);
+  aq_exec_t *fused = instantiate(&m, 0), *plain = instantiate(&m, AQ_EXEC_NO_FUSION);
+  float *x = aligned_alloc(64, B * IN * 4), *x2 = fill(B * IN, 9, 1.0f);
+  memcpy(x, x2, B * IN * 4);
+  /* x feeds w1's gradient, x^T dz1, which runs inside sgd(w1) */
+  AQ_ASSERT_OK(aq_exec_bind(fused, m.x, x, B * IN * 4));
+  AQ_ASSERT_OK(aq_exec_write(plain, m.x, x2, B * IN * 4));
+  run(fused), run(plain);
+  same_parameters(&m, fused, plain, "bound input");
+  float *y = fill(B * IN, 10, 1.0f);
+  memcpy(x, y, B * IN * 4); /* the bound memory is read where it is */
+  AQ_ASSERT_OK(aq_exec_write(plain, m.x, y, B * IN * 4));
+  run(fused), run(plain);
+  same_parameters(&m, fused, plain, "bound input rewritten");
+  destroy(&m, fused, plain);
+  free(x), free(x2), free(y);
+}
+
+Test(fuse, aq_fusion_0_and_the_flag_keep_every_task) {
+  mlp_t m;
+  build(&m, AQ_ROLE_INPUT);
+  setenv("AQ_FUSION", "0", 1);
+  aq_exec_t *e = instantiate(&m, 0);
+  char path[] = "/tmp/aq-fuse-XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  AQ_ASSERT_OK(aq_exec_write_dot(e, path));
+  cr_assert_eq(count(slurp(path), AQ_KERNEL_MATMUL_FUSED), 0);
+  unlink(path);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  unsetenv("AQ_FUSION");
+  e = instantiate(&m, 0); /* unset: CPU agents do not fuse */
+  fd = mkstemp(path);
+  close(fd);
+  AQ_ASSERT_OK(aq_exec_write_dot(e, path));
+  cr_assert_eq(count(slurp(path), AQ_KERNEL_MATMUL_FUSED), 0);
+  unlink(path);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(m.g));
+}
+
+Test(fuse, a_bad_aq_fusion_is_refused_by_name) {
+  mlp_t m;
+  build(&m, AQ_ROLE_INPUT);
+  setenv("AQ_FUSION", "yes", 1);
+  aq_exec_t *e = NULL;
+  cr_assert_eq(aq_graph_instantiate(m.g, NULL, &e), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "AQ_FUSION=yes"), "%s", aq_last_error());
+  cr_assert_null(e);
+  setenv("AQ_FUSION", "1", 1); /* the graph is still good */
+  e = instantiate(&m, 0);
+  float *x = fill(B * IN, 3, 1.0f);
+  AQ_ASSERT_OK(aq_exec_write(e, m.x, x, B * IN * 4));
+  free(x);
+  run(e);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(m.g));
+}
+
+/* On a GPU, fusion is the default: the same five pairs run as one launch
+ * each, and the step trains as the unfused one does. */
+Test(fuse, a_gpu_fuses_by_default) {
+  aq_agent_t all[64];
+  size_t n, gpus = 0;
+  AQ_ASSERT_OK(aq_agents(all, 64, &n));
+  for (size_t i = 0; i < n; ++i) {
+    aq_agent_info_t info;
+    AQ_ASSERT_OK(aq_agent_get_info(all[i], &info));
+    gpus += info.kind == AQ_AGENT_KIND_GPU;
+  }
+  if (!gpus) cr_skip_test("skipped: no GPU");
+  unsetenv("AQ_FUSION");
+  mlp_t m;
+  build(&m, AQ_ROLE_INPUT);
+  aq_exec_t *fused = instantiate_on(&m, 0, AQ_AGENT_KIND_GPU), *plain = instantiate_on(&m, AQ_EXEC_NO_FUSION, AQ_AGENT_KIND_GPU);
+  char path[] = "/tmp/aq-fuse-XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  AQ_ASSERT_OK(aq_exec_write_dot(fused, path));
+  const char *dot = slurp(path);
+  cr_assert_eq(count(dot, AQ_KERNEL_MATMUL_FUSED), 5, "%s", dot);
+  cr_assert(strstr(dot, "kernels-cuda.fatbin"), "%s", dot);
+  unlink(path);
+  for (int s = 0; s < STEPS; ++s) {
+    feed(&m, fused, plain, 100 + s);
+    run(fused), run(plain);
+    close_parameters(&m, fused, plain, "a GPU step", 1e-5f);
+  }
+  float g[IN * H];
+  cr_assert_eq(aq_exec_read(fused, m.dw1, g, sizeof(g)), AQ_ERROR_INVALID_ARGUMENT);
+  destroy(&m, fused, plain);
+}
