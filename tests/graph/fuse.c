@@ -71,7 +71,7 @@ static void build(mlp_t *m, aq_tensor_role_t x_role) {
 
 static aq_exec_t *instantiate_on(mlp_t *m, uint32_t flags, aq_agent_kind_t kind) {
   aq_exec_t *e;
-  aq_exec_options_t eo = {.flags = flags | AQ_EXEC_NO_MEMORY_REUSE, .kernel_agent_kinds = 1u << kind};
+  aq_exec_options_t eo = {.flags = flags, .kernel_agent_kinds = 1u << kind};
   AQ_ASSERT_OK(aq_graph_instantiate(m->g, &eo, &e));
   int64_t sizes[3] = {IN * H, H * H, H * OUT}, widths[3] = {H, H, OUT};
   for (int l = 0; l < 3; ++l) {
@@ -146,7 +146,8 @@ static int count(const char *s, const char *what) {
 Test(fuse, a_fused_training_step_computes_what_the_unfused_one_does) {
   mlp_t m;
   build(&m, AQ_ROLE_INPUT);
-  aq_exec_t *fused = instantiate(&m, 0), *plain = instantiate(&m, AQ_EXEC_NO_FUSION);
+  /* fused with buffers shared by lifetime (the default), plain without either */
+  aq_exec_t *fused = instantiate(&m, 0), *plain = instantiate(&m, AQ_EXEC_NO_FUSION | AQ_EXEC_NO_MEMORY_REUSE);
   char path[] = "/tmp/aq-fuse-XXXXXX";
   int fd = mkstemp(path);
   cr_assert(fd >= 0);
@@ -179,7 +180,8 @@ Test(fuse, a_fused_training_step_computes_what_the_unfused_one_does) {
 Test(fuse, a_gradient_never_stored_is_refused_by_name) {
   mlp_t m;
   build(&m, AQ_ROLE_INPUT);
-  aq_exec_t *fused = instantiate(&m, 0), *plain = instantiate(&m, AQ_EXEC_NO_FUSION);
+  aq_exec_t *fused = instantiate(&m, AQ_EXEC_NO_MEMORY_REUSE);
+  aq_exec_t *plain = instantiate(&m, AQ_EXEC_NO_FUSION | AQ_EXEC_NO_MEMORY_REUSE);
   float *g = malloc(IN * H * 4);
   feed(&m, fused, plain, 7);
   run(fused), run(plain);
@@ -200,7 +202,7 @@ Test(fuse, a_gradient_never_stored_is_refused_by_name) {
 Test(fuse, an_input_a_fused_product_reads_can_be_bound_in_place) {
   mlp_t m;
   build(&m, AQ_ROLE_INPUT);
-  aq_exec_t *fused = instantiate(&m, 0), *plain = instantiate(&m, AQ_EXEC_NO_FUSION);
+  aq_exec_t *fused = instantiate(&m, 0), *plain = instantiate(&m, AQ_EXEC_NO_FUSION | AQ_EXEC_NO_MEMORY_REUSE);
   float *x = aligned_alloc(64, B * IN * 4), *x2 = fill(B * IN, 9, 1.0f);
   memcpy(x, x2, B * IN * 4);
   /* x feeds w1's gradient, x^T dz1, which runs inside sgd(w1) */
@@ -273,7 +275,8 @@ Test(fuse, a_gpu_fuses_by_default) {
   unsetenv("AQ_FUSION");
   mlp_t m;
   build(&m, AQ_ROLE_INPUT);
-  aq_exec_t *fused = instantiate_on(&m, 0, AQ_AGENT_KIND_GPU), *plain = instantiate_on(&m, AQ_EXEC_NO_FUSION, AQ_AGENT_KIND_GPU);
+  aq_exec_t *fused = instantiate_on(&m, 0, AQ_AGENT_KIND_GPU);
+  aq_exec_t *plain = instantiate_on(&m, AQ_EXEC_NO_FUSION | AQ_EXEC_NO_MEMORY_REUSE, AQ_AGENT_KIND_GPU);
   char path[] = "/tmp/aq-fuse-XXXXXX";
   int fd = mkstemp(path);
   close(fd);
