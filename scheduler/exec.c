@@ -297,7 +297,8 @@ static aq_status_t plan_memory(aq_exec_t *e) {
  * an absorbed product has none. */
 static size_t kernarg_bytes(const aq_exec_t *e, uint32_t t) {
   if (e->graph->tasks[t].kind != TASK_KERNEL || e->fusion.absorbed[t]) return 0;
-  return e->fusion.product[t] != UINT32_MAX ? sizeof(aq_matmul_fused_args_t) : e->graph->tasks[t].kernarg_size;
+  uint32_t product = e->fusion.product[t];
+  return product != UINT32_MAX ? fuse_kernarg_size(e->graph, product) : e->graph->tasks[t].kernarg_size;
 }
 
 /* One kernarg arena per agent, sized for the tasks placed on it. */
@@ -357,11 +358,9 @@ static void fill_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
 /* A fused consumer's kernarg: the product's and its own, merged. */
 static void fill_fused_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
   uint8_t mine[TASK_KERNARG_MAX], product[TASK_KERNARG_MAX];
-  aq_matmul_fused_args_t f;
   fill_kernarg(e, t, mine);
   fill_kernarg(e, e->fusion.product[t], product);
-  fuse_kernarg(e->graph, t, mine, product, &f);
-  memcpy(dst, &f, sizeof(f));
+  fuse_kernarg(e->graph, t, e->fusion.product[t], mine, product, dst);
 }
 
 static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kernel_dispatch_packet_t *p) {
@@ -375,7 +374,7 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
    * kernargs. The op library's GPU build may have a variant per class of
    * shapes. */
   const task_t *body = fused != UINT32_MAX ? &g->tasks[fused] : task;
-  const char *base = fused != UINT32_MAX ? AQ_KERNEL_MATMUL_FUSED : task->kernel;
+  const char *base = fused != UINT32_MAX ? fuse_kernel(g, fused) : task->kernel;
   const char *name = gpu && !task->code_object.handle ? aq_gpu_op_kernel(base, body->kernarg) : base;
   aq_kernel_info_t k;
   if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
@@ -843,8 +842,10 @@ static aq_status_t fuse(aq_exec_t *e) {
   for (uint32_t l = 0; l < e->nlanes; ++l) {
     int gpu = e->lane_kind[l] == AQ_AGENT_KIND_GPU;
     aq_code_object_t co = gpu ? e->gpu_ops : e->ops;
-    int has = (gpu || cpu) && co.handle && has_kernel(e, co, AQ_KERNEL_MATMUL_FUSED, e->lane_kind[l]);
-    fuses[l] = has ? (1u << AQ_MATMUL_FUSE_RELU_MASK) | (1u << AQ_MATMUL_FUSE_SGD) : 0;
+    int on = (gpu || cpu) && co.handle;
+    fuses[l] = (on && has_kernel(e, co, AQ_KERNEL_MATMUL_FUSED, e->lane_kind[l]) ? FUSE_MATMUL_RELU_MASK | FUSE_MATMUL_SGD
+                                                                                  : 0) |
+               (on && has_kernel(e, co, AQ_KERNEL_SUM_ROWS_SGD, e->lane_kind[l]) ? FUSE_SUM_ROWS_SGD : 0);
   }
   fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, fuses, off};
   return fuse_plan(&in, &e->plan, &e->fusion);
@@ -1250,7 +1251,7 @@ AQ_API aq_status_t aq_exec_get_info(aq_exec_t *e, aq_exec_info_t *info) {
 static const char *dot_kernel(const aq_exec_t *e, uint32_t t) {
   const task_t *task = &e->graph->tasks[t];
   if (task->kind == TASK_HOST) return "host call";
-  if (e->fusion.product[t] != UINT32_MAX) return AQ_KERNEL_MATMUL_FUSED;
+  if (e->fusion.product[t] != UINT32_MAX) return fuse_kernel(e->graph, e->fusion.product[t]);
   return e->fusion.absorbed[t] ? "fused into its consumer" : task->kernel;
 }
 
@@ -1320,7 +1321,7 @@ AQ_API aq_status_t aq_exec_set_learning_rate(aq_exec_t *e, float lr) {
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
     if (task->kind != TASK_KERNEL || task->code_object.handle || !e->kernargs[t]) continue;
-    size_t off = e->fusion.product[t] != UINT32_MAX ? offsetof(aq_matmul_fused_args_t, lr)
+    size_t off = e->fusion.product[t] != UINT32_MAX ? fuse_lr_offset(g, t, e->fusion.product[t])
                  : !strcmp(task->kernel, AQ_KERNEL_SGD) ? offsetof(aq_sgd_args_t, lr)
                  : !strcmp(task->kernel, AQ_KERNEL_ADAM) ? offsetof(aq_adam_args_t, lr)
                                                          : SIZE_MAX;

@@ -5,13 +5,17 @@
  * moment before: fused, the consumer's rule runs on each tile in the
  * write-back (kernels/cpu/gemm.c) and the product is never stored.
  *
+ * The same holds for a bias gradient, a sum over rows, and its update.
+ *
  * A pair fuses only where nothing else can see the product: one writer (a
- * plain matmul of the op library: no bias, activation or batch), one reader
- * (the consumer), no later task ordered after the product alone, and both
- * tasks on lanes of the same CPU agent. */
+ * plain matmul of the op library: no bias, activation or batch; or a sum
+ * over rows that does not accumulate), one reader (the consumer), no
+ * successor of the product that leads to the consumer, and both tasks on
+ * lanes of one agent that fuses them (fuse_in_t.lane_fuses). */
 #include "scheduler/fuse.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,24 +41,34 @@ static int reads_at(const task_t *t, size_t off, uint32_t *tensor) {
   return 0;
 }
 
-/* The product: a library matmul writing only x, whose epilogue the fused
- * kernel takes over as it is (ops.h's rules for aq_matmul_fused_f32). */
-static int plain_product(const task_t *m, uint32_t x, const task_t *c, aq_matmul_fuse_t kind) {
-  if (m->kind != TASK_KERNEL || m->code_object.handle || strcmp(m->kernel, AQ_KERNEL_MATMUL)) return 0;
+static int library(const task_t *t, const char *kernel) {
+  return t->kind == TASK_KERNEL && !t->code_object.handle && !strcmp(t->kernel, kernel);
+}
+
+/* Which fused kernel runs product m (writing only x) with consumer c, as a
+ * FUSE_* bit, or 0: a plain library matmul whose epilogue the fused kernel
+ * takes over as it is (ops.h's rules for aq_matmul_fused_f32), or a sum
+ * over rows (a bias gradient) feeding SGD. */
+static uint32_t fused_form(const task_t *m, uint32_t x, const task_t *c, aq_matmul_fuse_t kind) {
   if (m->nwrites != 1 || m->writes[0] != x) return 0;
+  aq_sgd_args_t s;
+  memcpy(&s, c->kernarg, sizeof(s));
+  if (library(m, AQ_KERNEL_SUM_ROWS)) {
+    aq_sum_rows_args_t a;
+    memcpy(&a, m->kernarg, sizeof(a));
+    return kind == AQ_MATMUL_FUSE_SGD && a.beta == 0.0f && s.n == a.cols ? FUSE_SUM_ROWS_SGD : 0;
+  }
+  if (!library(m, AQ_KERNEL_MATMUL)) return 0;
   uint32_t bias;
   if (reads_at(m, offsetof(aq_matmul_args_t, bias), &bias)) return 0;
   aq_matmul_args_t a;
   memcpy(&a, m->kernarg, sizeof(a));
   if (a.bias || a.activation != AQ_ACTIVATION_NONE || a.batch > 1 || a.ldc != a.n || a.beta != 0.0f) return 0;
-  if (kind == AQ_MATMUL_FUSE_SGD) {
-    aq_sgd_args_t s;
-    memcpy(&s, c->kernarg, sizeof(s));
-    return a.k <= AQ_MATMUL_FUSE_SGD_MAX_K && s.n == a.m * a.n;
-  }
+  if (kind == AQ_MATMUL_FUSE_SGD)
+    return a.k <= AQ_MATMUL_FUSE_SGD_MAX_K && s.n == a.m * a.n ? FUSE_MATMUL_SGD : 0;
   aq_relu_args_t r;
   memcpy(&r, c->kernarg, sizeof(r));
-  return r.n == a.m * a.n;
+  return r.n == a.m * a.n ? FUSE_MATMUL_RELU_MASK : 0;
 }
 
 static aq_status_t add_pred(plan_task_t *pt, uint32_t q) {
@@ -132,14 +146,15 @@ static uint32_t fusable(const fuse_in_t *in, const plan_t *plan, const counts_t 
   const plan_task_t *pt = &plan->tasks[t];
   for (uint32_t j = 0; j < pt->npreds; ++j) {
     uint32_t m = pt->preds[j];
-    if (!plain_product(&g->tasks[m], x, ct, kind)) continue;
+    uint32_t form = fused_form(&g->tasks[m], x, ct, kind);
+    if (!form) continue;
     /* the consumer writes in place of what the product still reads */
     for (uint32_t k = 0; k < ct->nwrites; ++k)
       for (uint32_t r = 0; r < g->tasks[m].nreads; ++r)
         if (ct->writes[k] == g->tasks[m].reads[r]) return UINT32_MAX;
     uint32_t lm = plan->tasks[m].lane, lt = pt->lane;
     if (c->awaited[m] || f->absorbed[m] || f->product[m] != UINT32_MAX) return UINT32_MAX;
-    if (in->lane_agent[lm] != in->lane_agent[lt] || !(in->lane_fuses[lt] & (1u << kind))) return UINT32_MAX;
+    if (in->lane_agent[lm] != in->lane_agent[lt] || !(in->lane_fuses[lt] & form)) return UINT32_MAX;
     for (uint32_t u = 0; u < plan->ntasks; ++u) {
       if (u == t) continue;
       for (uint32_t k = 0; k < plan->tasks[u].npreds; ++k)
@@ -257,27 +272,56 @@ void fusion_free(fusion_t *f) {
   memset(f, 0, sizeof(*f));
 }
 
-_Static_assert(offsetof(aq_matmul_fused_args_t, mm) == 0, "a product's kernarg offsets must hold in the fused one");
+/* Both fused layouts start with the product's arguments: its kernarg
+ * offsets hold in the fused one (aq_exec_bind relies on it). */
+_Static_assert(offsetof(aq_matmul_fused_args_t, mm) == 0, "matmul's offsets must hold in the fused kernarg");
+_Static_assert(offsetof(aq_sum_rows_sgd_args_t, sr) == 0, "sum_rows' offsets must hold in the fused kernarg");
 
-void fuse_kernarg(const aq_graph_t *g, uint32_t consumer, const void *consumer_args, const void *product_args,
-                  aq_matmul_fused_args_t *out) {
+static int by_sum_rows(const aq_graph_t *g, uint32_t product) { return library(&g->tasks[product], AQ_KERNEL_SUM_ROWS); }
+
+const char *fuse_kernel(const aq_graph_t *g, uint32_t product) {
+  return by_sum_rows(g, product) ? AQ_KERNEL_SUM_ROWS_SGD : AQ_KERNEL_MATMUL_FUSED;
+}
+
+size_t fuse_kernarg_size(const aq_graph_t *g, uint32_t product) {
+  return by_sum_rows(g, product) ? sizeof(aq_sum_rows_sgd_args_t) : sizeof(aq_matmul_fused_args_t);
+}
+
+size_t fuse_lr_offset(const aq_graph_t *g, uint32_t consumer, uint32_t product) {
   size_t off;
   aq_matmul_fuse_t kind = AQ_MATMUL_FUSE_RELU_MASK;
-  memset(out, 0, sizeof(*out));
-  memcpy(&out->mm, product_args, sizeof(out->mm));
   consumer_slot(&g->tasks[consumer], &off, &kind);
-  out->fuse = kind;
-  if (kind == AQ_MATMUL_FUSE_SGD) {
-    aq_sgd_args_t s;
-    memcpy(&s, consumer_args, sizeof(s));
-    out->mm.c = s.w; /* the product is w's gradient: w takes it in place */
-    out->velocity = s.velocity;
-    out->lr = s.lr, out->momentum = s.momentum, out->weight_decay = s.weight_decay;
+  if (kind != AQ_MATMUL_FUSE_SGD) return SIZE_MAX;
+  return by_sum_rows(g, product) ? offsetof(aq_sum_rows_sgd_args_t, lr) : offsetof(aq_matmul_fused_args_t, lr);
+}
+
+void fuse_kernarg(const aq_graph_t *g, uint32_t consumer, uint32_t product, const void *consumer_args,
+                  const void *product_args, void *out) {
+  size_t off;
+  aq_matmul_fuse_t kind = AQ_MATMUL_FUSE_RELU_MASK;
+  consumer_slot(&g->tasks[consumer], &off, &kind);
+  aq_sgd_args_t s;
+  memcpy(&s, consumer_args, sizeof(s));
+  if (by_sum_rows(g, product)) {
+    aq_sum_rows_sgd_args_t f = {.velocity = s.velocity, .lr = s.lr, .momentum = s.momentum,
+                                .weight_decay = s.weight_decay};
+    memcpy(&f.sr, product_args, sizeof(f.sr));
+    f.sr.out = s.w; /* the sums are w's gradient: w takes them in place */
+    memcpy(out, &f, sizeof(f));
     return;
   }
-  aq_relu_args_t r;
-  memcpy(&r, consumer_args, sizeof(r));
-  out->mm.c = r.y; /* relu's dx */
-  out->mask = r.x; /* the forward output */
-  out->ldmask = out->mm.n;
+  aq_matmul_fused_args_t f = {.fuse = kind};
+  memcpy(&f.mm, product_args, sizeof(f.mm));
+  if (kind == AQ_MATMUL_FUSE_SGD) {
+    f.mm.c = s.w; /* the product is w's gradient: w takes it in place */
+    f.velocity = s.velocity;
+    f.lr = s.lr, f.momentum = s.momentum, f.weight_decay = s.weight_decay;
+  } else {
+    aq_relu_args_t r;
+    memcpy(&r, consumer_args, sizeof(r));
+    f.mm.c = r.y; /* relu's dx */
+    f.mask = r.x; /* the forward output */
+    f.ldmask = f.mm.n;
+  }
+  memcpy(out, &f, sizeof(f));
 }

@@ -1,7 +1,8 @@
 /* Epilogue fusion: after placement, a matmul whose one consumer is an
- * elementwise op the CPU GEMM can apply in its write-back (relu's backward,
- * an SGD update) runs as one kernel, aq_matmul_fused_f32, at the consumer's
- * place in the plan; the product's own task gets no packet. */
+ * elementwise op it can apply in its write-back (relu's backward, an SGD
+ * update) runs as one kernel, aq_matmul_fused_f32, at the consumer's place
+ * in the plan, and a bias gradient (a sum over rows) with its SGD update as
+ * aq_sum_rows_sgd_f32; the product's own task gets no packet. */
 #ifndef AQ_SCHEDULER_FUSE_H_
 #define AQ_SCHEDULER_FUSE_H_
 
@@ -16,12 +17,15 @@ typedef struct fusion {
   uint32_t count;
 } fusion_t;
 
+/* The fused forms, as bits of fuse_in_t.lane_fuses. */
+enum { FUSE_MATMUL_RELU_MASK = 1u << 0, FUSE_MATMUL_SGD = 1u << 1, FUSE_SUM_ROWS_SGD = 1u << 2 };
+
 typedef struct fuse_in {
   aq_graph_t *graph;
   uint32_t nlanes;
   const uint32_t *lane_agent; /* lane -> agent index */
-  /* lane -> the aq_matmul_fuse_t kinds its agent fuses (1 << kind): where
-   * aq_matmul_fused_f32 exists, and the fusion measured faster there */
+  /* lane -> the FUSE_* forms its agent runs: where the fused kernel exists,
+   * and fusing measured faster there */
   const uint8_t *lane_fuses;
   int off; /* AQ_EXEC_NO_FUSION or AQ_FUSION=0: plan no fusion */
 } fuse_in_t;
@@ -35,9 +39,17 @@ typedef struct fuse_in {
 aq_status_t fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *out);
 void fusion_free(fusion_t *f);
 
-/* The fused kernel's arguments, from the consumer's and the product's
- * kernargs with their tensor addresses filled in. */
-void fuse_kernarg(const aq_graph_t *g, uint32_t consumer, const void *consumer_args, const void *product_args,
-                  aq_matmul_fused_args_t *out);
+/* For a consumer that took product in: the fused kernel it runs, the bytes
+ * of that kernel's arguments, and where in them the learning rate is
+ * (SIZE_MAX: no optimizer). */
+const char *fuse_kernel(const aq_graph_t *g, uint32_t product);
+size_t fuse_kernarg_size(const aq_graph_t *g, uint32_t product);
+size_t fuse_lr_offset(const aq_graph_t *g, uint32_t consumer, uint32_t product);
+
+/* The fused kernel's arguments, into out (fuse_kernarg_size bytes), from
+ * the consumer's and the product's kernargs with their tensor addresses
+ * filled in. */
+void fuse_kernarg(const aq_graph_t *g, uint32_t consumer, uint32_t product, const void *consumer_args,
+                  const void *product_args, void *out);
 
 #endif

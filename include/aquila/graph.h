@@ -242,9 +242,10 @@ typedef enum aq_sched_policy {
 #define AQ_EXEC_REPLICATE (1u << 2)
 /* Every task runs as its own kernel. By default, on GPU agents, a matmul
  * whose only consumer is relu's backward or an SGD update runs that
- * consumer in its write-back (one launch and one pass over C fewer; the
+ * consumer in its write-back, and so does a bias gradient (a sum over rows)
+ * its SGD update: one launch and one pass over the result fewer. The
  * product itself, a gradient, is then never stored, and aq_exec_read
- * refuses it). Also AQ_FUSION=0; AQ_FUSION=1 fuses on CPU agents too. */
+ * refuses it. Also AQ_FUSION=0; AQ_FUSION=1 fuses on CPU agents too. */
 #define AQ_EXEC_NO_FUSION (1u << 3)
 
 typedef struct aq_exec_options {

@@ -393,6 +393,19 @@ typedef struct aq_sum_rows_args {
   float alpha, beta;
 } aq_sum_rows_args_t;
 
+/* The sum over rows with the SGD update of the weight it is the gradient of
+ * (a dense layer's bias) in its write-back, as the exec's fusion pass runs
+ * the pair (scheduler/fuse.c): sr.out is the weight, updated in place as
+ * AQ_KERNEL_SGD would with velocity; sr.beta must be 0. Each element's
+ * arithmetic is that of the unfused pair. Grid: aq_cols_grid(sr.cols). */
+#define AQ_KERNEL_SUM_ROWS_SGD "aq_sum_rows_sgd_f32"
+typedef struct aq_sum_rows_sgd_args {
+  aq_sum_rows_args_t sr;
+  float *velocity;
+  float lr, momentum, weight_decay;
+  int32_t reserved_;
+} aq_sum_rows_sgd_args_t;
+
 static inline aq_dispatch_shape_t aq_cols_grid(int64_t cols) {
   aq_dispatch_shape_t s = {{(uint32_t)(cols > 0 ? cols : 1), 1, 1}, {AQ_COLS_WG, 1, 1}};
   return s;

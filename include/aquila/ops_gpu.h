@@ -234,7 +234,7 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
                                 ((const aq_pool_args_t *)kernarg)->w);
   if (!strcmp(kernel, AQ_KERNEL_BATCH_NORM) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD))
     return aq_gpu_threads_shape(((const aq_batch_norm_args_t *)kernarg)->c * AQ_GPU_BLOCK);
-  if (!strcmp(kernel, AQ_KERNEL_SUM_ROWS)) /* 32 columns x 8 row slices a block */
+  if (!strcmp(kernel, AQ_KERNEL_SUM_ROWS) || !strcmp(kernel, AQ_KERNEL_SUM_ROWS_SGD)) /* 32 columns x 8 row slices a block */
     return aq_gpu_threads_shape((((const aq_sum_rows_args_t *)kernarg)->cols + 31) / 32 * AQ_GPU_BLOCK);
   return aq_gpu_shape(kernel, kernarg, cpu);
 }

@@ -22,6 +22,7 @@ extern const aq_kernel_desc_t aq_cpu_sgd_desc;
 extern const aq_kernel_desc_t aq_cpu_softmax_xent_desc;
 extern const aq_kernel_desc_t aq_cpu_softmax_xent_bwd_desc;
 extern const aq_kernel_desc_t aq_cpu_sum_rows_desc;
+extern const aq_kernel_desc_t aq_cpu_sum_rows_sgd_desc;
 extern const aq_kernel_desc_t aq_cpu_mean_desc;
 extern const aq_kernel_desc_t aq_cpu_copy_desc;
 extern const aq_kernel_desc_t aq_cpu_adam_desc;

@@ -5,7 +5,10 @@
 // and splits the rows among its warps; the warps' sums meet in shared memory
 // and are added in a fixed order. One thread a column summing every row
 // left a 1024-column bias gradient to 4 blocks walking 256 dependent loads.
-AQ_KERNEL void aq_sum_rows_f32(aq_sum_rows_args_t p) {
+// F: the fused form (aq_sum_rows_sgd_f32): the sum is the gradient of out,
+// which takes aq_sgd_momentum_f32's update instead of it.
+template <bool F>
+__device__ void sum_rows(const aq_sum_rows_args_t &p, const aq_sum_rows_sgd_args_t *f) {
   __shared__ float part[1024];
   const int threads = (int)(blockDim.x * blockDim.y * blockDim.z);
   const int tid = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
@@ -32,10 +35,24 @@ AQ_KERNEL void aq_sum_rows_f32(aq_sum_rows_args_t p) {
     if (slice == 0 && j < p.cols) {
       float t = 0.0f;
       for (int q = 0; q < slices; ++q) t += part[q * width + lane];
-      p.out[j] = p.alpha * t + (p.beta != 0.0f ? p.beta * p.out[j] : 0.0f);
+      const float v = p.alpha * t + (p.beta != 0.0f ? p.beta * p.out[j] : 0.0f);
+      if (!F) {
+        p.out[j] = v;
+      } else {
+        const float w = p.out[j], g = v + f->weight_decay * w, u = f->momentum * f->velocity[j] + g;
+        f->velocity[j] = u;
+        p.out[j] = w - f->lr * u;
+      }
     }
     __syncthreads();
   }
+}
+
+AQ_KERNEL void aq_sum_rows_f32(aq_sum_rows_args_t p) { sum_rows<false>(p, nullptr); }
+
+AQ_KERNEL void aq_sum_rows_sgd_f32(aq_sum_rows_sgd_args_t a) {
+  if (!a.velocity || a.sr.beta != 0.0f) return; /* the CPU kernel faults; nothing is written here */
+  sum_rows<true>(a.sr, &a);
 }
 
 AQ_KERNEL void aq_mean_f32(aq_mean_args_t p) {

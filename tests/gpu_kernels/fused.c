@@ -1,6 +1,7 @@
 /* aq_matmul_fused_f32's four GPU builds against the GPU's own unfused pair
  * (the product, then aq_sgd_momentum_f32 or aq_relu_bwd_f32), on shapes
- * that select each build the way the scheduler does. */
+ * that select each build the way the scheduler does; aq_sum_rows_sgd_f32
+ * likewise. */
 #include "gk.h"
 
 TestSuite(gpu_fused, .init = gk_setup, .fini = gk_teardown);
@@ -76,4 +77,24 @@ Test(gpu_fused, kernargs_outside_the_rules_write_nothing) {
     cr_assert(!memcmp(w, before, sizeof(before)), "case %d wrote the weight", i);
   }
   aq_memory_free(a), aq_memory_free(w), aq_memory_free(v);
+}
+
+Test(gpu_fused, sgd_of_a_sum_over_rows_matches_the_unfused_pair) {
+  const int64_t shapes[][2] = {{256, 1024}, {256, 10}, {7, 300}, {1, 1}};
+  for (size_t c = 0; c < sizeof(shapes) / sizeof(shapes[0]); ++c) {
+    int64_t rows = shapes[c][0], cols = shapes[c][1];
+    float *x = gk_random((size_t)(rows * cols), 1), *g = gk_floats((size_t)cols), *w = gk_random((size_t)cols, 3);
+    float *v = gk_random((size_t)cols, 4), *w2 = gk_floats((size_t)cols), *v2 = gk_floats((size_t)cols);
+    memcpy(w2, w, (size_t)cols * 4), memcpy(v2, v, (size_t)cols * 4);
+    aq_sum_rows_args_t sr = {.x = x, .out = g, .rows = rows, .cols = cols, .ldx = cols, .alpha = 1.0f};
+    gk_run(AQ_KERNEL_SUM_ROWS, &sr, aq_gpu_op_shape(AQ_KERNEL_SUM_ROWS, &sr, aq_cols_grid(cols)));
+    aq_sgd_args_t s = {.w = w, .grad = g, .velocity = v, .n = cols, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f};
+    gk_op(AQ_KERNEL_SGD, &s, aq_elementwise_grid(cols));
+    aq_sum_rows_sgd_args_t f = {.sr = sr, .velocity = v2, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f};
+    f.sr.out = w2;
+    gk_run(AQ_KERNEL_SUM_ROWS_SGD, &f, aq_gpu_op_shape(AQ_KERNEL_SUM_ROWS_SGD, &f, aq_cols_grid(cols)));
+    gk_expect_close("weight", w2, w, (size_t)cols, 1e-6f);
+    gk_expect_close("velocity", v2, v, (size_t)cols, 1e-6f);
+    aq_memory_free(x), aq_memory_free(g), aq_memory_free(w), aq_memory_free(v), aq_memory_free(w2), aq_memory_free(v2);
+  }
 }

@@ -154,11 +154,13 @@ Test(fuse, a_fused_training_step_computes_what_the_unfused_one_does) {
   close(fd);
   AQ_ASSERT_OK(aq_exec_write_dot(fused, path));
   const char *dot = slurp(path);
-  /* w1, w2, w3's SGD and both relu backwards take their products in */
+  /* w1, w2, w3's SGD and both relu backwards take their products in, and
+   * b1, b2, b3's SGD their sums over rows */
   cr_assert_eq(count(dot, AQ_KERNEL_MATMUL_FUSED), 5, "%s", dot);
-  cr_assert_eq(count(dot, "fused into its consumer"), 5, "%s", dot);
+  cr_assert_eq(count(dot, AQ_KERNEL_SUM_ROWS_SGD), 3, "%s", dot);
+  cr_assert_eq(count(dot, "fused into its consumer"), 8, "%s", dot);
   AQ_ASSERT_OK(aq_exec_write_dot(plain, path));
-  cr_assert_eq(count(slurp(path), AQ_KERNEL_MATMUL_FUSED), 0);
+  cr_assert_eq(count(slurp(path), "fused into its consumer"), 0);
   unlink(path);
   for (int s = 0; s < STEPS; ++s) {
     feed(&m, fused, plain, 100 + s);
@@ -228,7 +230,7 @@ Test(fuse, aq_fusion_0_and_the_flag_keep_every_task) {
   int fd = mkstemp(path);
   close(fd);
   AQ_ASSERT_OK(aq_exec_write_dot(e, path));
-  cr_assert_eq(count(slurp(path), AQ_KERNEL_MATMUL_FUSED), 0);
+  cr_assert_eq(count(slurp(path), "fused into its consumer"), 0);
   unlink(path);
   AQ_ASSERT_OK(aq_exec_destroy(e));
   unsetenv("AQ_FUSION");
@@ -236,7 +238,7 @@ Test(fuse, aq_fusion_0_and_the_flag_keep_every_task) {
   fd = mkstemp(path);
   close(fd);
   AQ_ASSERT_OK(aq_exec_write_dot(e, path));
-  cr_assert_eq(count(slurp(path), AQ_KERNEL_MATMUL_FUSED), 0);
+  cr_assert_eq(count(slurp(path), "fused into its consumer"), 0);
   unlink(path);
   AQ_ASSERT_OK(aq_exec_destroy(e));
   AQ_ASSERT_OK(aq_graph_destroy(m.g));
@@ -283,6 +285,7 @@ Test(fuse, a_gpu_fuses_by_default) {
   AQ_ASSERT_OK(aq_exec_write_dot(fused, path));
   const char *dot = slurp(path);
   cr_assert_eq(count(dot, AQ_KERNEL_MATMUL_FUSED), 5, "%s", dot);
+  cr_assert_eq(count(dot, AQ_KERNEL_SUM_ROWS_SGD), 3, "%s", dot);
   cr_assert(strstr(dot, "kernels-cuda.fatbin"), "%s", dot);
   unlink(path);
   for (int s = 0; s < STEPS; ++s) {

@@ -1,7 +1,8 @@
 /* aq_matmul_fused_f32 against the pair it replaces (aq_matmul_f32, then
  * aq_sgd_momentum_f32 or aq_relu_bwd_f32), element for element: the fused
  * write-back must compute what the two kernels do, on every path of the
- * GEMM (narrow, one A block, blocked; one depth slice or several). */
+ * GEMM (narrow, one A block, blocked; one depth slice or several); and
+ * aq_sum_rows_sgd_f32 against aq_sum_rows_f32 then the SGD update. */
 #include <string.h>
 
 #include "kernels.h"
@@ -97,4 +98,35 @@ Test(fused, kernargs_outside_the_rules_fault_and_write_nothing) {
   cr_assert(memcmp(w, w0, M * N * 4), "the valid update moves the weight");
   free((void *)bad[3].mm.a);
   free(a), free(b), free(w), free(v), free(bias), free(w0);
+}
+
+Test(fused, sgd_of_a_sum_over_rows_equals_sum_rows_then_sgd) {
+  const int64_t shapes[][2] = {{256, 1024}, {256, 10}, {7, 300}, {1, 1}, {0, 5}};
+  for (size_t c = 0; c < sizeof(shapes) / sizeof(shapes[0]); ++c) {
+    int64_t rows = shapes[c][0], cols = shapes[c][1];
+    float *x = rnd((size_t)(rows * cols), 1), *g = rnd((size_t)cols, 2), *w = rnd((size_t)cols, 3);
+    float *v = rnd((size_t)cols, 4), *w2 = malloc((size_t)cols * 4), *v2 = malloc((size_t)cols * 4);
+    memcpy(w2, w, (size_t)cols * 4), memcpy(v2, v, (size_t)cols * 4);
+    aq_sum_rows_args_t sr = {.x = x, .out = g, .rows = rows, .cols = cols, .ldx = cols, .alpha = 1.0f};
+    AQ_ASSERT_OK(run(AQ_KERNEL_SUM_ROWS, &sr, aq_cols_grid(cols)));
+    aq_sgd_args_t s = {.w = w, .grad = g, .velocity = v, .n = cols, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f};
+    AQ_ASSERT_OK(run(AQ_KERNEL_SGD, &s, aq_elementwise_grid(cols)));
+    aq_sum_rows_sgd_args_t f = {.sr = sr, .velocity = v2, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f};
+    f.sr.out = w2;
+    AQ_ASSERT_OK(run(AQ_KERNEL_SUM_ROWS_SGD, &f, aq_cols_grid(cols)));
+    for (int64_t j = 0; j < cols; ++j) {
+      cr_assert_eq(w2[j], w[j], "%lldx%lld: w[%lld] = %.9g fused, %.9g unfused", (long long)rows, (long long)cols,
+                   (long long)j, w2[j], w[j]);
+      cr_assert_eq(v2[j], v[j], "%lldx%lld: velocity[%lld] differs", (long long)rows, (long long)cols, (long long)j);
+    }
+    /* beta (an accumulating sum) and a missing velocity are outside the rules */
+    memcpy(w, w2, (size_t)cols * 4);
+    aq_sum_rows_sgd_args_t bad[2] = {f, f};
+    bad[0].sr.beta = 1.0f, bad[1].velocity = NULL;
+    for (int i = 0; i < 2; ++i) {
+      cr_assert_eq(run(AQ_KERNEL_SUM_ROWS_SGD, &bad[i], aq_cols_grid(cols)), AQ_ERROR_KERNEL_FAULT);
+      cr_assert(!memcmp(w, w2, (size_t)cols * 4), "a refused update wrote the weight");
+    }
+    free(x), free(g), free(w), free(v), free(w2), free(v2);
+  }
 }
