@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 
 #include "aquila/code_object.h"
+#include "runtime/processor.h"
 #include "runtime/drivers/cuda_api.h"
 #include "runtime/profile.h"
 #include "runtime/queue.h"
@@ -82,10 +83,7 @@ typedef struct cuda_queue {
   uint32_t pending_head, pending_count;
   cuda_agent_t *agent;
   CUstream stream;
-  pthread_t thread;
-  _Atomic int running;
-  _Atomic int busy; /* the processor is awake: producers need not wake it */
-  aq_wake_t wake;
+  aq_processor_t proc; /* the thread feeding the stream */
   cuda_timing_t timing;
   struct cuda_queue *next_traced; /* the agent's queues, for trace flushes */
   struct cuda_graphs *graphs;     /* repeating stretches as CUDA graphs; NULL: off */

@@ -149,14 +149,12 @@ static aq_status_t cuda_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *qu
     return s;
   }
   queue->driver_data = cq;
-  queue->draining = &cq->busy;
-  queue->doorbell_wake = &cq->wake;
-  atomic_store(&cq->running, 1);
-  if (pthread_create(&cq->thread, NULL, cuda_queue_main, cq)) {
+  s = aq_processor_start(&cq->proc, queue, cuda_queue_main, cq);
+  if (s != AQ_OK) {
     cuda_graph_release(cq);
     cu.cuStreamDestroy(cq->stream);
     free(cq);
-    return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "cannot start a packet processor thread");
+    return s;
   }
   cuda_timing_track(cq);
   return AQ_OK;
@@ -165,9 +163,7 @@ static aq_status_t cuda_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *qu
 static void cuda_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   (void)agent;
   cuda_queue_t *cq = queue->driver_data;
-  atomic_store(&cq->running, 0);
-  aq_wake_all(&cq->wake);
-  pthread_join(cq->thread, NULL);
+  aq_processor_stop(&cq->proc);
   cuda_bind(cq->agent);
   cuda_timing_release(cq);
   cu.cuStreamSynchronize(cq->stream);

@@ -189,11 +189,11 @@ static int any_met(void *arg) {
 static uint32_t barrier_or(cuda_queue_t *cq, const void *p) {
   uint32_t fault = 0;
   uint64_t spin = aq_runtime_config()->spin_ns; /* the first time only */
-  aq_barrier_watch(p, &cq->wake);
+  aq_barrier_watch(p, &cq->proc.wake);
   while (aq_barrier_poll(p, HSA_PACKET_TYPE_BARRIER_OR, &fault) != AQ_BARRIER_MET) {
-    if (!atomic_load(&cq->running)) return 0; /* shutting down */
+    if (!atomic_load(&cq->proc.running)) return 0; /* shutting down */
     fault = 0;
-    aq_wake_wait(&cq->wake, any_met, (void *)p, spin + 20000, spin);
+    aq_wake_wait(&cq->proc.wake, any_met, (void *)p, spin + 20000, spin);
     spin = 0;
   }
   return fault;
@@ -276,7 +276,7 @@ static int process(cuda_queue_t *cq) {
  * (its waiters need waking), or the end. */
 static int has_work(void *arg) {
   cuda_queue_t *cq = arg;
-  if (!atomic_load(&cq->running) ||
+  if (!atomic_load(&cq->proc.running) ||
       aq_queue_peek(cq->queue, atomic_load(&cq->queue->read_index)) != HSA_PACKET_TYPE_INVALID)
     return 1;
   if (cuda_timing_owed(cq)) return 1;
@@ -307,9 +307,9 @@ void *cuda_queue_main(void *arg) {
   /* Our sleeps are short polls of GPU-written signals: keep them short
    * (Linux lets a 20 us sleep run 50 us late by default). */
   prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
-  atomic_store(&cq->busy, 1);
+  atomic_store(&cq->proc.busy, 1);
   uint64_t poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns, checked = aq_now_ns();
-  while (atomic_load(&cq->running)) {
+  while (atomic_load(&cq->proc.running)) {
     int flush = atomic_load(&cq->timing.flush_req) != atomic_load(&cq->timing.flush_ack);
     if (process(cq)) {
       /* A host task may wait on a completion the stream wrote while we were
@@ -325,18 +325,18 @@ void *cuda_queue_main(void *arg) {
      * we wake it), then less and less (a long kernel costs little), unless
      * someone is waiting for them. The stream's health is asked about every
      * ERROR_CHECK_NS. */
-    atomic_store(&cq->busy, 0);
+    atomic_store(&cq->proc.busy, 0);
     uint64_t now = aq_now_ns();
     int check = now - checked >= ERROR_CHECK_NS;
     if (check) checked = now;
     if (watch_stream(cq, check)) poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
     cuda_timing_resolve(cq, flush);
     int owed = cq->pending_count || cq->timing.count;
-    aq_wake_wait(&cq->wake, has_work, cq, owed ? spin + poll : UINT64_MAX, spin);
+    aq_wake_wait(&cq->proc.wake, has_work, cq, owed ? spin + poll : UINT64_MAX, spin);
     spin = 0;
     uint64_t cap = owed_to_a_waiter(cq) ? POLL_WATCHED_NS : POLL_MAX_NS;
     if (owed) poll = poll * 2 < cap ? poll * 2 : cap;
-    atomic_store(&cq->busy, 1);
+    atomic_store(&cq->proc.busy, 1);
   }
   return NULL;
 }

@@ -162,9 +162,9 @@ void cuda_timing_flush_all(void) {
   pthread_mutex_lock(&queues_mutex);
   for (cuda_queue_t *cq = queues; cq; cq = cq->next_traced) {
     uint64_t req = atomic_fetch_add(&cq->timing.flush_req, 1) + 1;
-    aq_wake_all(&cq->wake);
+    aq_wake_all(&cq->proc.wake);
     uint64_t deadline = aq_now_ns() + FLUSH_WAIT_NS;
-    while (atomic_load(&cq->timing.flush_ack) < req && atomic_load(&cq->running) && aq_now_ns() < deadline)
+    while (atomic_load(&cq->timing.flush_ack) < req && atomic_load(&cq->proc.running) && aq_now_ns() < deadline)
       sched_yield();
   }
   pthread_mutex_unlock(&queues_mutex);

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "runtime/processor.h"
 #include "runtime/driver.h"
 #include "runtime/drivers/rocr_api.h"
 #include "runtime/drivers/rocr_packet.h"
@@ -41,12 +42,9 @@ typedef struct rocr_queue {
   hsa_queue_t *hw;
   void *kernargs;                    /* ROCR_INFLIGHT_MAX slots, kernarg pool */
   rocr_inflight_table_t inflight;
-  pthread_t thread;
-  _Atomic int running;
-  _Atomic int busy;                  /* the forwarder is awake */
+  aq_processor_t proc;               /* the forwarder; completions wake it too */
   _Atomic int dead;                  /* the hardware queue reported an error */
   _Atomic int handlers;              /* async handlers registered, not yet run */
-  aq_wake_t wake;                    /* doorbells and completions wake the forwarder */
 } rocr_queue_t;
 
 /* A kernel as one agent runs it: kernel_object is the real one (the packet

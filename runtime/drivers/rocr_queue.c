@@ -73,7 +73,7 @@ static void on_queue_error(hsa_status_t status, hsa_queue_t *source, void *data)
     /* Its async handler then fires, finds the entry claimed, deregisters. */
     rocr.hsa_signal_store_screlease((hsa_signal_t){e->hsa_signal}, 0);
   }
-  aq_wake_all(&rq->wake);
+  aq_wake_all(&rq->proc.wake);
 }
 
 static uint32_t prepare_dispatch(rocr_queue_t *rq, const uint8_t *p, rocr_inflight_t *e, rocr_patch_t *patch) {
@@ -120,13 +120,13 @@ static uint32_t prepare_barrier(rocr_queue_t *rq, const uint8_t *p, hsa_packet_t
   if (host) {
     /* Completers wake the watcher; a signal another agent already watches
      * does not, hence the 50 us timeout (which also lets shutdown in). */
-    aq_barrier_watch(p, &rq->wake);
+    aq_barrier_watch(p, &rq->proc.wake);
     fault = 0;
-    while (aq_barrier_poll(p, type, &fault) != AQ_BARRIER_MET && atomic_load(&rq->running)) {
+    while (aq_barrier_poll(p, type, &fault) != AQ_BARRIER_MET && atomic_load(&rq->proc.running)) {
       fault = 0;
-      aq_wake_wait(&rq->wake, barrier_met, (void *)p, 50000, aq_runtime_config()->spin_ns);
+      aq_wake_wait(&rq->proc.wake, barrier_met, (void *)p, 50000, aq_runtime_config()->spin_ns);
     }
-    if (!atomic_load(&rq->running))
+    if (!atomic_load(&rq->proc.running))
       return packet_fault(rq, AQ_ERROR_UNAVAILABLE, "queue destroyed while a barrier waited", NULL);
     return fault;
   }
@@ -193,25 +193,25 @@ static int forward(rocr_queue_t *rq) {
 
 static int has_work(void *arg) {
   rocr_queue_t *rq = arg;
-  return !atomic_load(&rq->running) ||
+  return !atomic_load(&rq->proc.running) ||
          aq_queue_peek(rq->queue, atomic_load(&rq->queue->read_index)) != HSA_PACKET_TYPE_INVALID;
 }
 
-static int stopping(void *arg) { return !atomic_load(&((rocr_queue_t *)arg)->running); }
+static int stopping(void *arg) { return !atomic_load(&((rocr_queue_t *)arg)->proc.running); }
 
 static void *forward_main(void *arg) {
   rocr_queue_t *rq = arg;
-  atomic_store(&rq->busy, 1);
-  while (atomic_load(&rq->running)) {
+  atomic_store(&rq->proc.busy, 1);
+  while (atomic_load(&rq->proc.running)) {
     int r = forward(rq);
     if (r == FORWARDED) continue;
     if (r == BLOCKED) { /* a full ring or table: the GPU frees them without telling us */
-      aq_wake_wait(&rq->wake, stopping, rq, 50000, 0);
+      aq_wake_wait(&rq->proc.wake, stopping, rq, 50000, 0);
       continue;
     }
-    atomic_store(&rq->busy, 0);
-    aq_wake_wait(&rq->wake, has_work, rq, UINT64_MAX, aq_runtime_config()->spin_ns);
-    atomic_store(&rq->busy, 1);
+    atomic_store(&rq->proc.busy, 0);
+    aq_wake_wait(&rq->proc.wake, has_work, rq, UINT64_MAX, aq_runtime_config()->spin_ns);
+    atomic_store(&rq->proc.busy, 1);
   }
   return NULL;
 }
@@ -268,22 +268,15 @@ aq_status_t rocr_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
                     agent->info.name, size, rocr_error(s));
   }
   queue->driver_data = rq;
-  queue->draining = &rq->busy;
-  queue->doorbell_wake = &rq->wake;
-  atomic_store(&rq->running, 1);
-  if (pthread_create(&rq->thread, NULL, forward_main, rq)) {
-    release(rq);
-    return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "cannot start a packet forwarding thread");
-  }
-  return AQ_OK;
+  aq_status_t st = aq_processor_start(&rq->proc, queue, forward_main, rq);
+  if (st != AQ_OK) release(rq);
+  return st;
 }
 
 void rocr_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   (void)agent;
   rocr_queue_t *rq = queue->driver_data;
-  atomic_store(&rq->running, 0);
-  aq_wake_all(&rq->wake);
-  pthread_join(rq->thread, NULL);
+  aq_processor_stop(&rq->proc);
   /* Aquila's ring is empty, the GPU's may not be: release waits for it. */
   release(rq);
 }
