@@ -1,11 +1,12 @@
 /* Epilogue fusion (fuse.h). A training step's backward pass writes each
  * weight gradient with a matmul and reads it back once, in the SGD update;
- * relu's backward likewise reads a product once to mask it. On a CPU the
- * second pass is a trip through memory for megabytes the GEMM had in L1 a
- * moment before: fused, the consumer's rule runs on each tile in the
- * write-back (kernels/cpu/gemm.c) and the product is never stored.
- *
- * The same holds for a bias gradient, a sum over rows, and its update.
+ * relu's backward likewise reads a product once to mask it; a bias
+ * gradient, a sum over rows, goes to its update the same way. Fused, the
+ * consumer's rule runs on the result in the producer's write-back and the
+ * intermediate is never stored: one launch and one pass over it fewer. On
+ * a GPU that is what pays (the launches); on a CPU the consumer's arrays,
+ * read in the GEMM's tile order, cost about what the pass saved, so the
+ * exec fuses there only when asked (exec.c's fuse).
  *
  * A pair fuses only where nothing else can see the product: one writer (a
  * plain matmul of the op library: no bias, activation or batch; or a sum
