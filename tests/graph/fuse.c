@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/common.h"
+#include "files.h"
 
 static void setup(void) {
   setenv("AQ_FUSION", "1", 1);
@@ -127,41 +127,20 @@ static void destroy(mlp_t *m, aq_exec_t *a, aq_exec_t *b) {
   AQ_ASSERT_OK(aq_graph_destroy(m->g));
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  cr_assert(f, "%s", path);
-  static char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return buf;
-}
-
-static int count(const char *s, const char *what) {
-  int n = 0;
-  for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) ++n;
-  return n;
-}
-
 Test(fuse, a_fused_training_step_computes_what_the_unfused_one_does) {
   mlp_t m;
   build(&m, AQ_ROLE_INPUT);
   /* fused with buffers shared by lifetime (the default), plain without either */
   aq_exec_t *fused = instantiate(&m, 0), *plain = instantiate(&m, AQ_EXEC_NO_FUSION | AQ_EXEC_NO_MEMORY_REUSE);
-  char path[] = "/tmp/aq-fuse-XXXXXX";
-  int fd = mkstemp(path);
-  cr_assert(fd >= 0);
-  close(fd);
-  AQ_ASSERT_OK(aq_exec_write_dot(fused, path));
-  const char *dot = slurp(path);
+  static char dot[1 << 16];
+  read_dot(fused, dot, sizeof(dot));
   /* w1, w2, w3's SGD and both relu backwards take their products in, and
    * b1, b2, b3's SGD their sums over rows */
   cr_assert_eq(count(dot, AQ_KERNEL_MATMUL_FUSED), 5, "%s", dot);
   cr_assert_eq(count(dot, AQ_KERNEL_SUM_ROWS_SGD), 3, "%s", dot);
   cr_assert_eq(count(dot, "fused into its consumer"), 8, "%s", dot);
-  AQ_ASSERT_OK(aq_exec_write_dot(plain, path));
-  cr_assert_eq(count(slurp(path), "fused into its consumer"), 0);
-  unlink(path);
+  read_dot(plain, dot, sizeof(dot));
+  cr_assert_eq(count(dot, "fused into its consumer"), 0);
   for (int s = 0; s < STEPS; ++s) {
     feed(&m, fused, plain, 100 + s);
     run(fused), run(plain);
@@ -226,20 +205,14 @@ Test(fuse, aq_fusion_0_and_the_flag_keep_every_task) {
   build(&m, AQ_ROLE_INPUT);
   setenv("AQ_FUSION", "0", 1);
   aq_exec_t *e = instantiate(&m, 0);
-  char path[] = "/tmp/aq-fuse-XXXXXX";
-  int fd = mkstemp(path);
-  close(fd);
-  AQ_ASSERT_OK(aq_exec_write_dot(e, path));
-  cr_assert_eq(count(slurp(path), "fused into its consumer"), 0);
-  unlink(path);
+  static char dot[1 << 16];
+  read_dot(e, dot, sizeof(dot));
+  cr_assert_eq(count(dot, "fused into its consumer"), 0);
   AQ_ASSERT_OK(aq_exec_destroy(e));
   unsetenv("AQ_FUSION");
   e = instantiate(&m, 0); /* unset: CPU agents do not fuse */
-  fd = mkstemp(path);
-  close(fd);
-  AQ_ASSERT_OK(aq_exec_write_dot(e, path));
-  cr_assert_eq(count(slurp(path), "fused into its consumer"), 0);
-  unlink(path);
+  read_dot(e, dot, sizeof(dot));
+  cr_assert_eq(count(dot, "fused into its consumer"), 0);
   AQ_ASSERT_OK(aq_exec_destroy(e));
   AQ_ASSERT_OK(aq_graph_destroy(m.g));
 }
@@ -265,29 +238,17 @@ Test(fuse, a_bad_aq_fusion_is_refused_by_name) {
 /* On a GPU, fusion is the default: the same five pairs run as one launch
  * each, and the step trains as the unfused one does. */
 Test(fuse, a_gpu_fuses_by_default) {
-  aq_agent_t all[64];
-  size_t n, gpus = 0;
-  AQ_ASSERT_OK(aq_agents(all, 64, &n));
-  for (size_t i = 0; i < n; ++i) {
-    aq_agent_info_t info;
-    AQ_ASSERT_OK(aq_agent_get_info(all[i], &info));
-    gpus += info.kind == AQ_AGENT_KIND_GPU;
-  }
-  if (!gpus) cr_skip_test("skipped: no GPU");
+  if (!first_agent(AQ_AGENT_KIND_GPU).handle) cr_skip_test("skipped: no GPU");
   unsetenv("AQ_FUSION");
   mlp_t m;
   build(&m, AQ_ROLE_INPUT);
   aq_exec_t *fused = instantiate_on(&m, 0, AQ_AGENT_KIND_GPU);
   aq_exec_t *plain = instantiate_on(&m, AQ_EXEC_NO_FUSION | AQ_EXEC_NO_MEMORY_REUSE, AQ_AGENT_KIND_GPU);
-  char path[] = "/tmp/aq-fuse-XXXXXX";
-  int fd = mkstemp(path);
-  close(fd);
-  AQ_ASSERT_OK(aq_exec_write_dot(fused, path));
-  const char *dot = slurp(path);
+  static char dot[1 << 16];
+  read_dot(fused, dot, sizeof(dot));
   cr_assert_eq(count(dot, AQ_KERNEL_MATMUL_FUSED), 5, "%s", dot);
   cr_assert_eq(count(dot, AQ_KERNEL_SUM_ROWS_SGD), 3, "%s", dot);
   cr_assert(strstr(dot, "kernels-cuda.fatbin"), "%s", dot);
-  unlink(path);
   for (int s = 0; s < STEPS; ++s) {
     feed(&m, fused, plain, 100 + s);
     run(fused), run(plain);

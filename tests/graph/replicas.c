@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/common.h"
+#include "files.h"
 
 static aq_agent_t gpu;
 
@@ -31,23 +31,6 @@ static void teardown(void) {
   if (gpu.handle) aq_shut_down();
 }
 TestSuite(gpu_replicas, .init = setup, .fini = teardown);
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  cr_assert(f, "cannot read %s", path);
-  static char buf[1 << 18];
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  buf[n] = 0;
-  fclose(f);
-  unlink(path);
-  return buf;
-}
-
-static size_t count(const char *s, const char *what) {
-  size_t n = 0;
-  for (const char *p = s; (p = strstr(p, what)); p += strlen(what)) ++n;
-  return n;
-}
 
 /* A small MLP trained a few steps with its tasks dealt to CPU and GPU in
  * turn (round-robin): most tensors cross between them, parameters too. */

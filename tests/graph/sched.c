@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/common.h"
+#include "files.h"
 
 static void setup(void) { AQ_ASSERT_OK(aq_init(NULL)); }
 static void teardown(void) { aq_shut_down(); }
@@ -105,17 +105,6 @@ static void train_mlp_ex(uint32_t flags, aq_sched_policy_t policy, float losses[
   else cr_assert_gt(refused, 0);
   AQ_ASSERT_OK(aq_exec_destroy(e));
   AQ_ASSERT_OK(aq_graph_destroy(g));
-}
-
-/* The exec's DOT, through a file. */
-static void read_dot(aq_exec_t *e, const char *path, char *dot, size_t size) {
-  AQ_ASSERT_OK(aq_exec_write_dot(e, path));
-  FILE *f = fopen(path, "r");
-  cr_assert(f, "cannot read back %s", path);
-  size_t n = fread(dot, 1, size - 1, f);
-  dot[n] = '\0';
-  fclose(f);
-  unlink(path);
 }
 
 Test(sched, activations_share_memory_and_training_is_unchanged) {
@@ -223,14 +212,14 @@ Test(sched, heft_calibrates_unknown_tasks_and_keeps_models_in_a_file, .init = pe
   cr_assert_eq(n, 9, "3 tasks x 3 profiled runs, not %g", n);
   cr_assert(mean > 1.9e6 && mean < 20e6, "mean %g ns for a 2 ms sleep", mean);
   char dot[4096];
-  read_dot(e, "/tmp/aq-sched-heft.dot", dot, sizeof(dot));
+  read_dot(e, dot, sizeof(dot));
   AQ_ASSERT_OK(aq_exec_destroy(e));
   /* The first instantiation had no model: its estimate was the guess. */
   cr_assert(strstr(dot, "[host]") && strstr(dot, "est. 1.0 us"), "%s", dot);
   /* A second exec uses the measured model (about 2000 us a task), and does
    * not profile again. */
   AQ_ASSERT_OK(aq_graph_instantiate(g, &o, &e));
-  read_dot(e, "/tmp/aq-sched-heft.dot", dot, sizeof(dot));
+  read_dot(e, dot, sizeof(dot));
   char *est = strstr(dot, "est. ");
   cr_assert(est, "%s", dot);
   double us = atof(est + 5);
@@ -317,7 +306,7 @@ Test(sched, heft_counts_the_workers_that_cpu_lanes_share, .init = perf_setup, .f
   double n = 0, mean = 0;
   cr_assert(model_line("aq_matmul_f32", &n, &mean), "calibrated before placement");
   char dot[8192];
-  read_dot(e, "/tmp/aq-sched-width.dot", dot, sizeof(dot));
+  read_dot(e, dot, sizeof(dot));
   AQ_ASSERT_OK(aq_exec_destroy(e));
   const char *label = strstr(dot, "makespan estimate ");
   cr_assert(label, "%s", dot);
@@ -475,7 +464,7 @@ Test(sched, dot_names_agent_variant_and_estimate) {
   aq_exec_t *e;
   AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
   char dot[4096];
-  read_dot(e, "/tmp/aq-sched-test.dot", dot, sizeof(dot));
+  read_dot(e, dot, sizeof(dot));
   cr_assert(strstr(dot, "digraph") && strstr(dot, "[kernels-cpu.so]") && strstr(dot, "on cpu") &&
                 strstr(dot, "t0 -> t1"),
             "%s", dot);
@@ -518,13 +507,7 @@ Test(sched_numa, replicas_and_copies_across_two_nodes_agree_with_remote_reads) {
   for (int s = 0; s < STEPS; ++s)
     cr_assert_float_eq(plain[s], repl[s], 1e-4f * fabsf(plain[s]) + 1e-6f, "step %d: %g vs %g", s, plain[s], repl[s]);
   for (int i = 0; i < IN * H; ++i) cr_assert_float_eq(w1a[i], w1b[i], 1e-4f, "w1[%d]", i);
-  FILE *f = fopen("/tmp/aq-sched-numa.dot", "r");
-  cr_assert(f);
-  static char dot[1 << 16];
-  size_t got = fread(dot, 1, sizeof(dot) - 1, f);
-  dot[got] = 0;
-  fclose(f);
-  unlink("/tmp/aq-sched-numa.dot");
+  const char *dot = slurp("/tmp/aq-sched-numa.dot");
   cr_assert(strstr(dot, "copy ") && strstr(dot, " -> cpu"), "no copy task in the DOT");
   aq_shut_down();
   unsetenv("HWLOC_SYNTHETIC");
