@@ -72,9 +72,14 @@ static uint32_t fused_form(const task_t *m, uint32_t x, const task_t *c, aq_matm
   return r.n == a.m * a.n ? FUSE_MATMUL_RELU_MASK : 0;
 }
 
-static aq_status_t add_pred(plan_task_t *pt, uint32_t q) {
+static int has_pred(const plan_task_t *pt, uint32_t q) {
   for (uint32_t j = 0; j < pt->npreds; ++j)
-    if (pt->preds[j] == q) return AQ_OK;
+    if (pt->preds[j] == q) return 1;
+  return 0;
+}
+
+static aq_status_t add_pred(plan_task_t *pt, uint32_t q) {
+  if (has_pred(pt, q)) return AQ_OK;
   if (pt->npreds == pt->cap_preds) {
     uint32_t cap = pt->cap_preds ? 2 * pt->cap_preds : 4;
     uint32_t *n = realloc(pt->preds, cap * sizeof(uint32_t));
@@ -156,87 +161,20 @@ static uint32_t fusable(const fuse_in_t *in, const plan_t *plan, const counts_t 
     uint32_t lm = plan->tasks[m].lane, lt = pt->lane;
     if (c->awaited[m] || f->absorbed[m] || f->product[m] != UINT32_MAX) return UINT32_MAX;
     if (in->lane_agent[lm] != in->lane_agent[lt] || !(in->lane_fuses[lt] & form)) return UINT32_MAX;
-    for (uint32_t u = 0; u < plan->ntasks; ++u) {
-      if (u == t) continue;
-      for (uint32_t k = 0; k < plan->tasks[u].npreds; ++k)
-        if (plan->tasks[u].preds[k] == m && is_ancestor(plan, t, u, w)) return UINT32_MAX;
-    }
+    for (uint32_t u = 0; u < plan->ntasks; ++u)
+      if (u != t && has_pred(&plan->tasks[u], m) && is_ancestor(plan, t, u, w)) return UINT32_MAX;
     return m;
   }
   return UINT32_MAX;
 }
 
 /* Consumer t takes product m in: t also waits for m's predecessors, and
- * m's other successors wait for t. */
+ * m's other successors wait for t (plan_reorder then counts successors). */
 static aq_status_t merge(plan_t *plan, uint32_t t, uint32_t m) {
   aq_status_t s = AQ_OK;
-  for (uint32_t j = 0; s == AQ_OK && j < plan->tasks[m].npreds; ++j) {
-    uint32_t q = plan->tasks[m].preds[j], before = plan->tasks[t].npreds;
-    s = add_pred(&plan->tasks[t], q);
-    if (s == AQ_OK && plan->tasks[t].npreds > before) plan->tasks[q].nsuccs++;
-  }
-  for (uint32_t u = 0; s == AQ_OK && u < plan->ntasks; ++u) {
-    if (u == t) continue;
-    for (uint32_t k = 0; s == AQ_OK && k < plan->tasks[u].npreds; ++k)
-      if (plan->tasks[u].preds[k] == m) {
-        uint32_t before = plan->tasks[u].npreds;
-        s = add_pred(&plan->tasks[u], t);
-        if (s == AQ_OK && plan->tasks[u].npreds > before) plan->tasks[t].nsuccs++;
-        break;
-      }
-  }
-  return s;
-}
-
-/* A topological order as close to the old one as the new edges allow (Kahn's,
- * always taking the ready task that came first), and the lanes numbered
- * again: placement's order stands except where a consumer moved. */
-static aq_status_t reorder(plan_t *plan, uint32_t nlanes) {
-  uint32_t n = plan->ntasks;
-  uint32_t *pos = malloc(n * sizeof(uint32_t)), *indeg = calloc(n, sizeof(uint32_t)), *heap = malloc(n * sizeof(uint32_t));
-  uint32_t *start = calloc(n + 1, sizeof(uint32_t)), *succ = NULL, *fill = calloc(n, sizeof(uint32_t));
-  uint32_t edges = 0;
-  for (uint32_t i = 0; i < n; ++i) edges += plan->tasks[i].npreds;
-  succ = malloc((edges ? edges : 1) * sizeof(uint32_t));
-  aq_status_t s = pos && indeg && heap && start && succ && fill ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan fusion");
-  for (uint32_t k = 0; s == AQ_OK && k < n; ++k) pos[plan->order[k]] = k;
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
-    indeg[i] = plan->tasks[i].npreds;
-    for (uint32_t j = 0; j < plan->tasks[i].npreds; ++j) start[plan->tasks[i].preds[j] + 1]++;
-  }
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) start[i + 1] += start[i];
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
-    for (uint32_t j = 0; j < plan->tasks[i].npreds; ++j) {
-      uint32_t q = plan->tasks[i].preds[j];
-      succ[start[q] + fill[q]++] = i;
-    }
-  uint32_t size = 0, out = 0;
-#define LESS(a, b) (pos[heap[a]] < pos[heap[b]])
-#define SWAP(a, b) do { uint32_t t_ = heap[a]; heap[a] = heap[b]; heap[b] = t_; } while (0)
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
-    if (!indeg[i])
-      for (uint32_t c = size++, p; heap[c] = i, c && (p = (c - 1) / 2, LESS(c, p)); c = p) SWAP(c, p);
-  while (s == AQ_OK && size) {
-    uint32_t t = heap[0];
-    heap[0] = heap[--size];
-    for (uint32_t c = 0;;) { /* sift down */
-      uint32_t l = 2 * c + 1, r = l + 1, m = c;
-      if (l < size && LESS(l, m)) m = l;
-      if (r < size && LESS(r, m)) m = r;
-      if (m == c) break;
-      SWAP(c, m);
-      c = m;
-    }
-    plan->order[out++] = t;
-    for (uint32_t e = start[t]; e < start[t + 1]; ++e)
-      if (--indeg[succ[e]] == 0)
-        for (uint32_t c = size++, p; heap[c] = succ[e], c && (p = (c - 1) / 2, LESS(c, p)); c = p) SWAP(c, p);
-  }
-#undef LESS
-#undef SWAP
-  if (s == AQ_OK && out != n) s = aq_error(AQ_ERROR_INTERNAL, "fusion left the plan with a cycle");
-  if (s == AQ_OK) s = plan_number_lanes(plan, nlanes);
-  free(pos), free(indeg), free(heap), free(start), free(succ), free(fill);
+  for (uint32_t j = 0; s == AQ_OK && j < plan->tasks[m].npreds; ++j) s = add_pred(&plan->tasks[t], plan->tasks[m].preds[j]);
+  for (uint32_t u = 0; s == AQ_OK && u < plan->ntasks; ++u)
+    if (u != t && has_pred(&plan->tasks[u], m)) s = add_pred(&plan->tasks[u], t);
   return s;
 }
 
@@ -263,7 +201,7 @@ aq_status_t fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *f) {
     f->unstored[g->tasks[m].writes[0]] = t;
     f->count++;
   }
-  if (s == AQ_OK && f->count) s = reorder(plan, in->nlanes);
+  if (s == AQ_OK && f->count) s = plan_reorder(plan, in->graph, in->nlanes);
   free(c.readers), free(c.writers), free(c.awaited), free(w.stack), free(w.seen);
   return s;
 }

@@ -69,14 +69,45 @@ static aq_status_t infer(plan_t *p, aq_graph_t *g) {
   return s;
 }
 
+/* The tasks ready to go next: first in, first out; or, with keep (a
+ * position per task), the one with the lowest position first (a heap). */
+typedef struct ready {
+  uint32_t *v, head, size;
+  const uint32_t *keep;
+} ready_t;
+
+static void ready_push(ready_t *r, uint32_t t) {
+  if (!r->keep) {
+    r->v[r->head + r->size++] = t;
+    return;
+  }
+  uint32_t c = r->size++;
+  for (; c && r->keep[r->v[(c - 1) / 2]] > r->keep[t]; c = (c - 1) / 2) r->v[c] = r->v[(c - 1) / 2];
+  r->v[c] = t;
+}
+
+static uint32_t ready_pop(ready_t *r) {
+  if (!r->keep) return r->size--, r->v[r->head++];
+  uint32_t top = r->v[0], last = r->v[--r->size], c = 0;
+  for (;;) {
+    uint32_t l = 2 * c + 1, m = l + 1 < r->size && r->keep[r->v[l + 1]] < r->keep[r->v[l]] ? l + 1 : l;
+    if (l >= r->size || r->keep[r->v[m]] >= r->keep[last]) break;
+    r->v[c] = r->v[m], c = m;
+  }
+  if (r->size) r->v[c] = last;
+  return top;
+}
+
 /* Kahn's algorithm over successor lists (CSR); a cycle (only explicit edges
- * can make one) names a task on it. after-any edges order like ordinary ones. */
-static aq_status_t order(plan_t *p, aq_graph_t *g) {
+ * can make one) names a task on it. after-any edges order like ordinary ones.
+ * Counts each task's successors. keep: see ready_t (NULL: first in, first out). */
+static aq_status_t order(plan_t *p, aq_graph_t *g, const uint32_t *keep) {
   uint32_t n = p->ntasks, edges = 0;
   for (uint32_t i = 0; i < n; ++i) edges += p->tasks[i].npreds + g->tasks[i].nafter_any;
   uint32_t *indeg = calloc(n + 1, sizeof(uint32_t)), *start = calloc(n + 1, sizeof(uint32_t));
   uint32_t *succ = malloc((edges ? edges : 1) * sizeof(uint32_t)), *fill = calloc(n + 1, sizeof(uint32_t));
-  aq_status_t s = indeg && start && succ && fill ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+  ready_t r = {malloc((n ? n : 1) * sizeof(uint32_t)), 0, 0, keep};
+  aq_status_t s = indeg && start && succ && fill && r.v ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
     indeg[i] = p->tasks[i].npreds + g->tasks[i].nafter_any;
     for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) start[p->tasks[i].preds[j] + 1]++;
@@ -97,21 +128,31 @@ static aq_status_t order(plan_t *p, aq_graph_t *g) {
       succ[start[q] + fill[q]++] = i;
     }
   }
-  uint32_t head = 0, tail = 0;
+  uint32_t out = 0;
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
-    if (!indeg[i]) p->order[tail++] = i;
-  while (s == AQ_OK && head < tail) {
-    uint32_t t = p->order[head++];
+    if (!indeg[i]) ready_push(&r, i);
+  while (s == AQ_OK && r.size) {
+    uint32_t t = ready_pop(&r);
+    p->order[out++] = t;
     for (uint32_t e = start[t]; e < start[t + 1]; ++e)
-      if (--indeg[succ[e]] == 0) p->order[tail++] = succ[e];
+      if (--indeg[succ[e]] == 0) ready_push(&r, succ[e]);
   }
-  if (s == AQ_OK && tail != n) {
+  if (s == AQ_OK && out != n) {
     uint32_t stuck = 0;
     while (stuck < n && !indeg[stuck]) ++stuck;
     s = aq_error(AQ_ERROR_INVALID_GRAPH, "the graph has a cycle through task '%s'", g->tasks[stuck].name);
   }
-  free(indeg), free(start), free(succ), free(fill);
+  free(indeg), free(start), free(succ), free(fill), free(r.v);
   return s;
+}
+
+aq_status_t plan_reorder(plan_t *p, aq_graph_t *g, uint32_t nlanes) {
+  uint32_t *keep = malloc((p->ntasks ? p->ntasks : 1) * sizeof(uint32_t));
+  if (!keep) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+  for (uint32_t k = 0; k < p->ntasks; ++k) keep[p->order[k]] = k;
+  aq_status_t s = order(p, g, keep);
+  free(keep);
+  return s == AQ_OK ? plan_number_lanes(p, nlanes) : s;
 }
 
 /* What a task costs, in the estimate's units: its work-groups (an empty
@@ -184,7 +225,7 @@ aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const
   if (g->ntasks == 0) return aq_error(AQ_ERROR_INVALID_GRAPH, "the graph has no tasks");
   if (l->nlanes == 0) return aq_error(AQ_ERROR_UNAVAILABLE, "no agent can run the graph");
   AQ_RETURN_IF_ERROR(infer(p, g));
-  AQ_RETURN_IF_ERROR(order(p, g));
+  AQ_RETURN_IF_ERROR(order(p, g, NULL));
   if (policy == AQ_SCHED_HEFT) {
     for (uint32_t i = 0; i < p->ntasks; ++i)
       if (g->tasks[i].agent >= 0 && (uint32_t)g->tasks[i].agent >= l->nagents)

@@ -54,6 +54,10 @@ void plan_free(plan_t *p);
 aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l);
 /* What moving `bytes` from agent a to agent b costs, in ns (0 on one agent). */
 double plan_transfer_ns(const plan_lanes_t *l, uint32_t a, uint32_t b, double bytes);
+/* After edges were added to a planned graph: a topological order as close
+ * to the current one as the edges allow (of the ready tasks, the one that
+ * came first goes first), successor counts, and lane positions again. */
+aq_status_t plan_reorder(plan_t *p, aq_graph_t *g, uint32_t nlanes);
 /* Numbers each task's position in its lane (seq), following order. */
 aq_status_t plan_number_lanes(plan_t *p, uint32_t nlanes);
 
