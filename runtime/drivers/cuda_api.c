@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
+#include "runtime/symbols.h"
+
 cuda_api_t cu;
 static void *lib;
 
@@ -15,7 +17,7 @@ int cuda_api_load(char *why, size_t size) {
     return -1;
   }
   /* Versioned names where the API has them, as cuda.h maps them. */
-  static const struct { size_t offset; const char *name; } syms[] = {
+  static const aq_symbol_t syms[] = {
 #define SYM(field, name) {offsetof(cuda_api_t, field), name}
       SYM(cuInit, "cuInit"), SYM(cuGetErrorString, "cuGetErrorString"),
       SYM(cuDeviceGetCount, "cuDeviceGetCount"), SYM(cuDeviceGet, "cuDeviceGet"),
@@ -42,14 +44,11 @@ int cuda_api_load(char *why, size_t size) {
       SYM(cuFuncGetParamInfo, "cuFuncGetParamInfo"), SYM(cuFuncSetAttribute, "cuFuncSetAttribute"),
 #undef SYM
   };
-  for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); ++i) {
-    void *f = dlsym(h, syms[i].name);
-    if (!f) {
-      snprintf(why, size, "libcuda.so.1 lacks %s (driver too old; CUDA 12.4 or newer needed)", syms[i].name);
-      dlclose(h);
-      return -1;
-    }
-    *(void **)((char *)&cu + syms[i].offset) = f;
+  const char *missing = aq_symbols_resolve(h, syms, sizeof(syms) / sizeof(syms[0]), &cu);
+  if (missing) {
+    snprintf(why, size, "libcuda.so.1 lacks %s (driver too old; CUDA 12.4 or newer needed)", missing);
+    dlclose(h);
+    return -1;
   }
   *(void **)&cu.cuFuncLoad = dlsym(h, "cuFuncLoad");
   *(void **)&cu.cuStreamBeginCapture = dlsym(h, "cuStreamBeginCapture_v2");

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/symbols.h"
+
 rocr_api_t rocr;
 static void *lib;
 
@@ -16,19 +18,16 @@ int rocr_api_load(char *why, size_t size) {
     snprintf(why, size, "no HSA runtime: %s", dlerror());
     return -1;
   }
-  static const struct { size_t offset; const char *name; } syms[] = {
+  static const aq_symbol_t syms[] = {
 #define ROCR_SYM(f) {offsetof(rocr_api_t, f), #f},
       ROCR_API(ROCR_SYM)
 #undef ROCR_SYM
   };
-  for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); ++i) {
-    void *f = dlsym(h, syms[i].name);
-    if (!f) {
-      snprintf(why, size, "libhsa-runtime64.so.1 lacks %s (ROCm 5.3 or newer needed)", syms[i].name);
-      dlclose(h);
-      return -1;
-    }
-    *(void **)((char *)&rocr + syms[i].offset) = f;
+  const char *missing = aq_symbols_resolve(h, syms, sizeof(syms) / sizeof(syms[0]), &rocr);
+  if (missing) {
+    snprintf(why, size, "libhsa-runtime64.so.1 lacks %s (ROCm 5.3 or newer needed)", missing);
+    dlclose(h);
+    return -1;
   }
   lib = h;
   return 0;
