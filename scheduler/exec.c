@@ -827,7 +827,6 @@ static aq_status_t replica_prefetch(void *user, uint64_t x, uint64_t agent, uint
   return hint(aq_memory_prefetch(e->buffers[x], bytes, e->agents[agent], (aq_signal_t){0}));
 }
 
-/* Epilogue fusion on the placed graph (fuse.h), unless turned off. */
 /* Epilogue fusion on the placed graph (fuse.h): on GPU agents, where each
  * fused pair is one launch and one pass over C fewer; on CPU agents only
  * with AQ_FUSION=1 (there, the MLP step measured no faster: the consumer's
@@ -838,14 +837,14 @@ static aq_status_t fuse(aq_exec_t *e) {
   if (env && strcmp(env, "0") && strcmp(env, "1"))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "AQ_FUSION=%s: expected 0 (no fusion) or 1 (on CPU agents too)", env);
   int off = (e->flags & AQ_EXEC_NO_FUSION) || (env && !strcmp(env, "0")), cpu = env && !strcmp(env, "1");
-  uint8_t fuses[EXEC_LANES_MAX];
-  for (uint32_t l = 0; l < e->nlanes; ++l) {
-    int gpu = e->lane_kind[l] == AQ_AGENT_KIND_GPU;
+  uint8_t fuses[EXEC_AGENTS_MAX];
+  for (uint32_t a = 0; a < e->nagents; ++a) {
+    int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
     aq_code_object_t co = gpu ? e->gpu_ops : e->ops;
     int on = (gpu || cpu) && co.handle;
-    fuses[l] = (on && has_kernel(e, co, AQ_KERNEL_MATMUL_FUSED, e->lane_kind[l]) ? FUSE_MATMUL_RELU_MASK | FUSE_MATMUL_SGD
-                                                                                  : 0) |
-               (on && has_kernel(e, co, AQ_KERNEL_SUM_ROWS_SGD, e->lane_kind[l]) ? FUSE_SUM_ROWS_SGD : 0);
+    fuses[a] = (on && has_kernel(e, co, AQ_KERNEL_MATMUL_FUSED, e->agent_kind[a]) ? FUSE_MATMUL_RELU_MASK | FUSE_MATMUL_SGD
+                                                                                   : 0) |
+               (on && has_kernel(e, co, AQ_KERNEL_SUM_ROWS_SGD, e->agent_kind[a]) ? FUSE_SUM_ROWS_SGD : 0);
   }
   fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, fuses, off};
   return fuse_plan(&in, &e->plan, &e->fusion);

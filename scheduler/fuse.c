@@ -12,7 +12,7 @@
  * plain matmul of the op library: no bias, activation or batch; or a sum
  * over rows that does not accumulate), one reader (the consumer), no
  * successor of the product that leads to the consumer, and both tasks on
- * lanes of one agent that fuses them (fuse_in_t.lane_fuses). */
+ * lanes of one agent that fuses them (fuse_in_t.agent_fuses). */
 #include "scheduler/fuse.h"
 
 #include <stddef.h>
@@ -160,7 +160,7 @@ static uint32_t fusable(const fuse_in_t *in, const plan_t *plan, const counts_t 
         if (ct->writes[k] == g->tasks[m].reads[r]) return UINT32_MAX;
     uint32_t lm = plan->tasks[m].lane, lt = pt->lane;
     if (c->awaited[m] || f->absorbed[m] || f->product[m] != UINT32_MAX) return UINT32_MAX;
-    if (in->lane_agent[lm] != in->lane_agent[lt] || !(in->lane_fuses[lt] & form)) return UINT32_MAX;
+    if (in->lane_agent[lm] != in->lane_agent[lt] || !(in->agent_fuses[in->lane_agent[lt]] & form)) return UINT32_MAX;
     for (uint32_t u = 0; u < plan->ntasks; ++u)
       if (u != t && has_pred(&plan->tasks[u], m) && is_ancestor(plan, t, u, w)) return UINT32_MAX;
     return m;

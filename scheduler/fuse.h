@@ -17,16 +17,16 @@ typedef struct fusion {
   uint32_t count;
 } fusion_t;
 
-/* The fused forms, as bits of fuse_in_t.lane_fuses. */
+/* The fused forms, as bits of fuse_in_t.agent_fuses. */
 enum { FUSE_MATMUL_RELU_MASK = 1u << 0, FUSE_MATMUL_SGD = 1u << 1, FUSE_SUM_ROWS_SGD = 1u << 2 };
 
 typedef struct fuse_in {
   aq_graph_t *graph;
   uint32_t nlanes;
   const uint32_t *lane_agent; /* lane -> agent index */
-  /* lane -> the FUSE_* forms its agent runs: where the fused kernel exists,
-   * and fusing measured faster there */
-  const uint8_t *lane_fuses;
+  /* agent -> the FUSE_* forms it runs: where the fused kernel exists, and
+   * fusing measured faster there */
+  const uint8_t *agent_fuses;
   int off; /* AQ_EXEC_NO_FUSION or AQ_FUSION=0: plan no fusion */
 } fuse_in_t;
 
