@@ -33,9 +33,10 @@ typedef struct aq_driver {
   /* Memory of the driver's regions. */
   aq_status_t (*region_allocate)(aq_region_impl_t *region, size_t size, void **out_ptr);
   void (*region_free)(aq_region_impl_t *region, void *ptr, size_t size);
-  /* Copies where either side is the driver's own (device) memory; NULL if all
-   * its memory is host-accessible. */
-  aq_status_t (*copy)(void *dst, const void *src, size_t size);
+  /* Copies where either side is the driver's own (device) memory, region
+   * that side's; NULL if all its memory is host-accessible. Returns when
+   * the bytes are there. */
+  aq_status_t (*copy)(aq_region_impl_t *region, void *dst, const void *src, size_t size);
 
   /* Code objects in the driver's format. recognizes() looks at the first
    * bytes; load() turns a whole file into a module; find() resolves a kernel

@@ -213,7 +213,7 @@ AQ_API aq_status_t aq_memory_copy(void *dst, const void *src, size_t size) {
       if ((uintptr_t)p + size > a.base + a.size)
         return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_copy: %zu bytes at %p overrun its allocation",
                         size, p);
-      return a.region->agent->driver->copy(dst, src, size);
+      return a.region->agent->driver->copy(a.region, dst, src, size);
     }
   }
   for (int side = 0; side < 2; ++side) {

@@ -33,7 +33,7 @@ uint32_t aq_agent_count(void) { return agent_count; }
 aq_agent_impl_t *aq_agent_at(uint32_t index) { return index < agent_count ? agents[index] : NULL; }
 
 /* Where each setting came from, in the order of the table below. */
-enum { SET_SPIN, SET_SIGNALS, SET_WORKERS, SET_CPU_AGENTS, SET_AGENTS, SET_COUNT };
+enum { SET_SPIN, SET_GPU_SPIN, SET_SIGNALS, SET_WORKERS, SET_CPU_AGENTS, SET_AGENTS, SET_COUNT };
 static const char *setting_source[SET_COUNT];
 
 static uint64_t pick_u64(int id, const char *env, uint64_t option, uint64_t fallback) {
@@ -53,6 +53,7 @@ static void configure(const aq_init_options_t *o) {
   aq_init_options_t none = {0};
   if (!o) o = &none;
   config.spin_ns = pick_u64(SET_SPIN, "AQ_SPIN_US", o->spin_us, 20) * 1000ull;
+  config.gpu_spin_ns = pick_u64(SET_GPU_SPIN, "AQ_GPU_SPIN_US", o->gpu_spin_us, 200) * 1000ull;
   config.max_signals = (uint32_t)pick_u64(SET_SIGNALS, "AQ_MAX_SIGNALS", o->max_signals, 65536);
   config.cpu_workers = (uint32_t)pick_u64(SET_WORKERS, "AQ_CPU_WORKERS", o->cpu_workers, 0);
   pick_str(SET_CPU_AGENTS, "AQ_CPU_AGENTS", o->cpu_agents, "numa", config.cpu_agents,
@@ -67,12 +68,14 @@ AQ_API aq_status_t aq_settings(aq_setting_t *out, size_t capacity, size_t *count
   if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
   aq_setting_t all[SET_COUNT] = {
       {"AQ_SPIN_US", "", NULL, "how long a waiter spins before it sleeps (us)"},
+      {"AQ_GPU_SPIN_US", "", NULL, "how long a GPU queue's processor polls after its last work (us)"},
       {"AQ_MAX_SIGNALS", "", NULL, "signals the process may hold at once"},
       {"AQ_CPU_WORKERS", "", NULL, "most worker threads per CPU agent (0: one per core)"},
       {"AQ_CPU_AGENTS", "", NULL, "how cores group into CPU agents: numa, package, machine, N"},
       {"AQ_AGENTS", "", NULL, "drivers to start: all, or a list of cpu,cuda,rocr"},
   };
   snprintf(all[SET_SPIN].value, 64, "%llu", (unsigned long long)(config.spin_ns / 1000));
+  snprintf(all[SET_GPU_SPIN].value, 64, "%llu", (unsigned long long)(config.gpu_spin_ns / 1000));
   snprintf(all[SET_SIGNALS].value, 64, "%u", config.max_signals);
   snprintf(all[SET_WORKERS].value, 64, "%u", config.cpu_workers);
   snprintf(all[SET_CPU_AGENTS].value, 64, "%s", config.cpu_agents);

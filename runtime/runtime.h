@@ -12,6 +12,7 @@
 
 typedef struct aq_runtime_config {
   uint64_t spin_ns;
+  uint64_t gpu_spin_ns; /* how long a GPU queue's processor polls after its last work */
   uint32_t max_signals;
   uint32_t cpu_workers;     /* 0 = one per core */
   char cpu_agents[32];      /* "numa", "package", "machine" or a count */

@@ -41,6 +41,10 @@ typedef struct aq_init_options {
   const char *drivers;
   /* How long a waiter spins before it sleeps, in µs; 0 = 20. AQ_SPIN_US. */
   uint32_t spin_us;
+  /* How long a GPU queue's packet processor keeps polling for packets after
+   * its last work before it sleeps, in µs; 0 = 200. AQ_GPU_SPIN_US. While a
+   * thread waits for a completion the GPU still owes, it polls regardless. */
+  uint32_t gpu_spin_us;
 } aq_init_options_t;
 
 aq_status_t aq_init(const aq_init_options_t *options);

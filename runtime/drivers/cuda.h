@@ -105,11 +105,14 @@ uint32_t cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
 /* cuda_graph.c: stretches of kernel dispatches that repeat, replayed as CUDA
  * graphs. init reads AQ_CUDA_GRAPHS (a bad value is an error); the processor
  * thread calls replay where a kernel packet is next (how many packets one
- * graph launch took, 0: launch it yourself) and observe after each packet it
+ * graph launch took, 0: launch it yourself; what names it in faults, label
+ * in traces) and observe after each packet it
  * processed otherwise (the kernel it launched, NULL for anything else). */
 typedef struct cuda_graphs cuda_graphs_t;
 aq_status_t cuda_graph_init(cuda_queue_t *cq);
-uint32_t cuda_graph_replay(cuda_queue_t *cq, uint64_t index, const char **what);
+uint32_t cuda_graph_replay(cuda_queue_t *cq, uint64_t index, const char **what, const char **label);
+/* AQ_CUDA_GRAPHS=traced: graphs replay in traced runs too, one slice each. */
+int cuda_graph_traced(const cuda_queue_t *cq);
 void cuda_graph_observe(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
 void cuda_graph_release(cuda_queue_t *cq);
 
@@ -127,9 +130,10 @@ void cuda_timing_flush_all(void);
 /* cuda_profile.c: a queue's profile sink (runtime/profile.h). */
 aq_status_t cuda_queue_profile(aq_queue_impl_t *queue, const aq_profile_sink_t *sink);
 
-/* aquila/unified.h on CUDA memory (cuda_memory.c). */
+/* aquila/unified.h on CUDA memory, and aq_memory_copy (cuda_memory.c). */
 aq_status_t cuda_copy_streams_create(cuda_agent_t *a);
 void cuda_copy_streams_destroy(cuda_agent_t *a);
+aq_status_t cuda_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size);
 aq_status_t cuda_copy_async(aq_region_impl_t *region, void *dst, const void *src, size_t size,
                             aq_signal_slot_t *const *deps, uint32_t num_deps, aq_signal_slot_t *completion);
 aq_status_t cuda_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,

@@ -207,16 +207,6 @@ static void cuda_free(aq_region_impl_t *region, void *ptr, size_t size) {
   else cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
 }
 
-static aq_status_t cuda_copy(void *dst, const void *src, size_t size) {
-  if (agent_count) cuda_bind(agents[0]);
-  CUresult r = cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, size);
-  /* From pageable memory cuMemcpy returns once the bytes are staged, before
-   * the DMA to the GPU ends; kernels on our non-blocking streams do not wait
-   * for the legacy stream it runs on, so a kernel could read half-old data. */
-  if (r == CUDA_SUCCESS) r = cu.cuStreamSynchronize(NULL);
-  return r == CUDA_SUCCESS ? AQ_OK : aq_error(AQ_ERROR_INVALID_ARGUMENT, "GPU copy of %zu bytes: %s", size, cuda_error(r));
-}
-
 const aq_driver_t aq_driver_cuda = {
     .name = "cuda",
     .start = cuda_start,

@@ -17,11 +17,15 @@
  *
  * While tracing, kernels launch one by one, so a trace keeps every kernel
  * with its own GPU time (traced runs show the launch-bound time, without
- * graphs). A fault inside a graph is reported against the graph, with the
+ * graphs), unless AQ_CUDA_GRAPHS=traced: then traced runs replay graphs as
+ * untraced ones do, and each graph launch is one timed slice, named for its
+ * first and last kernels: the run's real timeline, without the per-kernel
+ * breakdown. Profiling (HEFT) always times kernels one by one. A fault inside a graph is reported against the graph, with the
  * names of its first and last kernels: CUDA does not say which node failed.
  *
- * AQ_CUDA_GRAPHS=0 turns it off, =1 on (the default), read when a GPU queue
- * is created; a driver without the graph entry points has it off. */
+ * AQ_CUDA_GRAPHS=0 turns it off, =1 on (the default), =traced on in traced
+ * runs too; read when a GPU queue is created; a driver without the graph
+ * entry points has it off. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +57,12 @@ typedef struct entry {
   CUgraphExec exec;
   uint64_t used;
   char what[160]; /* names the graph in fault messages (a pending completion points here) */
+  char label[112]; /* and in traces */
 } entry_t;
 
 struct cuda_graphs {
   entry_t entries[ENTRIES];
+  int traced; /* AQ_CUDA_GRAPHS=traced */
   uint64_t clock;
   CUstream capture;
   /* The stretch being launched one by one. */
@@ -75,11 +81,15 @@ static int same_packet(const uint8_t *a, const uint8_t *b) {
   return !memcmp(a, b, TAG_OFFSET) && !memcmp(a + TAG_OFFSET + 8, b + TAG_OFFSET + 8, AQ_PACKET_SIZE - TAG_OFFSET - 8);
 }
 
+/* 0: off, 1: on, 2: on in traced runs too, -1: a bad value (why says). */
 static int wanted(char *why, size_t size) {
   const char *v = getenv("AQ_CUDA_GRAPHS");
   if (!v || !*v || !strcmp(v, "1")) return 1;
   if (!strcmp(v, "0")) return 0;
-  snprintf(why, size, "AQ_CUDA_GRAPHS='%s': expected 0 (launch every kernel) or 1 (repeating stretches as CUDA graphs)",
+  if (!strcmp(v, "traced")) return 2;
+  snprintf(why, size,
+           "AQ_CUDA_GRAPHS='%s': expected 0 (launch every kernel), 1 (repeating stretches as CUDA graphs) or traced "
+           "(graphs in traced runs too)",
            v);
   return -1;
 }
@@ -91,6 +101,7 @@ aq_status_t cuda_graph_init(cuda_queue_t *cq) {
   int api = cu.cuStreamBeginCapture && cu.cuStreamEndCapture && cu.cuGraphInstantiateWithFlags && cu.cuGraphLaunch &&
             cu.cuGraphExecDestroy && cu.cuGraphDestroy;
   if (on && api) cq->graphs = calloc(1, sizeof(*cq->graphs)); /* no memory: no graphs, no harm */
+  if (cq->graphs) cq->graphs->traced = on == 2;
   return AQ_OK;
 }
 
@@ -150,6 +161,8 @@ static void describe(entry_t *e) {
   snprintf(e->what, sizeof(e->what),
            "one of the %u kernels of a CUDA graph ('%s' .. '%s'; AQ_CUDA_GRAPHS=0 launches them one by one)", e->s.n,
            a && a->name ? a->name : "?", b && b->name ? b->name : "?");
+  snprintf(e->label, sizeof(e->label), "CUDA graph of %u: %s .. %s", e->s.n, a && a->name ? a->name : "?",
+           b && b->name ? b->name : "?");
 }
 
 /* The stretch seen for the first time: it takes the least recently used
@@ -242,7 +255,9 @@ static int matches(cuda_queue_t *cq, const entry_t *e, uint64_t index) {
   return 1;
 }
 
-uint32_t cuda_graph_replay(cuda_queue_t *cq, uint64_t index, const char **what) {
+int cuda_graph_traced(const cuda_queue_t *cq) { return cq->graphs && cq->graphs->traced; }
+
+uint32_t cuda_graph_replay(cuda_queue_t *cq, uint64_t index, const char **what, const char **label) {
   cuda_graphs_t *g = cq->graphs;
   if (!g || g->n || atomic_load(&cq->agent->faulted)) return 0; /* mid-stretch, or the GPU needs a reset */
   const uint8_t *first = cq->queue->ring + (index & cq->queue->mask) * AQ_PACKET_SIZE;
@@ -259,6 +274,7 @@ uint32_t cuda_graph_replay(cuda_queue_t *cq, uint64_t index, const char **what) 
     e->used = ++g->clock;
     atomic_fetch_add_explicit(&cq->queue->graphed, e->s.n, memory_order_relaxed);
     *what = e->what;
+    *label = e->label;
     return e->s.n;
   }
   return 0;

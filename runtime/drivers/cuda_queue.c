@@ -19,9 +19,13 @@ static uint32_t packet_fault(cuda_queue_t *cq, aq_status_t s, const char *what, 
                          detail ? ": " : "", detail ? detail : "");
 }
 
-/* Host waiters of a GPU-written signal are woken by a host function queued
- * after the write: only when someone already waits, or for barrier packets
- * (the ends of a graph's streams), to keep it off the per-kernel path. */
+/* A stream's write wakes nobody: host waiters of a GPU-written signal are
+ * woken by the processor, which reaps what the stream owes (see
+ * cuda_queue_main). Only a completion it cannot track (more than
+ * CUDA_PENDING_MAX owed) gets a host function queued after the write: CUDA
+ * holds the stream behind a host function until its callback thread has run
+ * it, 40-50 us on the H100 machine, which a training step's kernels spent
+ * behind the wake-up of its batch loaders. */
 static void notify_host(void *slot) { aq_signal_slot_notify(slot); }
 
 /* Forgets completions the stream has written, waking whoever sleeps on
@@ -63,7 +67,7 @@ static int watch_stream(cuda_queue_t *cq, int check_errors) {
   return n;
 }
 
-static void complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, int always_notify, const char *what) {
+static void complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, const char *what) {
   if (!completion.handle) return;
   aq_signal_slot_t *s = aq_signal_slot(completion.handle);
   if (!s) return;
@@ -83,10 +87,9 @@ static void complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, int al
   next -= 1;
   cu.cuStreamWriteValue64(cq->stream, cuda_signal_address(s), (uint64_t)next, 0);
   if (cq->pending_count == CUDA_PENDING_MAX) reap(cq);
-  if (cq->pending_count < CUDA_PENDING_MAX) {
+  if (cq->pending_count < CUDA_PENDING_MAX)
     cq->pending[(cq->pending_head + cq->pending_count++) % CUDA_PENDING_MAX] = (cuda_pending_t){s, next, sets, what};
-  }
-  if (always_notify || atomic_load(&s->wake.sleepers) || atomic_load(&s->notify))
+  else
     cu.cuLaunchHostFunc(cq->stream, notify_host, s);
 }
 
@@ -193,10 +196,19 @@ static uint32_t barrier_or(cuda_queue_t *cq, const void *p) {
   while (aq_barrier_poll(p, HSA_PACKET_TYPE_BARRIER_OR, &fault) != AQ_BARRIER_MET) {
     if (!atomic_load(&cq->proc.running)) return 0; /* shutting down */
     fault = 0;
+    reap(cq); /* a waiter of what the stream owes may be what this barrier waits for */
     aq_wake_wait(&cq->proc.wake, any_met, (void *)p, spin + 20000, spin);
     spin = 0;
   }
   return fault;
+}
+
+/* A timed launch's record: the GPU's times fill start and end later. */
+static aq_trace_event_t kernel_event(cuda_queue_t *cq, const char *name, uint64_t t0, uint64_t index, const void *p) {
+  aq_queue_impl_t *q = cq->queue;
+  return (aq_trace_event_t){.name = name, .category = "kernel", .ready_ns = t0, .start_ns = t0, .end_ns = t0,
+                            .packet = index, .tag = aq_trace_tag_of(p), .agent = cq->agent->agent->info.index,
+                            .queue = q->id, .depth = (uint32_t)(atomic_load(&q->write_index) - index)};
 }
 
 static int process(cuda_queue_t *cq) {
@@ -207,12 +219,24 @@ static int process(cuda_queue_t *cq) {
   const uint8_t *p = q->ring + (index & q->mask) * AQ_PACKET_SIZE;
   uint32_t fault = 0;
   hsa_signal_t completion = {0};
-  int is_barrier = 0;
   uint64_t t0 = aq_trace_on() || cuda_profiling(cq) ? aq_now_ns() : 0; /* timed: one launch each */
   const char *what = "barrier packet";
   int timed = 0;
-  /* A stretch of kernels seen before, as one CUDA graph launch (cuda_graph.c). */
-  uint32_t replayed = type == HSA_PACKET_TYPE_KERNEL_DISPATCH && !t0 ? cuda_graph_replay(cq, index, &what) : 0;
+  /* A stretch of kernels seen before, as one CUDA graph launch (cuda_graph.c):
+   * untraced, or traced under AQ_CUDA_GRAPHS=traced (one slice a graph);
+   * never while profiling, which needs each kernel's time. */
+  int graphs = !t0 || (cuda_graph_traced(cq) && !cuda_profiling(cq));
+  uint32_t replayed = 0;
+  if (type == HSA_PACKET_TYPE_KERNEL_DISPATCH && graphs) {
+    cuda_timed_t *slot = t0 ? cuda_timing_begin(cq) : NULL; /* unused (not counted) if nothing replays */
+    const char *label = NULL;
+    replayed = cuda_graph_replay(cq, index, &what, &label);
+    if (replayed && slot) {
+      aq_trace_event_t ev = kernel_event(cq, label, t0, index, p);
+      cuda_timing_end(cq, slot, &ev);
+      timed = 1;
+    }
+  }
   if (replayed) {
     for (uint32_t i = 1; i < replayed; ++i) aq_queue_retire(q, index++);
     const uint8_t *last = q->ring + (index & q->mask) * AQ_PACKET_SIZE;
@@ -225,9 +249,7 @@ static int process(cuda_queue_t *cq) {
       cuda_timed_t *slot = t0 ? cuda_timing_begin(cq) : NULL;
       fault = cuda_dispatch(cq, (const void *)p);
       if (slot && !fault) {
-        aq_trace_event_t ev = {.name = what, .category = "kernel", .ready_ns = t0, .start_ns = t0, .end_ns = t0,
-                               .packet = index, .tag = aq_trace_tag_of(p), .agent = cq->agent->agent->info.index,
-                               .queue = q->id, .depth = (uint32_t)(atomic_load(&q->write_index) - index)};
+        aq_trace_event_t ev = kernel_event(cq, what, t0, index, p);
         cuda_timing_end(cq, slot, &ev);
         timed = 1;
       }
@@ -236,12 +258,10 @@ static int process(cuda_queue_t *cq) {
     case HSA_PACKET_TYPE_BARRIER_AND:
       completion = ((const hsa_barrier_and_packet_t *)p)->completion_signal;
       fault = barrier_and(cq, (const void *)p);
-      is_barrier = 1;
       break;
     case HSA_PACKET_TYPE_BARRIER_OR:
       completion = ((const hsa_barrier_or_packet_t *)p)->completion_signal;
       fault = barrier_or(cq, (const void *)p);
-      is_barrier = 1;
       break;
     default:
       completion = ((const hsa_agent_dispatch_packet_t *)p)->completion_signal;
@@ -259,7 +279,7 @@ static int process(cuda_queue_t *cq) {
     aq_trace_record(&ev);
   }
   if (!replayed)
-    cuda_graph_observe(cq, type == HSA_PACKET_TYPE_KERNEL_DISPATCH && !fault && !t0 ? (const void *)p : NULL);
+    cuda_graph_observe(cq, type == HSA_PACKET_TYPE_KERNEL_DISPATCH && !fault && graphs ? (const void *)p : NULL);
   hsa_signal_t done = completion;
   aq_queue_retire(q, index);
   if (fault) {
@@ -267,7 +287,7 @@ static int process(cuda_queue_t *cq) {
     aq_queue_note_failure(q, aq_fault_message(fault, msg, sizeof(msg)), fault);
     aq_packet_complete(done, fault); /* failed packets complete on the host, at once */
   } else {
-    complete_on_stream(cq, done, is_barrier, what);
+    complete_on_stream(cq, done, what);
   }
   return 1;
 }
@@ -285,12 +305,10 @@ static int has_work(void *arg) {
   return atomic_load(&p->slot->value) <= p->next;
 }
 
-enum { POLL_MIN_NS = 4000, POLL_WATCHED_NS = 16000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000 };
+enum { POLL_MIN_NS = 4000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000 };
 
 /* Someone waits for a completion the stream still owes: a host thread
- * asleep on it, or another agent's barrier watching it. Then the stream's
- * write must be seen within a few microseconds (the end of a training step
- * is one), not after a backed-off poll. */
+ * asleep on it, or another agent's barrier watching it. */
 static int owed_to_a_waiter(const cuda_queue_t *cq) {
   for (uint32_t i = 0; i < cq->pending_count; ++i) {
     aq_signal_slot_t *s = cq->pending[(cq->pending_head + i) % CUDA_PENDING_MAX].slot;
@@ -301,6 +319,15 @@ static int owed_to_a_waiter(const cuda_queue_t *cq) {
   return 0;
 }
 
+/* The processor stands in for a GPU's command processor and its completion
+ * interrupt. While someone waits for what the stream owes, it looks without
+ * sleeping, so the waiter hears of the write at once (the end of a training
+ * step is one; a timed sleep of a few microseconds overslept by tens on the
+ * H100 machine's virtual CPUs). Otherwise it looks at owed completions less
+ * and less often, and after its last work it keeps polling for packets for
+ * the GPU spin time (AQ_GPU_SPIN_US; a training loop's next step comes tens
+ * of microseconds after the last one ended) before it sleeps until a
+ * doorbell. The stream's health is asked about every ERROR_CHECK_NS. */
 void *cuda_queue_main(void *arg) {
   cuda_queue_t *cq = arg;
   cuda_bind(cq->agent);
@@ -308,7 +335,8 @@ void *cuda_queue_main(void *arg) {
    * (Linux lets a 20 us sleep run 50 us late by default). */
   prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
   atomic_store(&cq->proc.busy, 1);
-  uint64_t poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns, checked = aq_now_ns();
+  const uint64_t idle_spin = aq_runtime_config()->gpu_spin_ns;
+  uint64_t poll = POLL_MIN_NS, checked = aq_now_ns(), active = checked;
   while (atomic_load(&cq->proc.running)) {
     int flush = atomic_load(&cq->timing.flush_req) != atomic_load(&cq->timing.flush_ack);
     if (process(cq)) {
@@ -317,25 +345,23 @@ void *cuda_queue_main(void *arg) {
        * batch copy at the step's head): wake it now, not after the stretch. */
       if (cq->pending_count) reap(cq);
       if (flush) cuda_timing_resolve(cq, 1);
-      poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
+      poll = POLL_MIN_NS, active = aq_now_ns();
       continue;
     }
-    /* Idle: let producers know they must wake us. While the stream owes
-     * completions, look at them often at first (a host waiter sleeps until
-     * we wake it), then less and less (a long kernel costs little), unless
-     * someone is waiting for them. The stream's health is asked about every
-     * ERROR_CHECK_NS. */
+    /* Idle: let producers know they must wake us. */
     atomic_store(&cq->proc.busy, 0);
     uint64_t now = aq_now_ns();
     int check = now - checked >= ERROR_CHECK_NS;
     if (check) checked = now;
-    if (watch_stream(cq, check)) poll = POLL_MIN_NS, spin = aq_runtime_config()->spin_ns;
+    if (watch_stream(cq, check)) poll = POLL_MIN_NS, active = now;
     cuda_timing_resolve(cq, flush);
     int owed = cq->pending_count || cq->timing.count;
-    aq_wake_wait(&cq->proc.wake, has_work, cq, owed ? spin + poll : UINT64_MAX, spin);
-    spin = 0;
-    uint64_t cap = owed_to_a_waiter(cq) ? POLL_WATCHED_NS : POLL_MAX_NS;
-    if (owed) poll = poll * 2 < cap ? poll * 2 : cap;
+    uint64_t spin = now - active < idle_spin ? idle_spin - (now - active) : 0;
+    if (owed && owed_to_a_waiter(cq))
+      aq_wake_wait(&cq->proc.wake, has_work, cq, POLL_MIN_NS, POLL_MIN_NS);
+    else
+      aq_wake_wait(&cq->proc.wake, has_work, cq, owed ? spin + poll : UINT64_MAX, spin);
+    if (owed) poll = poll * 2 < POLL_MAX_NS ? poll * 2 : POLL_MAX_NS;
     atomic_store(&cq->proc.busy, 1);
   }
   return NULL;

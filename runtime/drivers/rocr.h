@@ -64,7 +64,7 @@ void rocr_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue);
 aq_status_t rocr_memory_regions(rocr_agent_t *a);
 aq_status_t rocr_alloc(aq_region_impl_t *region, size_t size, void **out);
 void rocr_free(aq_region_impl_t *region, void *ptr, size_t size);
-aq_status_t rocr_copy(void *dst, const void *src, size_t size);
+aq_status_t rocr_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size);
 aq_status_t rocr_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,
                           aq_signal_slot_t *completion);
 aq_status_t rocr_advise(aq_region_impl_t *region, const void *ptr, size_t size, int advice, aq_agent_impl_t *agent);

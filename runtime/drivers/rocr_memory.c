@@ -109,7 +109,8 @@ void rocr_free(aq_region_impl_t *region, void *ptr, size_t size) {
   else rocr.hsa_amd_memory_pool_free(ptr);
 }
 
-aq_status_t rocr_copy(void *dst, const void *src, size_t size) {
+aq_status_t rocr_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size) {
+  (void)region;
   hsa_status_t s = rocr.hsa_memory_copy(dst, src, size);
   return s == HSA_STATUS_SUCCESS ? AQ_OK
                                  : aq_error(AQ_ERROR_INVALID_ARGUMENT, "GPU copy of %zu bytes %p -> %p: %s", size,

@@ -4,6 +4,7 @@
  * fault inside a graph, the setting. Elsewhere each test says "skipped: no
  * GPU". */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -166,13 +167,47 @@ Test(gpu_graphs, a_stretch_whose_arguments_change_computes_the_new_result) {
   free(a), free(w);
 }
 
+/* Traced runs launch one by one (every kernel its own slice), unless
+ * AQ_CUDA_GRAPHS=traced: then graphs replay, each one slice in the trace. */
+static uint64_t traced_rounds(const char *graphs, char **out_json) {
+  char path[] = "/tmp/aq-graph-traceXXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  AQ_ASSERT_OK(aq_trace_start(&(aq_trace_options_t){.path = path}));
+  uint64_t n = add_rounds(graphs, 4, 12, 0);
+  AQ_ASSERT_OK(aq_trace_stop());
+  FILE *f = fopen(path, "rb");
+  cr_assert(f, "no trace at %s", path);
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  rewind(f);
+  *out_json = calloc(1, (size_t)size + 1);
+  cr_assert_eq(fread(*out_json, 1, (size_t)size, f), (size_t)size);
+  fclose(f);
+  unlink(path);
+  return n;
+}
+
+Test(gpu_graphs, traced_runs_keep_graphs_only_when_asked_and_a_graph_is_one_slice) {
+  char *plain, *graphed;
+  uint64_t off = traced_rounds("1", &plain), on = traced_rounds("traced", &graphed);
+  cr_assert_eq(off, 0, "traced with AQ_CUDA_GRAPHS=1: %llu packets in graphs", (unsigned long long)off);
+  cr_assert(!strstr(plain, "CUDA graph of"), "a graph slice in a trace without graphs");
+  cr_assert(on > 0 && on % 4 == 0, "traced with AQ_CUDA_GRAPHS=traced: %llu packets in graphs",
+            (unsigned long long)on);
+  cr_assert(strstr(graphed, "CUDA graph of 4: gpu_add_one .. gpu_add_one"), "no graph slice in the trace");
+  free(plain), free(graphed);
+}
+
 Test(gpu_graphs, a_bad_setting_is_refused_by_name) {
   setenv("AQ_CUDA_GRAPHS", "yes", 1);
   aq_queue_t q;
   aq_status_t s = aq_queue_create(gpu, NULL, &q);
   unsetenv("AQ_CUDA_GRAPHS");
   cr_assert_eq(s, AQ_ERROR_INVALID_ARGUMENT, "%s", aq_status_string(s));
-  cr_assert(strstr(aq_last_error(), "AQ_CUDA_GRAPHS='yes'"), "%s", aq_last_error());
+  cr_assert(strstr(aq_last_error(), "AQ_CUDA_GRAPHS='yes'") && strstr(aq_last_error(), "traced"), "%s",
+            aq_last_error());
   AQ_ASSERT_OK(aq_queue_create(gpu, NULL, &q)); /* and the runtime goes on */
   AQ_ASSERT_OK(aq_queue_destroy(q));
 }

@@ -140,3 +140,37 @@ Test(topology, init_is_reference_counted) {
   size_t n;
   cr_assert_eq(aq_agents(a, 4, &n), AQ_ERROR_NOT_INITIALIZED);
 }
+
+/* The named setting as aq_settings reports it. */
+static aq_setting_t setting(const char *name) {
+  aq_setting_t all[32];
+  size_t n;
+  AQ_ASSERT_OK(aq_settings(all, 32, &n));
+  for (size_t i = 0; i < n && i < 32; ++i)
+    if (!strcmp(all[i].name, name)) return all[i];
+  cr_assert_fail("aq_settings has no %s", name);
+  return all[0];
+}
+
+Test(topology, settings_say_the_value_in_force_and_where_it_came_from) {
+  unsetenv("AQ_GPU_SPIN_US");
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_setting_t s = setting("AQ_GPU_SPIN_US");
+  cr_assert_str_eq(s.value, "200");
+  cr_assert_str_eq(s.source, "default");
+  aq_shut_down();
+  AQ_ASSERT_OK(aq_init(&(aq_init_options_t){.gpu_spin_us = 50, .spin_us = 7}));
+  s = setting("AQ_GPU_SPIN_US");
+  cr_assert_str_eq(s.value, "50");
+  cr_assert_str_eq(s.source, "options");
+  cr_assert_str_eq(setting("AQ_SPIN_US").value, "7");
+  aq_shut_down();
+  setenv("AQ_GPU_SPIN_US", "0", 1); /* never stay awake: sleep at once */
+  AQ_ASSERT_OK(aq_init(NULL));
+  unsetenv("AQ_GPU_SPIN_US");
+  s = setting("AQ_GPU_SPIN_US");
+  cr_assert_str_eq(s.value, "0");
+  cr_assert_str_eq(s.source, "environment");
+  cr_assert_eq(aq_settings(NULL, 4, &(size_t){0}), AQ_ERROR_INVALID_ARGUMENT);
+  aq_shut_down();
+}
