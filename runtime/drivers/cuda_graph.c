@@ -20,8 +20,9 @@
  * graphs), unless AQ_CUDA_GRAPHS=traced: then traced runs replay graphs as
  * untraced ones do, and each graph launch is one timed slice, named for its
  * first and last kernels: the run's real timeline, without the per-kernel
- * breakdown. Profiling (HEFT) always times kernels one by one. A fault inside a graph is reported against the graph, with the
- * names of its first and last kernels: CUDA does not say which node failed.
+ * breakdown. Profiling (HEFT) always times kernels one by one. A fault
+ * inside a graph is reported against the graph, with the names of its
+ * first and last kernels: CUDA does not say which node failed.
  *
  * AQ_CUDA_GRAPHS=0 turns it off, =1 on (the default), =traced on in traced
  * runs too; read when a GPU queue is created; a driver without the graph
