@@ -39,12 +39,13 @@ struct trainer {
   const fashion_set_t *train, *test;
   aq_graph_t *g, *eg;
   aq_exec_t *e, *ee;
-  aq_tensor_t x, y, x_next, y_next, loss, params[MAX_PARAMS];
-  /* Where the loaders put the next batch: x_next and y_next in place when
-   * they are host memory; else pinned staging buffers, copied to the GPU's
-   * x_next, y_next (next_x, next_y) by the loaders themselves. */
-  float *next_x, *stage_x;
-  int32_t *next_y, *stage_y;
+  aq_tensor_t x, y, loss, params[MAX_PARAMS];
+  /* The batch is double-buffered: step s runs with x and y bound to
+   * xbuf[s % 2], ybuf[s % 2] while its loaders fill the other pair. [0] is
+   * the exec's own memory for x and y, [1] allocated beside it. With the
+   * buffers on a GPU, the loaders fill pinned staging buffers and copy. */
+  float *xbuf[2], *stage_x;
+  int32_t *ybuf[2], *stage_y;
   aq_tensor_t ex, elogits, eparams[MAX_PARAMS];
   uint32_t nparams;
   _Atomic uint32_t loaders_left; /* this step's loaders still filling */
@@ -197,11 +198,11 @@ static void mirror(float *img) {
     }
 }
 
-/* Normalises rows [r0, r1) of batch `step` of the epoch's order into the
- * loaders' buffers. */
+/* Normalises rows [r0, r1) of batch `step` of the epoch's order into its
+ * buffers (or the staging ones). */
 static void load_rows(trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) {
-  float *x = t->stage_x ? t->stage_x : t->next_x;
-  int32_t *y = t->stage_y ? t->stage_y : t->next_y;
+  float *x = t->stage_x ? t->stage_x : t->xbuf[step % 2];
+  int32_t *y = t->stage_y ? t->stage_y : t->ybuf[step % 2];
   uint32_t b = t->o.batch;
   for (uint32_t r = r0; r < r1; ++r) {
     uint32_t i = t->perm[((size_t)step * b + r) % t->train->count];
@@ -219,16 +220,15 @@ static void load_rows(trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) {
 /* With a GPU, the staged batch goes over in two copies, images and labels:
  * a copy of the loaders' rows each (eight a step) took 100 us a loader on
  * the H100 machine, their DMAs queued one behind another. */
-static aq_status_t stage_out(trainer_t *t) {
+static aq_status_t stage_out(trainer_t *t, uint32_t step) {
   if (!t->stage_x) return AQ_OK;
-  TRY(aq_memory_copy(t->next_x, t->stage_x, (size_t)t->o.batch * PIXELS * sizeof(float)));
-  return aq_memory_copy(t->next_y, t->stage_y, (size_t)t->o.batch * sizeof(int32_t));
+  TRY(aq_memory_copy(t->xbuf[step % 2], t->stage_x, (size_t)t->o.batch * PIXELS * sizeof(float)));
+  return aq_memory_copy(t->ybuf[step % 2], t->stage_y, (size_t)t->o.batch * sizeof(int32_t));
 }
 
 /* A loader: a host task of the training graph, on a CPU agent. It fills its
- * share of the buffers for the next step while the rest of the graph trains
- * on this one (the copies at the graph's head took this step's batch out
- * first). */
+ * share of the next step's buffers while the rest of the graph trains on
+ * this step's. */
 static aq_status_t load_share(void *user, uint64_t share, uint64_t a2, uint64_t a3) {
   (void)a2, (void)a3;
   trainer_t *t = user;
@@ -236,17 +236,28 @@ static aq_status_t load_share(void *user, uint64_t share, uint64_t a2, uint64_t 
   load_rows(t, t->step + 1, (uint32_t)(b * share / LOADERS), (uint32_t)(b * (share + 1) / LOADERS));
   /* The last loader to finish sends the batch (the count's ordering makes
    * the others' rows visible to it). */
-  return atomic_fetch_sub(&t->loaders_left, 1) == 1 ? stage_out(t) : AQ_OK;
+  return atomic_fetch_sub(&t->loaders_left, 1) == 1 ? stage_out(t, t->step + 1) : AQ_OK;
 }
 
-/* With the next batch on a GPU, the loaders stage it in pinned host memory
- * (the GPU agent's host region) and copy it over. */
+/* The second buffer of an input, where the exec put the first: in the
+ * region its readers reach. */
+static aq_status_t second_buffer(trainer_t *t, aq_tensor_t x, void **first, void **second) {
+  aq_tensor_info_t info;
+  aq_region_t r;
+  TRY(aq_tensor_get_info(t->g, x, &info));
+  TRY(aq_exec_tensor_data(t->e, x, first));
+  TRY(aq_memory_lookup(*first, &r, NULL, NULL));
+  return aq_memory_allocate(r, info.bytes, second);
+}
+
+/* The batch buffers; with them on a GPU, the loaders stage the batch in
+ * pinned host memory (the GPU agent's host region) and copy it over. */
 static aq_status_t find_buffers(trainer_t *t) {
-  TRY(aq_exec_tensor_data(t->e, t->x_next, (void **)&t->next_x));
-  TRY(aq_exec_tensor_data(t->e, t->y_next, (void **)&t->next_y));
+  TRY(second_buffer(t, t->x, (void **)&t->xbuf[0], (void **)&t->xbuf[1]));
+  TRY(second_buffer(t, t->y, (void **)&t->ybuf[0], (void **)&t->ybuf[1]));
   aq_region_t r;
   aq_region_info_t info;
-  TRY(aq_memory_lookup(t->next_x, &r, NULL, NULL));
+  TRY(aq_memory_lookup(t->xbuf[0], &r, NULL, NULL));
   TRY(aq_region_get_info(r, &info));
   if (info.flags & AQ_REGION_HOST_ACCESSIBLE) return AQ_OK;
   aq_region_t regions[8];
@@ -267,27 +278,17 @@ static aq_status_t build_train(trainer_t *t) {
   TRY(aq_graph_create(NULL, &g));
   t->g = g;
   int64_t b = t->o.batch;
-  /* Double-buffered input: the step copies the batch the last run's
-   * loaders left in x_next, then the loaders refill x_next while the step
-   * runs. They declare no tensors (x_next stays where the step's copies
-   * want it, on the GPU if they run there, and the loaders run side by
-   * side): an edge puts them after the copies instead. */
-  TRY(aq_tensor_create(g, "x_next", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){b, PIXELS}, &t->x_next));
-  TRY(aq_tensor_create(g, "labels_next", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){b}, &t->y_next));
-  TRY(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 2, (int64_t[]){b, PIXELS}, &t->x));
-  TRY(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){b}, &t->y));
-  aq_task_t copies;
-  uint32_t ncopies;
-  TRY(aq_graph_group_begin(g, 0));
-  TRY(aq_op_copy(g, t->x_next, t->x));
-  TRY(aq_op_copy(g, t->y_next, t->y));
-  TRY(aq_graph_group_end(g, &copies, &ncopies));
-  aq_task_t after[2] = {copies, {copies.id + 1}};
+  /* Double-buffered input (xbuf, ybuf): each run binds x and labels to one
+   * pair of buffers while its loaders fill the other, so the graph copies
+   * nothing. The loaders declare no tensors: they run side by side from the
+   * run's start (x stays where its readers are, on the GPU if they run
+   * there). */
+  TRY(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){b, PIXELS}, &t->x));
+  TRY(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){b}, &t->y));
   for (uint32_t q = 0; q < LOADERS; ++q) {
     aq_host_task_t load = {.name = "load_batch", .fn = load_share, .user = t, .agent = -1, .args = {q}};
     aq_task_t task;
     TRY(aq_graph_add_host(g, &load, &task));
-    TRY(aq_graph_add_edge(g, task, AQ_EDGE_AFTER_ALL, after, ncopies < 2 ? ncopies : 2));
   }
   TRY(make_params(g, &t->o, 1, t->params, &t->nparams));
   aq_tensor_t logits;
@@ -379,6 +380,8 @@ void trainer_destroy(trainer_t *t) {
   if (!t) return;
   if (t->stage_x) aq_memory_free(t->stage_x);
   if (t->stage_y) aq_memory_free(t->stage_y);
+  if (t->xbuf[1]) aq_memory_free(t->xbuf[1]);
+  if (t->ybuf[1]) aq_memory_free(t->ybuf[1]);
   if (t->e) aq_exec_destroy(t->e);
   if (t->ee) aq_exec_destroy(t->ee);
   if (t->g) aq_graph_destroy(t->g);
@@ -407,11 +410,14 @@ void trainer_begin_epoch(trainer_t *t, uint32_t epoch) {
   t->step = 0;
   /* the first step's batch; each step's loaders fetch the next */
   load_rows(t, 0, 0, t->o.batch);
-  aq_status_t s = stage_out(t);
+  aq_status_t s = stage_out(t, 0);
   if (s != AQ_OK) fprintf(stderr, "train_fashion: loading the first batch: %s\n", aq_last_error());
 }
 
 aq_status_t trainer_step(trainer_t *t, float *out_loss) {
+  uint32_t s2 = t->step % 2;
+  TRY(aq_exec_bind(t->e, t->x, t->xbuf[s2], (size_t)t->o.batch * PIXELS * sizeof(float)));
+  TRY(aq_exec_bind(t->e, t->y, t->ybuf[s2], (size_t)t->o.batch * sizeof(int32_t)));
   atomic_store(&t->loaders_left, LOADERS);
   TRY(aq_exec_run(t->e));
   aq_status_t s = aq_exec_wait(t->e, 600ull * 1000000000ull);

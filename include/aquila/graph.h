@@ -274,10 +274,13 @@ aq_status_t aq_exec_read(aq_exec_t *exec, aq_tensor_t tensor, void *dst, size_t 
  * under AQ_MEMORY=unified); otherwise a device address, for kernels only. */
 aq_status_t aq_exec_tensor_data(aq_exec_t *exec, aq_tensor_t tensor, void **out_data);
 
-/* Points an input or constant tensor at the caller's memory (host-
- * accessible, exactly the tensor's size, kept alive while runs use it):
- * tasks then read it in place. Between runs only; rewrites the kernargs that
- * hold the address. */
+/* Points an input or constant tensor at the caller's memory (exactly the
+ * tensor's size, 16-byte aligned, kept alive while runs use it): tasks then
+ * read it in place. CPU tasks reach any host memory; a GPU agent's tasks
+ * only memory allocated from that agent's regions (device, pinned or
+ * managed). Between runs only; rewrites the kernargs that hold the address.
+ * Binding one of two buffers in turn double-buffers an input: the host fills
+ * one while a run reads the other, with no copy in the graph. */
 aq_status_t aq_exec_bind(aq_exec_t *exec, aq_tensor_t tensor, void *data, size_t size);
 
 /* Starts a run; AQ_ERROR_BUSY if the previous one has not finished. Every

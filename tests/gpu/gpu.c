@@ -426,3 +426,57 @@ Test(gpu, op_kernels_agree_with_the_cpu_ones) {
   run_on(gpu, gco, AQ_KERNEL_CAST_F32_BF16, &cg, aq_elementwise_grid(N), 1);
   cr_assert_eq(memcmp(bc, bg, N * 2), 0, "bf16 casts agree bit for bit");
 }
+
+/* aq_exec_bind with a GPU reader: memory from the GPU's own regions, one
+ * buffer and then another (double-buffering with no copy in the graph);
+ * host memory the GPU cannot reach is refused by name and changes nothing. */
+Test(gpu, an_input_bound_to_gpu_buffers_in_turn_is_read_in_place) {
+  enum { N = 1024 };
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t x, y;
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){N}, &x));
+  AQ_ASSERT_OK(aq_op_relu(g, x, &y));
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &(aq_exec_options_t){.kernel_agent_kinds = 1u << AQ_AGENT_KIND_GPU}, &e));
+  aq_region_t r[8], device = {0};
+  size_t n;
+  AQ_ASSERT_OK(aq_agent_regions(gpu, r, 8, &n));
+  for (size_t i = 0; i < n && !device.handle; ++i) {
+    aq_region_info_t info;
+    AQ_ASSERT_OK(aq_region_get_info(r[i], &info));
+    if (!(info.flags & AQ_REGION_HOST_ACCESSIBLE)) device = r[i];
+  }
+  cr_assert(device.handle, "no device region");
+  static float host[2][N], out[N];
+  float *d[2], *pinned, *small;
+  for (int k = 0; k < 2; ++k) {
+    for (int i = 0; i < N; ++i) host[k][i] = (float)(k ? -i : i);
+    AQ_ASSERT_OK(aq_memory_allocate(device, sizeof(host[k]), (void **)&d[k]));
+    AQ_ASSERT_OK(aq_memory_copy(d[k], host[k], sizeof(host[k])));
+  }
+  AQ_ASSERT_OK(aq_memory_allocate(region(gpu, AQ_REGION_HOST_ACCESSIBLE), sizeof(host[0]), (void **)&pinned));
+  AQ_ASSERT_OK(aq_memory_allocate(device, sizeof(host[0]) / 2, (void **)&small));
+  float *plain = aligned_alloc(64, sizeof(host[0]));
+  cr_assert_eq(aq_exec_bind(e, x, plain, sizeof(host[0])), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "reaches only memory allocated from its regions"), "%s", aq_last_error());
+  cr_assert_eq(aq_exec_bind(e, x, small, sizeof(host[0])), AQ_ERROR_INVALID_ARGUMENT, "past the allocation's end");
+  for (int round = 0; round < 3; ++round) {
+    int k = round % 2;
+    AQ_ASSERT_OK(aq_exec_bind(e, x, d[k], sizeof(host[k])));
+    AQ_ASSERT_OK(aq_exec_run(e));
+    AQ_ASSERT_OK(aq_exec_wait(e, 30 * SEC));
+    AQ_ASSERT_OK(aq_exec_read(e, y, out, sizeof(out)));
+    cr_assert_eq(out[100], k ? 0.0f : 100.0f, "round %d reads buffer %d: %g", round, k, out[100]);
+  }
+  for (int i = 0; i < N; ++i) pinned[i] = 3.0f;
+  AQ_ASSERT_OK(aq_exec_bind(e, x, pinned, sizeof(host[0])));
+  AQ_ASSERT_OK(aq_exec_run(e));
+  AQ_ASSERT_OK(aq_exec_wait(e, 30 * SEC));
+  AQ_ASSERT_OK(aq_exec_read(e, y, out, sizeof(out)));
+  cr_assert_eq(out[N - 1], 3.0f, "pinned memory, read in place");
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+  for (int k = 0; k < 2; ++k) aq_memory_free(d[k]);
+  aq_memory_free(pinned), aq_memory_free(small), free(plain);
+}
