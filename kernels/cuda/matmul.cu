@@ -488,8 +488,9 @@ __device__ void matmul_skinny(const aq_matmul_args_t &p, Skinny &s, const Fuse &
 
 }  // namespace mm_f32
 
-// The three builds share the CPU kernel's checks and launch rules. At most
-// 256 threads a block (2 blocks an SM keep 128 registers a thread). They are
+// The four builds share the CPU kernel's checks and launch rules. At most
+// 256 threads a block (2 blocks an SM keep 128 registers a thread; the rows
+// build runs one an SM). They are
 // separate kernels, not branches of one: sharing a kernel, the 64x64 path
 // pushed the 128x128 one into spills and cost it 10% at n = 4096.
 __device__ __forceinline__ bool matmul_prologue(aq_matmul_args_t &p) {
@@ -521,11 +522,12 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_tile64(aq_matmul_args_t p
 #else
 #define AQ_SPLIT_CLUSTER
 #endif
-// Four blocks an SM: a pair of clusters per SM measured fastest on the
-// H100 for a training step's products (256 x 1024 x 1024: 41 -> 32 us
-// against four-block clusters at two an SM). The partial tile takes the
-// k loop's buffers once the loop is done.
-AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 4) aq_matmul_f32_split(aq_matmul_args_t p) {
+// Two blocks an SM at most: a training step's products (256 x 1024 x k:
+// 128 blocks) get one an SM anyway, and the cap of four (64 registers a
+// thread) spilled; 128 registers took the relu-fused 256 x 1024 x 1024
+// product from 39.6 to 35.7 us on the H100. The partial tile takes the k
+// loop's buffers once the loop is done.
+AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 2) aq_matmul_f32_split(aq_matmul_args_t p) {
   if (!matmul_prologue(p)) return;
   __shared__ __align__(16) union {
     mm_f32::Tile<1> t;
@@ -534,7 +536,9 @@ AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 4) aq_matmul_f32_split(aq
   mm_f32::matmul_split<AQ_GPU_MATMUL_F32_SPLIT, 16>(p, u.t, u.part);
 }
 
-AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_rows(aq_matmul_args_t p) {
+// One block an SM: at two (128 registers a thread) the column sums of four
+// rows spilled; a classifier's products are 128 blocks or fewer.
+AQ_KERNEL void __launch_bounds__(256, 1) aq_matmul_f32_rows(aq_matmul_args_t p) {
   if (!matmul_prologue(p)) return;
   __shared__ mm_f32::Skinny s;
   mm_f32::matmul_skinny(p, s);
@@ -568,7 +572,7 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_fused_f32_tile64(aq_matmul_fu
   mm_f32::matmul_tiles<1, 16, true>(a.mm, t, f);
 }
 
-AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 4) aq_matmul_fused_f32_split(aq_matmul_fused_args_t a) {
+AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 2) aq_matmul_fused_f32_split(aq_matmul_fused_args_t a) {
   mm_f32::Fuse f;
   if (!fused_prologue(a, f)) return;
   __shared__ __align__(16) union {
@@ -578,7 +582,7 @@ AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 4) aq_matmul_fused_f32_sp
   mm_f32::matmul_split<AQ_GPU_MATMUL_F32_SPLIT, 16, true>(a.mm, u.t, u.part, f);
 }
 
-AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_fused_f32_rows(aq_matmul_fused_args_t a) {
+AQ_KERNEL void __launch_bounds__(256, 1) aq_matmul_fused_f32_rows(aq_matmul_fused_args_t a) {
   mm_f32::Fuse f;
   if (!fused_prologue(a, f)) return;
   __shared__ mm_f32::Skinny s;
