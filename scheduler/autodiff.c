@@ -264,18 +264,19 @@ static aq_status_t backward_matmul(bw_t *b, const task_t *t) {
   return AQ_OK;
 }
 
-static aq_status_t backward_xent(bw_t *b, const task_t *xent) {
+/* The loss's gradient comes from the forward task itself: given dlogits,
+ * its kernel writes it in the same pass (ops.h), one kernel less a step
+ * than a backward task reading the saved softmax, and the same values. */
+static aq_status_t backward_xent(bw_t *b, uint32_t xent) {
   aq_graph_t *g = b->g;
-  uint32_t logits = xent->in[0], labels = xent->in[1], probs = xent->out, d;
+  uint32_t logits = g->tasks[xent].in[0], d;
   AQ_RETURN_IF_ERROR(grad_of(b, logits, &d));
-  tensor_t *tl = &g->tensors[logits];
-  aq_softmax_xent_args_t a = {.rows = tl->dims[0], .classes = tl->dims[1], .scale = 1.0f / (float)tl->dims[0]};
-  slot_t reads[2] = {{probs, offsetof(aq_softmax_xent_args_t, probs)},
-                     {labels, offsetof(aq_softmax_xent_args_t, labels)}};
-  slot_t writes[1] = {{d, offsetof(aq_softmax_xent_args_t, dlogits)}};
-  uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, "softmax_xent_bwd", AQ_KERNEL_SOFTMAX_XENT_BWD, &a, sizeof(a),
-                                   aq_rows_grid(a.rows), reads, 2, writes, 1, &id));
+  task_t *t = &g->tasks[xent];
+  if (t->nwrites == AQ_TASK_MAX_TENSORS) return aq_error(AQ_ERROR_INTERNAL, "softmax_xent: no slot for its gradient");
+  float scale = 1.0f / (float)g->tensors[logits].dims[0];
+  memcpy(t->kernarg + offsetof(aq_softmax_xent_args_t, scale), &scale, sizeof(scale));
+  t->writes[t->nwrites] = d, t->write_off[t->nwrites] = offsetof(aq_softmax_xent_args_t, dlogits);
+  t->nwrites++;
   b->written[logits] = 1;
   return AQ_OK;
 }
@@ -301,7 +302,7 @@ static aq_status_t run_backward(bw_t *b, uint32_t loss) {
   uint32_t xent = g->tasks[mean].aux;
   if (!b->needs[g->tasks[xent].in[0]])
     return aq_error(AQ_ERROR_INVALID_GRAPH, "backward: loss '%s' depends on no parameter", g->tensors[loss].name);
-  AQ_RETURN_IF_ERROR(backward_xent(b, &g->tasks[xent]));
+  AQ_RETURN_IF_ERROR(backward_xent(b, xent));
   for (uint32_t i = xent; i-- > 0;) {
     task_t t = g->tasks[i]; /* a copy: appending tasks may move the table */
     if (!b->written[t.out] || t.op == OP_OTHER || t.op == OP_NONE) continue;

@@ -360,6 +360,8 @@ typedef struct aq_reduce_args {
  * logits: rows x classes. Forward writes each row's loss into loss[row] and
  * the softmax into probs (rows x classes). Backward writes
  * dlogits = (probs - onehot(label)) * scale (scale is usually 1/rows).
+ * Given dlogits, the forward writes it too, in the same pass (the same
+ * values: a training graph's loss needs no backward kernel of its own).
  * A label outside [0, classes) is a kernel fault. Grid: rows work-items,
  * work-groups of AQ_ROWS_WG. */
 #define AQ_KERNEL_SOFTMAX_XENT "aq_softmax_xent_f32"
@@ -370,9 +372,9 @@ typedef struct aq_softmax_xent_args {
   const int32_t *labels;
   float *probs;         /* forward: out; backward: in */
   float *loss;          /* forward: rows losses */
-  float *dlogits;       /* backward: out */
+  float *dlogits;       /* backward: out; forward: out if not NULL */
   int64_t rows, classes;
-  float scale;          /* backward */
+  float scale;          /* for dlogits */
   int32_t reserved_;
 } aq_softmax_xent_args_t;
 

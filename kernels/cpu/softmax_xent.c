@@ -1,5 +1,6 @@
 /* aq_softmax_xent_f32: softmax cross-entropy with integer labels, one row
- * per work-item; the backward turns the saved softmax into dlogits. */
+ * per work-item; the backward turns the saved softmax into dlogits (and the
+ * forward does too, given dlogits). */
 #include <math.h>
 
 #include "aquila/ops.h"
@@ -19,6 +20,12 @@ AQ_INLINE void xent_row_body(const float *x, float *p, int64_t n, float *mx_out,
 }
 AQ_VECTORISE(xent_row, (const float *x, float *p, int64_t n, float *mx, float *lse), (x, p, n, mx, lse))
 
+/* One row's gradient from its softmax p. */
+static void grad_row(const float *p, float *d, int64_t n, int32_t label, float scale) {
+  for (int64_t j = 0; j < n; ++j) d[j] = p[j] * scale;
+  d[label] -= scale;
+}
+
 static int xent(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   const aq_softmax_xent_args_t *a = kernarg;
   if (!a->logits || !a->labels || !a->probs || !a->loss || a->rows < 0 || a->classes <= 0) return 1;
@@ -32,6 +39,7 @@ static int xent(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
     float mx, lse;
     xent_row(x, p, a->classes, &mx, &lse);
     a->loss[r] = lse - (x[label] - mx);
+    if (a->dlogits) grad_row(p, a->dlogits + r * a->classes, a->classes, label, a->scale);
   }
   return 0;
 }
@@ -42,12 +50,9 @@ static int xent_bwd(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   int64_t lo, hi;
   if (!aq_group_range(ctx, a->rows, &lo, &hi)) return 0;
   for (int64_t r = lo; r < hi; ++r) {
-    const float *p = a->probs + r * a->classes;
-    float *d = a->dlogits + r * a->classes;
     int32_t label = a->labels[r];
     if (label < 0 || label >= a->classes) return 2;
-    for (int64_t j = 0; j < a->classes; ++j) d[j] = p[j] * a->scale;
-    d[label] -= a->scale;
+    grad_row(a->probs + r * a->classes, a->dlogits + r * a->classes, a->classes, label, a->scale);
   }
   return 0;
 }

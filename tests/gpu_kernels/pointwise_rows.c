@@ -177,6 +177,23 @@ Test(gpu_ops, softmax_log_softmax_and_backwards) {
   }
 }
 
+/* Loss, softmax and gradient of every row against double precision. */
+static void expect_xent(const float *x, const int32_t *lab, const float *loss, const float *probs, const float *d,
+                        int64_t R, int64_t C) {
+  for (int64_t r = 0; r < R; ++r) {
+    double mx = -INFINITY, s = 0;
+    for (int64_t j = 0; j < C; ++j) mx = fmax(mx, x[r * C + j]);
+    for (int64_t j = 0; j < C; ++j) s += exp(x[r * C + j] - mx);
+    float wl = (float)(log(s) - (x[r * C + lab[r]] - mx));
+    gk_expect_close("xent loss", &loss[r], &wl, 1, 1e-5f);
+    for (int64_t j = 0; j < C; ++j) {
+      float p = (float)(exp(x[r * C + j] - mx) / s), g = (p - (j == lab[r])) / (float)R;
+      gk_expect_close("xent probs", &probs[r * C + j], &p, 1, 1e-5f);
+      gk_expect_close("xent dlogits", &d[r * C + j], &g, 1, 1e-5f);
+    }
+  }
+}
+
 Test(gpu_ops, softmax_cross_entropy_with_labels) {
   for (size_t z = 0; z < NROWS; ++z) {
     int64_t R = row_shapes[z][0], C = row_shapes[z][1], n = R * C;
@@ -184,20 +201,11 @@ Test(gpu_ops, softmax_cross_entropy_with_labels) {
     int32_t *lab = gk_alloc((size_t)R, 4);
     for (int64_t r = 0; r < R; ++r) lab[r] = (int32_t)((r * 7 + 3) % C);
     aq_softmax_xent_args_t a = {x, lab, probs, loss, d, R, C, 1.0f / (float)R, 0};
-    gk_op(AQ_KERNEL_SOFTMAX_XENT, &a, aq_rows_grid(R));
+    gk_op(AQ_KERNEL_SOFTMAX_XENT, &a, aq_rows_grid(R)); /* given dlogits, it writes the gradient too */
+    expect_xent(x, lab, loss, probs, d, R, C);
+    memset(d, 0, (size_t)n * sizeof(float));
     gk_op(AQ_KERNEL_SOFTMAX_XENT_BWD, &a, aq_rows_grid(R));
-    for (int64_t r = 0; r < R; ++r) {
-      double mx = -INFINITY, s = 0;
-      for (int64_t j = 0; j < C; ++j) mx = fmax(mx, x[r * C + j]);
-      for (int64_t j = 0; j < C; ++j) s += exp(x[r * C + j] - mx);
-      float wl = (float)(log(s) - (x[r * C + lab[r]] - mx));
-      gk_expect_close("xent loss", &loss[r], &wl, 1, 1e-5f);
-      for (int64_t j = 0; j < C; ++j) {
-        float p = (float)(exp(x[r * C + j] - mx) / s), g = (p - (j == lab[r])) / (float)R;
-        gk_expect_close("xent probs", &probs[r * C + j], &p, 1, 1e-5f);
-        gk_expect_close("xent dlogits", &d[r * C + j], &g, 1, 1e-5f);
-      }
-    }
+    expect_xent(x, lab, loss, probs, d, R, C);
     aq_memory_free(x), aq_memory_free(probs), aq_memory_free(loss), aq_memory_free(d), aq_memory_free(lab);
   }
 }

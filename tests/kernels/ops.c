@@ -105,7 +105,12 @@ Test(ops, softmax_xent_forward_and_backward_by_finite_differences) {
   aq_mean_args_t m = {loss, &mean, ROWS};
   AQ_ASSERT_OK(run(AQ_KERNEL_MEAN, &m, (aq_dispatch_shape_t){{1, 1, 1}, {1, 1, 1}}));
   cr_assert_float_eq(mean, xent_loss(logits, labels, ROWS, C), 1e-5);
+  /* Given dlogits, the forward wrote the gradient: the backward's, bit for bit. */
+  float from_forward[ROWS * C];
+  memcpy(from_forward, dl, sizeof(dl));
+  memset(dl, 0, sizeof(dl));
   AQ_ASSERT_OK(run(AQ_KERNEL_SOFTMAX_XENT_BWD, &a, aq_rows_grid(ROWS)));
+  cr_assert(!memcmp(from_forward, dl, sizeof(dl)), "the forward's dlogits differ from the backward's");
   for (int i = 0; i < ROWS * C; i += 13) {
     float keep = logits[i];
     const float h = 1e-2f;
