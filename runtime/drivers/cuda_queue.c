@@ -28,14 +28,22 @@ static uint32_t packet_fault(cuda_queue_t *cq, aq_status_t s, const char *what, 
  * behind the wake-up of its batch loaders. */
 static void notify_host(void *slot) { aq_signal_slot_notify(slot); }
 
+/* The host has set the signal since the completion was owed (a graph's
+ * next run stores it again): the write is past, or the host's store took
+ * its place. Either way nobody waits for it, and left at the head it would
+ * hold back every completion behind it. */
+static int stale(const cuda_pending_t *p) {
+  return p->host_sets != atomic_load_explicit(&p->slot->host_sets, memory_order_relaxed);
+}
+
 /* Forgets completions the stream has written, waking whoever sleeps on
  * them (a stream's write wakes nobody by itself); returns how many. */
 static int reap(cuda_queue_t *cq) {
   int n = 0;
   while (cq->pending_count) {
     cuda_pending_t *p = &cq->pending[cq->pending_head];
-    if (atomic_load(&p->slot->value) > p->next) break;
-    aq_signal_slot_notify(p->slot);
+    if (!stale(p) && atomic_load(&p->slot->value) > p->next) break;
+    aq_signal_slot_notify(p->slot); /* a stale one's waiters look again */
     cq->pending_head = (cq->pending_head + 1) % CUDA_PENDING_MAX;
     cq->pending_count--;
     ++n;
@@ -49,9 +57,11 @@ static void fail_pending(cuda_queue_t *cq, CUresult r) {
   cq->agent->agent->info.usable = 0;
   while (cq->pending_count) {
     cuda_pending_t *p = &cq->pending[cq->pending_head];
-    uint32_t f = packet_fault(cq, AQ_ERROR_KERNEL_FAULT, p->what, cuda_error(r));
-    aq_signal_slot_fail(p->slot, f);
-    aq_signal_slot_store(p->slot, p->next);
+    if (!stale(p)) { /* a stale one was no packet of the failed stretch */
+      uint32_t f = packet_fault(cq, AQ_ERROR_KERNEL_FAULT, p->what, cuda_error(r));
+      aq_signal_slot_fail(p->slot, f);
+      aq_signal_slot_store(p->slot, p->next);
+    }
     cq->pending_head = (cq->pending_head + 1) % CUDA_PENDING_MAX;
     cq->pending_count--;
   }
@@ -302,7 +312,7 @@ static int has_work(void *arg) {
   if (cuda_timing_owed(cq)) return 1;
   if (!cq->pending_count) return 0;
   const cuda_pending_t *p = &cq->pending[cq->pending_head];
-  return atomic_load(&p->slot->value) <= p->next;
+  return stale(p) || atomic_load(&p->slot->value) <= p->next;
 }
 
 enum { POLL_MIN_NS = 4000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000 };
