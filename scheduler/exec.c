@@ -1192,14 +1192,17 @@ AQ_API aq_status_t aq_exec_tensor_data(aq_exec_t *e, aq_tensor_t tensor, void **
   return AQ_OK;
 }
 
-/* Whether agent reaches [data, data + size) as a GPU does: memory allocated
- * from one of its regions. */
-static int agent_reaches(aq_agent_t agent, const void *data, size_t size) {
+/* Whether a kernel of an agent of kind reaches [data, data + size): a CPU
+ * any host memory (anything but another agent's device memory), a GPU only
+ * what was allocated from one of its regions. */
+static int agent_reaches(aq_agent_t agent, uint8_t kind, const void *data, size_t size) {
   aq_region_t r;
   void *base;
   size_t bytes;
   aq_region_info_t info;
-  if (aq_memory_lookup(data, &r, &base, &bytes) != AQ_OK || aq_region_get_info(r, &info) != AQ_OK) return 0;
+  if (aq_memory_lookup(data, &r, &base, &bytes) != AQ_OK || aq_region_get_info(r, &info) != AQ_OK)
+    return kind == AQ_AGENT_KIND_CPU;
+  if (kind == AQ_AGENT_KIND_CPU) return (info.flags & AQ_REGION_HOST_ACCESSIBLE) != 0;
   return info.agent.handle == agent.handle && (const char *)data + size <= (const char *)base + bytes;
 }
 
@@ -1216,21 +1219,24 @@ AQ_API aq_status_t aq_exec_bind(aq_exec_t *e, aq_tensor_t tensor, void *data, si
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_bind: data for '%s' is not 16-byte aligned", x->name);
   if (!finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_bind: a run is in flight; wait for it first");
   aq_graph_t *g = e->graph;
-  /* Only CPU kernels reach arbitrary host memory, a GPU's only its own
-   * regions' allocations; check every task first so a refusal changes
-   * nothing. */
+  /* Check every task first, so a refusal changes nothing. */
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
     int uses = 0;
     for (uint32_t r = 0; r < task->nreads; ++r) uses |= task->reads[r] == tensor.id;
     for (uint32_t w = 0; w < task->nwrites; ++w) uses |= task->writes[w] == tensor.id;
-    uint32_t agent = e->lane_agent[e->plan.tasks[t].lane];
-    if (uses && task->kind == TASK_KERNEL && e->lane_kind[e->plan.tasks[t].lane] != AQ_AGENT_KIND_CPU &&
-        !agent_reaches(e->agents[agent], data, size))
-      return aq_error(AQ_ERROR_INVALID_ARGUMENT,
-                      "aq_exec_bind: task '%s' reads '%s' on GPU agent %s, which reaches only memory allocated from "
-                      "its regions (device, pinned or managed); allocate there, or use aq_exec_write",
-                      task->name, x->name, e->agent_names[agent]);
+    uint32_t lane = e->plan.tasks[t].lane, agent = e->lane_agent[lane];
+    if (!uses || task->kind != TASK_KERNEL || agent_reaches(e->agents[agent], e->lane_kind[lane], data, size))
+      continue;
+    return e->lane_kind[lane] == AQ_AGENT_KIND_CPU
+               ? aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                          "aq_exec_bind: task '%s' reads '%s' on CPU agent %s, and the data is in a GPU's device "
+                          "memory; bind host memory (pinned or managed will do), or use aq_exec_write",
+                          task->name, x->name, e->agent_names[agent])
+               : aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                          "aq_exec_bind: task '%s' reads '%s' on GPU agent %s, which reaches only memory allocated "
+                          "from its regions (device, pinned or managed); allocate there, or use aq_exec_write",
+                          task->name, x->name, e->agent_names[agent]);
   }
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];

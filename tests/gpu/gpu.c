@@ -429,7 +429,8 @@ Test(gpu, op_kernels_agree_with_the_cpu_ones) {
 
 /* aq_exec_bind with a GPU reader: memory from the GPU's own regions, one
  * buffer and then another (double-buffering with no copy in the graph);
- * host memory the GPU cannot reach is refused by name and changes nothing. */
+ * host memory the GPU cannot reach, and device memory for a CPU reader, are
+ * refused by name and change nothing. */
 Test(gpu, an_input_bound_to_gpu_buffers_in_turn_is_read_in_place) {
   enum { N = 1024 };
   aq_graph_t *g;
@@ -475,6 +476,17 @@ Test(gpu, an_input_bound_to_gpu_buffers_in_turn_is_read_in_place) {
   AQ_ASSERT_OK(aq_exec_wait(e, 30 * SEC));
   AQ_ASSERT_OK(aq_exec_read(e, y, out, sizeof(out)));
   cr_assert_eq(out[N - 1], 3.0f, "pinned memory, read in place");
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  /* Read on the CPU, device memory is refused; pinned memory is host memory. */
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &(aq_exec_options_t){.kernel_agent_kinds = 1u << AQ_AGENT_KIND_CPU}, &e));
+  cr_assert_eq(aq_exec_bind(e, x, d[0], sizeof(host[0])), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "on CPU agent") && strstr(aq_last_error(), "device memory"), "%s",
+            aq_last_error());
+  AQ_ASSERT_OK(aq_exec_bind(e, x, pinned, sizeof(host[0])));
+  AQ_ASSERT_OK(aq_exec_run(e));
+  AQ_ASSERT_OK(aq_exec_wait(e, 30 * SEC));
+  AQ_ASSERT_OK(aq_exec_read(e, y, out, sizeof(out)));
+  cr_assert_eq(out[0], 3.0f, "pinned memory, read in place by the CPU");
   AQ_ASSERT_OK(aq_exec_destroy(e));
   AQ_ASSERT_OK(aq_graph_destroy(g));
   for (int k = 0; k < 2; ++k) aq_memory_free(d[k]);
