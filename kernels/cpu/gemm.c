@@ -28,6 +28,18 @@ typedef struct epi {
   const gemm_post_t *post;
 } epi_t;
 
+/* One element's write-back from its product x, C's element at c (read
+ * only when beta is not 0), row r and column j of the micro-tile: the
+ * scalar form of what the vector micro-kernels do. */
+static inline float epi_one(const epi_t *e, float x, const float *c, int64_t r, int64_t j) {
+  float v = e->alpha * x;
+  if (e->beta != 0.0f) v += e->beta * *c;
+  if (e->bias) v += e->bias[j];
+  if (e->bias_row) v += e->bias_row[r];
+  if (e->relu && !(v > 0.0f)) v = 0.0f;
+  return v;
+}
+
 /* The write-back through a fused consumer: x holds the raw product of
  * rows x cols elements (row stride ldx) and becomes v in place; C's part
  * starts at row `row`, column `col`. The epilogue's arithmetic is the
@@ -279,14 +291,7 @@ static void micro_c(int64_t kc, const float *a, const float *b, float *c, int64_
     for (int r = 0; r < GEMM_MR; ++r)
       for (int j = 0; j < GEMM_NR; ++j) acc[r][j] += a[l * GEMM_MR + r] * b[l * GEMM_NR + j];
   for (int r = 0; r < GEMM_MR; ++r)
-    for (int j = 0; j < GEMM_NR; ++j) {
-      float v = e->alpha * acc[r][j];
-      if (e->beta != 0.0f) v += e->beta * c[r * ldc + j];
-      if (e->bias) v += e->bias[j];
-      if (e->bias_row) v += e->bias_row[r];
-      if (e->relu && !(v > 0.0f)) v = 0.0f;
-      c[r * ldc + j] = v;
-    }
+    for (int j = 0; j < GEMM_NR; ++j) c[r * ldc + j] = epi_one(e, acc[r][j], &c[r * ldc + j], r, j);
 }
 
 /* C's micro-tile is fetched (for writing) this many depth steps before the
@@ -686,15 +691,7 @@ static void macro(const gemm_part_t *p, const engine_t *en, const float *pa, con
       (rows <= 6 ? en->micro_half : en->micro)(kc, a, b, buf, GEMM_NR, &raw);
       for (int64_t r = 0; r < rows; ++r) {
         float *cr = c + r * p->ldc;
-        const float *x = buf + r * GEMM_NR;
-        for (int64_t j = 0; j < cols; ++j) {
-          float v = ej.alpha * x[j];
-          if (ej.beta != 0.0f) v += ej.beta * cr[j];
-          if (ej.bias) v += ej.bias[j];
-          if (ej.bias_row) v += ej.bias_row[r];
-          if (ej.relu && !(v > 0.0f)) v = 0.0f;
-          cr[j] = v;
-        }
+        for (int64_t j = 0; j < cols; ++j) cr[j] = epi_one(&ej, buf[r * GEMM_NR + j], &cr[j], r, j);
       }
     }
   }
@@ -748,25 +745,18 @@ static void part_narrow(const gemm_part_t *p, const engine_t *en, float *pa) {
     int64_t rows = p->mc - i0 < GEMM_MR ? p->mc - i0 : GEMM_MR;
     if (p->k > 0) en->pack_a(p, p->m0 + i0, rows, 0, p->k, pa);
     en->narrow(p->k, pa, b, sl, sj, nj, out);
+    epi_t e = {p->alpha, p->beta, p->bias ? p->bias + p->n0 : NULL, p->bias_row ? p->bias_row + p->m0 + i0 : NULL,
+               p->act == GEMM_ACT_RELU, p->post};
     if (p->post) {
       float x[GEMM_MR * NARROW_N];
       for (int64_t r = 0; r < rows; ++r)
         for (int j = 0; j < nj; ++j) x[r * NARROW_N + j] = out[j * 16 + r];
-      epi_t e = {p->alpha, p->beta, p->bias ? p->bias + p->n0 : NULL, p->bias_row ? p->bias_row + p->m0 + i0 : NULL,
-                 0, p->post};
       post_rows(&e, x, NARROW_N, rows, nj, p->c + (p->m0 + i0) * p->ldc + p->n0, p->ldc, p->m0 + i0, p->n0);
       continue;
     }
     for (int64_t r = 0; r < rows; ++r) {
       float *cr = p->c + (p->m0 + i0 + r) * p->ldc + p->n0;
-      for (int j = 0; j < nj; ++j) {
-        float v = p->alpha * out[j * 16 + r];
-        if (p->beta != 0.0f) v += p->beta * cr[j];
-        if (p->bias) v += p->bias[p->n0 + j];
-        if (p->bias_row) v += p->bias_row[p->m0 + i0 + r];
-        if (p->act == GEMM_ACT_RELU && !(v > 0.0f)) v = 0.0f;
-        cr[j] = v;
-      }
+      for (int j = 0; j < nj; ++j) cr[j] = epi_one(&e, out[j * 16 + r], &cr[j], r, j);
     }
   }
 }
