@@ -11,6 +11,7 @@
 
 #include "aquila/aquila.h"
 #include "aquila/ops_gpu.h"
+#include "runtime/memory.h"
 #include "runtime/profile.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
@@ -1196,14 +1197,12 @@ AQ_API aq_status_t aq_exec_tensor_data(aq_exec_t *e, aq_tensor_t tensor, void **
  * any host memory (anything but another agent's device memory), a GPU only
  * what was allocated from one of its regions. */
 static int agent_reaches(aq_agent_t agent, uint8_t kind, const void *data, size_t size) {
-  aq_region_t r;
-  void *base;
+  aq_region_impl_t *r;
+  uintptr_t base;
   size_t bytes;
-  aq_region_info_t info;
-  if (aq_memory_lookup(data, &r, &base, &bytes) != AQ_OK || aq_region_get_info(r, &info) != AQ_OK)
-    return kind == AQ_AGENT_KIND_CPU;
-  if (kind == AQ_AGENT_KIND_CPU) return (info.flags & AQ_REGION_HOST_ACCESSIBLE) != 0;
-  return info.agent.handle == agent.handle && (const char *)data + size <= (const char *)base + bytes;
+  if (!aq_memory_find(data, &r, &base, &bytes)) return kind == AQ_AGENT_KIND_CPU; /* not ours: host memory */
+  if (kind == AQ_AGENT_KIND_CPU) return (r->info.flags & AQ_REGION_HOST_ACCESSIBLE) != 0;
+  return r->info.agent.handle == agent.handle && (uintptr_t)data + size <= base + bytes;
 }
 
 AQ_API aq_status_t aq_exec_bind(aq_exec_t *e, aq_tensor_t tensor, void *data, size_t size) {

@@ -239,25 +239,23 @@ static aq_status_t load_share(void *user, uint64_t share, uint64_t a2, uint64_t 
   return atomic_fetch_sub(&t->loaders_left, 1) == 1 ? stage_out(t, t->step + 1) : AQ_OK;
 }
 
-/* The second buffer of an input, where the exec put the first: in the
- * region its readers reach. */
-static aq_status_t second_buffer(trainer_t *t, aq_tensor_t x, void **first, void **second) {
+/* The second buffer of an input, where the exec put the first (in the
+ * region its readers reach, returned in r). */
+static aq_status_t second_buffer(trainer_t *t, aq_tensor_t x, void **first, void **second, aq_region_t *r) {
   aq_tensor_info_t info;
-  aq_region_t r;
   TRY(aq_tensor_get_info(t->g, x, &info));
   TRY(aq_exec_tensor_data(t->e, x, first));
-  TRY(aq_memory_lookup(*first, &r, NULL, NULL));
-  return aq_memory_allocate(r, info.bytes, second);
+  TRY(aq_memory_lookup(*first, r, NULL, NULL));
+  return aq_memory_allocate(*r, info.bytes, second);
 }
 
 /* The batch buffers; with them on a GPU, the loaders stage the batch in
  * pinned host memory (the GPU agent's host region) and copy it over. */
 static aq_status_t find_buffers(trainer_t *t) {
-  TRY(second_buffer(t, t->x, (void **)&t->xbuf[0], (void **)&t->xbuf[1]));
-  TRY(second_buffer(t, t->y, (void **)&t->ybuf[0], (void **)&t->ybuf[1]));
-  aq_region_t r;
+  aq_region_t r, ry;
   aq_region_info_t info;
-  TRY(aq_memory_lookup(t->xbuf[0], &r, NULL, NULL));
+  TRY(second_buffer(t, t->x, (void **)&t->xbuf[0], (void **)&t->xbuf[1], &r));
+  TRY(second_buffer(t, t->y, (void **)&t->ybuf[0], (void **)&t->ybuf[1], &ry));
   TRY(aq_region_get_info(r, &info));
   if (info.flags & AQ_REGION_HOST_ACCESSIBLE) return AQ_OK;
   aq_region_t regions[8];
