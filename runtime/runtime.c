@@ -36,10 +36,21 @@ aq_agent_impl_t *aq_agent_at(uint32_t index) { return index < agent_count ? agen
 enum { SET_SPIN, SET_GPU_SPIN, SET_SIGNALS, SET_WORKERS, SET_CPU_AGENTS, SET_AGENTS, SET_COUNT };
 static const char *setting_source[SET_COUNT];
 
+/* The first numeric setting whose environment value is not a number
+ * (validate_options refuses it by name instead of reading "abc" as 0). */
+static const char *bad_number;
+
 static uint64_t pick_u64(int id, const char *env, uint64_t option, uint64_t fallback) {
   const char *v = getenv(env);
   setting_source[id] = option ? "options" : v && *v ? "environment" : "default";
-  return option ? option : v && *v ? strtoull(v, NULL, 0) : fallback;
+  if (option || !v || !*v) return option ? option : fallback;
+  char *end;
+  uint64_t n = strtoull(v, &end, 0);
+  if (*end || *v == '-') {
+    if (!bad_number) bad_number = env;
+    return fallback;
+  }
+  return n;
 }
 
 static void pick_str(int id, const char *env, const char *option, const char *fallback, char *dst,
@@ -52,6 +63,7 @@ static void pick_str(int id, const char *env, const char *option, const char *fa
 static void configure(const aq_init_options_t *o) {
   aq_init_options_t none = {0};
   if (!o) o = &none;
+  bad_number = NULL;
   config.spin_ns = pick_u64(SET_SPIN, "AQ_SPIN_US", o->spin_us, 20) * 1000ull;
   config.gpu_spin_ns = pick_u64(SET_GPU_SPIN, "AQ_GPU_SPIN_US", o->gpu_spin_us, 200) * 1000ull;
   config.max_signals = (uint32_t)pick_u64(SET_SIGNALS, "AQ_MAX_SIGNALS", o->max_signals, 65536);
@@ -97,6 +109,8 @@ static int driver_wanted(const char *name) {
 }
 
 static aq_status_t validate_options(const aq_init_options_t *o) {
+  if (bad_number)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s='%s': expected a whole number", bad_number, getenv(bad_number));
   if (config.max_signals < 16 || config.max_signals > (1u << 24))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "max_signals %u: must be in [16, 16777216]",
                     config.max_signals);

@@ -173,4 +173,14 @@ Test(topology, settings_say_the_value_in_force_and_where_it_came_from) {
   cr_assert_str_eq(s.source, "environment");
   cr_assert_eq(aq_settings(NULL, 4, &(size_t){0}), AQ_ERROR_INVALID_ARGUMENT);
   aq_shut_down();
+  /* Not a number: refused by name, not read as 0; the next init works. */
+  const char *bad[] = {"abc", "12x", "-5"};
+  for (int i = 0; i < 3; ++i) {
+    setenv("AQ_GPU_SPIN_US", bad[i], 1);
+    cr_assert_eq(aq_init(NULL), AQ_ERROR_INVALID_ARGUMENT, "AQ_GPU_SPIN_US=%s", bad[i]);
+    cr_assert(strstr(aq_last_error(), "AQ_GPU_SPIN_US") && strstr(aq_last_error(), bad[i]), "%s", aq_last_error());
+  }
+  unsetenv("AQ_GPU_SPIN_US");
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_shut_down();
 }
