@@ -64,8 +64,9 @@ static inline uint32_t aq_gpu_op_group_segment(const char *kernel, const void *k
  *    per output (forward) or input element (backward data, pool backward);
  *  - conv2d backward filter: a warp per weight and per bias entry;
  *  - batch norm: a 256-thread block per channel;
- *  - sum over rows: a 256-thread block per 32 columns. */
+ *  - sum over rows: a 256-thread block per AQ_GPU_SUM_ROWS_WIDTH columns. */
 #define AQ_GPU_BLOCK 256
+#define AQ_GPU_SUM_ROWS_WIDTH 8
 static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
   const int64_t cap = (int64_t)1 << 30; /* past it, the grid-stride loops take over */
   int64_t t = threads < 1 ? 1 : threads > cap ? cap : threads;
@@ -81,11 +82,17 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
  *  - aq_matmul_f32: 128x128 tiles, for products with at least a tile for
  *    every SM of a large GPU;
  *  - aq_matmul_f32_tile64: 64x64 tiles, four times the blocks, for smaller
- *    ones (a training step's 256-row activations: 16 big tiles, 64 small);
- *  - aq_matmul_f32_split: 64x64 tiles with k split over a cluster of
- *    AQ_GPU_MATMUL_F32_SPLIT blocks (sm_90), for products with fewer 64x64
- *    tiles than SMs and a deep k; its grid's x must be a multiple of the
- *    cluster, as the grid below is;
+ *    ones whose k is too shallow to split;
+ *  - aq_matmul_f32_split2: 128x128 tiles with k split over a cluster of 2
+ *    blocks (sm_90), for products with fewer big tiles than SMs but enough
+ *    for 3 SMs in 4 when split (a training step's weight gradients: 64);
+ *  - aq_matmul_f32_tile64_split2, _split4: 64x64 tiles with k split over a
+ *    cluster of 2 or 4 (a training step's 256 x 1024 activations: 16 big
+ *    tiles, 64 small ones, split 2). Clusters stay small: a block of the
+ *    128x128 build takes a whole SM, and 16 clusters of 8 did not fit on an
+ *    H100 at once (its 132 SMs come in GPCs of fewer than 16 free SMs), so
+ *    they ran in two waves, at 0.55x the speed of 64x64 tiles split 2.
+ *    The grid's x must be a multiple of the cluster, as the grid below is;
  *  - aq_matmul_f32_rows: a few rows of C a block, warps and lanes splitting k, for at most
  *    AQ_GPU_MATMUL_F32_SKINNY_N columns and a deep k (a classifier's logits
  *    and their gradients), which tiles would leave mostly empty.
@@ -95,12 +102,16 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
 #define AQ_KERNEL_MATMUL_F32_ROWS "aq_matmul_f32_rows"
 #define AQ_GPU_MATMUL_F32_BIG_TILES 132 /* an H100's SMs */
 #define AQ_GPU_MATMUL_F32_SKINNY_N 16
-#define AQ_GPU_MATMUL_F32_SPLIT 2
-#define AQ_KERNEL_MATMUL_F32_SPLIT "aq_matmul_f32_split"
-/* aq_matmul_fused_f32's builds: the same four, by the same rule on its mm. */
+#define AQ_GPU_MATMUL_F32_MIN_SLICE 64 /* the least k a split block takes */
+#define AQ_KERNEL_MATMUL_F32_SPLIT2 "aq_matmul_f32_split2"
+#define AQ_KERNEL_MATMUL_F32_TILE64_SPLIT2 "aq_matmul_f32_tile64_split2"
+#define AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4 "aq_matmul_f32_tile64_split4"
+/* aq_matmul_fused_f32's builds: the same, by the same rule on its mm. */
 #define AQ_KERNEL_MATMUL_FUSED_TILE64 "aq_matmul_fused_f32_tile64"
 #define AQ_KERNEL_MATMUL_FUSED_ROWS "aq_matmul_fused_f32_rows"
-#define AQ_KERNEL_MATMUL_FUSED_SPLIT "aq_matmul_fused_f32_split"
+#define AQ_KERNEL_MATMUL_FUSED_SPLIT2 "aq_matmul_fused_f32_split2"
+#define AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2 "aq_matmul_fused_f32_tile64_split2"
+#define AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT4 "aq_matmul_fused_f32_tile64_split4"
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define AQ_GPU_HOST_DEVICE __host__ __device__
@@ -115,25 +126,48 @@ static inline AQ_GPU_HOST_DEVICE int aq_matmul_f32_rows_per_block(const aq_matmu
   return a->trans_a ? 8 : a->m >= 1024 ? 4 : a->m >= 256 ? 2 : 1;
 }
 
-/* 128 or 64 (tile edge), -64 for 64-edge tiles with k split, or 0 for the
- * rows build. */
-static inline int aq_matmul_f32_gpu_tile(const aq_matmul_args_t *a) {
-  int64_t batch = a->batch > 1 ? a->batch : 1;
-  if (a->n <= AQ_GPU_MATMUL_F32_SKINNY_N && a->k >= 64) return 0;
-  if ((a->m + 127) / 128 * ((a->n + 127) / 128) * batch >= AQ_GPU_MATMUL_F32_BIG_TILES) return 128;
-  return (a->m + 63) / 64 * ((a->n + 63) / 64) * batch < AQ_GPU_MATMUL_F32_BIG_TILES && a->k >= 256 ? -64 : 64;
+/* The build for a product: tile edge (128 or 64; 0: the rows build) and
+ * how many blocks split k (1: none). Splits are taken when the unsplit
+ * tiles leave SMs idle and the split ones fill 3 in 4, with every slice
+ * AQ_GPU_MATMUL_F32_MIN_SLICE deep. */
+typedef struct {
+  int tile, split;
+} aq_matmul_f32_gpu_build_t;
+
+static inline aq_matmul_f32_gpu_build_t aq_matmul_f32_gpu_build(const aq_matmul_args_t *a) {
+  const int64_t batch = a->batch > 1 ? a->batch : 1, fill = AQ_GPU_MATMUL_F32_BIG_TILES * 3 / 4;
+  const int64_t big = (a->m + 127) / 128 * ((a->n + 127) / 128) * batch, small = (a->m + 63) / 64 * ((a->n + 63) / 64) * batch;
+  const aq_matmul_f32_gpu_build_t rows = {0, 1}, t128 = {128, 1}, t64 = {64, 1};
+  if (a->n <= AQ_GPU_MATMUL_F32_SKINNY_N && a->k >= 64) return rows;
+  if (big >= AQ_GPU_MATMUL_F32_BIG_TILES) return t128;
+  if (a->k < 2 * AQ_GPU_MATMUL_F32_MIN_SLICE) return t64;
+  if (big * 2 >= fill) return (aq_matmul_f32_gpu_build_t){128, 2};
+  if (small >= AQ_GPU_MATMUL_F32_BIG_TILES) return t64;
+  if (small * 2 >= fill || a->k < 4 * AQ_GPU_MATMUL_F32_MIN_SLICE) return (aq_matmul_f32_gpu_build_t){64, 2};
+  return (aq_matmul_f32_gpu_build_t){64, 4};
 }
 
 static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t *a) {
-  int64_t tile = aq_matmul_f32_gpu_tile(a), batch = a->batch > 0 ? a->batch : 1, split = tile < 0 ? AQ_GPU_MATMUL_F32_SPLIT : 1;
-  if (tile == 0) {
+  const aq_matmul_f32_gpu_build_t b = aq_matmul_f32_gpu_build(a);
+  const int64_t batch = a->batch > 0 ? a->batch : 1;
+  if (!b.tile) {
     int64_t rows = aq_matmul_f32_rows_per_block(a), m = a->m > 0 ? a->m : 1;
     return aq_gpu_threads_shape((m + rows - 1) / rows * batch * 256);
   }
-  if (tile < 0) tile = -tile;
-  uint32_t tn = (uint32_t)((a->n + tile - 1) / tile), tm = (uint32_t)((a->m + tile - 1) / tile);
-  aq_dispatch_shape_t s = {{(tn ? tn : 1) * 16 * (uint32_t)split, (tm ? tm : 1) * 16, (uint32_t)batch}, {16, 16, 1}};
+  uint32_t tn = (uint32_t)((a->n + b.tile - 1) / b.tile), tm = (uint32_t)((a->m + b.tile - 1) / b.tile);
+  aq_dispatch_shape_t s = {{(tn ? tn : 1) * 16 * (uint32_t)b.split, (tm ? tm : 1) * 16, (uint32_t)batch}, {16, 16, 1}};
   return s;
+}
+
+/* The kernel of a build, of aq_matmul_f32 or (fused) aq_matmul_fused_f32. */
+static inline const char *aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build_t b, int fused) {
+  static const char *const names[2][6] = {
+      {AQ_KERNEL_MATMUL, AQ_KERNEL_MATMUL_F32_SPLIT2, AQ_KERNEL_MATMUL_F32_TILE64, AQ_KERNEL_MATMUL_F32_TILE64_SPLIT2,
+       AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4, AQ_KERNEL_MATMUL_F32_ROWS},
+      {AQ_KERNEL_MATMUL_FUSED, AQ_KERNEL_MATMUL_FUSED_SPLIT2, AQ_KERNEL_MATMUL_FUSED_TILE64,
+       AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT4, AQ_KERNEL_MATMUL_FUSED_ROWS}};
+  const int i = b.tile == 128 ? (b.split > 1 ? 1 : 0) : b.tile == 64 ? (b.split > 2 ? 4 : b.split > 1 ? 3 : 2) : 5;
+  return names[fused != 0][i];
 }
 
 /* ---- bf16 conv2d on tensor cores --------------------------------------------
@@ -196,20 +230,10 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_gpu_shape(const aq_conv2d_args_
 /* The GPU build of an op kernel that suits these kernargs: one of a GPU's
  * variants, or the op's own name. */
 static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kernarg) {
-  if (!strcmp(kernel, AQ_KERNEL_MATMUL)) {
-    int tile = aq_matmul_f32_gpu_tile((const aq_matmul_args_t *)kernarg);
-    return tile == 128 ? AQ_KERNEL_MATMUL
-           : tile == 64 ? AQ_KERNEL_MATMUL_F32_TILE64
-           : tile < 0   ? AQ_KERNEL_MATMUL_F32_SPLIT
-                        : AQ_KERNEL_MATMUL_F32_ROWS;
-  }
-  if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED)) { /* the fused args start with the product's */
-    int tile = aq_matmul_f32_gpu_tile(&((const aq_matmul_fused_args_t *)kernarg)->mm);
-    return tile == 128 ? AQ_KERNEL_MATMUL_FUSED
-           : tile == 64 ? AQ_KERNEL_MATMUL_FUSED_TILE64
-           : tile < 0   ? AQ_KERNEL_MATMUL_FUSED_SPLIT
-                        : AQ_KERNEL_MATMUL_FUSED_ROWS;
-  }
+  if (!strcmp(kernel, AQ_KERNEL_MATMUL))
+    return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build((const aq_matmul_args_t *)kernarg), 0);
+  if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED)) /* the fused args start with the product's */
+    return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build(&((const aq_matmul_fused_args_t *)kernarg)->mm), 1);
   return kernel;
 }
 
@@ -234,8 +258,9 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
                                 ((const aq_pool_args_t *)kernarg)->w);
   if (!strcmp(kernel, AQ_KERNEL_BATCH_NORM) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD))
     return aq_gpu_threads_shape(((const aq_batch_norm_args_t *)kernarg)->c * AQ_GPU_BLOCK);
-  if (!strcmp(kernel, AQ_KERNEL_SUM_ROWS) || !strcmp(kernel, AQ_KERNEL_SUM_ROWS_SGD)) /* 32 columns x 8 row slices a block */
-    return aq_gpu_threads_shape((((const aq_sum_rows_args_t *)kernarg)->cols + 31) / 32 * AQ_GPU_BLOCK);
+  if (!strcmp(kernel, AQ_KERNEL_SUM_ROWS) || !strcmp(kernel, AQ_KERNEL_SUM_ROWS_SGD)) /* 8 columns x 32 row slices a block */
+    return aq_gpu_threads_shape((((const aq_sum_rows_args_t *)kernarg)->cols + AQ_GPU_SUM_ROWS_WIDTH - 1) /
+                                AQ_GPU_SUM_ROWS_WIDTH * AQ_GPU_BLOCK);
   return aq_gpu_shape(kernel, kernarg, cpu);
 }
 

@@ -156,14 +156,17 @@ __device__ __forceinline__ void stash(Tile<Q, K> &t, bool TA, bool TB, int buf, 
   }
 }
 
-template <int Q, int BK, bool F = false>
-__device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q, BK> &t, const float *a, const float *b,
-                         float *c, int64_t row0, int64_t col0, bool va, bool vb, bool vc, const Fuse &f = Fuse{}) {
-  constexpr int T = 4 * Q, V = Geo<Q, BK>::V; /* T x T outputs a thread */
+// The k loop of a T x T-a-thread tile (T = 4Q): acc[i][j] is the product's
+// sum at row row0 + wm + (i / 4) * 32 + lr + i % 4 and column
+// col0 + wn + (j / 4) * 16 + lc + j % 4 (tile_row / tile_col).
+template <int Q, int BK>
+__device__ __forceinline__ void mainloop(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q, BK> &t, const float *a,
+                                         const float *b, int64_t row0, int64_t col0, bool va, bool vb,
+                                         float (&acc)[4 * Q][4 * Q]) {
+  constexpr int T = 4 * Q, V = Geo<Q, BK>::V;
   const int tid = threadIdx.x + threadIdx.y * blockDim.x, warp = tid >> 5, lane = tid & 31;
   const int wm = (warp >> 2) * 32 * Q, wn = (warp & 3) * 16 * Q; /* 2 x 4 warps */
   const int lr = (lane >> 2) * 4, lc = (lane & 3) * 4;            /* 8 x 4 lanes */
-  float acc[T][T];
 #pragma unroll
   for (int i = 0; i < T; ++i)
 #pragma unroll
@@ -197,55 +200,80 @@ __device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q, BK
     __syncthreads();
     buf ^= 1;
   }
+}
 
-  /* Epilogue: alpha, beta * C, bias, activation; 16-byte stores where C allows. */
+template <int Q>
+__device__ __forceinline__ int tile_row(int tid, int i) {
+  return ((tid >> 5) >> 2) * 32 * Q + (i >> 2) * 32 + ((tid & 31) >> 2) * 4 + (i & 3);
+}
+template <int Q>
+__device__ __forceinline__ int tile_col(int tid, int h) {
+  return ((tid >> 5) & 3) * 16 * Q + h * 16 + (tid & 3) * 4;
+}
+
+// The write-back of four products v[0..3] (alpha times the sums) of row
+// r < m, columns col..col+3 (those past n are dropped): beta * C, bias,
+// activation, or the fused consumer; 16-byte accesses where C (vc) and the
+// consumer allow.
+template <bool F>
+__device__ __forceinline__ void finish4(const aq_matmul_args_t &p, const Fuse &f, float *c, int64_t r, int64_t col,
+                                        float (&v)[4], bool vc) {
+  float *out = c + r * p.ldc + col;
+  if (F && vc && f.vec && col + 3 < p.n) {
+    const float4 o = p.beta != 0.0f ? *reinterpret_cast<const float4 *>(out) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float ov[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (p.beta != 0.0f) v[j] += p.beta * ov[j];
+      if (p.bias) v[j] += p.bias[col + j];
+      v[j] = activate(v[j], p.activation);
+    }
+    put4(p, f, c, r, col, v);
+  } else if (!F && vc && col + 3 < p.n) {
+    if (p.beta != 0.0f) {
+      float4 o = *reinterpret_cast<const float4 *>(out);
+      v[0] += p.beta * o.x, v[1] += p.beta * o.y, v[2] += p.beta * o.z, v[3] += p.beta * o.w;
+    }
+    if (p.bias) {
+      float4 bi = __ldg(reinterpret_cast<const float4 *>(p.bias + col));
+      v[0] += bi.x, v[1] += bi.y, v[2] += bi.z, v[3] += bi.w;
+    }
+    *reinterpret_cast<float4 *>(out) = make_float4(activate(v[0], p.activation), activate(v[1], p.activation),
+                                                   activate(v[2], p.activation), activate(v[3], p.activation));
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (col + j >= p.n) break;
+      float x = v[j];
+      if (p.beta != 0.0f) x += p.beta * out[j];
+      if (p.bias) x += p.bias[col + j];
+      put<F>(p, f, c, r, col + j, activate(x, p.activation));
+    }
+  }
+}
+
+template <int Q, int BK, bool F = false>
+__device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q, BK> &t, const float *a, const float *b,
+                         float *c, int64_t row0, int64_t col0, bool va, bool vb, bool vc, const Fuse &f = Fuse{}) {
+  constexpr int T = 4 * Q;
+  const int tid = threadIdx.x + threadIdx.y * blockDim.x, warp = tid >> 5, lane = tid & 31;
+  const int wm = (warp >> 2) * 32 * Q, wn = (warp & 3) * 16 * Q; /* 2 x 4 warps */
+  const int lr = (lane >> 2) * 4, lc = (lane & 3) * 4;            /* 8 x 4 lanes */
+  float acc[T][T];
+  mainloop<Q, BK>(p, TA, TB, t, a, b, row0, col0, va, vb, acc);
 #pragma unroll
   for (int i = 0; i < T; ++i) {
     const int64_t r = row0 + wm + (i >> 2) * 32 + lr + (i & 3);
     if (r >= p.m) continue;
 #pragma unroll
     for (int h = 0; h < Q; ++h) {
-      const int64_t col = col0 + wn + h * 16 + lc;
       float v[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = p.alpha * acc[i][h * 4 + j];
-      float *out = c + r * p.ldc + col;
-      if (F && vc && f.vec && col + 3 < p.n) {
-        const float4 o = p.beta != 0.0f ? *reinterpret_cast<const float4 *>(out) : make_float4(0.f, 0.f, 0.f, 0.f);
-        const float ov[4] = {o.x, o.y, o.z, o.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if (p.beta != 0.0f) v[j] += p.beta * ov[j];
-          if (p.bias) v[j] += p.bias[col + j];
-          v[j] = activate(v[j], p.activation);
-        }
-        put4(p, f, c, r, col, v);
-      } else if (!F && vc && col + 3 < p.n) {
-        if (p.beta != 0.0f) {
-          float4 o = *reinterpret_cast<const float4 *>(out);
-          v[0] += p.beta * o.x, v[1] += p.beta * o.y, v[2] += p.beta * o.z, v[3] += p.beta * o.w;
-        }
-        if (p.bias) {
-          float4 bi = __ldg(reinterpret_cast<const float4 *>(p.bias + col));
-          v[0] += bi.x, v[1] += bi.y, v[2] += bi.z, v[3] += bi.w;
-        }
-        *reinterpret_cast<float4 *>(out) = make_float4(activate(v[0], p.activation), activate(v[1], p.activation),
-                                                       activate(v[2], p.activation), activate(v[3], p.activation));
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if (col + j >= p.n) break;
-          float x = v[j];
-          if (p.beta != 0.0f) x += p.beta * out[j];
-          if (p.bias) x += p.bias[col + j];
-          put<F>(p, f, c, r, col + j, activate(x, p.activation));
-        }
-      }
+      finish4<F>(p, f, c, r, col0 + wn + h * 16 + lc, v, vc);
     }
   }
 }
-
-
 
 template <int Q, int BK, bool F = false>
 __device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q, BK> &t, const Fuse &f = Fuse{}) {
@@ -270,73 +298,99 @@ __device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q, BK> &t, const Fu
   }
 }
 
-// Split k. A product with fewer 64x64 tiles than SMs and a deep k (a
-// training step's 256 x 1024 activations against 1024 x 1024 weights: 64
-// tiles) gives each tile a cluster of SPLIT blocks (sm_90), each block a
-// slice of k. Every block leaves its partial tile in its own shared memory;
-// after a cluster barrier each block sums one SPLIT-th of the tile's rows
-// over the cluster's partials (distributed shared memory), always in rank
-// order, and applies the epilogue. Results do not depend on timing, and no
-// global workspace is needed. Without clusters (sm_80, HIP) the first block
-// of each group computes the whole tile and the others return.
+// Split k. A product with fewer 128x128 tiles than SMs and a deep k (a
+// training step's 256 x 1024 activations: 16 tiles; its 1024 x 1024 weight
+// gradients over a batch of 256: 64) gives each tile a cluster of S blocks
+// (sm_90), each block a slice of k, so the 8x8-a-thread tiles that run
+// near the SMs' issue rate still fill the GPU. The partial tiles meet in
+// distributed shared memory, 64 rows at a time (32 KB a block, inside the
+// static limit): every block leaves its half-tile in its own shared memory,
+// and after a cluster barrier each block sums a S-th of the half's rows over
+// the cluster's partials, always in rank order, and writes them back through
+// the epilogue. Results depend on the shape and S only, never on timing, and
+// no global workspace is needed. Without clusters (sm_80, HIP) the first
+// block of each cluster's worth computes the whole tile and the others
+// return.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(AQ_HIP)
 #define AQ_CLUSTERS 1
 #endif
 
-template <int SPLIT, int BK, bool F>
-__device__ void tile_split(const aq_matmul_args_t &p, Tile<1, BK> &t, float *part, const float *a, const float *b,
-                           float *c, int64_t row0, int64_t col0, const Fuse &f) {
+constexpr int PHASE = 64; /* rows of the partial tile exchanged at a time */
+
+template <int Q>
+union SplitShared {
+  Tile<Q, 16> t;
+  float part[PHASE][64 * Q + PAD]; /* +4: a warp's rows 4 apart fall in distinct banks */
+};
+
+template <int Q, int S, bool F>
+__device__ void tile_split(const aq_matmul_args_t &p, SplitShared<Q> &u, const float *a, const float *b, float *c,
+                           int64_t row0, int64_t col0, const Fuse &f) {
   const bool TA = p.trans_a != 0, TB = p.trans_b != 0;
 #ifdef AQ_CLUSTERS
-  constexpr int B = Geo<1>::BM; /* 64 */
+  constexpr int LD = 64 * Q + PAD, ROW4 = 16 * Q; /* float4s a row of the tile */
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
-  const int rank = (int)cluster.block_rank();
-  /* This block's slice of k, a multiple of 16 deep so 16-byte loads stay aligned. */
-  const int64_t slice = ((p.k + SPLIT - 1) / SPLIT + 15) / 16 * 16;
+  const int rank = (int)cluster.block_rank(), tid = threadIdx.x + threadIdx.y * blockDim.x;
+  /* This block's slice of k, a multiple of 8 deep so 16-byte loads stay aligned. */
+  const int64_t slice = ((p.k + S - 1) / S + 7) / 8 * 8;
   const int64_t k0 = rank * slice < p.k ? rank * slice : p.k, k1 = k0 + slice < p.k ? k0 + slice : p.k;
   aq_matmul_args_t q = p;
   q.a = TA ? a + k0 * p.lda : a + k0, q.b = TB ? b + k0 : b + k0 * p.ldb, q.k = k1 - k0;
-  q.alpha = 1.0f, q.beta = 0.0f, q.bias = nullptr, q.activation = AQ_ACTIVATION_NONE, q.ldc = B;
-  const bool va = aligned16(q.a) && p.lda % 4 == 0, vb = aligned16(q.b) && p.ldb % 4 == 0;
-  /* The partial goes to part[(r - row0) * 64 + (col - col0)]. */
-  tile_f32<1, BK>(q, TA, TB, t, q.a, q.b, part - row0 * B - col0, row0, col0, va, vb, true);
-  cluster.sync();
-  const int tid = threadIdx.x + threadIdx.y * blockDim.x;
-  for (int e = rank * (B * B / SPLIT) + tid; e < (rank + 1) * (B * B / SPLIT); e += mm_f32::THREADS) {
-    const int64_t r = row0 + e / B, col = col0 + e % B;
-    if (r >= p.m || col >= p.n) continue;
-    float sum = 0.0f;
-    for (int s = 0; s < SPLIT; ++s) sum += cluster.map_shared_rank(part, s)[e];
-    float *out = c + r * p.ldc + col, v = p.alpha * sum;
-    if (p.beta != 0.0f) v += p.beta * *out;
-    if (p.bias) v += p.bias[col];
-    put<F>(p, f, c, r, col, activate(v, p.activation));
+  float acc[4 * Q][4 * Q];
+  mainloop<Q, 16>(q, TA, TB, u.t, q.a, q.b, row0, col0, aligned16(q.a) && p.lda % 4 == 0,
+                  aligned16(q.b) && p.ldb % 4 == 0, acc);
+  const bool vc = aligned16(c) && p.ldc % 4 == 0 && (!p.bias || aligned16(p.bias));
+#pragma unroll
+  for (int phase = 0; phase < Q; ++phase) {
+    /* 64x64 tiles: every warp's rows are in the one phase; 128x128: warps
+     * 0-3 hold rows 0-63, warps 4-7 rows 64-127. */
+    if (Q == 1 || (tid >> 7) == phase)
+#pragma unroll
+      for (int i = 0; i < 4 * Q; ++i)
+#pragma unroll
+        for (int h = 0; h < Q; ++h)
+          *reinterpret_cast<float4 *>(&u.part[tile_row<Q>(tid, i) - PHASE * phase][tile_col<Q>(tid, h)]) =
+              make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
+    cluster.sync();
+    /* This block's rows of the phase: PHASE / S of them. */
+    for (int e = tid; e < PHASE / S * ROW4; e += THREADS) {
+      const int row = rank * (PHASE / S) + e / ROW4, col = (e % ROW4) * 4;
+      const int64_t r = row0 + PHASE * phase + row;
+      if (r >= p.m || col0 + col >= p.n) continue;
+      float v[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        const float4 x = *reinterpret_cast<const float4 *>(&cluster.map_shared_rank(&u.part[0][0], s)[row * LD + col]);
+        v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] *= p.alpha;
+      finish4<F>(p, f, c, r, col0 + col, v, vc);
+    }
+    cluster.sync(); /* the partials are read before they are overwritten */
   }
-  cluster.sync(); /* the partials are read before the next tile overwrites them */
 #else
   const bool va = aligned16(a) && p.lda % 4 == 0, vb = aligned16(b) && p.ldb % 4 == 0;
   const bool vc = aligned16(c) && p.ldc % 4 == 0 && (!p.bias || aligned16(p.bias));
-  (void)part;
-  tile_f32<1, BK, F>(p, TA, TB, t, a, b, c, row0, col0, va, vb, vc, f);
+  tile_f32<Q, 16, F>(p, TA, TB, u.t, a, b, c, row0, col0, va, vb, vc, f);
 #endif
 }
 
-template <int SPLIT, int BK, bool F = false>
-__device__ void matmul_split(const aq_matmul_args_t &p, Tile<1, BK> &t, float *part, const Fuse &f = Fuse{}) {
-  constexpr int B = Geo<1>::BM;
+template <int Q, int S, bool F = false>
+__device__ void matmul_split(const aq_matmul_args_t &p, SplitShared<Q> &u, const Fuse &f = Fuse{}) {
+  constexpr int B = Geo<Q>::BM;
 #ifndef AQ_CLUSTERS
-  if (blockIdx.x % SPLIT) return; /* one block a group does the whole tile */
+  if (blockIdx.x % S) return; /* one block a cluster's worth does the whole tile */
 #endif
   const int64_t tiles_m = (p.m + B - 1) / B, tiles_n = (p.n + B - 1) / B, tiles = tiles_m * tiles_n;
-  const int64_t groups_x = gridDim.x / SPLIT, groups = groups_x * gridDim.y;
+  const int64_t groups_x = gridDim.x / S, groups = groups_x * gridDim.y;
   for (int64_t z = blockIdx.z; z < p.batch; z += gridDim.z)
-    for (int64_t id = (int64_t)blockIdx.y * groups_x + blockIdx.x / SPLIT; id < tiles; id += groups) {
+    for (int64_t id = (int64_t)blockIdx.y * groups_x + blockIdx.x / S; id < tiles; id += groups) {
       const int64_t per_group = 8 * tiles_n, first = (id / per_group) * 8;
       const int64_t rows = tiles_m - first < 8 ? tiles_m - first : 8;
       const int64_t tm = first + (id % per_group) % rows, tn = (id % per_group) / rows;
-      tile_split<SPLIT, BK, F>(p, t, part, p.a + z * p.stride_a, p.b + z * p.stride_b, p.c + z * p.stride_c, tm * B,
-                               tn * B, f);
+      tile_split<Q, S, F>(p, u, p.a + z * p.stride_a, p.b + z * p.stride_b, p.c + z * p.stride_c, tm * B, tn * B, f);
     }
 }
 
@@ -515,26 +569,25 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_tile64(aq_matmul_args_t p
   mm_f32::matmul_tiles<1, 16>(p, t);
 }
 
-// Blocks come in clusters of SPLIT along x: the grid's x must hold a whole
-// number of them (aq_matmul_f32_gpu_shape's does).
+// Blocks come in clusters of S along x: the grid's x must hold a whole
+// number of them (aq_matmul_f32_gpu_shape's does). The partial half-tile
+// takes the k loop's buffers once the loop is done.
 #ifdef AQ_CLUSTERS
-#define AQ_SPLIT_CLUSTER __cluster_dims__(AQ_GPU_MATMUL_F32_SPLIT, 1, 1)
+#define AQ_SPLIT_CLUSTER(S) __cluster_dims__(S, 1, 1)
 #else
-#define AQ_SPLIT_CLUSTER
+#define AQ_SPLIT_CLUSTER(S)
 #endif
-// Two blocks an SM at most: a training step's products (256 x 1024 x k:
-// 128 blocks) get one an SM anyway, and the cap of four (64 registers a
-// thread) spilled; 128 registers took the relu-fused 256 x 1024 x 1024
-// product from 39.6 to 35.7 us on the H100. The partial tile takes the k
-// loop's buffers once the loop is done.
-AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 2) aq_matmul_f32_split(aq_matmul_args_t p) {
-  if (!matmul_prologue(p)) return;
-  __shared__ __align__(16) union {
-    mm_f32::Tile<1> t;
-    float part[64 * 64];
-  } u;
-  mm_f32::matmul_split<AQ_GPU_MATMUL_F32_SPLIT, 16>(p, u.t, u.part);
-}
+// 128x128 tiles take one block an SM (215-240 registers, no spills; at
+// 128 they spilled); 64x64 tiles two.
+#define AQ_MATMUL_SPLIT(S, Q, MIN, NAME)                                                              \
+  AQ_KERNEL void AQ_SPLIT_CLUSTER(S) __launch_bounds__(256, MIN) NAME(aq_matmul_args_t p) {            \
+    if (!matmul_prologue(p)) return;                                                                   \
+    __shared__ __align__(16) mm_f32::SplitShared<Q> u;                                                 \
+    mm_f32::matmul_split<Q, S>(p, u);                                                                  \
+  }
+AQ_MATMUL_SPLIT(2, 2, 1, aq_matmul_f32_split2)
+AQ_MATMUL_SPLIT(2, 1, 2, aq_matmul_f32_tile64_split2)
+AQ_MATMUL_SPLIT(4, 1, 2, aq_matmul_f32_tile64_split4)
 
 // One block an SM: at two (128 registers a thread) the column sums of four
 // rows spilled; a classifier's products are 128 blocks or fewer.
@@ -572,15 +625,16 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_fused_f32_tile64(aq_matmul_fu
   mm_f32::matmul_tiles<1, 16, true>(a.mm, t, f);
 }
 
-AQ_KERNEL void AQ_SPLIT_CLUSTER __launch_bounds__(256, 2) aq_matmul_fused_f32_split(aq_matmul_fused_args_t a) {
-  mm_f32::Fuse f;
-  if (!fused_prologue(a, f)) return;
-  __shared__ __align__(16) union {
-    mm_f32::Tile<1> t;
-    float part[64 * 64];
-  } u;
-  mm_f32::matmul_split<AQ_GPU_MATMUL_F32_SPLIT, 16, true>(a.mm, u.t, u.part, f);
-}
+#define AQ_MATMUL_FUSED_SPLIT(S, Q, MIN, NAME)                                                     \
+  AQ_KERNEL void AQ_SPLIT_CLUSTER(S) __launch_bounds__(256, MIN) NAME(aq_matmul_fused_args_t a) {      \
+    mm_f32::Fuse f;                                                                                    \
+    if (!fused_prologue(a, f)) return;                                                                 \
+    __shared__ __align__(16) mm_f32::SplitShared<Q> u;                                                 \
+    mm_f32::matmul_split<Q, S, true>(a.mm, u, f);                                                      \
+  }
+AQ_MATMUL_FUSED_SPLIT(2, 2, 1, aq_matmul_fused_f32_split2)
+AQ_MATMUL_FUSED_SPLIT(2, 1, 2, aq_matmul_fused_f32_tile64_split2)
+AQ_MATMUL_FUSED_SPLIT(4, 1, 2, aq_matmul_fused_f32_tile64_split4)
 
 AQ_KERNEL void __launch_bounds__(256, 1) aq_matmul_fused_f32_rows(aq_matmul_fused_args_t a) {
   mm_f32::Fuse f;

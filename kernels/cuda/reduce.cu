@@ -1,27 +1,28 @@
 // Reductions: column sums (bias gradients) and the mean of a vector.
 #include "common.cuh"
+#include "aquila/ops_gpu.h" /* AQ_GPU_SUM_ROWS_WIDTH */
 
-// A block takes 32 columns at a time (a warp's width, so loads coalesce)
-// and splits the rows among its warps; the warps' sums meet in shared memory
-// and are added in a fixed order. One thread a column summing every row
-// left a 1024-column bias gradient to 4 blocks walking 256 dependent loads.
+// A block takes AQ_GPU_SUM_ROWS_WIDTH (8) columns at a time and splits the
+// rows among 32 slices of its threads, so a 256-row bias gradient is one
+// round of eight loads in flight a thread and a 1024-column one 128 blocks
+// (32 columns a block left 32 blocks each waiting on memory four times:
+// 6 us on an H100 where 3 do). The slices' sums meet through a tree in
+// shared memory, in a fixed order. Eight columns are a 32-byte sector, so
+// the loads still use whole sectors.
 // F: the fused form (aq_sum_rows_sgd_f32): the sum is the gradient of out,
 // which takes aq_sgd_momentum_f32's update instead of it.
 template <bool F>
 __device__ void sum_rows(const aq_sum_rows_args_t &p, const aq_sum_rows_sgd_args_t *f) {
   __shared__ float part[1024];
-  const int threads = (int)(blockDim.x * blockDim.y * blockDim.z);
-  const int tid = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
-  const int width = threads < 32 ? threads : 32, slices = threads / width, lane = tid % width, slice = tid / width;
+  const int threads = block_threads(), tid = block_thread();
+  const int width = threads < AQ_GPU_SUM_ROWS_WIDTH ? threads : AQ_GPU_SUM_ROWS_WIDTH, slices = threads / width;
+  const int lane = tid % width, slice = tid / width;
   const int64_t block = blockIdx.x + (int64_t)gridDim.x * (blockIdx.y + (int64_t)gridDim.y * blockIdx.z);
   const int64_t blocks = (int64_t)gridDim.x * gridDim.y * gridDim.z;
   for (int64_t c0 = block * width; c0 < p.cols; c0 += blocks * width) {
     const int64_t j = c0 + lane;
     float s = 0.0f;
     if (slice < slices && j < p.cols) {
-      /* Eight loads in flight a thread: one at a time, a block waited on
-       * memory 32 times in a row (256 rows: 8 us where 2 do); four at a
-       * time still waited 8 times. */
       float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
       int64_t i = slice;
       for (; i + 7 * slices < p.rows; i += 8 * slices)
@@ -32,10 +33,12 @@ __device__ void sum_rows(const aq_sum_rows_args_t &p, const aq_sum_rows_sgd_args
     }
     part[tid] = s;
     __syncthreads();
+    for (int stride = 1; stride < slices; stride *= 2) {
+      if (slice % (2 * stride) == 0 && slice + stride < slices) part[tid] += part[tid + stride * width];
+      __syncthreads();
+    }
     if (slice == 0 && j < p.cols) {
-      float t = 0.0f;
-      for (int q = 0; q < slices; ++q) t += part[q * width + lane];
-      const float v = p.alpha * t + (p.beta != 0.0f ? p.beta * p.out[j] : 0.0f);
+      const float v = p.alpha * part[lane] + (p.beta != 0.0f ? p.beta * p.out[j] : 0.0f);
       if (!F) {
         p.out[j] = v;
       } else {

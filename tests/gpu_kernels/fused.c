@@ -51,8 +51,10 @@ static void check(const fcase_t *f, aq_matmul_fuse_t kind) {
 Test(gpu_fused, every_build_matches_the_unfused_pair) {
   const fcase_t cases[] = {
       {1540, 1410, 40, 0, 0, AQ_KERNEL_MATMUL_FUSED},       /* 128x128 tiles */
-      {784, 1024, 256, 1, 0, AQ_KERNEL_MATMUL_FUSED_TILE64}, /* an MLP's dW1 = x^T dz1 */
-      {256, 1024, 300, 0, 1, AQ_KERNEL_MATMUL_FUSED_SPLIT},  /* k split over a cluster */
+      {784, 1024, 256, 1, 0, AQ_KERNEL_MATMUL_FUSED_SPLIT2}, /* an MLP's dW1 = x^T dz1 */
+      {256, 1024, 300, 0, 1, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2}, /* k split over a cluster */
+      {128, 1024, 512, 1, 0, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT4},
+      {256, 1024, 100, 1, 1, AQ_KERNEL_MATMUL_FUSED_TILE64},  /* too shallow to split */
       {1024, 10, 256, 1, 0, AQ_KERNEL_MATMUL_FUSED_ROWS},    /* dW3 = h2^T dz3: a warp a row */
       {256, 10, 1024, 0, 0, AQ_KERNEL_MATMUL_FUSED_ROWS},    /* lanes along k */
       {77, 45, 33, 0, 0, AQ_KERNEL_MATMUL_FUSED_TILE64},     /* partial tiles everywhere */
@@ -62,7 +64,7 @@ Test(gpu_fused, every_build_matches_the_unfused_pair) {
     check(&cases[i], AQ_MATMUL_FUSE_RELU_MASK);
   }
   /* relu's backward through a deep product: dz2 W2^T over k = 1024, split */
-  check(&(fcase_t){256, 1024, 1024, 0, 1, AQ_KERNEL_MATMUL_FUSED_SPLIT}, AQ_MATMUL_FUSE_RELU_MASK);
+  check(&(fcase_t){256, 1024, 1024, 0, 1, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2}, AQ_MATMUL_FUSE_RELU_MASK);
 }
 
 Test(gpu_fused, kernargs_outside_the_rules_write_nothing) {

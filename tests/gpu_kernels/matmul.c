@@ -113,17 +113,19 @@ static void check(mm_case_t t) {
     /* Every GPU build of the fp32 op is right for every product and grid,
      * under the shape of the build aq_gpu_op_kernel picks. */
     static const char *builds[] = {AQ_KERNEL_MATMUL, AQ_KERNEL_MATMUL_F32_TILE64, AQ_KERNEL_MATMUL_F32_ROWS,
-                                   AQ_KERNEL_MATMUL_F32_SPLIT};
+                                   AQ_KERNEL_MATMUL_F32_SPLIT2, AQ_KERNEL_MATMUL_F32_TILE64_SPLIT2,
+                                   AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4};
+    static const uint32_t split_tile[] = {0, 0, 0, 128, 64, 64}, splits[] = {0, 0, 0, 2, 2, 4};
     float *c0 = malloc((size_t)(sc * nb) * sizeof(float));
     memcpy(c0, c, (size_t)(sc * nb) * sizeof(float));
-    for (int v = 0; v < 4; ++v) {
+    for (int v = 0; v < 6; ++v) {
       memcpy(c, c0, (size_t)(sc * nb) * sizeof(float));
       s = t.shape == 0 ? aq_gpu_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)) : aq_matmul_f32_gpu_shape(&args);
       if (t.shape == 2) s.grid[0] = 16, s.grid[1] = 16, s.grid[2] = 1;
-      if (v == 3) /* whole clusters: a block a 64x64 tile and k slice, or one cluster for everything */
-        s = (aq_dispatch_shape_t){{t.shape == 2 ? 16 * AQ_GPU_MATMUL_F32_SPLIT
-                                                : (uint32_t)((t.n + 63) / 64 * 16 * AQ_GPU_MATMUL_F32_SPLIT),
-                                   t.shape == 2 ? 16 : (uint32_t)((t.m + 63) / 64 * 16), t.shape == 2 ? 1 : (uint32_t)nb},
+      const uint32_t split = splits[v], tile = split_tile[v];
+      if (split) /* whole clusters: a block a tile and k slice, or one cluster for everything */
+        s = (aq_dispatch_shape_t){{t.shape == 2 ? 16 * split : (uint32_t)((t.n + tile - 1) / tile * 16 * split),
+                                   t.shape == 2 ? 16 : (uint32_t)((t.m + tile - 1) / tile * 16), t.shape == 2 ? 1 : (uint32_t)nb},
                                   {16, 16, 1}};
       gk_run(builds[v], &args, s);
       verify(&t, c, want, tol, builds[v]);
@@ -184,15 +186,19 @@ Test(gpu_matmul, f32_skinny_rows) {
     }
 }
 
-/* 128x128 or 64x64 tiles by the product's size (aq_gpu_op_kernel); both
- * builds, every transpose, with the epilogue: a product with enough big tiles,
- * and the shapes of an MLP training step on a batch of 256. */
+/* 128x128 or 64x64 tiles, k split or not, by the product's size
+ * (aq_gpu_op_kernel); every build, every transpose, with the epilogue: a
+ * product with enough big tiles, and the shapes of an MLP training step on a
+ * batch of 256. */
 Test(gpu_matmul, f32_both_tile_sizes) {
   aq_matmul_args_t big = {.m = 1540, .n = 1410, .k = 40}, step = {.m = 256, .n = 1024, .k = 784};
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &big), AQ_KERNEL_MATMUL);
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &step), AQ_KERNEL_MATMUL_F32_SPLIT);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &step), AQ_KERNEL_MATMUL_F32_TILE64_SPLIT2);
   aq_matmul_args_t wgrad = {.m = 784, .n = 1024, .k = 256}, shallow = {.m = 256, .n = 1024, .k = 10};
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &wgrad), AQ_KERNEL_MATMUL_F32_TILE64);
+  aq_matmul_args_t few = {.m = 128, .n = 1024, .k = 1024}, thin = {.m = 256, .n = 1024, .k = 100};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &wgrad), AQ_KERNEL_MATMUL_F32_SPLIT2);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &few), AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &thin), AQ_KERNEL_MATMUL_F32_TILE64);
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &shallow), AQ_KERNEL_MATMUL_F32_TILE64);
   for (int tr = 0; tr < 4; ++tr) {
     check((mm_case_t){1540, 1410, 40, tr & 1, tr >> 1, 0, tr == 3 ? 1 : 0, 1, 1, 1.0f, 0.5f, 1, 1});
@@ -238,7 +244,8 @@ Test(gpu_matmul, bad_kernargs_leave_c_untouched) {
     gk_run(AQ_KERNEL_MATMUL, &bad[i], aq_matmul_f32_gpu_shape(&bad[i]));
     gk_run(AQ_KERNEL_MATMUL_F32_TILE64, &bad[i], aq_matmul_f32_gpu_shape(&bad[i]));
     gk_run(AQ_KERNEL_MATMUL_F32_ROWS, &bad[i], aq_gpu_threads_shape(32 * 8));
-    gk_run(AQ_KERNEL_MATMUL_F32_SPLIT, &bad[i], (aq_dispatch_shape_t){{16 * AQ_GPU_MATMUL_F32_SPLIT, 16, 1}, {16, 16, 1}});
+    gk_run(AQ_KERNEL_MATMUL_F32_SPLIT2, &bad[i], (aq_dispatch_shape_t){{32, 16, 1}, {16, 16, 1}});
+    gk_run(AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4, &bad[i], (aq_dispatch_shape_t){{64, 16, 1}, {16, 16, 1}});
     gk_run(AQ_KERNEL_MATMUL_BF16, &bad[i], aq_matmul_bf16_gpu_shape(&bad[i]));
     cr_assert_eq(memcmp(before, c, sizeof(before)), 0, "case %zu wrote C", i);
   }

@@ -7,6 +7,12 @@
  *
  * aq_bench_gemm (gemm.c) calls aq_bench_gemm_gpu when --agent gpu is given.
  * Options: --sizes 1024,2048,4096,8192  --dtype f32|bf16|all (default all)
+ *          --shapes MxNxK[:ta][:tb],... fp32 products of any shape instead
+ *          (ta: A stored k x m, tb: B stored n x k), or --shapes mlp: the
+ *          five large products of the MLP training step on a batch of 256
+ *          (aq-bench train);
+ *          --f32-kernel NAME (a build of ops_gpu.h's fp32 matmul, under
+ *          the grid it takes, instead of the one aq_gpu_op_kernel picks)
  *          --bf16-kernel NAME (aq_matmul_bf16, or a candidate built beside
  *          it, as the table below lists them)
  *          --reps R (default 7; each rep times `inner` back-to-back GEMMs,
@@ -67,15 +73,41 @@ static void load_cublas(cublas_t *cb) {
   }
 }
 
-static int cublas_run(cublas_t *cb, int bf16, int64_t n, const void *a, const void *b, float *c) {
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
+ * operands swap, and each keeps its own transpose (CUBLAS_OP_T = 1). */
+static int cublas_run(cublas_t *cb, int bf16, const aq_matmul_args_t *p, const void *a, const void *b, float *c) {
   const float one = 1.0f, zero = 0.0f;
-  int s = (int)n;
-  /* Row-major C = A B is column-major C^T = B^T A^T: swap the operands. */
+  const int m = (int)p->m, n = (int)p->n, k = (int)p->k;
   if (bf16)
-    return cb->gemm_ex(cb->handle, 0, 0, s, s, s, &one, b, CUDA_R_16BF, s, a, CUDA_R_16BF, s, &zero, c, CUDA_R_32F, s,
+    return cb->gemm_ex(cb->handle, 0, 0, n, m, k, &one, b, CUDA_R_16BF, n, a, CUDA_R_16BF, k, &zero, c, CUDA_R_32F, n,
                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  return cb->sgemm(cb->handle, 0, 0, s, s, s, &one, (const float *)b, s, (const float *)a, s, &zero, c, s);
+  return cb->sgemm(cb->handle, p->trans_b ? 1 : 0, p->trans_a ? 1 : 0, n, m, k, &one, (const float *)b, (int)p->ldb,
+                   (const float *)a, (int)p->lda, &zero, c, n);
 }
+
+/* One entry of --sizes (N: N x N x N) or --shapes (MxNxK[:ta][:tb]); 0 if
+ * it is neither. */
+static int parse_product(const char *tok, aq_matmul_args_t *p) {
+  long long m, n, k;
+  int used = 0;
+  memset(p, 0, sizeof(*p));
+  if (sscanf(tok, "%lldx%lldx%lld%n", &m, &n, &k, &used) != 3) {
+    char *end;
+    m = n = k = strtoll(tok, &end, 10);
+    used = (int)(end - tok);
+  }
+  for (const char *t = tok + used; *t; t += 3) {
+    if (!strncmp(t, ":ta", 3)) p->trans_a = 1;
+    else if (!strncmp(t, ":tb", 3)) p->trans_b = 1;
+    else return 0;
+  }
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  p->m = m, p->n = n, p->k = k, p->batch = 1, p->alpha = 1.0f;
+  p->lda = p->trans_a ? m : k, p->ldb = p->trans_b ? k : n, p->ldc = n;
+  return 1;
+}
+
+#define MLP_STEP_PRODUCTS "256x1024x784,256x1024x1024,256x1024x1024:tb,1024x1024x256:ta,784x1024x256:ta"
 
 /* The bf16 kernel and its candidates (kernels/cuda/matmul_bf16.cu): name,
  * threads a block, tile rows x columns, group segment. _nomath measures the
@@ -96,8 +128,12 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
     fprintf(stderr, "aq-bench gemm: unknown --bf16-kernel %s\n", bf16_name);
     return 2;
   }
+  const char *f32_pick = bench_arg(argc, argv, "f32-kernel");
   int reps = (int)bench_arg_int(argc, argv, "reps", 7);
   const char *sizes = bench_arg(argc, argv, "sizes"), *dtype = bench_arg(argc, argv, "dtype");
+  const char *shapes = bench_arg(argc, argv, "shapes");
+  if (shapes && !strcmp(shapes, "mlp")) shapes = MLP_STEP_PRODUCTS;
+  if (shapes) sizes = shapes, dtype = "f32"; /* the bf16 kernel takes no transposes */
   if (!sizes) sizes = "1024,2048,4096,8192";
   if (!dtype) dtype = "all";
   if (reps < 1) reps = 1;
@@ -137,9 +173,15 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
   CHECK(aq_signal_create(0, &done));
   char *list = strdup(sizes), *save = NULL;
   for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    const int64_t s = strtoll(tok, NULL, 10);
-    if (s <= 0) continue;
-    const size_t count = (size_t)s * (size_t)s, bytes = count * 4;
+    aq_matmul_args_t shape;
+    if (!parse_product(tok, &shape)) {
+      fprintf(stderr, "aq-bench gemm: '%s' is not a size N or a shape MxNxK[:ta][:tb]\n", tok);
+      return 2;
+    }
+    const int64_t s = shape.m; /* the n of a square product */
+    const int square = shape.m == shape.n && shape.n == shape.k && !shape.trans_a && !shape.trans_b;
+    const size_t ka = (size_t)(shape.m * shape.k), kb = (size_t)(shape.k * shape.n), kc = (size_t)(shape.m * shape.n);
+    const size_t count = ka > kb ? (ka > kc ? ka : kc) : (kb > kc ? kb : kc), bytes = count * 4;
     float *host = malloc(bytes), *ca = malloc(bytes), *cc = malloc(bytes);
     uint16_t *host16 = malloc(count * 2);
     unsigned seed = 7;
@@ -154,20 +196,27 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
     CHECK(aq_memory_allocate(dev, bytes, &c));
     CHECK(aq_memory_allocate(dev, bytes, &c_peer));
     /* Enough GEMMs a rep for ~20 ms of work at 50 TFLOP/s, at least 1. */
-    const double flops = 2.0 * (double)s * (double)s * (double)s;
+    const double flops = 2.0 * (double)shape.m * (double)shape.n * (double)shape.k;
     int inner = (int)(1e12 / flops);
     inner = inner < 1 ? 1 : inner > 50 ? 50 : inner;
     for (int bf16 = 0; bf16 < 2; ++bf16) {
       if (strcmp(dtype, "all") && strcmp(dtype, bf16 ? "bf16" : "f32")) continue;
+      if (bf16 && !square) continue;
       /* Both operands hold the same random matrix: C = A A. */
       CHECK(aq_memory_copy(a, bf16 ? (void *)host16 : (void *)host, bf16 ? count * 2 : bytes));
       CHECK(aq_memory_copy(b, bf16 ? (void *)host16 : (void *)host, bf16 ? count * 2 : bytes));
-      aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = s, .n = s, .k = s, .lda = s, .ldb = s, .ldc = s,
-                               .batch = 1, .alpha = 1.0f};
+      aq_matmul_args_t args = shape;
+      args.a = a, args.b = b, args.c = c;
       /* the fp32 build the scheduler would pick for this product */
-      const char *f32_name = aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &args);
+      const char *f32_name = f32_pick ? f32_pick : aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &args);
       CHECK(aq_code_object_find_kernel(co, f32_name, gpu, &k32));
       aq_dispatch_shape_t sh = aq_gpu_op_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args));
+      const char *split_at = strstr(f32_name, "_split");
+      if (split_at) { /* a cluster of S (_splitS) a tile of 128x128, or 64x64 (_tile64_) */
+        const uint32_t split = (uint32_t)atoi(split_at + 6), tile = strstr(f32_name, "_tile64") ? 64 : 128;
+        sh = (aq_dispatch_shape_t){{(uint32_t)((args.n + tile - 1) / tile) * 16 * split, (uint32_t)((args.m + tile - 1) / tile) * 16, 1},
+                                   {16, 16, 1}};
+      }
       if (bf16) {
         const uint32_t th = bf16_kernels[bf16_pick].threads, bm = bf16_kernels[bf16_pick].bm, bn = bf16_kernels[bf16_pick].bn;
         sh = (aq_dispatch_shape_t){{(uint32_t)((s + bn - 1) / bn) * th, (uint32_t)((s + bm - 1) / bm), 1}, {(uint16_t)th, 1, 1}};
@@ -200,10 +249,10 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
         if (peer_ok) {
           t0 = bench_now_ns();
           for (int i = 0; i < inner && peer_ok; ++i)
-            if (cublas_run(&cb, bf16, s, a, b, c_peer)) peer_ok = 0;
+            if (cublas_run(&cb, bf16, &args, a, b, c_peer)) peer_ok = 0;
           if (cb.sync()) peer_ok = 0;
           if (r >= 0) tb[r] = (double)(bench_now_ns() - t0) / 1e9 / inner;
-          if (!peer_ok) fprintf(stderr, "aq-bench gemm: cuBLAS failed at n=%ld\n", (long)s);
+          if (!peer_ok) fprintf(stderr, "aq-bench gemm: cuBLAS failed at %s\n", tok);
         }
       }
       aq_status_t err = AQ_OK;
@@ -215,10 +264,10 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
       }
       double diff = -1, cmax = 0;
       if (peer_ok) {
-        CHECK(aq_memory_copy(ca, c, bytes));
-        CHECK(aq_memory_copy(cc, c_peer, bytes));
+        CHECK(aq_memory_copy(ca, c, kc * 4));
+        CHECK(aq_memory_copy(cc, c_peer, kc * 4));
         double dmax = 0;
-        for (size_t i = 0; i < count; ++i) {
+        for (size_t i = 0; i < kc; ++i) {
           double d = fabs((double)ca[i] - cc[i]);
           dmax = d > dmax || isnan(d) ? d : dmax;
           cmax = fabs(cc[i]) > cmax ? fabs(cc[i]) : cmax;
@@ -232,7 +281,13 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
         bench_json_begin(&j, "gemm", peer ? "cublas" : "aquila");
         bench_json_str(&j, "agent", "gpu");
         bench_json_str(&j, "dtype", bf16 ? "bf16" : "f32");
-        bench_json_int(&j, "n", s);
+        if (square) {
+          bench_json_int(&j, "n", s);
+        } else {
+          bench_json_int(&j, "m", shape.m), bench_json_int(&j, "n", shape.n), bench_json_int(&j, "k", shape.k);
+          bench_json_int(&j, "trans_a", shape.trans_a), bench_json_int(&j, "trans_b", shape.trans_b);
+          bench_json_num(&j, "us", flops / (peer ? gb : ga) / 1e3);
+        }
         bench_json_int(&j, "threads", 0);
         bench_json_num(&j, "gflops", peer ? gb : ga);
         if (!peer && peer_ok) {
