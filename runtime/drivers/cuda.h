@@ -81,6 +81,10 @@ typedef struct cuda_queue {
   aq_queue_impl_t *queue;
   cuda_pending_t pending[CUDA_PENDING_MAX];
   uint32_t pending_head, pending_count;
+  /* The stream's last work writes no completion (a graph's last kernel
+   * whose signal nobody watches): only asking the stream tells when it is
+   * done. */
+  int tail_untracked;
   cuda_agent_t *agent;
   CUstream stream;
   aq_processor_t proc; /* the thread feeding the stream */

@@ -169,12 +169,50 @@ uint32_t cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p) 
   return check_agent(cq, r, k->name);
 }
 
+enum { POLL_MIN_NS = 4000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000 };
+
+static int and_met(void *barrier) {
+  uint32_t fault = 0;
+  return aq_barrier_poll(barrier, HSA_PACKET_TYPE_BARRIER_AND, &fault) == AQ_BARRIER_MET;
+}
+
+/* A barrier-AND behind work still on the stream cannot pass before that
+ * work ends, so the processor waits for its signals here meanwhile: one met
+ * by then needs no stream wait. A stream wait on a host-completed signal
+ * (a CPU task's) costs the GPU microseconds after the work before it, as it
+ * reads the signal across the bus: at a training step's end, the waits for
+ * the loaders behind the step's kernels. Once the stream has caught up, the
+ * waits go on the stream, as the GPU would idle either way. The stream is
+ * asked every few microseconds: asking also hands the GPU work the driver
+ * still holds (with the processor only spinning after a graph launch, the
+ * graph once started 45 us late). What the stream owes is reaped meanwhile,
+ * so its waiters hear of it. */
+static void settle_on_host(cuda_queue_t *cq, const void *b) {
+  if (and_met((void *)b)) return;
+  reap(cq);
+  if (!cq->pending_count && !cq->tail_untracked) return; /* known to have caught up */
+  do {
+    CUresult r = cu.cuStreamQuery(cq->stream);
+    if (r == CUDA_SUCCESS) {
+      cq->tail_untracked = 0;
+      return;
+    }
+    if (r != CUDA_ERROR_NOT_READY) {
+      fail_pending(cq, r);
+      return;
+    }
+    aq_wake_wait(&cq->proc.wake, and_met, (void *)b, POLL_MIN_NS, POLL_MIN_NS);
+    reap(cq);
+  } while (atomic_load(&cq->proc.running) && !and_met((void *)b));
+}
+
 /* barrier-AND: the stream waits for every dependency to reach zero. One
  * already there needs no wait; if it failed, the barrier fails with it (a
  * dependency that fails later, while the stream waits, reaches zero all the
  * same: the stream cannot tell). */
 static uint32_t barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b) {
   uint32_t fault = 0;
+  settle_on_host(cq, b);
   for (int i = 0; i < 5; ++i) {
     if (!b->dep_signal[i].handle) continue;
     aq_signal_slot_t *s = aq_signal_slot(b->dep_signal[i].handle);
@@ -186,6 +224,7 @@ static uint32_t barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b)
       continue;
     }
     cu.cuStreamWaitValue64(cq->stream, cuda_signal_address(s), 0, CU_STREAM_WAIT_VALUE_EQ);
+    cq->tail_untracked = 1;
   }
   return fault;
 }
@@ -297,6 +336,7 @@ static int process(cuda_queue_t *cq) {
     aq_queue_note_failure(q, aq_fault_message(fault, msg, sizeof(msg)), fault);
     aq_packet_complete(done, fault); /* failed packets complete on the host, at once */
   } else {
+    if (type == HSA_PACKET_TYPE_KERNEL_DISPATCH || done.handle) cq->tail_untracked = !done.handle;
     complete_on_stream(cq, done, what);
   }
   return 1;
@@ -314,8 +354,6 @@ static int has_work(void *arg) {
   const cuda_pending_t *p = &cq->pending[cq->pending_head];
   return stale(p) || atomic_load(&p->slot->value) <= p->next;
 }
-
-enum { POLL_MIN_NS = 4000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000 };
 
 /* Someone waits for a completion the stream still owes: a host thread
  * asleep on it, or another agent's barrier watching it. */
