@@ -294,7 +294,10 @@ aq_status_t aq_exec_run(aq_exec_t *exec);
  * once then), and records profiled runs. Owned by the exec. */
 aq_status_t aq_exec_completion_signal(aq_exec_t *exec, aq_signal_t *out_signal);
 /* Waits for the run; a failed task's fault comes back here.
- * AQ_ERROR_TIMEOUT leaves the run in flight: wait again. */
+ * AQ_ERROR_TIMEOUT leaves the run in flight: wait again. Once the CPU lanes
+ * are done, the waiter looks at the GPU lanes without sleeping for about as
+ * long as the last run took, if that was under 1 ms (a short GPU run would
+ * otherwise end while it sleeps, and pay a wake-up). */
 aq_status_t aq_exec_wait(aq_exec_t *exec, uint64_t timeout_ns);
 
 /* Sets the learning rate of every optimizer task (aq_op_sgd, aq_op_adam) of
