@@ -410,7 +410,10 @@ __device__ void matmul_split(const aq_matmul_args_t &p, SplitShared<Q> &u, const
 constexpr int SKINNY_N = AQ_GPU_MATMUL_F32_SKINNY_N, WARPS = THREADS / 32, SKINNY_KC = 256;
 
 union Skinny {
-  float part[WARPS][4][SKINNY_N]; /* skinny_k_lanes */
+  struct {                        /* skinny_k_lanes */
+    float part[WARPS][4][SKINNY_N];
+    float b[WARPS][32][SKINNY_N + 1]; /* each warp's chunk of B's panel; +1: lanes' rows in distinct banks */
+  } lanes;
   struct {                        /* skinny_staged */
     float a[WARPS][SKINNY_KC + 1];
     float b[SKINNY_KC][SKINNY_N + 1]; /* +1: lanes' k rows fall in distinct banks */
@@ -430,7 +433,10 @@ __device__ __forceinline__ void skinny_store(const aq_matmul_args_t &p, const Fu
   put<F>(p, f, c, i, j, activate(v, p.activation));
 }
 
-// A stored m x k: R rows a block, lanes along k.
+// A stored m x k: R rows a block, lanes along k. Each warp stages B's
+// panel 32 rows of k at a time in shared memory, read along whichever
+// direction is contiguous: read straight from global memory, each lane's
+// own k row of a 10-wide panel made 85% of the sectors loaded excess.
 template <int R, bool F>
 __device__ void skinny_k_lanes(const aq_matmul_args_t &p, Skinny &s, const float *a, const float *b, float *c,
                                int64_t i0, int64_t j0, int64_t n, const Fuse &f) {
@@ -442,33 +448,43 @@ __device__ void skinny_k_lanes(const aq_matmul_args_t &p, Skinny &s, const float
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int j = 0; j < SKINNY_N; ++j) acc[r][j] = 0.0f;
-#pragma unroll 2
-  for (int64_t k = k0 + lane; k < k1; k += 32) {
+  float(*bw)[SKINNY_N + 1] = s.lanes.b[warp];
+  const int nn = (int)n;
+  for (int64_t kc = k0; kc < k1; kc += 32) {
+    const int kn = k1 - kc < 32 ? (int)(k1 - kc) : 32;
+    float av[R]; /* in flight while B's chunk comes in */
+#pragma unroll
+    for (int r = 0; r < R; ++r) av[r] = i0 + r < p.m && lane < kn ? __ldg(a + (i0 + r) * p.lda + kc + lane) : 0.0f;
+    __syncwarp();
+    for (int e = lane; e < 32 * nn; e += 32) {
+      const int kk = p.trans_b ? e % 32 : e / nn, j = p.trans_b ? e / 32 : e % nn;
+      bw[kk][j] = kk < kn ? skinny_b(p, b, kc + kk, j0 + j) : 0.0f;
+    }
+    __syncwarp();
     float bv[SKINNY_N];
 #pragma unroll
-    for (int j = 0; j < SKINNY_N; ++j) bv[j] = j < n ? skinny_b(p, b, k, j0 + j) : 0.0f;
+    for (int j = 0; j < SKINNY_N; ++j) bv[j] = j < nn ? bw[lane][j] : 0.0f;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float av = i0 + r < p.m ? __ldg(a + (i0 + r) * p.lda + k) : 0.0f;
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int j = 0; j < SKINNY_N; ++j) acc[r][j] = fmaf(av, bv[j], acc[r][j]);
-    }
+      for (int j = 0; j < SKINNY_N; ++j) acc[r][j] = fmaf(av[r], bv[j], acc[r][j]);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int j = 0; j < SKINNY_N; ++j) {
+      if (j >= nn) break; /* uniform across the warp */
       float v = acc[r][j];
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-      if (lane == 0) s.part[warp][r][j] = v;
+      if (lane == 0) s.lanes.part[warp][r][j] = v;
     }
   __syncthreads();
   for (int e = tid; e < R * SKINNY_N; e += THREADS) {
     const int r = e / SKINNY_N, j = e % SKINNY_N;
     if (i0 + r >= p.m || j >= n) continue;
     float sum = 0.0f;
-    for (int w = 0; w < WARPS; ++w) sum += s.part[w][r][j];
+    for (int w = 0; w < WARPS; ++w) sum += s.lanes.part[w][r][j];
     skinny_store<F>(p, f, c, i0 + r, j0 + j, sum);
   }
   __syncthreads();
