@@ -187,8 +187,11 @@ AQ_API aq_status_t aq_signal_wait(aq_signal_t signal, aq_signal_condition_t cond
   } else {
     /* A GPU may write the value without a wake-up: sleep in 10 us steps,
      * with the timer slack at 1 us while we do (Linux's default of 50 us
-     * would make each step 60: the end of every GPU run would be seen late). */
+     * would make each step 60: the end of every GPU run would be seen late).
+     * Under AQ_GPU_SPIN_US=0, in 1 ms steps: the queue's processor wakes us
+     * when it sees the write, and those steps cost a third of a core. */
     uint64_t start = aq_now_ns(), spin = aq_runtime_config()->spin_ns;
+    const uint64_t nap = aq_runtime_config()->gpu_spin_ns ? 10000 : 1000000;
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     if (slack > 1000) prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
     for (;;) {
@@ -197,7 +200,7 @@ AQ_API aq_status_t aq_signal_wait(aq_signal_t signal, aq_signal_condition_t cond
         met = condition_met(&w);
         break;
       }
-      uint64_t step = used < spin ? spin : 10000;
+      uint64_t step = used < spin ? spin : nap;
       if (timeout_ns != AQ_TIMEOUT_INFINITE && timeout_ns - used < step) step = timeout_ns - used;
       if ((met = aq_wake_wait(&s->wake, condition_met, &w, step, used < spin ? spin : 0))) break;
     }

@@ -13,6 +13,7 @@
 #include "aquila/ops_gpu.h"
 #include "runtime/memory.h"
 #include "runtime/profile.h"
+#include "runtime/runtime.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 #include "runtime/wake.h"
@@ -1102,11 +1103,11 @@ AQ_API aq_status_t aq_exec_completion_signal(aq_exec_t *e, aq_signal_t *out) {
  * cores more than the waiter does), the waiter looks at the GPU lanes
  * without sleeping until the time the last run took, and a quarter more,
  * has passed; runs over EXEC_SPIN_MAX_NS wait as every waiter does
- * (AQ_SPIN_US, then sleep). */
+ * (AQ_SPIN_US, then sleep), and so does every run under AQ_SPIN_US=0. */
 enum { EXEC_SPIN_MAX_NS = 1000000 };
 
 static void spin_on_gpu_lanes(const aq_exec_t *e) {
-  if (!e->last_run_ns || e->last_run_ns > EXEC_SPIN_MAX_NS) return;
+  if (!e->last_run_ns || e->last_run_ns > EXEC_SPIN_MAX_NS || !aq_runtime_config()->spin_ns) return;
   const uint64_t until = e->run_started_ns + e->last_run_ns + e->last_run_ns / 4;
   for (uint32_t a = 0; a < e->nlanes; ++a) {
     if (!e->streams[a].done.handle || e->lane_kind[a] == AQ_AGENT_KIND_CPU) continue;

@@ -43,7 +43,8 @@ typedef struct aq_init_options {
   uint32_t spin_us;
   /* How long a GPU queue's packet processor keeps polling for packets after
    * its last work before it sleeps, in µs; 0 = 200. AQ_GPU_SPIN_US. While a
-   * thread waits for a completion the GPU still owes, it polls regardless. */
+   * thread waits for a completion the GPU still owes, it polls regardless,
+   * unless AQ_GPU_SPIN_US=0 (environment): then it sleeps between looks. */
   uint32_t gpu_spin_us;
 } aq_init_options_t;
 

@@ -169,7 +169,10 @@ uint32_t cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p) 
   return check_agent(cq, r, k->name);
 }
 
-enum { POLL_MIN_NS = 4000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000 };
+enum { POLL_MIN_NS = 4000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000, FRUGAL_POLL_MAX_NS = 100000 };
+
+/* AQ_GPU_SPIN_US=0: the processor never polls without sleeping. */
+static int frugal(void) { return aq_runtime_config()->gpu_spin_ns == 0; }
 
 static int and_met(void *barrier) {
   uint32_t fault = 0;
@@ -201,7 +204,7 @@ static void settle_on_host(cuda_queue_t *cq, const void *b) {
       fail_pending(cq, r);
       return;
     }
-    aq_wake_wait(&cq->proc.wake, and_met, (void *)b, POLL_MIN_NS, POLL_MIN_NS);
+    aq_wake_wait(&cq->proc.wake, and_met, (void *)b, POLL_MIN_NS, frugal() ? 0 : POLL_MIN_NS);
     reap(cq);
   } while (atomic_load(&cq->proc.running) && !and_met((void *)b));
 }
@@ -375,7 +378,10 @@ static int owed_to_a_waiter(const cuda_queue_t *cq) {
  * and less often, and after its last work it keeps polling for packets for
  * the GPU spin time (AQ_GPU_SPIN_US; a training loop's next step comes tens
  * of microseconds after the last one ended) before it sleeps until a
- * doorbell. The stream's health is asked about every ERROR_CHECK_NS. */
+ * doorbell. The stream's health is asked about every ERROR_CHECK_NS.
+ * AQ_GPU_SPIN_US=0 trades that latency for a core (a shared machine's
+ * choice): owed completions are looked at after sleeps that grow from 4 to
+ * 100 us even while someone waits, and nothing spins. */
 void *cuda_queue_main(void *arg) {
   cuda_queue_t *cq = arg;
   cuda_bind(cq->agent);
@@ -405,7 +411,9 @@ void *cuda_queue_main(void *arg) {
     cuda_timing_resolve(cq, flush);
     int owed = cq->pending_count || cq->timing.count;
     uint64_t spin = now - active < idle_spin ? idle_spin - (now - active) : 0;
-    if (owed && owed_to_a_waiter(cq))
+    if (owed && owed_to_a_waiter(cq) && !idle_spin)
+      aq_wake_wait(&cq->proc.wake, has_work, cq, poll < FRUGAL_POLL_MAX_NS ? poll : FRUGAL_POLL_MAX_NS, 0);
+    else if (owed && owed_to_a_waiter(cq))
       aq_wake_wait(&cq->proc.wake, has_work, cq, POLL_MIN_NS, POLL_MIN_NS);
     else
       aq_wake_wait(&cq->proc.wake, has_work, cq, owed ? spin + poll : UINT64_MAX, spin);
