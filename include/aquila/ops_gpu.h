@@ -74,7 +74,7 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
   return s;
 }
 
-/* ---- fp32 matmul on GPUs: three builds ------------------------------------------
+/* ---- fp32 matmul on GPUs: six builds --------------------------------------------
  * The GPU builds of aq_matmul_f32 take its kernarg struct and check it as
  * the CPU kernel does; each is correct for any shape and grid (grid-stride
  * loops) with blocks of exactly 256 threads (any other size traps), and each
@@ -90,8 +90,8 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
  *    cluster of 2 or 4 (a training step's 256 x 1024 activations: 16 big
  *    tiles, 64 small ones, split 2). Clusters stay small: a block of the
  *    128x128 build takes a whole SM, and 16 clusters of 8 did not fit on an
- *    H100 at once (its 132 SMs come in GPCs of fewer than 16 free SMs), so
- *    they ran in two waves, at 0.55x the speed of 64x64 tiles split 2.
+ *    H100 at once (256 x 1024 x 1024 split 8: 47 us, where 128 x 1024 x
+ *    1024 took 25), at 0.58-0.69x the speed of 64x64 tiles split 2.
  *    The grid's x must be a multiple of the cluster, as the grid below is;
  *  - aq_matmul_f32_rows: a few rows of C a block, warps and lanes splitting k, for at most
  *    AQ_GPU_MATMUL_F32_SKINNY_N columns and a deep k (a classifier's logits

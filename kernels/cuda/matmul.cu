@@ -5,10 +5,11 @@
 // shared-memory read is a conflict-free 16-byte vector). Products too small
 // to give every SM a 128x128 tile (a training step's 256-row activations:
 // 16 tiles for 132 SMs) take 64x64 tiles instead, one quad a thread, 16
-// deep, four times the blocks; products of at most 16 columns take a warp a
-// row (matmul_skinny). Each way is its own kernel (aq_matmul_f32,
-// _tile64, _rows; every one correct for any shape and grid), and ops_gpu.h's
-// aq_gpu_op_kernel picks for the scheduler. The k loop is
+// deep, four times the blocks, or split k over a cluster (matmul_split);
+// products of at most 16 columns take a warp a row (matmul_skinny). Each
+// way is its own kernel (aq_matmul_f32, _tile64, _split2, _tile64_split2,
+// _tile64_split4, _rows; every one correct for any shape and grid), and
+// ops_gpu.h's aq_gpu_op_kernel picks for the scheduler. The k loop is
 // double-buffered: the next slice of A and B comes from global memory
 // into registers while the current one is multiplied, and lands in the other
 // shared buffer, one barrier per slice. A is kept k-major in shared memory
@@ -298,19 +299,20 @@ __device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q, BK> &t, const Fu
   }
 }
 
-// Split k. A product with fewer 128x128 tiles than SMs and a deep k (a
-// training step's 256 x 1024 activations: 16 tiles; its 1024 x 1024 weight
-// gradients over a batch of 256: 64) gives each tile a cluster of S blocks
-// (sm_90), each block a slice of k, so the 8x8-a-thread tiles that run
-// near the SMs' issue rate still fill the GPU. The partial tiles meet in
-// distributed shared memory, 64 rows at a time (32 KB a block, inside the
-// static limit): every block leaves its half-tile in its own shared memory,
-// and after a cluster barrier each block sums a S-th of the half's rows over
-// the cluster's partials, always in rank order, and writes them back through
-// the epilogue. Results depend on the shape and S only, never on timing, and
-// no global workspace is needed. Without clusters (sm_80, HIP) the first
-// block of each cluster's worth computes the whole tile and the others
-// return.
+// Split k. A product with fewer tiles than SMs and a deep k gives each
+// tile a cluster of S blocks (sm_90), each block a slice of k: a training
+// step's 1024 x 1024 weight gradients over a batch of 256 (64 tiles of
+// 128x128, split 2: 128 blocks of the 8x8-a-thread tiles), its 256 x 1024
+// activations (64 tiles of 64x64, split 2). The partial tiles meet in
+// distributed shared memory, 64 rows at a time (inside the static limit:
+// 33 KB a block for 128-wide tiles): every block leaves its rows in its own
+// shared memory, and after a cluster barrier each block sums an S-th of
+// them over the cluster's partials, always in rank order, and writes them
+// back through the epilogue. Results depend on the shape and S only, never
+// on timing, and no global workspace is needed. Clusters stay small (see
+// ops_gpu.h: 16 clusters of 8 took two waves on an H100). Without clusters
+// (sm_80, HIP) the first block of each cluster's worth computes the whole
+// tile and the others return.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(AQ_HIP)
 #define AQ_CLUSTERS 1
 #endif
@@ -586,8 +588,8 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_tile64(aq_matmul_args_t p
 }
 
 // Blocks come in clusters of S along x: the grid's x must hold a whole
-// number of them (aq_matmul_f32_gpu_shape's does). The partial half-tile
-// takes the k loop's buffers once the loop is done.
+// number of them (aq_matmul_f32_gpu_shape's does). The partial rows take
+// the k loop's buffers once the loop is done.
 #ifdef AQ_CLUSTERS
 #define AQ_SPLIT_CLUSTER(S) __cluster_dims__(S, 1, 1)
 #else

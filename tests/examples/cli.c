@@ -1,6 +1,7 @@
-/* train_fashion's own options: a value it does not know is refused, naming
- * the option and what it takes, with exit status 2 and before any data is
- * read or anything is written. */
+/* train_fashion's own options, and aq-bench gemm's products: a value it
+ * does not know is refused, naming the option and what it takes, with exit
+ * status 2 and before any data is read, anything is written or any agent
+ * starts. */
 #include <criterion/criterion.h>
 #include <libgen.h>
 #include <limits.h>
@@ -9,20 +10,27 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Runs build/examples/train_fashion (beside this test's folder) with args;
- * its exit status, and its output in out. */
-static int run(const char *args, char *out, size_t size) {
+/* Runs a program of the build (beside this test's folder: examples/
+ * train_fashion, bin/aq-bench) with args; its exit status, and its output
+ * in out. */
+static int run_program(const char *program, const char *args, char *out, size_t size) {
   char exe[PATH_MAX] = "", cmd[PATH_MAX + 256];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   cr_assert(n > 0);
   exe[n] = '\0';
-  snprintf(cmd, sizeof(cmd), "%s/../examples/train_fashion %s --out /nonexistent-aq-dir 2>&1", dirname(exe), args);
+  snprintf(cmd, sizeof(cmd), "%s/../%s %s 2>&1", dirname(exe), program, args);
   FILE *p = popen(cmd, "r");
   cr_assert(p, "cannot run %s", cmd);
   size_t got = fread(out, 1, size - 1, p);
   out[got] = '\0';
   int status = pclose(p);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int run(const char *args, char *out, size_t size) {
+  char all[512];
+  snprintf(all, sizeof(all), "%s --out /nonexistent-aq-dir", args);
+  return run_program("examples/train_fashion", all, out, size);
 }
 
 Test(train_fashion_cli, unknown_augment_and_schedule_values_are_refused_by_name) {
@@ -32,4 +40,16 @@ Test(train_fashion_cli, unknown_augment_and_schedule_values_are_refused_by_name)
   cr_assert_eq(run("--schedule linear", out, sizeof(out)), 2, "%s", out);
   cr_assert(strstr(out, "--schedule must be cosine or constant"), "%s", out);
   cr_assert(access("/nonexistent-aq-dir", F_OK) != 0, "nothing was written");
+}
+
+Test(aq_bench_cli, gemm_products_it_cannot_read_are_refused_by_name) {
+  char out[4096];
+  const char *bad[] = {"--shapes 256x1024", "--shapes 256x1024x784:tc", "--shapes 0x4x4", "--sizes 1024,x"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+    char args[128];
+    snprintf(args, sizeof(args), "gemm --agent gpu %s", bad[i]);
+    cr_assert_eq(run_program("bin/aq-bench", args, out, sizeof(out)), 2, "%s: %s", args, out);
+    cr_assert(strstr(out, "is not a size N or a shape MxNxK[:ta][:tb]"), "%s: %s", args, out);
+    cr_assert(!strstr(out, "no GPU agent"), "%s: refused before any agent starts: %s", args, out);
+  }
 }

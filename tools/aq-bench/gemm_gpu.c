@@ -137,6 +137,17 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
   if (!sizes) sizes = "1024,2048,4096,8192";
   if (!dtype) dtype = "all";
   if (reps < 1) reps = 1;
+  { /* every entry is checked before anything starts */
+    char *all = strdup(sizes), *at = NULL;
+    aq_matmul_args_t shape;
+    for (char *tok = strtok_r(all, ",", &at); tok; tok = strtok_r(NULL, ",", &at))
+      if (!parse_product(tok, &shape)) {
+        fprintf(stderr, "aq-bench gemm: '%s' is not a size N or a shape MxNxK[:ta][:tb]\n", tok);
+        free(all);
+        return 2;
+      }
+    free(all);
+  }
   CHECK(aq_init(NULL));
   aq_agent_t all[64], gpu = {0};
   size_t n;
@@ -174,10 +185,7 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
   char *list = strdup(sizes), *save = NULL;
   for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     aq_matmul_args_t shape;
-    if (!parse_product(tok, &shape)) {
-      fprintf(stderr, "aq-bench gemm: '%s' is not a size N or a shape MxNxK[:ta][:tb]\n", tok);
-      return 2;
-    }
+    parse_product(tok, &shape); /* checked above */
     const int64_t s = shape.m; /* the n of a square product */
     const int square = shape.m == shape.n && shape.n == shape.k && !shape.trans_a && !shape.trans_b;
     const size_t ka = (size_t)(shape.m * shape.k), kb = (size_t)(shape.k * shape.n), kc = (size_t)(shape.m * shape.n);
