@@ -189,7 +189,8 @@ AQ_API aq_status_t aq_signal_wait(aq_signal_t signal, aq_signal_condition_t cond
      * with the timer slack at 1 us while we do (Linux's default of 50 us
      * would make each step 60: the end of every GPU run would be seen late).
      * Under AQ_GPU_SPIN_US=0, in 1 ms steps: the queue's processor wakes us
-     * when it sees the write, and those steps cost a third of a core. */
+     * when it sees the write, and 10 us steps, with the processor's
+     * polling, cost over half a core while a long kernel runs. */
     uint64_t start = aq_now_ns(), spin = aq_runtime_config()->spin_ns;
     const uint64_t nap = aq_runtime_config()->gpu_spin_ns ? 10000 : 1000000;
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);

@@ -1106,9 +1106,10 @@ AQ_API aq_status_t aq_exec_completion_signal(aq_exec_t *e, aq_signal_t *out) {
  * (AQ_SPIN_US, then sleep), and so does every run under AQ_SPIN_US=0. */
 enum { EXEC_SPIN_MAX_NS = 1000000 };
 
-static void spin_on_gpu_lanes(const aq_exec_t *e) {
+static void spin_on_gpu_lanes(const aq_exec_t *e, uint64_t timeout_ns) {
   if (!e->last_run_ns || e->last_run_ns > EXEC_SPIN_MAX_NS || !aq_runtime_config()->spin_ns) return;
-  const uint64_t until = e->run_started_ns + e->last_run_ns + e->last_run_ns / 4;
+  uint64_t until = e->run_started_ns + e->last_run_ns + e->last_run_ns / 4, now = aq_now_ns();
+  if (timeout_ns < until - now) until = now + timeout_ns; /* the caller's timeout bounds it (0: a poll) */
   for (uint32_t a = 0; a < e->nlanes; ++a) {
     if (!e->streams[a].done.handle || e->lane_kind[a] == AQ_AGENT_KIND_CPU) continue;
     aq_signal_value_t v = 1;
@@ -1123,7 +1124,7 @@ AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_wait: exec is NULL");
   if (!e->in_flight) return AQ_OK;
   for (int gpu = 0; gpu < 2; ++gpu) {
-    if (gpu) spin_on_gpu_lanes(e);
+    if (gpu) spin_on_gpu_lanes(e, timeout_ns);
     for (uint32_t a = 0; a < e->nlanes; ++a)
       if (e->streams[a].done.handle && (e->lane_kind[a] != AQ_AGENT_KIND_CPU) == gpu)
         AQ_RETURN_IF_ERROR(aq_signal_wait(e->streams[a].done, AQ_SIGNAL_EQ, 0, timeout_ns, NULL));
