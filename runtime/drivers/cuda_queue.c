@@ -411,11 +411,10 @@ void *cuda_queue_main(void *arg) {
     cuda_timing_resolve(cq, flush);
     int owed = cq->pending_count || cq->timing.count;
     uint64_t spin = now - active < idle_spin ? idle_spin - (now - active) : 0;
-    if (owed && owed_to_a_waiter(cq) && !idle_spin)
-      aq_wake_wait(&cq->proc.wake, has_work, cq, poll < FRUGAL_POLL_MAX_NS ? poll : FRUGAL_POLL_MAX_NS, 0);
-    else if (owed && owed_to_a_waiter(cq))
-      aq_wake_wait(&cq->proc.wake, has_work, cq, POLL_MIN_NS, POLL_MIN_NS);
-    else
+    if (owed && owed_to_a_waiter(cq)) {
+      const uint64_t look = idle_spin ? POLL_MIN_NS : poll < FRUGAL_POLL_MAX_NS ? poll : FRUGAL_POLL_MAX_NS;
+      aq_wake_wait(&cq->proc.wake, has_work, cq, look, idle_spin ? look : 0);
+    } else
       aq_wake_wait(&cq->proc.wake, has_work, cq, owed ? spin + poll : UINT64_MAX, spin);
     if (owed) poll = poll * 2 < POLL_MAX_NS ? poll * 2 : POLL_MAX_NS;
     atomic_store(&cq->proc.busy, 1);
