@@ -6,6 +6,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,11 +46,30 @@ Test(train_fashion_cli, unknown_augment_and_schedule_values_are_refused_by_name)
 Test(aq_bench_cli, gemm_products_it_cannot_read_are_refused_by_name) {
   char out[4096];
   const char *bad[] = {"--shapes 256x1024", "--shapes 256x1024x784:tc", "--shapes 0x4x4", "--sizes 1024,x"};
-  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
-    char args[128];
-    snprintf(args, sizeof(args), "gemm --agent gpu %s", bad[i]);
-    cr_assert_eq(run_program("bin/aq-bench", args, out, sizeof(out)), 2, "%s: %s", args, out);
-    cr_assert(strstr(out, "is not a size N or a shape MxNxK[:ta][:tb]"), "%s: %s", args, out);
-    cr_assert(!strstr(out, "no GPU agent"), "%s: refused before any agent starts: %s", args, out);
-  }
+  for (int gpu = 0; gpu < 2; ++gpu)
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+      char args[128];
+      snprintf(args, sizeof(args), "gemm --agent %s %s", gpu ? "gpu" : "cpu", bad[i]);
+      cr_assert_eq(run_program("bin/aq-bench", args, out, sizeof(out)), 2, "%s: %s", args, out);
+      cr_assert(strstr(out, "is not a size N or a shape MxNxK[:ta][:tb]"), "%s: %s", args, out);
+      cr_assert(!strstr(out, "no GPU agent") && !strstr(out, "\"bench\""), "%s: refused before anything runs: %s",
+                args, out);
+    }
+}
+
+/* Products of any shape and transpose on a CPU agent, each checked against
+ * OpenBLAS's C in the same run. */
+Test(aq_bench_cli, gemm_shapes_run_against_openblas) {
+  char out[8192];
+  cr_assert_eq(run_program("bin/aq-bench", "gemm --shapes 67x45x33:ta,40x70x9:tb,5x6x7:ta:tb --reps 1", out, sizeof(out)),
+               0, "%s", out);
+  const char *want[] = {"\"m\":67,\"n\":45,\"k\":33,\"trans_a\":1,\"trans_b\":0",
+                        "\"m\":40,\"n\":70,\"k\":9,\"trans_a\":0,\"trans_b\":1",
+                        "\"m\":5,\"n\":6,\"k\":7,\"trans_a\":1,\"trans_b\":1"};
+  for (size_t i = 0; i < 3; ++i) cr_assert(strstr(out, want[i]), "no line with %s: %s", want[i], out);
+  /* Every aquila line carries its difference from OpenBLAS's C, and it is a rounding's. */
+  int lines = 0;
+  for (const char *at = strstr(out, "\"max_rel_diff\":"); at; at = strstr(at + 1, "\"max_rel_diff\":"), ++lines)
+    cr_assert_lt(strtod(at + strlen("\"max_rel_diff\":"), NULL), 1e-5, "%s", out);
+  cr_assert_eq(lines, 3, "%s", out);
 }

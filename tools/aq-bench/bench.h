@@ -30,6 +30,23 @@ void bench_json_end(bench_json_t *j); /* prints the line and flushes stdout */
 const char *bench_arg(int argc, char **argv, const char *key);
 long bench_arg_int(int argc, char **argv, const char *key, long fallback);
 
+/* A product for the gemm suites: C (m x n) = op(A) op(B) over k, A stored
+ * k x m when ta, B stored n x k when tb. */
+typedef struct bench_product {
+  int64_t m, n, k;
+  int ta, tb;
+} bench_product_t;
+/* The five large products of the MLP training step on a batch of 256
+ * (aq-bench train): --shapes mlp. */
+#define BENCH_MLP_STEP_PRODUCTS "256x1024x784,256x1024x1024,256x1024x1024:tb,1024x1024x256:ta,784x1024x256:ta"
+/* One entry of --sizes (N: N x N x N) or --shapes (MxNxK[:ta][:tb]); 0 if
+ * it is neither. */
+int bench_parse_product(const char *entry, bench_product_t *out);
+/* The gemm suites' list of products: --shapes (mlp or entries), else
+ * --sizes, else fallback; each entry checked, so a bad one is refused by
+ * name before anything starts (NULL, after saying so on stderr). */
+const char *bench_products(int argc, char **argv, const char *fallback);
+
 /* Each suite: int aq_bench_<suite>(int argc, char **argv), 0 on success.
  * Defined weak in main.c, so a suite not linked says so instead of failing
  * the build. */

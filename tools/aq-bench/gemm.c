@@ -1,8 +1,12 @@
 /* aq-bench gemm: fp32 matmul through a CPU agent's queue against OpenBLAS
  * (cblas_sgemm, same thread count) in the same process.
  * Options: --sizes 256,512,1024,2048  --reps R (default 5)
+ *          --shapes MxNxK[:ta][:tb],... products of any shape instead (ta:
+ *          A stored k x m, tb: B stored n x k), or --shapes mlp: the five
+ *          large products of the MLP training step on a batch of 256
  *          --agent cpu|gpu (gpu lines come from gemm_gpu.c when built). */
 #include <cblas.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,8 +59,9 @@ int aq_bench_gemm(int argc, char **argv) {
     return 2;
   }
   int reps = (int)bench_arg_int(argc, argv, "reps", 5);
-  const char *sizes = bench_arg(argc, argv, "sizes");
-  if (!sizes) sizes = "256,512,1024,2048";
+  const char *sizes = bench_products(argc, argv, "256,512,1024,2048");
+  if (!sizes) return 2;
+  if (reps < 1) reps = 1;
   CHECK(aq_init(NULL));
   aq_agent_t agent;
   size_t count;
@@ -65,8 +70,8 @@ int aq_bench_gemm(int argc, char **argv) {
   CHECK(aq_agent_get_info(agent, &info));
   aq_code_object_t co;
   CHECK(aq_code_object_load("kernels-cpu.so", &co));
-  aq_kernel_info_t k;
-  CHECK(aq_code_object_find_kernel(co, AQ_KERNEL_MATMUL, agent, &k));
+  aq_kernel_info_t k_info;
+  CHECK(aq_code_object_find_kernel(co, AQ_KERNEL_MATMUL, agent, &k_info));
   aq_queue_t q;
   CHECK(aq_queue_create(agent, NULL, &q));
   aq_signal_t done;
@@ -75,42 +80,59 @@ int aq_bench_gemm(int argc, char **argv) {
   openblas_set_num_threads(threads);
   char *list = strdup(sizes), *save = NULL;
   for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    int64_t n = strtoll(tok, NULL, 10);
-    if (n <= 0) continue;
-    size_t nn = (size_t)n * (size_t)n;
-    float *a = aligned_alloc(64, nn * 4), *b = aligned_alloc(64, nn * 4), *c = aligned_alloc(64, nn * 4);
-    fill(a, nn, 1), fill(b, nn, 2);
-    memset(c, 0, nn * 4);
-    aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n,
-                             .batch = 1, .alpha = 1.0f, .beta = 0.0f};
-    double *ta = calloc((size_t)reps, sizeof(double)), *tb = calloc((size_t)reps, sizeof(double));
-    fprintf(stderr, "gemm: n=%lld\n", (long long)n);
-    run_aquila(q, &k, &args, done);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n,
-                0.0f, c, (int)n);
+    bench_product_t pr;
+    bench_parse_product(tok, &pr); /* checked by bench_products */
+    const int64_t m = pr.m, n = pr.n, k = pr.k;
+    const int square = m == n && n == k && !pr.ta && !pr.tb;
+    float *a = aligned_alloc(64, (size_t)(m * k) * 4 + 64), *b = aligned_alloc(64, (size_t)(k * n) * 4 + 64);
+    float *c = aligned_alloc(64, (size_t)(m * n) * 4 + 64), *c_peer = aligned_alloc(64, (size_t)(m * n) * 4 + 64);
+    fill(a, (size_t)(m * k), 1), fill(b, (size_t)(k * n), 2);
+    memset(c, 0, (size_t)(m * n) * 4);
+    aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = m, .n = n, .k = k, .lda = pr.ta ? m : k,
+                             .ldb = pr.tb ? k : n, .ldc = n, .batch = 1, .alpha = 1.0f, .beta = 0.0f,
+                             .trans_a = pr.ta, .trans_b = pr.tb};
+    const enum CBLAS_TRANSPOSE ta = pr.ta ? CblasTrans : CblasNoTrans, tb = pr.tb ? CblasTrans : CblasNoTrans;
+    double *tma = calloc((size_t)reps, sizeof(double)), *tmb = calloc((size_t)reps, sizeof(double));
+    fprintf(stderr, "gemm: %s\n", tok);
+    run_aquila(q, &k_info, &args, done);
+    cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)args.lda, b, (int)args.ldb, 0.0f,
+                c_peer, (int)n);
+    /* Aquila's C against OpenBLAS's: the largest difference over the largest |C| (a check that the timed kernel is right) */
+    double dmax = 0, cmax = 0;
+    for (int64_t i = 0; i < m * n; ++i) {
+      const double d = fabs((double)c[i] - c_peer[i]);
+      dmax = d > dmax || isnan(d) ? d : dmax;
+      cmax = fabs(c_peer[i]) > cmax ? fabs(c_peer[i]) : cmax;
+    }
     /* Interleaved, so drift in the machine's speed hits both alike. */
     for (int r = 0; r < reps; ++r) {
-      ta[r] = run_aquila(q, &k, &args, done);
+      tma[r] = run_aquila(q, &k_info, &args, done);
       uint64_t t0 = bench_now_ns();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n,
-                  0.0f, c, (int)n);
-      tb[r] = (double)(bench_now_ns() - t0) / 1e9;
+      cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)args.lda, b, (int)args.ldb, 0.0f,
+                  c_peer, (int)n);
+      tmb[r] = (double)(bench_now_ns() - t0) / 1e9;
     }
-    double flops = 2.0 * (double)n * (double)n * (double)n;
-    double ga = flops / bench_median(ta, (size_t)reps) / 1e9, gb = flops / bench_median(tb, (size_t)reps) / 1e9;
+    double flops = 2.0 * (double)m * (double)n * (double)k;
+    double ga = flops / bench_median(tma, (size_t)reps) / 1e9, gb = flops / bench_median(tmb, (size_t)reps) / 1e9;
     for (int peer = 1; peer >= 0; --peer) {
       bench_json_t j;
       bench_json_begin(&j, "gemm", peer ? "openblas" : "aquila");
       bench_json_str(&j, "agent", "cpu");
       bench_json_str(&j, "dtype", "f32");
-      bench_json_int(&j, "n", n);
+      if (square) {
+        bench_json_int(&j, "n", n);
+      } else {
+        bench_json_int(&j, "m", m), bench_json_int(&j, "n", n), bench_json_int(&j, "k", k);
+        bench_json_int(&j, "trans_a", pr.ta), bench_json_int(&j, "trans_b", pr.tb);
+        bench_json_num(&j, "us", flops / (peer ? gb : ga) / 1e3);
+      }
       bench_json_int(&j, "threads", threads);
       bench_json_num(&j, "gflops", peer ? gb : ga);
-      if (!peer) bench_json_num(&j, "ratio", ga / gb);
+      if (!peer) bench_json_num(&j, "ratio", ga / gb), bench_json_num(&j, "max_rel_diff", dmax / (cmax > 0 ? cmax : 1));
       bench_json_int(&j, "reps", reps);
       bench_json_end(&j);
     }
-    free(a), free(b), free(c), free(ta), free(tb);
+    free(a), free(b), free(c), free(c_peer), free(tma), free(tmb);
   }
   free(list);
   aq_signal_destroy(done);

@@ -85,29 +85,12 @@ static int cublas_run(cublas_t *cb, int bf16, const aq_matmul_args_t *p, const v
                    (const float *)a, (int)p->lda, &zero, c, n);
 }
 
-/* One entry of --sizes (N: N x N x N) or --shapes (MxNxK[:ta][:tb]); 0 if
- * it is neither. */
-static int parse_product(const char *tok, aq_matmul_args_t *p) {
-  long long m, n, k;
-  int used = 0;
-  memset(p, 0, sizeof(*p));
-  if (sscanf(tok, "%lldx%lldx%lld%n", &m, &n, &k, &used) != 3) {
-    char *end;
-    m = n = k = strtoll(tok, &end, 10);
-    used = (int)(end - tok);
-  }
-  for (const char *t = tok + used; *t; t += 3) {
-    if (!strncmp(t, ":ta", 3)) p->trans_a = 1;
-    else if (!strncmp(t, ":tb", 3)) p->trans_b = 1;
-    else return 0;
-  }
-  if (m <= 0 || n <= 0 || k <= 0) return 0;
-  p->m = m, p->n = n, p->k = k, p->batch = 1, p->alpha = 1.0f;
-  p->lda = p->trans_a ? m : k, p->ldb = p->trans_b ? k : n, p->ldc = n;
-  return 1;
+/* A product of --sizes / --shapes as the kernel's arguments (row-major,
+ * dense). */
+static aq_matmul_args_t product_args(const bench_product_t *p) {
+  return (aq_matmul_args_t){.m = p->m, .n = p->n, .k = p->k, .lda = p->ta ? p->m : p->k, .ldb = p->tb ? p->k : p->n,
+                            .ldc = p->n, .batch = 1, .alpha = 1.0f, .trans_a = p->ta, .trans_b = p->tb};
 }
-
-#define MLP_STEP_PRODUCTS "256x1024x784,256x1024x1024,256x1024x1024:tb,1024x1024x256:ta,784x1024x256:ta"
 
 /* The bf16 kernel and its candidates (kernels/cuda/matmul_bf16.cu): name,
  * threads a block, tile rows x columns, group segment. _nomath measures the
@@ -130,24 +113,12 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
   }
   const char *f32_pick = bench_arg(argc, argv, "f32-kernel");
   int reps = (int)bench_arg_int(argc, argv, "reps", 7);
-  const char *sizes = bench_arg(argc, argv, "sizes"), *dtype = bench_arg(argc, argv, "dtype");
-  const char *shapes = bench_arg(argc, argv, "shapes");
-  if (shapes && !strcmp(shapes, "mlp")) shapes = MLP_STEP_PRODUCTS;
-  if (shapes) sizes = shapes, dtype = "f32"; /* the bf16 kernel takes no transposes */
-  if (!sizes) sizes = "1024,2048,4096,8192";
+  const char *dtype = bench_arg(argc, argv, "dtype");
+  const char *sizes = bench_products(argc, argv, "1024,2048,4096,8192");
+  if (!sizes) return 2;
+  if (bench_arg(argc, argv, "shapes")) dtype = "f32"; /* the bf16 kernel takes no transposes */
   if (!dtype) dtype = "all";
   if (reps < 1) reps = 1;
-  { /* every entry is checked before anything starts */
-    char *all = strdup(sizes), *at = NULL;
-    aq_matmul_args_t shape;
-    for (char *tok = strtok_r(all, ",", &at); tok; tok = strtok_r(NULL, ",", &at))
-      if (!parse_product(tok, &shape)) {
-        fprintf(stderr, "aq-bench gemm: '%s' is not a size N or a shape MxNxK[:ta][:tb]\n", tok);
-        free(all);
-        return 2;
-      }
-    free(all);
-  }
   CHECK(aq_init(NULL));
   aq_agent_t all[64], gpu = {0};
   size_t n;
@@ -184,8 +155,9 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
   CHECK(aq_signal_create(0, &done));
   char *list = strdup(sizes), *save = NULL;
   for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    aq_matmul_args_t shape;
-    parse_product(tok, &shape); /* checked above */
+    bench_product_t product;
+    bench_parse_product(tok, &product); /* checked by bench_products */
+    const aq_matmul_args_t shape = product_args(&product);
     const int64_t s = shape.m; /* the n of a square product */
     const int square = shape.m == shape.n && shape.n == shape.k && !shape.trans_a && !shape.trans_b;
     const size_t ka = (size_t)(shape.m * shape.k), kb = (size_t)(shape.k * shape.n), kc = (size_t)(shape.m * shape.n);

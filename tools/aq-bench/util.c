@@ -74,3 +74,39 @@ long bench_arg_int(int argc, char **argv, const char *key, long fallback) {
   const char *v = bench_arg(argc, argv, key);
   return v ? strtol(v, NULL, 0) : fallback;
 }
+
+int bench_parse_product(const char *entry, bench_product_t *out) {
+  long long m, n, k;
+  int used = 0;
+  memset(out, 0, sizeof(*out));
+  if (sscanf(entry, "%lldx%lldx%lld%n", &m, &n, &k, &used) != 3) {
+    char *end;
+    m = n = k = strtoll(entry, &end, 10);
+    used = (int)(end - entry);
+  }
+  for (const char *t = entry + used; *t; t += 3) {
+    if (!strncmp(t, ":ta", 3)) out->ta = 1;
+    else if (!strncmp(t, ":tb", 3)) out->tb = 1;
+    else return 0;
+  }
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  out->m = m, out->n = n, out->k = k;
+  return 1;
+}
+
+const char *bench_products(int argc, char **argv, const char *fallback) {
+  const char *list = bench_arg(argc, argv, "shapes");
+  if (list && !strcmp(list, "mlp")) list = BENCH_MLP_STEP_PRODUCTS;
+  if (!list) list = bench_arg(argc, argv, "sizes");
+  if (!list) list = fallback;
+  char *all = strdup(list), *at = NULL;
+  bench_product_t p;
+  for (char *tok = strtok_r(all, ",", &at); tok; tok = strtok_r(NULL, ",", &at))
+    if (!bench_parse_product(tok, &p)) {
+      fprintf(stderr, "aq-bench gemm: '%s' is not a size N or a shape MxNxK[:ta][:tb]\n", tok);
+      free(all);
+      return NULL;
+    }
+  free(all);
+  return list;
+}
