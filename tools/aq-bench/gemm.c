@@ -32,6 +32,16 @@ static void fill(float *x, size_t n, unsigned seed) {
   }
 }
 
+/* n floats on a cache line (aligned_alloc takes a multiple of the alignment). */
+static float *floats(size_t n) {
+  float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+  if (!p) {
+    fprintf(stderr, "aq-bench gemm: no memory for %zu floats\n", n);
+    exit(1);
+  }
+  return p;
+}
+
 static double run_aquila(aq_queue_t q, aq_kernel_info_t *k, aq_matmul_args_t *args, aq_signal_t done) {
   aq_dispatch_shape_t shape = aq_matmul_grid(args);
   hsa_kernel_dispatch_packet_t p;
@@ -84,8 +94,8 @@ int aq_bench_gemm(int argc, char **argv) {
     bench_parse_product(tok, &pr); /* checked by bench_products */
     const int64_t m = pr.m, n = pr.n, k = pr.k;
     const int square = m == n && n == k && !pr.ta && !pr.tb;
-    float *a = aligned_alloc(64, (size_t)(m * k) * 4 + 64), *b = aligned_alloc(64, (size_t)(k * n) * 4 + 64);
-    float *c = aligned_alloc(64, (size_t)(m * n) * 4 + 64), *c_peer = aligned_alloc(64, (size_t)(m * n) * 4 + 64);
+    float *a = floats((size_t)(m * k)), *b = floats((size_t)(k * n)), *c = floats((size_t)(m * n));
+    float *c_peer = floats((size_t)(m * n));
     fill(a, (size_t)(m * k), 1), fill(b, (size_t)(k * n), 2);
     memset(c, 0, (size_t)(m * n) * 4);
     aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = m, .n = n, .k = k, .lda = pr.ta ? m : k,
