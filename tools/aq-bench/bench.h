@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* Monotonic time in nanoseconds. */
 uint64_t bench_now_ns(void);
@@ -25,6 +26,20 @@ void bench_json_str(bench_json_t *j, const char *key, const char *value);
 void bench_json_int(bench_json_t *j, const char *key, long long value);
 void bench_json_num(bench_json_t *j, const char *key, double value);
 void bench_json_end(bench_json_t *j); /* prints the line and flushes stdout */
+
+/* Stops the suite (exit status 1) when an Aquila call fails, naming the
+ * suite, the call and the error; for files that include aquila/aquila.h. */
+#define BENCH_CHECK(suite, expr)                                                                           \
+  do {                                                                                                   \
+    aq_status_t s_ = (expr);                                                                             \
+    if (s_ != AQ_OK) {                                                                                   \
+      fprintf(stderr, "aq-bench %s: %s: %s: %s\n", suite, #expr, aq_status_string(s_), aq_last_error()); \
+      exit(1);                                                                                           \
+    }                                                                                                    \
+  } while (0)
+
+/* n pseudo-random floats in [-0.5, 0.5) from seed: the same data every run. */
+void bench_fill(float *x, size_t n, unsigned seed);
 
 /* Reads "--key value" or "--key=value" from argv; NULL/default if absent. */
 const char *bench_arg(int argc, char **argv, const char *key);

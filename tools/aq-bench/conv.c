@@ -17,14 +17,7 @@
 
 __attribute__((weak)) int aq_bench_conv_gpu(int argc, char **argv);
 
-#define CHECK(expr)                                                                                  \
-  do {                                                                                               \
-    aq_status_t s_ = (expr);                                                                         \
-    if (s_ != AQ_OK) {                                                                               \
-      fprintf(stderr, "aq-bench conv: %s: %s: %s\n", #expr, aq_status_string(s_), aq_last_error()); \
-      exit(1);                                                                                       \
-    }                                                                                                \
-  } while (0)
+#define CHECK(expr) BENCH_CHECK("conv", expr)
 
 static const char *const passes[3] = {"fwd", "bwd_data", "bwd_filter"};
 static const char *const kernels[3] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
@@ -107,12 +100,6 @@ static double run_aquila(aq_queue_t q, const aq_kernel_info_t *k, const aq_conv2
   return t;
 }
 
-static void fill(float *x, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    x[i] = (float)(seed >> 9) / 8388608.0f - 0.5f;
-  }
-}
 
 int aq_bench_conv(int argc, char **argv) {
   const char *agent_kind = bench_arg(argc, argv, "agent");
@@ -175,7 +162,7 @@ int aq_bench_conv(int argc, char **argv) {
           *dw = malloc(nw * 4), *col = malloc(ncol * 4);
     size_t big = nx > ny ? nx : ny;
     float *peer = malloc((big > nw ? big : nw) * 4);
-    fill(x, nx, 1), fill(w, nw, 2), fill(dy, ny, 3);
+    bench_fill(x, nx, 1), bench_fill(w, nw, 2), bench_fill(dy, ny, 3);
     a.x = x, a.w = w, a.y = y, a.dy = dy, a.dx = dx, a.dw = dw;
     double flops = 2.0 * (double)ny * (double)(a.c * a.r * a.s);
     fprintf(stderr, "conv: %s\n", tok);

@@ -113,14 +113,7 @@ static void order(cudnn_t *d, int pass, void **o) {
   memcpy(o, lists[pass], sizeof(lists[pass]));
 }
 
-#define CHECK(expr)                                                                                  \
-  do {                                                                                               \
-    aq_status_t s_ = (expr);                                                                         \
-    if (s_ != AQ_OK) {                                                                               \
-      fprintf(stderr, "aq-bench conv: %s: %s: %s\n", #expr, aq_status_string(s_), aq_last_error()); \
-      return 1;                                                                                      \
-    }                                                                                                \
-  } while (0)
+#define CHECK(expr) BENCH_CHECK("conv", expr)
 
 /* What a run of the suite shares: the GPU, a queue, the kernels, cuDNN. */
 typedef struct {

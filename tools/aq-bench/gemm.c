@@ -16,21 +16,7 @@
 
 __attribute__((weak)) int aq_bench_gemm_gpu(int argc, char **argv);
 
-#define CHECK(expr)                                                                           \
-  do {                                                                                        \
-    aq_status_t s_ = (expr);                                                                  \
-    if (s_ != AQ_OK) {                                                                        \
-      fprintf(stderr, "aq-bench gemm: %s: %s: %s\n", #expr, aq_status_string(s_), aq_last_error()); \
-      exit(1);                                                                                \
-    }                                                                                         \
-  } while (0)
-
-static void fill(float *x, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    x[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
-  }
-}
+#define CHECK(expr) BENCH_CHECK("gemm", expr)
 
 /* n floats on a cache line (aligned_alloc takes a multiple of the alignment). */
 static float *floats(size_t n) {
@@ -96,7 +82,7 @@ int aq_bench_gemm(int argc, char **argv) {
     const int square = m == n && n == k && !pr.ta && !pr.tb;
     float *a = floats((size_t)(m * k)), *b = floats((size_t)(k * n)), *c = floats((size_t)(m * n));
     float *c_peer = floats((size_t)(m * n));
-    fill(a, (size_t)(m * k), 1), fill(b, (size_t)(k * n), 2);
+    bench_fill(a, (size_t)(m * k), 1), bench_fill(b, (size_t)(k * n), 2);
     memset(c, 0, (size_t)(m * n) * 4);
     aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = m, .n = n, .k = k, .lda = pr.ta ? m : k,
                              .ldb = pr.tb ? k : n, .ldc = n, .batch = 1, .alpha = 1.0f, .beta = 0.0f,

@@ -37,14 +37,7 @@ typedef int (*cublas_gemm_ex_t)(void *, int, int, int, int, int, const void *, c
 typedef int (*ctx_sync_t)(void);
 enum { CUDA_R_32F = 0, CUDA_R_16BF = 14, CUBLAS_COMPUTE_32F = 68, CUBLAS_GEMM_DEFAULT = -1 };
 
-#define CHECK(expr)                                                                                     \
-  do {                                                                                                  \
-    aq_status_t s_ = (expr);                                                                            \
-    if (s_ != AQ_OK) {                                                                                  \
-      fprintf(stderr, "aq-bench gemm: %s: %s: %s\n", #expr, aq_status_string(s_), aq_last_error());    \
-      return 1;                                                                                         \
-    }                                                                                                   \
-  } while (0)
+#define CHECK(expr) BENCH_CHECK("gemm", expr)
 
 typedef struct {
   cublas_sgemm_t sgemm;

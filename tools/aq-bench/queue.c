@@ -16,14 +16,7 @@
 #include "aquila/aquila.h"
 #include "bench.h"
 
-#define CHECK(expr)                                                                           \
-  do {                                                                                        \
-    aq_status_t s_ = (expr);                                                                  \
-    if (s_ != AQ_OK) {                                                                        \
-      fprintf(stderr, "aq-bench queue: %s: %s: %s\n", #expr, aq_status_string(s_), aq_last_error()); \
-      exit(1);                                                                                \
-    }                                                                                         \
-  } while (0)
+#define CHECK(expr) BENCH_CHECK("queue", expr)
 
 static hsa_kernel_dispatch_packet_t noop_packet(uint64_t kernel_object, aq_signal_t done) {
   hsa_kernel_dispatch_packet_t p;

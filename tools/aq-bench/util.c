@@ -5,6 +5,13 @@
 
 #include "bench.h"
 
+void bench_fill(float *x, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    x[i] = (float)(seed >> 9) / 8388608.0f - 0.5f;
+  }
+}
+
 uint64_t bench_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
