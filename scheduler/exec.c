@@ -75,6 +75,7 @@ struct aq_exec {
   size_t bytes;
   aq_sched_policy_t policy;
   uint32_t flags;                      /* AQ_EXEC_* */
+  int exact_matmul;                    /* AQ_EXEC_EXACT_MATMUL or AQ_MATMUL_PRECISION=exact */
   /* With replicas, graph is the exec's own (the user's tasks and the
    * copies); user_graph is the one it was made from. */
   aq_graph_t *user_graph;
@@ -366,6 +367,21 @@ static void fill_fused_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
   fuse_kernarg(e->graph, t, e->fusion.product[t], mine, product, dst);
 }
 
+static int is_matmul(const char *kernel) {
+  return !strcmp(kernel, AQ_KERNEL_MATMUL) || !strcmp(kernel, AQ_KERNEL_MATMUL_FUSED);
+}
+
+/* The GPU build of a task's op: an exact exec's products take the FFMA
+ * builds whatever precision their kernargs ask for (a fused kernarg starts
+ * with its product's). */
+static const char *gpu_kernel(const aq_exec_t *e, const char *base, const void *kernarg) {
+  if (!e->exact_matmul || !is_matmul(base)) return aq_gpu_op_kernel(base, kernarg);
+  aq_matmul_args_t mm;
+  memcpy(&mm, kernarg, sizeof(mm));
+  mm.precision = AQ_MATMUL_PRECISION_EXACT;
+  return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build(&mm), strcmp(base, AQ_KERNEL_MATMUL) != 0);
+}
+
 static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kernel_dispatch_packet_t *p) {
   aq_graph_t *g = e->graph;
   const task_t *task = &g->tasks[t];
@@ -378,7 +394,7 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
    * shapes. */
   const task_t *body = fused != UINT32_MAX ? &g->tasks[fused] : task;
   const char *base = fused != UINT32_MAX ? fuse_kernel(g, fused) : task->kernel;
-  const char *name = gpu && !task->code_object.handle ? aq_gpu_op_kernel(base, body->kernarg) : base;
+  const char *name = gpu && !task->code_object.handle ? gpu_kernel(e, base, body->kernarg) : base;
   aq_kernel_info_t k;
   if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
     e->last_kernel_co = 0;
@@ -401,6 +417,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
     fill_fused_kernarg(e, t, ka);
   else
     fill_kernarg(e, t, ka);
+  if (gpu && e->exact_matmul && !task->code_object.handle && is_matmul(base))
+    ((aq_matmul_args_t *)ka)->precision = AQ_MATMUL_PRECISION_EXACT;
   memset(p, 0, sizeof(*p));
   p->header = header(HSA_PACKET_TYPE_KERNEL_DISPATCH, barrier);
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
@@ -833,6 +851,16 @@ static aq_status_t replica_prefetch(void *user, uint64_t x, uint64_t agent, uint
   return hint(aq_memory_prefetch(e->buffers[x], bytes, e->agents[agent], (aq_signal_t){0}));
 }
 
+/* AQ_EXEC_EXACT_MATMUL, or AQ_MATMUL_PRECISION=exact: FFMA products on GPUs. */
+static aq_status_t matmul_precision(aq_exec_t *e) {
+  const char *env = getenv("AQ_MATMUL_PRECISION");
+  if (env && strcmp(env, "default") && strcmp(env, "exact"))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                    "AQ_MATMUL_PRECISION=%s: expected default (3xTF32 on tensor-core GPUs) or exact (FFMA)", env);
+  e->exact_matmul = (e->flags & AQ_EXEC_EXACT_MATMUL) || (env && !strcmp(env, "exact"));
+  return AQ_OK;
+}
+
 /* Epilogue fusion on the placed graph (fuse.h): on GPU agents, where each
  * fused pair is one launch and one pass over C fewer; on CPU agents only
  * with AQ_FUSION=1 (there, the MLP step measured no faster: the consumer's
@@ -941,7 +969,8 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: graph and out are required");
   if (options && (options->policy < 0 || options->policy > AQ_SCHED_HEFT))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: unknown policy %d", options->policy);
-  if (options && options->flags & ~(AQ_EXEC_NO_MEMORY_REUSE | AQ_EXEC_PROFILE | AQ_EXEC_REPLICATE | AQ_EXEC_NO_FUSION))
+  if (options && options->flags & ~(AQ_EXEC_NO_MEMORY_REUSE | AQ_EXEC_PROFILE | AQ_EXEC_REPLICATE | AQ_EXEC_NO_FUSION |
+                                    AQ_EXEC_EXACT_MATMUL))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: unknown flags 0x%x", options->flags);
   if (options && options->queue_size & (options->queue_size - 1))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "queue_size %u is not a power of two", options->queue_size);
@@ -959,6 +988,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK && !eligible) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
   e->policy = policy_from(options);
   e->flags = options ? options->flags : 0;
+  if (s == AQ_OK) s = matmul_precision(e);
   double *costs = NULL, *links = NULL;
   if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = heft_costs(e, eligible, &costs);
   if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = heft_links(e, &links);

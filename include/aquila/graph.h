@@ -247,6 +247,11 @@ typedef enum aq_sched_policy {
  * product itself, a gradient, is then never stored, and aq_exec_read
  * refuses it. Also AQ_FUSION=0; AQ_FUSION=1 fuses on CPU agents too. */
 #define AQ_EXEC_NO_FUSION (1u << 3)
+/* Every fp32 product on a GPU agent one FFMA a term (ops.h's
+ * AQ_MATMUL_PRECISION_EXACT), as on CPU agents, instead of the default
+ * 3xTF32 on tensor cores: slower, bit-for-bit the same from run to run of
+ * a shape. Also AQ_MATMUL_PRECISION=exact. */
+#define AQ_EXEC_EXACT_MATMUL (1u << 4)
 
 typedef struct aq_exec_options {
   aq_sched_policy_t policy;

@@ -51,6 +51,19 @@ typedef enum aq_activation {
   AQ_ACTIVATION_RELU = 1,
 } aq_activation_t;
 
+/* How an fp32 product is formed. DEFAULT: to fp32 accuracy, the agent's
+ * fastest way: CPU agents one fp32 multiply-add per term; tensor-core GPUs
+ * (sm_80 on) split each operand into two TF32 parts and add three TF32
+ * products in fp32 (3xTF32: each term within about 2^-22 of its value,
+ * where one fp32 rounding is 2^-24; over k terms the sums' own rounding is
+ * of the same order). EXACT: one fp32 multiply-add per term everywhere
+ * (a GPU's FFMA builds: slower, bit-for-bit the same on every run of a
+ * shape). Any other value is refused as a bad kernarg. */
+typedef enum aq_matmul_precision {
+  AQ_MATMUL_PRECISION_DEFAULT = 0,
+  AQ_MATMUL_PRECISION_EXACT = 1,
+} aq_matmul_precision_t;
+
 typedef struct aq_matmul_args {
   const float *a;
   const float *b;
@@ -63,7 +76,7 @@ typedef struct aq_matmul_args {
   float alpha, beta;
   int32_t trans_a, trans_b;
   int32_t activation; /* aq_activation_t */
-  int32_t reserved_;  /* 0 */
+  int32_t precision;  /* aq_matmul_precision_t */
 } aq_matmul_args_t;
 
 /* ---- matmul with a fused consumer --------------------------------------------

@@ -74,11 +74,19 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
   return s;
 }
 
-/* ---- fp32 matmul on GPUs: six builds --------------------------------------------
+/* ---- fp32 matmul on GPUs: nine builds --------------------------------------------
  * The GPU builds of aq_matmul_f32 take its kernarg struct and check it as
  * the CPU kernel does; each is correct for any shape and grid (grid-stride
  * loops) with blocks of exactly 256 threads (any other size traps), and each
- * suits a class of products:
+ * suits a class of products. At AQ_MATMUL_PRECISION_DEFAULT, on tensor
+ * cores (3xTF32, kernels/cuda/matmul_x3.cu; HIP builds run FFMA tiles under
+ * the same names):
+ *  - aq_matmul_f32_x3: 64x64 tiles, for products with a tile for every SM
+ *    (a training step's weight gradients: 208-256), or too shallow to split;
+ *  - aq_matmul_f32_x3_split2, _split4: the same with k split over a cluster
+ *    of 2 or 4 blocks (sm_90) for products with fewer tiles (a training
+ *    step's 256 x 1024 activations: 64, split 2).
+ * At AQ_MATMUL_PRECISION_EXACT, on FFMA (kernels/cuda/matmul.cu):
  *  - aq_matmul_f32: 128x128 tiles, for products with at least a tile for
  *    every SM of a large GPU;
  *  - aq_matmul_f32_tile64: 64x64 tiles, four times the blocks, for smaller
@@ -92,10 +100,11 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
  *    128x128 build takes a whole SM, and 16 clusters of 8 did not fit on an
  *    H100 at once (256 x 1024 x 1024 split 8: 47 us, where 128 x 1024 x
  *    1024 took 25), at 0.58-0.69x the speed of 64x64 tiles split 2.
- *    The grid's x must be a multiple of the cluster, as the grid below is;
+ * At either precision:
  *  - aq_matmul_f32_rows: a few rows of C a block, warps and lanes splitting k, for at most
  *    AQ_GPU_MATMUL_F32_SKINNY_N columns and a deep k (a classifier's logits
  *    and their gradients), which tiles would leave mostly empty.
+ * The grid's x must be a multiple of the cluster, as the grid below is.
  * aq_gpu_op_kernel names the build for a product, aq_gpu_op_shape its grid:
  * a block a tile, or a warp a row. */
 #define AQ_KERNEL_MATMUL_F32_TILE64 "aq_matmul_f32_tile64"
@@ -106,12 +115,18 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
 #define AQ_KERNEL_MATMUL_F32_SPLIT2 "aq_matmul_f32_split2"
 #define AQ_KERNEL_MATMUL_F32_TILE64_SPLIT2 "aq_matmul_f32_tile64_split2"
 #define AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4 "aq_matmul_f32_tile64_split4"
+#define AQ_KERNEL_MATMUL_F32_X3 "aq_matmul_f32_x3"
+#define AQ_KERNEL_MATMUL_F32_X3_SPLIT2 "aq_matmul_f32_x3_split2"
+#define AQ_KERNEL_MATMUL_F32_X3_SPLIT4 "aq_matmul_f32_x3_split4"
 /* aq_matmul_fused_f32's builds: the same, by the same rule on its mm. */
 #define AQ_KERNEL_MATMUL_FUSED_TILE64 "aq_matmul_fused_f32_tile64"
 #define AQ_KERNEL_MATMUL_FUSED_ROWS "aq_matmul_fused_f32_rows"
 #define AQ_KERNEL_MATMUL_FUSED_SPLIT2 "aq_matmul_fused_f32_split2"
 #define AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2 "aq_matmul_fused_f32_tile64_split2"
 #define AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT4 "aq_matmul_fused_f32_tile64_split4"
+#define AQ_KERNEL_MATMUL_FUSED_X3 "aq_matmul_fused_f32_x3"
+#define AQ_KERNEL_MATMUL_FUSED_X3_SPLIT2 "aq_matmul_fused_f32_x3_split2"
+#define AQ_KERNEL_MATMUL_FUSED_X3_SPLIT4 "aq_matmul_fused_f32_x3_split4"
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define AQ_GPU_HOST_DEVICE __host__ __device__
@@ -126,25 +141,31 @@ static inline AQ_GPU_HOST_DEVICE int aq_matmul_f32_rows_per_block(const aq_matmu
   return a->trans_a ? 8 : a->m >= 1024 ? 4 : a->m >= 256 ? 2 : 1;
 }
 
-/* The build for a product: tile edge (128 or 64; 0: the rows build) and
- * how many blocks split k (1: none). Splits are taken when the unsplit
- * tiles leave SMs idle and the split ones fill 3 in 4, with every slice
- * AQ_GPU_MATMUL_F32_MIN_SLICE deep. */
+/* The build for a product: tile edge (128 or 64; 0: the rows build), how
+ * many blocks split k (1: none), and whether on tensor cores. Splits are
+ * taken when the unsplit tiles leave SMs idle and the split ones fill 3 in
+ * 4, with every slice AQ_GPU_MATMUL_F32_MIN_SLICE deep. */
 typedef struct {
-  int tile, split;
+  int tile, split, x3; /* x3: the 64x64 tensor-core (3xTF32) tiles */
 } aq_matmul_f32_gpu_build_t;
 
 static inline aq_matmul_f32_gpu_build_t aq_matmul_f32_gpu_build(const aq_matmul_args_t *a) {
   const int64_t batch = a->batch > 1 ? a->batch : 1, fill = AQ_GPU_MATMUL_F32_BIG_TILES * 3 / 4;
   const int64_t big = (a->m + 127) / 128 * ((a->n + 127) / 128) * batch, small = (a->m + 63) / 64 * ((a->n + 63) / 64) * batch;
-  const aq_matmul_f32_gpu_build_t rows = {0, 1}, t128 = {128, 1}, t64 = {64, 1};
+  const aq_matmul_f32_gpu_build_t rows = {0, 1, 0}, t128 = {128, 1, 0}, t64 = {64, 1, 0};
   if (a->n <= AQ_GPU_MATMUL_F32_SKINNY_N && a->k >= 64) return rows;
+  if (a->precision != AQ_MATMUL_PRECISION_EXACT) {
+    const int split = small >= AQ_GPU_MATMUL_F32_BIG_TILES || a->k < 2 * AQ_GPU_MATMUL_F32_MIN_SLICE ? 1
+                      : small * 2 >= fill || a->k < 4 * AQ_GPU_MATMUL_F32_MIN_SLICE                      ? 2
+                                                                                                         : 4;
+    return (aq_matmul_f32_gpu_build_t){64, split, 1};
+  }
   if (big >= AQ_GPU_MATMUL_F32_BIG_TILES) return t128;
   if (a->k < 2 * AQ_GPU_MATMUL_F32_MIN_SLICE) return t64;
-  if (big * 2 >= fill) return (aq_matmul_f32_gpu_build_t){128, 2};
+  if (big * 2 >= fill) return (aq_matmul_f32_gpu_build_t){128, 2, 0};
   if (small >= AQ_GPU_MATMUL_F32_BIG_TILES) return t64;
-  if (small * 2 >= fill || a->k < 4 * AQ_GPU_MATMUL_F32_MIN_SLICE) return (aq_matmul_f32_gpu_build_t){64, 2};
-  return (aq_matmul_f32_gpu_build_t){64, 4};
+  if (small * 2 >= fill || a->k < 4 * AQ_GPU_MATMUL_F32_MIN_SLICE) return (aq_matmul_f32_gpu_build_t){64, 2, 0};
+  return (aq_matmul_f32_gpu_build_t){64, 4, 0};
 }
 
 static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t *a) {
@@ -161,12 +182,15 @@ static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t
 
 /* The kernel of a build, of aq_matmul_f32 or (fused) aq_matmul_fused_f32. */
 static inline const char *aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build_t b, int fused) {
-  static const char *const names[2][6] = {
+  static const char *const names[2][9] = {
       {AQ_KERNEL_MATMUL, AQ_KERNEL_MATMUL_F32_SPLIT2, AQ_KERNEL_MATMUL_F32_TILE64, AQ_KERNEL_MATMUL_F32_TILE64_SPLIT2,
-       AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4, AQ_KERNEL_MATMUL_F32_ROWS},
+       AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4, AQ_KERNEL_MATMUL_F32_ROWS, AQ_KERNEL_MATMUL_F32_X3,
+       AQ_KERNEL_MATMUL_F32_X3_SPLIT2, AQ_KERNEL_MATMUL_F32_X3_SPLIT4},
       {AQ_KERNEL_MATMUL_FUSED, AQ_KERNEL_MATMUL_FUSED_SPLIT2, AQ_KERNEL_MATMUL_FUSED_TILE64,
-       AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT4, AQ_KERNEL_MATMUL_FUSED_ROWS}};
-  const int i = b.tile == 128 ? (b.split > 1 ? 1 : 0) : b.tile == 64 ? (b.split > 2 ? 4 : b.split > 1 ? 3 : 2) : 5;
+       AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT4, AQ_KERNEL_MATMUL_FUSED_ROWS,
+       AQ_KERNEL_MATMUL_FUSED_X3, AQ_KERNEL_MATMUL_FUSED_X3_SPLIT2, AQ_KERNEL_MATMUL_FUSED_X3_SPLIT4}};
+  const int split = b.split > 2 ? 2 : b.split > 1 ? 1 : 0;
+  const int i = !b.tile ? 5 : b.x3 ? 6 + split : b.tile == 128 ? (split ? 1 : 0) : 2 + split;
   return names[fused != 0][i];
 }
 

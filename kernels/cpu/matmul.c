@@ -20,6 +20,7 @@ static int valid(const aq_matmul_args_t *a) {
   if (!a->a || !a->b || !a->c || a->m < 0 || a->n < 0 || a->k < 0) return 0;
   if (a->ldc < a->n || a->lda < (a->trans_a ? a->m : a->k) || a->ldb < (a->trans_b ? a->k : a->n)) return 0;
   if (a->batch > 1 && (a->stride_a < 0 || a->stride_b < 0 || a->stride_c < 0)) return 0;
+  if (a->precision != AQ_MATMUL_PRECISION_DEFAULT && a->precision != AQ_MATMUL_PRECISION_EXACT) return 0;
   return a->activation == AQ_ACTIVATION_NONE || a->activation == AQ_ACTIVATION_RELU;
 }
 

@@ -1,4 +1,5 @@
-// aq_matmul_f32 on GPUs: exact fp32 (FFMA, no TF32).
+// aq_matmul_f32 on GPUs at AQ_MATMUL_PRECISION_EXACT: one FFMA a term (no
+// TF32; the default precision runs matmul_x3.cu's tensor-core tiles).
 //
 // A block of 256 threads computes 128x128 tiles of C: each warp a 64x32
 // piece, each thread 8x8 outputs (two 4-row by two 4-column quads, so every
@@ -23,68 +24,11 @@
 // walk the 128x128 tiles of every batch entry in a grouped order (8 tile-rows
 // at a time) so neighbouring blocks share A and B in L2. A block of any other
 // size is a launch bug: the kernel traps, so the fault names it.
-#include "matmul_common.cuh"
+#include "matmul_f32.cuh"
 #include "aquila/ops_gpu.h" /* AQ_GPU_MATMUL_F32_SKINNY_N, _SPLIT */
-#if !defined(AQ_HIP)
-#include <cooperative_groups.h>
-#endif
 
 // Every .cu is one translation unit of the fatbin: names stay in a namespace per file.
 namespace mm_f32 {
-
-constexpr int THREADS = 256, PAD = 4;
-
-// aq_matmul_fused_f32's consumer (ops.h): what the write-back does with an
-// element v of the finished product instead of storing it. F = false (every
-// unfused build) compiles to the plain store.
-struct Fuse {
-  int32_t kind;
-  const float *mask;
-  int64_t ldmask;
-  float *velocity;
-  float lr, momentum, weight_decay;
-  bool vec; /* the consumer's array takes 16-byte accesses along a row */
-};
-
-// Four consecutive elements v[0..3] of a row through the consumer, 16
-// bytes at a time (C, and the consumer's array, allow it: vc && f.vec).
-__device__ __forceinline__ void put4(const aq_matmul_args_t &p, const Fuse &f, float *c, int64_t r, int64_t col,
-                                     const float *v) {
-  float4 *out = reinterpret_cast<float4 *>(c + r * p.ldc + col);
-  if (f.kind == AQ_MATMUL_FUSE_RELU_MASK) {
-    float4 m = __ldg(reinterpret_cast<const float4 *>(f.mask + r * f.ldmask + col));
-    *out = make_float4(m.x > 0.0f ? v[0] : 0.0f, m.y > 0.0f ? v[1] : 0.0f, m.z > 0.0f ? v[2] : 0.0f,
-                       m.w > 0.0f ? v[3] : 0.0f);
-    return;
-  }
-  float4 *vp = reinterpret_cast<float4 *>(f.velocity + r * p.ldc + col);
-  float4 w4 = *out, u4 = *vp;
-  float w[4] = {w4.x, w4.y, w4.z, w4.w}, u[4] = {u4.x, u4.y, u4.z, u4.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    float g = v[j] + f.weight_decay * w[j];
-    u[j] = f.momentum * u[j] + g;
-    w[j] = w[j] - f.lr * u[j];
-  }
-  *vp = make_float4(u[0], u[1], u[2], u[3]);
-  *out = make_float4(w[0], w[1], w[2], w[3]);
-}
-
-template <bool F>
-__device__ __forceinline__ void put(const aq_matmul_args_t &p, const Fuse &f, float *c, int64_t r, int64_t col, float v) {
-  float *out = c + r * p.ldc + col;
-  if (!F) {
-    *out = v;
-  } else if (f.kind == AQ_MATMUL_FUSE_RELU_MASK) {
-    *out = f.mask[r * f.ldmask + col] > 0.0f ? v : 0.0f;
-  } else { /* SGD: v is the gradient of the weight at out (aq_sgd_momentum_f32's rule) */
-    float *vel = f.velocity + r * p.ldc + col, w = *out;
-    float g = v + f.weight_decay * w;
-    float u = f.momentum * *vel + g;
-    *vel = u;
-    *out = w - f.lr * u;
-  }
-}
 
 // Q x Q quads of 4x4 a thread; 2 x 4 warps of 8 x 4 lanes make a tile of
 // 64Q x 64Q, and a k-slice of BK = 16 / Q so that A's and B's slices are one
@@ -212,46 +156,6 @@ __device__ __forceinline__ int tile_col(int tid, int h) {
   return ((tid >> 5) & 3) * 16 * Q + h * 16 + (tid & 3) * 4;
 }
 
-// The write-back of four products v[0..3] (alpha times the sums) of row
-// r < m, columns col..col+3 (those past n are dropped): beta * C, bias,
-// activation, or the fused consumer; 16-byte accesses where C (vc) and the
-// consumer allow.
-template <bool F>
-__device__ __forceinline__ void finish4(const aq_matmul_args_t &p, const Fuse &f, float *c, int64_t r, int64_t col,
-                                        float (&v)[4], bool vc) {
-  float *out = c + r * p.ldc + col;
-  if (F && vc && f.vec && col + 3 < p.n) {
-    const float4 o = p.beta != 0.0f ? *reinterpret_cast<const float4 *>(out) : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float ov[4] = {o.x, o.y, o.z, o.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (p.beta != 0.0f) v[j] += p.beta * ov[j];
-      if (p.bias) v[j] += p.bias[col + j];
-      v[j] = activate(v[j], p.activation);
-    }
-    put4(p, f, c, r, col, v);
-  } else if (!F && vc && col + 3 < p.n) {
-    if (p.beta != 0.0f) {
-      float4 o = *reinterpret_cast<const float4 *>(out);
-      v[0] += p.beta * o.x, v[1] += p.beta * o.y, v[2] += p.beta * o.z, v[3] += p.beta * o.w;
-    }
-    if (p.bias) {
-      float4 bi = __ldg(reinterpret_cast<const float4 *>(p.bias + col));
-      v[0] += bi.x, v[1] += bi.y, v[2] += bi.z, v[3] += bi.w;
-    }
-    *reinterpret_cast<float4 *>(out) = make_float4(activate(v[0], p.activation), activate(v[1], p.activation),
-                                                   activate(v[2], p.activation), activate(v[3], p.activation));
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (col + j >= p.n) break;
-      float x = v[j];
-      if (p.beta != 0.0f) x += p.beta * out[j];
-      if (p.bias) x += p.bias[col + j];
-      put<F>(p, f, c, r, col + j, activate(x, p.activation));
-    }
-  }
-}
 
 template <int Q, int BK, bool F = false>
 __device__ void tile_f32(const aq_matmul_args_t &p, bool TA, bool TB, Tile<Q, BK> &t, const float *a, const float *b,
@@ -313,10 +217,6 @@ __device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q, BK> &t, const Fu
 // ops_gpu.h: 16 clusters of 8 took two waves on an H100). Without clusters
 // (sm_80, HIP) the first block of each cluster's worth computes the whole
 // tile and the others return.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(AQ_HIP)
-#define AQ_CLUSTERS 1
-#endif
-
 constexpr int PHASE = 64; /* rows of the partial tile exchanged at a time */
 
 template <int Q>
@@ -331,14 +231,8 @@ __device__ void tile_split(const aq_matmul_args_t &p, SplitShared<Q> &u, const f
   const bool TA = p.trans_a != 0, TB = p.trans_b != 0;
 #ifdef AQ_CLUSTERS
   constexpr int LD = 64 * Q + PAD, ROW4 = 16 * Q; /* float4s a row of the tile */
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = (int)cluster.block_rank(), tid = threadIdx.x + threadIdx.y * blockDim.x;
-  /* This block's slice of k, a multiple of 8 deep so 16-byte loads stay aligned. */
-  const int64_t slice = ((p.k + S - 1) / S + 7) / 8 * 8;
-  const int64_t k0 = rank * slice < p.k ? rank * slice : p.k, k1 = k0 + slice < p.k ? k0 + slice : p.k;
-  aq_matmul_args_t q = p;
-  q.a = TA ? a + k0 * p.lda : a + k0, q.b = TB ? b + k0 : b + k0 * p.ldb, q.k = k1 - k0;
+  const int tid = threadIdx.x + threadIdx.y * blockDim.x;
+  const aq_matmul_args_t q = k_slice<S>(p, a, b);
   float acc[4 * Q][4 * Q];
   mainloop<Q, 16>(q, TA, TB, u.t, q.a, q.b, row0, col0, aligned16(q.a) && p.lda % 4 == 0,
                   aligned16(q.b) && p.ldb % 4 == 0, acc);
@@ -354,23 +248,7 @@ __device__ void tile_split(const aq_matmul_args_t &p, SplitShared<Q> &u, const f
         for (int h = 0; h < Q; ++h)
           *reinterpret_cast<float4 *>(&u.part[tile_row<Q>(tid, i) - PHASE * phase][tile_col<Q>(tid, h)]) =
               make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
-    cluster.sync();
-    /* This block's rows of the phase: PHASE / S of them. */
-    for (int e = tid; e < PHASE / S * ROW4; e += THREADS) {
-      const int row = rank * (PHASE / S) + e / ROW4, col = (e % ROW4) * 4;
-      const int64_t r = row0 + PHASE * phase + row;
-      if (r >= p.m || col0 + col >= p.n) continue;
-      float v[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int s = 0; s < S; ++s) {
-        const float4 x = *reinterpret_cast<const float4 *>(&cluster.map_shared_rank(&u.part[0][0], s)[row * LD + col]);
-        v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] *= p.alpha;
-      finish4<F>(p, f, c, r, col0 + col, v, vc);
-    }
-    cluster.sync(); /* the partials are read before they are overwritten */
+    emit_part<S, F>(p, f, &u.part[0][0], LD, PHASE, ROW4, row0 + PHASE * phase, col0, c, vc);
   }
 #else
   const bool va = aligned16(a) && p.lda % 4 == 0, vb = aligned16(b) && p.ldb % 4 == 0;
@@ -560,21 +438,10 @@ __device__ void matmul_skinny(const aq_matmul_args_t &p, Skinny &s, const Fuse &
 
 }  // namespace mm_f32
 
-// The four builds share the CPU kernel's checks and launch rules. At most
-// 256 threads a block (2 blocks an SM keep 128 registers a thread; the rows
-// build runs one an SM). They are
-// separate kernels, not branches of one: sharing a kernel, the 64x64 path
-// pushed the 128x128 one into spills and cost it 10% at n = 4096.
-__device__ __forceinline__ bool matmul_prologue(aq_matmul_args_t &p) {
-  if (!matmul_valid(p)) return false;
-  if (p.batch <= 0) p.batch = 1; /* as the CPU grid: batch 0 is one matrix */
-  if (p.m == 0 || p.n == 0) return false;
-  /* The tiles assume 256 threads; another launch shape is the caller's bug,
-   * and faulting names this kernel (the CPU kernels fault the same way). */
-  if (blockDim.x * blockDim.y * blockDim.z != mm_f32::THREADS) __trap();
-  return true;
-}
-
+// The builds (at most 256 threads a block: 2 blocks an SM keep 128
+// registers a thread; the rows build runs one an SM) are separate kernels,
+// not branches of one: sharing a kernel, the 64x64 path pushed the 128x128
+// one into spills and cost it 10% at n = 4096.
 AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32(aq_matmul_args_t p) {
   if (!matmul_prologue(p)) return;
   __shared__ __align__(16) mm_f32::Tile<2> t;
@@ -590,11 +457,6 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_f32_tile64(aq_matmul_args_t p
 // Blocks come in clusters of S along x: the grid's x must hold a whole
 // number of them (aq_matmul_f32_gpu_shape's does). The partial rows take
 // the k loop's buffers once the loop is done.
-#ifdef AQ_CLUSTERS
-#define AQ_SPLIT_CLUSTER(S) __cluster_dims__(S, 1, 1)
-#else
-#define AQ_SPLIT_CLUSTER(S)
-#endif
 // 128x128 tiles take one block an SM (215-240 registers, no spills; at
 // 128 they spilled); 64x64 tiles two.
 #define AQ_MATMUL_SPLIT(S, Q, MIN, NAME)                                                              \
@@ -615,20 +477,8 @@ AQ_KERNEL void __launch_bounds__(256, 1) aq_matmul_f32_rows(aq_matmul_args_t p) 
   mm_f32::matmul_skinny(p, s);
 }
 
-// aq_matmul_fused_f32 (ops.h): the same four builds with the consumer in the
-// write-back; aq_gpu_op_kernel picks one by the product's shape. The rules
-// the CPU kernel faults on leave everything untouched here.
-__device__ __forceinline__ bool fused_prologue(aq_matmul_fused_args_t &a, mm_f32::Fuse &f) {
-  const aq_matmul_args_t &p = a.mm;
-  if (p.bias || p.activation != AQ_ACTIVATION_NONE || p.batch > 1) return false;
-  if (a.fuse == AQ_MATMUL_FUSE_RELU_MASK ? !a.mask || a.ldmask < p.n
-      : a.fuse != AQ_MATMUL_FUSE_SGD || !a.velocity || p.beta != 0.0f || p.k > AQ_MATMUL_FUSE_SGD_MAX_K)
-    return false;
-  const bool vec = a.fuse == AQ_MATMUL_FUSE_RELU_MASK ? aligned16(a.mask) && a.ldmask % 4 == 0 : aligned16(a.velocity);
-  f = mm_f32::Fuse{a.fuse, a.mask, a.ldmask, a.velocity, a.lr, a.momentum, a.weight_decay, vec};
-  return matmul_prologue(a.mm);
-}
-
+// aq_matmul_fused_f32 (ops.h): the same builds with the consumer in the
+// write-back; aq_gpu_op_kernel picks one by the product's shape.
 AQ_KERNEL void __launch_bounds__(256, 2) aq_matmul_fused_f32(aq_matmul_fused_args_t a) {
   mm_f32::Fuse f;
   if (!fused_prologue(a, f)) return;

@@ -8,6 +8,7 @@
 __device__ inline bool matmul_valid(const aq_matmul_args_t &p) {
   if (!p.a || !p.b || !p.c || p.m < 0 || p.n < 0 || p.k < 0) return false;
   if (p.ldc < p.n || p.lda < (p.trans_a ? p.m : p.k) || p.ldb < (p.trans_b ? p.k : p.n)) return false;
+  if (p.precision != AQ_MATMUL_PRECISION_DEFAULT && p.precision != AQ_MATMUL_PRECISION_EXACT) return false;
   return p.activation == AQ_ACTIVATION_NONE || p.activation == AQ_ACTIVATION_RELU;
 }
 

@@ -57,6 +57,13 @@ Test(aq_bench_cli, gemm_products_it_cannot_read_are_refused_by_name) {
     }
 }
 
+Test(aq_bench_cli, gemm_precision_it_does_not_know_is_refused_by_name) {
+  char out[4096];
+  cr_assert_eq(run_program("bin/aq-bench", "gemm --agent gpu --precision fast", out, sizeof(out)), 2, "%s", out);
+  cr_assert(strstr(out, "--precision fast: expected default (3xTF32) or exact (FFMA)"), "%s", out);
+  cr_assert(!strstr(out, "no GPU agent") && !strstr(out, "\"bench\""), "refused before anything runs: %s", out);
+}
+
 /* Products of any shape and transpose on a CPU agent, each checked against
  * OpenBLAS's C in the same run. */
 Test(aq_bench_cli, gemm_shapes_run_against_openblas) {

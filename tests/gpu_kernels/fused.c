@@ -1,7 +1,7 @@
-/* aq_matmul_fused_f32's four GPU builds against the GPU's own unfused pair
- * (the product, then aq_sgd_momentum_f32 or aq_relu_bwd_f32), on shapes
- * that select each build the way the scheduler does; aq_sum_rows_sgd_f32
- * likewise. */
+/* aq_matmul_fused_f32's GPU builds against the GPU's own unfused pair (the
+ * product, then aq_sgd_momentum_f32 or aq_relu_bwd_f32), on shapes that
+ * select each build the way the scheduler does, at both precisions;
+ * aq_sum_rows_sgd_f32 likewise. */
 #include "gk.h"
 
 TestSuite(gpu_fused, .init = gk_setup, .fini = gk_teardown);
@@ -9,13 +9,15 @@ TestSuite(gpu_fused, .init = gk_setup, .fini = gk_teardown);
 typedef struct fcase {
   int64_t m, n, k;
   int ta, tb;
-  const char *build; /* the fused kernel aq_gpu_op_kernel must pick */
+  const char *build; /* the fused kernel aq_gpu_op_kernel must pick, exact */
+  const char *x3;    /* and at the default precision */
+  int32_t precision;
 } fcase_t;
 
 static aq_matmul_args_t product(const float *a, const float *b, float *c, const fcase_t *f) {
   aq_matmul_args_t p = {.a = a, .b = b, .c = c, .m = f->m, .n = f->n, .k = f->k, .lda = f->ta ? f->m : f->k,
                         .ldb = f->tb ? f->k : f->n, .ldc = f->n, .batch = 1, .alpha = 1.0f, .trans_a = f->ta,
-                        .trans_b = f->tb};
+                        .trans_b = f->tb, .precision = f->precision};
   return p;
 }
 
@@ -38,7 +40,8 @@ static void check(const fcase_t *f, aq_matmul_fuse_t kind) {
   aq_matmul_fused_args_t fa = {.mm = product(a, b, c2, f), .fuse = kind, .mask = mask, .ldmask = f->n,
                                .velocity = v2, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f};
   const char *name = aq_gpu_op_kernel(AQ_KERNEL_MATMUL_FUSED, &fa);
-  cr_assert_str_eq(name, f->build, "%lldx%lldx%lld", (long long)f->m, (long long)f->n, (long long)f->k);
+  cr_assert_str_eq(name, f->precision == AQ_MATMUL_PRECISION_EXACT ? f->build : f->x3, "%lldx%lldx%lld",
+                   (long long)f->m, (long long)f->n, (long long)f->k);
   gk_run(name, &fa, aq_gpu_op_shape(AQ_KERNEL_MATMUL_FUSED, &fa, aq_matmul_grid(&fa.mm)));
   /* The products are the same code; only how the update's multiply-adds
    * contract may differ. */
@@ -50,25 +53,28 @@ static void check(const fcase_t *f, aq_matmul_fuse_t kind) {
 
 Test(gpu_fused, every_build_matches_the_unfused_pair) {
   const fcase_t cases[] = {
-      {1540, 1410, 40, 0, 0, AQ_KERNEL_MATMUL_FUSED},       /* 128x128 tiles */
-      {784, 1024, 256, 1, 0, AQ_KERNEL_MATMUL_FUSED_SPLIT2}, /* an MLP's dW1 = x^T dz1 */
-      {256, 1024, 300, 0, 1, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2}, /* k split over a cluster */
-      {128, 1024, 512, 1, 0, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT4},
-      {256, 1024, 100, 1, 1, AQ_KERNEL_MATMUL_FUSED_TILE64},  /* too shallow to split */
-      {1024, 10, 256, 1, 0, AQ_KERNEL_MATMUL_FUSED_ROWS},    /* dW3 = h2^T dz3: a warp a row */
-      {256, 10, 1024, 0, 0, AQ_KERNEL_MATMUL_FUSED_ROWS},    /* lanes along k */
-      {77, 45, 33, 0, 0, AQ_KERNEL_MATMUL_FUSED_TILE64},     /* partial tiles everywhere */
+      {1540, 1410, 40, 0, 0, AQ_KERNEL_MATMUL_FUSED, AQ_KERNEL_MATMUL_FUSED_X3, 0}, /* 128x128 tiles */
+      {784, 1024, 256, 1, 0, AQ_KERNEL_MATMUL_FUSED_SPLIT2, AQ_KERNEL_MATMUL_FUSED_X3, 0}, /* an MLP's dW1 = x^T dz1 */
+      {256, 1024, 300, 0, 1, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2, AQ_KERNEL_MATMUL_FUSED_X3_SPLIT2, 0}, /* k split */
+      {128, 1024, 512, 1, 0, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT4, AQ_KERNEL_MATMUL_FUSED_X3_SPLIT4, 0},
+      {256, 1024, 100, 1, 1, AQ_KERNEL_MATMUL_FUSED_TILE64, AQ_KERNEL_MATMUL_FUSED_X3, 0}, /* too shallow to split */
+      {1024, 10, 256, 1, 0, AQ_KERNEL_MATMUL_FUSED_ROWS, AQ_KERNEL_MATMUL_FUSED_ROWS, 0}, /* dW3 = h2^T dz3: a warp a row */
+      {256, 10, 1024, 0, 0, AQ_KERNEL_MATMUL_FUSED_ROWS, AQ_KERNEL_MATMUL_FUSED_ROWS, 0}, /* lanes along k */
+      {77, 45, 33, 0, 0, AQ_KERNEL_MATMUL_FUSED_TILE64, AQ_KERNEL_MATMUL_FUSED_X3, 0}, /* partial tiles everywhere */
+      /* relu's backward through a deep product: dz2 W2^T over k = 1024, split */
+      {256, 1024, 1024, 0, 1, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2, AQ_KERNEL_MATMUL_FUSED_X3_SPLIT2, 0},
   };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
-    if (cases[i].k <= AQ_MATMUL_FUSE_SGD_MAX_K) check(&cases[i], AQ_MATMUL_FUSE_SGD);
-    check(&cases[i], AQ_MATMUL_FUSE_RELU_MASK);
-  }
-  /* relu's backward through a deep product: dz2 W2^T over k = 1024, split */
-  check(&(fcase_t){256, 1024, 1024, 0, 1, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2}, AQ_MATMUL_FUSE_RELU_MASK);
+  for (int32_t precision = 0; precision < 2; ++precision)
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+      fcase_t c = cases[i];
+      c.precision = precision;
+      if (c.k <= AQ_MATMUL_FUSE_SGD_MAX_K) check(&c, AQ_MATMUL_FUSE_SGD);
+      check(&c, AQ_MATMUL_FUSE_RELU_MASK);
+    }
 }
 
 Test(gpu_fused, kernargs_outside_the_rules_write_nothing) {
-  const fcase_t f = {64, 64, 64, 0, 0, AQ_KERNEL_MATMUL_FUSED_TILE64};
+  const fcase_t f = {64, 64, 64, 0, 0, AQ_KERNEL_MATMUL_FUSED_TILE64, AQ_KERNEL_MATMUL_FUSED_X3, 0};
   float *a = gk_random(64 * 64, 1), *w = gk_random(64 * 64, 2), *v = gk_random(64 * 64, 3), before[64 * 64];
   memcpy(before, w, sizeof(before));
   aq_matmul_fused_args_t ok = {.mm = product(a, a, w, &f), .fuse = AQ_MATMUL_FUSE_SGD, .velocity = v, .lr = 0.1f};

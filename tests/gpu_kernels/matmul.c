@@ -114,11 +114,12 @@ static void check(mm_case_t t) {
      * under the shape of the build aq_gpu_op_kernel picks. */
     static const char *builds[] = {AQ_KERNEL_MATMUL, AQ_KERNEL_MATMUL_F32_TILE64, AQ_KERNEL_MATMUL_F32_ROWS,
                                    AQ_KERNEL_MATMUL_F32_SPLIT2, AQ_KERNEL_MATMUL_F32_TILE64_SPLIT2,
-                                   AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4};
-    static const uint32_t split_tile[] = {0, 0, 0, 128, 64, 64}, splits[] = {0, 0, 0, 2, 2, 4};
+                                   AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4, AQ_KERNEL_MATMUL_F32_X3,
+                                   AQ_KERNEL_MATMUL_F32_X3_SPLIT2, AQ_KERNEL_MATMUL_F32_X3_SPLIT4};
+    static const uint32_t split_tile[] = {0, 0, 0, 128, 64, 64, 64, 64, 64}, splits[] = {0, 0, 0, 2, 2, 4, 1, 2, 4};
     float *c0 = malloc((size_t)(sc * nb) * sizeof(float));
     memcpy(c0, c, (size_t)(sc * nb) * sizeof(float));
-    for (int v = 0; v < 6; ++v) {
+    for (int v = 0; v < 9; ++v) {
       memcpy(c, c0, (size_t)(sc * nb) * sizeof(float));
       s = t.shape == 0 ? aq_gpu_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)) : aq_matmul_f32_gpu_shape(&args);
       if (t.shape == 2) s.grid[0] = 16, s.grid[1] = 16, s.grid[2] = 1;
@@ -177,6 +178,9 @@ Test(gpu_matmul, f32_epilogue_batches_and_launch_shapes) { epilogues_batches_and
 Test(gpu_matmul, f32_skinny_rows) {
   aq_matmul_args_t deep = {.m = 256, .n = 10, .k = 1024}, shallow = {.m = 256, .n = 10, .k = 40};
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &deep), AQ_KERNEL_MATMUL_F32_ROWS);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &shallow), AQ_KERNEL_MATMUL_F32_X3);
+  deep.precision = shallow.precision = AQ_MATMUL_PRECISION_EXACT;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &deep), AQ_KERNEL_MATMUL_F32_ROWS);
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &shallow), AQ_KERNEL_MATMUL_F32_TILE64);
   const int64_t ns[] = {1, 10, 16};
   for (int tr = 0; tr < 4; ++tr)
@@ -186,20 +190,32 @@ Test(gpu_matmul, f32_skinny_rows) {
     }
 }
 
-/* 128x128 or 64x64 tiles, k split or not, by the product's size
- * (aq_gpu_op_kernel); every build, every transpose, with the epilogue: a
- * product with enough big tiles, and the shapes of an MLP training step on a
- * batch of 256. */
-Test(gpu_matmul, f32_both_tile_sizes) {
+/* By the product's size and precision (aq_gpu_op_kernel): 3xTF32 64x64
+ * tiles, k split or not, by default; FFMA 128x128 or 64x64 tiles, k split
+ * or not, when exact. Every build, every transpose, with the epilogue: a
+ * product with enough big tiles, and the shapes of an MLP training step on
+ * a batch of 256. */
+Test(gpu_matmul, f32_tile_sizes_and_precisions) {
   aq_matmul_args_t big = {.m = 1540, .n = 1410, .k = 40}, step = {.m = 256, .n = 1024, .k = 784};
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &big), AQ_KERNEL_MATMUL);
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &step), AQ_KERNEL_MATMUL_F32_TILE64_SPLIT2);
   aq_matmul_args_t wgrad = {.m = 784, .n = 1024, .k = 256}, shallow = {.m = 256, .n = 1024, .k = 10};
   aq_matmul_args_t few = {.m = 128, .n = 1024, .k = 1024}, thin = {.m = 256, .n = 1024, .k = 100};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &big), AQ_KERNEL_MATMUL_F32_X3);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &step), AQ_KERNEL_MATMUL_F32_X3_SPLIT2);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &wgrad), AQ_KERNEL_MATMUL_F32_X3);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &few), AQ_KERNEL_MATMUL_F32_X3_SPLIT4);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &thin), AQ_KERNEL_MATMUL_F32_X3);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &shallow), AQ_KERNEL_MATMUL_F32_X3);
+  aq_matmul_fused_args_t fused = {.mm = step};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL_FUSED, &fused), AQ_KERNEL_MATMUL_FUSED_X3_SPLIT2);
+  big.precision = step.precision = wgrad.precision = shallow.precision = few.precision = thin.precision =
+      fused.mm.precision = AQ_MATMUL_PRECISION_EXACT;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &big), AQ_KERNEL_MATMUL);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &step), AQ_KERNEL_MATMUL_F32_TILE64_SPLIT2);
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &wgrad), AQ_KERNEL_MATMUL_F32_SPLIT2);
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &few), AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4);
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &thin), AQ_KERNEL_MATMUL_F32_TILE64);
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &shallow), AQ_KERNEL_MATMUL_F32_TILE64);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MATMUL_FUSED, &fused), AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2);
   for (int tr = 0; tr < 4; ++tr) {
     check((mm_case_t){1540, 1410, 40, tr & 1, tr >> 1, 0, tr == 3 ? 1 : 0, 1, 1, 1.0f, 0.5f, 1, 1});
     check((mm_case_t){256, 1024, 784, tr & 1, tr >> 1, 0, 0, 1, 1, 1.0f, 0.0f, 1, 1});
@@ -239,6 +255,7 @@ Test(gpu_matmul, bad_kernargs_leave_c_untouched) {
       {.a = a, .b = a, .c = c, .m = -1, .n = 8, .k = 8, .lda = 8, .ldb = 8, .ldc = 8, .alpha = 1},
       {.a = a, .b = a, .c = c, .m = 8, .n = 8, .k = 8, .lda = 8, .ldb = 8, .ldc = 4, .alpha = 1},
       {.a = a, .b = a, .c = c, .m = 8, .n = 8, .k = 8, .lda = 8, .ldb = 8, .ldc = 8, .alpha = 1, .activation = 99},
+      {.a = a, .b = a, .c = c, .m = 8, .n = 8, .k = 8, .lda = 8, .ldb = 8, .ldc = 8, .alpha = 1, .precision = 2},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
     gk_run(AQ_KERNEL_MATMUL, &bad[i], aq_matmul_f32_gpu_shape(&bad[i]));
@@ -246,6 +263,8 @@ Test(gpu_matmul, bad_kernargs_leave_c_untouched) {
     gk_run(AQ_KERNEL_MATMUL_F32_ROWS, &bad[i], aq_gpu_threads_shape(32 * 8));
     gk_run(AQ_KERNEL_MATMUL_F32_SPLIT2, &bad[i], (aq_dispatch_shape_t){{32, 16, 1}, {16, 16, 1}});
     gk_run(AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4, &bad[i], (aq_dispatch_shape_t){{64, 16, 1}, {16, 16, 1}});
+    gk_run(AQ_KERNEL_MATMUL_F32_X3, &bad[i], aq_matmul_f32_gpu_shape(&bad[i]));
+    gk_run(AQ_KERNEL_MATMUL_F32_X3_SPLIT2, &bad[i], (aq_dispatch_shape_t){{32, 16, 1}, {16, 16, 1}});
     gk_run(AQ_KERNEL_MATMUL_BF16, &bad[i], aq_matmul_bf16_gpu_shape(&bad[i]));
     cr_assert_eq(memcmp(before, c, sizeof(before)), 0, "case %zu wrote C", i);
   }

@@ -258,3 +258,42 @@ Test(fuse, a_gpu_fuses_by_default) {
   cr_assert_eq(aq_exec_read(fused, m.dw1, g, sizeof(g)), AQ_ERROR_INVALID_ARGUMENT);
   destroy(&m, fused, plain);
 }
+
+/* AQ_MATMUL_PRECISION: a value other than default or exact is refused by
+ * name, leaving the graph usable; on CPU agents, whose products are always
+ * one fp32 multiply-add a term, exact changes nothing, bit for bit. */
+Test(fuse, aq_matmul_precision_is_checked_and_exact_on_cpus_changes_nothing) {
+  mlp_t m;
+  build(&m, AQ_ROLE_INPUT);
+  setenv("AQ_MATMUL_PRECISION", "fast", 1);
+  aq_exec_t *e = NULL;
+  cr_assert_eq(aq_graph_instantiate(m.g, NULL, &e), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "AQ_MATMUL_PRECISION=fast"), "%s", aq_last_error());
+  cr_assert_null(e);
+  setenv("AQ_MATMUL_PRECISION", "exact", 1);
+  aq_exec_t *exact = instantiate(&m, 0);
+  unsetenv("AQ_MATMUL_PRECISION");
+  aq_exec_t *plain = instantiate(&m, 0);
+  for (int s = 0; s < 3; ++s) {
+    feed(&m, exact, plain, 200 + s);
+    run(exact), run(plain);
+    same_parameters(&m, exact, plain, "exact on a CPU");
+  }
+  destroy(&m, exact, plain);
+}
+
+/* On a GPU, the default products (3xTF32 on tensor cores) and the exact
+ * ones (FFMA, AQ_EXEC_EXACT_MATMUL) train alike. */
+Test(fuse, a_gpus_default_and_exact_products_train_alike) {
+  if (!first_agent(AQ_AGENT_KIND_GPU).handle) cr_skip_test("skipped: no GPU");
+  mlp_t m;
+  build(&m, AQ_ROLE_INPUT);
+  aq_exec_t *fast = instantiate_on(&m, 0, AQ_AGENT_KIND_GPU);
+  aq_exec_t *exact = instantiate_on(&m, AQ_EXEC_EXACT_MATMUL, AQ_AGENT_KIND_GPU);
+  for (int s = 0; s < STEPS; ++s) {
+    feed(&m, fast, exact, 300 + s);
+    run(fast), run(exact);
+    close_parameters(&m, fast, exact, "default against exact", 1e-4f);
+  }
+  destroy(&m, fast, exact);
+}

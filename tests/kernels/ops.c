@@ -67,6 +67,15 @@ Test(ops, matmul_bad_kernargs_fault_without_touching_memory) {
   aq_matmul_args_t args = {.a = NULL, .m = 4, .n = 4, .k = 4, .lda = 4, .ldb = 4, .ldc = 4, .batch = 1};
   cr_assert_eq(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)), AQ_ERROR_KERNEL_FAULT);
   cr_assert(strstr(aq_last_error(), AQ_KERNEL_MATMUL), "%s", aq_last_error());
+  /* A precision that is neither default nor exact: refused, C untouched. */
+  float a[16], c[16];
+  for (int i = 0; i < 16; ++i) a[i] = 1.0f, c[i] = -5.0f;
+  args.a = args.b = a, args.c = c, args.alpha = 1.0f, args.precision = 2;
+  cr_assert_eq(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)), AQ_ERROR_KERNEL_FAULT);
+  for (int i = 0; i < 16; ++i) cr_assert_eq(c[i], -5.0f);
+  args.precision = AQ_MATMUL_PRECISION_EXACT;
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  for (int i = 0; i < 16; ++i) cr_assert_eq(c[i], 4.0f);
 }
 
 Test(ops, relu_forward_backward_axpby) {

@@ -1,5 +1,6 @@
-/* aq-bench gemm --agent gpu: Aquila's GPU matmul kernels (aq_matmul_f32, exact
- * fp32 on FFMA; aq_matmul_bf16, tensor cores, fp32 accumulate and C) through a
+/* aq-bench gemm --agent gpu: Aquila's GPU matmul kernels (aq_matmul_f32 at its
+ * default precision, 3xTF32 on tensor cores, or with --precision exact one
+ * FFMA a term; aq_matmul_bf16, tensor cores, fp32 accumulate and C) through a
  * GPU agent's queue, against cuBLAS in the same process on the same device
  * buffers: cublasSgemm (default math mode: no TF32) and cublasGemmEx (bf16
  * A / B, fp32 C, CUBLAS_COMPUTE_32F). cuBLAS is loaded by this benchmark only
@@ -11,6 +12,8 @@
  *          (ta: A stored k x m, tb: B stored n x k), or --shapes mlp: the
  *          five large products of the MLP training step on a batch of 256
  *          (aq-bench train);
+ *          --precision default|exact (aq_matmul_args_t.precision of the
+ *          fp32 products: 3xTF32 on tensor cores, or one FFMA a term)
  *          --f32-kernel NAME (a build of ops_gpu.h's fp32 matmul, under
  *          the grid it takes, instead of the one aq_gpu_op_kernel picks)
  *          --bf16-kernel NAME (aq_matmul_bf16, or a candidate built beside
@@ -104,7 +107,12 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
     fprintf(stderr, "aq-bench gemm: unknown --bf16-kernel %s\n", bf16_name);
     return 2;
   }
-  const char *f32_pick = bench_arg(argc, argv, "f32-kernel");
+  const char *f32_pick = bench_arg(argc, argv, "f32-kernel"), *precision = bench_arg(argc, argv, "precision");
+  if (precision && strcmp(precision, "default") && strcmp(precision, "exact")) {
+    fprintf(stderr, "aq-bench gemm: --precision %s: expected default (3xTF32) or exact (FFMA)\n", precision);
+    return 2;
+  }
+  const int exact = precision && !strcmp(precision, "exact");
   int reps = (int)bench_arg_int(argc, argv, "reps", 7);
   const char *dtype = bench_arg(argc, argv, "dtype");
   const char *sizes = bench_products(argc, argv, "1024,2048,4096,8192");
@@ -180,13 +188,15 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
       CHECK(aq_memory_copy(b, bf16 ? (void *)host16 : (void *)host, bf16 ? count * 2 : bytes));
       aq_matmul_args_t args = shape;
       args.a = a, args.b = b, args.c = c;
+      args.precision = exact ? AQ_MATMUL_PRECISION_EXACT : AQ_MATMUL_PRECISION_DEFAULT;
       /* the fp32 build the scheduler would pick for this product */
       const char *f32_name = f32_pick ? f32_pick : aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &args);
       CHECK(aq_code_object_find_kernel(co, f32_name, gpu, &k32));
       aq_dispatch_shape_t sh = aq_gpu_op_shape(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args));
       const char *split_at = strstr(f32_name, "_split");
-      if (split_at) { /* a cluster of S (_splitS) a tile of 128x128, or 64x64 (_tile64_) */
-        const uint32_t split = (uint32_t)atoi(split_at + 6), tile = strstr(f32_name, "_tile64") ? 64 : 128;
+      if (split_at || strstr(f32_name, "_x3")) { /* a cluster of S (_splitS) a tile of 128x128, or 64x64 (_tile64, _x3) */
+        const uint32_t split = split_at ? (uint32_t)atoi(split_at + 6) : 1;
+        const uint32_t tile = strstr(f32_name, "_tile64") || strstr(f32_name, "_x3") ? 64 : 128;
         sh = (aq_dispatch_shape_t){{(uint32_t)((args.n + tile - 1) / tile) * 16 * split, (uint32_t)((args.m + tile - 1) / tile) * 16, 1},
                                    {16, 16, 1}};
       }
@@ -254,6 +264,7 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
         bench_json_begin(&j, "gemm", peer ? "cublas" : "aquila");
         bench_json_str(&j, "agent", "gpu");
         bench_json_str(&j, "dtype", bf16 ? "bf16" : "f32");
+        if (!bf16 && !peer) bench_json_str(&j, "precision", exact ? "exact" : "default");
         if (square) {
           bench_json_int(&j, "n", s);
         } else {
