@@ -330,16 +330,39 @@ __device__ void skinny_k_lanes(const aq_matmul_args_t &p, Skinny &s, const float
     for (int j = 0; j < SKINNY_N; ++j) acc[r][j] = 0.0f;
   float(*bw)[SKINNY_N + 1] = s.lanes.b[warp];
   const int nn = (int)n;
-  for (int64_t kc = k0; kc < k1; kc += 32) {
+  /* A chunk's loads, every one issued before any is used: this lane's k of
+   * R rows of A, and its share (lane + 32i) of B's 32 x nn panel, in the
+   * order of its contiguous direction. Where each share sits in B and in
+   * the staged panel is the same for every chunk, so it is worked out once:
+   * a division per element per chunk made the kernel issue-bound (49 us
+   * for a 256 x 10 x 1024 product under ncu). */
+  int kks[SKINNY_N], js[SKINNY_N];
+#pragma unroll
+  for (int i = 0; i < SKINNY_N; ++i) {
+    const int e = lane + 32 * i;
+    kks[i] = i >= nn ? 32 : p.trans_b ? lane : e / nn; /* 32: never loaded */
+    js[i] = p.trans_b ? i : e % nn;
+  }
+  float av[R], tb[SKINNY_N];
+  auto fetch = [&](int64_t kc) {
     const int kn = k1 - kc < 32 ? (int)(k1 - kc) : 32;
-    float av[R]; /* in flight while B's chunk comes in */
 #pragma unroll
     for (int r = 0; r < R; ++r) av[r] = i0 + r < p.m && lane < kn ? __ldg(a + (i0 + r) * p.lda + kc + lane) : 0.0f;
-    __syncwarp();
-    for (int e = lane; e < 32 * nn; e += 32) {
-      const int kk = p.trans_b ? e % 32 : e / nn, j = p.trans_b ? e / 32 : e % nn;
-      bw[kk][j] = kk < kn ? skinny_b(p, b, kc + kk, j0 + j) : 0.0f;
-    }
+    const float *panel = p.trans_b ? b + j0 * p.ldb + kc : b + kc * p.ldb + j0;
+#pragma unroll
+    for (int i = 0; i < SKINNY_N; ++i)
+      tb[i] = kks[i] < kn ? __ldg(panel + (p.trans_b ? js[i] * p.ldb + kks[i] : kks[i] * p.ldb + js[i])) : 0.0f;
+  };
+  if (k0 < k1) fetch(k0);
+  for (int64_t kc = k0; kc < k1; kc += 32) {
+    __syncwarp(); /* the last chunk's panel is read */
+#pragma unroll
+    for (int i = 0; i < SKINNY_N; ++i)
+      if (kks[i] < 32) bw[kks[i]][js[i]] = tb[i];
+    float ac[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) ac[r] = av[r];
+    if (kc + 32 < k1) fetch(kc + 32); /* in flight while this chunk is multiplied */
     __syncwarp();
     float bv[SKINNY_N];
 #pragma unroll
@@ -347,7 +370,7 @@ __device__ void skinny_k_lanes(const aq_matmul_args_t &p, Skinny &s, const float
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int j = 0; j < SKINNY_N; ++j) acc[r][j] = fmaf(av[r], bv[j], acc[r][j]);
+      for (int j = 0; j < SKINNY_N; ++j) acc[r][j] = fmaf(ac[r], bv[j], acc[r][j]);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r)

@@ -6,9 +6,8 @@
 // rows among 32 slices of its threads, so a 256-row bias gradient is one
 // round of eight loads in flight a thread and a 1024-column one 128 blocks
 // (32 columns a block left 32 blocks each waiting on memory four times:
-// 6 us on an H100 where 3 do). The slices' sums meet through a tree in
-// shared memory, in a fixed order. Eight columns are a 32-byte sector, so
-// the loads still use whole sectors.
+// 6 us on an H100 where 3 do). Eight columns are a 32-byte sector, so the
+// loads still use whole sectors.
 // F: the fused form (aq_sum_rows_sgd_f32): the sum is the gradient of out,
 // which takes aq_sgd_momentum_f32's update instead of it.
 template <bool F>
@@ -21,6 +20,12 @@ __device__ void sum_rows(const aq_sum_rows_args_t &p, const aq_sum_rows_sgd_args
   const int64_t blocks = (int64_t)gridDim.x * gridDim.y * gridDim.z;
   for (int64_t c0 = block * width; c0 < p.cols; c0 += blocks * width) {
     const int64_t j = c0 + lane;
+    /* What the write-back reads, asked for before the sums so the two waits overlap. */
+    float old = 0.0f, vel = 0.0f;
+    if (slice == 0 && j < p.cols) {
+      if (F || p.beta != 0.0f) old = p.out[j];
+      if (F) vel = f->velocity[j];
+    }
     float s = 0.0f;
     if (slice < slices && j < p.cols) {
       float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -31,20 +36,34 @@ __device__ void sum_rows(const aq_sum_rows_args_t &p, const aq_sum_rows_sgd_args
       for (; i < p.rows; i += slices) acc[0] += p.x[i * p.ldx + j];
       s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     }
-    part[tid] = s;
+    /* The slices' sums meet in a fixed order: across the 4 slices of each
+     * warp by shuffles, then over the warps' partials in shared memory (one
+     * barrier; a tree over all 32 slices took five). Blocks whose warps do
+     * not hold whole groups of 8 columns (a CPU grid's) take the tree. */
+    const bool warps = width == 8 && threads % 32 == 0;
+    if (warps) {
+      s += __shfl_xor_sync(0xffffffffu, s, 8);
+      s += __shfl_xor_sync(0xffffffffu, s, 16);
+      if ((tid & 31) < 8) part[(tid >> 5) * 8 + lane] = s;
+    } else {
+      part[tid] = s;
+    }
     __syncthreads();
-    for (int stride = 1; stride < slices; stride *= 2) {
+    for (int stride = 1; !warps && stride < slices; stride *= 2) {
       if (slice % (2 * stride) == 0 && slice + stride < slices) part[tid] += part[tid + stride * width];
       __syncthreads();
     }
     if (slice == 0 && j < p.cols) {
-      const float v = p.alpha * part[lane] + (p.beta != 0.0f ? p.beta * p.out[j] : 0.0f);
+      float sum = part[lane];
+      if (warps)
+        for (int w = 1; w < threads / 32; ++w) sum += part[w * 8 + lane];
+      const float v = p.alpha * sum + (p.beta != 0.0f ? p.beta * old : 0.0f);
       if (!F) {
         p.out[j] = v;
       } else {
-        const float w = p.out[j], g = v + f->weight_decay * w, u = f->momentum * f->velocity[j] + g;
+        const float g = v + f->weight_decay * old, u = f->momentum * vel + g;
         f->velocity[j] = u;
-        p.out[j] = w - f->lr * u;
+        p.out[j] = old - f->lr * u;
       }
     }
     __syncthreads();
