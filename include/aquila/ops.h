@@ -56,9 +56,9 @@ typedef enum aq_activation {
  * (sm_80 on) split each operand into two TF32 parts and add three TF32
  * products in fp32 (3xTF32: each term within about 2^-22 of its value,
  * where one fp32 rounding is 2^-24; over k terms the sums' own rounding is
- * of the same order). EXACT: one fp32 multiply-add per term everywhere
- * (a GPU's FFMA builds: slower, bit-for-bit the same on every run of a
- * shape). Any other value is refused as a bad kernarg. */
+ * of the same order). EXACT: one fp32 multiply-add per term everywhere (a
+ * GPU's FFMA builds, slower). Either way a shape gives the same bits on
+ * every run (no atomics). Any other value is refused as a bad kernarg. */
 typedef enum aq_matmul_precision {
   AQ_MATMUL_PRECISION_DEFAULT = 0,
   AQ_MATMUL_PRECISION_EXACT = 1,

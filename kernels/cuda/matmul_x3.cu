@@ -23,9 +23,9 @@
 // this depth with the next slice asked for only after the barrier, measured
 // 3-10% slower on an H100), in the layout they have in memory: a
 // k-contiguous operand (A stored m x k, B stored n x k) as rows of 32 k
-// padded to 36 floats, an m/n-contiguous one (A stored
-// k x m, B stored k x n) as rows of 64 padded to 72. Either way the 32
-// lanes of a fragment load (8 rows x 4 k, or 4 k x 8 columns) fall in 32
+// padded to 36 floats, an m/n-contiguous one (A stored k x m, B stored
+// k x n) as rows of 64 padded to 72. Either way the 32 lanes of a fragment
+// load (8 rows x 4 k, or 4 k x 8 columns) fall in 32
 // distinct banks. Edges and unaligned operands take bounds-checked scalar
 // loads into the same layout, so every shape is correct.
 //
