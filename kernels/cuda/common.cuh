@@ -12,6 +12,9 @@
 #include <hip/hip_runtime.h>
 #define AQ_HIP 1
 #define __shfl_xor_sync(mask, v, o) __shfl_xor((v), (o), 32)
+/* A wavefront runs in lockstep; the fence orders its lanes' shared-memory
+ * writes before the reads that follow (HIP 5.2 has no __syncwarp). */
+#define __syncwarp() (__builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "wavefront"), __builtin_amdgcn_wave_barrier())
 #define __trap() __builtin_trap()
 #endif
 
