@@ -10,6 +10,8 @@
 #include "runtime/driver.h"
 #include "runtime/handle.h"
 #include "runtime/status.h"
+#include "runtime/trace.h"
+#include "runtime/wake.h" /* aq_now_ns */
 
 typedef struct allocation {
   uintptr_t base;
@@ -201,10 +203,7 @@ AQ_API aq_status_t aq_memory_lookup(const void *ptr, aq_region_t *out_region, vo
   return AQ_OK;
 }
 
-AQ_API aq_status_t aq_memory_copy(void *dst, const void *src, size_t size) {
-  if (!dst || !src) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_copy: dst and src are required");
-  if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
-  if (size == 0) return AQ_OK;
+static aq_status_t copy(void *dst, const void *src, size_t size) {
   allocation_t a;
   /* A driver with device memory copies whenever either side is its own. */
   for (int side = 0; side < 2; ++side) {
@@ -225,4 +224,18 @@ AQ_API aq_status_t aq_memory_copy(void *dst, const void *src, size_t size) {
   }
   memmove(dst, src, size);
   return AQ_OK;
+}
+
+/* A traced copy is a span of category "copy" with its bytes, on the
+ * calling thread's time (it returns when the data has landed). */
+AQ_API aq_status_t aq_memory_copy(void *dst, const void *src, size_t size) {
+  if (!dst || !src) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_copy: dst and src are required");
+  if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
+  if (size == 0) return AQ_OK;
+  const uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
+  const aq_status_t s = copy(dst, src, size);
+  if (t0 && s == AQ_OK)
+    aq_trace_record(&(aq_trace_event_t){.name = "memcpy", .category = "copy", .ready_ns = t0, .start_ns = t0,
+                                        .end_ns = aq_now_ns(), .bytes = size, .queue = UINT32_MAX});
+  return s;
 }

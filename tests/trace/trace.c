@@ -47,11 +47,16 @@ Test(trace, one_event_per_packet_with_consistent_times) {
   char err[512];
   cr_assert_eq(tfile_load(path, &t, err, sizeof(err)), 0, "%s", err);
   cr_assert_str_eq(t.producer, "aquila");
-  size_t packets = 0, runs = 0, inst = 0, tasks = 0;
+  size_t packets = 0, runs = 0, inst = 0, tasks = 0, copies = 0;
   for (size_t i = 0; i < t.count; ++i) {
     tevent_t *ev = &t.events[i];
     cr_assert_geq(ev->dur, 0.0);
     cr_assert_geq(ev->ts, 0.0);
+    if (!strcmp(ev->cat, "copy")) { /* aq_exec_write's, of a's 8 KB */
+      copies++;
+      cr_assert_eq(ev->bytes, 64.0 * 32 * 4);
+      continue;
+    }
     if (!strcmp(ev->cat, "runtime")) {
       runs += !strcmp(ev->name, "graph run");
       inst += !strcmp(ev->name, "instantiate");
@@ -63,6 +68,7 @@ Test(trace, one_event_per_packet_with_consistent_times) {
       cr_assert_leq(ev->dispatch, ev->ts + 1e-3, "%s: started before it was written", ev->name);
     if (ev->task >= 0 && strcmp(ev->cat, "barrier")) tasks++;
   }
+  cr_assert_eq(copies, 1, "%zu copies traced", copies);
   cr_assert_eq(packets, (size_t)info.packets * RUNS, "%zu packet events for %u packets x %d runs", packets,
                info.packets, RUNS);
   cr_assert_eq(tasks, (size_t)info.tasks * RUNS, "every task of every run is tagged");
@@ -131,5 +137,36 @@ Test(trace, stop_without_start_and_unwritable_paths) {
   aq_trace_options_t o = {.path = "/nonexistent-dir/trace.json"};
   cr_assert_eq(aq_trace_start(&o), AQ_ERROR_IO);
   cr_assert(strstr(aq_last_error(), "/nonexistent-dir/trace.json"), "%s", aq_last_error());
+  aq_shut_down();
+}
+
+/* aq_memory_copy in a trace: one "copy" span a copy, with its bytes (what
+ * aq-trace's copies and GB/s come from); a refused copy records nothing. */
+Test(trace, a_traced_copy_is_a_span_with_its_bytes) {
+  char path[128];
+  temp_path(path, sizeof(path), "copy.json");
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_trace_options_t o = {.path = path};
+  AQ_ASSERT_OK(aq_trace_start(&o));
+  static char src[1 << 20], dst[1 << 20];
+  memset(src, 7, sizeof(src));
+  AQ_ASSERT_OK(aq_memory_copy(dst, src, sizeof(src)));
+  cr_assert_eq(dst[12345], 7);
+  cr_assert_eq(aq_memory_copy(NULL, src, 4), AQ_ERROR_INVALID_ARGUMENT);
+  AQ_ASSERT_OK(aq_trace_stop());
+  tfile_t t;
+  char err[512];
+  cr_assert_eq(tfile_load(path, &t, err, sizeof(err)), 0, "%s", err);
+  size_t copies = 0;
+  for (size_t i = 0; i < t.count; ++i)
+    if (!strcmp(t.events[i].cat, "copy")) {
+      ++copies;
+      cr_assert_str_eq(t.events[i].name, "memcpy");
+      cr_assert_eq(t.events[i].bytes, (double)sizeof(src));
+      cr_assert_geq(t.events[i].dur, 0.0);
+    }
+  cr_assert_eq(copies, 1);
+  tfile_free(&t);
+  unlink(path);
   aq_shut_down();
 }
