@@ -39,7 +39,7 @@ typedef struct aq_init_options {
   /* Comma-separated drivers to start ("cpu,cuda,rocr"); NULL = all.
    * AQ_AGENTS. */
   const char *drivers;
-  /* How long a waiter spins before it sleeps, in µs; 0 = 20. AQ_SPIN_US. */
+  /* How long a waiter spins before it sleeps, in µs; 0 = 200. AQ_SPIN_US. */
   uint32_t spin_us;
   /* How long a GPU queue's packet processor keeps polling for packets after
    * its last work before it sleeps, in µs; 0 = 200. AQ_GPU_SPIN_US. While a
