@@ -372,14 +372,15 @@ static int is_matmul(const char *kernel) {
 }
 
 /* The GPU build of a task's op: an exact exec's products take the FFMA
- * builds whatever precision their kernargs ask for (a fused kernarg starts
- * with its product's). */
+ * builds whatever precision their kernargs ask for. kernarg is the
+ * product's own (a fused kernarg starts with it), which is all the picker
+ * reads of either. */
 static const char *gpu_kernel(const aq_exec_t *e, const char *base, const void *kernarg) {
   if (!e->exact_matmul || !is_matmul(base)) return aq_gpu_op_kernel(base, kernarg);
   aq_matmul_args_t mm;
   memcpy(&mm, kernarg, sizeof(mm));
   mm.precision = AQ_MATMUL_PRECISION_EXACT;
-  return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build(&mm), strcmp(base, AQ_KERNEL_MATMUL) != 0);
+  return aq_gpu_op_kernel(base, &mm);
 }
 
 static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kernel_dispatch_packet_t *p) {
