@@ -65,8 +65,15 @@ typedef struct gemm_part {
   float alpha, beta;
 } gemm_part_t;
 
-/* Bytes of scratch gemm_part needs (one packed A block and one packed B panel). */
-#define GEMM_SCRATCH_BYTES (((size_t)GEMM_MC * GEMM_KC + (size_t)GEMM_KC * GEMM_NC) * sizeof(float) + 128)
+/* The packed A block's lists of the depth steps it keeps (gemm.c: zero
+ * skipping). */
+typedef struct gemm_skip gemm_skip_t;
+#define GEMM_SKIP_BYTES ((size_t)(GEMM_MC / GEMM_MR) * (2 * (GEMM_KC + 16) * sizeof(uint16_t) + 3 * sizeof(int32_t)))
+
+/* Bytes of scratch gemm_part needs (one packed A block, one packed B panel
+ * and the A block's skip lists). */
+#define GEMM_SCRATCH_BYTES \
+  (((size_t)GEMM_MC * GEMM_KC + (size_t)GEMM_KC * GEMM_NC) * sizeof(float) + GEMM_SKIP_BYTES + 128)
 
 /* C_part = act(alpha * op(A) op(B) + beta * C_part + bias). beta == 0 means C
  * is not read (it may hold NaNs). */

@@ -13,7 +13,8 @@ aq_cpu_isa_t aq_cpu_isa(void) {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isa = AQ_CPU_ISA_AVX2;
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt"))
     isa = AQ_CPU_ISA_AVX512;
 #endif
   const char *cap = getenv("AQ_CPU_ISA");

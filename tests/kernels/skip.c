@@ -1,0 +1,138 @@
+/* The GEMM's zero skipping (kernels/cpu/gemm.c): depth steps whose values
+ * in a 12-row panel of A, or in one 6-row half of it, are all zero are left
+ * out. What it promises: C is the dense kernel's, bit for bit (each sum
+ * runs in order over the same nonzero terms), except that an Inf or NaN of
+ * B meeting only zeros of A no longer reaches C. Both are checked here,
+ * against an in-order FMA reference, on both layouts of A. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels.h"
+
+TestSuite(skip, .init = setup, .fini = teardown);
+
+/* Whether this process's GEMM skips: the AVX-512 engine does, unless
+ * AQ_CPU_ISA caps the kernels below it or AQ_GEMM_SKIP_ZEROS=0. */
+static int skipping(void) {
+  const char *isa = getenv("AQ_CPU_ISA"), *off = getenv("AQ_GEMM_SKIP_ZEROS");
+  if ((isa && strcmp(isa, "avx512")) || (off && !strcmp(off, "0"))) return 0;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2");
+}
+
+/* Whether the vector kernels run (their sums are in-order FMAs). */
+static int vector_kernels(void) {
+  const char *isa = getenv("AQ_CPU_ISA");
+  __builtin_cpu_init();
+  return !(isa && !strcmp(isa, "generic")) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+enum { KC = 512 }; /* GEMM_KC: the depth of a slice; C takes each slice's sum in turn */
+
+/* What the vector kernels compute for C = 1.5 op(A) op(B) + bias, with
+ * every micro-tile full width (n a multiple of 32): per depth slice an
+ * in-order FMA chain from zero, scaled, added to C after the first. */
+static float reference(const float *a, const float *b, const float *bias, int64_t i, int64_t j, int64_t k, int ta,
+                       int64_t lda, int64_t ldb) {
+  float c = 0.0f;
+  for (int64_t s = 0; s < k || s == 0; s += KC) {
+    float acc = 0.0f;
+    for (int64_t l = s; l < k && l < s + KC; ++l) acc = fmaf(ta ? a[l * lda + i] : a[i * lda + l], b[l * ldb + j], acc);
+    float v = 1.5f * acc;
+    if (s > 0) v = fmaf(1.0f, c, v);
+    c = v + (s + KC >= k && bias ? bias[j] : 0.0f);
+  }
+  return c;
+}
+
+/* A (m x k, or k x m when ta) with zero steps in patterns the planner
+ * meets: rows zero throughout, panels zero at a step, one half zero at a
+ * step, whole panels zero, and scattered zeros. */
+static float *sparse_a(int64_t m, int64_t k, int ta, int64_t lda, unsigned seed) {
+  float *a = rnd((size_t)((ta ? k : m) * lda), seed);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t l = 0; l < k; ++l) {
+      int64_t panel = i / 12, half = (i % 12) / 6;
+      unsigned h = (unsigned)(l * 2654435761u + (uint64_t)panel * 40503u) >> 7;
+      int zero = i % 17 == 3 ||                        /* a row zero throughout */
+                 panel == 2 ||                         /* a panel zero throughout */
+                 h % 5 == 0 ||                         /* the panel zero at this step */
+                 (h % 5 == 1 && half == (int)(h & 1)) || /* one half zero at this step */
+                 (h % 5 == 2 && half == (int)(h >> 3 & 1)) || ((h ^ (unsigned)i) % 11 == 0);
+      if (zero) *(ta ? &a[l * lda + i] : &a[i * lda + l]) = (i + l) % 2 ? 0.0f : -0.0f;
+    }
+  return a;
+}
+
+static void check_bitwise(int64_t m, int64_t n, int64_t k, int ta, int bias) {
+  int64_t lda = (ta ? m : k) + 5, ldb = n + 32, ldc = n + 7;
+  float *a = sparse_a(m, k, ta, lda, 21), *b = rnd((size_t)(k * ldb), 22), *bv = rnd((size_t)n, 23);
+  float *c = rnd((size_t)(m * ldc), 24);
+  aq_matmul_args_t args = {.a = a, .b = b, .c = c, .bias = bias ? bv : NULL, .m = m, .n = n, .k = k, .lda = lda,
+                           .ldb = ldb, .ldc = ldc, .batch = 1, .alpha = 1.5f, .beta = 0.0f, .trans_a = ta};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  int exact = vector_kernels();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float got = c[i * ldc + j], want = reference(a, b, bias ? bv : NULL, i, j, k, ta, lda, ldb);
+      if (exact)
+        cr_assert(!memcmp(&got, &want, sizeof(float)), "%lldx%lldx%lld ta=%d: C[%lld,%lld] = %a, in-order FMA gives %a",
+                  (long long)m, (long long)n, (long long)k, ta, (long long)i, (long long)j, got, want);
+      else
+        cr_assert(fabsf(got - want) <= 1e-5f * (float)(k + 1) * (1.0f + fabsf(want)), "C[%lld,%lld] = %g, want %g",
+                  (long long)i, (long long)j, got, want);
+    }
+  free(a), free(b), free(bv), free(c);
+}
+
+Test(skip, sparse_products_match_the_dense_sums_bit_for_bit) {
+  /* 256 x 1024 x 784 is the MLP's first layer; the others cross the depth
+   * slice (k > 512), leave partial panels (m % 12), and split into parts. */
+  check_bitwise(256, 1024, 784, 0, 1);
+  check_bitwise(784, 256, 256, 1, 0);
+  check_bitwise(101, 96, 600, 0, 0);
+  check_bitwise(101, 96, 600, 1, 1);
+  check_bitwise(12, 32, 7, 0, 1);
+}
+
+/* B holds NaN in step 5 and Inf in step 9. In panel 0 (rows 0-11) A is zero
+ * at both steps; in panel 1 only rows 12-17 (its first half) are, on most of
+ * the steps, so the planner splits it into halves. Rows that meet a NaN or
+ * an Inf through a nonzero of A are NaN or Inf as ever; rows that meet them
+ * only through zeros are finite when the GEMM skips, NaN when it does not. */
+static void check_special(int ta) {
+  const int64_t m = 36, n = 64, k = 40, lda = ta ? m : k, ldb = n, ldc = n;
+  float *a = rnd((size_t)(m * k), 31), *b = rnd((size_t)(k * ldb), 32), *c = calloc((size_t)(m * ldc), sizeof(float));
+#define A(i, l) (*(ta ? &a[(l) * lda + (i)] : &a[(i) * lda + (l)]))
+  for (int64_t l = 0; l < k; ++l) {
+    for (int64_t i = 0; i < 12; ++i)
+      if (l == 5 || l == 9 || l % 3 == 0) A(i, l) = 0.0f;
+    for (int64_t i = 12; i < 18; ++i)
+      if (l == 5 || l == 9 || l % 4 != 1) A(i, l) = 0.0f;
+    for (int64_t i = 18; i < 24; ++i)
+      if (l % 4 == 3) A(i, l) = 0.0f;
+  }
+  A(30, 9) = 0.0f; /* panel 2 keeps steps 5 and 9 through its other rows */
+  for (int64_t j = 0; j < n; ++j) b[5 * ldb + j] = NAN, b[9 * ldb + j] = j % 2 ? INFINITY : -INFINITY;
+  aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+                           .batch = 1, .alpha = 1.0f, .trans_a = ta};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  int skips = skipping();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float v = c[i * ldc + j];
+      if (i < 18)
+        cr_assert(skips ? isfinite(v) : isnan(v), "ta=%d C[%lld,%lld] = %g: B's NaN and Inf meet only zeros of A (%s)",
+                  ta, (long long)i, (long long)j, v, skips ? "skipped" : "dense");
+      else
+        cr_assert(isnan(v), "ta=%d C[%lld,%lld] = %g: B's NaN meets a nonzero of A", ta, (long long)i, (long long)j, v);
+    }
+#undef A
+  free(a), free(b), free(c);
+}
+
+Test(skip, nan_and_inf_of_b_reach_c_only_through_nonzeros_of_a) {
+  check_special(0);
+  check_special(1);
+}
