@@ -227,6 +227,35 @@ AQ_TARGET_AVX2 static void pack_b_avx2(const gemm_part_t *p, int64_t l0, int64_t
   }
 }
 
+/* 16 x 16 transpose in registers: x[r] holds row r on entry; on exit
+ * x[j] holds column j. Unpack pairs of rows, then pairs of pairs, then
+ * 128-bit lanes twice. */
+AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void transpose16_avx512(__m512 x[16]) {
+  __m512 t[16], u[16], v[16];
+  for (int r = 0; r < 8; ++r) {
+    t[2 * r] = _mm512_unpacklo_ps(x[2 * r], x[2 * r + 1]);
+    t[2 * r + 1] = _mm512_unpackhi_ps(x[2 * r], x[2 * r + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {
+    __m512d t0 = _mm512_castps_pd(t[4 * g]), t1 = _mm512_castps_pd(t[4 * g + 1]);
+    __m512d t2 = _mm512_castps_pd(t[4 * g + 2]), t3 = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  /* u[4g + j]: columns j, j+4, j+8, j+12 (one per lane) of rows 4g..4g+3. */
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 4; ++j) {
+      v[8 * h + j] = _mm512_shuffle_f32x4(u[8 * h + j], u[8 * h + 4 + j], 0x88);
+      v[8 * h + 4 + j] = _mm512_shuffle_f32x4(u[8 * h + j], u[8 * h + 4 + j], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {
+    x[j] = _mm512_shuffle_f32x4(v[j], v[8 + j], 0x88);
+    x[j + 8] = _mm512_shuffle_f32x4(v[j], v[8 + j], 0xdd);
+  }
+}
+
 /* A row-major A (not transposed) packs as a transpose: 16 columns of k from
  * each of the panel's rows at a time, written k-major. The 16x16 transpose
  * runs in registers, so reads and writes are both full vectors. */
@@ -245,34 +274,11 @@ AQ_TARGET_AVX512 static void pack_a_avx512(const gemm_part_t *p, int64_t i0, int
     const float *src = p->a + (i0 + r0) * p->lda + l0;
     int64_t l = 0;
     for (; l + 16 <= kc; l += 16) {
-      /* The panel's rows by 16 columns of k, padded to 16 rows with zeros,
-       * transposed in registers: unpack pairs of rows, then pairs of pairs,
-       * then 128-bit lanes twice. */
-      __m512 x[16], t[16], u[16], v[16];
+      /* The panel's rows by 16 columns of k, padded to 16 rows with zeros. */
+      __m512 x[16];
       for (int r = 0; r < 16; ++r) x[r] = r < GEMM_MR ? _mm512_loadu_ps(src + r * p->lda + l) : _mm512_setzero_ps();
-      for (int r = 0; r < 8; ++r) {
-        t[2 * r] = _mm512_unpacklo_ps(x[2 * r], x[2 * r + 1]);
-        t[2 * r + 1] = _mm512_unpackhi_ps(x[2 * r], x[2 * r + 1]);
-      }
-      for (int g = 0; g < 4; ++g) {
-        __m512d t0 = _mm512_castps_pd(t[4 * g]), t1 = _mm512_castps_pd(t[4 * g + 1]);
-        __m512d t2 = _mm512_castps_pd(t[4 * g + 2]), t3 = _mm512_castps_pd(t[4 * g + 3]);
-        u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-      }
-      /* u[4g + j]: columns j, j+4, j+8, j+12 (one per lane) of rows 4g..4g+3. */
-      for (int h = 0; h < 2; ++h)
-        for (int j = 0; j < 4; ++j) {
-          v[8 * h + j] = _mm512_shuffle_f32x4(u[8 * h + j], u[8 * h + 4 + j], 0x88);
-          v[8 * h + 4 + j] = _mm512_shuffle_f32x4(u[8 * h + j], u[8 * h + 4 + j], 0xdd);
-        }
-      for (int j = 0; j < 8; ++j) {
-        __m512 lo = _mm512_shuffle_f32x4(v[j], v[8 + j], 0x88), hi = _mm512_shuffle_f32x4(v[j], v[8 + j], 0xdd);
-        _mm512_mask_storeu_ps(dst + (l + j) * GEMM_MR, (__mmask16)((1u << GEMM_MR) - 1), lo);
-        _mm512_mask_storeu_ps(dst + (l + j + 8) * GEMM_MR, (__mmask16)((1u << GEMM_MR) - 1), hi);
-      }
+      transpose16_avx512(x);
+      for (int j = 0; j < 16; ++j) _mm512_mask_storeu_ps(dst + (l + j) * GEMM_MR, (__mmask16)((1u << GEMM_MR) - 1), x[j]);
     }
     for (; l < kc; ++l)
       for (int r = 0; r < GEMM_MR; ++r) dst[l * GEMM_MR + r] = src[r * p->lda + l];
@@ -307,6 +313,36 @@ struct gemm_skip {
 };
 _Static_assert(sizeof(gemm_skip_t) <= GEMM_SKIP_BYTES, "GEMM_SKIP_BYTES must hold the skip lists");
 _Static_assert(GEMM_KC <= 65536, "a skip list's steps are 16-bit");
+/* ---- sparse rows ---------------------------------------------------------------
+ * Skipping over panels finds only the steps where 12 (or 6) rows are zero
+ * together: 10-30% of the MLP's steps, where about half of every activation
+ * matrix is zero (its images' background, ReLU's zeros; more as training
+ * goes on). The sparse path goes row by row instead. Each row of op(A)
+ * keeps a list of its nonzeros (value and step) per SPARSE_SK-step
+ * sub-slice; a row of C, SPARSE_NB columns wide, stays in registers while
+ * each nonzero adds its value times a row of the packed B micro-panels,
+ * whose sub-slice (16 KB) stays in L1 while every row passes. That is one B
+ * load per multiply-add, against one per twelve in the panel kernel, so a
+ * term costs about 1.2 of the panel kernel's: the path pays where fewer
+ * than SPARSE_DENSITY_PCT percent of A's values are nonzero, which a part
+ * decides on its first block. Each row's sum runs over its nonzeros in
+ * order and restarts per KC slice, as the dense kernels', so C is theirs
+ * bit for bit (the exception above included). */
+enum { SPARSE_SK = 32, SPARSE_NB = 4 * GEMM_NR, SPARSE_DENSITY_PCT = 75 };
+typedef struct sparse {
+  float *val;  /* [sub-slice][row][SPARSE_SK]: the nonzeros */
+  uint8_t *at; /* the same: their steps within the sub-slice */
+  uint8_t *n;  /* [sub-slice][row]: how many */
+  float *sums; /* [row][SPARSE_NB]: a column group's running sums */
+} sparse_t;
+_Static_assert(GEMM_SPARSE_BYTES >= (size_t)GEMM_MC * GEMM_KC + (size_t)GEMM_MC * (GEMM_KC / SPARSE_SK) +
+                                        (size_t)GEMM_MC * SPARSE_NB * sizeof(float) + 64,
+               "GEMM_SPARSE_BYTES must hold the steps, counts and sums");
+typedef int64_t (*sparse_build_fn)(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc,
+                                   const sparse_t *sp);
+typedef void (*sparse_block_fn)(const gemm_part_t *p, const sparse_t *sp, const float *pb, int64_t kc, int64_t i0,
+                                int64_t mc, int64_t j0, int64_t nc, const epi_t *e);
+
 /* n steps of a panel listed in at (a: the panel, or its second half). */
 typedef void (*micro_skip_fn)(int64_t n, const uint16_t *at, const float *a, const float *b, float *c, int64_t ldc,
                               const epi_t *e);
@@ -339,6 +375,28 @@ static inline __attribute__((always_inline)) void aq_prefetch_c(const float *c, 
  * shorter variants serve the last micro-tile of a product whose rows are
  * not a multiple of 12 (a conv with 6 or 16 filters): they write C
  * directly and pay only for the rows there are. */
+/* The write-back of row r of a micro-tile (its sums s0, s1) to p: the
+ * epilogue of epi_t. */
+AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void store512(const epi_t *e, __m512 s0, __m512 s1,
+                                                                            float *p, int64_t r) {
+  __m512 z = _mm512_setzero_ps(), v0 = _mm512_mul_ps(_mm512_set1_ps(e->alpha), s0),
+         v1 = _mm512_mul_ps(_mm512_set1_ps(e->alpha), s1);
+  if (e->beta != 0.0f) {
+    v0 = _mm512_fmadd_ps(_mm512_set1_ps(e->beta), _mm512_loadu_ps(p), v0);
+    v1 = _mm512_fmadd_ps(_mm512_set1_ps(e->beta), _mm512_loadu_ps(p + 16), v1);
+  }
+  v0 = _mm512_add_ps(v0, e->bias ? _mm512_loadu_ps(e->bias) : z);
+  v1 = _mm512_add_ps(v1, e->bias ? _mm512_loadu_ps(e->bias + 16) : z);
+  if (e->bias_row) {
+    __m512 br = _mm512_set1_ps(e->bias_row[r]);
+    v0 = _mm512_add_ps(v0, br);
+    v1 = _mm512_add_ps(v1, br);
+  }
+  if (e->relu) v0 = _mm512_max_ps(v0, z), v1 = _mm512_max_ps(v1, z);
+  _mm512_storeu_ps(p, v0);
+  _mm512_storeu_ps(p + 16, v1);
+}
+
 /* The depth loop runs over every step (at NULL: a dense panel) or over the
  * n steps a skip list keeps (at[l]: the step). */
 AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void micro512(int rows, int64_t n, const uint16_t *at,
@@ -359,26 +417,7 @@ AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void micro512(int 
       c1[r] = _mm512_fmadd_ps(ar, b1, c1[r]);
     }
   }
-  __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta), z = _mm512_setzero_ps();
-  __m512 bias0 = e->bias ? _mm512_loadu_ps(e->bias) : z, bias1 = e->bias ? _mm512_loadu_ps(e->bias + 16) : z;
-  _Pragma("GCC unroll 16") for (int r = 0; r < rows; ++r) {
-    float *p = c + r * ldc;
-    __m512 v0 = _mm512_mul_ps(va, c0[r]), v1 = _mm512_mul_ps(va, c1[r]);
-    if (e->beta != 0.0f) {
-      v0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(p), v0);
-      v1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(p + 16), v1);
-    }
-    v0 = _mm512_add_ps(v0, bias0);
-    v1 = _mm512_add_ps(v1, bias1);
-    if (e->bias_row) {
-      __m512 br = _mm512_set1_ps(e->bias_row[r]);
-      v0 = _mm512_add_ps(v0, br);
-      v1 = _mm512_add_ps(v1, br);
-    }
-    if (e->relu) v0 = _mm512_max_ps(v0, z), v1 = _mm512_max_ps(v1, z);
-    _mm512_storeu_ps(p, v0);
-    _mm512_storeu_ps(p + 16, v1);
-  }
+  _Pragma("GCC unroll 16") for (int r = 0; r < rows; ++r) store512(e, c0[r], c1[r], c + r * ldc, r);
 }
 #define AQ_DEFINE_MICRO512(name, ROWS)                                                                  \
   AQ_TARGET_AVX512 static void name(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,  \
@@ -417,7 +456,7 @@ static int halves_pay(int64_t whole, int64_t halves) { return halves * 11 < whol
  * and half. A list then grows by compressing the steps' indices under a
  * half's (or either half's) bits. NaN compares unequal to zero, so a step
  * holding one is kept. */
-#define AQ_TARGET_SKIP __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,bmi2,popcnt")))
+#define AQ_TARGET_SKIP __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2,bmi2,popcnt")))
 AQ_TARGET_SKIP static inline __attribute__((always_inline)) int64_t skip_append(uint16_t *list, int64_t n,
                                                                                  unsigned bits, int64_t l0) {
   __m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int)l0),
@@ -465,6 +504,137 @@ AQ_TARGET_SKIP static void skip_plan_avx512(const float *pa, int64_t mc, int64_t
       for (int64_t c = 0; c < chunks; ++c) n = skip_append(sk->at[q][0], n, (unsigned)(top[c] | bottom[c]), c * 16);
       sk->n[q][0] = (int32_t)n, sk->mode[q] = SKIP_WHOLE;
     }
+  }
+}
+
+/* Appends x's nonzeros (steps first .. first + 15; zeros where there are
+ * none) to the list at o, which holds c; returns the new count. */
+AQ_TARGET_SKIP static inline __attribute__((always_inline)) int sparse_put(const sparse_t *sp, size_t o, int c,
+                                                                            __m512 x, int first) {
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __mmask16 nz = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+  _mm512_storeu_ps(sp->val + o + c, _mm512_maskz_compress_ps(nz, x));
+  __m512i steps = _mm512_maskz_compress_epi32(nz, _mm512_add_epi32(iota, _mm512_set1_epi32(first)));
+  _mm_storeu_si128((__m128i *)(sp->at + o + c), _mm512_cvtepi32_epi8(steps));
+  return c + __builtin_popcount(nz);
+}
+
+static inline __mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? (__mmask16)0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0;
+}
+
+/* The lists of op(A) rows [i0, i0 + mc), depth [l0, l0 + kc); returns how
+ * many nonzeros they hold. A transposed A is read 16 rows by 16 steps at a
+ * time and turned in registers. */
+AQ_TARGET_SKIP static int64_t sparse_build_avx512(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0,
+                                                  int64_t kc, const sparse_t *sp) {
+  int64_t nsub = (kc + SPARSE_SK - 1) / SPARSE_SK, nnz = 0;
+  for (int64_t s = 0; s < nsub; ++s) {
+    int64_t left = kc - s * SPARSE_SK;
+    if (!p->trans_a) {
+      for (int64_t r = 0; r < mc; ++r) {
+        const float *src = p->a + (i0 + r) * p->lda + l0 + s * SPARSE_SK;
+        size_t o = (size_t)(s * mc + r) * SPARSE_SK;
+        int c = sparse_put(sp, o, 0, _mm512_maskz_loadu_ps(first_lanes(left), src), 0);
+        c = sparse_put(sp, o, c, _mm512_maskz_loadu_ps(first_lanes(left - 16), src + 16), 16);
+        sp->n[s * mc + r] = (uint8_t)c, nnz += c;
+      }
+      continue;
+    }
+    for (int64_t r0 = 0; r0 < mc; r0 += 16) {
+      __mmask16 rows = first_lanes(mc - r0);
+      __m512 x[2][16];
+      for (int h = 0; h < 2; ++h) {
+        for (int l = 0; l < 16; ++l) {
+          int64_t step = s * SPARSE_SK + 16 * h + l;
+          x[h][l] = step < kc ? _mm512_maskz_loadu_ps(rows, p->a + (l0 + step) * p->lda + i0 + r0) : _mm512_setzero_ps();
+        }
+        transpose16_avx512(x[h]);
+      }
+      for (int64_t r = 0; r < 16 && r0 + r < mc; ++r) {
+        size_t o = (size_t)(s * mc + r0 + r) * SPARSE_SK;
+        int c = sparse_put(sp, o, sparse_put(sp, o, 0, x[0][r], 0), x[1][r], 16);
+        sp->n[s * mc + r0 + r] = (uint8_t)c, nnz += c;
+      }
+    }
+  }
+  return nnz;
+}
+
+/* One sub-slice for rows [0, rows): sums[r] takes each nonzero times its
+ * step's row of the group's micro-panels b[0 .. nq / 2) (NQ vectors). */
+AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void sparse_rows(int nq, int64_t rows, const float *val,
+                                                                               const uint8_t *at, const uint8_t *n,
+                                                                               const float *const *b, float *sums,
+                                                                               int first) {
+  for (int64_t r = 0; r < rows; ++r, val += SPARSE_SK, at += SPARSE_SK) {
+    float *t = sums + r * SPARSE_NB;
+    __m512 acc[SPARSE_NB / 16];
+    _Pragma("GCC unroll 8") for (int q = 0; q < nq; ++q) acc[q] = first ? _mm512_setzero_ps() : _mm512_load_ps(t + 16 * q);
+    for (int j = 0; j < n[r]; ++j) {
+      __m512 v = _mm512_set1_ps(val[j]);
+      int64_t off = (int64_t)at[j] * GEMM_NR;
+      _Pragma("GCC unroll 8") for (int q = 0; q < nq; ++q)
+        acc[q] = _mm512_fmadd_ps(v, _mm512_load_ps(b[q >> 1] + off + (q & 1) * 16), acc[q]);
+    }
+    _Pragma("GCC unroll 8") for (int q = 0; q < nq; ++q) _mm512_store_ps(t + 16 * q, acc[q]);
+  }
+}
+
+/* The write-back of a column group's sums (rows [i0, i0 + mc), columns
+ * [j0, j0 + cols)), as the dense kernels write a micro-tile: full 32-column
+ * tiles through the vector epilogue; a partial one, or a fused consumer,
+ * from the raw sum (+ 0, as a raw micro-tile holds it). */
+AQ_TARGET_AVX512 static void sparse_store(const gemm_part_t *p, float *sums, int64_t i0, int64_t mc, int64_t j0,
+                                          int64_t cols, const epi_t *e) {
+  epi_t er = *e;
+  er.bias = e->bias ? e->bias + j0 : NULL;
+  er.bias_row = e->bias_row ? e->bias_row + i0 : NULL;
+  float *c = p->c + i0 * p->ldc + j0;
+  if (e->post || cols % GEMM_NR)
+    for (int64_t r = 0; r < mc; ++r)
+      for (int64_t j = 0; j < cols; j += 16)
+        _mm512_store_ps(sums + r * SPARSE_NB + j, _mm512_add_ps(_mm512_load_ps(sums + r * SPARSE_NB + j), _mm512_setzero_ps()));
+  if (e->post) {
+    post_rows(&er, sums, SPARSE_NB, mc, cols, c, p->ldc, i0, j0);
+    return;
+  }
+  for (int64_t jr = 0; jr < cols; jr += GEMM_NR) {
+    epi_t ej = er;
+    ej.bias = er.bias ? er.bias + jr : NULL;
+    for (int64_t r = 0; r < mc; ++r) {
+      const float *t = sums + r * SPARSE_NB + jr;
+      float *cr = c + r * p->ldc + jr;
+      if (cols - jr >= GEMM_NR) {
+        store512(&ej, _mm512_load_ps(t), _mm512_load_ps(t + 16), cr, r);
+        continue;
+      }
+      for (int64_t j = 0; j < cols - jr; ++j) cr[j] = epi_one(&ej, t[j], &cr[j], r, j);
+    }
+  }
+}
+
+/* C's block rows [i0, i0 + mc) x columns [j0, j0 + nc) from the lists and
+ * the packed B (pb: NR-column micro-panels, kc deep), one SPARSE_NB-column
+ * group at a time. */
+AQ_TARGET_AVX512 static void sparse_block_avx512(const gemm_part_t *p, const sparse_t *sp, const float *pb, int64_t kc,
+                                                 int64_t i0, int64_t mc, int64_t j0, int64_t nc, const epi_t *e) {
+  int64_t nsub = (kc + SPARSE_SK - 1) / SPARSE_SK;
+  for (int64_t jg = 0; jg < nc; jg += SPARSE_NB) {
+    int64_t cols = nc - jg < SPARSE_NB ? nc - jg : SPARSE_NB, panels = (cols + GEMM_NR - 1) / GEMM_NR;
+    for (int64_t s = 0; s < nsub; ++s) {
+      const float *b[4];
+      for (int64_t k = 0; k < 4; ++k) b[k] = pb + ((jg / GEMM_NR + (k < panels ? k : 0)) * kc + s * SPARSE_SK) * GEMM_NR;
+      const float *val = sp->val + (size_t)s * mc * SPARSE_SK;
+      const uint8_t *at = sp->at + (size_t)s * mc * SPARSE_SK, *n = sp->n + s * mc;
+      switch (panels) {
+        case 4: sparse_rows(8, mc, val, at, n, b, sp->sums, s == 0); break;
+        case 3: sparse_rows(6, mc, val, at, n, b, sp->sums, s == 0); break;
+        case 2: sparse_rows(4, mc, val, at, n, b, sp->sums, s == 0); break;
+        default: sparse_rows(2, mc, val, at, n, b, sp->sums, s == 0); break;
+      }
+    }
+    sparse_store(p, sp->sums, i0, mc, j0 + jg, cols, e);
   }
 }
 
@@ -653,20 +823,24 @@ typedef struct engine {
   micro_fn rows[GEMM_MR + 1]; /* exactly r rows, writing C directly; NULL: none */
   micro_skip_fn micro_skip, micro_skip_half; /* through a skip list: all MR rows; the first 6; NULL: none */
   skip_plan_fn skip_plan;
+  sparse_build_fn sparse_build; /* the sparse path; NULL: none */
+  sparse_block_fn sparse_block;
   pack_a_fn pack_a;
   pack_b_fn pack_b;
   narrow_fn narrow;
   int64_t kc, mc; /* depth of a packed slice and rows of an A block (<= GEMM_KC, GEMM_MC); mc 0: from L2 */
 } engine_t;
 
-static const engine_t generic_engine = {micro_c, micro_c, {NULL}, NULL, NULL, NULL, pack_a_generic, pack_b, narrow_c,
-                                        GEMM_KC, GEMM_MC};
+static const engine_t generic_engine = {micro_c, micro_c, {NULL}, NULL, NULL, NULL, NULL, NULL, pack_a_generic, pack_b,
+                                        narrow_c, GEMM_KC, GEMM_MC};
 #if defined(__x86_64__)
 static const engine_t avx2_engine = {
     micro_avx2,
     micro_avx2_half,
     {NULL, micro_avx2_1, micro_avx2_2, micro_avx2_3, micro_avx2_4, micro_avx2_5, micro_avx2_half, micro_avx2_7,
      micro_avx2_8, micro_avx2_9, micro_avx2_10, micro_avx2_11, micro_avx2},
+    NULL,
+    NULL,
     NULL,
     NULL,
     NULL,
@@ -683,6 +857,8 @@ static const engine_t avx512_engine = {
     micro_avx512_skip,
     micro_avx512_skip_half,
     skip_plan_avx512,
+    sparse_build_avx512,
+    sparse_block_avx512,
     pack_a_avx512,
     pack_b_avx2,
     narrow_avx512,
@@ -917,11 +1093,47 @@ static void part_narrow(const gemm_part_t *p, const engine_t *en, float *pa) {
   }
 }
 
+/* The part through the sparse path, when its first block's A is sparse
+ * enough; returns 0, having written nothing, when it is not. The blocking
+ * is the dense path's (A blocks of at most MC rows, KC-deep slices, NC
+ * columns of packed B), so the sums restart where theirs do. */
+static int part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, const sparse_t *sp) {
+  if (!en->sparse_build || p->pack_a || p->k == 0 || !skip_wanted()) return 0;
+  const int64_t KC = en->kc, MC = a_block_rows(en);
+  int64_t blocks = (p->mc + MC - 1) / MC;
+  int64_t mcb = ((p->mc + blocks - 1) / blocks + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+  for (int64_t jc = 0; jc < p->nc; jc += GEMM_NC) {
+    int64_t nc = p->nc - jc < GEMM_NC ? p->nc - jc : GEMM_NC;
+    for (int64_t pc = 0; pc < p->k; pc += KC) {
+      int64_t kc = p->k - pc < KC ? p->k - pc : KC;
+      int last = pc + KC >= p->k, packed = 0;
+      epi_t e = {p->alpha, pc == 0 ? p->beta : 1.0f, last ? p->bias : NULL, last ? p->bias_row : NULL,
+                 last && p->act == GEMM_ACT_RELU, last ? p->post : NULL};
+      for (int64_t ic = 0; ic < p->mc; ic += mcb) {
+        int64_t mc = p->mc - ic < mcb ? p->mc - ic : mcb;
+        int64_t nnz = en->sparse_build(p, p->m0 + ic, mc, pc, kc, sp);
+        if (!jc && !pc && !ic && nnz * 100 > SPARSE_DENSITY_PCT * mc * kc) return 0;
+        if (!packed) {
+          if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jc, nc, pc, kc, pb);
+          else en->pack_b(p, pc, kc, p->n0 + jc, nc, pb);
+          packed = 1;
+        }
+        en->sparse_block(p, sp, pb, kc, p->m0 + ic, mc, p->n0 + jc, nc, &e);
+      }
+    }
+  }
+  return 1;
+}
+
 void gemm_part(const gemm_part_t *p, void *scratch) {
   const engine_t *en = engine_get();
   float *pa = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
   float *pb = pa + (size_t)GEMM_MC * GEMM_KC;
   gemm_skip_t *skip = (gemm_skip_t *)(pb + (size_t)GEMM_KC * GEMM_NC);
+  uint8_t *extra = (uint8_t *)skip + GEMM_SKIP_BYTES;
+  float *sums = (float *)(((uintptr_t)extra + 63) & ~(uintptr_t)63);
+  uint8_t *at = (uint8_t *)(sums + (size_t)GEMM_MC * SPARSE_NB);
+  const sparse_t sp = {pa, at, at + (size_t)GEMM_MC * GEMM_KC, sums};
   /* Narrow parts read B in place and pack an A panel over the whole depth
    * (it must fit the scratch; packers of the caller's, which may assume
    * kc <= GEMM_KC, keep the blocked path). */
@@ -930,6 +1142,7 @@ void gemm_part(const gemm_part_t *p, void *scratch) {
     part_narrow(p, en, pa);
     return;
   }
+  if (part_sparse(p, en, pb, &sp)) return;
   const int64_t KC = en->kc, MC = a_block_rows(en);
   if (p->mc <= MC) {
     part_fused(p, en, pa, pb, skip);

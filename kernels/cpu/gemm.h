@@ -8,7 +8,9 @@
  * work-groups of a dispatch run them with no synchronisation. A part at most
  * 16 columns wide (a classifier's logits and their weight gradient) takes a
  * narrow kernel instead, the vector running down a packed 12-row A panel
- * and B read in place. */
+ * and B read in place. Where A is mostly zeros (ReLU activations), the
+ * AVX-512 engine goes row by row over A's nonzeros instead, or skips the
+ * depth steps a panel has no nonzero in (gemm.c: zero skipping). */
 #ifndef AQ_KERNELS_CPU_GEMM_H_
 #define AQ_KERNELS_CPU_GEMM_H_
 
@@ -70,10 +72,15 @@ typedef struct gemm_part {
 typedef struct gemm_skip gemm_skip_t;
 #define GEMM_SKIP_BYTES ((size_t)(GEMM_MC / GEMM_MR) * (2 * (GEMM_KC + 16) * sizeof(uint16_t) + 3 * sizeof(int32_t)))
 
-/* Bytes of scratch gemm_part needs (one packed A block, one packed B panel
- * and the A block's skip lists). */
-#define GEMM_SCRATCH_BYTES \
-  (((size_t)GEMM_MC * GEMM_KC + (size_t)GEMM_KC * GEMM_NC) * sizeof(float) + GEMM_SKIP_BYTES + 128)
+/* The sparse path's lists' steps and counts and a column group's sums
+ * (gemm.c: sparse rows; the values go where the packed A block would). */
+#define GEMM_SPARSE_BYTES ((size_t)GEMM_MC * GEMM_KC + (size_t)GEMM_MC * (GEMM_KC / 32) + (size_t)GEMM_MC * 128 * 4 + 64)
+
+/* Bytes of scratch gemm_part needs (one packed A block, one packed B panel,
+ * the A block's skip lists, the sparse path's lists and sums). */
+#define GEMM_SCRATCH_BYTES                                                                                   \
+  (((size_t)GEMM_MC * GEMM_KC + (size_t)GEMM_KC * GEMM_NC) * sizeof(float) + GEMM_SKIP_BYTES + GEMM_SPARSE_BYTES + \
+   128)
 
 /* C_part = act(alpha * op(A) op(B) + beta * C_part + bias). beta == 0 means C
  * is not read (it may hold NaNs). */

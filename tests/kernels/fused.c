@@ -16,11 +16,19 @@ static aq_matmul_args_t product(const float *a, const float *b, float *c, int64_
   return p;
 }
 
-static void check_sgd(int64_t m, int64_t n, int64_t k, int ta, int tb, float wd) {
+/* About half of A zero, as a ReLU leaves it (the CPU GEMM's sparse path). */
+static float *sparse(float *a, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if ((i * 2654435761u >> 13) % 9 < 5) a[i] = 0.0f;
+  return a;
+}
+
+static void check_sgd_on(int64_t m, int64_t n, int64_t k, int ta, int tb, float wd, int zeros) {
   float *a = rnd((size_t)(m * k), 1), *b = rnd((size_t)(k * n), 2), *g = rnd((size_t)(m * n), 3);
   float *w = rnd((size_t)(m * n), 4), *v = rnd((size_t)(m * n), 5);
   float *w2 = malloc((size_t)(m * n) * 4), *v2 = malloc((size_t)(m * n) * 4);
   memcpy(w2, w, (size_t)(m * n) * 4), memcpy(v2, v, (size_t)(m * n) * 4);
+  if (zeros) sparse(a, (size_t)(m * k));
   aq_matmul_args_t mm = product(a, b, g, m, n, k, ta, tb);
   AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &mm, aq_matmul_grid(&mm)));
   aq_sgd_args_t s = {.w = w, .grad = g, .velocity = v, .n = m * n, .lr = 0.05f, .momentum = 0.9f, .weight_decay = wd};
@@ -37,8 +45,11 @@ static void check_sgd(int64_t m, int64_t n, int64_t k, int ta, int tb, float wd)
   free(a), free(b), free(g), free(w), free(v), free(w2), free(v2);
 }
 
-static void check_relu_mask(int64_t m, int64_t n, int64_t k, int ta, int tb) {
+static void check_sgd(int64_t m, int64_t n, int64_t k, int ta, int tb, float wd) { check_sgd_on(m, n, k, ta, tb, wd, 0); }
+
+static void check_relu_mask_on(int64_t m, int64_t n, int64_t k, int ta, int tb, int zeros) {
   float *a = rnd((size_t)(m * k), 6), *b = rnd((size_t)(k * n), 7), *dy = rnd((size_t)(m * n), 8);
+  if (zeros) sparse(a, (size_t)(m * k));
   float *y = rnd((size_t)(m * n), 9), *dx = rnd((size_t)(m * n), 10), *dx2 = rnd((size_t)(m * n), 11);
   aq_matmul_args_t mm = product(a, b, dy, m, n, k, ta, tb);
   AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &mm, aq_matmul_grid(&mm)));
@@ -47,15 +58,17 @@ static void check_relu_mask(int64_t m, int64_t n, int64_t k, int ta, int tb) {
   aq_matmul_fused_args_t f = {.mm = product(a, b, dx2, m, n, k, ta, tb), .fuse = AQ_MATMUL_FUSE_RELU_MASK,
                               .mask = y, .ldmask = n};
   AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL_FUSED, &f, aq_matmul_grid(&f.mm)));
-  int64_t zeros = 0;
+  int64_t cut = 0;
   for (int64_t i = 0; i < m * n; ++i) {
     cr_assert_eq(dx2[i], dx[i], "%lldx%lldx%lld: dx[%lld] = %.9g fused, %.9g unfused", (long long)m, (long long)n,
                  (long long)k, (long long)i, dx2[i], dx[i]);
-    zeros += dx[i] == 0.0f;
+    cut += dx[i] == 0.0f;
   }
-  cr_assert(zeros > 0 && zeros < m * n, "the mask must cut some elements and pass others");
+  cr_assert(cut > 0 && cut < m * n, "the mask must cut some elements and pass others");
   free(a), free(b), free(dy), free(y), free(dx), free(dx2);
 }
+
+static void check_relu_mask(int64_t m, int64_t n, int64_t k, int ta, int tb) { check_relu_mask_on(m, n, k, ta, tb, 0); }
 
 Test(fused, sgd_update_in_the_write_back_equals_matmul_then_sgd) {
   check_sgd(1024, 1024, 256, 1, 0, 0.0f);  /* an MLP's weight gradient h^T dz: the blocked path */
@@ -71,6 +84,14 @@ Test(fused, relu_mask_in_the_write_back_equals_matmul_then_relu_backward) {
   check_relu_mask(256, 1024, 10, 0, 1);   /* the logits' gradient back through W3 */
   check_relu_mask(389, 1057, 515, 1, 0);  /* every block boundary */
   check_relu_mask(64, 12, 40, 0, 0);      /* narrow */
+}
+
+/* A mostly zero: the sparse path's write-back through the consumer. */
+Test(fused, consumers_on_the_sparse_path_equal_the_pair) {
+  check_sgd_on(1024, 1024, 256, 1, 0, 0.0f, 1); /* blocked: A in three blocks */
+  check_sgd_on(200, 96, 77, 0, 1, 1e-4f, 1);    /* one block, partial tiles */
+  check_relu_mask_on(256, 1024, 1024, 0, 1, 1); /* two depth slices */
+  check_relu_mask_on(389, 1057, 515, 1, 0, 1);  /* every block boundary */
 }
 
 Test(fused, kernargs_outside_the_rules_fault_and_write_nothing) {

@@ -30,9 +30,10 @@ static int vector_kernels(void) {
 
 enum { KC = 512 }; /* GEMM_KC: the depth of a slice; C takes each slice's sum in turn */
 
-/* What the vector kernels compute for C = 1.5 op(A) op(B) + bias, with
- * every micro-tile full width (n a multiple of 32): per depth slice an
- * in-order FMA chain from zero, scaled, added to C after the first. */
+/* What the vector kernels compute for C = 1.5 op(A) op(B) + bias (beta 0):
+ * per depth slice an in-order FMA chain from zero, scaled, added to C after
+ * the first. (A partial micro-tile's scalar write-back rounds the same way
+ * when beta is 0 on the first slice and 1 after.) */
 static float reference(const float *a, const float *b, const float *bias, int64_t i, int64_t j, int64_t k, int ta,
                        int64_t lda, int64_t ldb) {
   float c = 0.0f;
@@ -94,6 +95,38 @@ Test(skip, sparse_products_match_the_dense_sums_bit_for_bit) {
   check_bitwise(101, 96, 600, 0, 0);
   check_bitwise(101, 96, 600, 1, 1);
   check_bitwise(12, 32, 7, 0, 1);
+  /* Every block boundary: two A blocks, two depth slices, two column chunks
+   * of packed B, partial tiles. */
+  check_bitwise(389, 1057, 515, 0, 1);
+  check_bitwise(389, 1057, 515, 1, 0);
+}
+
+/* beta, relu and a row bias on sparse A, against a double-precision sum
+ * (these write-backs round differently from the FMA chain above). */
+static void check_epilogue(int64_t m, int64_t n, int64_t k, int ta) {
+  int64_t lda = (ta ? m : k) + 1, ldb = n + 3, ldc = n + 2;
+  float *a = sparse_a(m, k, ta, lda, 41), *b = rnd((size_t)(k * ldb), 42), *bv = rnd((size_t)n, 43);
+  float *c = rnd((size_t)(m * ldc), 44), *c0 = malloc((size_t)(m * ldc) * sizeof(float));
+  memcpy(c0, c, (size_t)(m * ldc) * sizeof(float));
+  aq_matmul_args_t args = {.a = a, .b = b, .c = c, .bias = bv, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
+                           .ldc = ldc, .batch = 1, .alpha = 0.75f, .beta = 0.5f, .trans_a = ta,
+                           .activation = AQ_ACTIVATION_RELU};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t l = 0; l < k; ++l) sum += (double)(ta ? a[l * lda + i] : a[i * lda + l]) * b[l * ldb + j];
+      double v = 0.75 * sum + 0.5 * c0[i * ldc + j] + bv[j];
+      float want = (float)(v > 0 ? v : 0), got = c[i * ldc + j];
+      cr_assert(fabsf(got - want) <= 2e-5f * (float)(k + 1) * (1.0f + fabsf(want)), "%lldx%lldx%lld ta=%d: C[%lld,%lld] = %g, want %g",
+                (long long)m, (long long)n, (long long)k, ta, (long long)i, (long long)j, got, want);
+    }
+  free(a), free(b), free(bv), free(c), free(c0);
+}
+
+Test(skip, sparse_products_take_beta_bias_and_relu) {
+  check_epilogue(389, 1057, 515, 0);
+  check_epilogue(200, 77, 300, 1);
 }
 
 /* B holds NaN in step 5 and Inf in step 9. In panel 0 (rows 0-11) A is zero
