@@ -64,6 +64,31 @@ Test(aq_bench_cli, gemm_precision_it_does_not_know_is_refused_by_name) {
   cr_assert(!strstr(out, "no GPU agent") && !strstr(out, "\"bench\""), "refused before anything runs: %s", out);
 }
 
+Test(aq_bench_cli, gemm_density_outside_0_1_is_refused_by_name) {
+  const char *bad[] = {"0", "1.5", "-0.5", "half", "0.5x"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+    char out[4096], args[96], want[96];
+    snprintf(args, sizeof(args), "gemm --shapes 64x64x64 --density %s", bad[i]);
+    snprintf(want, sizeof(want), "--density %s: expected a fraction of A's values kept, in (0, 1]", bad[i]);
+    cr_assert_eq(run_program("bin/aq-bench", args, out, sizeof(out)), 2, "%s: %s", args, out);
+    cr_assert(strstr(out, want) && !strstr(out, "\"bench\""), "%s: refused before anything runs: %s", args, out);
+  }
+}
+
+/* Half of A zero: the CPU GEMM's sparse path (both layouts of A), checked
+ * against OpenBLAS's C. */
+Test(aq_bench_cli, gemm_sparse_a_matches_openblas) {
+  char out[8192];
+  cr_assert_eq(run_program("bin/aq-bench", "gemm --shapes 256x300x600:ta,200x256x300 --density 0.5 --reps 1", out,
+                           sizeof(out)),
+               0, "%s", out);
+  int lines = 0;
+  for (const char *at = strstr(out, "\"max_rel_diff\":"); at; at = strstr(at + 1, "\"max_rel_diff\":"), ++lines)
+    cr_assert_lt(strtod(at + strlen("\"max_rel_diff\":"), NULL), 1e-5, "%s", out);
+  cr_assert_eq(lines, 2, "%s", out);
+  cr_assert(strstr(out, "\"density\":0.5"), "%s", out);
+}
+
 /* Products of any shape and transpose on a CPU agent, each checked against
  * OpenBLAS's C in the same run. */
 Test(aq_bench_cli, gemm_shapes_run_against_openblas) {

@@ -4,6 +4,9 @@
  *          --shapes MxNxK[:ta][:tb],... products of any shape instead (ta:
  *          A stored k x m, tb: B stored n x k), or --shapes mlp: the five
  *          large products of the MLP training step on a batch of 256
+ *          --density D: keep a fraction D (0 < D <= 1, default 1) of A's
+ *          values and zero the rest at random, as ReLU leaves activations
+ *          (the CPU GEMM leaves zeros out; gflops still counts 2mnk)
  *          --agent cpu|gpu (gpu lines come from gemm_gpu.c when built). */
 #include <cblas.h>
 #include <math.h>
@@ -55,8 +58,14 @@ int aq_bench_gemm(int argc, char **argv) {
     return 2;
   }
   int reps = (int)bench_arg_int(argc, argv, "reps", 5);
-  const char *sizes = bench_products(argc, argv, "256,512,1024,2048");
+  const char *sizes = bench_products(argc, argv, "256,512,1024,2048"), *dens = bench_arg(argc, argv, "density");
   if (!sizes) return 2;
+  char *end = NULL;
+  double density = dens ? strtod(dens, &end) : 1.0;
+  if (dens && (end == dens || *end || !(density > 0.0 && density <= 1.0))) {
+    fprintf(stderr, "aq-bench gemm: --density %s: expected a fraction of A's values kept, in (0, 1]\n", dens);
+    return 2;
+  }
   if (reps < 1) reps = 1;
   CHECK(aq_init(NULL));
   aq_agent_t agent;
@@ -83,6 +92,11 @@ int aq_bench_gemm(int argc, char **argv) {
     float *a = floats((size_t)(m * k)), *b = floats((size_t)(k * n)), *c = floats((size_t)(m * n));
     float *c_peer = floats((size_t)(m * n));
     bench_fill(a, (size_t)(m * k), 1), bench_fill(b, (size_t)(k * n), 2);
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; density < 1.0 && i < m * k; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      if ((double)(state >> 11) * 0x1p-53 >= density) a[i] = 0.0f;
+    }
     memset(c, 0, (size_t)(m * n) * 4);
     aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = m, .n = n, .k = k, .lda = pr.ta ? m : k,
                              .ldb = pr.tb ? k : n, .ldc = n, .batch = 1, .alpha = 1.0f, .beta = 0.0f,
@@ -123,6 +137,7 @@ int aq_bench_gemm(int argc, char **argv) {
         bench_json_num(&j, "us", flops / (peer ? gb : ga) / 1e3);
       }
       bench_json_int(&j, "threads", threads);
+      if (density < 1.0) bench_json_num(&j, "density", density);
       bench_json_num(&j, "gflops", peer ? gb : ga);
       if (!peer) bench_json_num(&j, "ratio", ga / gb), bench_json_num(&j, "max_rel_diff", dmax / (cmax > 0 ? cmax : 1));
       bench_json_int(&j, "reps", reps);
