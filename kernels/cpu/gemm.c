@@ -15,6 +15,7 @@
 #include "kernels/cpu/update.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -324,11 +325,13 @@ _Static_assert(GEMM_KC <= 65536, "a skip list's steps are 16-bit");
  * whose sub-slice (16 KB) stays in L1 while every row passes. That is one B
  * load per multiply-add, against one per twelve in the panel kernel, so a
  * term costs about 1.2 of the panel kernel's: the path pays where fewer
- * than SPARSE_DENSITY_PCT percent of A's values are nonzero, which a part
- * decides on its first block. Each row's sum runs over its nonzeros in
+ * than a machine's share of A's values are nonzero (sparse_below_pct),
+ * which a part at least SPARSE_NB columns wide decides from a sample of its
+ * first depth slice (a narrower part would build its lists for too few
+ * columns); a part sampled all nonzero skips neither way. Each row's sum runs over its nonzeros in
  * order and restarts per KC slice, as the dense kernels', so C is theirs
  * bit for bit (the exception above included). */
-enum { SPARSE_SK = 32, SPARSE_NB = 4 * GEMM_NR, SPARSE_DENSITY_PCT = 75 };
+enum { SPARSE_SK = 32, SPARSE_NB = 4 * GEMM_NR, SPARSE_ZEN4_PCT = 75, SPARSE_OTHER_PCT = 30 };
 typedef struct sparse {
   float *val;  /* [sub-slice][row][SPARSE_SK]: the nonzeros */
   uint8_t *at; /* the same: their steps within the sub-slice */
@@ -521,6 +524,22 @@ AQ_TARGET_SKIP static inline __attribute__((always_inline)) int sparse_put(const
 
 static inline __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? (__mmask16)0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0;
+}
+
+/* The percentage of nonzeros among op(A)'s rows [i0, i0 + mc) x depth
+ * [l0, l0 + kc), from every 8th row (of a transposed A, every 8th step,
+ * whose rows lie contiguous): an eighth of what building the lists reads. */
+AQ_TARGET_SKIP static int64_t nonzero_pct_avx512(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0,
+                                                 int64_t kc) {
+  int64_t outer = p->trans_a ? kc : mc, inner = p->trans_a ? mc : kc, seen = 0, nz = 0;
+  for (int64_t o = 0; o < outer; o += 8, seen += inner) {
+    const float *v = p->trans_a ? p->a + (l0 + o) * p->lda + i0 : p->a + (i0 + o) * p->lda + l0;
+    for (int64_t x = 0; x < inner; x += 16) {
+      __mmask16 m = first_lanes(inner - x);
+      nz += __builtin_popcount(_mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, v + x), _mm512_setzero_ps(), _CMP_NEQ_UQ));
+    }
+  }
+  return seen ? nz * 100 / seen : 100;
 }
 
 /* The lists of op(A) rows [i0, i0 + mc), depth [l0, l0 + kc); returns how
@@ -823,6 +842,7 @@ typedef struct engine {
   micro_fn rows[GEMM_MR + 1]; /* exactly r rows, writing C directly; NULL: none */
   micro_skip_fn micro_skip, micro_skip_half; /* through a skip list: all MR rows; the first 6; NULL: none */
   skip_plan_fn skip_plan;
+  int64_t (*nonzero_pct)(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc); /* NULL: no skipping */
   sparse_build_fn sparse_build; /* the sparse path; NULL: none */
   sparse_block_fn sparse_block;
   pack_a_fn pack_a;
@@ -831,14 +851,15 @@ typedef struct engine {
   int64_t kc, mc; /* depth of a packed slice and rows of an A block (<= GEMM_KC, GEMM_MC); mc 0: from L2 */
 } engine_t;
 
-static const engine_t generic_engine = {micro_c, micro_c, {NULL}, NULL, NULL, NULL, NULL, NULL, pack_a_generic, pack_b,
-                                        narrow_c, GEMM_KC, GEMM_MC};
+static const engine_t generic_engine = {micro_c, micro_c, {NULL}, NULL, NULL, NULL, NULL, NULL, NULL, pack_a_generic,
+                                        pack_b, narrow_c, GEMM_KC, GEMM_MC};
 #if defined(__x86_64__)
 static const engine_t avx2_engine = {
     micro_avx2,
     micro_avx2_half,
     {NULL, micro_avx2_1, micro_avx2_2, micro_avx2_3, micro_avx2_4, micro_avx2_5, micro_avx2_half, micro_avx2_7,
      micro_avx2_8, micro_avx2_9, micro_avx2_10, micro_avx2_11, micro_avx2},
+    NULL,
     NULL,
     NULL,
     NULL,
@@ -857,6 +878,7 @@ static const engine_t avx512_engine = {
     micro_avx512_skip,
     micro_avx512_skip_half,
     skip_plan_avx512,
+    nonzero_pct_avx512,
     sparse_build_avx512,
     sparse_block_avx512,
     pack_a_avx512,
@@ -920,15 +942,15 @@ static int skip_wanted(void) {
   return v;
 }
 
-/* Packs rows [i0, i0 + mc) of op(A), depth [l0, l0 + kc), into pa and
- * plans its zero skipping: returns sk, or NULL where every panel stays
- * dense. */
+/* Packs rows [i0, i0 + mc) of op(A), depth [l0, l0 + kc), into pa and,
+ * given skip lists sk, plans its zero skipping: returns sk, or NULL where
+ * every panel stays dense. */
 static const gemm_skip_t *pack_a_block(const gemm_part_t *p, const engine_t *en, int64_t i0, int64_t mc, int64_t l0,
                                        int64_t kc, float *pa, gemm_skip_t *sk) {
   if (kc <= 0) return NULL;
   if (p->pack_a) p->pack_a(p->pack_ctx, i0, mc, l0, kc, pa);
   else en->pack_a(p, i0, mc, l0, kc, pa);
-  if (!en->skip_plan || !skip_wanted()) return NULL;
+  if (!sk || !en->skip_plan) return NULL;
   en->skip_plan(pa, mc, kc, sk);
   return sk;
 }
@@ -1093,12 +1115,10 @@ static void part_narrow(const gemm_part_t *p, const engine_t *en, float *pa) {
   }
 }
 
-/* The part through the sparse path, when its first block's A is sparse
- * enough; returns 0, having written nothing, when it is not. The blocking
- * is the dense path's (A blocks of at most MC rows, KC-deep slices, NC
- * columns of packed B), so the sums restart where theirs do. */
-static int part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, const sparse_t *sp) {
-  if (!en->sparse_build || p->pack_a || p->k == 0 || !skip_wanted()) return 0;
+/* The part through the sparse path. The blocking is the dense path's (A
+ * blocks of at most MC rows, KC-deep slices, NC columns of packed B), so
+ * the sums restart where theirs do. */
+static void part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, const sparse_t *sp) {
   const int64_t KC = en->kc, MC = a_block_rows(en);
   int64_t blocks = (p->mc + MC - 1) / MC;
   int64_t mcb = ((p->mc + blocks - 1) / blocks + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
@@ -1111,8 +1131,7 @@ static int part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, cons
                  last && p->act == GEMM_ACT_RELU, last ? p->post : NULL};
       for (int64_t ic = 0; ic < p->mc; ic += mcb) {
         int64_t mc = p->mc - ic < mcb ? p->mc - ic : mcb;
-        int64_t nnz = en->sparse_build(p, p->m0 + ic, mc, pc, kc, sp);
-        if (!jc && !pc && !ic && nnz * 100 > SPARSE_DENSITY_PCT * mc * kc) return 0;
+        en->sparse_build(p, p->m0 + ic, mc, pc, kc, sp);
         if (!packed) {
           if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jc, nc, pc, kc, pb);
           else en->pack_b(p, pc, kc, p->n0 + jc, nc, pb);
@@ -1122,7 +1141,28 @@ static int part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, cons
       }
     }
   }
-  return 1;
+}
+
+/* Below this percentage of nonzeros in A the sparse path pays: its term
+ * costs a B load where the panel kernel's costs a twelfth of one. On Zen 4,
+ * whose 512-bit multiply-adds issue as two halves, the loads keep up: it
+ * paid at 50% on the MLP's products (2-core step 13.9 -> 10.4 ms). On cores
+ * with two full-width FMA units (Sapphire Rapids) it lost there, B's loads
+ * being the limit; they take it only where A is much sparser. */
+static int64_t sparse_below_pct(void) {
+  static int64_t cached = -1; /* workers may race here; they compute the same value */
+  int64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v >= 0) return v;
+  v = SPARSE_OTHER_PCT;
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u /* "Auth" enticAMD */ && __get_cpuid(1, &a, &b, &c, &d)) {
+    unsigned family = ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (a >> 20) & 0xff : 0);
+    if (family == 0x19) v = SPARSE_ZEN4_PCT;
+  }
+#endif
+  __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  return v;
 }
 
 void gemm_part(const gemm_part_t *p, void *scratch) {
@@ -1142,8 +1182,17 @@ void gemm_part(const gemm_part_t *p, void *scratch) {
     part_narrow(p, en, pa);
     return;
   }
-  if (part_sparse(p, en, pb, &sp)) return;
   const int64_t KC = en->kc, MC = a_block_rows(en);
+  /* A's zeros pick the path (zero skipping, sparse rows). A caller's packer
+   * (a convolution's image) cannot be sampled: its panels are planned. */
+  int64_t pct = 100;
+  if (en->nonzero_pct && skip_wanted())
+    pct = p->pack_a ? 0 : p->k ? en->nonzero_pct(p, p->m0, p->mc, 0, p->k < KC ? p->k : KC) : 100;
+  if (en->sparse_build && !p->pack_a && p->k > 0 && p->nc >= SPARSE_NB && pct < sparse_below_pct()) {
+    part_sparse(p, en, pb, &sp);
+    return;
+  }
+  if (pct >= 100) skip = NULL; /* nothing to skip: no plan */
   if (p->mc <= MC) {
     part_fused(p, en, pa, pb, skip);
     return;
