@@ -341,8 +341,8 @@ typedef struct sparse {
 _Static_assert(GEMM_SPARSE_BYTES >= (size_t)GEMM_MC * GEMM_KC + (size_t)GEMM_MC * (GEMM_KC / SPARSE_SK) +
                                         (size_t)GEMM_MC * SPARSE_NB * sizeof(float) + 64,
                "GEMM_SPARSE_BYTES must hold the steps, counts and sums");
-typedef int64_t (*sparse_build_fn)(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc,
-                                   const sparse_t *sp);
+typedef void (*sparse_build_fn)(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc,
+                                const sparse_t *sp);
 typedef void (*sparse_block_fn)(const gemm_part_t *p, const sparse_t *sp, const float *pb, int64_t kc, int64_t i0,
                                 int64_t mc, int64_t j0, int64_t nc, const epi_t *e);
 
@@ -448,9 +448,16 @@ AQ_TARGET_AVX512 static void micro_avx512_skip_half(int64_t n, const uint16_t *a
   micro512(GEMM_MR / 2, n, at, a, b, c, ldc, e);
 }
 
-/* A half step costs about 0.55 of a whole one (B is read for each half;
- * measured on the MLP's step), so HALVES must save more than that. */
+/* HALVES when its steps, at 0.55 of a whole one each (B is read for each
+ * half), are fewer than WHOLE's. On the MLP's step halves took 7% less of
+ * the products' time than whole-panel lists alone (24.4 against 26.2 ms of
+ * CPU time a step, medians of 8); weights 0.5 and 0.7 measured alike. */
 static int halves_pay(int64_t whole, int64_t halves) { return halves * 11 < whole * 20; }
+
+/* A mask of the first n of 16 lanes (none, some or all). */
+static inline __mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? (__mmask16)0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0;
+}
 
 /* skip_plan for AVX-512, 16 steps at a time. Four steps' 48 values are
  * three vectors, whose comparisons with zero give a 48-bit mask (step i's
@@ -481,8 +488,8 @@ AQ_TARGET_SKIP static void skip_plan_avx512(const float *pa, int64_t mc, int64_t
       for (int g = 0; g < 4; ++g) {
         uint64_t x = 0;
         for (int v = 0; v < 3; ++v) {
-          int64_t off = (c * 16 + g * 4) * GEMM_MR + v * 16, left = floats - off;
-          __mmask16 m = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+          int64_t off = (c * 16 + g * 4) * GEMM_MR + v * 16;
+          __mmask16 m = first_lanes(floats - off);
           x |= (uint64_t)_mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, s + off), zero, _CMP_NEQ_UQ) << (16 * v);
         }
         t4[g] = x | x >> 1 | x >> 2 | x >> 3 | x >> 4 | x >> 5;
@@ -510,8 +517,8 @@ AQ_TARGET_SKIP static void skip_plan_avx512(const float *pa, int64_t mc, int64_t
   }
 }
 
-/* Appends x's nonzeros (steps first .. first + 15; zeros where there are
- * none) to the list at o, which holds c; returns the new count. */
+/* Appends x's nonzeros (steps first .. first + 15; lanes past A's edge
+ * hold zeros) to the list at o, which holds c; returns the new count. */
 AQ_TARGET_SKIP static inline __attribute__((always_inline)) int sparse_put(const sparse_t *sp, size_t o, int c,
                                                                             __m512 x, int first) {
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -520,10 +527,6 @@ AQ_TARGET_SKIP static inline __attribute__((always_inline)) int sparse_put(const
   __m512i steps = _mm512_maskz_compress_epi32(nz, _mm512_add_epi32(iota, _mm512_set1_epi32(first)));
   _mm_storeu_si128((__m128i *)(sp->at + o + c), _mm512_cvtepi32_epi8(steps));
   return c + __builtin_popcount(nz);
-}
-
-static inline __mmask16 first_lanes(int64_t n) {
-  return n >= 16 ? (__mmask16)0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0;
 }
 
 /* The percentage of nonzeros among op(A)'s rows [i0, i0 + mc) x depth
@@ -542,12 +545,12 @@ AQ_TARGET_SKIP static int64_t nonzero_pct_avx512(const gemm_part_t *p, int64_t i
   return seen ? nz * 100 / seen : 100;
 }
 
-/* The lists of op(A) rows [i0, i0 + mc), depth [l0, l0 + kc); returns how
- * many nonzeros they hold. A transposed A is read 16 rows by 16 steps at a
- * time and turned in registers. */
-AQ_TARGET_SKIP static int64_t sparse_build_avx512(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0,
-                                                  int64_t kc, const sparse_t *sp) {
-  int64_t nsub = (kc + SPARSE_SK - 1) / SPARSE_SK, nnz = 0;
+/* The lists of op(A) rows [i0, i0 + mc), depth [l0, l0 + kc). A
+ * transposed A is read 16 rows by 16 steps at a time and turned in
+ * registers. */
+AQ_TARGET_SKIP static void sparse_build_avx512(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc,
+                                               const sparse_t *sp) {
+  int64_t nsub = (kc + SPARSE_SK - 1) / SPARSE_SK;
   for (int64_t s = 0; s < nsub; ++s) {
     int64_t left = kc - s * SPARSE_SK;
     if (!p->trans_a) {
@@ -556,7 +559,7 @@ AQ_TARGET_SKIP static int64_t sparse_build_avx512(const gemm_part_t *p, int64_t 
         size_t o = (size_t)(s * mc + r) * SPARSE_SK;
         int c = sparse_put(sp, o, 0, _mm512_maskz_loadu_ps(first_lanes(left), src), 0);
         c = sparse_put(sp, o, c, _mm512_maskz_loadu_ps(first_lanes(left - 16), src + 16), 16);
-        sp->n[s * mc + r] = (uint8_t)c, nnz += c;
+        sp->n[s * mc + r] = (uint8_t)c;
       }
       continue;
     }
@@ -573,11 +576,10 @@ AQ_TARGET_SKIP static int64_t sparse_build_avx512(const gemm_part_t *p, int64_t 
       for (int64_t r = 0; r < 16 && r0 + r < mc; ++r) {
         size_t o = (size_t)(s * mc + r0 + r) * SPARSE_SK;
         int c = sparse_put(sp, o, sparse_put(sp, o, 0, x[0][r], 0), x[1][r], 16);
-        sp->n[s * mc + r0 + r] = (uint8_t)c, nnz += c;
+        sp->n[s * mc + r0 + r] = (uint8_t)c;
       }
     }
   }
-  return nnz;
 }
 
 /* One sub-slice for rows [0, rows): sums[r] takes each nonzero times its
@@ -942,6 +944,14 @@ static int skip_wanted(void) {
   return v;
 }
 
+/* Packs columns [j0, j0 + nc) of op(B), depth [l0, l0 + kc), into pb: by
+ * the caller's packer if it gave one. */
+static void pack_b_panels(const gemm_part_t *p, const engine_t *en, int64_t j0, int64_t nc, int64_t l0, int64_t kc,
+                          float *pb) {
+  if (p->pack_b) p->pack_b(p->pack_ctx, j0, nc, l0, kc, pb);
+  else en->pack_b(p, l0, kc, j0, nc, pb);
+}
+
 /* Packs rows [i0, i0 + mc) of op(A), depth [l0, l0 + kc), into pa and,
  * given skip lists sk, plans its zero skipping: returns sk, or NULL where
  * every panel stays dense. */
@@ -1054,6 +1064,23 @@ static void macro(const gemm_part_t *p, const engine_t *en, const float *pa, con
   }
 }
 
+/* The write-back of depth slice [pc, ...): beta applies once, on the first
+ * slice (later ones add to C); bias, activation and a fused consumer on
+ * the last. */
+static epi_t slice_epi(const gemm_part_t *p, int64_t pc, int last) {
+  epi_t e = {p->alpha, pc == 0 ? p->beta : 1.0f, last ? p->bias : NULL, last ? p->bias_row : NULL,
+             last && p->act == GEMM_ACT_RELU, last ? p->post : NULL};
+  return e;
+}
+
+/* Rows of each A block when a part's mc rows are cut into blocks of at
+ * most MC: equal blocks (a multiple of MR rows each) rather than full ones
+ * and a sliver. */
+static int64_t a_block_cut(int64_t mc, int64_t MC) {
+  int64_t blocks = (mc + MC - 1) / MC;
+  return ((mc + blocks - 1) / blocks + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+}
+
 /* A part whose rows fit one A block (small M: a convolution's filters, a
  * batch of activations) packs A once per KC slice and then each NR-column
  * B micro-panel right before the micro-kernels use it, so B goes through
@@ -1063,23 +1090,20 @@ static void part_fused(const gemm_part_t *p, const engine_t *en, float *pa, floa
   for (int64_t pc = 0; pc < p->k || pc == 0; pc += KC) {
     int64_t kc = p->k - pc < KC ? p->k - pc : KC;
     int last = pc + KC >= p->k;
-    epi_t e = {p->alpha, pc == 0 ? p->beta : 1.0f, last ? p->bias : NULL, last ? p->bias_row : NULL,
-               last && p->act == GEMM_ACT_RELU, last ? p->post : NULL};
+    epi_t e = slice_epi(p, pc, last);
     const gemm_skip_t *sk = pack_a_block(p, en, p->m0, p->mc, pc, kc, pa, skip);
     /* A fused consumer's slice: B packed whole (macro_post walks rows). */
     for (int64_t jc = 0; e.post && jc < p->nc; jc += GEMM_NC) {
       int64_t nc = p->nc - jc < GEMM_NC ? p->nc - jc : GEMM_NC;
       if (kc > 0) {
-        if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jc, nc, pc, kc, pb);
-        else en->pack_b(p, pc, kc, p->n0 + jc, nc, pb);
+        pack_b_panels(p, en, p->n0 + jc, nc, pc, kc, pb);
       }
       macro(p, en, pa, sk, pb, kc, p->m0, p->mc, p->n0 + jc, nc, &e);
     }
     for (int64_t jr = 0; !e.post && jr < p->nc; jr += GEMM_NR) {
       int64_t cols = p->nc - jr < GEMM_NR ? p->nc - jr : GEMM_NR;
       if (kc > 0) {
-        if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jr, cols, pc, kc, pb);
-        else en->pack_b(p, pc, kc, p->n0 + jr, cols, pb);
+        pack_b_panels(p, en, p->n0 + jr, cols, pc, kc, pb);
       }
       macro(p, en, pa, sk, pb, kc, p->m0, p->mc, p->n0 + jr, cols, &e);
     }
@@ -1120,21 +1144,18 @@ static void part_narrow(const gemm_part_t *p, const engine_t *en, float *pa) {
  * the sums restart where theirs do. */
 static void part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, const sparse_t *sp) {
   const int64_t KC = en->kc, MC = a_block_rows(en);
-  int64_t blocks = (p->mc + MC - 1) / MC;
-  int64_t mcb = ((p->mc + blocks - 1) / blocks + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+  int64_t mcb = a_block_cut(p->mc, MC);
   for (int64_t jc = 0; jc < p->nc; jc += GEMM_NC) {
     int64_t nc = p->nc - jc < GEMM_NC ? p->nc - jc : GEMM_NC;
     for (int64_t pc = 0; pc < p->k; pc += KC) {
       int64_t kc = p->k - pc < KC ? p->k - pc : KC;
       int last = pc + KC >= p->k, packed = 0;
-      epi_t e = {p->alpha, pc == 0 ? p->beta : 1.0f, last ? p->bias : NULL, last ? p->bias_row : NULL,
-                 last && p->act == GEMM_ACT_RELU, last ? p->post : NULL};
+      epi_t e = slice_epi(p, pc, last);
       for (int64_t ic = 0; ic < p->mc; ic += mcb) {
         int64_t mc = p->mc - ic < mcb ? p->mc - ic : mcb;
         en->sparse_build(p, p->m0 + ic, mc, pc, kc, sp);
         if (!packed) {
-          if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jc, nc, pc, kc, pb);
-          else en->pack_b(p, pc, kc, p->n0 + jc, nc, pb);
+          pack_b_panels(p, en, p->n0 + jc, nc, pc, kc, pb);
           packed = 1;
         }
         en->sparse_block(p, sp, pb, kc, p->m0 + ic, mc, p->n0 + jc, nc, &e);
@@ -1202,17 +1223,11 @@ void gemm_part(const gemm_part_t *p, void *scratch) {
     for (int64_t pc = 0; pc < p->k || pc == 0; pc += KC) {
       int64_t kc = p->k - pc < KC ? p->k - pc : KC;
       int last = pc + KC >= p->k;
-      /* beta applies once, on the first slice; the epilogue on the last. */
-      epi_t e = {p->alpha, pc == 0 ? p->beta : 1.0f, last ? p->bias : NULL, last ? p->bias_row : NULL,
-                 last && p->act == GEMM_ACT_RELU, last ? p->post : NULL};
+      epi_t e = slice_epi(p, pc, last);
       if (kc > 0) {
-        if (p->pack_b) p->pack_b(p->pack_ctx, p->n0 + jc, nc, pc, kc, pb);
-        else en->pack_b(p, pc, kc, p->n0 + jc, nc, pb);
+        pack_b_panels(p, en, p->n0 + jc, nc, pc, kc, pb);
       }
-      /* Equal A blocks (a multiple of MR rows each) rather than full ones
-       * and a sliver. */
-      int64_t blocks = (p->mc + MC - 1) / MC;
-      int64_t mcb = ((p->mc + blocks - 1) / blocks + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+      int64_t mcb = a_block_cut(p->mc, MC);
       for (int64_t ic = 0; ic < p->mc; ic += mcb) {
         int64_t mc = p->mc - ic < mcb ? p->mc - ic : mcb;
         const gemm_skip_t *sk = pack_a_block(p, en, p->m0 + ic, mc, pc, kc, pa, skip);
