@@ -43,8 +43,8 @@ typedef struct aq_dispatch_shape {
  * The AVX-512 CPU kernel leaves out the zeros of op(A) (ReLU activations,
  * an image's background): element by element, row by row, where few of
  * A's values are nonzero (under 3/4 on Zen 4, whose loads keep up with its
- * multiply-adds; under 30% on other AVX-512 cores); else the depth steps
- * where a 12-row panel, or a 6-row half of one, is all zero. C keeps the dense sums' bits, except
+ * multiply-adds; under 30% on other AVX-512 cores); else, on Zen 4, the
+ * depth steps where a 12-row panel, or a 6-row half of one, is all zero. C keeps the dense sums' bits, except
  * that an Inf or NaN of B that meets only zeros of A no longer makes C NaN
  * (AQ_GEMM_SKIP_ZEROS=0 restores that). */
 #define AQ_KERNEL_MATMUL "aq_matmul_f32"

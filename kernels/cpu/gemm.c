@@ -305,7 +305,8 @@ typedef void (*micro_fn)(int64_t kc, const float *a, const float *b, float *c, i
  * list. Each sum runs in the same order over the same nonzero terms, so C
  * is what the dense kernel gives, bit for bit, with one exception: an Inf
  * or NaN of B that meets only zeros of A no longer makes C NaN. Partial
- * panels stay dense. AQ_GEMM_SKIP_ZEROS=0 turns it off. */
+ * panels stay dense. Zen 4 only (plan_panels); AQ_GEMM_SKIP_ZEROS=0 turns
+ * it off. */
 enum { SKIP_DENSE = 0, SKIP_WHOLE = 1, SKIP_HALVES = 2 };
 struct gemm_skip {
   uint8_t mode[GEMM_MC / GEMM_MR];
@@ -1164,27 +1165,38 @@ static void part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, con
   }
 }
 
-/* Below this percentage of nonzeros in A the sparse path pays: its term
- * costs a B load where the panel kernel's costs a twelfth of one. On Zen 4,
- * whose 512-bit multiply-adds issue as two halves, the loads keep up: it
- * paid at 50% on the MLP's products (2-core step 13.9 -> 10.4 ms). On cores
- * with two full-width FMA units (Sapphire Rapids) it lost there, B's loads
- * being the limit; they take it only where A is much sparser. */
-static int64_t sparse_below_pct(void) {
-  static int64_t cached = -1; /* workers may race here; they compute the same value */
-  int64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+/* Whether this is a Zen 4 core (AMD family 0x19 with AVX-512), whose
+ * 512-bit multiply-adds issue as two halves: there loads are cheap next to
+ * them, and skipping zeros pays more than on cores with two full-width FMA
+ * units (Sapphire Rapids). */
+static int zen4(void) {
+  static int cached = -1; /* workers may race here; they compute the same value */
+  int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (v >= 0) return v;
-  v = SPARSE_OTHER_PCT;
+  v = 0;
 #if defined(__x86_64__)
   unsigned a, b, c, d;
   if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u /* "Auth" enticAMD */ && __get_cpuid(1, &a, &b, &c, &d)) {
     unsigned family = ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (a >> 20) & 0xff : 0);
-    if (family == 0x19) v = SPARSE_ZEN4_PCT;
+    v = family == 0x19;
   }
 #endif
   __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
   return v;
 }
+
+/* Below this percentage of nonzeros in A the sparse path pays: its term
+ * costs a B load where the panel kernel's costs a twelfth of one. On Zen 4
+ * the loads keep up: it paid at 50% on the MLP's products (2-core step
+ * 13.9 -> 10.4 ms). On Sapphire Rapids it lost there, B's loads being the
+ * limit; it is taken only where A is much sparser. */
+static int64_t sparse_below_pct(void) { return zen4() ? SPARSE_ZEN4_PCT : SPARSE_OTHER_PCT; }
+
+/* Whether panels are planned (zero skipping above). On Zen 4 halves and
+ * whole panels took the 2-core step from 13.6 to 12.5 ms; on the H100
+ * machine's 16 Sapphire Rapids cores the plans cost more than they saved
+ * (4.30 against 3.94 ms a step with AQ_GEMM_SKIP_ZEROS=0, medians of 6). */
+static int plan_panels(void) { return zen4(); }
 
 void gemm_part(const gemm_part_t *p, void *scratch) {
   const engine_t *en = engine_get();
@@ -1213,7 +1225,7 @@ void gemm_part(const gemm_part_t *p, void *scratch) {
     part_sparse(p, en, pb, &sp);
     return;
   }
-  if (pct >= 100) skip = NULL; /* nothing to skip: no plan */
+  if (pct >= 100 || !plan_panels()) skip = NULL; /* no plan */
   if (p->mc <= MC) {
     part_fused(p, en, pa, pb, skip);
     return;

@@ -1,9 +1,11 @@
-/* The GEMM's zero skipping (kernels/cpu/gemm.c): depth steps whose values
- * in a 12-row panel of A, or in one 6-row half of it, are all zero are left
- * out. What it promises: C is the dense kernel's, bit for bit (each sum
- * runs in order over the same nonzero terms), except that an Inf or NaN of
- * B meeting only zeros of A no longer reaches C. Both are checked here,
+/* The GEMM's zero skipping (kernels/cpu/gemm.c): A's zeros are left out,
+ * row by row where A is sparse (sparse rows), else as depth steps where a
+ * 12-row panel, or a 6-row half of one, is all zero (panels, on Zen 4).
+ * What it promises: C is the dense kernel's, bit for bit (each sum runs in
+ * order over the same nonzero terms), except that an Inf or NaN of B
+ * meeting only zeros of A no longer reaches C. Both are checked here,
  * against an in-order FMA reference, on both layouts of A. */
+#include <cpuid.h>
 #include <math.h>
 #include <string.h>
 
@@ -11,7 +13,7 @@
 
 TestSuite(skip, .init = setup, .fini = teardown);
 
-/* Whether this process's GEMM skips: the AVX-512 engine does, unless
+/* Whether this process's GEMM skips zeros: the AVX-512 engine does, unless
  * AQ_CPU_ISA caps the kernels below it or AQ_GEMM_SKIP_ZEROS=0. */
 static int skipping(void) {
   const char *isa = getenv("AQ_CPU_ISA"), *off = getenv("AQ_GEMM_SKIP_ZEROS");
@@ -19,6 +21,13 @@ static int skipping(void) {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2");
+}
+
+/* Whether it plans panels too: on Zen 4 only (AMD family 0x19). */
+static int planning_panels(void) {
+  unsigned a, b, c, d;
+  if (!skipping() || !__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  return ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (a >> 20) & 0xff : 0) == 0x19;
 }
 
 /* Whether the vector kernels run (their sums are in-order FMAs). */
@@ -29,6 +38,15 @@ static int vector_kernels(void) {
 }
 
 enum { KC = 512 }; /* GEMM_KC: the depth of a slice; C takes each slice's sum in turn */
+
+/* A grid of `groups` work-groups: the product cut into at most that many
+ * parts whatever the worker count, so parts stay wide enough (128 columns)
+ * for sparse rows on a 16-core machine too. 0: aq_matmul_grid's. */
+static aq_dispatch_shape_t grid_of(aq_matmul_args_t *args, uint32_t groups) {
+  aq_dispatch_shape_t s = aq_matmul_grid(args);
+  if (groups) s.grid[0] = groups, s.workgroup[0] = 1;
+  return s;
+}
 
 /* What the vector kernels compute for C = 1.5 op(A) op(B) + bias (beta 0):
  * per depth slice an in-order FMA chain from zero, scaled, added to C after
@@ -75,7 +93,7 @@ static void check_bitwise_more(int64_t m, int64_t n, int64_t k, int ta, int bias
   float *c = rnd((size_t)(m * ldc), 24);
   aq_matmul_args_t args = {.a = a, .b = b, .c = c, .bias = bias ? bv : NULL, .m = m, .n = n, .k = k, .lda = lda,
                            .ldb = ldb, .ldc = ldc, .batch = 1, .alpha = 1.5f, .beta = 0.0f, .trans_a = ta};
-  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, grid_of(&args, more ? 2 : 0)));
   int exact = vector_kernels();
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -118,7 +136,7 @@ static void check_epilogue(int64_t m, int64_t n, int64_t k, int ta, int more) {
   aq_matmul_args_t args = {.a = a, .b = b, .c = c, .bias = bv, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
                            .ldc = ldc, .batch = 1, .alpha = 0.75f, .beta = 0.5f, .trans_a = ta,
                            .activation = AQ_ACTIVATION_RELU};
-  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, grid_of(&args, more ? 1 : 0)));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double sum = 0;
@@ -141,9 +159,10 @@ Test(skip, sparse_products_take_beta_bias_and_relu) {
  * at both steps; in panel 1 only rows 12-17 (its first half) are, on most of
  * the steps, so the planner splits it into halves. Rows that meet a NaN or
  * an Inf through a nonzero of A are NaN or Inf as ever; rows that meet them
- * only through zeros are finite when the GEMM skips, NaN when it does not. */
-static void check_special(int ta) {
-  const int64_t m = 36, n = 64, k = 40, lda = ta ? m : k, ldb = n, ldc = n;
+ * only through zeros are finite when the GEMM skips, NaN when it does not.
+ * 64 columns take the panels; 128 with A three quarters zero, sparse rows. */
+static void check_special(int ta, int64_t n, int sparse) {
+  const int64_t m = 36, k = 40, lda = ta ? m : k, ldb = n, ldc = n;
   float *a = rnd((size_t)(m * k), 31), *b = rnd((size_t)(k * ldb), 32), *c = calloc((size_t)(m * ldc), sizeof(float));
 #define A(i, l) (*(ta ? &a[(l) * lda + (i)] : &a[(i) * lda + (l)]))
   for (int64_t l = 0; l < k; ++l) {
@@ -155,11 +174,14 @@ static void check_special(int ta) {
       if (l % 4 == 3) A(i, l) = 0.0f;
   }
   A(30, 9) = 0.0f; /* panel 2 keeps steps 5 and 9 through its other rows */
+  for (int64_t i = 0; sparse && i < m; ++i)
+    for (int64_t l = 0; l < k; ++l)
+      if ((i + l) % 4 && !(i >= 18 && l == 5)) A(i, l) = 0.0f;
   for (int64_t j = 0; j < n; ++j) b[5 * ldb + j] = NAN, b[9 * ldb + j] = j % 2 ? INFINITY : -INFINITY;
   aq_matmul_args_t args = {.a = a, .b = b, .c = c, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
                            .batch = 1, .alpha = 1.0f, .trans_a = ta};
-  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
-  int skips = skipping();
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, grid_of(&args, sparse ? 1 : 0)));
+  int skips = sparse ? skipping() : planning_panels();
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       float v = c[i * ldc + j];
@@ -174,6 +196,8 @@ static void check_special(int ta) {
 }
 
 Test(skip, nan_and_inf_of_b_reach_c_only_through_nonzeros_of_a) {
-  check_special(0);
-  check_special(1);
+  check_special(0, 64, 0);
+  check_special(1, 64, 0);
+  check_special(0, 128, 1);
+  check_special(1, 128, 1);
 }
