@@ -305,8 +305,8 @@ typedef void (*micro_fn)(int64_t kc, const float *a, const float *b, float *c, i
  * list. Each sum runs in the same order over the same nonzero terms, so C
  * is what the dense kernel gives, bit for bit, with one exception: an Inf
  * or NaN of B that meets only zeros of A no longer makes C NaN. Partial
- * panels stay dense. Zen 4 only (plan_panels); AQ_GEMM_SKIP_ZEROS=0 turns
- * it off. */
+ * panels stay dense. Zen 4 only (zen4()); AQ_GEMM_SKIP_ZEROS=0 turns it
+ * off. */
 enum { SKIP_DENSE = 0, SKIP_WHOLE = 1, SKIP_HALVES = 2 };
 struct gemm_skip {
   uint8_t mode[GEMM_MC / GEMM_MR];
@@ -326,7 +326,7 @@ _Static_assert(GEMM_KC <= 65536, "a skip list's steps are 16-bit");
  * whose sub-slice (16 KB) stays in L1 while every row passes. That is one B
  * load per multiply-add, against one per twelve in the panel kernel, so a
  * term costs about 1.2 of the panel kernel's: the path pays where fewer
- * than a machine's share of A's values are nonzero (sparse_below_pct),
+ * than a machine's share of A's values are nonzero (engine_t.sparse_below_pct),
  * which a part at least SPARSE_NB columns wide decides from a sample of its
  * first depth slice (a narrower part would build its lists for too few
  * columns); a part sampled all nonzero skips neither way. Each row's sum runs over its nonzeros in
@@ -844,17 +844,18 @@ typedef struct engine {
   micro_fn micro, micro_half; /* all MR rows; the first 6 only */
   micro_fn rows[GEMM_MR + 1]; /* exactly r rows, writing C directly; NULL: none */
   micro_skip_fn micro_skip, micro_skip_half; /* through a skip list: all MR rows; the first 6; NULL: none */
-  skip_plan_fn skip_plan;
+  skip_plan_fn skip_plan;      /* NULL: panels are not planned */
   int64_t (*nonzero_pct)(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc); /* NULL: no skipping */
   sparse_build_fn sparse_build; /* the sparse path; NULL: none */
   sparse_block_fn sparse_block;
+  int64_t sparse_below_pct;     /* the sparse path where fewer of A's values are nonzero */
   pack_a_fn pack_a;
   pack_b_fn pack_b;
   narrow_fn narrow;
   int64_t kc, mc; /* depth of a packed slice and rows of an A block (<= GEMM_KC, GEMM_MC); mc 0: from L2 */
 } engine_t;
 
-static const engine_t generic_engine = {micro_c, micro_c, {NULL}, NULL, NULL, NULL, NULL, NULL, NULL, pack_a_generic,
+static const engine_t generic_engine = {micro_c, micro_c, {NULL}, NULL, NULL, NULL, NULL, NULL, NULL, 0, pack_a_generic,
                                         pack_b, narrow_c, GEMM_KC, GEMM_MC};
 #if defined(__x86_64__)
 static const engine_t avx2_engine = {
@@ -868,33 +869,55 @@ static const engine_t avx2_engine = {
     NULL,
     NULL,
     NULL,
+    0,
     pack_a_avx2,
     pack_b_avx2,
     narrow_avx2,
     GEMM_KC,
     0 /* from the L2 size: a_block_rows */};
-static const engine_t avx512_engine = {
-    micro_avx512,
-    micro_avx512_half,
-    {NULL, micro_avx512_1, micro_avx512_2, micro_avx512_3, micro_avx512_4, micro_avx512_5, micro_avx512_half,
-     micro_avx512_7, micro_avx512_8, micro_avx512_9, micro_avx512_10, micro_avx512_11, micro_avx512},
-    micro_avx512_skip,
-    micro_avx512_skip_half,
-    skip_plan_avx512,
-    nonzero_pct_avx512,
-    sparse_build_avx512,
-    sparse_block_avx512,
-    pack_a_avx512,
-    pack_b_avx2,
-    narrow_avx512,
-    GEMM_KC,
-    GEMM_MC};
+/* The AVX-512 engines differ in how they skip zeros (see zen4()): where
+ * sparse rows pay, and whether panels are planned. */
+#define AQ_AVX512_ENGINE(plan, sparse_pct)                                                                     \
+  {micro_avx512,                                                                                           \
+   micro_avx512_half,                                                                                      \
+   {NULL, micro_avx512_1, micro_avx512_2, micro_avx512_3, micro_avx512_4, micro_avx512_5, micro_avx512_half, \
+    micro_avx512_7, micro_avx512_8, micro_avx512_9, micro_avx512_10, micro_avx512_11, micro_avx512},       \
+   micro_avx512_skip,                                                                                      \
+   micro_avx512_skip_half,                                                                                 \
+   plan,                                                                                                   \
+   nonzero_pct_avx512,                                                                                     \
+   sparse_build_avx512,                                                                                    \
+   sparse_block_avx512,                                                                                    \
+   sparse_pct,                                                                                             \
+   pack_a_avx512,                                                                                          \
+   pack_b_avx2,                                                                                            \
+   narrow_avx512,                                                                                          \
+   GEMM_KC,                                                                                                \
+   GEMM_MC}
+static const engine_t avx512_engine = AQ_AVX512_ENGINE(NULL, SPARSE_OTHER_PCT);
+static const engine_t avx512_zen4_engine = AQ_AVX512_ENGINE(skip_plan_avx512, SPARSE_ZEN4_PCT);
+
+/* Whether this is a Zen 4 core (AMD family 0x19 with AVX-512), whose
+ * 512-bit multiply-adds issue as two halves: loads are cheap next to them,
+ * and skipping zeros pays more than on cores with two full-width FMA units
+ * (Sapphire Rapids). Sparse rows paid at 50% nonzeros on the MLP's products
+ * there (2-core step 13.9 -> 10.4 ms) and lost on Sapphire Rapids, B's
+ * loads being the limit; panels took the 2-core step from 13.6 to 12.5 ms,
+ * while on the H100 machine's 16 Sapphire Rapids cores their plans cost
+ * more than they saved (4.30 against 3.94 ms a step with
+ * AQ_GEMM_SKIP_ZEROS=0, medians of 6). */
+static int zen4(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u /* "Auth" enticAMD */ || !__get_cpuid(1, &a, &b, &c, &d))
+    return 0;
+  return ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (a >> 20) & 0xff : 0) == 0x19;
+}
 #endif
 
 static const engine_t *pick(void) {
 #if defined(__x86_64__)
   switch (aq_cpu_isa()) {
-    case AQ_CPU_ISA_AVX512: return &avx512_engine;
+    case AQ_CPU_ISA_AVX512: return zen4() ? &avx512_zen4_engine : &avx512_engine;
     case AQ_CPU_ISA_AVX2: return &avx2_engine;
     default: break;
   }
@@ -1165,39 +1188,6 @@ static void part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, con
   }
 }
 
-/* Whether this is a Zen 4 core (AMD family 0x19 with AVX-512), whose
- * 512-bit multiply-adds issue as two halves: there loads are cheap next to
- * them, and skipping zeros pays more than on cores with two full-width FMA
- * units (Sapphire Rapids). */
-static int zen4(void) {
-  static int cached = -1; /* workers may race here; they compute the same value */
-  int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (v >= 0) return v;
-  v = 0;
-#if defined(__x86_64__)
-  unsigned a, b, c, d;
-  if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u /* "Auth" enticAMD */ && __get_cpuid(1, &a, &b, &c, &d)) {
-    unsigned family = ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (a >> 20) & 0xff : 0);
-    v = family == 0x19;
-  }
-#endif
-  __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-  return v;
-}
-
-/* Below this percentage of nonzeros in A the sparse path pays: its term
- * costs a B load where the panel kernel's costs a twelfth of one. On Zen 4
- * the loads keep up: it paid at 50% on the MLP's products (2-core step
- * 13.9 -> 10.4 ms). On Sapphire Rapids it lost there, B's loads being the
- * limit; it is taken only where A is much sparser. */
-static int64_t sparse_below_pct(void) { return zen4() ? SPARSE_ZEN4_PCT : SPARSE_OTHER_PCT; }
-
-/* Whether panels are planned (zero skipping above). On Zen 4 halves and
- * whole panels took the 2-core step from 13.6 to 12.5 ms; on the H100
- * machine's 16 Sapphire Rapids cores the plans cost more than they saved
- * (4.30 against 3.94 ms a step with AQ_GEMM_SKIP_ZEROS=0, medians of 6). */
-static int plan_panels(void) { return zen4(); }
-
 void gemm_part(const gemm_part_t *p, void *scratch) {
   const engine_t *en = engine_get();
   float *pa = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
@@ -1221,11 +1211,11 @@ void gemm_part(const gemm_part_t *p, void *scratch) {
   int64_t pct = 100;
   if (en->nonzero_pct && skip_wanted())
     pct = p->pack_a ? 0 : p->k ? en->nonzero_pct(p, p->m0, p->mc, 0, p->k < KC ? p->k : KC) : 100;
-  if (en->sparse_build && !p->pack_a && p->k > 0 && p->nc >= SPARSE_NB && pct < sparse_below_pct()) {
+  if (en->sparse_build && !p->pack_a && p->k > 0 && p->nc >= SPARSE_NB && pct < en->sparse_below_pct) {
     part_sparse(p, en, pb, &sp);
     return;
   }
-  if (pct >= 100 || !plan_panels()) skip = NULL; /* no plan */
+  if (pct >= 100) skip = NULL; /* nothing to skip: no plan */
   if (p->mc <= MC) {
     part_fused(p, en, pa, pb, skip);
     return;
