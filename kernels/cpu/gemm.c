@@ -325,13 +325,15 @@ _Static_assert(GEMM_KC <= 65536, "a skip list's steps are 16-bit");
  * each nonzero adds its value times a row of the packed B micro-panels,
  * whose sub-slice (16 KB) stays in L1 while every row passes. That is one B
  * load per multiply-add, against one per twelve in the panel kernel, so a
- * term costs about 1.2 of the panel kernel's: the path pays where fewer
- * than a machine's share of A's values are nonzero (engine_t.sparse_below_pct),
- * which a part at least SPARSE_NB columns wide decides from a sample of its
- * first depth slice (a narrower part would build its lists for too few
- * columns); a part sampled all nonzero skips neither way. Each row's sum runs over its nonzeros in
- * order and restarts per KC slice, as the dense kernels', so C is theirs
- * bit for bit (the exception above included). */
+ * term costs more: on Zen 4 about 1.6 of the panel kernel's (the MLP's
+ * products at half density run at 52% of the FMA peak, the panel kernel at
+ * 85%). The path pays where fewer than a machine's share of A's values are
+ * nonzero (engine_t.sparse_below_pct), which a part at least SPARSE_NB
+ * columns wide decides from a sample of its first depth slice (a narrower
+ * part would build its lists for too few columns); a part sampled all
+ * nonzero skips neither way. Each row's sum runs over its nonzeros in order
+ * and restarts per KC slice, as the dense kernels', so C is theirs bit for
+ * bit (the exception above included). */
 enum { SPARSE_SK = 32, SPARSE_NB = 4 * GEMM_NR, SPARSE_ZEN4_PCT = 75, SPARSE_OTHER_PCT = 30 };
 typedef struct sparse {
   float *val;  /* [sub-slice][row][SPARSE_SK]: the nonzeros */
