@@ -1175,15 +1175,11 @@ static void part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, con
     int64_t nc = p->nc - jc < GEMM_NC ? p->nc - jc : GEMM_NC;
     for (int64_t pc = 0; pc < p->k; pc += KC) {
       int64_t kc = p->k - pc < KC ? p->k - pc : KC;
-      int last = pc + KC >= p->k, packed = 0;
-      epi_t e = slice_epi(p, pc, last);
+      epi_t e = slice_epi(p, pc, pc + KC >= p->k);
+      pack_b_panels(p, en, p->n0 + jc, nc, pc, kc, pb);
       for (int64_t ic = 0; ic < p->mc; ic += mcb) {
         int64_t mc = p->mc - ic < mcb ? p->mc - ic : mcb;
         en->sparse_build(p, p->m0 + ic, mc, pc, kc, sp);
-        if (!packed) {
-          pack_b_panels(p, en, p->n0 + jc, nc, pc, kc, pb);
-          packed = 1;
-        }
         en->sparse_block(p, sp, pb, kc, p->m0 + ic, mc, p->n0 + jc, nc, &e);
       }
     }
@@ -1208,12 +1204,16 @@ void gemm_part(const gemm_part_t *p, void *scratch) {
     return;
   }
   const int64_t KC = en->kc, MC = a_block_rows(en);
-  /* A's zeros pick the path (zero skipping, sparse rows). A caller's packer
-   * (a convolution's image) cannot be sampled: its panels are planned. */
+  /* A's zeros pick the path (zero skipping, sparse rows); A is sampled only
+   * where a path could use them (on Sapphire Rapids, whose engine plans no
+   * panels, the 16-core MLP's 64-column parts take neither). A caller's
+   * packer (a convolution's image) cannot be sampled: its panels are
+   * planned. */
+  int sparse_fits = en->sparse_build && !p->pack_a && p->k > 0 && p->nc >= SPARSE_NB;
   int64_t pct = 100;
-  if (en->nonzero_pct && skip_wanted())
+  if ((sparse_fits || en->skip_plan) && skip_wanted())
     pct = p->pack_a ? 0 : p->k ? en->nonzero_pct(p, p->m0, p->mc, 0, p->k < KC ? p->k : KC) : 100;
-  if (en->sparse_build && !p->pack_a && p->k > 0 && p->nc >= SPARSE_NB && pct < en->sparse_below_pct) {
+  if (sparse_fits && pct < en->sparse_below_pct) {
     part_sparse(p, en, pb, &sp);
     return;
   }
