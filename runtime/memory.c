@@ -203,6 +203,21 @@ AQ_API aq_status_t aq_memory_lookup(const void *ptr, aq_region_t *out_region, vo
   return AQ_OK;
 }
 
+AQ_API aq_status_t aq_memory_reachable(aq_agent_t agent, const void *ptr, size_t size, int *out) {
+  if (!ptr || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_reachable: ptr and out are required");
+  aq_agent_impl_t *a;
+  AQ_RETURN_IF_ERROR(aq_agent_resolve(agent, &a));
+  allocation_t m;
+  int cpu = a->info.kind == AQ_AGENT_KIND_CPU;
+  if (!find(ptr, &m)) *out = cpu; /* not Aquila's: plain host memory */
+  else if ((uintptr_t)ptr + size < (uintptr_t)ptr || (uintptr_t)ptr + size > m.base + m.size) *out = 0;
+  else if (m.region->agent == a) *out = 1;
+  else if (cpu) *out = (m.region->info.flags & AQ_REGION_HOST_ACCESSIBLE) != 0;
+  else *out = m.region->agent->driver == a->driver && a->driver->region_reachable &&
+              a->driver->region_reachable(m.region, a);
+  return AQ_OK;
+}
+
 static aq_status_t copy(void *dst, const void *src, size_t size) {
   allocation_t a;
   /* A driver with device memory copies whenever either side is its own. */
