@@ -13,7 +13,7 @@ enum { PINGS = 31, COPIES = 3, SMALL = 4096, LARGE = 8 << 20, CACHE_MAX = 32 };
 static const uint64_t PING_TIMEOUT_NS = 1000000000ull;
 
 typedef struct link {
-  char key[2 * 48 + 4];
+  char key[2 * 128 + 4];
   double lat_ns, ns_per_byte; /* < 0: could not be measured */
 } link_t;
 
