@@ -58,6 +58,10 @@ static double edge_bytes(const aq_graph_t *g, uint32_t q, uint32_t t) {
  * faster; heft does not count on that. */
 #define GPU_LAUNCH_NS 4000.0
 
+/* The share of a single agent's makespan a placement over several agents
+ * must save to be kept: about the spread of the models' estimates. */
+#define SPLIT_GAIN 0.05
+
 /* Task t's work-groups on a CPU (a host call: 1). A CPU dispatch splits
  * them across all of the agent's workers, whatever queue it came from. */
 static double task_groups(const task_t *t) {
@@ -177,19 +181,23 @@ static void take_workers(placer_t *pl, uint32_t a, uint32_t w, double start, dou
   }
 }
 
-/* Whether agent a may run every task of g. */
-static int runs_everything(const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
+/* Whether agent a may run every kernel of g (host calls run on CPU lanes
+ * whatever the placement: a batch loader beside a GPU's training step). */
+static int runs_every_kernel(const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
   uint8_t kind = agent_kind(l, a);
-  for (uint32_t i = 0; i < g->ntasks; ++i)
+  for (uint32_t i = 0; i < g->ntasks; ++i) {
+    if (g->tasks[i].kind == TASK_HOST) continue;
     if (l->cost_ns[(size_t)i * l->nagents + a] < 0 || !(l->eligible[i] & (1u << kind)) ||
         (g->tasks[i].agent >= 0 && (uint32_t)g->tasks[i].agent != a))
       return 0;
+  }
   return 1;
 }
 
-/* Places the tasks in p->order, each where it finishes first (on agent
- * `only` alone if >= 0); the makespan, or -1 with *fail the task that has
- * no lane. */
+/* Places the tasks in p->order, each where it finishes first (every kernel
+ * on agent `only` if >= 0: a single-agent placement, as a user's
+ * --placement gpu would be); the makespan, or -1 with *fail the task that
+ * has no lane. */
 static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   const plan_lanes_t *l = pl->l;
   aq_graph_t *g = pl->g;
@@ -209,7 +217,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
       double cost = l->cost_ns[(size_t)i * na + a];
       if (cost < 0 || !(l->eligible[i] & (1u << l->lane_kind[c]))) continue;
       if (t->agent >= 0 && a != (uint32_t)t->agent) continue;
-      if (only >= 0 && a != (uint32_t)only) continue;
+      if (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST) continue;
       if (l->lane_kind[c] == AQ_AGENT_KIND_GPU && cost < GPU_LAUNCH_NS) cost = GPU_LAUNCH_NS;
       double ready = 0;
       for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
@@ -345,8 +353,8 @@ aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
    * tasks in this order): for the agents all together, and for each agent
    * that can run every task alone; the mixed placement is kept only where
    * its estimate beats the best single agent's by more than a cross-agent
-   * edge (a split whose gain is within the model's error costs edges and
-   * a second agent's noise for nothing). */
+   * edge and SPLIT_GAIN of the time (a split whose gain is within the
+   * models' error costs edges and a second agent's noise for nothing). */
   placer_t mixed = {0}, single = {0};
   uint32_t fail = UINT32_MAX;
   double best_ms = -1, single_ms = -1, margin = 0;
@@ -368,11 +376,11 @@ aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
     for (uint32_t b = 0; b < na; ++b)
       if (a != b && plan_transfer_ns(l, a, b, 0) > margin) margin = plan_transfer_ns(l, a, b, 0);
   for (uint32_t a = 0; s == AQ_OK && na > 1 && a < na; ++a) {
-    if (!runs_everything(g, l, a)) continue;
+    if (!runs_every_kernel(g, l, a)) continue;
     double ms = place(&single, (int32_t)a, &fail);
     if (ms < 0 || (single_ms >= 0 && ms >= single_ms)) continue;
     single_ms = ms, single_agent = (int32_t)a;
-    if (ms <= best_ms + margin) placer_swap(&mixed, &single), best_ms = ms;
+    if (ms <= best_ms + fmax(margin, SPLIT_GAIN * ms)) placer_swap(&mixed, &single), best_ms = ms;
   }
   p->heft_single_ns = single_ms;
   p->heft_single_agent = single_agent;
