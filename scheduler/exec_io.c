@@ -125,16 +125,11 @@ AQ_API aq_status_t aq_exec_tensor_data(aq_exec_t *e, aq_tensor_t tensor, void **
   return AQ_OK;
 }
 
-/* Whether a kernel of an agent of kind reaches [data, data + size): a CPU
- * any host memory (anything but another agent's device memory), a GPU only
- * what was allocated from one of its regions. */
-static int agent_reaches(aq_agent_t agent, uint8_t kind, const void *data, size_t size) {
-  aq_region_impl_t *r;
-  uintptr_t base;
-  size_t bytes;
-  if (!aq_memory_find(data, &r, &base, &bytes)) return kind == AQ_AGENT_KIND_CPU; /* not ours: host memory */
-  if (kind == AQ_AGENT_KIND_CPU) return (r->info.flags & AQ_REGION_HOST_ACCESSIBLE) != 0;
-  return r->info.agent.handle == agent.handle && (uintptr_t)data + size <= base + bytes;
+/* Whether a kernel of agent reaches [data, data + size) in place
+ * (aq_memory_reachable: another GPU's memory too, over peer access). */
+static int agent_reaches(aq_agent_t agent, const void *data, size_t size) {
+  int yes = 0;
+  return aq_memory_reachable(agent, data, size, &yes) == AQ_OK && yes;
 }
 
 AQ_API aq_status_t aq_exec_bind(aq_exec_t *e, aq_tensor_t tensor, void *data, size_t size) {
@@ -157,7 +152,7 @@ AQ_API aq_status_t aq_exec_bind(aq_exec_t *e, aq_tensor_t tensor, void *data, si
     for (uint32_t r = 0; r < task->nreads; ++r) uses |= task->reads[r] == tensor.id;
     for (uint32_t w = 0; w < task->nwrites; ++w) uses |= task->writes[w] == tensor.id;
     uint32_t lane = e->plan.tasks[t].lane, agent = e->lane_agent[lane];
-    if (!uses || task->kind != TASK_KERNEL || agent_reaches(e->agents[agent], e->lane_kind[lane], data, size))
+    if (!uses || task->kind != TASK_KERNEL || agent_reaches(e->agents[agent], data, size))
       continue;
     return e->lane_kind[lane] == AQ_AGENT_KIND_CPU
                ? aq_error(AQ_ERROR_INVALID_ARGUMENT,
@@ -166,7 +161,8 @@ AQ_API aq_status_t aq_exec_bind(aq_exec_t *e, aq_tensor_t tensor, void *data, si
                           task->name, x->name, e->agent_names[agent])
                : aq_error(AQ_ERROR_INVALID_ARGUMENT,
                           "aq_exec_bind: task '%s' reads '%s' on GPU agent %s, which reaches only memory allocated "
-                          "from its regions (device, pinned or managed); allocate there, or use aq_exec_write",
+                          "from its regions (device, pinned or managed) or, over peer access, another GPU's; "
+                          "allocate there, or use aq_exec_write",
                           task->name, x->name, e->agent_names[agent]);
   }
   for (uint32_t t = 0; t < g->ntasks; ++t) {

@@ -53,6 +53,16 @@ static aq_status_t settle_managed(aq_exec_t *e, uint32_t a, size_t size) {
   return exec_memory_hint(aq_memory_prefetch(e->arenas[a], size, e->agents[a], (aq_signal_t){0}));
 }
 
+/* Whether agent a's kernels reach GPU agent b's device memory in place (a
+ * CPU never does; another GPU over peer access). */
+static int device_reaches(const aq_exec_t *e, uint32_t a, uint32_t b) {
+  aq_region_t r;
+  int yes = 0;
+  if (e->agent_kind[a] != AQ_AGENT_KIND_GPU) return 0;
+  return region_of(e->agents[b], AQ_REGION_DEVICE, &r) == AQ_OK &&
+         aq_region_reachable(e->agents[a], r, &yes) == AQ_OK && yes;
+}
+
 /* Every tensor lives on the node of the agent that touches it first, in
  * one arena per agent (one allocation, not one per tensor: instantiation
  * stays cheap), zeroed so optimizer state starts at zero. */
@@ -76,22 +86,21 @@ aq_status_t exec_plan_memory(aq_exec_t *e) {
         if (home[task->writes[w]] == UINT32_MAX) home[task->writes[w]] = a;
     }
   /* A GPU tensor that a CPU task touches too (a batch loader, a CPU op in a
-   * mixed placement) goes to pinned host memory, which both reach in place:
-   * device memory is out of the CPU's reach, and managed memory would migrate
-   * its pages back and forth every run. */
+   * mixed placement), or a task on a GPU that cannot reach the first GPU's
+   * device memory (no peer access), goes to pinned host memory, which all
+   * reach in place: device memory is out of the CPU's reach, and managed
+   * memory would migrate its pages back and forth every run. */
   uint8_t *pinned = calloc(g->ntensors, 1);
   if (!pinned) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
   /* (Not in unified memory: there prefetch tasks move the pages, replica.c.) */
   for (uint32_t t = 0; s == AQ_OK && !e->replicas.prefetch && t < g->ntasks; ++t) {
     uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
-    if (e->agent_kind[a] != AQ_AGENT_KIND_CPU) continue;
-    for (uint32_t w = 0; w < g->tasks[t].nwrites; ++w) {
-      uint32_t x = g->tasks[t].writes[w];
-      if (home[x] != UINT32_MAX && e->agent_kind[home[x]] == AQ_AGENT_KIND_GPU) pinned[x] = 1;
-    }
-    for (uint32_t r = 0; r < g->tasks[t].nreads; ++r) {
-      uint32_t x = g->tasks[t].reads[r];
-      if (home[x] != UINT32_MAX && e->agent_kind[home[x]] == AQ_AGENT_KIND_GPU) pinned[x] = 1;
+    const task_t *task = &g->tasks[t];
+    for (uint32_t j = 0; j < task->nreads + task->nwrites; ++j) {
+      uint32_t x = j < task->nreads ? task->reads[j] : task->writes[j - task->nreads];
+      if (home[x] != UINT32_MAX && home[x] != a && e->agent_kind[home[x]] == AQ_AGENT_KIND_GPU &&
+          !device_reaches(e, a, home[x]))
+        pinned[x] = 1;
     }
   }
   /* A small GPU result no task reads (a loss) is there for the host, which

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/runtime.h"
 #include "scheduler/calibrate.h"
 #include "scheduler/exec_internal.h"
 #include "scheduler/linkcal.h"
@@ -23,8 +24,7 @@ aq_status_t exec_pick_agents(aq_exec_t *e) {
     e->agent_node[e->nagents] = info.numa_node;
     e->agent_kind[e->nagents] = (uint8_t)info.kind;
     e->agent_workers[e->nagents] = info.kind == AQ_AGENT_KIND_CPU ? (info.compute_units ? info.compute_units : 1) : 0;
-    snprintf(e->agent_arch[e->nagents], PERF_ARCH_MAX, "%s/%s/%u", info.driver, info.isa[0] ? info.isa : "any",
-             info.compute_units);
+    perf_arch(&info, e->agent_arch[e->nagents], PERF_ARCH_MAX);
     /* A lane per CPU worker: independent tasks run side by side. A GPU
      * gets one in-order stream. */
     uint32_t lanes = info.kind == AQ_AGENT_KIND_GPU ? 1 : info.compute_units ? info.compute_units : 1;
@@ -89,13 +89,15 @@ uint8_t *exec_eligibility(aq_exec_t *e, uint32_t kinds) {
 
 aq_sched_policy_t exec_policy_from(const aq_exec_options_t *o) {
   if (o && o->policy) return o->policy;
-  const char *env = getenv("AQ_SCHED");
-  if (!env) return AQ_SCHED_EAGER;
-  if (!strcmp(env, "round-robin") || !strcmp(env, "rr")) return AQ_SCHED_ROUND_ROBIN;
-  if (!strcmp(env, "pinned")) return AQ_SCHED_PINNED;
-  if (!strcmp(env, "locality") || !strcmp(env, "numa")) return AQ_SCHED_LOCALITY;
-  if (!strcmp(env, "heft")) return AQ_SCHED_HEFT;
-  return AQ_SCHED_EAGER;
+  /* AQ_SCHED, checked at aq_init (runtime.h's AQ_SCHED_NAMES), else heft. */
+  const char *name = aq_runtime_config()->sched;
+  static const struct { const char *name; aq_sched_policy_t policy; } by_name[] = {
+      {"eager", AQ_SCHED_EAGER},     {"round-robin", AQ_SCHED_ROUND_ROBIN}, {"pinned", AQ_SCHED_PINNED},
+      {"locality", AQ_SCHED_LOCALITY}, {"heft", AQ_SCHED_HEFT},
+  };
+  for (size_t i = 0; i < sizeof(by_name) / sizeof(by_name[0]); ++i)
+    if (!strcmp(name, by_name[i].name)) return by_name[i].policy;
+  return AQ_SCHED_HEFT;
 }
 
 /* The model key of task t on agent a, and the bytes it touches. */

@@ -62,6 +62,8 @@ aq_status_t aq_memory_lookup(const void *ptr, aq_region_t *out_region, void **ou
  * reachable (pinned host memory, managed memory, device memory over peer
  * access). A range that runs past its allocation is reached by no agent. */
 aq_status_t aq_memory_reachable(aq_agent_t agent, const void *ptr, size_t size, int *out_reachable);
+/* The same for a whole region, before anything is allocated from it. */
+aq_status_t aq_region_reachable(aq_agent_t agent, aq_region_t region, int *out_reachable);
 
 #ifdef __cplusplus
 }

@@ -43,10 +43,10 @@ static int gpu_models(const char *kernel, double samples[8], double mean_ns[8]) 
   FILE *f = fopen(path, "r");
   int n = 0;
   while (f && fgets(line, sizeof(line), f)) {
-    char k[64], arch[48];
+    char k[64], arch[128];
     unsigned cls;
     double ns, mean, m2, bytes;
-    if (sscanf(line, "%63s %x %47s %lf %lf %lf %lf", k, &cls, arch, &ns, &mean, &m2, &bytes) == 7 &&
+    if (sscanf(line, "%63s %x %127s %lf %lf %lf %lf", k, &cls, arch, &ns, &mean, &m2, &bytes) == 7 &&
         !strcmp(k, kernel) && !strncmp(arch, "cuda/", 5) && n < 8)
       samples[n] = ns, mean_ns[n++] = mean;
   }

@@ -176,10 +176,10 @@ static int model_line(const char *kernel, double *samples, double *mean_ns) {
   if (!f) return 0;
   int found = 0;
   while (fgets(line, sizeof(line), f)) {
-    char k[64], arch[48];
+    char k[64], arch[128];
     unsigned cls;
     double n, mean, m2, bytes;
-    if (sscanf(line, "%63s %x %47s %lf %lf %lf %lf", k, &cls, arch, &n, &mean, &m2, &bytes) == 7 && !strcmp(k, kernel))
+    if (sscanf(line, "%63s %x %127s %lf %lf %lf %lf", k, &cls, arch, &n, &mean, &m2, &bytes) == 7 && !strcmp(k, kernel))
       *samples = n, *mean_ns = mean, found = 1;
   }
   fclose(f);
@@ -247,10 +247,10 @@ static int model_lines(const char *kernel, double samples[8]) {
   FILE *f = fopen(path, "r");
   int n = 0;
   while (f && fgets(line, sizeof(line), f)) {
-    char k[64], arch[48];
+    char k[64], arch[128];
     unsigned cls;
     double ns, mean, m2, bytes;
-    if (sscanf(line, "%63s %x %47s %lf %lf %lf %lf", k, &cls, arch, &ns, &mean, &m2, &bytes) == 7 &&
+    if (sscanf(line, "%63s %x %127s %lf %lf %lf %lf", k, &cls, arch, &ns, &mean, &m2, &bytes) == 7 &&
         !strcmp(k, kernel) && n < 8)
       samples[n++] = ns;
   }
@@ -608,4 +608,26 @@ Test(sched, heft_trains_like_eager_while_it_calibrates, .init = perf_setup, .fin
   cr_assert(model_line("aq_matmul_f32", &n, &mean) || model_line("aq_matmul", &n, &mean), "no matmul model");
   cr_assert_geq(n, 3);
   cr_assert_gt(mean, 0);
+}
+
+/* AQ_SCHED is read once, at aq_init: a name it does not know is refused
+ * there, by name, rather than silently meaning some policy. */
+Test(sched, an_unknown_aq_sched_is_refused_at_init_by_name) {
+  aq_shut_down();
+  setenv("AQ_SCHED", "bogus", 1);
+  aq_status_t s = aq_init(NULL);
+  unsetenv("AQ_SCHED");
+  cr_assert_eq(s, AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "AQ_SCHED='bogus'"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_setting_t set[32];
+  size_t n = 0;
+  AQ_ASSERT_OK(aq_settings(set, 32, &n));
+  int found = 0;
+  for (size_t i = 0; i < n && i < 32; ++i)
+    if (!strcmp(set[i].name, "AQ_SCHED")) {
+      found = 1;
+      cr_expect_str_eq(set[i].value, "heft", "the default placement");
+    }
+  cr_assert(found, "aq_settings lists AQ_SCHED");
 }
