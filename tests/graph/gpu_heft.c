@@ -87,7 +87,9 @@ Test(gpu_heft, profiled_runs_time_gpu_kernels_on_the_gpu) {
   aq_tensor_t a, b;
   aq_graph_t *g = matmuls(&a, &b);
   aq_exec_t *e;
-  aq_exec_options_t o = {.flags = AQ_EXEC_PROFILE, .kernel_agent_kinds = 1u << AQ_AGENT_KIND_GPU};
+  /* Eager: heft would calibrate first, and add its samples to the runs'. */
+  aq_exec_options_t o = {.policy = AQ_SCHED_EAGER, .flags = AQ_EXEC_PROFILE,
+                         .kernel_agent_kinds = 1u << AQ_AGENT_KIND_GPU};
   AQ_ASSERT_OK(aq_graph_instantiate(g, &o, &e));
   static float m[512 * 512];
   AQ_ASSERT_OK(aq_exec_write(e, a, m, sizeof(m)));
