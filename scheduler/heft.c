@@ -93,6 +93,7 @@ typedef struct placer {
   uint8_t *taken, *used;                    /* scratch, per worker; per lane: has a task */
   uint32_t *lane;                           /* per task: the result */
   double *finish, *cost;
+  uint32_t *home;                           /* per tensor: where a persistent one lives (home_cost) */
 } placer_t;
 
 static uint32_t workers_of(const plan_lanes_t *l, uint32_t a) {
@@ -119,14 +120,16 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
   pl->lane = malloc(n * sizeof(uint32_t));
   pl->finish = malloc(n * sizeof(double));
   pl->cost = malloc(n * sizeof(double));
-  if (!pl->lane_free || !pl->worker_free || !pl->sorted || !pl->taken || !pl->used || !pl->lane || !pl->finish || !pl->cost)
+  pl->home = malloc((g->ntensors ? g->ntensors : 1) * sizeof(uint32_t));
+  if (!pl->lane_free || !pl->worker_free || !pl->sorted || !pl->taken || !pl->used || !pl->lane || !pl->finish ||
+      !pl->cost || !pl->home)
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   return AQ_OK;
 }
 
 static void placer_free(placer_t *pl) {
   free(pl->lane_free), free(pl->worker_free), free(pl->sorted), free(pl->taken), free(pl->used), free(pl->first_worker);
-  free(pl->lane), free(pl->finish), free(pl->cost);
+  free(pl->lane), free(pl->finish), free(pl->cost), free(pl->home);
   memset(pl, 0, sizeof(*pl));
 }
 
@@ -181,6 +184,31 @@ static void take_workers(placer_t *pl, uint32_t a, uint32_t w, double start, dou
   }
 }
 
+/* A run's edges are not all in the graph: a parameter or optimizer state
+ * is read at the start of the next run from where the last run wrote it.
+ * Such a tensor lives where its first task is placed (its home: the
+ * exec's memory plan puts it with its first toucher too); a task on
+ * another agent that touches it pays the copy there and back. Without
+ * this, an update on a CPU beside a GPU's forward pass looked free. */
+static int persistent(const aq_tensor_role_t role) { return role == AQ_ROLE_PARAMETER || role == AQ_ROLE_STATE; }
+
+static double home_cost(const placer_t *pl, const task_t *t, uint32_t a) {
+  double ns = 0;
+  for (uint32_t j = 0; j < t->nreads + t->nwrites; ++j) {
+    uint32_t x = j < t->nreads ? t->reads[j] : t->writes[j - t->nreads], h = pl->home[x];
+    if (h != UINT32_MAX && h != a && persistent(pl->g->tensors[x].role))
+      ns += plan_transfer_ns(pl->l, h, a, (double)pl->g->tensors[x].bytes);
+  }
+  return ns;
+}
+
+static void take_home(placer_t *pl, const task_t *t, uint32_t a) {
+  for (uint32_t j = 0; j < t->nreads + t->nwrites; ++j) {
+    uint32_t x = j < t->nreads ? t->reads[j] : t->writes[j - t->nreads];
+    if (pl->home[x] == UINT32_MAX && persistent(pl->g->tensors[x].role)) pl->home[x] = a;
+  }
+}
+
 /* Whether agent a may run every kernel of g (host calls run on CPU lanes
  * whatever the placement: a batch loader beside a GPU's training step). */
 static int runs_every_kernel(const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
@@ -206,6 +234,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   double makespan = 0;
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->lane_free[c] = 0, pl->used[c] = 0;
   for (uint32_t w = 0; w < pl->first_worker[na]; ++w) pl->worker_free[w] = 0;
+  for (uint32_t x = 0; x < g->ntensors; ++x) pl->home[x] = UINT32_MAX;
   for (uint32_t k = 0; k < p->ntasks; ++k) {
     uint32_t i = p->order[k];
     const task_t *t = &g->tasks[i];
@@ -233,6 +262,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
         if (cached != a) cached = a, nsorted = sort_workers(pl, a);
         width = best_width(pl->sorted, nsorted, groups, start, cost, &start, &finish);
       }
+      finish += home_cost(pl, t, a);
       if (best == UINT32_MAX || finish < best_finish)
         best = c, best_finish = finish, best_start = start, best_cost = finish - start, best_width_ = width;
     }
@@ -242,6 +272,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
     }
     uint32_t a = l->lane_agent[best];
     if (pl->first_worker[a + 1] > pl->first_worker[a]) take_workers(pl, a, best_width_, best_start, best_finish);
+    take_home(pl, t, a);
     pl->lane[i] = best;
     pl->finish[i] = best_finish;
     pl->cost[i] = best_cost;

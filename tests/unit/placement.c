@@ -161,3 +161,23 @@ Test(placement, loaders_stay_on_the_cpu_beside_a_gpu_step) {
   cr_expect_eq(on_agent(lane, 7, 1), 6, "every kernel on the GPU, %u there", on_agent(lane, 7, 1));
   aq_graph_destroy(g);
 }
+
+/* A parameter is read at the start of the next run from where the update
+ * left it: an update on the CPU beside a forward pass on the GPU is not
+ * free, however quick it is there. */
+Test(placement, a_parameters_update_stays_with_its_readers) {
+  aq_graph_t *g;
+  cr_assert_eq(aq_graph_create(NULL, &g), AQ_OK);
+  aq_tensor_t x = tensor(g, "x", AQ_ROLE_INPUT), w = tensor(g, "w", AQ_ROLE_PARAMETER), h, gr;
+  cr_assert_eq(aq_op_matmul(g, x, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &h), AQ_OK, "%s", aq_last_error());
+  cr_assert_eq(aq_op_relu(g, h, &gr), AQ_OK);
+  cr_assert_eq(aq_op_sgd(g, w, gr, &(aq_sgd_options_t){.lr = 0.1f}), AQ_OK, "%s", aq_last_error());
+  cr_assert_eq(g->ntasks, 3);
+  table_t t = {.nagents = 2, .lat = 5000, .per_byte = 1};
+  t.cost[0][0] = t.cost[1][0] = 100000, t.cost[0][1] = t.cost[1][1] = 10000;
+  t.cost[2][0] = 1000, t.cost[2][1] = 30000; /* the update: 30x quicker on the CPU */
+  uint32_t lane[MAX_TASKS];
+  place(g, &t, lane);
+  cr_expect_eq(lane[2], 1, "the update beside the forward pass, on the GPU");
+  aq_graph_destroy(g);
+}
