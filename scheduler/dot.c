@@ -13,12 +13,23 @@ static const char *dot_kernel(const aq_exec_t *e, uint32_t t) {
   return e->fusion.absorbed[t] ? "fused into its consumer" : task->kernel;
 }
 
+/* A fill per agent, told apart at a glance (Okabe-Ito's palette, light). */
+static const char *agent_colour(uint32_t a) {
+  static const char *const colours[] = {"#cfe8f7", "#fde0b6", "#c9eadb", "#f7d4e6", "#fbf4b8", "#d9d2f0", "#e6e6e6"};
+  return colours[a % (sizeof(colours) / sizeof(colours[0]))];
+}
+
 AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
   if (!e || !path) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_write_dot: exec and path are required");
   FILE *f = fopen(path, "w");
   if (!f) return aq_error(AQ_ERROR_IO, "cannot write %s", path);
   aq_graph_t *g = e->graph;
-  fprintf(f, "digraph aquila {\n  rankdir=TB; node [shape=box, fontname=\"sans-serif\", fontsize=10];\n");
+  fprintf(f, "digraph aquila {\n  rankdir=TB; node [shape=box, style=filled, fontname=\"sans-serif\", fontsize=10];\n");
+  /* A legend: one swatch per agent that runs a task. */
+  fprintf(f, "  subgraph cluster_agents { label=\"agents\"; fontname=\"sans-serif\"; fontsize=10;\n");
+  for (uint32_t a = 0; a < e->nagents; ++a)
+    fprintf(f, "    agent%u [label=\"%s\", fillcolor=\"%s\"];\n", a, e->agent_names[a], agent_colour(a));
+  fprintf(f, "  }\n");
   if (e->policy == AQ_SCHED_HEFT) { /* heft's estimates of the whole run: what it kept, and what it weighed */
     const plan_t *p = &e->plan;
     fprintf(f, "  labelloc=t; label=\"heft: makespan estimate %.1f us (over all agents %.1f us", p->heft_ns / 1e3,
@@ -36,9 +47,9 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
                           : gpu                      ? "kernels-cuda.fatbin"
                                                      : "kernels-cpu.so";
     if (e->policy == AQ_SCHED_HEFT)
-      fprintf(f, "  t%u [label=\"%s\\n%s [%s]\\non %s, lane %u\\nest. %.1f us, finish %.1f us\"];\n", t, task->name,
-              dot_kernel(e, t), variant, e->agent_names[a], pt->lane,
-              pt->cost_ns / 1e3, pt->finish / 1e3);
+      fprintf(f, "  t%u [label=\"%s\\n%s [%s]\\non %s, lane %u\\nest. %.1f us, finish %.1f us\", fillcolor=\"%s\"];\n", t,
+              task->name, dot_kernel(e, t), variant, e->agent_names[a], pt->lane, pt->cost_ns / 1e3, pt->finish / 1e3,
+              agent_colour(a));
     else {
       /* Other policies place by a work-group count; the estimate shown is
        * still the performance model's, where there is one. */
@@ -50,8 +61,8 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
       char est[48];
       if (samples) snprintf(est, sizeof(est), "est. %.1f us (%u samples)", ns / 1e3, samples);
       else snprintf(est, sizeof(est), "est. ? (no model yet)");
-      fprintf(f, "  t%u [label=\"%s\\n%s [%s]\\non %s, lane %u\\n%s\"];\n", t, task->name,
-              dot_kernel(e, t), variant, e->agent_names[a], pt->lane, est);
+      fprintf(f, "  t%u [label=\"%s\\n%s [%s]\\non %s, lane %u\\n%s\", fillcolor=\"%s\"];\n", t, task->name,
+              dot_kernel(e, t), variant, e->agent_names[a], pt->lane, est, agent_colour(a));
     }
   }
   for (uint32_t t = 0; t < g->ntasks; ++t) {

@@ -59,7 +59,8 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   aq_status_t s = exec_pick_agents(e);
   if (s == AQ_OK) s = aq_code_object_load("kernels-cpu.so", &e->ops);
   if (s == AQ_OK) s = exec_load_gpu_ops(e);
-  uint8_t *eligible = s == AQ_OK ? exec_eligibility(e, options ? options->kernel_agent_kinds : 0) : NULL;
+  e->kinds = options ? options->kernel_agent_kinds : 0;
+  uint8_t *eligible = s == AQ_OK ? exec_eligibility(e, e->kinds) : NULL;
   if (s == AQ_OK && !eligible) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
   e->policy = exec_policy_from(options);
   e->flags = options ? options->flags : 0;

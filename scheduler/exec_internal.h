@@ -63,6 +63,7 @@ struct aq_exec {
   int in_flight;
   size_t bytes;
   aq_sched_policy_t policy;
+  uint32_t kinds;                      /* aq_exec_options_t.kernel_agent_kinds */
   uint32_t flags;                      /* AQ_EXEC_* */
   int exact_matmul;                    /* AQ_EXEC_EXACT_MATMUL or AQ_MATMUL_PRECISION=exact */
   /* With replicas, graph is the exec's own (the user's tasks and the
@@ -99,6 +100,9 @@ aq_status_t exec_load_gpu_ops(aq_exec_t *e);
 uint8_t *exec_eligibility(aq_exec_t *e, uint32_t kinds);
 aq_sched_policy_t exec_policy_from(const aq_exec_options_t *o);
 void exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *bytes);
+/* Task t's estimate on agent a (ns): its model's, or a guess from its
+ * work-groups; *samples: what the model rests on (0: a guess). */
+double exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples);
 aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out);
 aq_status_t exec_heft_links(aq_exec_t *e, double **out);
 aq_status_t exec_fuse(aq_exec_t *e);

@@ -119,7 +119,7 @@ void exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *
 
 /* Task t's estimate on agent a (ns): its model's, or a rough guess from the
  * work-groups for a kernel never measured; *samples: what the model rests on. */
-static double cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
+double exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
   const task_t *task = &e->graph->tasks[t];
   double groups = 1;
   for (int d = 0; d < 3; ++d) {
@@ -172,7 +172,7 @@ aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out)
     for (uint32_t a = 0; a < e->nagents; ++a) {
       double *ct = &c[(size_t)t * e->nagents + a];
       uint32_t n = 0;
-      *ct = eligible[t] & (1u << e->agent_kind[a]) ? cost_of(e, t, a, &n) : -1;
+      *ct = eligible[t] & (1u << e->agent_kind[a]) ? exec_cost_of(e, t, a, &n) : -1;
       if (*ct >= 0 && n < PERF_MIN_SAMPLES) short_of_samples++;
     }
   if (short_of_samples) e->profile_left = PERF_MIN_SAMPLES;

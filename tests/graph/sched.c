@@ -468,6 +468,7 @@ Test(sched, dot_names_agent_variant_and_estimate) {
   cr_assert(strstr(dot, "digraph") && strstr(dot, "[kernels-cpu.so]") && strstr(dot, "on cpu") &&
                 strstr(dot, "t0 -> t1"),
             "%s", dot);
+  cr_assert(strstr(dot, "fillcolor") && strstr(dot, "cluster_agents"), "tasks coloured by agent, with a legend: %s", dot);
   cr_assert_eq(aq_exec_write_dot(e, "/nonexistent-dir/x.dot"), AQ_ERROR_IO);
   AQ_ASSERT_OK(aq_exec_destroy(e));
   AQ_ASSERT_OK(aq_graph_destroy(g));
@@ -630,4 +631,38 @@ Test(sched, an_unknown_aq_sched_is_refused_at_init_by_name) {
       cr_expect_str_eq(set[i].value, "heft", "the default placement");
     }
   cr_assert(found, "aq_settings lists AQ_SCHED");
+}
+
+/* aq_exec_explain: the placement, the estimate per agent and a reason for
+ * every task. */
+Test(sched, explain_gives_each_task_its_agent_estimates_and_reason, .init = perf_setup, .fini = perf_teardown) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t a, b, c;
+  AQ_ASSERT_OK(aq_tensor_create(g, "a", AQ_DTYPE_F32, AQ_ROLE_CONSTANT, 2, (int64_t[]){64, 64}, &a));
+  AQ_ASSERT_OK(aq_op_relu(g, a, &b));
+  AQ_ASSERT_OK(aq_op_matmul(g, b, a, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &c));
+  aq_host_task_t h = {.name = "after", .fn = spin_call, .args = {1}, .agent = -1, .read_count = 1, .reads = {c}};
+  AQ_ASSERT_OK(aq_graph_add_host(g, &h, NULL));
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  char text[8192] = "";
+  FILE *f = tmpfile();
+  cr_assert(f);
+  AQ_ASSERT_OK(aq_exec_explain(e, f));
+  rewind(f);
+  size_t n = fread(text, 1, sizeof(text) - 1, f);
+  text[n] = 0;
+  fclose(f);
+  cr_assert(strstr(text, "placement: heft"), "the default placement: %s", text);
+  cr_assert(strstr(text, "estimated run:"), "%s", text);
+  int lines = 0;
+  for (const char *p = text; (p = strchr(p, '\n')); ++p) ++lines;
+  cr_assert_eq(lines, 3 + 3, "a header of three lines and a line per task: %s", text);
+  cr_assert(strstr(text, "relu(a)") && strstr(text, " us"), "%s", text);
+  cr_assert(strstr(text, "a host call: CPU agents run it"), "%s", text);
+  cr_assert_eq(aq_exec_explain(NULL, stdout), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert_eq(aq_exec_explain(e, NULL), AQ_ERROR_INVALID_ARGUMENT);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
 }
