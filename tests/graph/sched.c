@@ -658,8 +658,10 @@ Test(sched, explain_gives_each_task_its_agent_estimates_and_reason, .init = perf
   cr_assert(strstr(text, "estimated run:"), "%s", text);
   int lines = 0;
   for (const char *p = text; (p = strchr(p, '\n')); ++p) ++lines;
-  cr_assert_eq(lines, 3 + 3, "a header of three lines and a line per task: %s", text);
-  cr_assert(strstr(text, "relu(a)") && strstr(text, " us"), "%s", text);
+  /* the header: placement, estimates, links where there are several agents, columns */
+  cr_assert(lines == 3 + 3 || lines == 4 + 3, "a header and a line per task: %s", text);
+  cr_assert(strstr(text, "relu(a)") && strstr(text, "matmul(") && strstr(text, "after") && strstr(text, " us"), "%s",
+            text);
   cr_assert(strstr(text, "a host call: CPU agents run it"), "%s", text);
   cr_assert_eq(aq_exec_explain(NULL, stdout), AQ_ERROR_INVALID_ARGUMENT);
   cr_assert_eq(aq_exec_explain(e, NULL), AQ_ERROR_INVALID_ARGUMENT);
