@@ -1,10 +1,10 @@
 /* What the suites that drive the scheduler's pure parts directly share
- * (memplan.c, fuse_pairs.c). libaquila hides those symbols, so this program
- * links their objects itself (module.mk) and gives them the aq_error they
- * call (units.c). Graphs are built by hand or through the public API, and
- * planned by plan_build on lanes of one CPU agent, as an exec would. */
-#ifndef AQ_TESTS_GRAPH_UNITS_H_
-#define AQ_TESTS_GRAPH_UNITS_H_
+ * (memplan.c, fuse_pairs.c; this program links the static library, whose
+ * internal symbols are reachable). Graphs are built by hand or through the
+ * public API, and planned by plan_build on lanes of one CPU agent, as an
+ * exec would. */
+#ifndef AQ_TESTS_UNIT_UNITS_H_
+#define AQ_TESTS_UNIT_UNITS_H_
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +13,6 @@
 #include "scheduler/plan.h"
 
 enum { UNITS_LANES_MAX = 8 };
-
-/* The last message the linked objects gave aq_error (units.c). */
-extern char units_error[256];
 
 /* g planned with the eager policy on nlanes lanes of one CPU agent. */
 static inline aq_status_t units_plan(aq_graph_t *g, uint32_t nlanes, plan_t *p) {
