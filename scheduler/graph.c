@@ -46,6 +46,9 @@ static void copy_name(char *dst, size_t size, const char *src) {
   dst[n] = 0;
 }
 
+/* A tensor may hold at most 1 TiB: every size product below stays exact. */
+#define TENSOR_BYTES_MAX ((uint64_t)1 << 40)
+
 static size_t dtype_size(aq_dtype_t d) { return d == AQ_DTYPE_F32 || d == AQ_DTYPE_I32 ? 4 : 0; }
 
 aq_status_t graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
@@ -56,10 +59,16 @@ aq_status_t graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, 
   if (rank > AQ_MAX_RANK || (rank && !dims))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor '%s': rank %u (at most %d, with dims)", name, rank,
                     AQ_MAX_RANK);
+  /* The running product is bounded, not each dimension alone: three
+   * dimensions of 2^30 each pass a per-dimension check and wrap to 0 bytes. */
   size_t bytes = dtype_size(dtype);
   for (uint32_t i = 0; i < rank; ++i) {
-    if (dims[i] <= 0 || (size_t)dims[i] > ((size_t)1 << 40) / bytes)
+    if (dims[i] <= 0)
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor '%s': dimension %u is %lld", name, i, (long long)dims[i]);
+    if ((uint64_t)dims[i] > TENSOR_BYTES_MAX / bytes)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                      "tensor '%s': dimension %u (%lld) makes it larger than %llu bytes", name, i,
+                      (long long)dims[i], (unsigned long long)TENSOR_BYTES_MAX);
     bytes *= (size_t)dims[i];
   }
   if (g->ntensors == g->cap_tensors) {
@@ -177,11 +186,11 @@ AQ_API aq_status_t aq_graph_add_kernel(aq_graph_t *g, const aq_kernel_task_t *k,
     t.write_off[i] = k->write_offsets[i];
   }
   for (uint32_t i = 0; i < t.nreads; ++i)
-    if (t.read_off[i] != UINT32_MAX && t.read_off[i] + 8 > t.kernarg_size)
+    if (t.read_off[i] != UINT32_MAX && (uint64_t)t.read_off[i] + 8 > t.kernarg_size)
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "task '%s': read offset %u lies outside its %u-byte kernarg", name,
                       t.read_off[i], t.kernarg_size);
   for (uint32_t i = 0; i < t.nwrites; ++i)
-    if (t.write_off[i] != UINT32_MAX && t.write_off[i] + 8 > t.kernarg_size)
+    if (t.write_off[i] != UINT32_MAX && (uint64_t)t.write_off[i] + 8 > t.kernarg_size)
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "task '%s': write offset %u lies outside its %u-byte kernarg",
                       name, t.write_off[i], t.kernarg_size);
   uint32_t id;

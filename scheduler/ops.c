@@ -11,6 +11,11 @@
 aq_status_t graph_op_task(aq_graph_t *g, const char *name, const char *kernel, const void *kernarg,
                           uint32_t kernarg_size, aq_dispatch_shape_t shape, const slot_t *reads,
                           uint32_t nreads, const slot_t *writes, uint32_t nwrites, uint32_t *out_task) {
+  for (int d = 0; d < 3; ++d)
+    if (shape.grid[d] == AQ_GRID_TOO_LARGE)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                      "%s: %u or more work-items along %c; a dispatch's grid holds at most %u (split the tensor)",
+                      name, AQ_GRID_TOO_LARGE, "xyz"[d], AQ_GRID_TOO_LARGE - 1);
   task_t t = {.kind = TASK_KERNEL, .kernarg_size = kernarg_size, .shape = shape, .nreads = nreads,
               .nwrites = nwrites, .agent = -1, .op = OP_OTHER};
   snprintf(t.name, sizeof(t.name), "%s", name);

@@ -113,8 +113,13 @@ static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index
     }
     d->workgroup[i] = wg[i];
     d->grid[i] = grid[i];
-    d->groups[i] = (grid[i] + wg[i] - 1) / wg[i];
-    d->total *= d->groups[i];
+    /* 64-bit: a grid near 2^32 must not wrap to no groups at all. */
+    d->groups[i] = (uint32_t)(((uint64_t)grid[i] + wg[i] - 1) / wg[i]);
+    if (__builtin_mul_overflow(d->total, (uint64_t)d->groups[i], &d->total)) {
+      char msg[160];
+      snprintf(msg, sizeof(msg), "kernel '%s': the grid has more than 2^64 work-groups", k->desc->name);
+      return invalid(w, cq, index, msg);
+    }
   }
   if (k->desc->kernarg_size && !p->kernarg_address) {
     char msg[160];

@@ -73,6 +73,23 @@ static int scratch(const void *kernarg, const aq_dispatch_ctx_t *c) {
   return 0;
 }
 
+/* Adds up the work-items of every group it runs: a grid too large for a
+ * hits[] array is still counted. */
+typedef struct { _Atomic uint64_t *items; } tally_args_t;
+static int tally(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  atomic_fetch_add(((const tally_args_t *)kernarg)->items,
+                   (uint64_t)c->group_size[0] * c->group_size[1] * c->group_size[2]);
+  return 0;
+}
+
+/* Writes through the pointer it is given: a bad one is a memory fault. */
+typedef struct { volatile int *where; } poke_args_t;
+static int poke(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  (void)c;
+  *((const poke_args_t *)kernarg)->where = 42;
+  return 0;
+}
+
 static const aq_kernel_desc_t kernels[] = {
     {"noop", noop, 0, 0, 0, 0},
     {"count", count, sizeof(count_args_t), 8, 0, 0},
@@ -80,6 +97,8 @@ static const aq_kernel_desc_t kernels[] = {
     {"fault", fault, sizeof(fault_args_t), 4, 0, 0},
     {"spin", spin, sizeof(spin_args_t), 8, 0, 0},
     {"scratch", scratch, 0, 0, 4096, 0},
+    {"tally", tally, sizeof(tally_args_t), 8, 0, 0},
+    {"poke", poke, sizeof(poke_args_t), 8, 0, 0},
 };
 
 __attribute__((visibility("default"))) const aq_code_object_table_t aq_code_object_table = {

@@ -1,0 +1,56 @@
+/* Graph building at the edge of what can be represented: sizes that would
+ * wrap, kernarg offsets that would wrap, grids past 32 bits, and
+ * hyperparameters no optimizer can use. Each is refused by name. */
+#include <math.h>
+#include <stdint.h>
+
+#include "../runtime/common.h"
+
+static aq_graph_t *g;
+static void setup(void) {
+  AQ_ASSERT_OK(aq_init(NULL));
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+}
+static void teardown(void) {
+  aq_graph_destroy(g);
+  aq_shut_down();
+}
+TestSuite(limits, .init = setup, .fini = teardown);
+
+#define EXPECT_REFUSED(expr, phrase)                                                        \
+  do {                                                                                      \
+    aq_status_t s_ = (expr);                                                                \
+    cr_assert_eq(s_, AQ_ERROR_INVALID_ARGUMENT, "%s -> %s: %s", #expr, aq_status_string(s_), \
+                 aq_last_error());                                                          \
+    cr_assert(strstr(aq_last_error(), phrase), "%s: '%s' lacks '%s'", #expr, aq_last_error(), phrase); \
+  } while (0)
+
+Test(limits, a_shape_whose_size_wraps_is_refused) {
+  aq_tensor_t t;
+  /* Each dimension alone is small enough; the product is 2^92 bytes. */
+  int64_t dims[3] = {(int64_t)1 << 30, (int64_t)1 << 30, (int64_t)1 << 30};
+  EXPECT_REFUSED(aq_tensor_create(g, "huge", AQ_DTYPE_F32, AQ_ROLE_INPUT, 3, dims, &t), "larger than");
+  int64_t neg[2] = {4, -1};
+  EXPECT_REFUSED(aq_tensor_create(g, "neg", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, neg, &t), "dimension 1");
+}
+
+Test(limits, a_kernarg_offset_that_wraps_is_refused) {
+  aq_tensor_t x;
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){4}, &x));
+  uint8_t kernarg[16] = {0};
+  uint32_t off = UINT32_MAX - 4; /* off + 8 wraps to 3 in 32 bits */
+  aq_kernel_task_t k = {.kernel = "noop", .kernarg = kernarg, .kernarg_size = sizeof(kernarg),
+                        .read_count = 1, .reads = {x}, .read_offsets = {off}, .agent = -1};
+  EXPECT_REFUSED(aq_graph_add_kernel(g, &k, NULL), "outside its 16-byte kernarg");
+  k.read_count = 0;
+  k.write_count = 1, k.writes[0] = x, k.write_offsets[0] = off;
+  EXPECT_REFUSED(aq_graph_add_kernel(g, &k, NULL), "outside its 16-byte kernarg");
+}
+
+Test(limits, an_op_over_2_32_elements_is_refused_not_cut_short) {
+  aq_tensor_t x, y;
+  int64_t n = ((int64_t)1 << 32) + 64; /* a 32-bit grid would cover 64 of them */
+  AQ_ASSERT_OK(aq_tensor_create(g, "big", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, &n, &x));
+  EXPECT_REFUSED(aq_op_relu(g, x, &y), "work-items");
+  cr_assert(strstr(aq_last_error(), "relu(big)"), "%s", aq_last_error());
+}
