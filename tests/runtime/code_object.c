@@ -2,6 +2,7 @@
 #include <elf.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -163,4 +164,77 @@ Test(code_object, bad_arguments) {
   cr_assert_eq(aq_code_object_load("", &co), AQ_ERROR_INVALID_ARGUMENT);
   cr_assert_eq(aq_code_object_get_info((aq_code_object_t){99}, &(aq_code_object_info_t){0}),
                AQ_ERROR_INVALID_HANDLE);
+}
+
+/* A search path longer than any buffer: searched, not overflowed. */
+Test(code_object, a_very_long_search_path_is_searched_safely) {
+  const char *old = getenv("AQ_CODE_OBJECT_PATH");
+  char *saved = old ? strdup(old) : NULL;
+  size_t n = 20000;
+  char *path = malloc(n + 1);
+  for (size_t i = 0; i < n; ++i) path[i] = i % 700 == 0 ? ':' : (i % 700 == 1 ? '/' : 'd');
+  path[n] = '\0';
+  setenv("AQ_CODE_OBJECT_PATH", path, 1);
+  aq_code_object_t co;
+  aq_status_t s = aq_code_object_load("no-such-kernels.so", &co);
+  if (saved) setenv("AQ_CODE_OBJECT_PATH", saved, 1);
+  free(saved);
+  free(path);
+  cr_assert_eq(s, AQ_ERROR_NOT_FOUND, "%s", aq_last_error());
+  cr_assert(strstr(aq_last_error(), "not found"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+  aq_code_object_unload(co);
+}
+
+/* Only regular files are code objects, and the message says what it was. */
+Test(code_object, directories_devices_and_fifos_are_named_as_such) {
+  load_expect("/tmp", AQ_ERROR_INVALID_CODE_OBJECT, "a directory");
+  load_expect("/dev/zero", AQ_ERROR_INVALID_CODE_OBJECT, "a character device");
+  char fifo[128];
+  snprintf(fifo, sizeof(fifo), "/tmp/aq-fifo-%d", getpid());
+  cr_assert_eq(mkfifo(fifo, 0600), 0);
+  aq_code_object_t co;
+  aq_status_t s = aq_code_object_load(fifo, &co);
+  unlink(fifo);
+  cr_assert_eq(s, AQ_ERROR_INVALID_CODE_OBJECT, "%s", aq_last_error());
+  cr_assert(strstr(aq_last_error(), "a FIFO"), "%s", aq_last_error());
+}
+
+/* A huge file is recognised (or not) by its first bytes. */
+Test(code_object, a_huge_file_is_refused_by_its_header) {
+  char path[128];
+  snprintf(path, sizeof(path), "/tmp/aq-test-%d-huge.so", getpid());
+  FILE *f = fopen(path, "wb");
+  fputs("no code object here", f);
+  fclose(f);
+  cr_assert_eq(truncate(path, (off_t)3 << 30), 0); /* sparse: 3 GiB on no disk */
+  load_expect(path, AQ_ERROR_INVALID_CODE_OBJECT, "no known code-object format");
+}
+
+/* Code that anybody may rewrite or replace is not loaded. */
+Test(code_object, world_writable_files_and_directories_are_refused) {
+  size_t size;
+  unsigned char *b = slurp(data_path("test-kernels.so"), &size);
+  const char *p = write_tmp("ww", b, size);
+  chmod(p, 0666);
+  load_expect(p, AQ_ERROR_INVALID_CODE_OBJECT, "world-writable");
+  char dir[] = "/tmp/aq-test-dir-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  chmod(dir, 0777);
+  char file[128];
+  snprintf(file, sizeof(file), "%s/k.so", dir);
+  FILE *f = fopen(file, "wb");
+  fwrite(b, 1, size, f);
+  fclose(f);
+  chmod(file, 0644);
+  aq_code_object_t co;
+  aq_status_t s = aq_code_object_load(file, &co);
+  cr_assert_eq(s, AQ_ERROR_INVALID_CODE_OBJECT, "%s", aq_last_error());
+  cr_assert(strstr(aq_last_error(), "world-writable directory"), "%s", aq_last_error());
+  chmod(dir, 01777); /* with the sticky bit, as /tmp: loaded */
+  AQ_ASSERT_OK(aq_code_object_load(file, &co));
+  aq_code_object_unload(co);
+  unlink(file);
+  rmdir(dir);
+  free(b);
 }
