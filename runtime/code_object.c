@@ -37,7 +37,7 @@ static void unload_one(void *object, void *user) {
 }
 
 void aq_code_object_module_deinit(void) {
-  aq_handle_for_each(&objects, unload_one, NULL);
+  aq_handle_release_all(&objects, unload_one, NULL);
   aq_handle_table_deinit(&objects);
 }
 
@@ -231,6 +231,12 @@ static aq_status_t resolve(aq_code_object_t c, code_object_t **out) {
 AQ_API aq_status_t aq_code_object_unload(aq_code_object_t c) {
   code_object_t *co;
   AQ_RETURN_IF_ERROR(resolve(c, &co));
+  const char *running = co->driver->co_busy ? co->driver->co_busy(co->module) : NULL;
+  if (running)
+    return aq_error(AQ_ERROR_BUSY, "code object %s: kernel '%s' is running; unload it once its dispatches complete",
+                    co->info.path, running);
+  /* A dispatch that starts after the check holds its kernel: the driver's
+   * unload waits for it rather than unmap running code. */
   AQ_RETURN_IF_ERROR(aq_handle_release(&objects, c.handle));
   co->driver->co_unload(co->module);
   free(co);

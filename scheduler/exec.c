@@ -71,7 +71,7 @@ struct aq_exec {
   uint64_t last_kernel_co;
   uint32_t last_kernel_agent;
   char last_kernel_name[64];
-  int in_flight;
+  _Atomic int in_flight;
   size_t bytes;
   aq_sched_policy_t policy;
   uint32_t flags;                      /* AQ_EXEC_* */
@@ -1082,10 +1082,13 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
                         "before the first run",
                         g->tensors[x].name, g->tasks[e->first_reader[x]].name);
   }
+  int seen = atomic_load(&e->in_flight); /* -1 while starting: of two threads running it at once, one gets BUSY */
+  if (seen < 0 || !finished(e) || !atomic_compare_exchange_strong(&e->in_flight, &seen, -1))
+    return aq_error(AQ_ERROR_BUSY, "the exec is being run by another thread (run %llu)", (unsigned long long)e->runs);
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_store(e->signals[t], 1));
   for (uint32_t a = 0; a < e->nlanes; ++a)
     if (e->streams[a].done.handle) AQ_RETURN_IF_ERROR(aq_signal_store(e->streams[a].done, 1));
-  e->in_flight = 1;
+  atomic_store(&e->in_flight, 1);
   e->runs++;
   e->profiled = e->profile_left > 0 && e->stamps && !e->warm_up;
   e->warm_up = 0;

@@ -1,10 +1,44 @@
 /* Graphs: tensors, tasks and explicit edges, as the user declares them. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/status.h"
 #include "scheduler/graph_internal.h"
+
+/* Live graphs, so that destroying one twice is an error rather than a
+ * double free (nothing else looks here: graph calls stay lock-free). */
+static pthread_mutex_t live_mutex = PTHREAD_MUTEX_INITIALIZER;
+static aq_graph_t **live_graphs;
+static size_t nlive, cap_live;
+
+static int graph_remember(aq_graph_t *g) {
+  pthread_mutex_lock(&live_mutex);
+  if (nlive == cap_live) {
+    size_t cap = cap_live ? 2 * cap_live : 16;
+    aq_graph_t **n = realloc(live_graphs, cap * sizeof(*n));
+    if (!n) {
+      pthread_mutex_unlock(&live_mutex);
+      return 0;
+    }
+    live_graphs = n, cap_live = cap;
+  }
+  live_graphs[nlive++] = g;
+  pthread_mutex_unlock(&live_mutex);
+  return 1;
+}
+
+/* Whether g was live; it no longer is. */
+static int graph_forget(aq_graph_t *g) {
+  pthread_mutex_lock(&live_mutex);
+  size_t i = 0;
+  while (i < nlive && live_graphs[i] != g) ++i;
+  int found = i < nlive;
+  if (found) live_graphs[i] = live_graphs[--nlive];
+  pthread_mutex_unlock(&live_mutex);
+  return found;
+}
 
 AQ_API aq_status_t aq_graph_create(const aq_graph_options_t *options, aq_graph_t **out_graph) {
   if (!out_graph) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_create: out_graph is NULL");
@@ -17,7 +51,7 @@ AQ_API aq_status_t aq_graph_create(const aq_graph_options_t *options, aq_graph_t
   g->tensors = calloc(g->cap_tensors, sizeof(tensor_t));
   g->cap_tasks = 64;
   g->tasks = calloc(g->cap_tasks, sizeof(task_t));
-  if (!g->tensors || !g->tasks) {
+  if (!g->tensors || !g->tasks || !graph_remember(g)) {
     free(g->tensors), free(g->tasks), free(g);
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a graph");
   }
@@ -27,8 +61,11 @@ AQ_API aq_status_t aq_graph_create(const aq_graph_options_t *options, aq_graph_t
 
 AQ_API aq_status_t aq_graph_destroy(aq_graph_t *g) {
   if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_destroy: graph is NULL");
+  if (!graph_forget(g))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_destroy: %p is not a live graph (destroyed twice?)",
+                    (void *)g);
   int live = atomic_load(&g->execs);
-  if (live)
+  if (live && graph_remember(g))
     return aq_error(AQ_ERROR_BUSY, "graph still has %d exec%s; destroy them first", live, live > 1 ? "s" : "");
   for (uint32_t i = 0; i < g->ntasks; ++i) free(g->tasks[i].after_all), free(g->tasks[i].after_any);
   free(g->tensors), free(g->tasks), free(g);

@@ -32,6 +32,17 @@ void cpu_code_objects_deinit(void) { aq_handle_table_deinit(&kernels); }
 const cpu_kernel_t *cpu_kernel_lookup(uint64_t kernel_object) {
   return aq_handle_get(&kernels, kernel_object);
 }
+const cpu_kernel_t *cpu_kernel_acquire(uint64_t kernel_object) {
+  return aq_handle_acquire(&kernels, kernel_object);
+}
+void cpu_kernel_put(uint64_t kernel_object) { aq_handle_put(&kernels, kernel_object); }
+
+const char *cpu_co_busy(void *module) {
+  cpu_module_t *m = module;
+  for (uint32_t i = 0; i < m->table->kernel_count; ++i)
+    if (aq_handle_refs(&kernels, m->kernels[i].handle)) return m->kernels[i].desc->name;
+  return NULL;
+}
 
 int cpu_co_recognizes(const void *bytes, size_t size) {
   /* Any ELF but the GPUs' own (cubins and hsacos belong to their drivers):

@@ -93,10 +93,21 @@ static uint32_t invalid(cpu_worker_t *w, cpu_queue_t *cq, uint64_t index, const 
                          w->agent->agent->info.name, cq->queue->id, (unsigned long long)index, what);
 }
 
+static uint32_t run_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
+                             const hsa_kernel_dispatch_packet_t *p, const cpu_kernel_t *k);
+
+/* The kernel is held while it runs: its code object cannot go meanwhile. */
 static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
                                 const hsa_kernel_dispatch_packet_t *p) {
-  const cpu_kernel_t *k = cpu_kernel_lookup(p->kernel_object);
+  const cpu_kernel_t *k = cpu_kernel_acquire(p->kernel_object);
   if (!k) return invalid(w, cq, index, "kernel_object is not a loaded CPU kernel (unloaded, or foreign)");
+  uint32_t fault = run_dispatch(cq, w, index, p, k);
+  cpu_kernel_put(p->kernel_object);
+  return fault;
+}
+
+static uint32_t run_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
+                             const hsa_kernel_dispatch_packet_t *p, const cpu_kernel_t *k) {
   uint32_t dims = (p->setup >> HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS) & 3;
   if (dims < 1) return invalid(w, cq, index, "setup gives 0 grid dimensions (must be 1, 2 or 3)");
   cpu_dispatch_t *d = &cq->dispatch;

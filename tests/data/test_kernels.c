@@ -90,6 +90,15 @@ static int poke(const void *kernarg, const aq_dispatch_ctx_t *c) {
   return 0;
 }
 
+/* Says it started, then busy-waits ns (UINT64_MAX: for ever). */
+typedef struct { _Atomic int *started; uint64_t ns; } busy_args_t;
+static int busy(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  const busy_args_t *a = kernarg;
+  atomic_store(a->started, 1);
+  spin_args_t s = {a->ns};
+  return spin(&s, c);
+}
+
 static const aq_kernel_desc_t kernels[] = {
     {"noop", noop, 0, 0, 0, 0},
     {"count", count, sizeof(count_args_t), 8, 0, 0},
@@ -99,6 +108,7 @@ static const aq_kernel_desc_t kernels[] = {
     {"scratch", scratch, 0, 0, 4096, 0},
     {"tally", tally, sizeof(tally_args_t), 8, 0, 0},
     {"poke", poke, sizeof(poke_args_t), 8, 0, 0},
+    {"busy", busy, sizeof(busy_args_t), 8, 0, 0},
 };
 
 __attribute__((visibility("default"))) const aq_code_object_table_t aq_code_object_table = {
