@@ -108,3 +108,33 @@ Test(limits, two_threads_running_one_exec_do_not_both_start_it) {
   }
   AQ_ASSERT_OK(aq_exec_destroy(e));
 }
+
+Test(limits, hyperparameters_no_optimizer_can_use_are_refused) {
+  aq_tensor_t w, gw;
+  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){8}, &w));
+  AQ_ASSERT_OK(aq_tensor_create(g, "gw", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){8}, &gw));
+  float bad[] = {INFINITY, -INFINITY, NAN};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_REFUSED(aq_op_sgd(g, w, gw, &(aq_sgd_options_t){.lr = bad[i]}), "sgd(w): lr");
+    EXPECT_REFUSED(aq_op_sgd(g, w, gw, &(aq_sgd_options_t){.lr = 0.1f, .momentum = bad[i]}), "momentum");
+    EXPECT_REFUSED(aq_op_adam(g, w, gw, &(aq_adam_options_t){.lr = bad[i]}), "adam(w)");
+    EXPECT_REFUSED(aq_op_adam(g, w, gw, &(aq_adam_options_t){.lr = 0.1f, .beta1 = bad[i]}), "beta1");
+    EXPECT_REFUSED(aq_op_adam(g, w, gw, &(aq_adam_options_t){.lr = 0.1f, .beta2 = bad[i]}), "beta2");
+    EXPECT_REFUSED(aq_op_adam(g, w, gw, &(aq_adam_options_t){.lr = 0.1f, .eps = bad[i]}), "eps");
+  }
+  EXPECT_REFUSED(aq_op_adam(g, w, gw, &(aq_adam_options_t){.lr = 0.1f, .beta1 = 1.0f}), "[0, 1)");
+  AQ_ASSERT_OK(aq_op_sgd(g, w, gw, &(aq_sgd_options_t){.lr = 0.1f, .momentum = 0.9f}));
+}
+
+Test(limits, a_pooling_window_larger_than_its_input_is_refused) {
+  aq_tensor_t x, y;
+  AQ_ASSERT_OK(aq_tensor_create(g, "img", AQ_DTYPE_F32, AQ_ROLE_INPUT, 4, (int64_t[]){1, 1, 3, 3}, &x));
+  /* (3 - 5) / 5 + 1 truncates to 1: an output read from outside the image */
+  EXPECT_REFUSED(aq_op_max_pool2d(g, x, &(aq_pool_options_t){.kernel_h = 5, .kernel_w = 5}, &y), "larger than 'img'");
+  EXPECT_REFUSED(aq_op_max_pool2d(g, x, &(aq_pool_options_t){.kernel_h = 2, .kernel_w = 4}, &y), "larger than");
+  AQ_ASSERT_OK(aq_op_max_pool2d(g, x, &(aq_pool_options_t){.kernel_h = 3, .kernel_w = 3}, &y));
+  aq_tensor_t w5;
+  AQ_ASSERT_OK(aq_tensor_create(g, "w5", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 4, (int64_t[]){1, 1, 5, 5}, &w5));
+  EXPECT_REFUSED(aq_op_conv2d(g, x, w5, (aq_tensor_t){0}, &(aq_conv2d_options_t){.stride_h = 3, .stride_w = 3}, &y),
+                 "leaves no output");
+}
