@@ -31,6 +31,7 @@ void cpu_kernel_put(uint64_t kernel_object);
 typedef struct cpu_dispatch {
   const cpu_kernel_t *kernel;
   const void *kernarg;
+  uint64_t packet;                 /* its index in the queue, for fault messages */
   uint32_t dims;
   uint32_t workgroup[3], grid[3], groups[3];
   uint64_t total;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "runtime/drivers/cpu.h"
+#include "runtime/drivers/cpu_guard.h"
 #include "runtime/fault.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
@@ -28,10 +29,17 @@ static int ensure_scratch(cpu_worker_t *w, size_t size) {
   return 1;
 }
 
-static uint32_t group_fault(cpu_worker_t *w, cpu_queue_t *cq, const char *name, int code) {
+static uint32_t group_fault(cpu_worker_t *w, cpu_queue_t *cq, const cpu_dispatch_t *d, int code, int signo,
+                            uintptr_t addr) {
+  const char *name = d->kernel->desc->name;
+  if (code == CPU_GUARD_FAULTED)
+    return aq_fault_record(AQ_ERROR_KERNEL_FAULT,
+                           "kernel '%s' faulted (%s at address %#lx) on agent %s, queue %u, packet %llu", name,
+                           strsignal(signo), (unsigned long)addr, w->agent->agent->info.name, cq->queue->id,
+                           (unsigned long long)d->packet);
   return aq_fault_record(AQ_ERROR_KERNEL_FAULT,
-                         "kernel '%s' failed (returned %d) on agent %s, queue %u", name, code,
-                         w->agent->agent->info.name, cq->queue->id);
+                         "kernel '%s' failed (returned %d) on agent %s, queue %u, packet %llu", name, code,
+                         w->agent->agent->info.name, cq->queue->id, (unsigned long long)d->packet);
 }
 
 /* Runs work-groups of d until none is left; returns how many it ran. */
@@ -53,6 +61,7 @@ static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) 
     ctx.group_segment_size = k->group_segment_size;
   }
   uint64_t ran = 0;
+  cpu_guard_site_t site = {k->name, w->agent->agent->info.name, cq->queue->id, d->packet};
   for (;;) {
     uint64_t g = atomic_fetch_add_explicit(&d->next, 1, memory_order_relaxed);
     if (g >= d->total) break;
@@ -66,9 +75,11 @@ static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) 
       ctx.group_size[i] = (uint32_t)(left < d->workgroup[i] ? left : d->workgroup[i]);
     }
     if (!atomic_load_explicit(&d->fault, memory_order_relaxed) && ctx.group_segment_size <= w->scratch_size) {
-      int rc = k->fn(d->kernarg, &ctx);
+      int signo = 0;
+      uintptr_t addr = 0;
+      int rc = cpu_guard_call(k->fn, d->kernarg, &ctx, &site, &signo, &addr);
       if (rc) {
-        uint32_t none = 0, f = group_fault(w, cq, k->name, rc);
+        uint32_t none = 0, f = group_fault(w, cq, d, rc, signo, addr);
         atomic_compare_exchange_strong(&d->fault, &none, f);
       }
     }
@@ -139,6 +150,7 @@ static uint32_t run_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
     return invalid(w, cq, index, msg);
   }
   d->kernel = k;
+  d->packet = index;
   d->kernarg = p->kernarg_address;
   d->dims = dims;
   atomic_store_explicit(&d->next, 0, memory_order_relaxed);
@@ -368,6 +380,7 @@ void *cpu_worker_main(void *arg) {
   cpu_agent_t *ca = w->agent;
   aq_wake_t *doorbell = &ca->agent->doorbell;
   bind_worker(w);
+  cpu_guard_thread_init();
   uint64_t spin_ns = aq_runtime_config()->spin_ns, idle_since = 0;
   int relax = 16;
   while (atomic_load_explicit(&ca->running, memory_order_relaxed)) {
@@ -398,5 +411,6 @@ void *cpu_worker_main(void *arg) {
     idle_since = 0;
   }
   release_held(w);
+  cpu_guard_thread_deinit();
   return NULL;
 }

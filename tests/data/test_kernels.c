@@ -1,6 +1,7 @@
 /* Kernels the runtime tests dispatch: a CPU code object like any user's. */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "aquila/kernel.h"
@@ -99,6 +100,12 @@ static int busy(const void *kernarg, const aq_dispatch_ctx_t *c) {
   return spin(&s, c);
 }
 
+/* Aborts: a fault no worker can recover from. */
+static int die(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  (void)kernarg, (void)c;
+  abort();
+}
+
 static const aq_kernel_desc_t kernels[] = {
     {"noop", noop, 0, 0, 0, 0},
     {"count", count, sizeof(count_args_t), 8, 0, 0},
@@ -109,6 +116,7 @@ static const aq_kernel_desc_t kernels[] = {
     {"tally", tally, sizeof(tally_args_t), 8, 0, 0},
     {"poke", poke, sizeof(poke_args_t), 8, 0, 0},
     {"busy", busy, sizeof(busy_args_t), 8, 0, 0},
+    {"abort", die, 0, 0, 0, 0},
 };
 
 __attribute__((visibility("default"))) const aq_code_object_table_t aq_code_object_table = {
