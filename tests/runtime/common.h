@@ -98,6 +98,6 @@ typedef struct { int code; } fault_args_t;
 typedef struct { uint64_t ns; } spin_args_t;
 typedef struct { _Atomic uint64_t *items; } tally_args_t;
 typedef struct { volatile int *where; } poke_args_t;
-typedef struct { _Atomic int *started; uint64_t ns; } busy_args_t;
+typedef struct { _Atomic int *started; uint64_t ns; } busy_flag_args_t;
 
 #endif

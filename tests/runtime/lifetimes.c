@@ -70,7 +70,7 @@ Test(lifetimes, unloading_a_code_object_under_its_kernel_is_refused) {
   aq_signal_t done;
   AQ_ASSERT_OK(aq_signal_create(1, &done));
   _Atomic int started = 0;
-  busy_args_t args = {&started, 200000000ull};
+  busy_flag_args_t args = {&started, 200000000ull};
   hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, &args, 1, 1, done);
   AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
   while (!atomic_load(&started)) sched_yield();
