@@ -9,6 +9,7 @@
 
 #include "runtime/code_object.h"
 #include "runtime/drivers/cpu.h"
+#include "runtime/drivers/cpu_elf.h"
 #include "runtime/handle.h"
 #include "runtime/status.h"
 
@@ -82,6 +83,8 @@ static aq_status_t check_table(const char *path, const aq_code_object_table_t *t
 aq_status_t cpu_co_load(const char *path, const void *bytes, size_t size, void **out_module,
                         aq_code_object_info_t *info) {
   AQ_RETURN_IF_ERROR(aq_elf_check(path, bytes, size, NATIVE_MACHINE));
+  /* Read from the file first: dlopen runs the object's constructors. */
+  AQ_RETURN_IF_ERROR(cpu_elf_check(path, bytes, size));
   void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!dl) return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cannot be loaded: %s", path, dlerror());
   const aq_code_object_table_t *t = dlsym(dl, AQ_CODE_OBJECT_SYMBOL);

@@ -238,3 +238,66 @@ Test(code_object, world_writable_files_and_directories_are_refused) {
   rmdir(dir);
   free(b);
 }
+
+/* A foreign shared object is refused from its file: its constructor (which
+ * would leave a mark) never runs. */
+Test(code_object, a_foreign_object_is_refused_without_running_it) {
+  char mark[128];
+  snprintf(mark, sizeof(mark), "/tmp/aq-test-%d-ctor-ran", getpid());
+  unlink(mark);
+  setenv("AQ_TEST_CONSTRUCTOR_MARK", mark, 1);
+  load_expect("not-aquila.so", AQ_ERROR_INVALID_CODE_OBJECT, "not an Aquila code object");
+  unsetenv("AQ_TEST_CONSTRUCTOR_MARK");
+  cr_assert_neq(access(mark, F_OK), 0, "the foreign object's constructor ran");
+}
+
+/* The table's header in the file: magic, version, isa, kernel count. */
+static size_t table_offset(const unsigned char *b, size_t size) {
+  for (size_t i = 0; i + 16 <= size; i += 4) {
+    uint32_t w[2];
+    memcpy(w, b + i, 8);
+    if (w[0] == AQ_CODE_OBJECT_MAGIC && w[1] == AQ_CODE_OBJECT_VERSION) return i;
+  }
+  cr_assert_fail("no kernel table in the file");
+  return 0;
+}
+
+Test(code_object, a_table_that_lies_about_its_kernel_count_is_refused) {
+  size_t size;
+  unsigned char *b = slurp(data_path("test-kernels.so"), &size);
+  size_t t = table_offset(b, size);
+  uint32_t count = 1000000;
+  memcpy(b + t + 12, &count, 4);
+  load_expect(write_tmp("count1m", b, size), AQ_ERROR_INVALID_CODE_OBJECT, "1000000 kernels");
+  count = 5000;
+  memcpy(b + t + 12, &count, 4);
+  load_expect(write_tmp("count5k", b, size), AQ_ERROR_INVALID_CODE_OBJECT, "lies outside the object");
+  free(b);
+}
+
+/* A dynamic section whose tables point outside the file is refused before
+ * the dynamic loader follows it. */
+Test(code_object, a_corrupt_dynamic_section_is_refused) {
+  size_t size;
+  unsigned char *b = slurp(data_path("test-kernels.so"), &size);
+  Elf64_Ehdr eh;
+  memcpy(&eh, b, sizeof(eh));
+  int patched = 0;
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    memcpy(&ph, b + eh.e_phoff + i * sizeof(ph), sizeof(ph));
+    if (ph.p_type != PT_DYNAMIC) continue;
+    for (size_t o = ph.p_offset; o + sizeof(Elf64_Dyn) <= ph.p_offset + ph.p_filesz; o += sizeof(Elf64_Dyn)) {
+      Elf64_Dyn d;
+      memcpy(&d, b + o, sizeof(d));
+      if (d.d_tag == DT_STRTAB || d.d_tag == DT_SYMTAB) {
+        d.d_un.d_ptr = 0x7fffffff0000ull;
+        memcpy(b + o, &d, sizeof(d));
+        patched++;
+      }
+    }
+  }
+  cr_assert_eq(patched, 2);
+  load_expect(write_tmp("dynamic", b, size), AQ_ERROR_INVALID_CODE_OBJECT, "corrupt");
+  free(b);
+}
