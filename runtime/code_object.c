@@ -4,10 +4,13 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,13 +37,41 @@ static void unload_one(void *object, void *user) {
 }
 
 void aq_code_object_module_deinit(void) {
-  aq_handle_for_each(&objects, unload_one, NULL);
+  aq_handle_release_all(&objects, unload_one, NULL);
   aq_handle_table_deinit(&objects);
 }
 
-static int is_file(const char *p) {
+/* What a path is, when it is not a regular file: code objects are read
+ * from regular files only (a FIFO would block, /dev/zero never ends). */
+static const char *not_regular(mode_t m) {
+  return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+/* A code object is executable code: one that anybody may rewrite, or that
+ * sits in a directory where anybody may replace it (world-writable without
+ * the sticky bit /tmp has), is refused. */
+static aq_status_t check_trusted(const char *path, const struct stat *st) {
+  if (st->st_mode & S_IWOTH)
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "code object %s is world-writable (mode %o): refused",
+                    path, (unsigned)(st->st_mode & 07777));
+  char dir[1100];
+  snprintf(dir, sizeof(dir), "%s", path);
+  struct stat ds;
+  if (stat(dirname(dir), &ds) == 0 && (ds.st_mode & S_IWOTH) && !(ds.st_mode & S_ISVTX))
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT,
+                    "code object %s is in a world-writable directory without the sticky bit: refused", path);
+  return AQ_OK;
+}
+
+/* The path names a regular, trusted file: else why not, by name. */
+static aq_status_t check_path(const char *path) {
   struct stat st;
-  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+  if (stat(path, &st)) return aq_error(AQ_ERROR_NOT_FOUND, "code object %s: %s", path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "code object %s is %s, not a file", path,
+                    not_regular(st.st_mode));
+  return check_trusted(path, &st);
 }
 
 /* Aquila's own kernels sit in lib/aquila beside libaquila.so, or beside the
@@ -62,57 +93,92 @@ static int default_dirs(char dirs[2][1024]) {
   return n;
 }
 
+/* Appends "dir:" to the list of searched places; a list that is full ends
+ * in "..." (it only goes into an error message). */
+static void note_searched(char *list, size_t size, const char *dir) {
+  size_t used = strlen(list);
+  if (used + 4 >= size) return;
+  int n = snprintf(list + used, size - used, "%s:", dir);
+  if (n < 0 || (size_t)n >= size - used) memcpy(list + size - 4, "...", 4);
+}
+
+/* A relative AQ_CODE_OBJECT_PATH entry is resolved against the working
+ * directory, which whoever starts the process chooses: it is searched, but
+ * said once on stderr. */
+static void warn_relative(const char *dir) {
+  static _Atomic int warned;
+  if (atomic_exchange(&warned, 1)) return;
+  fprintf(stderr, "aquila: AQ_CODE_OBJECT_PATH entry '%s' is relative: code objects are loaded from the "
+                  "working directory's %s (use absolute paths)\n", dir, dir);
+}
+
+/* dir/name into out, if it fits and is a trusted regular file. 1 if found;
+ * a file that is there but refused stops the search with its error. */
+static int try_dir(const char *dir, const char *name, char *out, size_t size, aq_status_t *refused) {
+  int n = snprintf(out, size, "%s/%s", dir, name);
+  if (n < 0 || (size_t)n >= size) return 0; /* too long to be a path we load */
+  struct stat st;
+  if (stat(out, &st) || !S_ISREG(st.st_mode)) return 0;
+  *refused = check_trusted(out, &st);
+  return 1;
+}
+
 static aq_status_t find_file(const char *name, char *out, size_t size) {
   if (strchr(name, '/')) {
-    if (!is_file(name)) return aq_error(AQ_ERROR_NOT_FOUND, "code object %s: %s", name, strerror(errno ? errno : ENOENT));
+    if (strlen(name) >= size)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT, "code object path of %zu characters (at most %zu)",
+                      strlen(name), size - 1);
+    AQ_RETURN_IF_ERROR(check_path(name));
     snprintf(out, size, "%s", name);
     return AQ_OK;
   }
   char searched[1024] = "";
+  aq_status_t refused = AQ_OK;
   const char *env = getenv("AQ_CODE_OBJECT_PATH");
   if (env) {
     char *copy = strdup(env), *save = NULL;
+    if (!copy) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for AQ_CODE_OBJECT_PATH");
     for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-      snprintf(out, size, "%s/%s", d, name);
-      if (is_file(out)) {
+      if (d[0] != '/') warn_relative(d);
+      if (try_dir(d, name, out, size, &refused)) {
         free(copy);
-        return AQ_OK;
+        return refused;
       }
-      strncat(searched, d, sizeof(searched) - strlen(searched) - 2);
-      strcat(searched, ":");
+      note_searched(searched, sizeof(searched), d);
     }
     free(copy);
   }
   char dirs[2][1024];
   int n = default_dirs(dirs);
   for (int i = 0; i < n; ++i) {
-    snprintf(out, size, "%s/%s", dirs[i], name);
-    if (is_file(out)) return AQ_OK;
-    strncat(searched, dirs[i], sizeof(searched) - strlen(searched) - 2);
-    strcat(searched, ":");
+    if (try_dir(dirs[i], name, out, size, &refused)) return refused;
+    note_searched(searched, sizeof(searched), dirs[i]);
   }
   return aq_error(AQ_ERROR_NOT_FOUND, "code object '%s' not found (searched AQ_CODE_OBJECT_PATH and %s)",
                   name, searched);
 }
 
-static aq_status_t read_file(const char *path, void **out, size_t *out_size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return aq_error(AQ_ERROR_IO, "code object %s: %s", path, strerror(errno));
+/* Maps the file rather than reading it: recognising its format touches its
+ * first page, not all of a 3 GiB file. The descriptor is opened without
+ * blocking and checked again (the path may have changed since the search). */
+static aq_status_t map_file(const char *path, void **out, size_t *out_size) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return aq_error(AQ_ERROR_IO, "code object %s: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fileno(f), &st) || st.st_size < 0) {
-    fclose(f);
-    return aq_error(AQ_ERROR_IO, "code object %s: cannot stat", path);
-  }
-  size_t n = (size_t)st.st_size;
-  void *b = malloc(n ? n : 1);
-  if (!b || fread(b, 1, n, f) != n) {
-    free(b);
-    fclose(f);
-    return aq_error(AQ_ERROR_IO, "code object %s: read failed", path);
-  }
-  fclose(f);
+  aq_status_t s = AQ_OK;
+  if (fstat(fd, &st)) s = aq_error(AQ_ERROR_IO, "code object %s: cannot stat: %s", path, strerror(errno));
+  else if (!S_ISREG(st.st_mode))
+    s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "code object %s is %s, not a file", path, not_regular(st.st_mode));
+  else if (st.st_size == 0) s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "code object %s is empty", path);
+  else s = check_trusted(path, &st);
+  void *b = MAP_FAILED;
+  if (s == AQ_OK && (b = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED)
+    s = aq_error(AQ_ERROR_IO, "code object %s: cannot map %lld bytes: %s", path, (long long)st.st_size,
+                 strerror(errno));
+  close(fd);
+  if (s != AQ_OK) return s;
   *out = b;
-  *out_size = n;
+  *out_size = (size_t)st.st_size;
   return AQ_OK;
 }
 
@@ -130,23 +196,23 @@ AQ_API aq_status_t aq_code_object_load(const char *path, aq_code_object_t *out) 
   AQ_RETURN_IF_ERROR(find_file(path, full, sizeof(full)));
   void *bytes = NULL;
   size_t size = 0;
-  AQ_RETURN_IF_ERROR(read_file(full, &bytes, &size));
+  AQ_RETURN_IF_ERROR(map_file(full, &bytes, &size));
   const aq_driver_t *d = driver_for(bytes, size);
   if (!d) {
-    free(bytes);
+    munmap(bytes, size);
     return aq_error(AQ_ERROR_INVALID_CODE_OBJECT,
                     "%s: %zu bytes in no known code-object format (CPU ELF, CUDA cubin/fatbin, AMD hsaco)",
                     full, size);
   }
   code_object_t *co = calloc(1, sizeof(*co));
   if (!co) {
-    free(bytes);
+    munmap(bytes, size);
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a code object");
   }
   co->driver = d;
   snprintf(co->info.path, sizeof(co->info.path), "%s", full);
   aq_status_t s = d->co_load(full, bytes, size, &co->module, &co->info);
-  free(bytes);
+  munmap(bytes, size);
   if (s == AQ_OK) s = aq_handle_alloc(&objects, co, &co->handle);
   if (s != AQ_OK) {
     if (co->module) d->co_unload(co->module);
@@ -165,6 +231,12 @@ static aq_status_t resolve(aq_code_object_t c, code_object_t **out) {
 AQ_API aq_status_t aq_code_object_unload(aq_code_object_t c) {
   code_object_t *co;
   AQ_RETURN_IF_ERROR(resolve(c, &co));
+  const char *running = co->driver->co_busy ? co->driver->co_busy(co->module) : NULL;
+  if (running)
+    return aq_error(AQ_ERROR_BUSY, "code object %s: kernel '%s' is running; unload it once its dispatches complete",
+                    co->info.path, running);
+  /* A dispatch that starts after the check holds its kernel: the driver's
+   * unload waits for it rather than unmap running code. */
   AQ_RETURN_IF_ERROR(aq_handle_release(&objects, c.handle));
   co->driver->co_unload(co->module);
   free(co);

@@ -45,6 +45,9 @@ typedef struct aq_driver {
   aq_status_t (*co_load)(const char *path, const void *bytes, size_t size, void **out_module,
                          aq_code_object_info_t *info);
   void (*co_unload)(void *module);
+  /* Optional: the name of a kernel of the module that is running now, else
+   * NULL; unloading such a module is refused (its code would be unmapped). */
+  const char *(*co_busy)(void *module);
   aq_status_t (*co_kernel_at)(void *module, uint32_t index, aq_agent_impl_t *agent,
                               aq_kernel_info_t *out);
 

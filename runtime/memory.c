@@ -122,24 +122,58 @@ static aq_status_t registry_insert(allocation_t a) {
   return AQ_OK;
 }
 
+/* Adds size to *in_use unless that passes cap (0: no cap); 0 if it would. */
+static int take(_Atomic uint64_t *in_use, uint64_t cap, size_t size, uint64_t *used) {
+  *used = atomic_load(in_use);
+  do
+    if (cap && (size > cap || *used > cap - size)) return 0;
+  while (!atomic_compare_exchange_weak(in_use, used, *used + size));
+  return 1;
+}
+
+/* Accounts an allocation against its region's size and its agent's budget
+ * (AQ_MEMORY_LIMIT) before the driver is asked: the sum of live
+ * allocations, not each alone, is what must fit. */
+static aq_status_t charge(aq_region_impl_t *r, size_t size) {
+  uint64_t used;
+  if (!take(&r->in_use, r->info.size, size, &used))
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "region %s: %zu bytes asked, %llu of its %llu in use", r->info.name,
+                    size, (unsigned long long)used, (unsigned long long)r->info.size);
+  aq_agent_impl_t *a = r->agent;
+  if (!take(&a->memory_in_use, a->memory_budget, size, &used)) {
+    atomic_fetch_sub(&r->in_use, size);
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY,
+                    "agent %s (region %s): %zu bytes asked, %llu of its %llu-byte budget in use (AQ_MEMORY_LIMIT)",
+                    a->info.name, r->info.name, size, (unsigned long long)used,
+                    (unsigned long long)a->memory_budget);
+  }
+  return AQ_OK;
+}
+
+static void uncharge(aq_region_impl_t *r, size_t size) {
+  atomic_fetch_sub(&r->in_use, size);
+  atomic_fetch_sub(&r->agent->memory_in_use, size);
+}
+
 AQ_API aq_status_t aq_memory_allocate(aq_region_t region, size_t size, void **out_ptr) {
   aq_region_impl_t *r;
   if (!out_ptr) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_allocate: out_ptr is NULL");
   AQ_RETURN_IF_ERROR(resolve(region, &r));
   if (size == 0) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_allocate: size is 0");
-  if (r->info.size && size > r->info.size)
-    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%zu bytes asked of region %s, which spans %llu", size,
-                    r->info.name, (unsigned long long)r->info.size);
+  AQ_RETURN_IF_ERROR(charge(r, size));
   void *p = NULL;
-  AQ_RETURN_IF_ERROR(r->agent->driver->region_allocate(r, size, &p));
-  pthread_mutex_lock(&alloc_mutex);
-  aq_status_t s = registry_insert((allocation_t){(uintptr_t)p, size, r});
-  pthread_mutex_unlock(&alloc_mutex);
+  aq_status_t s = r->agent->driver->region_allocate(r, size, &p);
+  if (s == AQ_OK) {
+    pthread_mutex_lock(&alloc_mutex);
+    s = registry_insert((allocation_t){(uintptr_t)p, size, r});
+    pthread_mutex_unlock(&alloc_mutex);
+    if (s != AQ_OK) r->agent->driver->region_free(r, p, size);
+  }
   if (s != AQ_OK) {
-    r->agent->driver->region_free(r, p, size);
+    uncharge(r, size);
     return s;
   }
-  uint64_t now = atomic_fetch_add(&r->in_use, size) + size;
+  uint64_t now = atomic_load(&r->in_use);
   uint64_t peak = atomic_load(&r->peak);
   while (now > peak && !atomic_compare_exchange_weak(&r->peak, &peak, now)) {
   }
@@ -167,7 +201,7 @@ AQ_API aq_status_t aq_memory_free(void *ptr) {
   alloc_count--;
   pthread_mutex_unlock(&alloc_mutex);
   a.region->agent->driver->region_free(a.region, ptr, a.size);
-  atomic_fetch_sub(&a.region->in_use, a.size);
+  uncharge(a.region, a.size);
   atomic_fetch_sub(&a.region->allocations, 1);
   return AQ_OK;
 }

@@ -2,6 +2,7 @@
  * the consumer's side that every driver shares (barrier packets). */
 #include "runtime/queue.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,7 @@ static void release_queue(void *object, void *user) {
   free(q);
 }
 
-void aq_queue_module_release_all(void) { aq_handle_for_each(&queues, release_queue, NULL); }
+void aq_queue_module_release_all(void) { aq_handle_release_all(&queues, release_queue, NULL); }
 
 void aq_queue_module_deinit(void) { aq_handle_table_deinit(&queues); }
 uint32_t aq_queue_live_count(void) { return queues.live; }
@@ -36,6 +37,17 @@ static aq_status_t resolve(aq_queue_t queue, aq_queue_impl_t **out) {
 }
 
 aq_status_t aq_queue_resolve(aq_queue_t queue, aq_queue_impl_t **out) { return resolve(queue, out); }
+
+/* Producers and readers hold a reference for the length of their call:
+ * a queue destroyed meanwhile is freed only after they return. */
+static aq_status_t acquire(aq_queue_t queue, aq_queue_impl_t **out) {
+  if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
+  return aq_handle_resolve_ref(&queues, queue.handle, (void **)out);
+}
+static aq_status_t put(aq_queue_t queue, aq_status_t s) {
+  aq_handle_put(&queues, queue.handle);
+  return s;
+}
 
 AQ_API aq_status_t aq_queue_create(aq_agent_t agent, const aq_queue_options_t *options,
                                    aq_queue_t *out_queue) {
@@ -94,6 +106,12 @@ AQ_API aq_status_t aq_queue_destroy(aq_queue_t queue) {
     return aq_error(AQ_ERROR_BUSY, "queue %u still has %llu packets in flight; wait for them first",
                     q->id, (unsigned long long)(w - r));
   AQ_RETURN_IF_ERROR(aq_handle_release(&queues, q->handle));
+  /* A producer that held the queue as it was released may have added a
+   * packet: it runs before the queue goes (for a second at most: a slot
+   * reserved and never published would hold it forever). */
+  for (uint64_t t0 = aq_now_ns(); atomic_load(&q->read_index) != atomic_load(&q->write_index) &&
+                                  aq_now_ns() - t0 < 1000000000ull;)
+    sched_yield();
   q->agent->driver->queue_detach(q->agent, q);
   aq_signal_destroy(q->doorbell);
   free(q->ring);
@@ -104,7 +122,7 @@ AQ_API aq_status_t aq_queue_destroy(aq_queue_t queue) {
 AQ_API aq_status_t aq_queue_get_info(aq_queue_t queue, aq_queue_info_t *info) {
   aq_queue_impl_t *q;
   if (!info) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_get_info: info is NULL");
-  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  AQ_RETURN_IF_ERROR(acquire(queue, &q));
   *info = (aq_queue_info_t){
       .agent = {q->agent->handle},
       .size = q->size,
@@ -117,7 +135,7 @@ AQ_API aq_status_t aq_queue_get_info(aq_queue_t queue, aq_queue_info_t *info) {
       .packets_in_graphs = atomic_load(&q->graphed),
       .error = (aq_status_t)atomic_load(&q->error),
   };
-  return AQ_OK;
+  return put(queue, AQ_OK);
 }
 
 typedef struct room {
@@ -157,11 +175,11 @@ AQ_API aq_status_t aq_queue_reserve(aq_queue_t queue, uint32_t count, uint64_t t
   aq_queue_impl_t *q;
   if (!out_first_index)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_reserve: out_first_index is NULL");
-  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  AQ_RETURN_IF_ERROR(acquire(queue, &q));
   if (count == 0 || count > q->size)
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "cannot reserve %u slots in queue %u of %u", count,
-                    q->id, q->size);
-  return reserve(q, count, timeout_ns, out_first_index);
+    return put(queue, aq_error(AQ_ERROR_INVALID_ARGUMENT, "cannot reserve %u slots in queue %u of %u", count,
+                               q->id, q->size));
+  return put(queue, reserve(q, count, timeout_ns, out_first_index));
 }
 
 static aq_status_t check_reserved(aq_queue_impl_t *q, uint64_t index) {
@@ -177,27 +195,27 @@ static aq_status_t check_reserved(aq_queue_impl_t *q, uint64_t index) {
 AQ_API aq_status_t aq_queue_slot(aq_queue_t queue, uint64_t index, void **out_packet) {
   aq_queue_impl_t *q;
   if (!out_packet) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_slot: out_packet is NULL");
-  AQ_RETURN_IF_ERROR(resolve(queue, &q));
-  AQ_RETURN_IF_ERROR(check_reserved(q, index));
-  *out_packet = q->ring + (index & q->mask) * AQ_PACKET_SIZE;
-  return AQ_OK;
+  AQ_RETURN_IF_ERROR(acquire(queue, &q));
+  aq_status_t s = check_reserved(q, index);
+  if (s == AQ_OK) *out_packet = q->ring + (index & q->mask) * AQ_PACKET_SIZE;
+  return put(queue, s);
 }
 
 AQ_API aq_status_t aq_queue_publish(aq_queue_t queue, uint64_t index, uint16_t header,
                                     uint16_t setup) {
   aq_queue_impl_t *q;
-  AQ_RETURN_IF_ERROR(resolve(queue, &q));
-  AQ_RETURN_IF_ERROR(check_reserved(q, index));
-  __atomic_store_n(aq_queue_header_word(q, index), header | ((uint32_t)setup << 16),
-                   __ATOMIC_RELEASE);
-  return AQ_OK;
+  AQ_RETURN_IF_ERROR(acquire(queue, &q));
+  aq_status_t s = check_reserved(q, index);
+  if (s == AQ_OK)
+    __atomic_store_n(aq_queue_header_word(q, index), header | ((uint32_t)setup << 16), __ATOMIC_RELEASE);
+  return put(queue, s);
 }
 
 AQ_API aq_status_t aq_queue_ring(aq_queue_t queue, uint64_t index) {
   aq_queue_impl_t *q;
-  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  AQ_RETURN_IF_ERROR(acquire(queue, &q));
   aq_queue_ring_doorbell(q, index);
-  return AQ_OK;
+  return put(queue, AQ_OK);
 }
 
 static aq_status_t check_packet(aq_queue_impl_t *q, const uint8_t *p) {
@@ -236,11 +254,17 @@ static aq_status_t check_packet(aq_queue_impl_t *q, const uint8_t *p) {
   return AQ_OK;
 }
 
+static aq_status_t submit(aq_queue_impl_t *q, const void *packet, uint64_t timeout_ns, uint64_t *out_index);
+
 AQ_API aq_status_t aq_queue_submit(aq_queue_t queue, const void *packet, uint64_t timeout_ns,
                                    uint64_t *out_index) {
   aq_queue_impl_t *q;
   if (!packet) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_submit: packet is NULL");
-  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  AQ_RETURN_IF_ERROR(acquire(queue, &q));
+  return put(queue, submit(q, packet, timeout_ns, out_index));
+}
+
+static aq_status_t submit(aq_queue_impl_t *q, const void *packet, uint64_t timeout_ns, uint64_t *out_index) {
   AQ_RETURN_IF_ERROR(check_packet(q, packet));
   uint64_t index;
   AQ_RETURN_IF_ERROR(reserve(q, 1, timeout_ns, &index));
@@ -266,13 +290,13 @@ static int reached(void *arg) {
 
 AQ_API aq_status_t aq_queue_wait_idle(aq_queue_t queue, uint64_t timeout_ns) {
   aq_queue_impl_t *q;
-  AQ_RETURN_IF_ERROR(resolve(queue, &q));
+  AQ_RETURN_IF_ERROR(acquire(queue, &q));
   idle_t idle = {q, atomic_load(&q->write_index)};
   if (!aq_wake_wait(&q->space, reached, &idle, timeout_ns, aq_runtime_config()->spin_ns))
-    return aq_error(AQ_ERROR_TIMEOUT, "queue %u: %llu packets still in flight after %llu ns", q->id,
-                    (unsigned long long)(idle.target - atomic_load(&q->read_index)),
-                    (unsigned long long)timeout_ns);
-  return AQ_OK;
+    return put(queue, aq_error(AQ_ERROR_TIMEOUT, "queue %u: %llu packets still in flight after %llu ns", q->id,
+                               (unsigned long long)(idle.target - atomic_load(&q->read_index)),
+                               (unsigned long long)timeout_ns));
+  return put(queue, AQ_OK);
 }
 
 void aq_queue_note_failure(aq_queue_impl_t *q, aq_status_t status, uint32_t fault_id) {

@@ -33,7 +33,8 @@ uint32_t aq_agent_count(void) { return agent_count; }
 aq_agent_impl_t *aq_agent_at(uint32_t index) { return index < agent_count ? agents[index] : NULL; }
 
 /* Where each setting came from, in the order of the table below. */
-enum { SET_SPIN, SET_GPU_SPIN, SET_SIGNALS, SET_WORKERS, SET_CPU_AGENTS, SET_AGENTS, SET_SCHED, SET_COUNT };
+enum { SET_SPIN, SET_GPU_SPIN, SET_SIGNALS, SET_WORKERS, SET_CPU_AGENTS, SET_AGENTS, SET_SCHED, SET_MEMORY_LIMIT,
+       SET_SHUTDOWN, SET_COUNT };
 static const char *setting_source[SET_COUNT];
 
 /* The first numeric setting whose environment value is not a number
@@ -78,6 +79,48 @@ static void configure(const aq_init_options_t *o) {
            sizeof(config.cpu_agents));
   pick_str(SET_AGENTS, "AQ_AGENTS", o->drivers, "all", config.drivers, sizeof(config.drivers));
   pick_str(SET_SCHED, "AQ_SCHED", NULL, "heft", config.sched, sizeof(config.sched));
+  pick_str(SET_MEMORY_LIMIT, "AQ_MEMORY_LIMIT", o->memory_limit, "", config.memory_limit,
+           sizeof(config.memory_limit));
+  config.shutdown_timeout_ns =
+      pick_u64(SET_SHUTDOWN, "AQ_SHUTDOWN_TIMEOUT_MS", o->shutdown_timeout_ms, 5000) * 1000000ull;
+}
+
+/* "2G", "512M", "4096": bytes, or 0 if it is no size. */
+static uint64_t parse_size(const char *s, size_t len) {
+  if (!len || len > 24 || s[0] < '0' || s[0] > '9') return 0;
+  char buf[32];
+  memcpy(buf, s, len);
+  buf[len] = '\0';
+  char *end;
+  unsigned long long v = strtoull(buf, &end, 10);
+  int shift = 0;
+  switch (*end) {
+    case 'K': case 'k': shift = 10, end++; break;
+    case 'M': case 'm': shift = 20, end++; break;
+    case 'G': case 'g': shift = 30, end++; break;
+    case 'T': case 't': shift = 40, end++; break;
+    default: break;
+  }
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end || v == 0 || v > (UINT64_MAX >> shift)) return 0;
+  return (uint64_t)v << shift;
+}
+
+/* The budget AQ_MEMORY_LIMIT gives agent `name` (0: none); with name NULL,
+ * whether the whole setting is well formed (1) or not (0). */
+static uint64_t memory_limit_of(const char *name, int *well_formed) {
+  uint64_t all = 0, mine = 0;
+  *well_formed = 1;
+  for (const char *p = config.memory_limit; *p;) {
+    size_t len = strcspn(p, ",");
+    const char *eq = memchr(p, '=', len);
+    uint64_t v = eq ? parse_size(eq + 1, len - (size_t)(eq + 1 - p)) : parse_size(p, len);
+    if (!v || (eq && eq == p)) *well_formed = 0;
+    else if (!eq) all = v;
+    else if (name && strlen(name) == (size_t)(eq - p) && !memcmp(p, name, (size_t)(eq - p))) mine = v;
+    p += len + (p[len] == ',');
+  }
+  return mine ? mine : all;
 }
 
 AQ_API aq_status_t aq_settings(aq_setting_t *out, size_t capacity, size_t *count) {
@@ -93,6 +136,8 @@ AQ_API aq_status_t aq_settings(aq_setting_t *out, size_t capacity, size_t *count
       {"AQ_CPU_AGENTS", "", NULL, "how cores group into CPU agents: numa, package, machine, N"},
       {"AQ_AGENTS", "", NULL, "drivers to start: all, or a list of cpu,cuda,rocr"},
       {"AQ_SCHED", "", NULL, "graphs' placement: heft (measured costs), eager, round-robin, pinned, locality"},
+      {"AQ_MEMORY_LIMIT", "", NULL, "memory budgets: a size for every agent, or agent=size,... (K, M, G, T)"},
+      {"AQ_SHUTDOWN_TIMEOUT_MS", "", NULL, "how long aq_shut_down waits for running packets (ms)"},
   };
   snprintf(all[SET_SPIN].value, 64, "%llu", (unsigned long long)(config.spin_ns / 1000));
   snprintf(all[SET_GPU_SPIN].value, 64, "%llu", (unsigned long long)(config.gpu_spin_ns / 1000));
@@ -101,6 +146,8 @@ AQ_API aq_status_t aq_settings(aq_setting_t *out, size_t capacity, size_t *count
   snprintf(all[SET_CPU_AGENTS].value, 64, "%s", config.cpu_agents);
   snprintf(all[SET_AGENTS].value, 64, "%s", config.drivers);
   snprintf(all[SET_SCHED].value, 64, "%s", config.sched);
+  snprintf(all[SET_MEMORY_LIMIT].value, 64, "%s", config.memory_limit[0] ? config.memory_limit : "none");
+  snprintf(all[SET_SHUTDOWN].value, 64, "%llu", (unsigned long long)(config.shutdown_timeout_ns / 1000000));
   for (size_t i = 0; i < SET_COUNT && i < capacity; ++i) {
     out[i] = all[i];
     out[i].source = setting_source[i];
@@ -135,6 +182,15 @@ static aq_status_t validate_options(const aq_init_options_t *o) {
   if (!known)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT,
                     "AQ_SCHED='%s': expected heft (the default), eager, round-robin, pinned or locality", config.sched);
+  int well_formed;
+  memory_limit_of(NULL, &well_formed);
+  if (!well_formed)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                    "memory_limit '%s' (AQ_MEMORY_LIMIT): expected a size (2G, 512M, 4096) or agent=size,... "
+                    "such as cpu0=2G,cuda0=40G",
+                    config.memory_limit);
+  if (config.shutdown_timeout_ns == 0)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "AQ_SHUTDOWN_TIMEOUT_MS must be at least 1");
   (void)o;
   return AQ_OK;
 }
@@ -248,6 +304,8 @@ aq_status_t aq_agent_register(const aq_driver_t *driver, const aq_agent_info_t *
   a->info.index = agent_count;
   a->driver = driver;
   a->driver_data = driver_data;
+  int well_formed;
+  a->memory_budget = memory_limit_of(a->info.name, &well_formed);
   aq_status_t s = aq_handle_alloc(&agents_table, a, &a->handle);
   if (s != AQ_OK) {
     free(a);

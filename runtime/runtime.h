@@ -18,6 +18,8 @@ typedef struct aq_runtime_config {
   char cpu_agents[32];      /* "numa", "package", "machine" or a count */
   char drivers[64];         /* "" = all */
   char sched[32];           /* the graphs' default placement: one of AQ_SCHED_NAMES */
+  char memory_limit[256];   /* AQ_MEMORY_LIMIT: "" or "[agent=]size,..." */
+  uint64_t shutdown_timeout_ns;
 } aq_runtime_config_t;
 
 /* AQ_SCHED's values, the scheduler's policy names (graph.h), the default
@@ -38,6 +40,8 @@ typedef struct aq_agent_impl {
   aq_region_impl_t *regions[AQ_AGENT_REGIONS_MAX];
   uint32_t region_count;
   aq_wake_t doorbell;       /* every queue of the agent rings this */
+  uint64_t memory_budget;   /* AQ_MEMORY_LIMIT for this agent, 0 = none */
+  _Atomic uint64_t memory_in_use; /* over all its regions */
 } aq_agent_impl_t;
 
 extern _Atomic int aq_runtime_refs;

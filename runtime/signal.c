@@ -18,21 +18,42 @@ static uint32_t free_head; /* index + 1 */
 static uint32_t used;      /* slots ever handed out */
 static uint32_t live;
 
+/* The pool's mapping outlives aq_shut_down (a call racing it reads a slot
+ * and finds its handle stale, rather than unmapped memory); the next
+ * aq_init reuses it under a new tag, or maps a larger one. */
+static size_t mapped_slots;
+
 aq_status_t aq_signal_pool_init(uint32_t capacity) {
-  size_t bytes = (size_t)capacity * sizeof(aq_signal_slot_t);
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
-    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "cannot map a pool of %u signals", capacity);
-  aq_signal_pool.slots = p;
+  pthread_mutex_lock(&pool_mutex);
+  if (capacity > mapped_slots) {
+    void *p = mmap(NULL, (size_t)capacity * sizeof(aq_signal_slot_t), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      pthread_mutex_unlock(&pool_mutex);
+      return aq_error(AQ_ERROR_OUT_OF_MEMORY, "cannot map a pool of %u signals", capacity);
+    }
+    if (aq_signal_pool.slots) munmap(aq_signal_pool.slots, mapped_slots * sizeof(aq_signal_slot_t));
+    aq_signal_pool.slots = p;
+    mapped_slots = capacity;
+  }
   aq_signal_pool.capacity = capacity;
+  aq_signal_pool.tag = aq_handle_new_tag();
   free_head = used = live = 0;
+  pthread_mutex_unlock(&pool_mutex);
   return AQ_OK;
 }
 
 void aq_signal_pool_deinit(void) {
-  if (aq_signal_pool.slots)
-    munmap(aq_signal_pool.slots, (size_t)aq_signal_pool.capacity * sizeof(aq_signal_slot_t));
-  aq_signal_pool = (aq_signal_pool_t){0};
+  pthread_mutex_lock(&pool_mutex);
+  aq_signal_pool.tag = 0; /* no handle has tag 0 */
+  for (uint32_t i = 0; i < used; ++i) {
+    aq_signal_slot_t *s = &aq_signal_pool.slots[i];
+    uint32_t gen = atomic_load(&s->generation);
+    if (gen & 1) atomic_store(&s->generation, gen + 1);
+    aq_wake_all(&s->wake); /* a waiter on it wakes and finds it stale */
+  }
+  free_head = used = live = 0;
+  pthread_mutex_unlock(&pool_mutex);
 }
 
 uint32_t aq_signal_pool_live(void) { return live; }
@@ -72,7 +93,7 @@ AQ_API aq_status_t aq_signal_create(aq_signal_value_t initial, aq_signal_t *out_
   atomic_store(&s->generation, gen);
   live++;
   pthread_mutex_unlock(&pool_mutex);
-  out_signal->handle = ((uint64_t)gen << 32) | (index + 1);
+  out_signal->handle = aq_handle_make(aq_signal_pool.tag, gen, index);
   return AQ_OK;
 }
 
@@ -80,7 +101,7 @@ AQ_API aq_status_t aq_signal_destroy(aq_signal_t signal) {
   aq_signal_slot_t *s;
   AQ_RETURN_IF_ERROR(resolve(signal, &s));
   pthread_mutex_lock(&pool_mutex);
-  if (atomic_load(&s->generation) != (uint32_t)(signal.handle >> 32)) {
+  if (!aq_handle_gen_matches(atomic_load(&s->generation), signal.handle)) {
     pthread_mutex_unlock(&pool_mutex);
     return aq_error(AQ_ERROR_INVALID_HANDLE, "signal 0x%llx was destroyed twice",
                     (unsigned long long)signal.handle);
@@ -88,7 +109,7 @@ AQ_API aq_status_t aq_signal_destroy(aq_signal_t signal) {
   atomic_fetch_add(&s->generation, 1);
   /* Anyone still asleep on it wakes, re-checks and finds it stale. */
   aq_wake_all(&s->wake);
-  uint32_t index = (uint32_t)signal.handle - 1;
+  uint32_t index = aq_handle_index1(signal.handle) - 1;
   s->next_free = free_head;
   free_head = index + 1;
   live--;
@@ -180,7 +201,7 @@ AQ_API aq_status_t aq_signal_wait(aq_signal_t signal, aq_signal_condition_t cond
   if ((unsigned)condition > AQ_SIGNAL_GTE)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_signal_wait: unknown condition %d", (int)condition);
   AQ_RETURN_IF_ERROR(resolve(signal, &s));
-  wait_t w = {s, (uint32_t)(signal.handle >> 32), condition, compare, 0};
+  wait_t w = {s, atomic_load(&s->generation), condition, compare, 0};
   int met;
   if (!atomic_load(&aq_signal_device_writers)) {
     met = aq_wake_wait(&s->wake, condition_met, &w, timeout_ns, aq_runtime_config()->spin_ns);

@@ -3,7 +3,7 @@
  * All signals live in one pool of 64-byte slots mapped once at aq_init, so a
  * GPU driver can register the whole pool with its device and write a slot's
  * value directly (the value is the slot's first 8 bytes). A slot's handle is
- * (generation << 32 | index + 1), as for every handle. */
+ * encoded as every handle is (runtime/handle.h), with the pool's tag. */
 #ifndef AQ_RUNTIME_SIGNAL_H_
 #define AQ_RUNTIME_SIGNAL_H_
 
@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "aquila/signal.h"
+#include "runtime/handle.h"
 #include "runtime/wake.h"
 
 typedef struct aq_signal_slot {
@@ -30,6 +31,7 @@ typedef struct aq_signal_slot {
 typedef struct aq_signal_pool {
   aq_signal_slot_t *slots; /* mmapped, capacity slots */
   uint32_t capacity;
+  uint32_t tag;            /* of this aq_init's pool: older handles are stale */
 } aq_signal_pool_t;
 
 extern aq_signal_pool_t aq_signal_pool;
@@ -44,10 +46,10 @@ void aq_signal_pool_deinit(void);
 uint32_t aq_signal_pool_live(void);
 
 static inline aq_signal_slot_t *aq_signal_slot(uint64_t handle) {
-  uint32_t index = (uint32_t)handle, gen = (uint32_t)(handle >> 32);
-  if (index == 0 || index > aq_signal_pool.capacity || !(gen & 1)) return NULL;
+  uint32_t index = aq_handle_index1(handle);
+  if (index == 0 || index > aq_signal_pool.capacity || aq_handle_tag(handle) != aq_signal_pool.tag) return NULL;
   aq_signal_slot_t *s = &aq_signal_pool.slots[index - 1];
-  return atomic_load_explicit(&s->generation, memory_order_acquire) == gen ? s : NULL;
+  return aq_handle_gen_matches(atomic_load_explicit(&s->generation, memory_order_acquire), handle) ? s : NULL;
 }
 
 /* After any change of value: wakes its waiters, and one worker of the agent

@@ -246,6 +246,7 @@ AQ_API aq_status_t aq_trace_start(const aq_trace_options_t *options) {
   origin_ns = aq_now_ns();
   atomic_store(&aq_tracing, 1);
   pthread_mutex_unlock(&mutex);
+  aq_trace_signals_install();
   return AQ_OK;
 }
 

@@ -68,5 +68,8 @@ void aq_trace_init_from_env(void);
 void aq_trace_shutdown(void);
 /* After the agents have stopped: frees the buffers of a finished trace. */
 void aq_trace_release(void);
+/* Once per process, when a trace starts: SIGTERM and SIGINT flush it
+ * before the process ends (runtime/trace_signals.c). */
+void aq_trace_signals_install(void);
 
 #endif

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/runtime.h"
 #include "runtime/status.h"
@@ -351,10 +352,17 @@ aq_status_t aq_trace_write_json(const char *path, const aq_trace_snapshot_t *sna
     free(w.events), free(w.counters), free(w.tagged), free(w.runs), free(w.edges);
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to write the trace %s", path);
   }
+  /* Written beside the file, synced, then renamed over it: a process
+   * killed mid-write leaves the last complete trace, never a torn one. */
   aq_status_t s = AQ_OK;
-  w.f = fopen(path, "w");
+  char tmp[4200];
+  if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp)) {
+    free(w.events), free(w.counters), free(w.tagged), free(w.runs), free(w.edges);
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "trace path %s is too long", path);
+  }
+  w.f = fopen(tmp, "w");
   if (!w.f) {
-    s = aq_error(AQ_ERROR_IO, "cannot write the trace to %s: %s", path, strerror(errno));
+    s = aq_error(AQ_ERROR_IO, "cannot write the trace to %s: %s", tmp, strerror(errno));
   } else {
     static char buf[1 << 16];
     setvbuf(w.f, buf, _IOFBF, sizeof(buf));
@@ -366,7 +374,10 @@ aq_status_t aq_trace_write_json(const char *path, const aq_trace_snapshot_t *sna
     write_flows(&w);
     write_counters(&w);
     fputs("\n]}\n", w.f);
-    if (ferror(w.f) | fclose(w.f)) s = aq_error(AQ_ERROR_IO, "writing the trace to %s failed", path);
+    int bad = fflush(w.f) != 0 || ferror(w.f) || fsync(fileno(w.f)) != 0;
+    if (fclose(w.f) || bad) s = aq_error(AQ_ERROR_IO, "writing the trace to %s failed: %s", tmp, strerror(errno));
+    else if (rename(tmp, path)) s = aq_error(AQ_ERROR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (s != AQ_OK) unlink(tmp);
   }
   free(w.events), free(w.counters), free(w.tagged), free(w.runs), free(w.edges);
   return s;

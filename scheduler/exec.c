@@ -157,10 +157,16 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
                         "before the first run",
                         g->tensors[x].name, g->tasks[e->first_reader[x]].name);
   }
-  for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_store(e->signals[t], 1));
-  for (uint32_t a = 0; a < e->nlanes; ++a)
-    if (e->streams[a].done.handle) AQ_RETURN_IF_ERROR(aq_signal_store(e->streams[a].done, 1));
-  e->in_flight = 1;
+  /* Of two threads running the exec at once, one gets BUSY. */
+  int seen = atomic_load(&e->in_flight);
+  if (seen < 0 || !exec_finished(e) || !atomic_compare_exchange_strong(&e->in_flight, &seen, -1))
+    return aq_error(AQ_ERROR_BUSY, "the exec is being run by another thread (run %llu)", (unsigned long long)e->runs);
+  aq_status_t s = AQ_OK;
+  for (uint32_t t = 0; s == AQ_OK && t < g->ntasks; ++t) s = aq_signal_store(e->signals[t], 1);
+  for (uint32_t a = 0; s == AQ_OK && a < e->nlanes; ++a)
+    if (e->streams[a].done.handle) s = aq_signal_store(e->streams[a].done, 1);
+  atomic_store(&e->in_flight, s == AQ_OK);
+  if (s != AQ_OK) return s;
   e->runs++;
   e->profiled = e->profile_left > 0 && e->stamps && !e->warm_up;
   e->warm_up = 0;

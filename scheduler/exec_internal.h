@@ -60,7 +60,7 @@ struct aq_exec {
   uint64_t last_kernel_co;
   uint32_t last_kernel_agent;
   char last_kernel_name[64];
-  int in_flight;
+  _Atomic int in_flight; /* -1 while a run starts (aq_exec_run), 1 while one is in flight */
   size_t bytes;
   aq_sched_policy_t policy;
   uint32_t kinds;                      /* aq_exec_options_t.kernel_agent_kinds */

@@ -1,10 +1,44 @@
 /* Graphs: tensors, tasks and explicit edges, as the user declares them. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/status.h"
 #include "scheduler/graph_internal.h"
+
+/* Live graphs, so that destroying one twice is an error rather than a
+ * double free (nothing else looks here: graph calls stay lock-free). */
+static pthread_mutex_t live_mutex = PTHREAD_MUTEX_INITIALIZER;
+static aq_graph_t **live_graphs;
+static size_t nlive, cap_live;
+
+static int graph_remember(aq_graph_t *g) {
+  pthread_mutex_lock(&live_mutex);
+  if (nlive == cap_live) {
+    size_t cap = cap_live ? 2 * cap_live : 16;
+    aq_graph_t **n = realloc(live_graphs, cap * sizeof(*n));
+    if (!n) {
+      pthread_mutex_unlock(&live_mutex);
+      return 0;
+    }
+    live_graphs = n, cap_live = cap;
+  }
+  live_graphs[nlive++] = g;
+  pthread_mutex_unlock(&live_mutex);
+  return 1;
+}
+
+/* Whether g was live; it no longer is. */
+static int graph_forget(aq_graph_t *g) {
+  pthread_mutex_lock(&live_mutex);
+  size_t i = 0;
+  while (i < nlive && live_graphs[i] != g) ++i;
+  int found = i < nlive;
+  if (found) live_graphs[i] = live_graphs[--nlive];
+  pthread_mutex_unlock(&live_mutex);
+  return found;
+}
 
 AQ_API aq_status_t aq_graph_create(const aq_graph_options_t *options, aq_graph_t **out_graph) {
   if (!out_graph) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_create: out_graph is NULL");
@@ -17,7 +51,7 @@ AQ_API aq_status_t aq_graph_create(const aq_graph_options_t *options, aq_graph_t
   g->tensors = calloc(g->cap_tensors, sizeof(tensor_t));
   g->cap_tasks = 64;
   g->tasks = calloc(g->cap_tasks, sizeof(task_t));
-  if (!g->tensors || !g->tasks) {
+  if (!g->tensors || !g->tasks || !graph_remember(g)) {
     free(g->tensors), free(g->tasks), free(g);
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a graph");
   }
@@ -27,8 +61,11 @@ AQ_API aq_status_t aq_graph_create(const aq_graph_options_t *options, aq_graph_t
 
 AQ_API aq_status_t aq_graph_destroy(aq_graph_t *g) {
   if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_destroy: graph is NULL");
+  if (!graph_forget(g))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_destroy: %p is not a live graph (destroyed twice?)",
+                    (void *)g);
   int live = atomic_load(&g->execs);
-  if (live)
+  if (live && graph_remember(g))
     return aq_error(AQ_ERROR_BUSY, "graph still has %d exec%s; destroy them first", live, live > 1 ? "s" : "");
   for (uint32_t i = 0; i < g->ntasks; ++i) free(g->tasks[i].after_all), free(g->tasks[i].after_any);
   free(g->tensors), free(g->tasks), free(g);
@@ -46,6 +83,9 @@ static void copy_name(char *dst, size_t size, const char *src) {
   dst[n] = 0;
 }
 
+/* A tensor may hold at most 1 TiB: every size product below stays exact. */
+#define TENSOR_BYTES_MAX ((uint64_t)1 << 40)
+
 static size_t dtype_size(aq_dtype_t d) { return d == AQ_DTYPE_F32 || d == AQ_DTYPE_I32 ? 4 : 0; }
 
 aq_status_t graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
@@ -56,10 +96,16 @@ aq_status_t graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, 
   if (rank > AQ_MAX_RANK || (rank && !dims))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor '%s': rank %u (at most %d, with dims)", name, rank,
                     AQ_MAX_RANK);
+  /* The running product is bounded, not each dimension alone: three
+   * dimensions of 2^30 each pass a per-dimension check and wrap to 0 bytes. */
   size_t bytes = dtype_size(dtype);
   for (uint32_t i = 0; i < rank; ++i) {
-    if (dims[i] <= 0 || (size_t)dims[i] > ((size_t)1 << 40) / bytes)
+    if (dims[i] <= 0)
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor '%s': dimension %u is %lld", name, i, (long long)dims[i]);
+    if ((uint64_t)dims[i] > TENSOR_BYTES_MAX / bytes)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                      "tensor '%s': dimension %u (%lld) makes it larger than %llu bytes", name, i,
+                      (long long)dims[i], (unsigned long long)TENSOR_BYTES_MAX);
     bytes *= (size_t)dims[i];
   }
   if (g->ntensors == g->cap_tensors) {
@@ -177,11 +223,11 @@ AQ_API aq_status_t aq_graph_add_kernel(aq_graph_t *g, const aq_kernel_task_t *k,
     t.write_off[i] = k->write_offsets[i];
   }
   for (uint32_t i = 0; i < t.nreads; ++i)
-    if (t.read_off[i] != UINT32_MAX && t.read_off[i] + 8 > t.kernarg_size)
+    if (t.read_off[i] != UINT32_MAX && (uint64_t)t.read_off[i] + 8 > t.kernarg_size)
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "task '%s': read offset %u lies outside its %u-byte kernarg", name,
                       t.read_off[i], t.kernarg_size);
   for (uint32_t i = 0; i < t.nwrites; ++i)
-    if (t.write_off[i] != UINT32_MAX && t.write_off[i] + 8 > t.kernarg_size)
+    if (t.write_off[i] != UINT32_MAX && (uint64_t)t.write_off[i] + 8 > t.kernarg_size)
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "task '%s': write offset %u lies outside its %u-byte kernarg",
                       name, t.write_off[i], t.kernarg_size);
   uint32_t id;

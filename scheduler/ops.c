@@ -1,6 +1,7 @@
 /* Op calls: each checks its operands' shapes, makes its output tensor and
  * appends a task running the op library's kernel, with the tensors' address
  * slots in the kernarg recorded for instantiation to fill in. */
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +12,11 @@
 aq_status_t graph_op_task(aq_graph_t *g, const char *name, const char *kernel, const void *kernarg,
                           uint32_t kernarg_size, aq_dispatch_shape_t shape, const slot_t *reads,
                           uint32_t nreads, const slot_t *writes, uint32_t nwrites, uint32_t *out_task) {
+  for (int d = 0; d < 3; ++d)
+    if (shape.grid[d] == AQ_GRID_TOO_LARGE)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                      "%s: %u or more work-items along %c; a dispatch's grid holds at most %u (split the tensor)",
+                      name, AQ_GRID_TOO_LARGE, "xyz"[d], AQ_GRID_TOO_LARGE - 1);
   task_t t = {.kind = TASK_KERNEL, .kernarg_size = kernarg_size, .shape = shape, .nreads = nreads,
               .nwrites = nwrites, .agent = -1, .op = OP_OTHER};
   snprintf(t.name, sizeof(t.name), "%s", name);
@@ -183,6 +189,11 @@ AQ_API aq_status_t aq_op_softmax_xent(aq_graph_t *g, aq_tensor_t logits, aq_tens
   return AQ_OK;
 }
 
+/* Hyperparameters: NaN fails every comparison, so each test is written to
+ * be false for it; Inf is refused as not finite. */
+static int positive(float v) { return v > 0.0f && isfinite(v); }
+static int in_range(float v, float lo, float hi_excluded) { return v >= lo && v < hi_excluded; }
+
 AQ_API aq_status_t aq_op_sgd(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad, const aq_sgd_options_t *o) {
   if (!g || !o) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_sgd: graph and options are required");
   tensor_t *tp = graph_tensor(g, param), *tg = graph_tensor(g, grad);
@@ -191,8 +202,10 @@ AQ_API aq_status_t aq_op_sgd(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad,
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "sgd: '%s' is not a parameter", tp->name);
   if (tp->bytes != tg->bytes || tp->dtype != AQ_DTYPE_F32 || tg->dtype != AQ_DTYPE_F32)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "sgd: gradient '%s' does not match parameter '%s'", tg->name, tp->name);
-  if (!(o->lr > 0.0f) || o->momentum < 0.0f || o->weight_decay < 0.0f)
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "sgd: lr must be > 0, momentum and weight_decay >= 0");
+  if (!positive(o->lr) || !in_range(o->momentum, 0.0f, INFINITY) || !in_range(o->weight_decay, 0.0f, INFINITY))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                    "sgd(%s): lr %g must be finite and > 0, momentum %g and weight_decay %g finite and >= 0",
+                    tp->name, (double)o->lr, (double)o->momentum, (double)o->weight_decay);
   char name[48];
   snprintf(name, sizeof(name), "velocity(%.36s)", tp->name);
   int64_t dims[AQ_MAX_RANK];
@@ -243,8 +256,12 @@ AQ_API aq_status_t aq_op_adam(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad
   if (tp->bytes != tg->bytes || tp->dtype != AQ_DTYPE_F32 || tg->dtype != AQ_DTYPE_F32)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "adam: gradient '%s' does not match parameter '%s'", tg->name, tp->name);
   float b1 = o->beta1 ? o->beta1 : 0.9f, b2 = o->beta2 ? o->beta2 : 0.999f, eps = o->eps ? o->eps : 1e-8f;
-  if (!(o->lr > 0.0f) || b1 < 0.0f || b1 >= 1.0f || b2 < 0.0f || b2 >= 1.0f || o->weight_decay < 0.0f)
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "adam: lr must be > 0, betas in [0, 1), weight_decay >= 0");
+  if (!positive(o->lr) || !in_range(b1, 0.0f, 1.0f) || !in_range(b2, 0.0f, 1.0f) || !positive(eps) ||
+      !in_range(o->weight_decay, 0.0f, INFINITY))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                    "adam(%s): lr %g and eps %g must be finite and > 0, beta1 %g and beta2 %g in [0, 1), "
+                    "weight_decay %g finite and >= 0",
+                    tp->name, (double)o->lr, (double)eps, (double)b1, (double)b2, (double)o->weight_decay);
   uint32_t m, v, steps;
   AQ_RETURN_IF_ERROR(state_like(g, param, "adam.m", &m));
   AQ_RETURN_IF_ERROR(state_like(g, param, "adam.v", &v));

@@ -41,7 +41,10 @@ AQ_API aq_status_t aq_op_conv2d(aq_graph_t *g, aq_tensor_t x, aq_tensor_t w, aq_
   if (a.stride_h < 0 || a.stride_w < 0 || a.pad_h < 0 || a.pad_w < 0 || a.dil_h < 0 || a.dil_w < 0)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "conv2d: negative stride, padding or dilation");
   a.p = aq_conv_out(a.h, a.r, a.stride_h, a.pad_h, a.dil_h), a.q = aq_conv_out(a.wd, a.s, a.stride_w, a.pad_w, a.dil_w);
-  if (a.p <= 0 || a.q <= 0)
+  /* The dilated filter must fit the padded input: the division above
+   * truncates towards zero, so a stride larger than the overhang gave 1. */
+  if (a.h + 2 * (int64_t)a.pad_h < (int64_t)a.dil_h * (a.r - 1) + 1 ||
+      a.wd + 2 * (int64_t)a.pad_w < (int64_t)a.dil_w * (a.s - 1) + 1 || a.p <= 0 || a.q <= 0)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "conv2d: a %lldx%lld filter leaves no output of a %lldx%lld input",
                     (long long)a.r, (long long)a.s, (long long)a.h, (long long)a.wd);
   char name[TASK_NAME_MAX];
@@ -72,8 +75,11 @@ AQ_API aq_status_t aq_op_max_pool2d(aq_graph_t *g, aq_tensor_t x, const aq_pool_
   aq_pool_args_t a = {.planes = tx->dims[0] * tx->dims[1], .h = tx->dims[2], .w = tx->dims[3], .kh = o->kernel_h,
                       .kw = o->kernel_w, .stride_h = o->stride_h ? o->stride_h : o->kernel_h,
                       .stride_w = o->stride_w ? o->stride_w : o->kernel_w, .pad_h = o->pad_h, .pad_w = o->pad_w};
-  a.p = (a.h + 2 * a.pad_h - a.kh) / a.stride_h + 1, a.q = (a.w + 2 * a.pad_w - a.kw) / a.stride_w + 1;
-  if (a.p <= 0 || a.q <= 0) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "max_pool2d: the window is larger than '%s'", tx->name);
+  /* Checked before dividing: (3 - 5) / 5 + 1 truncates to an output of 1. */
+  if (a.h + 2 * (int64_t)a.pad_h < a.kh || a.w + 2 * (int64_t)a.pad_w < a.kw)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "max_pool2d: the %dx%d window is larger than '%s' (%lldx%lld, padding %d,%d)",
+                    a.kh, a.kw, tx->name, (long long)a.h, (long long)a.w, a.pad_h, a.pad_w);
+  a.p = (a.h + 2 * (int64_t)a.pad_h - a.kh) / a.stride_h + 1, a.q = (a.w + 2 * (int64_t)a.pad_w - a.kw) / a.stride_w + 1;
   int64_t dims[4] = {tx->dims[0], tx->dims[1], a.p, a.q};
   char name[TASK_NAME_MAX];
   snprintf(name, sizeof(name), "max_pool2d(%.40s)", tx->name);

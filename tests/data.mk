@@ -13,7 +13,7 @@ $(TEST_DATA_DIR)/test-kernels-v99.so: tests/data/test_kernels.c include/aquila/k
 # A valid shared object that is not an Aquila code object.
 $(TEST_DATA_DIR)/not-aquila.so: tests/data/not_aquila.c
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -O2 -fPIC -shared -o $@ $<
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -fPIC -shared -o $@ $<
 
 # The data-loader tests link the example's loader itself.
 $(BUILD)/tests/examples: $(OBJDIR)/examples/train_fashion/fashion_data.o

@@ -13,10 +13,12 @@ done
 here=$(cd "$(dirname "$0")" && pwd)
 export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export AQ_CODE_OBJECT_PATH="$build/tests/data${AQ_CODE_OBJECT_PATH:+:$AQ_CODE_OBJECT_PATH}"
+# Absolute: the runtime warns about relative entries (they follow the working directory).
+data=$(cd "$build/tests/data" 2>/dev/null && pwd || echo "$build/tests/data")
+export AQ_CODE_OBJECT_PATH="$data${AQ_CODE_OBJECT_PATH:+:$AQ_CODE_OBJECT_PATH}"
 # heft (the default placement) keeps performance models: the tests' go to
 # the build tree, not the user's cache.
-export AQ_PERF_DIR="${AQ_PERF_DIR:-$build/perf-models}"
+export AQ_PERF_DIR="${AQ_PERF_DIR:-$(cd "$build" && pwd)/perf-models}"
 for i in "${!progs[@]}"; do
   prog=${progs[$i]}
   name=$(basename "$prog")

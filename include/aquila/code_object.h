@@ -8,6 +8,15 @@
  * truncated, corrupt, wrong-architecture or wrong-version file gets an error
  * that says which of these it is.
  *
+ * A code object is executable code, so the loader trusts only what nobody
+ * else could have written: it refuses anything but a regular file (a
+ * directory, device or FIFO is named as such), a world-writable file, and a
+ * file in a world-writable directory without the sticky bit (/tmp, sticky,
+ * is allowed). A relative AQ_CODE_OBJECT_PATH entry follows the working
+ * directory; it is searched, with a warning on stderr once per process. A
+ * CPU code object's ELF structure and kernel table are checked by reading
+ * the file, before it is dlopen'ed and any of its code (constructors) runs.
+ *
  * A kernel is found by name for one agent. Its kernel_object goes into the
  * kernel dispatch packet as the HSA spec says; kernarg_size and
  * kernarg_alignment say how to lay out the kernarg buffer.

@@ -26,6 +26,15 @@ typedef struct aq_dispatch_shape {
   uint16_t workgroup[3];  /* work-items per group */
 } aq_dispatch_shape_t;
 
+/* A count of work-items as a packet's 32-bit grid size. Counts past
+ * UINT32_MAX saturate to AQ_GRID_TOO_LARGE instead of wrapping (2^32 + 64
+ * elements would otherwise be a grid of 64): the graph builder refuses a
+ * task whose grid says so. */
+#define AQ_GRID_TOO_LARGE UINT32_MAX
+static inline uint32_t aq_grid_items(int64_t n) {
+  return n < 1 ? 1u : n >= (int64_t)AQ_GRID_TOO_LARGE ? AQ_GRID_TOO_LARGE : (uint32_t)n;
+}
+
 /* ---- matmul: C = alpha * op(A) * op(B) + beta * C, then + bias, then act ----
  * op(A) is m x k (A stored k x m when trans_a), op(B) k x n (n x k when
  * trans_b). bias (may be NULL) has n entries, added to every row; beta == 0
@@ -126,7 +135,7 @@ static inline aq_dispatch_shape_t aq_matmul_grid(aq_matmul_args_t *a) {
   if (work > g) g = work;
   if (g > AQ_MATMUL_MAX_GROUPS) g = AQ_MATMUL_MAX_GROUPS;
   if (g < 1) g = 1;
-  aq_dispatch_shape_t s = {{(uint32_t)g, 1, (uint32_t)(a->batch > 0 ? a->batch : 1)}, {1, 1, 1}};
+  aq_dispatch_shape_t s = {{(uint32_t)g, 1, aq_grid_items(a->batch)}, {1, 1, 1}};
   return s;
 }
 
@@ -279,7 +288,7 @@ typedef struct aq_conv2d_args {
 static inline aq_dispatch_shape_t aq_planes_grid(int64_t planes) {
   int64_t p = planes > 0 ? planes : 1, wg = (p + AQ_PLANES_MAX_GROUPS - 1) / AQ_PLANES_MAX_GROUPS;
   if (wg > 65535) wg = 65535;
-  aq_dispatch_shape_t s = {{(uint32_t)p, 1, 1}, {(uint16_t)wg, 1, 1}};
+  aq_dispatch_shape_t s = {{aq_grid_items(p), 1, 1}, {(uint16_t)wg, 1, 1}};
   return s;
 }
 
@@ -331,7 +340,7 @@ typedef struct aq_axpby_args {
 } aq_axpby_args_t;
 
 static inline aq_dispatch_shape_t aq_elementwise_grid(int64_t n) {
-  aq_dispatch_shape_t s = {{(uint32_t)(n > 0 ? n : 1), 1, 1}, {AQ_ELEMENTWISE_WG, 1, 1}};
+  aq_dispatch_shape_t s = {{aq_grid_items(n), 1, 1}, {AQ_ELEMENTWISE_WG, 1, 1}};
   return s;
 }
 
@@ -399,7 +408,7 @@ typedef struct aq_softmax_xent_args {
 } aq_softmax_xent_args_t;
 
 static inline aq_dispatch_shape_t aq_rows_grid(int64_t rows) {
-  aq_dispatch_shape_t s = {{(uint32_t)(rows > 0 ? rows : 1), 1, 1}, {AQ_ROWS_WG, 1, 1}};
+  aq_dispatch_shape_t s = {{aq_grid_items(rows), 1, 1}, {AQ_ROWS_WG, 1, 1}};
   return s;
 }
 
@@ -429,7 +438,7 @@ typedef struct aq_sum_rows_sgd_args {
 } aq_sum_rows_sgd_args_t;
 
 static inline aq_dispatch_shape_t aq_cols_grid(int64_t cols) {
-  aq_dispatch_shape_t s = {{(uint32_t)(cols > 0 ? cols : 1), 1, 1}, {AQ_COLS_WG, 1, 1}};
+  aq_dispatch_shape_t s = {{aq_grid_items(cols), 1, 1}, {AQ_COLS_WG, 1, 1}};
   return s;
 }
 

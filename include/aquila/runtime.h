@@ -46,6 +46,15 @@ typedef struct aq_init_options {
    * thread waits for a completion the GPU still owes, it polls regardless,
    * unless AQ_GPU_SPIN_US=0 (environment): then it sleeps between looks. */
   uint32_t gpu_spin_us;
+  /* Memory budgets per agent: "cpu0=2G,cuda0=40G" (K, M, G, T: powers of
+   * 1024; no suffix: bytes), or one size for every agent; NULL = none but
+   * the regions' own sizes. Allocations past an agent's budget or a
+   * region's size fail with AQ_ERROR_OUT_OF_MEMORY. AQ_MEMORY_LIMIT. */
+  const char *memory_limit;
+  /* How long aq_shut_down waits for packets still running before it gives
+   * up with AQ_ERROR_BUSY naming them, in ms; 0 = 5000.
+   * AQ_SHUTDOWN_TIMEOUT_MS. */
+  uint32_t shutdown_timeout_ms;
 } aq_init_options_t;
 
 aq_status_t aq_init(const aq_init_options_t *options);

@@ -21,12 +21,17 @@ typedef struct cpu_kernel {
 } cpu_kernel_t;
 
 const cpu_kernel_t *cpu_kernel_lookup(uint64_t kernel_object);
+/* The same, referenced while it runs: the code object cannot be unloaded
+ * until cpu_kernel_put. */
+const cpu_kernel_t *cpu_kernel_acquire(uint64_t kernel_object);
+void cpu_kernel_put(uint64_t kernel_object);
 
 /* A kernel dispatch in flight: its work-groups are shared out among the
  * agent's workers through next/done. */
 typedef struct cpu_dispatch {
   const cpu_kernel_t *kernel;
   const void *kernarg;
+  uint64_t packet;                 /* its index in the queue, for fault messages */
   uint32_t dims;
   uint32_t workgroup[3], grid[3], groups[3];
   uint64_t total;
@@ -97,6 +102,7 @@ int cpu_co_recognizes(const void *bytes, size_t size);
 aq_status_t cpu_co_load(const char *path, const void *bytes, size_t size, void **out_module,
                         aq_code_object_info_t *info);
 void cpu_co_unload(void *module);
+const char *cpu_co_busy(void *module);
 aq_status_t cpu_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent,
                              aq_kernel_info_t *out);
 

@@ -242,5 +242,6 @@ const aq_driver_t aq_driver_cpu = {
     .co_recognizes = cpu_co_recognizes,
     .co_load = cpu_co_load,
     .co_unload = cpu_co_unload,
+    .co_busy = cpu_co_busy,
     .co_kernel_at = cpu_co_kernel_at,
 };

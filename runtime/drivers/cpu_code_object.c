@@ -9,6 +9,7 @@
 
 #include "runtime/code_object.h"
 #include "runtime/drivers/cpu.h"
+#include "runtime/drivers/cpu_elf.h"
 #include "runtime/handle.h"
 #include "runtime/status.h"
 
@@ -31,6 +32,17 @@ void cpu_code_objects_deinit(void) { aq_handle_table_deinit(&kernels); }
 
 const cpu_kernel_t *cpu_kernel_lookup(uint64_t kernel_object) {
   return aq_handle_get(&kernels, kernel_object);
+}
+const cpu_kernel_t *cpu_kernel_acquire(uint64_t kernel_object) {
+  return aq_handle_acquire(&kernels, kernel_object);
+}
+void cpu_kernel_put(uint64_t kernel_object) { aq_handle_put(&kernels, kernel_object); }
+
+const char *cpu_co_busy(void *module) {
+  cpu_module_t *m = module;
+  for (uint32_t i = 0; i < m->table->kernel_count; ++i)
+    if (aq_handle_refs(&kernels, m->kernels[i].handle)) return m->kernels[i].desc->name;
+  return NULL;
 }
 
 int cpu_co_recognizes(const void *bytes, size_t size) {
@@ -71,6 +83,8 @@ static aq_status_t check_table(const char *path, const aq_code_object_table_t *t
 aq_status_t cpu_co_load(const char *path, const void *bytes, size_t size, void **out_module,
                         aq_code_object_info_t *info) {
   AQ_RETURN_IF_ERROR(aq_elf_check(path, bytes, size, NATIVE_MACHINE));
+  /* Read from the file first: dlopen runs the object's constructors. */
+  AQ_RETURN_IF_ERROR(cpu_elf_check(path, bytes, size));
   void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!dl) return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cannot be loaded: %s", path, dlerror());
   const aq_code_object_table_t *t = dlsym(dl, AQ_CODE_OBJECT_SYMBOL);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "runtime/drivers/cpu.h"
+#include "runtime/drivers/cpu_guard.h"
 #include "runtime/fault.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
@@ -28,10 +29,17 @@ static int ensure_scratch(cpu_worker_t *w, size_t size) {
   return 1;
 }
 
-static uint32_t group_fault(cpu_worker_t *w, cpu_queue_t *cq, const char *name, int code) {
+static uint32_t group_fault(cpu_worker_t *w, cpu_queue_t *cq, const cpu_dispatch_t *d, int code, int signo,
+                            uintptr_t addr) {
+  const char *name = d->kernel->desc->name;
+  if (code == CPU_GUARD_FAULTED)
+    return aq_fault_record(AQ_ERROR_KERNEL_FAULT,
+                           "kernel '%s' faulted (%s at address %#lx) on agent %s, queue %u, packet %llu", name,
+                           strsignal(signo), (unsigned long)addr, w->agent->agent->info.name, cq->queue->id,
+                           (unsigned long long)d->packet);
   return aq_fault_record(AQ_ERROR_KERNEL_FAULT,
-                         "kernel '%s' failed (returned %d) on agent %s, queue %u", name, code,
-                         w->agent->agent->info.name, cq->queue->id);
+                         "kernel '%s' failed (returned %d) on agent %s, queue %u, packet %llu", name, code,
+                         w->agent->agent->info.name, cq->queue->id, (unsigned long long)d->packet);
 }
 
 /* Runs work-groups of d until none is left; returns how many it ran. */
@@ -53,6 +61,7 @@ static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) 
     ctx.group_segment_size = k->group_segment_size;
   }
   uint64_t ran = 0;
+  cpu_guard_site_t site = {k->name, w->agent->agent->info.name, cq->queue->id, d->packet};
   for (;;) {
     uint64_t g = atomic_fetch_add_explicit(&d->next, 1, memory_order_relaxed);
     if (g >= d->total) break;
@@ -66,9 +75,11 @@ static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) 
       ctx.group_size[i] = (uint32_t)(left < d->workgroup[i] ? left : d->workgroup[i]);
     }
     if (!atomic_load_explicit(&d->fault, memory_order_relaxed) && ctx.group_segment_size <= w->scratch_size) {
-      int rc = k->fn(d->kernarg, &ctx);
+      int signo = 0;
+      uintptr_t addr = 0;
+      int rc = cpu_guard_call(k->fn, d->kernarg, &ctx, &site, &signo, &addr);
       if (rc) {
-        uint32_t none = 0, f = group_fault(w, cq, k->name, rc);
+        uint32_t none = 0, f = group_fault(w, cq, d, rc, signo, addr);
         atomic_compare_exchange_strong(&d->fault, &none, f);
       }
     }
@@ -93,10 +104,21 @@ static uint32_t invalid(cpu_worker_t *w, cpu_queue_t *cq, uint64_t index, const 
                          w->agent->agent->info.name, cq->queue->id, (unsigned long long)index, what);
 }
 
+static uint32_t run_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
+                             const hsa_kernel_dispatch_packet_t *p, const cpu_kernel_t *k);
+
+/* The kernel is held while it runs: its code object cannot go meanwhile. */
 static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
                                 const hsa_kernel_dispatch_packet_t *p) {
-  const cpu_kernel_t *k = cpu_kernel_lookup(p->kernel_object);
+  const cpu_kernel_t *k = cpu_kernel_acquire(p->kernel_object);
   if (!k) return invalid(w, cq, index, "kernel_object is not a loaded CPU kernel (unloaded, or foreign)");
+  uint32_t fault = run_dispatch(cq, w, index, p, k);
+  cpu_kernel_put(p->kernel_object);
+  return fault;
+}
+
+static uint32_t run_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
+                             const hsa_kernel_dispatch_packet_t *p, const cpu_kernel_t *k) {
   uint32_t dims = (p->setup >> HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS) & 3;
   if (dims < 1) return invalid(w, cq, index, "setup gives 0 grid dimensions (must be 1, 2 or 3)");
   cpu_dispatch_t *d = &cq->dispatch;
@@ -113,8 +135,13 @@ static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index
     }
     d->workgroup[i] = wg[i];
     d->grid[i] = grid[i];
-    d->groups[i] = (grid[i] + wg[i] - 1) / wg[i];
-    d->total *= d->groups[i];
+    /* 64-bit: a grid near 2^32 must not wrap to no groups at all. */
+    d->groups[i] = (uint32_t)(((uint64_t)grid[i] + wg[i] - 1) / wg[i]);
+    if (__builtin_mul_overflow(d->total, (uint64_t)d->groups[i], &d->total)) {
+      char msg[160];
+      snprintf(msg, sizeof(msg), "kernel '%s': the grid has more than 2^64 work-groups", k->desc->name);
+      return invalid(w, cq, index, msg);
+    }
   }
   if (k->desc->kernarg_size && !p->kernarg_address) {
     char msg[160];
@@ -123,6 +150,7 @@ static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index
     return invalid(w, cq, index, msg);
   }
   d->kernel = k;
+  d->packet = index;
   d->kernarg = p->kernarg_address;
   d->dims = dims;
   atomic_store_explicit(&d->next, 0, memory_order_relaxed);
@@ -352,6 +380,7 @@ void *cpu_worker_main(void *arg) {
   cpu_agent_t *ca = w->agent;
   aq_wake_t *doorbell = &ca->agent->doorbell;
   bind_worker(w);
+  cpu_guard_thread_init();
   uint64_t spin_ns = aq_runtime_config()->spin_ns, idle_since = 0;
   int relax = 16;
   while (atomic_load_explicit(&ca->running, memory_order_relaxed)) {
@@ -382,5 +411,6 @@ void *cpu_worker_main(void *arg) {
     idle_since = 0;
   }
   release_held(w);
+  cpu_guard_thread_deinit();
   return NULL;
 }

@@ -1,6 +1,7 @@
 /* Kernels the runtime tests dispatch: a CPU code object like any user's. */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "aquila/kernel.h"
@@ -73,6 +74,38 @@ static int scratch(const void *kernarg, const aq_dispatch_ctx_t *c) {
   return 0;
 }
 
+/* Adds up the work-items of every group it runs: a grid too large for a
+ * hits[] array is still counted. */
+typedef struct { _Atomic uint64_t *items; } tally_args_t;
+static int tally(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  atomic_fetch_add(((const tally_args_t *)kernarg)->items,
+                   (uint64_t)c->group_size[0] * c->group_size[1] * c->group_size[2]);
+  return 0;
+}
+
+/* Writes through the pointer it is given: a bad one is a memory fault. */
+typedef struct { volatile int *where; } poke_args_t;
+static int poke(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  (void)c;
+  *((const poke_args_t *)kernarg)->where = 42;
+  return 0;
+}
+
+/* Says it started, then busy-waits ns (UINT64_MAX: for ever). */
+typedef struct { _Atomic int *started; uint64_t ns; } busy_args_t;
+static int busy(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  const busy_args_t *a = kernarg;
+  atomic_store(a->started, 1);
+  spin_args_t s = {a->ns};
+  return spin(&s, c);
+}
+
+/* Aborts: a fault no worker can recover from. */
+static int die(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  (void)kernarg, (void)c;
+  abort();
+}
+
 static const aq_kernel_desc_t kernels[] = {
     {"noop", noop, 0, 0, 0, 0},
     {"count", count, sizeof(count_args_t), 8, 0, 0},
@@ -80,6 +113,10 @@ static const aq_kernel_desc_t kernels[] = {
     {"fault", fault, sizeof(fault_args_t), 4, 0, 0},
     {"spin", spin, sizeof(spin_args_t), 8, 0, 0},
     {"scratch", scratch, 0, 0, 4096, 0},
+    {"tally", tally, sizeof(tally_args_t), 8, 0, 0},
+    {"poke", poke, sizeof(poke_args_t), 8, 0, 0},
+    {"busy", busy, sizeof(busy_args_t), 8, 0, 0},
+    {"abort", die, 0, 0, 0, 0},
 };
 
 __attribute__((visibility("default"))) const aq_code_object_table_t aq_code_object_table = {

@@ -2,6 +2,7 @@
 #include <elf.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -59,7 +60,7 @@ Test(code_object, loads_by_name_and_lists_kernels) {
   AQ_ASSERT_OK(aq_code_object_get_info(co, &info));
   cr_assert_str_eq(info.format, "cpu-elf");
   cr_assert_str_eq(info.producer, "aquila tests");
-  cr_assert_eq(info.kernel_count, 6);
+  cr_assert_eq(info.kernel_count, 10);
   aq_agent_t a = first_cpu_agent();
   aq_kernel_info_t k;
   AQ_ASSERT_OK(aq_code_object_find_kernel(co, "count", a, &k));
@@ -68,7 +69,7 @@ Test(code_object, loads_by_name_and_lists_kernels) {
   cr_assert_eq(k.kernarg_alignment, 8);
   AQ_ASSERT_OK(aq_code_object_kernel_at(co, 0, a, &k));
   cr_assert_str_eq(k.name, "noop");
-  cr_assert_eq(aq_code_object_kernel_at(co, 6, a, &k), AQ_ERROR_NOT_FOUND);
+  cr_assert_eq(aq_code_object_kernel_at(co, 10, a, &k), AQ_ERROR_NOT_FOUND);
   cr_assert_eq(aq_code_object_find_kernel(co, "nope", a, &k), AQ_ERROR_NOT_FOUND);
   cr_assert(strstr(aq_last_error(), "no kernel 'nope'"), "%s", aq_last_error());
   AQ_ASSERT_OK(aq_code_object_unload(co));
@@ -163,4 +164,140 @@ Test(code_object, bad_arguments) {
   cr_assert_eq(aq_code_object_load("", &co), AQ_ERROR_INVALID_ARGUMENT);
   cr_assert_eq(aq_code_object_get_info((aq_code_object_t){99}, &(aq_code_object_info_t){0}),
                AQ_ERROR_INVALID_HANDLE);
+}
+
+/* A search path longer than any buffer: searched, not overflowed. */
+Test(code_object, a_very_long_search_path_is_searched_safely) {
+  const char *old = getenv("AQ_CODE_OBJECT_PATH");
+  char *saved = old ? strdup(old) : NULL;
+  size_t n = 20000;
+  char *path = malloc(n + 1);
+  for (size_t i = 0; i < n; ++i) path[i] = i % 700 == 0 ? ':' : (i % 700 == 1 ? '/' : 'd');
+  path[n] = '\0';
+  setenv("AQ_CODE_OBJECT_PATH", path, 1);
+  aq_code_object_t co;
+  aq_status_t s = aq_code_object_load("no-such-kernels.so", &co);
+  if (saved) setenv("AQ_CODE_OBJECT_PATH", saved, 1);
+  free(saved);
+  free(path);
+  cr_assert_eq(s, AQ_ERROR_NOT_FOUND, "%s", aq_last_error());
+  cr_assert(strstr(aq_last_error(), "not found"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+  aq_code_object_unload(co);
+}
+
+/* Only regular files are code objects, and the message says what it was. */
+Test(code_object, directories_devices_and_fifos_are_named_as_such) {
+  load_expect("/tmp", AQ_ERROR_INVALID_CODE_OBJECT, "a directory");
+  load_expect("/dev/zero", AQ_ERROR_INVALID_CODE_OBJECT, "a character device");
+  char fifo[128];
+  snprintf(fifo, sizeof(fifo), "/tmp/aq-fifo-%d", getpid());
+  cr_assert_eq(mkfifo(fifo, 0600), 0);
+  aq_code_object_t co;
+  aq_status_t s = aq_code_object_load(fifo, &co);
+  unlink(fifo);
+  cr_assert_eq(s, AQ_ERROR_INVALID_CODE_OBJECT, "%s", aq_last_error());
+  cr_assert(strstr(aq_last_error(), "a FIFO"), "%s", aq_last_error());
+}
+
+/* A huge file is recognised (or not) by its first bytes. */
+Test(code_object, a_huge_file_is_refused_by_its_header) {
+  char path[128];
+  snprintf(path, sizeof(path), "/tmp/aq-test-%d-huge.so", getpid());
+  FILE *f = fopen(path, "wb");
+  fputs("no code object here", f);
+  fclose(f);
+  cr_assert_eq(truncate(path, (off_t)3 << 30), 0); /* sparse: 3 GiB on no disk */
+  load_expect(path, AQ_ERROR_INVALID_CODE_OBJECT, "no known code-object format");
+}
+
+/* Code that anybody may rewrite or replace is not loaded. */
+Test(code_object, world_writable_files_and_directories_are_refused) {
+  size_t size;
+  unsigned char *b = slurp(data_path("test-kernels.so"), &size);
+  const char *p = write_tmp("ww", b, size);
+  chmod(p, 0666);
+  load_expect(p, AQ_ERROR_INVALID_CODE_OBJECT, "world-writable");
+  char dir[] = "/tmp/aq-test-dir-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  chmod(dir, 0777);
+  char file[128];
+  snprintf(file, sizeof(file), "%s/k.so", dir);
+  FILE *f = fopen(file, "wb");
+  fwrite(b, 1, size, f);
+  fclose(f);
+  chmod(file, 0644);
+  aq_code_object_t co;
+  aq_status_t s = aq_code_object_load(file, &co);
+  cr_assert_eq(s, AQ_ERROR_INVALID_CODE_OBJECT, "%s", aq_last_error());
+  cr_assert(strstr(aq_last_error(), "world-writable directory"), "%s", aq_last_error());
+  chmod(dir, 01777); /* with the sticky bit, as /tmp: loaded */
+  AQ_ASSERT_OK(aq_code_object_load(file, &co));
+  aq_code_object_unload(co);
+  unlink(file);
+  rmdir(dir);
+  free(b);
+}
+
+/* A foreign shared object is refused from its file: its constructor (which
+ * would leave a mark) never runs. */
+Test(code_object, a_foreign_object_is_refused_without_running_it) {
+  char mark[128];
+  snprintf(mark, sizeof(mark), "/tmp/aq-test-%d-ctor-ran", getpid());
+  unlink(mark);
+  setenv("AQ_TEST_CONSTRUCTOR_MARK", mark, 1);
+  load_expect("not-aquila.so", AQ_ERROR_INVALID_CODE_OBJECT, "not an Aquila code object");
+  unsetenv("AQ_TEST_CONSTRUCTOR_MARK");
+  cr_assert_neq(access(mark, F_OK), 0, "the foreign object's constructor ran");
+}
+
+/* The table's header in the file: magic, version, isa, kernel count. */
+static size_t table_offset(const unsigned char *b, size_t size) {
+  for (size_t i = 0; i + 16 <= size; i += 4) {
+    uint32_t w[2];
+    memcpy(w, b + i, 8);
+    if (w[0] == AQ_CODE_OBJECT_MAGIC && w[1] == AQ_CODE_OBJECT_VERSION) return i;
+  }
+  cr_assert_fail("no kernel table in the file");
+  return 0;
+}
+
+Test(code_object, a_table_that_lies_about_its_kernel_count_is_refused) {
+  size_t size;
+  unsigned char *b = slurp(data_path("test-kernels.so"), &size);
+  size_t t = table_offset(b, size);
+  uint32_t count = 1000000;
+  memcpy(b + t + 12, &count, 4);
+  load_expect(write_tmp("count1m", b, size), AQ_ERROR_INVALID_CODE_OBJECT, "1000000 kernels");
+  count = 5000;
+  memcpy(b + t + 12, &count, 4);
+  load_expect(write_tmp("count5k", b, size), AQ_ERROR_INVALID_CODE_OBJECT, "lies outside the object");
+  free(b);
+}
+
+/* A dynamic section whose tables point outside the file is refused before
+ * the dynamic loader follows it. */
+Test(code_object, a_corrupt_dynamic_section_is_refused) {
+  size_t size;
+  unsigned char *b = slurp(data_path("test-kernels.so"), &size);
+  Elf64_Ehdr eh;
+  memcpy(&eh, b, sizeof(eh));
+  int patched = 0;
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    memcpy(&ph, b + eh.e_phoff + i * sizeof(ph), sizeof(ph));
+    if (ph.p_type != PT_DYNAMIC) continue;
+    for (size_t o = ph.p_offset; o + sizeof(Elf64_Dyn) <= ph.p_offset + ph.p_filesz; o += sizeof(Elf64_Dyn)) {
+      Elf64_Dyn d;
+      memcpy(&d, b + o, sizeof(d));
+      if (d.d_tag == DT_STRTAB || d.d_tag == DT_SYMTAB) {
+        d.d_un.d_ptr = 0x7fffffff0000ull;
+        memcpy(b + o, &d, sizeof(d));
+        patched++;
+      }
+    }
+  }
+  cr_assert_eq(patched, 2);
+  load_expect(write_tmp("dynamic", b, size), AQ_ERROR_INVALID_CODE_OBJECT, "corrupt");
+  free(b);
 }

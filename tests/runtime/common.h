@@ -96,5 +96,8 @@ typedef struct { _Atomic uint32_t *hits; } count_args_t;
 typedef struct { _Atomic uint32_t *cursor; uint32_t *log; uint32_t tag; uint32_t sleep_us; } log_args_t;
 typedef struct { int code; } fault_args_t;
 typedef struct { uint64_t ns; } spin_args_t;
+typedef struct { _Atomic uint64_t *items; } tally_args_t;
+typedef struct { volatile int *where; } poke_args_t;
+typedef struct { _Atomic int *started; uint64_t ns; } busy_flag_args_t;
 
 #endif

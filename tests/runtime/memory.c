@@ -118,3 +118,61 @@ Test(memory, a_cpu_agent_reaches_host_memory_and_not_past_an_allocation) {
   cr_expect_eq(aq_memory_reachable((aq_agent_t){12345}, p, 1, &yes), AQ_ERROR_INVALID_HANDLE);
   AQ_ASSERT_OK(aq_memory_free(p));
 }
+
+/* Budgets: what is live counts, not each allocation alone. */
+TestSuite(budgets);
+
+Test(budgets, a_region_refuses_what_its_live_allocations_leave_no_room_for) {
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_region_t r = global_region(first_cpu_agent());
+  aq_region_info_t info;
+  AQ_ASSERT_OK(aq_region_get_info(r, &info));
+  cr_assert_gt(info.size, 0);
+  size_t half = (size_t)(info.size / 2) + 4096; /* mapped lazily: no page is touched */
+  void *a, *b;
+  AQ_ASSERT_OK(aq_memory_allocate(r, half, &a));
+  cr_assert_eq(aq_memory_allocate(r, half, &b), AQ_ERROR_OUT_OF_MEMORY);
+  cr_assert(strstr(aq_last_error(), info.name) && strstr(aq_last_error(), "in use"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_memory_free(a));
+  AQ_ASSERT_OK(aq_memory_allocate(r, half, &b));
+  AQ_ASSERT_OK(aq_memory_free(b));
+  AQ_ASSERT_OK(aq_shut_down());
+}
+
+Test(budgets, an_agent_budget_from_the_options_or_AQ_MEMORY_LIMIT) {
+  aq_init_options_t o = {.memory_limit = "cpu0=1M,cuda0=40G"};
+  AQ_ASSERT_OK(aq_init(&o));
+  aq_agent_t cpu = first_cpu_agent();
+  aq_agent_info_t ai;
+  AQ_ASSERT_OK(aq_agent_get_info(cpu, &ai));
+  cr_assert_str_eq(ai.name, "cpu0");
+  aq_region_t r = global_region(cpu);
+  void *a, *b, *c;
+  AQ_ASSERT_OK(aq_memory_allocate(r, 512 * 1024, &a));
+  AQ_ASSERT_OK(aq_memory_allocate(r, 512 * 1024, &b));
+  cr_assert_eq(aq_memory_allocate(r, 4096, &c), AQ_ERROR_OUT_OF_MEMORY);
+  const char *m = aq_last_error();
+  cr_assert(strstr(m, "agent cpu0") && strstr(m, "1048576 of its 1048576-byte budget") && strstr(m, "4096 bytes"),
+            "%s", m);
+  AQ_ASSERT_OK(aq_memory_free(b));
+  AQ_ASSERT_OK(aq_memory_allocate(r, 4096, &c));
+  aq_memory_free(a), aq_memory_free(c);
+  AQ_ASSERT_OK(aq_shut_down());
+  setenv("AQ_MEMORY_LIMIT", "64K", 1); /* one size: every agent */
+  aq_status_t s = aq_init(NULL);
+  unsetenv("AQ_MEMORY_LIMIT");
+  AQ_ASSERT_OK(s);
+  cr_assert_eq(aq_memory_allocate(global_region(first_cpu_agent()), 65537, &a), AQ_ERROR_OUT_OF_MEMORY);
+  AQ_ASSERT_OK(aq_shut_down());
+}
+
+Test(budgets, bad_limits_are_refused_by_name) {
+  const char *bad[] = {"abc", "cpu0=", "=5G", "5X", "cpu0=2G,,", "0", "cpu0=-1G"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+    aq_init_options_t o = {.memory_limit = bad[i]};
+    aq_status_t s = aq_init(&o);
+    if (s == AQ_OK) aq_shut_down();
+    cr_assert_eq(s, AQ_ERROR_INVALID_ARGUMENT, "'%s' was accepted", bad[i]);
+    cr_assert(strstr(aq_last_error(), "AQ_MEMORY_LIMIT"), "%s", aq_last_error());
+  }
+}

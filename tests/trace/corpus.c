@@ -61,12 +61,25 @@ Test(corpus, every_file_is_a_clean_error_or_a_clean_parse) {
   cr_assert_geq(files, bad + ok);
 }
 
+/* A trace cut short (its writer killed) reads as the events before the
+ * cut, and says where the cut is. */
+Test(corpus, a_trace_cut_short_reads_as_the_events_before_the_cut) {
+  char path[512], err[512];
+  snprintf(path, sizeof(path), "%s/ok-truncated-after-an-event.json", corpus);
+  tfile_t t;
+  cr_assert_eq(tfile_load(path, &t, err, sizeof(err)), 0, "%s", err);
+  cr_assert_eq(t.count, 1);
+  cr_assert_str_eq(t.events[0].name, "k");
+  cr_assert(strstr(t.truncated, "unexpected end of input at byte 69"), "%s", t.truncated);
+  tfile_free(&t);
+}
+
 Test(corpus, errors_give_the_byte_offset) {
   char path[512], err[512];
-  snprintf(path, sizeof(path), "%s/bad-truncated.json", corpus);
+  snprintf(path, sizeof(path), "%s/bad-truncated-number.json", corpus);
   tfile_t t;
-  cr_assert_neq(tfile_load(path, &t, err, sizeof(err)), 0);
-  cr_assert(strstr(err, "unexpected end of input at byte 69"), "%s", err);
+  cr_assert_neq(tfile_load(path, &t, err, sizeof(err)), 0, "no event before the cut: nothing to read");
+  cr_assert(strstr(err, "at byte 33"), "%s", err);
   snprintf(path, sizeof(path), "%s/bad-deep-arrays.json", corpus);
   cr_assert_neq(tfile_load(path, &t, err, sizeof(err)), 0);
   cr_assert(strstr(err, "nested too deeply"), "%s", err);
@@ -80,7 +93,7 @@ Test(corpus, the_command_refuses_bad_files_with_status_1) {
   char out[128], err[128], args[600];
   temp_path(out, sizeof(out), "cmd.out");
   temp_path(err, sizeof(err), "cmd.err");
-  const char *cmds[] = {"summary %s/bad-truncated.json", "svg %s/bad-nan.json -o /dev/null",
+  const char *cmds[] = {"summary %s/bad-truncated-number.json", "svg %s/bad-nan.json -o /dev/null",
                         "diff %s/ok-bom.json %s/bad-utf16.json"};
   for (size_t i = 0; i < 3; ++i) {
     snprintf(args, sizeof(args), cmds[i], corpus, corpus);

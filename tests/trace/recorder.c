@@ -4,6 +4,7 @@
  * flows and counters, in a file that parses. No runtime is started: the
  * recorder needs none. */
 #include <pthread.h>
+#include <signal.h>
 
 #include "helpers.h"
 #include "aquila/aquila.h"
@@ -308,5 +309,58 @@ Test(recorder, graph_packets_take_their_runs_dispatch_time) {
   }
   cr_assert_eq(checked, 2);
   tfile_free(&t);
+  unlink(path);
+}
+
+static void record_some(int n) {
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < n; ++i) {
+    aq_trace_event_t ev = {.name = "k", .category = "kernel", .start_ns = t0 + i * 1000ull,
+                           .end_ns = t0 + i * 1000ull + 500, .packet = (uint64_t)i, .agent = 0, .queue = 0};
+    ev.ready_ns = ev.dispatch_ns = ev.start_ns;
+    aq_trace_record(&ev);
+  }
+}
+
+/* SIGTERM ends a traced process as it would untraced, its trace written. */
+Test(recorder, sigterm_writes_the_trace_before_the_process_ends) {
+  char path[256];
+  temp_path(path, sizeof(path), "sigterm.json");
+  pid_t pid = fork();
+  if (pid == 0) {
+    aq_trace_options_t o = {.path = path};
+    if (aq_trace_start(&o) != AQ_OK) _exit(3);
+    record_some(100);
+    kill(getpid(), SIGTERM);
+    for (;;) pause();
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status 0x%x", status);
+  tfile_t t;
+  char err[512];
+  cr_assert_eq(tfile_load(path, &t, err, sizeof(err)), 0, "%s", err);
+  cr_assert_eq(t.count, 100);
+  tfile_free(&t);
+  unlink(path);
+}
+
+/* A flush writes beside the file and renames: no torn file, no leftovers. */
+Test(recorder, a_flush_replaces_the_file_whole) {
+  char path[256], tmp[300];
+  temp_path(path, sizeof(path), "atomic.json");
+  aq_trace_options_t o = {.path = path};
+  cr_assert_eq(aq_trace_start(&o), AQ_OK, "%s", aq_last_error());
+  record_some(10);
+  cr_assert_eq(aq_trace_flush(), AQ_OK, "%s", aq_last_error());
+  struct stat before, after;
+  cr_assert_eq(stat(path, &before), 0);
+  record_some(10);
+  cr_assert_eq(aq_trace_flush(), AQ_OK, "%s", aq_last_error());
+  cr_assert_eq(stat(path, &after), 0);
+  cr_assert_neq(before.st_ino, after.st_ino, "rewritten in place, not renamed over");
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+  cr_assert_neq(access(tmp, F_OK), 0, "%s was left behind", tmp);
+  cr_assert_eq(aq_trace_stop(), AQ_OK, "%s", aq_last_error());
   unlink(path);
 }

@@ -18,11 +18,13 @@ typedef struct parser {
   json_element_fn element; /* where the streamed array's elements go */
   void *ctx;
   int stream_next;         /* the next value read is the array to stream */
+  int truncated;           /* the error is the text's end, inside a value */
 } parser_t;
 
 static void fail_at(parser_t *p, size_t at, const char *what) {
   if (p->failed) return;
   p->failed = 1;
+  p->truncated = at >= p->n;
   size_t line = 1, col = 1;
   for (size_t k = 0; k < at && k < p->n; ++k) {
     if (p->s[k] == '\n') line++, col = 1;
@@ -301,13 +303,22 @@ static jval_t *value(parser_t *p, int depth) {
 
 jval_t *json_parse_events(const char *text, size_t len, json_element_fn element, void *ctx, char *err,
                           size_t err_size) {
-  parser_t p = {(const unsigned char *)text, len, 0, 0, err, err_size, 0, element, ctx, 0};
+  return json_parse_events_cut(text, len, element, ctx, err, err_size, NULL);
+}
+
+jval_t *json_parse_events_cut(const char *text, size_t len, json_element_fn element, void *ctx, char *err,
+                              size_t err_size, int *truncated) {
+  parser_t p = {(const unsigned char *)text, len, 0, 0, err, err_size, 0, element, ctx, 0, 0};
   if (err_size) err[0] = '\0';
+  if (truncated) *truncated = 0;
   if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) p.i = 3; /* a UTF-8 byte-order mark */
   ws(&p);
   p.stream_next = p.i < p.n && p.s[p.i] == '['; /* a bare array of events */
   jval_t *v = value(&p, 0);
-  if (!v) return NULL;
+  if (!v) {
+    if (truncated) *truncated = p.truncated;
+    return NULL;
+  }
   ws(&p);
   if (p.i != p.n) {
     fail(&p, "trailing data after the JSON value");

@@ -35,6 +35,11 @@ jval_t *json_parse(const char *text, size_t len, char *err, size_t err_size);
 typedef int (*json_element_fn)(void *ctx, const jval_t *element, size_t index, size_t offset);
 jval_t *json_parse_events(const char *text, size_t len, json_element_fn element, void *ctx, char *err,
                           size_t err_size);
+/* The same; *truncated says whether a failure was the text ending inside
+ * a value (a file cut short, whose elements before the cut were handed
+ * over) rather than a syntax error. */
+jval_t *json_parse_events_cut(const char *text, size_t len, json_element_fn element, void *ctx, char *err,
+                              size_t err_size, int *truncated);
 void json_free(jval_t *v);
 /* The first member named key of an object; NULL if obj is no object. */
 const jval_t *json_get(const jval_t *obj, const char *key);

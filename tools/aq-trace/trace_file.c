@@ -41,6 +41,8 @@ typedef struct reader {
   size_t cap_events, cap_counters, cap_flows, cap_names, cap_edges;
   tevent_t *be;     /* "B"/"E" events, matched after the pass */
   size_t nbe, cap_be;
+  size_t elements;  /* of the event array, read whole */
+  int refused;      /* an element was refused: the error is not the file's end */
 } reader_t;
 
 static int failf(reader_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -278,17 +280,30 @@ static int one_event(void *ctx, const jval_t *e, size_t index, size_t offset) {
     }
   }
   if (rc) {
+    r->refused = 1;
     size_t len = strlen(r->err);
     if (len < r->err_size) snprintf(r->err + len, r->err_size - len, " (the event at byte %zu)", offset);
   }
+  r->elements++;
   return rc;
 }
 
 int tfile_parse(const char *text, size_t len, tfile_t *out, char *err, size_t err_size) {
   memset(out, 0, sizeof(*out));
   reader_t r = {.t = out, .err = err, .err_size = err_size};
-  jval_t *root = json_parse_events(text, len, one_event, &r, err, err_size);
+  int cut = 0;
+  jval_t *root = json_parse_events_cut(text, len, one_event, &r, err, err_size, &cut);
   int rc = root ? 0 : -1;
+  /* A file cut short (a process killed while writing it) still holds the
+   * events before the cut: they are the trace, marked truncated. */
+  if (!root && cut && !r.refused && r.elements) {
+    snprintf(out->truncated, sizeof(out->truncated), "%s", err);
+    sort_names(out);
+    rc = match_begin_end(&r);
+    free(r.be);
+    if (rc) tfile_free(out);
+    return rc;
+  }
   const jval_t *list = root && root->type == J_ARR ? root : json_get(root, "traceEvents");
   if (!rc && (!list || list->type != J_ARR))
     rc = failf(&r, "not a Chrome trace: neither an array of events nor an object with a traceEvents array");
@@ -336,6 +351,9 @@ int tfile_load(const char *path, tfile_t *out, char *err, size_t err_size) {
   char inner[384];
   int rc = tfile_parse(text, n, out, inner, sizeof(inner));
   if (rc) snprintf(err, err_size, "%s: %s", path, inner);
+  else if (out->truncated[0])
+    fprintf(stderr, "aq-trace: %s: cut short (%s): reading the %zu events before the cut\n", path, out->truncated,
+            out->count);
   free(text);
   return rc;
 }

@@ -61,6 +61,7 @@ typedef struct tfile {
   size_t nedges;
   char producer[32];      /* otherData.producer: "aquila", or "" */
   double dropped;         /* events the producer could not keep */
+  char truncated[160];    /* "" or where the file ended mid-value: the events are those before it */
 } tfile_t;
 
 /* 0, or -1 with a message naming the file and the fault. */
