@@ -59,7 +59,7 @@ KCPU_OBJS := $(KCPU_SRCS:%.c=$(OBJDIR)/%.o)
 KCPU_SO   := $(COLIB)/kernels-cpu.so
 
 # ---- tools, examples, tests: one program per folder --------------------------
-TOOLS     := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tools/*/*.c)))))
+TOOLS     := $(filter-out common,$(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tools/*/*.c))))))
 EXAMPLES  := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard examples/*/*.c)))))
 TESTS     := $(filter-out data stress,$(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tests/*/*.c))))))
 TOOL_BINS := $(TOOLS:%=$(BINDIR)/%)
@@ -111,6 +111,9 @@ $(foreach t,$(TESTS),$(eval $(call program,$(BUILD)/tests/$(t),tests/$(t),$$(CRI
 STRESS_BIN := $(BUILD)/tests/stress
 $(eval $(call program,$(STRESS_BIN),tests/stress,$$(PKG_LIBS)))
 $(OBJDIR)/tools/%.o $(OBJDIR)/tests/%.o: CPPFLAGS += $(BLAS_CFLAGS)
+# Every tool and example reads its command line through tools/common/cli.c.
+CLI_OBJ := $(OBJDIR)/tools/common/cli.o
+$(TOOL_BINS) $(EX_BINS): $(CLI_OBJ)
 
 # pkg-config file: the build tree's points at the build tree; install writes
 # one for its PREFIX.

@@ -1,7 +1,7 @@
-/* train_fashion's own options, and aq-bench gemm's products: a value it
- * does not know is refused, naming the option and what it takes, with exit
- * status 2 and before any data is read, anything is written or any agent
- * starts. */
+/* Every tool's and example's command line (tools/common/cli.h): --help on
+ * stdout with exit status 0; an unknown option, a missing value or a bad
+ * value refused by name with exit status 2, before any data is read,
+ * anything is written or any agent starts. And aq-bench gemm's products. */
 #include <criterion/criterion.h>
 #include <libgen.h>
 #include <limits.h>
@@ -14,18 +14,22 @@
 /* Runs a program of the build (beside this test's folder: examples/
  * train_fashion, bin/aq-bench) with args; its exit status, and its output
  * in out. */
-static int run_program(const char *program, const char *args, char *out, size_t size) {
+static int run_program_to(const char *program, const char *args, const char *stderr_to, char *out, size_t size) {
   char exe[PATH_MAX] = "", cmd[PATH_MAX + 256];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   cr_assert(n > 0);
   exe[n] = '\0';
-  snprintf(cmd, sizeof(cmd), "%s/../%s %s 2>&1", dirname(exe), program, args);
+  snprintf(cmd, sizeof(cmd), "%s/../%s %s 2>%s", dirname(exe), program, args, stderr_to);
   FILE *p = popen(cmd, "r");
   cr_assert(p, "cannot run %s", cmd);
   size_t got = fread(out, 1, size - 1, p);
   out[got] = '\0';
   int status = pclose(p);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int run_program(const char *program, const char *args, char *out, size_t size) {
+  return run_program_to(program, args, "&1", out, size);
 }
 
 static int run(const char *args, char *out, size_t size) {
@@ -37,9 +41,9 @@ static int run(const char *args, char *out, size_t size) {
 Test(train_fashion_cli, unknown_augment_and_schedule_values_are_refused_by_name) {
   char out[4096];
   cr_assert_eq(run("--augment mirror", out, sizeof(out)), 2, "%s", out);
-  cr_assert(strstr(out, "--augment must be flip or none"), "%s", out);
+  cr_assert(strstr(out, "--augment mirror: expected none or flip"), "%s", out);
   cr_assert_eq(run("--schedule linear", out, sizeof(out)), 2, "%s", out);
-  cr_assert(strstr(out, "--schedule must be cosine or constant"), "%s", out);
+  cr_assert(strstr(out, "--schedule linear: expected cosine or constant"), "%s", out);
   cr_assert(access("/nonexistent-aq-dir", F_OK) != 0, "nothing was written");
 }
 
@@ -104,4 +108,85 @@ Test(aq_bench_cli, gemm_shapes_run_against_openblas) {
   for (const char *at = strstr(out, "\"max_rel_diff\":"); at; at = strstr(at + 1, "\"max_rel_diff\":"), ++lines)
     cr_assert_lt(strtod(at + strlen("\"max_rel_diff\":"), NULL), 1e-5, "%s", out);
   cr_assert_eq(lines, 3, "%s", out);
+}
+
+/* Every program and subcommand: its path under the build, the words before
+ * the options, and an option that takes a value (NULL: it has none). */
+static const struct {
+  const char *program, *sub, *valued;
+} programs[] = {
+    {"bin/aq-info", "", "--code-object"},     {"bin/aq-bench", "", NULL},
+    {"bin/aq-bench", "queue", "--reps"},      {"bin/aq-bench", "gemm", "--sizes"},
+    {"bin/aq-bench", "conv", "--shapes"},     {"bin/aq-bench", "tasks", "--n"},
+    {"bin/aq-bench", "dispatch", "--n"},      {"bin/aq-bench", "train", "--epochs"},
+    {"bin/aq-trace", "", NULL},               {"bin/aq-trace", "summary", "--top"},
+    {"bin/aq-trace", "svg", "-o"},            {"bin/aq-trace", "diff", NULL},
+    {"examples/train_fashion", "", "--epochs"}, {"examples/hello", "", NULL},
+};
+enum { PROGRAMS = sizeof(programs) / sizeof(programs[0]) };
+
+Test(cli, every_program_answers_help_on_stdout_with_its_options) {
+  for (size_t i = 0; i < PROGRAMS; ++i) {
+    char out[8192], args[128];
+    snprintf(args, sizeof(args), "%s --help", programs[i].sub);
+    int rc = run_program_to(programs[i].program, args, "/dev/null", out, sizeof(out));
+    cr_assert_eq(rc, 0, "%s %s: exit %d: %s", programs[i].program, args, rc, out);
+    cr_assert(strstr(out, "usage: ") && strstr(out, "--help"), "%s %s: %s", programs[i].program, args, out);
+    cr_assert(!programs[i].valued || strstr(out, programs[i].valued), "%s %s lists %s: %s", programs[i].program, args,
+              programs[i].valued, out);
+    cr_assert(!strstr(out, "\"bench\""), "%s %s ran nothing: %s", programs[i].program, args, out);
+  }
+}
+
+Test(cli, every_program_refuses_an_unknown_option_by_name) {
+  for (size_t i = 0; i < PROGRAMS; ++i) {
+    char out[8192], args[128];
+    snprintf(args, sizeof(args), "%s --frobnicate", programs[i].sub);
+    cr_assert_eq(run_program(programs[i].program, args, out, sizeof(out)), 2, "%s %s: %s", programs[i].program, args,
+                 out);
+    cr_assert(strstr(out, "unknown option --frobnicate"), "%s %s: %s", programs[i].program, args, out);
+  }
+}
+
+Test(cli, every_program_refuses_an_option_without_its_value_by_name) {
+  for (size_t i = 0; i < PROGRAMS; ++i) {
+    if (!programs[i].valued) continue;
+    char out[8192], args[128], want[64];
+    snprintf(args, sizeof(args), "%s %s", programs[i].sub, programs[i].valued);
+    const char *name = programs[i].valued;
+    snprintf(want, sizeof(want), "%s is missing", !strcmp(name, "-o") ? "--output" : name);
+    cr_assert_eq(run_program(programs[i].program, args, out, sizeof(out)), 2, "%s %s: %s", programs[i].program, args,
+                 out);
+    cr_assert(strstr(out, want), "%s %s: wanted '%s': %s", programs[i].program, args, want, out);
+  }
+}
+
+Test(cli, bad_values_are_refused_by_name) {
+  const struct {
+    const char *program, *args, *want;
+  } bad[] = {
+      {"bin/aq-bench", "gemm --agent tpu", "--agent tpu: expected cpu or gpu"},
+      {"bin/aq-bench", "conv --agent tpu", "--agent tpu: expected cpu or gpu"},
+      {"bin/aq-bench", "tasks --shape bogus", "--shape bogus: expected independent, chain"},
+      {"bin/aq-bench", "train --placement bogus", "--placement bogus: expected auto, cpu or gpu"},
+      {"bin/aq-bench", "queue --reps 0", "--reps 0: expected a value in [1, 1000000]"},
+      {"bin/aq-bench", "queue --case frob", "--case frob: expected dispatch, barrier_and or wakeup"},
+      {"bin/aq-bench", "queue extra", "unexpected argument 'extra'"},
+      {"bin/aq-bench", "bogus", "unknown suite 'bogus'"},
+      {"bin/aq-bench", "", "SUITE is missing"},
+      {"bin/aq-bench", "tasks --no-metg=1", "--no-metg takes no value"},
+      {"examples/train_fashion", "--placement bogus", "--placement bogus: expected auto, cpu, gpu"},
+      {"examples/train_fashion", "--epochs ten", "--epochs ten: expected an integer"},
+      {"bin/aq-trace", "svg run.json", "aq-trace svg: -o OUT.svg is missing"},
+      {"bin/aq-trace", "svg -o x.svg", "aq-trace svg: FILE is missing"},
+      {"bin/aq-trace", "diff a.json", "aq-trace diff: expected A B"},
+      {"bin/aq-trace", "bogus", "unknown command 'bogus'"},
+      {"bin/aq-trace", "summary --top 0 x.json", "--top 0: expected a value in [1, 100000]"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+    char out[8192];
+    cr_assert_eq(run_program(bad[i].program, bad[i].args, out, sizeof(out)), 2, "%s %s: %s", bad[i].program,
+                 bad[i].args, out);
+    cr_assert(strstr(out, bad[i].want), "%s %s: wanted '%s': %s", bad[i].program, bad[i].args, bad[i].want, out);
+  }
 }
