@@ -1009,6 +1009,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK) s = plan_memory(e);
   uint64_t t_lower = t0 ? aq_now_ns() : 0;
   if (s == AQ_OK) s = lower(e, options ? options->queue_size : 0);
+  if (s == AQ_OK) s = graph_write_initial_values(e, e->user_graph);
   if (s != AQ_OK) {
     char msg[512];
     snprintf(msg, sizeof(msg), "%s", aq_last_error());
@@ -1082,6 +1083,7 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
                         "before the first run",
                         g->tensors[x].name, g->tasks[e->first_reader[x]].name);
   }
+  if (e->runs == 0) AQ_RETURN_IF_ERROR(graph_check_parameters(e->user_graph, e->given));
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_store(e->signals[t], 1));
   for (uint32_t a = 0; a < e->nlanes; ++a)
     if (e->streams[a].done.handle) AQ_RETURN_IF_ERROR(aq_signal_store(e->streams[a].done, 1));
@@ -1182,7 +1184,8 @@ AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
     if (err == AQ_OK) continue;
     if (first == AQ_OK) {
       aq_signal_wait(e->signals[t], AQ_SIGNAL_EQ, 0, 0, NULL); /* brings the fault's message */
-      snprintf(msg, sizeof(msg), "task '%s' failed: %s", e->graph->tasks[t].name, aq_last_error());
+      snprintf(msg, sizeof(msg), "task '%s' failed: %s%s", e->graph->tasks[t].name, aq_last_error(),
+               graph_fault_meaning(&e->graph->tasks[t], aq_last_error()));
       first = err;
     }
     aq_signal_get_error(e->signals[t], 1, &err);
