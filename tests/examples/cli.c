@@ -122,6 +122,7 @@ static const struct {
     {"bin/aq-trace", "", NULL},               {"bin/aq-trace", "summary", "--top"},
     {"bin/aq-trace", "svg", "-o"},            {"bin/aq-trace", "diff", NULL},
     {"examples/train_fashion", "", "--epochs"}, {"examples/hello", "", NULL},
+    {"examples/user_kernels", "", "--code-object"},
 };
 enum { PROGRAMS = sizeof(programs) / sizeof(programs[0]) };
 
@@ -189,4 +190,14 @@ Test(cli, bad_values_are_refused_by_name) {
                  bad[i].args, out);
     cr_assert(strstr(out, bad[i].want), "%s %s: wanted '%s': %s", bad[i].program, bad[i].args, bad[i].want, out);
   }
+}
+
+/* The user-kernel example: its own code object, two queues, barrier-AND and
+ * barrier-OR, and a checked result; a code object it cannot load is named. */
+Test(examples, user_kernels_runs_its_own_code_object) {
+  char out[4096];
+  cr_assert_eq(run_program("examples/user_kernels", "--n 5000", out, sizeof(out)), 0, "%s", out);
+  cr_assert(strstr(out, "5000 elements") && strstr(out, "y[i] = i + 0.5 for every i"), "%s", out);
+  cr_assert_eq(run_program("examples/user_kernels", "--code-object /nonexistent/k.so", out, sizeof(out)), 1, "%s", out);
+  cr_assert(strstr(out, "/nonexistent/k.so"), "%s", out);
 }
