@@ -201,3 +201,72 @@ Test(examples, user_kernels_runs_its_own_code_object) {
   cr_assert_eq(run_program("examples/user_kernels", "--code-object /nonexistent/k.so", out, sizeof(out)), 1, "%s", out);
   cr_assert(strstr(out, "/nonexistent/k.so"), "%s", out);
 }
+
+/* aq-trace svg: a colour per kind of work with a legend entry for each kind
+ * drawn (spans too), and windows: --from/--to in ms, --run N. */
+static const char *small_trace =
+    "{\"traceEvents\":[\n"
+    "{\"name\":\"aq_matmul_f32\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":0,\"dur\":100,\"pid\":0,\"tid\":1,"
+    "\"args\":{\"exec\":0,\"run\":0,\"task\":0}},\n"
+    "{\"name\":\"aq_relu_f32\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":100,\"dur\":50,\"pid\":0,\"tid\":1,"
+    "\"args\":{\"exec\":0,\"run\":0,\"task\":1}},\n"
+    "{\"name\":\"memcpy\",\"cat\":\"copy\",\"ph\":\"X\",\"ts\":150,\"dur\":20,\"pid\":0,\"tid\":2}\n,"
+    "{\"name\":\"graph run\",\"cat\":\"runtime\",\"ph\":\"X\",\"ts\":0,\"dur\":170,\"pid\":9,\"tid\":0}\n,"
+    "{\"name\":\"aq_matmul_f32\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":5000,\"dur\":100,\"pid\":0,\"tid\":1,"
+    "\"args\":{\"exec\":0,\"run\":1,\"task\":0}},\n"
+    "{\"name\":\"aq_conv2d_f32\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":5100,\"dur\":100,\"pid\":0,\"tid\":1,"
+    "\"args\":{\"exec\":0,\"run\":1,\"task\":1}}\n"
+    "]}\n";
+
+static char *svg_of(const char *options, int *rc) {
+  static char out[1 << 16];
+  char trace[64], svg[64];
+  snprintf(trace, sizeof(trace), "/tmp/aq-cli-trace-%d.json", (int)getpid());
+  snprintf(svg, sizeof(svg), "/tmp/aq-cli-trace-%d.svg", (int)getpid());
+  FILE *f = fopen(trace, "w");
+  cr_assert(f);
+  fputs(small_trace, f);
+  fclose(f);
+  char args[512];
+  snprintf(args, sizeof(args), "svg %s -o %s %s", trace, svg, options);
+  *rc = run_program("bin/aq-trace", args, out, sizeof(out));
+  if (*rc != 0) {
+    unlink(trace);
+    return out;
+  }
+  f = fopen(svg, "r");
+  cr_assert(f);
+  size_t n = fread(out, 1, sizeof(out) - 1, f);
+  out[n] = '\0';
+  fclose(f);
+  unlink(svg), unlink(trace);
+  return out;
+}
+
+Test(aq_trace_svg, kinds_of_work_have_their_colours_and_a_legend) {
+  int rc;
+  char *s = svg_of("", &rc);
+  cr_assert_eq(rc, 0, "%s", s);
+  const char *legend[] = {">matmul (", ">elementwise (", ">copy (", ">runtime span (", ">conv ("};
+  for (size_t i = 0; i < 5; ++i) cr_assert(strstr(s, legend[i]), "no legend entry %s", legend[i]);
+  cr_assert(strstr(s, "fill='#0072B2'") && strstr(s, "fill='#E69F00'") && strstr(s, "fill='#009E73'"), "%s", s);
+  cr_assert(!strstr(s, ">host ("), "no legend entry for a kind not drawn");
+}
+
+Test(aq_trace_svg, a_window_draws_only_what_falls_in_it) {
+  int rc;
+  char *s = svg_of("--run 1", &rc);
+  cr_assert_eq(rc, 0, "%s", s);
+  cr_assert(strstr(s, "run 1, ") && strstr(s, ">conv (") && !strstr(s, ">copy ("), "%s", s);
+  s = svg_of("--from 0 --to 0.16", &rc);
+  cr_assert_eq(rc, 0, "%s", s);
+  cr_assert(strstr(s, ">elementwise (") && !strstr(s, ">conv ("), "%s", s);
+  s = svg_of("--run 7", &rc);
+  cr_assert_eq(rc, 1, "%s", s);
+  cr_assert(strstr(s, "has no run 7"), "%s", s);
+  s = svg_of("--run 1 --from 0", &rc);
+  cr_assert_eq(rc, 2, "%s", s);
+  s = svg_of("--from 2 --to 1", &rc);
+  cr_assert_eq(rc, 2, "%s", s);
+  cr_assert(strstr(s, "--from 2 is not before --to 1"), "%s", s);
+}

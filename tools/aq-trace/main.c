@@ -2,10 +2,12 @@
  *   aq-trace summary [--top N] FILE       busy % per agent, idle gaps, top kernels, copies, waiting,
  *                                         runtime spans, counters, the critical path against wall time
  *   aq-trace svg -o OUT [--width PX] [--from MS] [--to MS] [--run N] FILE
- *                                         a timeline, one lane per queue, for a browser
+ *                                         a timeline, one lane per queue, coloured by kind of
+ *                                         work, of the whole trace or a window of it
  *   aq-trace diff A B                     kernel by kernel: count, total and mean in A and B, change
  * A truncated, foreign or hostile file gets a clear error and exit status 1;
  * a wrong command line is refused by name with exit status 2. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +49,9 @@ static int svg(int argc, char **argv) {
   static const cli_option_t options[] = {
       {"output", 'o', CLI_TEXT, "OUT.svg", "where to write the picture (required)", 0, 0},
       {"width", 0, CLI_INT, "PIXELS", "the picture's width (default 1400)", 400, 20000},
+      {"from", 0, CLI_REAL, "MS", "draw from this time, in ms from the trace's first slice", 0, 1e12},
+      {"to", 0, CLI_REAL, "MS", "draw up to this time, in ms from the trace's first slice", 0, 1e12},
+      {"run", 0, CLI_INT, "N", "draw run N (from 0) of the graph that ran most often", 0, 1e15},
   };
   cli_t c = {.program = "aq-trace svg", .operands = "FILE", .options = options,
              .count = sizeof(options) / sizeof(options[0]),
@@ -55,6 +60,11 @@ static int svg(int argc, char **argv) {
   cli_parse(&c, argc, argv);
   const char *path = c.operand[0], *out = cli_text(&c, "output", NULL);
   if (!out) cli_refuse(&c, "-o OUT.svg is missing: where should the picture go?");
+  tsvg_options_t o = {.width = (double)cli_int(&c, "width", 1400), .from_ms = cli_real(&c, "from", NAN),
+                      .to_ms = cli_real(&c, "to", NAN), .run = cli_int(&c, "run", -1)};
+  if (o.run >= 0 && (o.from_ms == o.from_ms || o.to_ms == o.to_ms))
+    cli_refuse(&c, "--run picks its own window: give --run or --from/--to, not both");
+  if (o.from_ms >= o.to_ms) cli_refuse(&c, "--from %g is not before --to %g", o.from_ms, o.to_ms);
   tfile_t t;
   tanalysis_t a;
   if (open_trace(path, &t, &a)) return 1;
@@ -64,9 +74,15 @@ static int svg(int argc, char **argv) {
     perror(out);
     rc = 1;
   } else {
-    int bad = tsvg(f, path, &a, (double)cli_int(&c, "width", 1400));
-    if (fclose(f) || bad) fprintf(stderr, "aq-trace: writing %s failed\n", out), rc = 1;
-    else printf("%s: %zu lanes, %zu slices\n", out, a.nlanes, t.count);
+    int bad = tsvg_window(f, path, &a, &o);
+    if (fclose(f) || bad) {
+      if (bad == TSVG_NO_SUCH_RUN) fprintf(stderr, "aq-trace svg: %s has no run %ld\n", path, o.run);
+      else fprintf(stderr, "aq-trace: writing %s failed\n", out);
+      remove(out);
+      rc = 1;
+    } else {
+      printf("%s: %zu lanes, %zu slices\n", out, a.nlanes, t.count);
+    }
   }
   tanalysis_free(&a);
   tfile_free(&t);
