@@ -38,8 +38,10 @@ static const cli_option_t options[] = {
     {"hidden", 0, CLI_INT, "N", "MLP hidden width (default 1024)", 1, 1 << 20},
     {"augment", 0, CLI_CHOICE, "none|flip", "flip: mirror half the images (default none)", 0, 0},
     {"schedule", 0, CLI_CHOICE, "cosine|constant", "learning rate over the epochs (default cosine)", 0, 0},
-    {"placement", 0, CLI_CHOICE, "auto|cpu|gpu|eager|round-robin|locality|heft",
-     "cpu, gpu: every kernel there; else a placement policy (default auto)", 0, 0},
+    {"placement", 0, CLI_CHOICE, "auto|cpu|gpu|heft|eager|round-robin|locality",
+     "auto: the library's default placement; cpu, gpu: the same over that kind of agent only; else a policy "
+     "(default auto)",
+     0, 0},
     {"data", 0, CLI_TEXT, "DIR", "Fashion-MNIST files (default " FASHION_DEFAULT_DIR ")", 0, 0},
     {"out", 0, CLI_TEXT, "DIR", "where metrics.csv and training.svg go (default fashion-run)", 0, 0},
     {"dot", 0, CLI_TEXT, "FILE", "the placed training step as a DOT graph", 0, 0},
@@ -52,17 +54,23 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* --placement: the policy, and which kind of agent may run kernels (cpu /
- * gpu: every kernel there; the loader is a host task and runs on a CPU
- * agent in any case). The one place its values get their meaning. */
+/* --placement (checked against the option table): auto, cpu and gpu: the
+ * library's default placement (AQ_SCHED, else heft over measured costs),
+ * cpu and gpu over that kind of agent only; the others name a policy. The
+ * loader is a host task and runs on a CPU agent in any case. The one place
+ * its values get their meaning. */
 static void set_placement(const char *p, trainer_options_t *t) {
-  t->policy = !strcmp(p, "round-robin") ? AQ_SCHED_ROUND_ROBIN
-              : !strcmp(p, "locality")  ? AQ_SCHED_LOCALITY
-              : !strcmp(p, "heft")      ? AQ_SCHED_HEFT
-                                        : AQ_SCHED_EAGER;
-  t->kernel_agent_kinds = !strcmp(p, "cpu") ? 1u << AQ_AGENT_KIND_CPU
-                          : !strcmp(p, "gpu") ? 1u << AQ_AGENT_KIND_GPU
-                                              : 0;
+  static const struct { const char *name; aq_sched_policy_t policy; uint32_t kinds; } placements[] = {
+      {"auto", AQ_SCHED_DEFAULT, 0},
+      {"cpu", AQ_SCHED_DEFAULT, 1u << AQ_AGENT_KIND_CPU},
+      {"gpu", AQ_SCHED_DEFAULT, 1u << AQ_AGENT_KIND_GPU},
+      {"heft", AQ_SCHED_HEFT, 0},
+      {"eager", AQ_SCHED_EAGER, 0},
+      {"round-robin", AQ_SCHED_ROUND_ROBIN, 0},
+      {"locality", AQ_SCHED_LOCALITY, 0},
+  };
+  for (size_t k = 0; k < sizeof(placements) / sizeof(placements[0]); ++k)
+    if (!strcmp(p, placements[k].name)) t->policy = placements[k].policy, t->kernel_agent_kinds = placements[k].kinds;
 }
 
 static int has_gpu_agent(void) {

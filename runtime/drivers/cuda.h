@@ -20,6 +20,10 @@ typedef struct cuda_agent {
   CUcontext context;
   _Atomic int faulted; /* a sticky error: the agent needs a reset */
   int concurrent_managed; /* prefetch and advice work on this GPU */
+  uint32_t index;         /* among the driver's agents */
+  /* Bit b: this GPU's kernels reach GPU b's device memory (peer access,
+   * enabled at start where the GPUs have it: NVLink, or PCIe P2P). */
+  uint64_t peers;
   /* Copy streams, apart from the kernel queues: [0] to the GPU, [1] from it.
    * The mutex keeps each copy's waits, copy and completion write together. */
   CUstream copy_streams[2];

@@ -4,8 +4,9 @@
  * The peer, PyTorch eager, runs from shared/reference/torch_fashion_mlp.py in
  * the same device call (aq-bench does not embed Python).
  * Options: --model mlp|cnn, --placement auto|cpu|gpu, --epochs N (default 1), --batch N (256), --threads (informational:
- * workers come from AQ_CPU_WORKERS), --data DIR, --steps N (cap per epoch), --dot FILE (the placed step).
- * The placement policy is AQ_SCHED's (eager by default). */
+ * workers come from AQ_CPU_WORKERS), --data DIR, --steps N (cap per epoch), --dot FILE (the placed step),
+ * --explain 1 (why each task of the step runs where it does, on stderr).
+ * The placement policy is the library's default: AQ_SCHED's, else heft. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,7 @@ static const cli_option_t train_options[] = {
     {"steps", 0, CLI_INT, "N", "at most N steps an epoch (default: the whole epoch)", 1, 1e9},
     {"data", 0, CLI_TEXT, "DIR", "Fashion-MNIST files (default " FASHION_DEFAULT_DIR ")", 0, 0},
     {"dot", 0, CLI_TEXT, "FILE", "the placed step as a DOT graph", 0, 0},
+    {"explain", 0, CLI_INT, "0|1", "1: why each task of the step runs where it does, on stderr", 0, 1},
     {"threads", 0, CLI_INT, "N", "ignored: workers come from AQ_CPU_WORKERS", 1, 1 << 20},
 };
 
@@ -65,6 +67,8 @@ int aq_bench_train(int argc, char **argv) {
   }
   const char *dot = bench_arg("dot"); /* the placed step, to see where each task went */
   if (dot && aq_exec_write_dot(trainer_exec(t), dot) != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
+  if (bench_arg_int("explain", 0) && aq_exec_explain(trainer_exec(t), stderr) != AQ_OK) /* stdout is JSON's */
+    fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
   uint32_t steps = trainer_steps_per_epoch(t);
   if (cap > 0 && (uint32_t)cap < steps) steps = (uint32_t)cap;
   double *us = calloc((size_t)steps * (size_t)epochs, sizeof(double));
