@@ -59,7 +59,7 @@ KCPU_OBJS := $(KCPU_SRCS:%.c=$(OBJDIR)/%.o)
 KCPU_SO   := $(COLIB)/kernels-cpu.so
 
 # ---- tools, examples, tests: one program per folder --------------------------
-TOOLS     := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tools/*/*.c)))))
+TOOLS     := $(filter-out common,$(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tools/*/*.c))))))
 EXAMPLES  := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard examples/*/*.c)))))
 TESTS     := $(filter-out data stress,$(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tests/*/*.c))))))
 TOOL_BINS := $(TOOLS:%=$(BINDIR)/%)
@@ -116,15 +116,20 @@ $(BUILD)/tests/unit: $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard tests/unit/*.c)) $(
 STRESS_BIN := $(BUILD)/tests/stress
 $(eval $(call program,$(STRESS_BIN),tests/stress,$$(PKG_LIBS)))
 $(OBJDIR)/tools/%.o $(OBJDIR)/tests/%.o: CPPFLAGS += $(BLAS_CFLAGS)
+# Every tool and example reads its command line through tools/common/cli.c.
+CLI_OBJ := $(OBJDIR)/tools/common/cli.o
+$(TOOL_BINS) $(EX_BINS): $(CLI_OBJ)
 
 # pkg-config file: the build tree's points at the build tree; install writes
-# one for its PREFIX.
+# one for its PREFIX. Libs carries an rpath to libdir (argument 5) where the
+# dynamic linker would not look by itself; Libs.private is what libaquila.a
+# needs (pkg-config --static).
 define write_pc
-	printf 'prefix=%s\nlibdir=%s\nincludedir=%s\n\nName: aquila\nDescription: user-mode heterogeneous runtime (AQL queues, task graphs)\nVersion: %s\nRequires.private: hwloc numa\nCflags: -I$${includedir}\nLibs: -L$${libdir} -laquila\n' '$(1)' '$(2)' '$(3)' '$(VERSION)' > $(4)
+	printf 'prefix=%s\nlibdir=%s\nincludedir=%s\n\nName: aquila\nDescription: user-mode heterogeneous runtime (AQL queues, task graphs)\nVersion: %s\nCflags: -I$${includedir}\nLibs: -L$${libdir} %s-laquila\nLibs.private: -lhwloc -lnuma -ldl -lm -lpthread\n' '$(1)' '$(2)' '$(3)' '$(VERSION)' '$(5)' > $(4)
 endef
 $(LIBDIR)/pkgconfig/aquila.pc: Makefile
 	@mkdir -p $(@D)
-	$(call write_pc,$(CURDIR),$(abspath $(LIBDIR)),$(CURDIR)/include,$@)
+	$(call write_pc,$(CURDIR),$(abspath $(LIBDIR)),$(CURDIR)/include,$@,-Wl$(comma)-rpath$(comma)$${libdir} )
 
 -include $(wildcard */module.mk */*/module.mk)
 
@@ -133,7 +138,7 @@ TEST_DATA :=
 -include tests/data.mk
 
 test: all $(TEST_BINS) $(STRESS_BIN) $(TEST_DATA)
-	@tools/run-tests.sh $(BUILD) $(TEST_BINS) $(STRESS_BIN)
+	@AQ_BUILD_DIR=$(BUILD) AQ_BUILD_SAN=$(SAN) tools/run-tests.sh $(BUILD) $(TEST_BINS) $(STRESS_BIN)
 
 # Sanitizer runs: ASan (+UBSan) runs every suite; TSan runs the thread
 # stress program and the examples, which is where the threads are.
@@ -149,16 +154,38 @@ asan:
 demo: all
 	@tools/demo.sh $(BUILD)
 
-install: all
+# install: the library is linked again for PREFIX, its code-object
+# directory compiled in (runtime/install_dir.c) so that a program linked
+# with libaquila.a finds the installed code objects; the build tree's
+# library is left as it is. Under /usr and /usr/local the dynamic linker
+# finds libaquila.so once ldconfig has run; elsewhere the installed .pc
+# adds an rpath to Libs. No Requires.private: hwloc's own .pc would add
+# -ludev for a static libhwloc, which libaquila.a does not need (it uses
+# libhwloc.so) and a machine without libudev-dev cannot link.
+comma := ,
+SYSTEM_PREFIXES := /usr /usr/local
+INSTALL_OBJDIR := $(BUILD)/install-obj
+INSTALL_DIR_OBJ := $(OBJDIR)/runtime/install_dir.o
+INSTALL_LIB_OBJS = $(filter-out $(INSTALL_DIR_OBJ),$(LIB_OBJS)) $(INSTALL_OBJDIR)/install_dir.o
+.PHONY: install-lib
+install-lib: $(LIB_OBJS)
+	@mkdir -p $(INSTALL_OBJDIR)
+	$(CC) $(CPPFLAGS) $(CFLAGS) '-DAQ_INSTALL_CODE_OBJECT_DIR="$(abspath $(PREFIX))/lib/aquila"' \
+	  -c runtime/install_dir.c -o $(INSTALL_OBJDIR)/install_dir.o
+	$(CC) -shared -Wl,-soname,$(SONAME) $(LDFLAGS) -o $(INSTALL_OBJDIR)/libaquila.so.$(VERSION) $(INSTALL_LIB_OBJS) $(PKG_LIBS)
+	rm -f $(INSTALL_OBJDIR)/libaquila.a && ar rcs $(INSTALL_OBJDIR)/libaquila.a $(INSTALL_LIB_OBJS)
+
+install: all install-lib
 	install -d $(PREFIX)/lib/aquila $(PREFIX)/bin $(PREFIX)/include/aquila $(PREFIX)/lib/pkgconfig
 	install -m 644 include/aquila/*.h $(PREFIX)/include/aquila/
-	install -m 755 $(LIB_SO) $(PREFIX)/lib/
+	install -m 755 $(INSTALL_OBJDIR)/libaquila.so.$(VERSION) $(PREFIX)/lib/
 	ln -sf libaquila.so.$(VERSION) $(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(PREFIX)/lib/libaquila.so
-	install -m 644 $(LIB_A) $(PREFIX)/lib/
+	install -m 644 $(INSTALL_OBJDIR)/libaquila.a $(PREFIX)/lib/
 	install -m 755 $(wildcard $(COLIB)/*) $(PREFIX)/lib/aquila/
 	install -m 755 $(TOOL_BINS) $(PREFIX)/bin/
-	$(call write_pc,$(PREFIX),$${prefix}/lib,$${prefix}/include,$(PREFIX)/lib/pkgconfig/aquila.pc)
+	$(call write_pc,$(PREFIX),$${prefix}/lib,$${prefix}/include,$(PREFIX)/lib/pkgconfig/aquila.pc,$(if $(filter $(SYSTEM_PREFIXES),$(patsubst %/,%,$(PREFIX))),,-Wl$(comma)-rpath$(comma)$${libdir} ))
+	$(if $(filter $(SYSTEM_PREFIXES),$(patsubst %/,%,$(PREFIX))),-ldconfig)
 
 clean:
 	rm -rf build build-tsan build-asan

@@ -75,8 +75,9 @@ static aq_status_t check_path(const char *path) {
 }
 
 /* Aquila's own kernels sit in lib/aquila beside libaquila.so, or beside the
- * executable's ../lib when Aquila is linked statically. */
-static int default_dirs(char dirs[2][1024]) {
+ * executable's ../lib, or, for a program linked with libaquila.a outside
+ * the install tree, where `make install` put them. */
+static int default_dirs(char dirs[3][1024]) {
   int n = 0;
   Dl_info di;
   if (dladdr((void *)aq_code_object_module_init, &di) && di.dli_fname) {
@@ -90,6 +91,7 @@ static int default_dirs(char dirs[2][1024]) {
     exe[len] = '\0';
     snprintf(dirs[n++], 1024, "%s/../lib/aquila", dirname(exe));
   }
+  snprintf(dirs[n++], 1024, "%s", aq_install_code_object_dir);
   return n;
 }
 
@@ -148,7 +150,7 @@ static aq_status_t find_file(const char *name, char *out, size_t size) {
     }
     free(copy);
   }
-  char dirs[2][1024];
+  char dirs[3][1024];
   int n = default_dirs(dirs);
   for (int i = 0; i < n; ++i) {
     if (try_dir(dirs[i], name, out, size, &refused)) return refused;

@@ -8,6 +8,8 @@
 #include "aquila/code_object.h"
 
 void aq_code_object_module_init(void);
+/* The installed copy's code-object directory (install_dir.c). */
+extern const char aq_install_code_object_dir[];
 void aq_code_object_module_deinit(void);
 
 /* Checks an ELF image before it is mapped: class, byte order, machine,

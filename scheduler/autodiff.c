@@ -22,7 +22,7 @@ static aq_status_t grad_of(bw_t *b, uint32_t x, uint32_t *out) {
   tensor_t *t = &b->g->tensors[x];
   if (!t->grad) {
     char name[48];
-    snprintf(name, sizeof(name), "%s(%.38s)", t->role == AQ_ROLE_PARAMETER ? "grad" : "d", t->name);
+    graph_name(name, sizeof(name), t->role == AQ_ROLE_PARAMETER ? "grad" : "d", t->name, NULL);
     int64_t dims[AQ_MAX_RANK];
     memcpy(dims, t->dims, sizeof(dims));
     uint32_t rank = t->rank, id;
@@ -50,7 +50,7 @@ static aq_status_t matmul_into(bw_t *b, uint32_t a, int ta, uint32_t bb, int tb,
   slot_t reads[3] = {{a, offsetof(aq_matmul_args_t, a)}, {bb, offsetof(aq_matmul_args_t, b)}, {c, UINT32_MAX}};
   slot_t writes[1] = {{c, offsetof(aq_matmul_args_t, c)}};
   char name[TASK_NAME_MAX];
-  snprintf(name, sizeof(name), "matmul_bwd(%.50s)", g->tensors[c].name);
+  graph_name(name, sizeof(name), "matmul_bwd", g->tensors[c].name, NULL);
   uint32_t id;
   AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_MATMUL, &args, sizeof(args), aq_matmul_grid(&args), reads,
                                    accumulate ? 3 : 2, writes, 1, &id));
@@ -69,7 +69,7 @@ static aq_status_t sum_rows_into(bw_t *b, uint32_t dz, uint32_t bias) {
   slot_t reads[2] = {{dz, offsetof(aq_sum_rows_args_t, x)}, {out, UINT32_MAX}};
   slot_t writes[1] = {{out, offsetof(aq_sum_rows_args_t, out)}};
   char name[TASK_NAME_MAX];
-  snprintf(name, sizeof(name), "sum_rows(%.50s)", g->tensors[out].name);
+  graph_name(name, sizeof(name), "sum_rows", g->tensors[out].name, NULL);
   uint32_t id;
   AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_SUM_ROWS, &a, sizeof(a), aq_cols_grid(a.cols), reads,
                                    accumulate ? 2 : 1, writes, 1, &id));
@@ -82,7 +82,7 @@ static aq_status_t sum_rows_into(bw_t *b, uint32_t dz, uint32_t bias) {
 static aq_status_t temp_like(aq_graph_t *g, uint32_t x, const char *what, uint32_t *out) {
   tensor_t *t = &g->tensors[x];
   char name[48];
-  snprintf(name, sizeof(name), "%s(%.36s)", what, t->name);
+  graph_name(name, sizeof(name), what, t->name, NULL);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, t->dims, sizeof(dims));
   uint32_t rank = t->rank;
@@ -97,7 +97,7 @@ static aq_status_t unary_bwd(aq_graph_t *g, const char *kernel, uint32_t src, ui
   slot_t reads[2] = {{src, offsetof(aq_unary_args_t, x)}, {dy, offsetof(aq_unary_args_t, dy)}};
   slot_t writes[1] = {{dx, offsetof(aq_unary_args_t, y)}};
   char name[TASK_NAME_MAX];
-  snprintf(name, sizeof(name), "%.16s(%.40s)", kernel + 3, g->tensors[dx].name);
+  graph_name(name, sizeof(name), kernel + 3, g->tensors[dx].name, NULL);
   uint32_t id;
   return graph_op_task(g, name, kernel, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1, &id);
 }

@@ -84,6 +84,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK) s = exec_plan_memory(e);
   uint64_t t_lower = t0 ? aq_now_ns() : 0;
   if (s == AQ_OK) s = exec_lower(e, options ? options->queue_size : 0);
+  if (s == AQ_OK) s = graph_write_initial_values(e, e->user_graph);
   if (s != AQ_OK) {
     char msg[512];
     snprintf(msg, sizeof(msg), "%s", aq_last_error());
@@ -157,6 +158,7 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
                         "before the first run",
                         g->tensors[x].name, g->tasks[e->first_reader[x]].name);
   }
+  if (e->runs == 0) AQ_RETURN_IF_ERROR(graph_check_parameters(e->user_graph, e->given));
   /* Of two threads running the exec at once, one gets BUSY. */
   int seen = atomic_load(&e->in_flight);
   if (seen < 0 || !exec_finished(e) || !atomic_compare_exchange_strong(&e->in_flight, &seen, -1))
@@ -263,7 +265,8 @@ AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
     if (err == AQ_OK) continue;
     if (first == AQ_OK) {
       aq_signal_wait(e->signals[t], AQ_SIGNAL_EQ, 0, 0, NULL); /* brings the fault's message */
-      snprintf(msg, sizeof(msg), "task '%s' failed: %s", e->graph->tasks[t].name, aq_last_error());
+      snprintf(msg, sizeof(msg), "task '%s' failed: %s%s", e->graph->tasks[t].name, aq_last_error(),
+               graph_fault_meaning(&e->graph->tasks[t], aq_last_error()));
       first = err;
     }
     aq_signal_get_error(e->signals[t], 1, &err);

@@ -68,7 +68,7 @@ AQ_API aq_status_t aq_graph_destroy(aq_graph_t *g) {
   if (live && graph_remember(g))
     return aq_error(AQ_ERROR_BUSY, "graph still has %d exec%s; destroy them first", live, live > 1 ? "s" : "");
   for (uint32_t i = 0; i < g->ntasks; ++i) free(g->tasks[i].after_all), free(g->tasks[i].after_any);
-  free(g->tensors), free(g->tasks), free(g);
+  free(g->tensors), free(g->tasks), free(g->names), free(g);
   return AQ_OK;
 }
 
@@ -85,6 +85,82 @@ static void copy_name(char *dst, size_t size, const char *src) {
 
 /* A tensor may hold at most 1 TiB: every size product below stays exact. */
 #define TENSOR_BYTES_MAX ((uint64_t)1 << 40)
+
+void graph_fit(char *out, size_t room, const char *src) {
+  size_t n = strlen(src);
+  if (n <= room || room < 3) {
+    n = n < room ? n : room;
+    memcpy(out, src, n);
+    out[n] = 0;
+    return;
+  }
+  /* The longest prefix that fits beside "..", and a ')' for each '(' it leaves open. */
+  for (size_t len = room - 2;; --len) {
+    size_t open = 0;
+    for (size_t i = 0; i < len; ++i) open += src[i] == '(' ? 1 : src[i] == ')' && open ? (size_t)-1 : 0;
+    if (len + 2 + open <= room || len == 0) {
+      memcpy(out, src, len);
+      memcpy(out + len, "..", 2);
+      memset(out + len + 2, ')', open);
+      out[len + 2 + open] = 0;
+      return;
+    }
+  }
+}
+
+void graph_name(char *out, size_t size, const char *fn, const char *a, const char *b) {
+  size_t fl = strlen(fn), room = size - 1 - fl - 2 - (b ? 1 : 0), la = strlen(a), lb = b ? strlen(b) : 0;
+  size_t ra = !b ? room : la <= room / 2 ? la : lb <= room / 2 ? room - lb : room / 2;
+  char *p = out + fl;
+  memcpy(out, fn, fl);
+  *p++ = '(';
+  graph_fit(p, ra, a);
+  p += strlen(p);
+  if (b) {
+    *p++ = ',';
+    graph_fit(p, room - ra, b);
+    p += strlen(p);
+  }
+  *p++ = ')';
+  *p = 0;
+}
+
+/* The tensor-name index: open addressing, ids of g->tensors. */
+static uint32_t *name_slot(aq_graph_t *g, const char *name) {
+  uint32_t h = 2166136261u;
+  for (const char *s = name; *s; ++s) h = (h ^ (unsigned char)*s) * 16777619u;
+  for (uint32_t i = h & (g->names_cap - 1);; i = (i + 1) & (g->names_cap - 1))
+    if (!g->names[i] || !strcmp(g->tensors[g->names[i]].name, name)) return &g->names[i];
+}
+
+static aq_status_t names_reserve(aq_graph_t *g) {
+  if (2 * (g->ntensors + 1) <= g->names_cap) return AQ_OK;
+  uint32_t cap = g->names_cap ? 2 * g->names_cap : 128, *old = g->names;
+  g->names = calloc(cap, sizeof(uint32_t));
+  if (!g->names) {
+    g->names = old;
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for the graph's tensor names");
+  }
+  g->names_cap = cap;
+  free(old);
+  for (uint32_t id = 1; id < g->ntensors; ++id) *name_slot(g, g->tensors[id].name) = id;
+  return AQ_OK;
+}
+
+static uint32_t tensor_named(aq_graph_t *g, const char *name) { return g->names_cap ? *name_slot(g, name) : 0; }
+
+/* A generated name another tensor has: "#2", "#3", ... until it is free. */
+static void make_unique(aq_graph_t *g, char *name, size_t size) {
+  if (!tensor_named(g, name)) return;
+  char base[48], suffix[16];
+  snprintf(base, sizeof(base), "%s", name);
+  for (uint32_t k = 2;; ++k) {
+    int n = snprintf(suffix, sizeof(suffix), "#%u", k);
+    graph_fit(name, size - 1 - (size_t)n, base);
+    strcat(name, suffix);
+    if (!tensor_named(g, name)) return;
+  }
+}
 
 static size_t dtype_size(aq_dtype_t d) { return d == AQ_DTYPE_F32 || d == AQ_DTYPE_I32 ? 4 : 0; }
 
@@ -108,6 +184,7 @@ aq_status_t graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, 
                       (long long)dims[i], (unsigned long long)TENSOR_BYTES_MAX);
     bytes *= (size_t)dims[i];
   }
+  AQ_RETURN_IF_ERROR(names_reserve(g));
   if (g->ntensors == g->cap_tensors) {
     tensor_t *n = realloc(g->tensors, 2 * g->cap_tensors * sizeof(*n));
     if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for tensor '%s'", name);
@@ -125,6 +202,8 @@ aq_status_t graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, 
     for (int i = 0; i < n; ++i) t->name[1 + i] = digits[n - 1 - i];
     t->name[1 + n] = 0;
   }
+  make_unique(g, t->name, sizeof(t->name));
+  *name_slot(g, t->name) = g->ntensors;
   t->dtype = dtype;
   t->role = role;
   t->rank = rank;
@@ -137,6 +216,12 @@ aq_status_t graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, 
 AQ_API aq_status_t aq_tensor_create(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
                                     uint32_t rank, const int64_t *dims, aq_tensor_t *out) {
   if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_tensor_create: graph and out are required");
+  char kept[sizeof(((tensor_t *)0)->name)];
+  copy_name(kept, sizeof(kept), name ? name : "");
+  uint32_t taken = kept[0] ? tensor_named(g, kept) : 0;
+  if (taken)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor name '%s' is taken (tensor %u): names are unique within a graph",
+                    kept, taken);
   return graph_new_tensor(g, name, dtype, role, rank, dims, &out->id);
 }
 

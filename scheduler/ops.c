@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/status.h"
@@ -25,6 +26,16 @@ aq_status_t graph_op_task(aq_graph_t *g, const char *name, const char *kernel, c
   for (uint32_t i = 0; i < nreads; ++i) t.reads[i] = reads[i].tensor, t.read_off[i] = reads[i].offset;
   for (uint32_t i = 0; i < nwrites; ++i) t.writes[i] = writes[i].tensor, t.write_off[i] = writes[i].offset;
   return graph_new_task(g, &t, out_task);
+}
+
+const char *graph_fault_meaning(const task_t *task, const char *fault) {
+  static _Thread_local char out[128];
+  const char *at = strstr(fault, "(returned ");
+  const char *what = at && task->kind == TASK_KERNEL && !task->code_object.handle ? aq_op_fault_string(atoi(at + 10))
+                                                                                 : NULL;
+  if (!what) return "";
+  snprintf(out, sizeof(out), ": %s", what);
+  return out;
 }
 
 static aq_status_t operand(aq_graph_t *g, const char *op, aq_tensor_t id, const char *what, aq_dtype_t dtype,
@@ -62,10 +73,10 @@ AQ_API aq_status_t aq_op_matmul(aq_graph_t *g, aq_tensor_t a, aq_tensor_t b, aq_
   if (act != AQ_ACTIVATION_NONE && act != AQ_ACTIVATION_RELU)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", act);
   char name[TASK_NAME_MAX];
-  snprintf(name, sizeof(name), "matmul(%s,%s)", ta->name, tb->name);
+  graph_name(name, sizeof(name), "matmul", ta->name, tb->name);
   int64_t dims[2] = {m, n};
   char oname[48];
-  snprintf(oname, sizeof(oname), "%.40s.out", name + 7);
+  graph_name(oname, sizeof(oname), "matmul", ta->name, tb->name);
   uint32_t o;
   AQ_RETURN_IF_ERROR(graph_new_tensor(g, oname, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 2, dims, &o));
   ta = graph_tensor(g, a), tb = graph_tensor(g, b); /* the table may have moved */
@@ -94,7 +105,7 @@ static aq_status_t unary(aq_graph_t *g, aq_tensor_t x, const char *what, const c
   if (!tx) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: tensor %u is not in this graph", what, x.id);
   if (tx->dtype != AQ_DTYPE_F32) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: '%s' is not f32", what, tx->name);
   char name[48];
-  snprintf(name, sizeof(name), "%s(%.36s)", what, tx->name);
+  graph_name(name, sizeof(name), what, tx->name, NULL);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, tx->dims, sizeof(dims));
   uint32_t rank = tx->rank, o;
@@ -134,7 +145,7 @@ AQ_API aq_status_t aq_op_dropout(aq_graph_t *g, aq_tensor_t x, float p, uint64_t
   if (!tx || tx->dtype != AQ_DTYPE_F32)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "dropout: tensor %u is not an f32 tensor of this graph", x.id);
   char name[48];
-  snprintf(name, sizeof(name), "dropout(%.36s)", tx->name);
+  graph_name(name, sizeof(name), "dropout", tx->name, NULL);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, tx->dims, sizeof(dims));
   uint32_t rank = tx->rank, o;
@@ -207,7 +218,7 @@ AQ_API aq_status_t aq_op_sgd(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad,
                     "sgd(%s): lr %g must be finite and > 0, momentum %g and weight_decay %g finite and >= 0",
                     tp->name, (double)o->lr, (double)o->momentum, (double)o->weight_decay);
   char name[48];
-  snprintf(name, sizeof(name), "velocity(%.36s)", tp->name);
+  graph_name(name, sizeof(name), "velocity", tp->name, NULL);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, tp->dims, sizeof(dims));
   uint32_t rank = tp->rank, v;
@@ -216,7 +227,7 @@ AQ_API aq_status_t aq_op_sgd(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad,
   aq_sgd_args_t a = {.n = n, .lr = o->lr, .momentum = o->momentum, .weight_decay = o->weight_decay};
   slot_t reads[3] = {{param.id, UINT32_MAX}, {grad.id, offsetof(aq_sgd_args_t, grad)}, {v, UINT32_MAX}};
   slot_t writes[2] = {{param.id, offsetof(aq_sgd_args_t, w)}, {v, offsetof(aq_sgd_args_t, velocity)}};
-  snprintf(name, sizeof(name), "sgd(%.40s)", graph_tensor(g, param)->name);
+  graph_name(name, sizeof(name), "sgd", graph_tensor(g, param)->name, NULL);
   uint32_t id;
   return graph_op_task(g, name, AQ_KERNEL_SGD, &a, sizeof(a), aq_elementwise_grid(n), reads, 3, writes, 2, &id);
 }
@@ -229,7 +240,7 @@ AQ_API aq_status_t aq_op_copy(aq_graph_t *g, aq_tensor_t src, aq_tensor_t dst) {
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "copy: '%s' holds %zu bytes, '%s' %zu", ts->name, ts->bytes, td->name,
                     td->bytes);
   char name[TASK_NAME_MAX];
-  snprintf(name, sizeof(name), "copy(%.25s->%.25s)", ts->name, td->name);
+  graph_name(name, sizeof(name), "copy", ts->name, td->name);
   aq_copy_args_t a = {.bytes = (int64_t)ts->bytes};
   slot_t reads[1] = {{src.id, offsetof(aq_copy_args_t, src)}};
   slot_t writes[1] = {{dst.id, offsetof(aq_copy_args_t, dst)}};
@@ -241,7 +252,7 @@ AQ_API aq_status_t aq_op_copy(aq_graph_t *g, aq_tensor_t src, aq_tensor_t dst) {
 static aq_status_t state_like(aq_graph_t *g, aq_tensor_t of, const char *what, uint32_t *out) {
   tensor_t *t = graph_tensor(g, of);
   char name[48];
-  snprintf(name, sizeof(name), "%s(%.36s)", what, t->name);
+  graph_name(name, sizeof(name), what, t->name, NULL);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, t->dims, sizeof(dims));
   uint32_t rank = t->rank;
@@ -266,7 +277,7 @@ AQ_API aq_status_t aq_op_adam(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad
   AQ_RETURN_IF_ERROR(state_like(g, param, "adam.m", &m));
   AQ_RETURN_IF_ERROR(state_like(g, param, "adam.v", &v));
   char name[48];
-  snprintf(name, sizeof(name), "adam.steps(%.30s)", graph_tensor(g, param)->name);
+  graph_name(name, sizeof(name), "adam.steps", graph_tensor(g, param)->name, NULL);
   AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_STATE, 1, (int64_t[]){1}, &steps));
   int64_t n = (int64_t)(graph_tensor(g, param)->bytes / 4);
   aq_adam_args_t a = {.n = n, .lr = o->lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = o->weight_decay,
@@ -275,7 +286,7 @@ AQ_API aq_status_t aq_op_adam(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad
                      {v, UINT32_MAX}, {steps, offsetof(aq_adam_args_t, steps)}};
   slot_t writes[3] = {{param.id, offsetof(aq_adam_args_t, w)}, {m, offsetof(aq_adam_args_t, m)},
                       {v, offsetof(aq_adam_args_t, v)}};
-  snprintf(name, sizeof(name), "adam(%.40s)", graph_tensor(g, param)->name);
+  graph_name(name, sizeof(name), "adam", graph_tensor(g, param)->name, NULL);
   uint32_t id;
   AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_ADAM, &a, sizeof(a), aq_elementwise_grid(n), reads, 5, writes,
                                    3, &id));

@@ -48,7 +48,7 @@ AQ_API aq_status_t aq_op_conv2d(aq_graph_t *g, aq_tensor_t x, aq_tensor_t w, aq_
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "conv2d: a %lldx%lld filter leaves no output of a %lldx%lld input",
                     (long long)a.r, (long long)a.s, (long long)a.h, (long long)a.wd);
   char name[TASK_NAME_MAX];
-  snprintf(name, sizeof(name), "conv2d(%.24s,%.24s)", tx->name, tw->name);
+  graph_name(name, sizeof(name), "conv2d", tx->name, tw->name);
   uint32_t y;
   AQ_RETURN_IF_ERROR(graph_new_tensor(g, "conv.out", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 4,
                                       (int64_t[]){a.n, a.k, a.p, a.q}, &y));
@@ -82,7 +82,7 @@ AQ_API aq_status_t aq_op_max_pool2d(aq_graph_t *g, aq_tensor_t x, const aq_pool_
   a.p = (a.h + 2 * (int64_t)a.pad_h - a.kh) / a.stride_h + 1, a.q = (a.w + 2 * (int64_t)a.pad_w - a.kw) / a.stride_w + 1;
   int64_t dims[4] = {tx->dims[0], tx->dims[1], a.p, a.q};
   char name[TASK_NAME_MAX];
-  snprintf(name, sizeof(name), "max_pool2d(%.40s)", tx->name);
+  graph_name(name, sizeof(name), "max_pool2d", tx->name, NULL);
   uint32_t y, arg;
   AQ_RETURN_IF_ERROR(graph_new_tensor(g, "pool.out", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 4, dims, &y));
   AQ_RETURN_IF_ERROR(graph_new_tensor(g, "pool.argmax", AQ_DTYPE_I32, AQ_ROLE_ACTIVATION, 4, dims, &arg));
@@ -121,7 +121,7 @@ AQ_API aq_status_t aq_op_batch_norm(aq_graph_t *g, aq_tensor_t x, aq_tensor_t ga
   memcpy(dims, tx->dims, sizeof(dims));
   uint32_t rank = tx->rank, y, mean, rstd;
   char name[TASK_NAME_MAX];
-  snprintf(name, sizeof(name), "batch_norm(%.40s)", tx->name);
+  graph_name(name, sizeof(name), "batch_norm", tx->name, NULL);
   AQ_RETURN_IF_ERROR(graph_new_tensor(g, "bn.out", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, &y));
   AQ_RETURN_IF_ERROR(graph_new_tensor(g, "bn.mean", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){a.c}, &mean));
   AQ_RETURN_IF_ERROR(graph_new_tensor(g, "bn.rstd", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){a.c}, &rstd));
@@ -147,7 +147,8 @@ AQ_API aq_status_t aq_op_reshape(aq_graph_t *g, aq_tensor_t x, uint32_t rank, co
   tensor_t *tx = graph_tensor(g, x);
   if (!tx) return aq_error(AQ_ERROR_INVALID_HANDLE, "reshape: tensor %u is not in this graph", x.id);
   char name[48];
-  snprintf(name, sizeof(name), "%.38s.view", tx->name);
+  graph_fit(name, sizeof(name) - 1 - strlen(".view"), tx->name);
+  strcat(name, ".view");
   aq_dtype_t dtype = tx->dtype;
   size_t bytes = tx->bytes;
   uint32_t y;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "aquila/aquila.h"
+#include "tools/common/cli.h"
 
 #define CHECK(expr)                                                               \
   do {                                                                            \
@@ -32,7 +33,10 @@ static hsa_agent_dispatch_packet_t host_call(aq_host_call_fn_t fn, uint64_t a1, 
   return p;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  cli_t c = {.program = "hello", .about = "Every CPU agent says hello through an agent-dispatch packet; a barrier-AND\n"
+                                          "packet waits for all of them."};
+  cli_parse(&c, argc, argv);
   CHECK(aq_init(NULL));
   aq_agent_t agents[64];
   size_t n;

@@ -82,6 +82,36 @@ aq_status_t aq_tensor_create(aq_graph_t *graph, const char *name, aq_dtype_t dty
                              aq_tensor_t *out_tensor);
 aq_status_t aq_tensor_get_info(aq_graph_t *graph, aq_tensor_t tensor, aq_tensor_info_t *info);
 
+/* ---- initial values: part of the graph, written at instantiation ---------- */
+/* A parameter must be given values before the first run, by an initialiser
+ * or by aq_exec_write / aq_exec_bind / aq_exec_tensor_data: otherwise
+ * aq_exec_run refuses, naming it (zeros would train nothing and say
+ * nothing). Fans: a 2-D tensor w[in, out] (as aq_op_matmul's b) has fan_in
+ * = in and fan_out = out; a 4-D w[k, c, r, s] (as aq_op_conv2d's) fan_in =
+ * c*r*s, fan_out = k*r*s; a 1-D tensor of n, n and n. */
+typedef enum aq_init_kind {
+  AQ_INIT_CONSTANT = 1,        /* every element = value (0.0 for a bias) */
+  AQ_INIT_UNIFORM = 2,         /* uniform in [low, high) */
+  AQ_INIT_NORMAL = 3,          /* normal(mean, stddev) */
+  AQ_INIT_XAVIER_UNIFORM = 4,  /* Glorot: uniform(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)) */
+  AQ_INIT_XAVIER_NORMAL = 5,   /* Glorot: normal(0, gain * sqrt(2 / (fan_in + fan_out))) */
+  AQ_INIT_KAIMING_UNIFORM = 6, /* He: uniform(-b, b), b = gain * sqrt(3 / fan_in) */
+  AQ_INIT_KAIMING_NORMAL = 7,  /* He: normal(0, gain / sqrt(fan_in)) */
+} aq_init_kind_t;
+
+typedef struct aq_initializer {
+  aq_init_kind_t kind;
+  float value;        /* AQ_INIT_CONSTANT */
+  float low, high;    /* AQ_INIT_UNIFORM */
+  float mean, stddev; /* AQ_INIT_NORMAL */
+  float gain;         /* Xavier: 0 = 1; Kaiming: 0 = sqrt(2), ReLU's */
+  uint64_t seed;      /* the same seed, the same values, on any agent */
+} aq_initializer_t;
+/* Gives an f32 parameter, constant or state tensor its initial values:
+ * every exec made from the graph writes them when it is instantiated.
+ * Calling it again replaces the tensor's initialiser. */
+aq_status_t aq_tensor_init(aq_graph_t *graph, aq_tensor_t tensor, const aq_initializer_t *options);
+
 /* ---- ops: each appends a task; outputs are new activation tensors ---------- */
 /* out = act(op(a) op(b) + bias); bias may be {0}. 2-D tensors. */
 aq_status_t aq_op_matmul(aq_graph_t *graph, aq_tensor_t a, aq_tensor_t b, aq_tensor_t bias,

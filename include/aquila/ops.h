@@ -21,6 +21,24 @@
 extern "C" {
 #endif
 
+/* What an op kernel's non-zero return means. The runtime's fault message
+ * gives the kernel and the code ("failed (returned 2)"); an exec's failure
+ * adds the meaning (aq_op_fault_string). */
+typedef enum aq_op_fault {
+  AQ_OP_FAULT_KERNARG = 1,     /* a NULL pointer or a negative size in the kernarg */
+  AQ_OP_FAULT_INDEX_RANGE = 2, /* a label (softmax_xent) or an index (embedding) out of range */
+  AQ_OP_FAULT_UNSUPPORTED = 3, /* a shape this variant does not take */
+} aq_op_fault_t;
+
+static inline const char *aq_op_fault_string(int code) {
+  switch (code) {
+    case AQ_OP_FAULT_KERNARG: return "a NULL pointer or a negative size in its arguments";
+    case AQ_OP_FAULT_INDEX_RANGE: return "a label or index out of range (labels must lie in [0, classes))";
+    case AQ_OP_FAULT_UNSUPPORTED: return "a shape this kernel variant does not take";
+    default: return 0;
+  }
+}
+
 typedef struct aq_dispatch_shape {
   uint32_t grid[3];       /* work-items */
   uint16_t workgroup[3];  /* work-items per group */

@@ -1,7 +1,7 @@
-/* train_fashion's own options, and aq-bench gemm's products: a value it
- * does not know is refused, naming the option and what it takes, with exit
- * status 2 and before any data is read, anything is written or any agent
- * starts. */
+/* Every tool's and example's command line (tools/common/cli.h): --help on
+ * stdout with exit status 0; an unknown option, a missing value or a bad
+ * value refused by name with exit status 2, before any data is read,
+ * anything is written or any agent starts. And aq-bench gemm's products. */
 #include <criterion/criterion.h>
 #include <libgen.h>
 #include <limits.h>
@@ -14,18 +14,22 @@
 /* Runs a program of the build (beside this test's folder: examples/
  * train_fashion, bin/aq-bench) with args; its exit status, and its output
  * in out. */
-static int run_program(const char *program, const char *args, char *out, size_t size) {
+static int run_program_to(const char *program, const char *args, const char *stderr_to, char *out, size_t size) {
   char exe[PATH_MAX] = "", cmd[PATH_MAX + 256];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   cr_assert(n > 0);
   exe[n] = '\0';
-  snprintf(cmd, sizeof(cmd), "%s/../%s %s 2>&1", dirname(exe), program, args);
+  snprintf(cmd, sizeof(cmd), "%s/../%s %s 2>%s", dirname(exe), program, args, stderr_to);
   FILE *p = popen(cmd, "r");
   cr_assert(p, "cannot run %s", cmd);
   size_t got = fread(out, 1, size - 1, p);
   out[got] = '\0';
   int status = pclose(p);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int run_program(const char *program, const char *args, char *out, size_t size) {
+  return run_program_to(program, args, "&1", out, size);
 }
 
 static int run(const char *args, char *out, size_t size) {
@@ -37,9 +41,9 @@ static int run(const char *args, char *out, size_t size) {
 Test(train_fashion_cli, unknown_augment_and_schedule_values_are_refused_by_name) {
   char out[4096];
   cr_assert_eq(run("--augment mirror", out, sizeof(out)), 2, "%s", out);
-  cr_assert(strstr(out, "--augment must be flip or none"), "%s", out);
+  cr_assert(strstr(out, "--augment mirror: expected none or flip"), "%s", out);
   cr_assert_eq(run("--schedule linear", out, sizeof(out)), 2, "%s", out);
-  cr_assert(strstr(out, "--schedule must be cosine or constant"), "%s", out);
+  cr_assert(strstr(out, "--schedule linear: expected cosine or constant"), "%s", out);
   cr_assert(access("/nonexistent-aq-dir", F_OK) != 0, "nothing was written");
 }
 
@@ -104,4 +108,165 @@ Test(aq_bench_cli, gemm_shapes_run_against_openblas) {
   for (const char *at = strstr(out, "\"max_rel_diff\":"); at; at = strstr(at + 1, "\"max_rel_diff\":"), ++lines)
     cr_assert_lt(strtod(at + strlen("\"max_rel_diff\":"), NULL), 1e-5, "%s", out);
   cr_assert_eq(lines, 3, "%s", out);
+}
+
+/* Every program and subcommand: its path under the build, the words before
+ * the options, and an option that takes a value (NULL: it has none). */
+static const struct {
+  const char *program, *sub, *valued;
+} programs[] = {
+    {"bin/aq-info", "", "--code-object"},     {"bin/aq-bench", "", NULL},
+    {"bin/aq-bench", "queue", "--reps"},      {"bin/aq-bench", "gemm", "--sizes"},
+    {"bin/aq-bench", "conv", "--shapes"},     {"bin/aq-bench", "tasks", "--n"},
+    {"bin/aq-bench", "dispatch", "--n"},      {"bin/aq-bench", "train", "--epochs"},
+    {"bin/aq-trace", "", NULL},               {"bin/aq-trace", "summary", "--top"},
+    {"bin/aq-trace", "svg", "-o"},            {"bin/aq-trace", "diff", NULL},
+    {"examples/train_fashion", "", "--epochs"}, {"examples/hello", "", NULL},
+    {"examples/user_kernels", "", "--code-object"},
+};
+enum { PROGRAMS = sizeof(programs) / sizeof(programs[0]) };
+
+Test(cli, every_program_answers_help_on_stdout_with_its_options) {
+  for (size_t i = 0; i < PROGRAMS; ++i) {
+    char out[8192], args[128];
+    snprintf(args, sizeof(args), "%s --help", programs[i].sub);
+    int rc = run_program_to(programs[i].program, args, "/dev/null", out, sizeof(out));
+    cr_assert_eq(rc, 0, "%s %s: exit %d: %s", programs[i].program, args, rc, out);
+    cr_assert(strstr(out, "usage: ") && strstr(out, "--help"), "%s %s: %s", programs[i].program, args, out);
+    cr_assert(!programs[i].valued || strstr(out, programs[i].valued), "%s %s lists %s: %s", programs[i].program, args,
+              programs[i].valued, out);
+    cr_assert(!strstr(out, "\"bench\""), "%s %s ran nothing: %s", programs[i].program, args, out);
+  }
+}
+
+Test(cli, every_program_refuses_an_unknown_option_by_name) {
+  for (size_t i = 0; i < PROGRAMS; ++i) {
+    char out[8192], args[128];
+    snprintf(args, sizeof(args), "%s --frobnicate", programs[i].sub);
+    cr_assert_eq(run_program(programs[i].program, args, out, sizeof(out)), 2, "%s %s: %s", programs[i].program, args,
+                 out);
+    cr_assert(strstr(out, "unknown option --frobnicate"), "%s %s: %s", programs[i].program, args, out);
+  }
+}
+
+Test(cli, every_program_refuses_an_option_without_its_value_by_name) {
+  for (size_t i = 0; i < PROGRAMS; ++i) {
+    if (!programs[i].valued) continue;
+    char out[8192], args[128], want[64];
+    snprintf(args, sizeof(args), "%s %s", programs[i].sub, programs[i].valued);
+    const char *name = programs[i].valued;
+    snprintf(want, sizeof(want), "%s is missing", !strcmp(name, "-o") ? "--output" : name);
+    cr_assert_eq(run_program(programs[i].program, args, out, sizeof(out)), 2, "%s %s: %s", programs[i].program, args,
+                 out);
+    cr_assert(strstr(out, want), "%s %s: wanted '%s': %s", programs[i].program, args, want, out);
+  }
+}
+
+Test(cli, bad_values_are_refused_by_name) {
+  const struct {
+    const char *program, *args, *want;
+  } bad[] = {
+      {"bin/aq-bench", "gemm --agent tpu", "--agent tpu: expected cpu or gpu"},
+      {"bin/aq-bench", "conv --agent tpu", "--agent tpu: expected cpu or gpu"},
+      {"bin/aq-bench", "tasks --shape bogus", "--shape bogus: expected independent, chain"},
+      {"bin/aq-bench", "train --placement bogus", "--placement bogus: expected auto, cpu or gpu"},
+      {"bin/aq-bench", "queue --reps 0", "--reps 0: expected a value in [1, 1000000]"},
+      {"bin/aq-bench", "queue --case frob", "--case frob: expected dispatch, barrier_and or wakeup"},
+      {"bin/aq-bench", "queue extra", "unexpected argument 'extra'"},
+      {"bin/aq-bench", "bogus", "unknown suite 'bogus'"},
+      {"bin/aq-bench", "", "SUITE is missing"},
+      {"bin/aq-bench", "tasks --no-metg=1", "--no-metg takes no value"},
+      {"examples/train_fashion", "--placement bogus", "--placement bogus: expected auto, cpu, gpu"},
+      {"examples/train_fashion", "--epochs ten", "--epochs ten: expected an integer"},
+      {"bin/aq-trace", "svg run.json", "aq-trace svg: -o OUT.svg is missing"},
+      {"bin/aq-trace", "svg -o x.svg", "aq-trace svg: FILE is missing"},
+      {"bin/aq-trace", "diff a.json", "aq-trace diff: expected A B"},
+      {"bin/aq-trace", "bogus", "unknown command 'bogus'"},
+      {"bin/aq-trace", "summary --top 0 x.json", "--top 0: expected a value in [1, 100000]"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+    char out[8192];
+    cr_assert_eq(run_program(bad[i].program, bad[i].args, out, sizeof(out)), 2, "%s %s: %s", bad[i].program,
+                 bad[i].args, out);
+    cr_assert(strstr(out, bad[i].want), "%s %s: wanted '%s': %s", bad[i].program, bad[i].args, bad[i].want, out);
+  }
+}
+
+/* The user-kernel example: its own code object, two queues, barrier-AND and
+ * barrier-OR, and a checked result; a code object it cannot load is named. */
+Test(examples, user_kernels_runs_its_own_code_object) {
+  char out[4096];
+  cr_assert_eq(run_program("examples/user_kernels", "--n 5000", out, sizeof(out)), 0, "%s", out);
+  cr_assert(strstr(out, "5000 elements") && strstr(out, "y[i] = i + 0.5 for every i"), "%s", out);
+  cr_assert_eq(run_program("examples/user_kernels", "--code-object /nonexistent/k.so", out, sizeof(out)), 1, "%s", out);
+  cr_assert(strstr(out, "/nonexistent/k.so"), "%s", out);
+}
+
+/* aq-trace svg: a colour per kind of work with a legend entry for each kind
+ * drawn (spans too), and windows: --from/--to in ms, --run N. */
+static const char *small_trace =
+    "{\"traceEvents\":[\n"
+    "{\"name\":\"aq_matmul_f32\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":0,\"dur\":100,\"pid\":0,\"tid\":1,"
+    "\"args\":{\"exec\":0,\"run\":0,\"task\":0}},\n"
+    "{\"name\":\"aq_relu_f32\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":100,\"dur\":50,\"pid\":0,\"tid\":1,"
+    "\"args\":{\"exec\":0,\"run\":0,\"task\":1}},\n"
+    "{\"name\":\"memcpy\",\"cat\":\"copy\",\"ph\":\"X\",\"ts\":150,\"dur\":20,\"pid\":0,\"tid\":2}\n,"
+    "{\"name\":\"graph run\",\"cat\":\"runtime\",\"ph\":\"X\",\"ts\":0,\"dur\":170,\"pid\":9,\"tid\":0}\n,"
+    "{\"name\":\"aq_matmul_f32\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":5000,\"dur\":100,\"pid\":0,\"tid\":1,"
+    "\"args\":{\"exec\":0,\"run\":1,\"task\":0}},\n"
+    "{\"name\":\"aq_conv2d_f32\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":5100,\"dur\":100,\"pid\":0,\"tid\":1,"
+    "\"args\":{\"exec\":0,\"run\":1,\"task\":1}}\n"
+    "]}\n";
+
+static char *svg_of(const char *options, int *rc) {
+  static char out[1 << 16];
+  char trace[64], svg[64];
+  snprintf(trace, sizeof(trace), "/tmp/aq-cli-trace-%d.json", (int)getpid());
+  snprintf(svg, sizeof(svg), "/tmp/aq-cli-trace-%d.svg", (int)getpid());
+  FILE *f = fopen(trace, "w");
+  cr_assert(f);
+  fputs(small_trace, f);
+  fclose(f);
+  char args[512];
+  snprintf(args, sizeof(args), "svg %s -o %s %s", trace, svg, options);
+  *rc = run_program("bin/aq-trace", args, out, sizeof(out));
+  if (*rc != 0) {
+    unlink(trace);
+    return out;
+  }
+  f = fopen(svg, "r");
+  cr_assert(f);
+  size_t n = fread(out, 1, sizeof(out) - 1, f);
+  out[n] = '\0';
+  fclose(f);
+  unlink(svg), unlink(trace);
+  return out;
+}
+
+Test(aq_trace_svg, kinds_of_work_have_their_colours_and_a_legend) {
+  int rc;
+  char *s = svg_of("", &rc);
+  cr_assert_eq(rc, 0, "%s", s);
+  const char *legend[] = {">matmul (", ">elementwise (", ">copy (", ">runtime span (", ">conv ("};
+  for (size_t i = 0; i < 5; ++i) cr_assert(strstr(s, legend[i]), "no legend entry %s", legend[i]);
+  cr_assert(strstr(s, "fill='#0072B2'") && strstr(s, "fill='#E69F00'") && strstr(s, "fill='#009E73'"), "%s", s);
+  cr_assert(!strstr(s, ">host ("), "no legend entry for a kind not drawn");
+}
+
+Test(aq_trace_svg, a_window_draws_only_what_falls_in_it) {
+  int rc;
+  char *s = svg_of("--run 1", &rc);
+  cr_assert_eq(rc, 0, "%s", s);
+  cr_assert(strstr(s, "run 1, ") && strstr(s, ">conv (") && !strstr(s, ">copy ("), "%s", s);
+  s = svg_of("--from 0 --to 0.16", &rc);
+  cr_assert_eq(rc, 0, "%s", s);
+  cr_assert(strstr(s, ">elementwise (") && !strstr(s, ">conv ("), "%s", s);
+  s = svg_of("--run 7", &rc);
+  cr_assert_eq(rc, 1, "%s", s);
+  cr_assert(strstr(s, "has no run 7"), "%s", s);
+  s = svg_of("--run 1 --from 0", &rc);
+  cr_assert_eq(rc, 2, "%s", s);
+  s = svg_of("--from 2 --to 1", &rc);
+  cr_assert_eq(rc, 2, "%s", s);
+  cr_assert(strstr(s, "--from 2 is not before --to 1"), "%s", s);
 }

@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 #include "scheduler/fuse.h"
+#include <stdio.h>
+
 #include "units.h"
 
 enum { B = 32, IN = 40, H = 48, OUT = 10 };
@@ -164,8 +166,10 @@ Test(fuse_pairs, an_mlp_step_fuses_every_gradient_and_relu_mask) {
   AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){B}, &labels));
   int64_t dims[3][2] = {{IN, H}, {H, H}, {H, OUT}};
   for (int l = 0; l < 3; ++l) {
-    w[l] = make(g, "w", AQ_ROLE_PARAMETER, dims[l][0], dims[l][1]);
-    b[l] = make(g, "b", AQ_ROLE_PARAMETER, dims[l][1], 0);
+    char wn[8], bn[8]; /* names are unique within a graph */
+    snprintf(wn, sizeof(wn), "w%d", l), snprintf(bn, sizeof(bn), "b%d", l);
+    w[l] = make(g, wn, AQ_ROLE_PARAMETER, dims[l][0], dims[l][1]);
+    b[l] = make(g, bn, AQ_ROLE_PARAMETER, dims[l][1], 0);
     AQ_ASSERT_OK(aq_op_matmul(g, h, w[l], b[l], 0, 0, l < 2 ? AQ_ACTIVATION_RELU : AQ_ACTIVATION_NONE, &h));
   }
   AQ_ASSERT_OK(aq_op_softmax_xent(g, h, labels, &loss));

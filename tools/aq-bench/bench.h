@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "tools/common/cli.h"
+
 /* Monotonic time in nanoseconds. */
 uint64_t bench_now_ns(void);
 /* Median of n values (sorts a copy). */
@@ -41,9 +43,17 @@ void bench_json_end(bench_json_t *j); /* prints the line and flushes stdout */
 /* n pseudo-random floats in [-0.5, 0.5) from seed: the same data every run. */
 void bench_fill(float *x, size_t n, unsigned seed);
 
-/* Reads "--key value" or "--key=value" from argv; NULL/default if absent. */
-const char *bench_arg(int argc, char **argv, const char *key);
-long bench_arg_int(int argc, char **argv, const char *key, long fallback);
+/* Parses the suite's command line against its table of options (getopt_long
+ * through tools/common/cli.h): --help lists them and exits 0; an unknown
+ * option or a bad value is refused by name with exit status 2, before
+ * anything runs. Then bench_arg reads an option's value (NULL if absent). */
+void bench_options(const char *suite, const cli_option_t *table, size_t count, int argc, char **argv);
+#define BENCH_OPTIONS(suite, table, argc, argv) \
+  bench_options(suite, table, sizeof(table) / sizeof(table[0]), argc, argv)
+const char *bench_arg(const char *key);
+long bench_arg_int(const char *key, long fallback);
+/* Options every suite that repeats its measurement takes. */
+#define BENCH_REPS(fallback) {"reps", 0, CLI_INT, "R", "repetitions; the median is reported (default " #fallback ")", 1, 1e6}
 
 /* A product for the gemm suites: C (m x n) = op(A) op(B) over k, A stored
  * k x m when ta, B stored n x k when tb. */
@@ -60,7 +70,7 @@ int bench_parse_product(const char *entry, bench_product_t *out);
 /* The gemm suites' list of products: --shapes (mlp or entries), else
  * --sizes, else fallback; each entry checked, so a bad one is refused by
  * name before anything starts (NULL, after saying so on stderr). */
-const char *bench_products(int argc, char **argv, const char *fallback);
+const char *bench_products(const char *fallback);
 
 /* Each suite: int aq_bench_<suite>(int argc, char **argv), 0 on success.
  * Defined weak in main.c, so a suite not linked says so instead of failing

@@ -101,8 +101,16 @@ static double run_aquila(aq_queue_t q, const aq_kernel_info_t *k, const aq_conv2
 }
 
 
+static const cli_option_t conv_options[] = {
+    {"agent", 0, CLI_CHOICE, "cpu|gpu", "where: cpu (against im2col + OpenBLAS, default) or gpu (against cuDNN)", 0, 0},
+    BENCH_REPS(5),
+    {"shapes", 0, CLI_TEXT, "N,C,H,W,K,R,S,STRIDE,PAD;...", "the convolutions (default: LeNet's and ResNet-like)", 0, 0},
+    {"dtype", 0, CLI_CHOICE, "f32|bf16|all", "gpu: which precisions (default all)", 0, 0},
+};
+
 int aq_bench_conv(int argc, char **argv) {
-  const char *agent_kind = bench_arg(argc, argv, "agent");
+  BENCH_OPTIONS("conv", conv_options, argc, argv);
+  const char *agent_kind = bench_arg("agent");
   if (agent_kind && !strcmp(agent_kind, "gpu")) {
     if (aq_bench_conv_gpu) return aq_bench_conv_gpu(argc, argv);
     fprintf(stderr, "aq-bench conv: this aq-bench has no GPU conv suite\n");
@@ -112,9 +120,9 @@ int aq_bench_conv(int argc, char **argv) {
     fprintf(stderr, "aq-bench conv: --agent must be cpu or gpu, not '%s'\n", agent_kind);
     return 2;
   }
-  int reps = (int)bench_arg_int(argc, argv, "reps", 5);
+  int reps = (int)bench_arg_int("reps", 5);
   if (reps < 1) reps = 1;
-  const char *shapes = bench_arg(argc, argv, "shapes");
+  const char *shapes = bench_arg("shapes");
   if (!shapes)
     shapes = "64,1,28,28,6,5,5,1,2;64,6,14,14,16,5,5,1,0;8,64,56,56,64,3,3,1,1;8,128,28,28,128,3,3,1,1;"
              "8,256,14,14,256,3,3,2,1";

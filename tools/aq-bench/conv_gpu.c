@@ -299,9 +299,9 @@ static void free_bufs(bufs_t *b) {
   aq_memory_free(b->peer), aq_memory_free(b->ref);
 }
 
-static int setup(ctx_t *c, int argc, char **argv) {
+static int setup(ctx_t *c) {
   memset(c, 0, sizeof(*c));
-  c->reps = (int)bench_arg_int(argc, argv, "reps", 5);
+  c->reps = (int)bench_arg_int("reps", 5);
   if (c->reps < 1) c->reps = 1;
   CHECK(aq_init(NULL));
   aq_agent_t all[64], gpu = {0};
@@ -338,14 +338,15 @@ static int setup(ctx_t *c, int argc, char **argv) {
 }
 
 int aq_bench_conv_gpu(int argc, char **argv) {
-  const char *shapes = bench_arg(argc, argv, "shapes"), *dtype = bench_arg(argc, argv, "dtype");
+  (void)argc, (void)argv; /* read by aq_bench_conv */
+  const char *shapes = bench_arg("shapes"), *dtype = bench_arg("dtype");
   if (!shapes)
     shapes = "256,1,28,28,32,5,5,1,2;256,6,14,14,16,5,5,1,0;32,64,56,56,64,3,3,1,1;32,128,28,28,128,3,3,1,1;32,256,14,14,256,3,3,2,1";
   if (!dtype) dtype = "all";
   if (strcmp(dtype, "all") && strcmp(dtype, "f32") && strcmp(dtype, "bf16"))
     return fprintf(stderr, "aq-bench conv: --dtype is f32, bf16 or all, not '%s'\n", dtype), 2;
   ctx_t c;
-  int rc = setup(&c, argc, argv);
+  int rc = setup(&c);
   if (rc) return rc;
   char *list = strdup(shapes), *save = NULL;
   for (char *tok = strtok_r(list, ";", &save); tok && !rc; tok = strtok_r(NULL, ";", &save)) {

@@ -113,8 +113,14 @@ static double raw_host_to_gpu(void *fn, void *stream, double *lat, int iters, in
   return m;
 }
 
+static const cli_option_t dispatch_options[] = {
+    BENCH_REPS(5),
+    {"n", 0, CLI_INT, "N", "kernels per measurement (default 20000)", 1, 1e9},
+};
+
 int aq_bench_dispatch(int argc, char **argv) {
-  int reps = (int)bench_arg_int(argc, argv, "reps", 5), n = (int)bench_arg_int(argc, argv, "n", 20000);
+  BENCH_OPTIONS("dispatch", dispatch_options, argc, argv);
+  int reps = (int)bench_arg_int("reps", 5), n = (int)bench_arg_int("n", 20000);
   if (aq_init(NULL) != AQ_OK) return fprintf(stderr, "aq-bench dispatch: %s\n", aq_last_error()), 1;
   aq_agent_t all[64], gpu = {0}, cpu = {0};
   size_t na;

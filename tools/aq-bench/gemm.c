@@ -50,15 +50,28 @@ static double run_aquila(aq_queue_t q, aq_kernel_info_t *k, aq_matmul_args_t *ar
   return (double)(bench_now_ns() - t0) / 1e9;
 }
 
+static const cli_option_t gemm_options[] = {
+    {"agent", 0, CLI_CHOICE, "cpu|gpu", "where: cpu (against OpenBLAS, default) or gpu (against cuBLAS)", 0, 0},
+    BENCH_REPS(5; gpu 7),
+    {"sizes", 0, CLI_TEXT, "N,...", "square products N x N x N", 0, 0},
+    {"shapes", 0, CLI_TEXT, "MxNxK[:ta][:tb],...", "fp32 products of any shape, or mlp: the MLP step's five", 0, 0},
+    {"density", 0, CLI_TEXT, "D", "cpu: A keeps a fraction D of its values, in (0, 1] (default 1)", 0, 0},
+    {"dtype", 0, CLI_CHOICE, "f32|bf16|all", "gpu: which products (default all)", 0, 0},
+    {"precision", 0, CLI_TEXT, "default|exact", "gpu fp32: 3xTF32 (default) or FFMA", 0, 0},
+    {"f32-kernel", 0, CLI_TEXT, "NAME", "gpu: this fp32 kernel instead of the op library's choice", 0, 0},
+    {"bf16-kernel", 0, CLI_TEXT, "NAME", "gpu: this bf16 kernel variant", 0, 0},
+};
+
 int aq_bench_gemm(int argc, char **argv) {
-  const char *agent_kind = bench_arg(argc, argv, "agent");
+  BENCH_OPTIONS("gemm", gemm_options, argc, argv);
+  const char *agent_kind = bench_arg("agent");
   if (agent_kind && !strcmp(agent_kind, "gpu")) {
     if (aq_bench_gemm_gpu) return aq_bench_gemm_gpu(argc, argv);
     fprintf(stderr, "aq-bench gemm: this aq-bench has no GPU gemm suite\n");
     return 2;
   }
-  int reps = (int)bench_arg_int(argc, argv, "reps", 5);
-  const char *sizes = bench_products(argc, argv, "256,512,1024,2048"), *dens = bench_arg(argc, argv, "density");
+  int reps = (int)bench_arg_int("reps", 5);
+  const char *sizes = bench_products("256,512,1024,2048"), *dens = bench_arg("density");
   if (!sizes) return 2;
   char *end = NULL;
   double density = dens ? strtod(dens, &end) : 1.0;

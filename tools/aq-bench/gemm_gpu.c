@@ -99,7 +99,8 @@ static const struct { const char *name; uint32_t threads, bm, bn, group; } bf16_
     {"aq_matmul_bf16_nomath", 384, 128, 256, AQ_GPU_MATMUL_BF16_GROUP_SEGMENT}};
 
 int aq_bench_gemm_gpu(int argc, char **argv) {
-  const char *bf16_name = bench_arg(argc, argv, "bf16-kernel");
+  (void)argc, (void)argv; /* read by aq_bench_gemm */
+  const char *bf16_name = bench_arg("bf16-kernel");
   size_t bf16_pick = 0;
   for (size_t i = 0; bf16_name && i < sizeof(bf16_kernels) / sizeof(bf16_kernels[0]); ++i)
     if (!strcmp(bf16_name, bf16_kernels[i].name)) bf16_pick = i;
@@ -107,17 +108,17 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
     fprintf(stderr, "aq-bench gemm: unknown --bf16-kernel %s\n", bf16_name);
     return 2;
   }
-  const char *f32_pick = bench_arg(argc, argv, "f32-kernel"), *precision = bench_arg(argc, argv, "precision");
+  const char *f32_pick = bench_arg("f32-kernel"), *precision = bench_arg("precision");
   if (precision && strcmp(precision, "default") && strcmp(precision, "exact")) {
     fprintf(stderr, "aq-bench gemm: --precision %s: expected default (3xTF32) or exact (FFMA)\n", precision);
     return 2;
   }
   const int exact = precision && !strcmp(precision, "exact");
-  int reps = (int)bench_arg_int(argc, argv, "reps", 7);
-  const char *dtype = bench_arg(argc, argv, "dtype");
-  const char *sizes = bench_products(argc, argv, "1024,2048,4096,8192");
+  int reps = (int)bench_arg_int("reps", 7);
+  const char *dtype = bench_arg("dtype");
+  const char *sizes = bench_products("1024,2048,4096,8192");
   if (!sizes) return 2;
-  if (bench_arg(argc, argv, "shapes")) dtype = "f32"; /* the bf16 kernel takes no transposes */
+  if (bench_arg("shapes")) dtype = "f32"; /* the bf16 kernel takes no transposes */
   if (!dtype) dtype = "all";
   if (reps < 1) reps = 1;
   CHECK(aq_init(NULL));

@@ -23,6 +23,7 @@ static const struct {
     {"dispatch", "GPU dispatch latency against raw CUDA"},
     {"train", "Fashion-MNIST training step time and accuracy"},
 };
+enum { NSUITES = sizeof(suites) / sizeof(suites[0]) };
 
 typedef int (*suite_fn)(int, char **);
 
@@ -36,31 +37,22 @@ static suite_fn lookup(const char *name) {
   return NULL;
 }
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: aq-bench SUITE [options]\nsuites:\n");
-  for (size_t i = 0; i < sizeof(suites) / sizeof(suites[0]); ++i) {
-    int built = lookup(suites[i].name) != NULL;
-    fprintf(f, "  %-9s %s%s\n", suites[i].name, suites[i].what, built ? "" : " (not built)");
-  }
-}
-
 int main(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
+  char about[1024] = "suites (aq-bench SUITE --help lists a suite's options):";
+  for (size_t i = 0, len = strlen(about); i < NSUITES && len < sizeof(about); ++i)
+    len += (size_t)snprintf(about + len, sizeof(about) - len, "\n  %-9s %s%s", suites[i].name, suites[i].what,
+                            lookup(suites[i].name) ? "" : " (not built)");
+  cli_t c = {.program = "aq-bench", .operands = "SUITE [options]", .about = about, .min_operands = 1,
+             .max_operands = argc, .subcommand = 1};
+  cli_parse(&c, argc, argv);
+  const char *suite = c.operand[0];
   int known = 0;
-  for (size_t i = 0; i < sizeof(suites) / sizeof(suites[0]); ++i)
-    known |= !strcmp(argv[1], suites[i].name);
-  if (!known) {
-    fprintf(stderr, "aq-bench: unknown suite '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
-  }
-  suite_fn fn = lookup(argv[1]);
+  for (size_t i = 0; i < NSUITES; ++i) known |= !strcmp(suite, suites[i].name);
+  if (!known) cli_refuse(&c, "unknown suite '%s'", suite);
+  suite_fn fn = lookup(suite);
   if (!fn) {
-    fprintf(stderr, "aq-bench: suite '%s' is not built into this aq-bench\n", argv[1]);
+    fprintf(stderr, "aq-bench: suite '%s' is not built into this aq-bench\n", suite);
     return 2;
   }
-  return fn(argc - 1, argv + 1);
+  return fn(c.noperands, c.operand);
 }

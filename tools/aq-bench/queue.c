@@ -202,12 +202,20 @@ static void bench_wakeup(int reps, int spin_us) {
   }
 }
 
+static const cli_option_t queue_options[] = {
+    BENCH_REPS(5),
+    {"packets", 0, CLI_INT, "N", "packets per dispatch measurement (default 1000000)", 1, 1e12},
+    {"producers", 0, CLI_INT, "N", "threads writing one queue at once (default: the cores, at least 2)", 1, 64},
+    {"case", 0, CLI_CHOICE, "dispatch|barrier_and|wakeup", "only this case (default: all three)", 0, 0},
+};
+
 int aq_bench_queue(int argc, char **argv) {
-  int reps = (int)bench_arg_int(argc, argv, "reps", 5);
-  uint64_t packets = (uint64_t)bench_arg_int(argc, argv, "packets", 1000000);
+  BENCH_OPTIONS("queue", queue_options, argc, argv);
+  int reps = (int)bench_arg_int("reps", 5);
+  uint64_t packets = (uint64_t)bench_arg_int("packets", 1000000);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int producers = (int)bench_arg_int(argc, argv, "producers", cores > 1 ? cores : 2);
-  const char *only = bench_arg(argc, argv, "case");
+  int producers = (int)bench_arg_int("producers", cores > 1 ? cores : 2);
+  const char *only = bench_arg("case");
   if (reps < 1 || producers < 1 || producers > 64 || packets < 1) {
     fprintf(stderr, "aq-bench queue: --reps, --packets >= 1 and --producers in [1, 64]\n");
     return 2;

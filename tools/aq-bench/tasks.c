@@ -434,18 +434,26 @@ static void mixed(int reps, const char *dot) {
   }
 }
 
+static const cli_option_t tasks_options[] = {
+    {"n", 0, CLI_INT, "N", "tasks per graph (default 10000)", 4, 1e9},
+    BENCH_REPS(5),
+    {"shape", 0, CLI_CHOICE, "independent|chain|fanout|wavefront|random|mixed", "only this shape (default: all but mixed)", 0, 0},
+    {"no-metg", 0, CLI_FLAG, NULL, "leave out the minimum effective task granularity", 0, 0},
+    {"dot", 0, CLI_TEXT, "PREFIX", "mixed: each placement's graph to PREFIX-heft.dot, -cpu.dot, -gpu.dot", 0, 0},
+};
+
 int aq_bench_tasks(int argc, char **argv) {
-  uint32_t n = (uint32_t)bench_arg_int(argc, argv, "n", 10000);
-  int reps = (int)bench_arg_int(argc, argv, "reps", 5);
-  const char *only = bench_arg(argc, argv, "shape");
+  BENCH_OPTIONS("tasks", tasks_options, argc, argv);
+  uint32_t n = (uint32_t)bench_arg_int("n", 10000);
+  int reps = (int)bench_arg_int("reps", 5);
+  const char *only = bench_arg("shape");
   if (only && !strcmp(only, "mixed")) {
     if (aq_init(NULL) != AQ_OK) return fprintf(stderr, "aq-bench tasks: %s\n", aq_last_error()), 1;
-    mixed(reps, bench_arg(argc, argv, "dot"));
+    mixed(reps, bench_arg("dot"));
     aq_shut_down();
     return 0;
   }
-  int no_metg = 0;
-  for (int i = 1; i < argc; ++i) no_metg |= !strcmp(argv[i], "--no-metg");
+  int no_metg = bench_arg("no-metg") != NULL;
   if (n < 4 || reps < 1) {
     fprintf(stderr, "aq-bench tasks: --n >= 4, --reps >= 1\n");
     return 2;

@@ -13,19 +13,32 @@
 #include "../../examples/train_fashion/trainer.h"
 #include "bench.h"
 
+static const cli_option_t train_options[] = {
+    {"model", 0, CLI_CHOICE, "mlp|cnn", "the MLP (default) or the LeNet-5-like CNN", 0, 0},
+    {"placement", 0, CLI_CHOICE, "auto|cpu|gpu", "every kernel on CPU agents, on GPU agents, or either (auto)", 0, 0},
+    {"epochs", 0, CLI_INT, "N", "epochs (default 1)", 1, 1e6},
+    {"batch", 0, CLI_INT, "N", "batch size (default 256)", 1, 1 << 20},
+    {"steps", 0, CLI_INT, "N", "at most N steps an epoch (default: the whole epoch)", 1, 1e9},
+    {"data", 0, CLI_TEXT, "DIR", "Fashion-MNIST files (default " FASHION_DEFAULT_DIR ")", 0, 0},
+    {"dot", 0, CLI_TEXT, "FILE", "the placed step as a DOT graph", 0, 0},
+    {"explain", 0, CLI_INT, "0|1", "1: why each task of the step runs where it does, on stderr", 0, 1},
+    {"threads", 0, CLI_INT, "N", "ignored: workers come from AQ_CPU_WORKERS", 1, 1 << 20},
+};
+
 int aq_bench_train(int argc, char **argv) {
-  int epochs = (int)bench_arg_int(argc, argv, "epochs", 1);
-  const char *data = bench_arg(argc, argv, "data");
-  long cap = bench_arg_int(argc, argv, "steps", 0);
-  trainer_options_t o = {.model = "mlp", .optimizer = "sgd", .batch = (uint32_t)bench_arg_int(argc, argv, "batch", 256),
+  BENCH_OPTIONS("train", train_options, argc, argv);
+  int epochs = (int)bench_arg_int("epochs", 1);
+  const char *data = bench_arg("data");
+  long cap = bench_arg_int("steps", 0);
+  trainer_options_t o = {.model = "mlp", .optimizer = "sgd", .batch = (uint32_t)bench_arg_int("batch", 256),
                          .hidden = 1024, .lr = 0.1f, .momentum = 0.9f, .seed = 1, .policy = AQ_SCHED_DEFAULT};
-  const char *model = bench_arg(argc, argv, "model");
+  const char *model = bench_arg("model");
   if (model && strcmp(model, "mlp") && strcmp(model, "cnn")) {
     fprintf(stderr, "aq-bench train: --model must be mlp or cnn, not '%s'\n", model);
     return 2;
   }
   if (model && !strcmp(model, "cnn")) o.model = "cnn", o.lr = 0.05f; /* as train_fashion's defaults */
-  const char *placement = bench_arg(argc, argv, "placement");
+  const char *placement = bench_arg("placement");
   if (!placement) placement = "auto";
   o.kernel_agent_kinds = !strcmp(placement, "cpu") ? 1u << AQ_AGENT_KIND_CPU
                          : !strcmp(placement, "gpu") ? 1u << AQ_AGENT_KIND_GPU
@@ -52,9 +65,9 @@ int aq_bench_train(int argc, char **argv) {
     fprintf(stderr, "aq-bench train: %s\n", trainer_error(s));
     return 1;
   }
-  const char *dot = bench_arg(argc, argv, "dot"); /* the placed step, to see where each task went */
+  const char *dot = bench_arg("dot"); /* the placed step, to see where each task went */
   if (dot && aq_exec_write_dot(trainer_exec(t), dot) != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
-  if (bench_arg(argc, argv, "explain") && aq_exec_explain(trainer_exec(t), stderr) != AQ_OK) /* stdout is JSON's */
+  if (bench_arg_int("explain", 0) && aq_exec_explain(trainer_exec(t), stderr) != AQ_OK) /* stdout is JSON's */
     fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
   uint32_t steps = trainer_steps_per_epoch(t);
   if (cap > 0 && (uint32_t)cap < steps) steps = (uint32_t)cap;

@@ -1,4 +1,4 @@
-/* Timing, medians, argument parsing and JSON output for every suite. */
+/* Timing, medians, options and JSON output for every suite. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -66,21 +66,20 @@ void bench_json_end(bench_json_t *j) {
   fflush(stdout);
 }
 
-const char *bench_arg(int argc, char **argv, const char *key) {
-  size_t kl = strlen(key);
-  for (int i = 1; i < argc; ++i) {
-    const char *a = argv[i];
-    if (a[0] != '-' || a[1] != '-' || strncmp(a + 2, key, kl)) continue;
-    if (a[2 + kl] == '=') return a + 3 + kl;
-    if (a[2 + kl] == '\0' && i + 1 < argc) return argv[i + 1];
-  }
-  return NULL;
+/* The suite's parsed command line: one suite runs per process. */
+static cli_t options;
+
+void bench_options(const char *suite, const cli_option_t *table, size_t count, int argc, char **argv) {
+  static char program[64];
+  snprintf(program, sizeof(program), "aq-bench %s", suite);
+  options = (cli_t){.program = program, .options = table, .count = count,
+                    .about = "Prints one JSON object per line on stdout (keys in shared/DESIGN.md)."};
+  cli_parse(&options, argc, argv);
 }
 
-long bench_arg_int(int argc, char **argv, const char *key, long fallback) {
-  const char *v = bench_arg(argc, argv, key);
-  return v ? strtol(v, NULL, 0) : fallback;
-}
+const char *bench_arg(const char *key) { return cli_text(&options, key, NULL); }
+
+long bench_arg_int(const char *key, long fallback) { return cli_int(&options, key, fallback); }
 
 int bench_parse_product(const char *entry, bench_product_t *out) {
   long long m, n, k;
@@ -101,10 +100,10 @@ int bench_parse_product(const char *entry, bench_product_t *out) {
   return 1;
 }
 
-const char *bench_products(int argc, char **argv, const char *fallback) {
-  const char *list = bench_arg(argc, argv, "shapes");
+const char *bench_products(const char *fallback) {
+  const char *list = bench_arg("shapes");
   if (list && !strcmp(list, "mlp")) list = BENCH_MLP_STEP_PRODUCTS;
-  if (!list) list = bench_arg(argc, argv, "sizes");
+  if (!list) list = bench_arg("sizes");
   if (!list) list = fallback;
   char *all = strdup(list), *at = NULL;
   bench_product_t p;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "aquila/aquila.h"
+#include "tools/common/cli.h"
 
 static int fail(const char *what, aq_status_t s) {
   fprintf(stderr, "aq-info: %s: %s: %s\n", what, aq_status_string(s), aq_last_error());
@@ -92,17 +93,15 @@ static void list_code_objects(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *only = NULL;
-  for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--code-object") && i + 1 < argc) only = argv[++i];
-    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: aq-info [--code-object FILE]\n");
-      return 0;
-    } else {
-      fprintf(stderr, "aq-info: unknown argument '%s' (try --help)\n", argv[i]);
-      return 2;
-    }
-  }
+  static const cli_option_t options[] = {
+      {"code-object", 'c', CLI_TEXT, "FILE", "load this code object and list its kernels, or say why it cannot load",
+       0, 0},
+  };
+  cli_t c = {.program = "aq-info", .options = options, .count = 1,
+             .about = "What Aquila sees here: topology, agents, queues, memory regions, drivers, code objects\n"
+                      "and the settings in force."};
+  cli_parse(&c, argc, argv);
+  const char *only = cli_text(&c, "code-object", NULL);
   aq_status_t s = aq_init(NULL);
   if (s != AQ_OK) return fail("aq_init", s);
   if (only) {

@@ -73,6 +73,17 @@ tkstat_t *tkernel_stats(const tfile_t *t, size_t *n);
 void tsummary(FILE *f, const char *label, const tanalysis_t *a, int top);
 /* 0, or -1 if writing failed. */
 int tsvg(FILE *f, const char *title, const tanalysis_t *a, double width);
+/* What the picture shows: width in pixels; a window in milliseconds from
+ * the trace's first slice (NAN: its start / end), or run >= 0: that run of
+ * the exec that ran most often. */
+typedef struct tsvg_options {
+  double width;
+  double from_ms, to_ms;
+  long run;
+} tsvg_options_t;
+enum { TSVG_NO_SUCH_RUN = -2 };
+/* tsvg with a window: 0, -1 if writing failed, TSVG_NO_SUCH_RUN. */
+int tsvg_window(FILE *f, const char *title, const tanalysis_t *a, const tsvg_options_t *o);
 void tdiff(FILE *f, const char *label_a, const tfile_t *a, const char *label_b, const tfile_t *b);
 
 #endif

@@ -1,23 +1,19 @@
 /* aq-trace: what a trace says.
- *   aq-trace summary FILE [--top N]     busy % per agent, idle gaps, top kernels, copies, waiting,
- *                                       runtime spans, counters, the critical path against wall time
- *   aq-trace svg FILE -o OUT [--width PX]   a timeline, one lane per queue, for a browser
- *   aq-trace diff A B                   kernel by kernel: count, total and mean in A and B, change
+ *   aq-trace summary [--top N] FILE       busy % per agent, idle gaps, top kernels, copies, waiting,
+ *                                         runtime spans, counters, the critical path against wall time
+ *   aq-trace svg -o OUT [--width PX] [--from MS] [--to MS] [--run N] FILE
+ *                                         a timeline, one lane per queue, coloured by kind of
+ *                                         work, of the whole trace or a window of it
+ *   aq-trace diff A B                     kernel by kernel: count, total and mean in A and B, change
  * A truncated, foreign or hostile file gets a clear error and exit status 1;
- * a wrong command line gets the usage and exit status 2. */
+ * a wrong command line is refused by name with exit status 2. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "analysis.h"
-
-static int usage(FILE *f) {
-  fprintf(f, "usage: aq-trace summary FILE [--top N]\n"
-             "       aq-trace svg FILE -o OUT.svg [--width PIXELS]\n"
-             "       aq-trace diff A B\n"
-             "FILE is Chrome trace-event JSON (AQ_TRACE=FILE writes one).\n");
-  return f == stdout ? 0 : 2;
-}
+#include "tools/common/cli.h"
 
 /* Loads and analyses a file; 0, or 1 with the error printed. */
 static int open_trace(const char *path, tfile_t *t, tanalysis_t *a) {
@@ -30,47 +26,45 @@ static int open_trace(const char *path, tfile_t *t, tanalysis_t *a) {
   return 0;
 }
 
-static int number_arg(const char *s, long lo, long hi, long *out) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (!*s || *end || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
 static int summary(int argc, char **argv) {
-  const char *path = NULL;
-  long top = 15;
-  for (int i = 2; i < argc; ++i) {
-    if (!strcmp(argv[i], "--top") && i + 1 < argc) {
-      if (number_arg(argv[++i], 1, 100000, &top)) return fprintf(stderr, "aq-trace: --top wants 1..100000\n"), 2;
-    } else if (!path && argv[i][0] != '-') {
-      path = argv[i];
-    } else {
-      return usage(stderr);
-    }
-  }
-  if (!path) return usage(stderr);
+  static const cli_option_t options[] = {
+      {"top", 0, CLI_INT, "N", "kernels listed (default 15)", 1, 100000},
+  };
+  cli_t c = {.program = "aq-trace summary", .operands = "FILE", .options = options, .count = 1,
+             .about = "Busy % per agent and queue, idle gaps, top kernels, copies, waiting, spans, counters\n"
+                      "and the critical path of a Chrome trace-event JSON file (AQ_TRACE=FILE writes one).",
+             .min_operands = 1, .max_operands = 1};
+  cli_parse(&c, argc, argv);
+  const char *path = c.operand[0];
   tfile_t t;
   tanalysis_t a;
   if (open_trace(path, &t, &a)) return 1;
-  tsummary(stdout, path, &a, (int)top);
+  tsummary(stdout, path, &a, (int)cli_int(&c, "top", 15));
   tanalysis_free(&a);
   tfile_free(&t);
   return fflush(stdout) ? 1 : 0;
 }
 
 static int svg(int argc, char **argv) {
-  const char *path = NULL, *out = NULL;
-  long width = 1400;
-  for (int i = 2; i < argc; ++i) {
-    if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-    else if (!strcmp(argv[i], "--width") && i + 1 < argc) {
-      if (number_arg(argv[++i], 400, 20000, &width)) return fprintf(stderr, "aq-trace: --width wants 400..20000\n"), 2;
-    } else if (!path && argv[i][0] != '-') path = argv[i];
-    else return usage(stderr);
-  }
-  if (!path || !out) return usage(stderr);
+  static const cli_option_t options[] = {
+      {"output", 'o', CLI_TEXT, "OUT.svg", "where to write the picture (required)", 0, 0},
+      {"width", 0, CLI_INT, "PIXELS", "the picture's width (default 1400)", 400, 20000},
+      {"from", 0, CLI_REAL, "MS", "draw from this time, in ms from the trace's first slice", 0, 1e12},
+      {"to", 0, CLI_REAL, "MS", "draw up to this time, in ms from the trace's first slice", 0, 1e12},
+      {"run", 0, CLI_INT, "N", "draw run N (from 0) of the graph that ran most often", 0, 1e15},
+  };
+  cli_t c = {.program = "aq-trace svg", .operands = "FILE", .options = options,
+             .count = sizeof(options) / sizeof(options[0]),
+             .about = "A timeline of a trace, one lane per queue, coloured by kind of work, as SVG.",
+             .min_operands = 1, .max_operands = 1};
+  cli_parse(&c, argc, argv);
+  const char *path = c.operand[0], *out = cli_text(&c, "output", NULL);
+  if (!out) cli_refuse(&c, "-o OUT.svg is missing: where should the picture go?");
+  tsvg_options_t o = {.width = (double)cli_int(&c, "width", 1400), .from_ms = cli_real(&c, "from", NAN),
+                      .to_ms = cli_real(&c, "to", NAN), .run = cli_int(&c, "run", -1)};
+  if (o.run >= 0 && (o.from_ms == o.from_ms || o.to_ms == o.to_ms))
+    cli_refuse(&c, "--run picks its own window: give --run or --from/--to, not both");
+  if (o.from_ms >= o.to_ms) cli_refuse(&c, "--from %g is not before --to %g", o.from_ms, o.to_ms);
   tfile_t t;
   tanalysis_t a;
   if (open_trace(path, &t, &a)) return 1;
@@ -80,9 +74,15 @@ static int svg(int argc, char **argv) {
     perror(out);
     rc = 1;
   } else {
-    int bad = tsvg(f, path, &a, (double)width);
-    if (fclose(f) || bad) fprintf(stderr, "aq-trace: writing %s failed\n", out), rc = 1;
-    else printf("%s: %zu lanes, %zu slices\n", out, a.nlanes, t.count);
+    int bad = tsvg_window(f, path, &a, &o);
+    if (fclose(f) || bad) {
+      if (bad == TSVG_NO_SUCH_RUN) fprintf(stderr, "aq-trace svg: %s has no run %ld\n", path, o.run);
+      else fprintf(stderr, "aq-trace: writing %s failed\n", out);
+      remove(out);
+      rc = 1;
+    } else {
+      printf("%s: %zu lanes, %zu slices\n", out, a.nlanes, t.count);
+    }
   }
   tanalysis_free(&a);
   tfile_free(&t);
@@ -90,23 +90,33 @@ static int svg(int argc, char **argv) {
 }
 
 static int diff(int argc, char **argv) {
-  if (argc != 4) return usage(stderr);
+  cli_t c = {.program = "aq-trace diff", .operands = "A B",
+             .about = "Kernel by kernel: count, total and mean time in traces A and B, and the change.",
+             .min_operands = 2, .max_operands = 2};
+  cli_parse(&c, argc, argv);
   tfile_t a, b;
-  if (open_trace(argv[2], &a, NULL)) return 1;
-  if (open_trace(argv[3], &b, NULL)) {
+  if (open_trace(c.operand[0], &a, NULL)) return 1;
+  if (open_trace(c.operand[1], &b, NULL)) {
     tfile_free(&a);
     return 1;
   }
-  tdiff(stdout, argv[2], &a, argv[3], &b);
+  tdiff(stdout, c.operand[0], &a, c.operand[1], &b);
   tfile_free(&a), tfile_free(&b);
   return fflush(stdout) ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")))
-    return usage(stdout);
-  if (argc >= 3 && !strcmp(argv[1], "summary")) return summary(argc, argv);
-  if (argc >= 3 && !strcmp(argv[1], "svg")) return svg(argc, argv);
-  if (argc >= 2 && !strcmp(argv[1], "diff")) return diff(argc, argv);
-  return usage(stderr);
+  cli_t c = {.program = "aq-trace", .operands = "COMMAND [options] FILE...",
+             .about = "commands (aq-trace COMMAND --help lists a command's options):\n"
+                      "  summary FILE     busy % per agent, top kernels, spans, the critical path\n"
+                      "  svg FILE -o OUT  a timeline picture\n"
+                      "  diff A B         kernel by kernel changes between two traces\n"
+                      "FILE is Chrome trace-event JSON (AQ_TRACE=FILE writes one).",
+             .min_operands = 1, .max_operands = argc, .subcommand = 1};
+  cli_parse(&c, argc, argv);
+  const char *cmd = c.operand[0];
+  if (!strcmp(cmd, "summary")) return summary(c.noperands, c.operand);
+  if (!strcmp(cmd, "svg")) return svg(c.noperands, c.operand);
+  if (!strcmp(cmd, "diff")) return diff(c.noperands, c.operand);
+  cli_refuse(&c, "unknown command '%s'", cmd);
 }

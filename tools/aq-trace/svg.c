@@ -1,8 +1,11 @@
 /* aq-trace svg: a timeline a browser opens. One lane per queue (process /
- * thread), a colour per kernel name with a legend of the largest, a time
- * axis, a tooltip on every slice, the critical path outlined. Slices
- * narrower than a pixel that would land on one already drawn are merged
- * into it, so a long trace stays a picture of bounded size. */
+ * thread), a colour per kind of work (matmul, conv, elementwise, copy,
+ * collective, barrier, host, runtime span, other kernel: Okabe and Ito's
+ * colour-blind-safe palette) with a legend of every kind shown and its
+ * time, a time axis, a tooltip on every slice naming it, the critical path
+ * outlined. A window (--from/--to, or one run) draws part of the trace.
+ * Slices narrower than a pixel that would land on one already drawn are
+ * merged into it, so a long trace stays a picture of bounded size. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,7 +13,7 @@
 
 #include "analysis.h"
 
-enum { LANES_DRAWN_MAX = 512, LEGEND_MAX = 12 };
+enum { LANES_DRAWN_MAX = 512 };
 
 /* Text for XML: escaped, control characters and invalid UTF-8 (which the
  * reader never lets through, but this writer does not rely on it) shown
@@ -43,40 +46,113 @@ static void xml_text(FILE *f, const char *s) {
   }
 }
 
-static unsigned hash(const char *s) {
-  unsigned h = 2166136261u;
-  for (; *s; ++s) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h;
+/* Kinds of work, each with its colour. */
+typedef enum kind { K_MATMUL, K_CONV, K_ELEMENTWISE, K_COPY, K_COLLECTIVE, K_BARRIER, K_HOST, K_SPAN, K_OTHER, KINDS } kind_t;
+static const struct {
+  const char *name, *fill, *ink; /* ink: a label's colour on the fill */
+} kinds[KINDS] = {
+    {"matmul", "#0072B2", "white"},      {"conv", "#E69F00", "black"},       {"elementwise", "#009E73", "white"},
+    {"copy", "#D55E00", "white"},        {"collective", "#CC79A7", "black"}, {"barrier", "#333333", "white"},
+    {"host", "#56B4E9", "black"},        {"runtime span", "#BBBBBB", "black"}, {"other kernel", "#999933", "black"},
+};
+
+/* A slice wide enough for words gets its name (without "aq_"), cut to fit. */
+static void label(FILE *f, const tevent_t *e, kind_t kind, double x, double y, double w) {
+  const char *name = strncmp(e->name, "aq_", 3) ? e->name : e->name + 3;
+  size_t fit = (size_t)((w - 6) / 6.2), n = strlen(name);
+  if (w < 40 || fit < 3) return;
+  fprintf(f, "<text x='%.1f' y='%.0f' font-size='10' fill='%s' pointer-events='none'>", x + 3, y + 13, kinds[kind].ink);
+  char cut[TNAME];
+  snprintf(cut, sizeof(cut), "%.*s%s", (int)(n > fit ? fit - 1 : n), name, n > fit ? "." : "");
+  xml_text(f, cut);
+  fputs("</text>\n", f);
 }
 
-/* A colour per name: hue from its hash, kept mid-light so labels read. */
-static void colour(const char *name, char *out, size_t size) {
-  unsigned h = hash(name);
-  snprintf(out, size, "hsl(%u,%u%%,%u%%)", h % 360, 45 + (h >> 9) % 30, 48 + (h >> 17) % 16);
+static int has(const char *name, const char *what) { return strcasestr(name, what) != NULL; }
+
+static kind_t kind_of(const tevent_t *e) {
+  if (tevent_is_span(e)) return K_SPAN;
+  if (!strcmp(e->cat, "barrier") || has(e->name, "barrier")) return K_BARRIER;
+  if (has(e->name, "allreduce") || has(e->name, "all_reduce") || has(e->name, "allgather") ||
+      has(e->name, "all_gather") || has(e->name, "broadcast") || has(e->name, "reduce_scatter") || has(e->name, "nccl"))
+    return K_COLLECTIVE;
+  if (tevent_is_copy(e) || has(e->name, "prefetch")) return K_COPY;
+  if (!strcmp(e->cat, "host") || !strncmp(e->name, "host", 4)) return K_HOST;
+  if (has(e->name, "matmul") || has(e->name, "gemm")) return K_MATMUL;
+  if (has(e->name, "conv")) return K_CONV;
+  static const char *pointwise[] = {"relu", "gelu", "tanh", "sigmoid", "dropout", "sgd", "adam", "softmax", "xent",
+                                    "sum_rows", "norm", "pool", "axpby", "scale", "bias", "add", "mul", "cast",
+                                    "increment", "fill", "mean", "reduce"};
+  for (size_t i = 0; i < sizeof(pointwise) / sizeof(pointwise[0]); ++i)
+    if (has(e->name, pointwise[i])) return K_ELEMENTWISE;
+  return K_OTHER;
 }
 
 static void time_label(double us, char *out, size_t size) {
   double a = fabs(us);
-  if (a >= 1e6) snprintf(out, size, "%g s", us / 1e6);
-  else if (a >= 1e3) snprintf(out, size, "%g ms", us / 1e3);
-  else snprintf(out, size, "%g us", us);
+  if (a >= 1e6) snprintf(out, size, "%.3g s", us / 1e6);
+  else if (a >= 1e3) snprintf(out, size, "%.3g ms", us / 1e3);
+  else snprintf(out, size, "%.3g us", us);
+}
+
+/* The run the window shows: the exec that ran most often, its run n; the
+ * span of that run's slices in [*from, *to). 0, or -1 if there is none. */
+static int run_window(const tfile_t *t, long n, double *from, double *to) {
+  long exec = -1, most = -1;
+  for (size_t i = 0; i < t->count; ++i)
+    if (t->events[i].exec >= 0 && t->events[i].run > most) most = t->events[i].run, exec = t->events[i].exec;
+  *from = INFINITY, *to = -INFINITY;
+  for (size_t i = 0; i < t->count; ++i) {
+    const tevent_t *e = &t->events[i];
+    if (e->exec != exec || e->run != n || exec < 0) continue;
+    if (e->ts < *from) *from = e->ts;
+    if (e->ts + e->dur > *to) *to = e->ts + e->dur;
+  }
+  return *from < *to ? 0 : -1;
 }
 
 int tsvg(FILE *f, const char *title, const tanalysis_t *a, double width) {
+  tsvg_options_t o = {.width = width, .from_ms = NAN, .to_ms = NAN, .run = -1};
+  return tsvg_window(f, title, a, &o);
+}
+
+int tsvg_window(FILE *f, const char *title, const tanalysis_t *a, const tsvg_options_t *o) {
   const tfile_t *t = a->t;
-  const double W = width >= 400 && width <= 20000 ? width : 1400, left = 220, right = 20, top = 56, lane_h = 20;
+  const double W = o->width >= 400 && o->width <= 20000 ? o->width : 1400, left = 220, right = 20, top = 56,
+               lane_h = 20;
   double t0 = INFINITY, t1 = -INFINITY;
   for (size_t i = 0; i < t->count; ++i) {
     if (t->events[i].ts < t0) t0 = t->events[i].ts;
     if (t->events[i].ts + t->events[i].dur > t1) t1 = t->events[i].ts + t->events[i].dur;
   }
   if (!t->count) t0 = 0, t1 = 1;
+  const double start = t0; /* --from and --to count from the trace's first slice */
+  char window[96] = "";
+  if (o->run >= 0) {
+    if (run_window(t, o->run, &t0, &t1)) return TSVG_NO_SUCH_RUN;
+    snprintf(window, sizeof(window), "run %ld, ", o->run);
+  } else {
+    if (o->from_ms == o->from_ms) t0 = start + o->from_ms * 1e3;
+    if (o->to_ms == o->to_ms) t1 = start + o->to_ms * 1e3;
+    if (o->from_ms == o->from_ms || o->to_ms == o->to_ms)
+      snprintf(window, sizeof(window), "%.3f to %.3f ms of the trace, ", (t0 - start) / 1e3, (t1 - start) / 1e3);
+  }
   if (t1 <= t0) t1 = t0 + 1;
   double scale = (W - left - right) / (t1 - t0);
   size_t lanes = a->nlanes < LANES_DRAWN_MAX ? a->nlanes : LANES_DRAWN_MAX;
-  size_t nk = 0;
-  tkstat_t *k = tkernel_stats(t, &nk);
-  size_t legend = nk < LEGEND_MAX ? nk : LEGEND_MAX;
+  /* Time per kind within the window: the legend lists every kind drawn. */
+  double kind_us[KINDS] = {0};
+  size_t shown = 0, in_window = 0;
+  for (size_t li = 0; li < lanes; ++li)
+    for (size_t i = a->lanes[li].first; i < a->lanes[li].first + a->lanes[li].count; ++i) {
+      const tevent_t *e = &t->events[i];
+      double lo = e->ts > t0 ? e->ts : t0, hi = e->ts + e->dur < t1 ? e->ts + e->dur : t1;
+      if (e->ts + e->dur < t0 || e->ts > t1) continue;
+      kind_us[kind_of(e)] += hi > lo ? hi - lo : 0;
+      in_window++;
+    }
+  for (int k = 0; k < KINDS; ++k) shown += kind_us[k] > 0;
+  size_t legend = shown;
   double axis_y = top + (double)lanes * lane_h + 6, legend_y = axis_y + 34;
   double H = legend_y + (double)((legend + 3) / 4) * 18 + 12;
   /* The critical path, to outline. */
@@ -94,9 +170,10 @@ int tsvg(FILE *f, const char *title, const tanalysis_t *a, double width) {
   xml_text(f, title);
   char wall[32];
   time_label(t1 - t0, wall, sizeof(wall));
-  fprintf(f, "</text>\n<text x='10' y='36' fill='#444'>%zu slices over %s, %zu lanes", t->count, wall, a->nlanes);
+  fprintf(f, "</text>\n<text x='10' y='36' fill='#444'>%s%zu slices over %s, %zu lanes", window, in_window, wall,
+          a->nlanes);
   if (a->nlanes > lanes) fprintf(f, " (the first %zu drawn)", lanes);
-  if (have_path) fprintf(f, "; critical path outlined in black (%zu slices, %.1f us of work)", p.n, p.work);
+  if (have_path) fprintf(f, "; the trace's critical path outlined in black (%zu slices, %.1f us of work)", p.n, p.work);
   fprintf(f, "</text>\n");
 
   /* Time axis: 1-2-5 steps, about eight of them, and grid lines. */
@@ -131,34 +208,38 @@ int tsvg(FILE *f, const char *title, const tanalysis_t *a, double width) {
     double drawn_to = -INFINITY;
     for (size_t i = l->first; i < l->first + l->count; ++i) {
       const tevent_t *e = &t->events[i];
-      double x = left + (e->ts - t0) * scale, w = e->dur * scale;
+      if (e->ts + e->dur < t0 || e->ts > t1) continue;
+      double from = e->ts > t0 ? e->ts : t0, to = e->ts + e->dur < t1 ? e->ts + e->dur : t1;
+      double x = left + (from - t0) * scale, w = (to - from) * scale;
       if (w < 1 && x + w <= drawn_to && !on_path[i]) continue; /* lands on what is drawn already */
       if (w < 1) w = 1;
       if (x + w > drawn_to) drawn_to = x + w;
-      char fill[40];
-      colour(e->name, fill, sizeof(fill));
-      fprintf(f, "<rect x='%.2f' y='%.0f' width='%.2f' height='%.0f' fill='%s'%s><title>", x, y + 2, w, lane_h - 4, fill,
-              on_path[i] ? " stroke='black' stroke-width='1.5'" : "");
+      kind_t kind = kind_of(e);
+      double h = kind == K_SPAN ? lane_h / 2 - 2 : lane_h - 4; /* a span is thin: it encloses work */
+      /* a white edge keeps neighbours of one colour apart */
+      fprintf(f, "<rect x='%.2f' y='%.0f' width='%.2f' height='%.0f' fill='%s'%s><title>", x, y + 2, w, h,
+              kinds[kind].fill,
+              on_path[i] ? " stroke='black' stroke-width='1.5'" : w >= 3 ? " stroke='white' stroke-width='0.6'" : "");
       xml_text(f, e->name);
       fprintf(f, ": %.2f us at %.2f us", e->dur, e->ts - t0);
       if (e->task >= 0) fprintf(f, ", task %ld of run %ld", e->task, e->run);
       if (e->bytes > 0) fprintf(f, ", %.0f bytes", e->bytes);
       fputs("</title></rect>\n", f);
+      if (kind != K_SPAN) label(f, e, kind, x, y, w);
     }
   }
 
-  for (size_t i = 0; i < legend; ++i) {
+  for (int k = 0, i = 0; k < KINDS; ++k) {
+    if (kind_us[k] <= 0) continue;
     double x = 10 + (double)(i % 4) * ((W - 20) / 4), y = legend_y + (double)(i / 4) * 18;
-    char fill[40];
-    colour(k[i].name, fill, sizeof(fill));
-    fprintf(f, "<rect x='%.0f' y='%.0f' width='12' height='12' fill='%s'/><text x='%.0f' y='%.0f'>", x, y, fill, x + 16,
-            y + 10);
-    xml_text(f, k[i].name);
-    fprintf(f, " (%.1f us)</text>\n", k[i].total);
+    char total[32];
+    time_label(kind_us[k], total, sizeof(total));
+    fprintf(f, "<rect x='%.0f' y='%.0f' width='12' height='12' fill='%s'/><text x='%.0f' y='%.0f'>%s (%s)</text>\n", x,
+            y, kinds[k].fill, x + 16, y + 10, kinds[k].name, total);
+    ++i;
   }
   fprintf(f, "</svg>\n");
   if (have_path) tpath_free(&p);
   free(on_path);
-  free(k);
   return ferror(f) ? -1 : 0;
 }
