@@ -1,0 +1,199 @@
+/* Communicators and collectives: bad input and one-rank behaviour in this
+ * process; several ranks through mpirun, which starts this binary as each
+ * rank (ranks.c) and whose output is checked here; GPU agents joined by
+ * NCCL where there are some. Without mpirun (or libmpi) the rank tests say
+ * "skipped", which counts as skipped, never as passing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "../runtime/common.h"
+
+static void setup(void) { AQ_ASSERT_OK(aq_init(NULL)); }
+static void teardown(void) { aq_shut_down(); }
+TestSuite(comm, .init = setup, .fini = teardown);
+
+#define AQ_ASSERT_FAILS(expr, status, text)                                                               \
+  do {                                                                                                    \
+    aq_status_t s_ = (expr);                                                                              \
+    cr_assert_eq(s_, status, "%s -> %s (%s), expected %s", #expr, aq_status_string(s_), aq_last_error(),  \
+                 aq_status_string(status));                                                               \
+    cr_assert(strstr(aq_last_error(), text), "%s: '%s' does not say '%s'", #expr, aq_last_error(), text); \
+  } while (0)
+
+static void need_mpi(void) {
+  const char *why;
+  AQ_ASSERT_OK(aq_comm_backend_status("mpi", &why));
+  if (*why) cr_skip_test("skipped: no MPI (%s)", why);
+}
+
+Test(comm, backend_status) {
+  const char *why = NULL;
+  AQ_ASSERT_OK(aq_comm_backend_status("mpi", &why));
+  cr_assert(why != NULL);
+  AQ_ASSERT_OK(aq_comm_backend_status("nccl", &why));
+  cr_assert(why != NULL);
+  AQ_ASSERT_FAILS(aq_comm_backend_status("gloo", &why), AQ_ERROR_NOT_FOUND, "gloo");
+  AQ_ASSERT_FAILS(aq_comm_backend_status(NULL, &why), AQ_ERROR_INVALID_ARGUMENT, "backend");
+}
+
+Test(comm, bad_arguments) {
+  aq_comm_t *c;
+  AQ_ASSERT_FAILS(aq_comm_create_mpi(NULL, NULL, NULL), AQ_ERROR_INVALID_ARGUMENT, "out_comm");
+  setenv("AQ_COMM_TIMEOUT_MS", "soon", 1);
+  AQ_ASSERT_FAILS(aq_comm_create_mpi(NULL, NULL, &c), AQ_ERROR_INVALID_ARGUMENT, "AQ_COMM_TIMEOUT_MS");
+  unsetenv("AQ_COMM_TIMEOUT_MS");
+  AQ_ASSERT_FAILS(aq_comm_run(NULL, &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE}), AQ_ERROR_INVALID_ARGUMENT,
+                  "comm");
+  AQ_ASSERT_FAILS(aq_comm_destroy(NULL), AQ_ERROR_INVALID_ARGUMENT, "comm");
+  aq_graph_t *g;
+  aq_tensor_t x;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){4}, &x));
+  AQ_ASSERT_FAILS(aq_op_allreduce(g, NULL, x, AQ_REDUCE_SUM), AQ_ERROR_INVALID_ARGUMENT, "MPI communicator");
+  AQ_ASSERT_FAILS(aq_graph_data_parallel(g, NULL, NULL), AQ_ERROR_INVALID_ARGUMENT, "comm");
+  aq_graph_destroy(g);
+}
+
+Test(comm, no_gpu_communicator_without_gpus) {
+  aq_comm_t *c = NULL;
+  aq_status_t s = aq_comm_create_gpus(NULL, &c);
+  if (s == AQ_OK) {
+    aq_comm_destroy(c);
+    cr_skip_test("skipped: this machine has GPUs (comm/gpus tests them)");
+  }
+  cr_assert_eq(s, AQ_ERROR_UNAVAILABLE, "%s: %s", aq_status_string(s), aq_last_error());
+  cr_assert(c == NULL);
+}
+
+/* One process is a communicator of one rank (MPI's singleton start). */
+Test(comm, one_rank) {
+  need_mpi();
+  aq_comm_t *c;
+  AQ_ASSERT_OK(aq_comm_create_mpi(NULL, &(aq_comm_options_t){.timeout_ms = 5000}, &c));
+  aq_comm_info_t info;
+  AQ_ASSERT_OK(aq_comm_get_info(c, &info));
+  cr_assert(info.rank == 0 && info.size == 1 && info.mpi && info.timeout_ms == 5000);
+  float v[3] = {1, 2, 3}, w[3];
+  AQ_ASSERT_OK(aq_comm_run(
+      c,
+      &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE, .reduce = AQ_REDUCE_MEAN, .send = v, .recv = w, .count = 3}));
+  cr_assert(w[0] == 1 && w[1] == 2 && w[2] == 3);
+  AQ_ASSERT_OK(aq_comm_run(c, &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLGATHER, .send = v, .recv = w, .count = 0}));
+  AQ_ASSERT_FAILS(aq_comm_run(c, &(aq_collective_t){.kind = 9, .send = v, .recv = w, .count = 3}),
+                  AQ_ERROR_INVALID_ARGUMENT, "kind 9");
+  AQ_ASSERT_FAILS(
+      aq_comm_run(c,
+                  &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE, .reduce = 5, .send = v, .recv = w, .count = 3}),
+      AQ_ERROR_INVALID_ARGUMENT, "reduction 5");
+  AQ_ASSERT_FAILS(aq_comm_run(c, &(aq_collective_t){.kind = AQ_COLLECTIVE_BROADCAST, .root = 1, .recv = w, .count = 3}),
+                  AQ_ERROR_INVALID_ARGUMENT, "root 1");
+  AQ_ASSERT_FAILS(aq_comm_run(c, &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLGATHER, .send = v, .recv = v, .count = 3}),
+                  AQ_ERROR_INVALID_ARGUMENT, "apart");
+  AQ_ASSERT_FAILS(aq_comm_run(c, &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE, .count = 3}),
+                  AQ_ERROR_INVALID_ARGUMENT, "no buffer");
+  aq_queue_t q;
+  AQ_ASSERT_OK(aq_queue_create(first_cpu_agent(), NULL, &q));
+  AQ_ASSERT_FAILS(
+      aq_comm_enqueue(c, q, &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE, .send = v, .recv = v, .count = 3},
+                      (aq_signal_t){0}),
+      AQ_ERROR_UNAVAILABLE, "NCCL");
+  aq_queue_destroy(q);
+  AQ_ASSERT_OK(aq_comm_destroy(c));
+}
+
+/* Graph ops on one rank, and what aq_graph_data_parallel refuses. */
+Test(comm, graph_ops_one_rank) {
+  need_mpi();
+  aq_comm_t *c;
+  AQ_ASSERT_OK(aq_comm_create_mpi(NULL, NULL, &c));
+  aq_graph_t *g;
+  aq_tensor_t x, labels, w, logits, loss, gw, gathered;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){3, 5}, &x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){3}, &labels));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){5, 2}, &w));
+  AQ_ASSERT_FAILS(aq_op_allreduce(g, c, labels, AQ_REDUCE_SUM), AQ_ERROR_INVALID_ARGUMENT, "not f32");
+  AQ_ASSERT_FAILS(aq_op_broadcast(g, c, x, 3), AQ_ERROR_INVALID_ARGUMENT, "root 3");
+  AQ_ASSERT_FAILS(aq_op_allreduce(g, c, (aq_tensor_t){999}, AQ_REDUCE_SUM), AQ_ERROR_INVALID_HANDLE, "999");
+  AQ_ASSERT_OK(aq_op_matmul(g, x, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  AQ_ASSERT_FAILS(aq_graph_data_parallel(g, c, NULL), AQ_ERROR_INVALID_GRAPH, "aq_graph_backward");
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, labels, &loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  AQ_ASSERT_FAILS(aq_graph_data_parallel(g, c, &(aq_data_parallel_options_t){.root = 2}), AQ_ERROR_INVALID_ARGUMENT,
+                  "root 2");
+  AQ_ASSERT_OK(aq_graph_data_parallel(g, c, NULL));
+  AQ_ASSERT_OK(aq_graph_gradient(g, w, &gw));
+  AQ_ASSERT_OK(aq_op_sgd(g, w, gw, &(aq_sgd_options_t){.lr = 0.5f}));
+  AQ_ASSERT_FAILS(aq_graph_data_parallel(g, c, NULL), AQ_ERROR_INVALID_GRAPH, "before the optimizer ops");
+  AQ_ASSERT_OK(aq_op_allgather(g, c, x, &gathered));
+  aq_tensor_info_t info;
+  AQ_ASSERT_OK(aq_tensor_get_info(g, gathered, &info));
+  cr_assert(info.rank == 2 && info.dims[0] == 3 && info.dims[1] == 5);
+  /* One rank: the step is plain SGD on the mean gradient. */
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &(aq_exec_options_t){.flags = AQ_EXEC_NO_MEMORY_REUSE}, &e));
+  float xv[15], wv[10], after[10], back[15];
+  int32_t lv[3] = {0, 1, 1};
+  for (int i = 0; i < 15; ++i) xv[i] = (float)i / 15.0f;
+  for (int i = 0; i < 10; ++i) wv[i] = 0.1f * (float)(i % 3);
+  AQ_ASSERT_OK(aq_exec_write(e, x, xv, sizeof(xv)));
+  AQ_ASSERT_OK(aq_exec_write(e, labels, lv, sizeof(lv)));
+  AQ_ASSERT_OK(aq_exec_write(e, w, wv, sizeof(wv)));
+  AQ_ASSERT_OK(aq_exec_run(e));
+  AQ_ASSERT_OK(aq_exec_wait(e, 30 * SEC));
+  AQ_ASSERT_OK(aq_exec_read(e, w, after, sizeof(after)));
+  AQ_ASSERT_OK(aq_exec_read(e, gathered, back, sizeof(back)));
+  cr_assert(!memcmp(back, xv, sizeof(xv)), "a one-rank allgather copies");
+  int moved = 0;
+  for (int i = 0; i < 10; ++i) moved += after[i] != wv[i];
+  cr_assert(moved > 0, "the SGD after the bucket's all-reduce did not run");
+  aq_exec_destroy(e);
+  aq_graph_destroy(g);
+  AQ_ASSERT_OK(aq_comm_destroy(c));
+}
+
+/* ---- several ranks: mpirun starts this binary as each rank ---------------- */
+static void ranks(const char *program, const char *extra, char *out, size_t size) {
+  need_mpi();
+  if (system("command -v mpirun >/dev/null 2>&1") != 0)
+    cr_skip_test("skipped: no mpirun (apt-get install openmpi-bin)");
+  char exe[512];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  cr_assert(n > 0);
+  exe[n] = '\0';
+  char cmd[1200];
+  /* One worker a rank: two ranks share this machine's cores. */
+  snprintf(cmd, sizeof(cmd),
+           "env -u BXFI_MAP AQ_TEST_RANK=%s AQ_CPU_WORKERS=1 timeout 120 mpirun -np 2 --allow-run-as-root "
+           "--oversubscribe %s %s 2>&1",
+           program, extra, exe);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p, "cannot run %s", cmd);
+  size_t len = fread(out, 1, size - 1, p);
+  out[len] = '\0';
+  int rc = pclose(p);
+  cr_log_info("%s", out);
+  cr_assert(strstr(out, "rank 0: ") && rc == 0, "mpirun exited with %d:\n%s", rc, out);
+}
+
+Test(comm, mpi_collectives, .timeout = 150) {
+  char out[16384];
+  ranks("collectives", "", out, sizeof(out));
+  cr_assert(strstr(out, "rank 0: collectives ok") && strstr(out, "rank 1: collectives ok"), "%s", out);
+}
+
+Test(comm, mpi_data_parallel_matches_one_process, .timeout = 150) {
+  char out[16384];
+  ranks("contract", "", out, sizeof(out));
+  cr_assert(strstr(out, "rank 0: contract ok") && strstr(out, "rank 1: contract ok"), "%s", out);
+}
+
+/* --enable-recovery: mpirun leaves the survivor running when a rank dies,
+ * as a job on several machines outlives one machine's loss. */
+Test(comm, mpi_killed_rank_fails_survivor_in_time, .timeout = 150) {
+  char out[16384];
+  setenv("AQ_COMM_TIMEOUT_MS", "2000", 1);
+  ranks("killed", "--enable-recovery", out, sizeof(out));
+  cr_assert(strstr(out, "rank 0: killed ok"), "%s", out);
+}
