@@ -79,10 +79,14 @@ static aq_status_t all_agree(aq_comm_t *c, int mine, int *out_all) {
   return AQ_OK;
 }
 
+/* A GPU of its own for this process: the local rank's (as Open MPI
+ * numbers the processes of one machine), where there are that many. */
 static int have_gpu(void) {
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  uint32_t want = local ? (uint32_t)atoi(local) : 0, gpus = 0;
   for (uint32_t i = 0; i < aq_agent_count(); ++i)
-    if (aq_agent_at(i)->info.kind == AQ_AGENT_KIND_GPU && !strcmp(aq_agent_at(i)->info.driver, "cuda")) return 1;
-  return 0;
+    gpus += aq_agent_at(i)->info.kind == AQ_AGENT_KIND_GPU && !strcmp(aq_agent_at(i)->info.driver, "cuda");
+  return want < gpus;
 }
 
 AQ_API aq_status_t aq_comm_create_mpi(void *mpi_comm, const aq_comm_options_t *options, aq_comm_t **out) {
@@ -157,6 +161,7 @@ AQ_API aq_status_t aq_comm_get_info(const aq_comm_t *c, aq_comm_info_t *info) {
                            .local_ranks = c->local_ranks,
                            .mpi = c->mpi != NULL,
                            .nccl = c->ngpus > 0,
+                           .gpu_agent = c->ngpus ? (int32_t)c->gpu_agent[0] : -1,
                            .timeout_ms = c->timeout_ns / 1000000};
   return AQ_OK;
 }

@@ -63,6 +63,7 @@ typedef struct aq_comm_info {
   uint32_t local_ranks; /* ranks in this process (GPU communicators: one per GPU) */
   int mpi;              /* carried by MPI */
   int nccl;             /* GPU agents joined by NCCL */
+  int32_t gpu_agent;    /* agent index of this process's first GPU rank, -1 if none */
   uint64_t timeout_ms;
 } aq_comm_info_t;
 aq_status_t aq_comm_get_info(const aq_comm_t *comm, aq_comm_info_t *info);

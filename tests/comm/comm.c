@@ -1,6 +1,6 @@
 /* Communicators and collectives: bad input and one-rank behaviour in this
- * process; several ranks through mpirun, which starts this binary as each
- * rank (ranks.c) and whose output is checked here; GPU agents joined by
+ * process; several ranks through mpirun, which starts comm-ranks
+ * (tests/comm/ranks) as each rank, whose output is checked here; GPU agents joined by
  * NCCL where there are some. Without mpirun (or libmpi) the rank tests say
  * "skipped", which counts as skipped, never as passing. */
 #include <stdio.h>
@@ -154,27 +154,68 @@ Test(comm, graph_ops_one_rank) {
 }
 
 /* ---- several ranks: mpirun starts this binary as each rank ---------------- */
-static void ranks(const char *program, const char *extra, char *out, size_t size) {
-  need_mpi();
-  if (system("command -v mpirun >/dev/null 2>&1") != 0)
-    cr_skip_test("skipped: no mpirun (apt-get install openmpi-bin)");
-  char exe[512];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+/* build/tests/comm-ranks, beside this program. */
+static void ranks_program(char *path, size_t size) {
+  ssize_t n = readlink("/proc/self/exe", path, size - 16);
   cr_assert(n > 0);
-  exe[n] = '\0';
-  char cmd[1200];
-  /* One worker a rank: two ranks share this machine's cores. */
-  snprintf(cmd, sizeof(cmd),
-           "env -u BXFI_MAP AQ_TEST_RANK=%s AQ_CPU_WORKERS=1 timeout 120 mpirun -np 2 --allow-run-as-root "
-           "--oversubscribe %s %s 2>&1",
-           program, extra, exe);
+  path[n] = '\0';
+  strcpy(strrchr(path, '/') + 1, "comm-ranks");
+}
+
+static int run(const char *cmd, char *out, size_t size) {
   FILE *p = popen(cmd, "r");
   cr_assert(p, "cannot run %s", cmd);
   size_t len = fread(out, 1, size - 1, p);
   out[len] = '\0';
   int rc = pclose(p);
   cr_log_info("%s", out);
+  return rc;
+}
+
+static void ranks(const char *program, const char *extra, char *out, size_t size) {
+  need_mpi();
+  if (system("command -v mpirun >/dev/null 2>&1") != 0)
+    cr_skip_test("skipped: no mpirun (apt-get install openmpi-bin)");
+  char exe[512], cmd[1200];
+  ranks_program(exe, sizeof(exe));
+  /* One worker a rank: two ranks share this machine's cores. */
+  snprintf(cmd, sizeof(cmd),
+           "AQ_CPU_WORKERS=1 timeout 120 mpirun -np 2 --allow-run-as-root --oversubscribe %s %s %s 2>&1", extra, exe,
+           program);
+  int rc = run(cmd, out, size);
   cr_assert(strstr(out, "rank 0: ") && rc == 0, "mpirun exited with %d:\n%s", rc, out);
+}
+
+static int cuda_gpus(void) {
+  aq_agent_t all[64];
+  size_t n = 0, gpus = 0;
+  AQ_ASSERT_OK(aq_agents(all, 64, &n));
+  for (size_t i = 0; i < n && i < 64; ++i) {
+    aq_agent_info_t info;
+    AQ_ASSERT_OK(aq_agent_get_info(all[i], &info));
+    gpus += info.kind == AQ_AGENT_KIND_GPU && !strcmp(info.driver, "cuda");
+  }
+  return (int)gpus;
+}
+
+/* Every GPU agent of one process a rank: each kind through NCCL on the
+ * GPUs' queues (one GPU is a communicator of one). */
+Test(comm, gpus, .timeout = 150) {
+  if (!cuda_gpus()) cr_skip_test("skipped: no GPU");
+  char exe[512], cmd[600], out[16384];
+  ranks_program(exe, sizeof(exe));
+  snprintf(cmd, sizeof(cmd), "timeout 120 %s gpus 2>&1", exe);
+  int rc = run(cmd, out, sizeof(out));
+  if (strstr(out, "gpus skipped")) cr_skip_test("%s", out);
+  cr_assert(rc == 0 && strstr(out, "rank 0: gpus ok"), "%s", out);
+}
+
+/* Two processes, a GPU each: MPI bootstraps NCCL. */
+Test(comm, mpi_gpu_collectives, .timeout = 150) {
+  if (cuda_gpus() < 2) cr_skip_test("skipped: fewer than 2 GPUs");
+  char out[16384];
+  ranks("gpu_collectives", "", out, sizeof(out));
+  cr_assert(strstr(out, "rank 0: gpu_collectives ok") && strstr(out, "rank 1: gpu_collectives ok"), "%s", out);
 }
 
 Test(comm, mpi_collectives, .timeout = 150) {

@@ -1,11 +1,17 @@
-/* What each rank runs under mpirun (ranks.h):
+/* comm-ranks PROGRAM: what each rank runs under mpirun (tests/comm/comm.c
+ * launches it; a plain program, so that it runs where Criterion is not
+ * installed, as on the GPU machines). Each prints "rank R: PROGRAM ok" on
+ * success, or "rank R: PROGRAM FAILED: why", and exits non-zero then:
  *   collectives  every kind, on host memory (sizes 0, 1, odd) and as graph
  *                ops (sizes 1 and odd), checked value by value;
  *   contract     data parallelism: N ranks with global batch B (B/N each)
  *                train the same MLP as one process with batch B (rank 0
  *                trains that one too and compares);
  *   killed       rank 1 dies after one collective; rank 0's next run must
- *                fail within the timeout, naming rank 1 and the collective. */
+ *                fail within the timeout, naming rank 1 and the collective;
+ *   gpu_collectives  every kind through NCCL on each rank's GPU queue;
+ *   gpus         (without mpirun) the same over this process's GPU agents,
+ *                one rank each; "skipped" without GPUs or NCCL. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,7 +20,6 @@
 #include <time.h>
 
 #include "aquila/aquila.h"
-#include "ranks.h"
 
 static int me = -1;
 static const char *running = "";
@@ -250,6 +255,108 @@ static int contract(aq_comm_t *c, int r, int n) {
   return rc;
 }
 
+/* ---- GPU agents joined by NCCL -------------------------------------------- */
+enum { GPU_COUNT = 1001, LOCAL_MAX = 16 };
+
+typedef struct gpu_rank {
+  int rank;
+  aq_queue_t queue;
+  aq_signal_t done;
+  float *send, *recv; /* device memory: GPU_COUNT * ranks floats each */
+} gpu_rank_t;
+
+static int gpu_setup(gpu_rank_t *g, aq_agent_t agent, int rank, int n) {
+  g->rank = rank;
+  CHECK(aq_queue_create(agent, NULL, &g->queue));
+  CHECK(aq_signal_create(0, &g->done));
+  aq_region_t regions[8];
+  size_t nr = 0;
+  CHECK(aq_agent_regions(agent, regions, 8, &nr));
+  for (size_t i = 0; i < nr && i < 8; ++i) {
+    aq_region_info_t info;
+    CHECK(aq_region_get_info(regions[i], &info));
+    if (!(info.flags & AQ_REGION_DEVICE) || (info.flags & AQ_REGION_MANAGED)) continue;
+    CHECK(aq_memory_allocate(regions[i], GPU_COUNT * (size_t)n * 4, (void **)&g->send));
+    CHECK(aq_memory_allocate(regions[i], GPU_COUNT * (size_t)n * 4, (void **)&g->recv));
+    return 0;
+  }
+  EXPECT(0, "the GPU agent has no device memory region");
+}
+
+/* One collective on every local rank's queue, then wait for all: from
+ * send to recv, or in place (in send; broadcast: in recv). */
+static int gpu_step(aq_comm_t *c, gpu_rank_t *g, int local, aq_collective_t x, int in_place) {
+  for (int k = 0; k < local; ++k) {
+    aq_signal_store(g[k].done, 1);
+    x.send = x.kind == AQ_COLLECTIVE_BROADCAST ? g[k].recv : g[k].send;
+    x.recv = in_place ? (float *)x.send : g[k].recv;
+    CHECK(aq_comm_enqueue(c, g[k].queue, &x, g[k].done));
+  }
+  for (int k = 0; k < local; ++k) CHECK(aq_signal_wait(g[k].done, AQ_SIGNAL_EQ, 0, 60ull * 1000000000ull, NULL));
+  return 0;
+}
+
+static int gpu_put(float *dst, const float *host, size_t n) {
+  CHECK(aq_memory_copy(dst, host, n * 4));
+  return 0;
+}
+
+static int gpu_check(aq_comm_t *c, gpu_rank_t *g, int local, int n) {
+  const size_t m = GPU_COUNT;
+  float *h = malloc(m * (size_t)n * 4);
+  EXPECT(h, "no memory");
+  int rc = 0;
+  for (int k = 0; k < local && !rc; ++k) {
+    for (size_t j = 0; j < m * n; ++j) h[j] = (float)(g[k].rank + 1) + (float)j;
+    rc = gpu_put(g[k].send, h, m * n);
+  }
+  if (!rc) rc = gpu_step(c, g, local, (aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE, .count = m}, 0);
+  for (int k = 0; k < local && !rc; ++k) {
+    CHECK(aq_memory_copy(h, g[k].recv, m * 4));
+    for (size_t j = 0; j < m; ++j)
+      EXPECT(h[j] == (float)(n * (n + 1) / 2) + (float)(n * j), "NCCL allreduce: [%zu] = %g", j, h[j]);
+  }
+  if (!rc)
+    rc = gpu_step(c, g, local, (aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE, .reduce = AQ_REDUCE_MEAN, .count = m},
+                  1);
+  for (int k = 0; k < local && !rc; ++k) {
+    CHECK(aq_memory_copy(h, g[k].send, m * 4));
+    for (size_t j = 0; j < m; ++j)
+      EXPECT(h[j] == ((float)(n * (n + 1) / 2) + (float)(n * j)) / (float)n, "NCCL mean: [%zu] = %g", j, h[j]);
+  }
+  for (int k = 0; k < local && !rc; ++k) {
+    for (size_t j = 0; j < m; ++j) h[j] = g[k].rank == n - 1 ? 100.0f + (float)j : -1.0f;
+    rc = gpu_put(g[k].recv, h, m);
+  }
+  if (!rc)
+    rc = gpu_step(c, g, local, (aq_collective_t){.kind = AQ_COLLECTIVE_BROADCAST, .root = (uint32_t)n - 1, .count = m},
+                  1);
+  for (int k = 0; k < local && !rc; ++k) {
+    CHECK(aq_memory_copy(h, g[k].recv, m * 4));
+    for (size_t j = 0; j < m; ++j) EXPECT(h[j] == 100.0f + (float)j, "NCCL broadcast: [%zu] = %g", j, h[j]);
+  }
+  for (int k = 0; k < local && !rc; ++k) {
+    for (size_t j = 0; j < m * n; ++j) h[j] = (float)(g[k].rank * 1000) + (float)j;
+    rc = gpu_put(g[k].send, h, m * n);
+  }
+  if (!rc) rc = gpu_step(c, g, local, (aq_collective_t){.kind = AQ_COLLECTIVE_ALLGATHER, .count = m}, 0);
+  for (int k = 0; k < local && !rc; ++k) {
+    CHECK(aq_memory_copy(h, g[k].recv, m * n * 4));
+    for (size_t j = 0; j < m * n; ++j)
+      EXPECT(h[j] == (float)((j / m) * 1000 + j % m), "NCCL allgather: [%zu] = %g", j, h[j]);
+  }
+  if (!rc) rc = gpu_step(c, g, local, (aq_collective_t){.kind = AQ_COLLECTIVE_REDUCE_SCATTER, .count = m}, 0);
+  for (int k = 0; k < local && !rc; ++k) {
+    CHECK(aq_memory_copy(h, g[k].recv, m * 4));
+    int r = g[k].rank;
+    for (size_t j = 0; j < m; ++j)
+      EXPECT(h[j] == (float)(1000 * n * (n - 1) / 2) + (float)(n * (r * m + j)), "NCCL reduce_scatter: [%zu] = %g", j,
+             h[j]);
+  }
+  free(h);
+  return rc;
+}
+
 /* ---- a rank that dies --------------------------------------------------------- */
 static int killed(aq_comm_t *c, int r) {
   aq_graph_t *g;
@@ -284,21 +391,66 @@ static int killed(aq_comm_t *c, int r) {
   return 0;
 }
 
-/* Before Criterion's main: Criterion's own workers (which run its tests)
- * do not have the variable. */
-__attribute__((constructor)) static void rank_mode(void) {
-  const char *name = getenv("AQ_TEST_RANK");
-  if (name) exit(rank_main(name));
+/* Every GPU agent of this process a rank (ncclCommInitAll). */
+static int gpus(void) {
+  aq_comm_t *c;
+  aq_status_t s = aq_comm_create_gpus(NULL, &c);
+  if (s == AQ_ERROR_UNAVAILABLE) {
+    printf("rank 0: gpus skipped: %s\n", aq_last_error());
+    return 0;
+  }
+  CHECK(s);
+  aq_comm_info_t info;
+  CHECK(aq_comm_get_info(c, &info));
+  aq_agent_t agents[64];
+  size_t na = 0;
+  CHECK(aq_agents(agents, 64, &na));
+  gpu_rank_t g[LOCAL_MAX] = {0};
+  int rc = 0, local = 0;
+  for (size_t a = 0; a < na && a < 64 && !rc && local < LOCAL_MAX; ++a) {
+    aq_agent_info_t ai;
+    CHECK(aq_agent_get_info(agents[a], &ai));
+    if (ai.kind == AQ_AGENT_KIND_GPU && !strcmp(ai.driver, "cuda"))
+      rc = gpu_setup(&g[local], agents[a], local, (int)info.size), ++local;
+  }
+  if (!rc) rc = gpu_check(c, g, local, (int)info.size);
+  if (!rc) printf("rank 0: gpus ok (%d GPU agents)\n", local);
+  aq_comm_destroy(c);
+  return rc;
 }
 
-int rank_main(const char *name) {
+/* One GPU a process (MPI bootstraps NCCL). */
+static int gpu_collectives(aq_comm_t *c, int r, int n) {
+  aq_comm_info_t info;
+  CHECK(aq_comm_get_info(c, &info));
+  const char *why = "";
+  aq_comm_backend_status("nccl", &why);
+  EXPECT(info.nccl, "the communicator has no NCCL (nccl: %s; every rank needs a GPU agent)", *why ? why : "loaded");
+  aq_agent_t agents[64];
+  size_t na = 0;
+  CHECK(aq_agents(agents, 64, &na));
+  gpu_rank_t g = {0};
+  int rc = gpu_setup(&g, agents[info.gpu_agent], r, n);
+  if (!rc) rc = gpu_check(c, &g, 1, n);
+  return rc;
+}
+
+static int rank_main(const char *name) {
   running = name;
   if (aq_init(NULL) != AQ_OK) {
     printf("rank ?: %s FAILED: aq_init: %s\n", name, aq_last_error());
     return 1;
   }
+  if (!strcmp(name, "gpus")) {
+    int rc = gpus();
+    aq_shut_down();
+    return rc;
+  }
   aq_comm_t *c;
-  aq_status_t s = aq_comm_create_mpi(NULL, NULL, &c);
+  /* NCCL only where it is tested: a communicator joins it wherever each
+   * rank has a GPU, which costs its start-up. */
+  aq_comm_options_t o = {.no_nccl = strcmp(name, "gpu_collectives") != 0};
+  aq_status_t s = aq_comm_create_mpi(NULL, &o, &c);
   if (s != AQ_OK) {
     printf("rank ?: %s FAILED: aq_comm_create_mpi: %s\n", name, aq_last_error());
     return 1;
@@ -306,13 +458,22 @@ int rank_main(const char *name) {
   aq_comm_info_t info;
   aq_comm_get_info(c, &info);
   me = (int)info.rank;
-  int rc = !strcmp(name, "collectives") ? collectives(c, me, (int)info.size)
-           : !strcmp(name, "contract")  ? contract(c, me, (int)info.size)
-           : !strcmp(name, "killed")    ? killed(c, me)
-                                        : (printf("rank %d: no program '%s'\n", me, name), 2);
+  int rc = !strcmp(name, "collectives")       ? collectives(c, me, (int)info.size)
+           : !strcmp(name, "contract")        ? contract(c, me, (int)info.size)
+           : !strcmp(name, "killed")          ? killed(c, me)
+           : !strcmp(name, "gpu_collectives") ? gpu_collectives(c, me, (int)info.size)
+                                              : (printf("rank %d: no program '%s'\n", me, name), 2);
   if (!rc) printf("rank %d: %s ok\n", me, name);
   fflush(stdout);
   aq_comm_destroy(c);
   aq_shut_down();
   return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: mpirun -np N comm-ranks collectives|contract|killed|gpu_collectives, or comm-ranks gpus\n");
+    return 2;
+  }
+  return rank_main(argv[1]);
 }
