@@ -3,12 +3,16 @@
  *   train_fashion [--model mlp|cnn] [--optimizer sgd|adam] [--epochs 10] [--batch 256] [--lr 0.1, cnn 0.05]
  *                 [--momentum 0.9] [--seed 1] [--placement auto|cpu|gpu|eager|round-robin|locality]
  *                 [--data DIR] [--out DIR] [--dot FILE] [--trace FILE]
- *                 [--augment none|flip] [--schedule cosine|constant]
+ *                 [--augment none|flip] [--schedule cosine|constant] [--data-parallel]
  *
  * The learning rate falls from --lr towards 0 on a cosine over the epochs
  * (--schedule constant keeps it): at a constant rate the test accuracy
  * swung by a point or two from one epoch to the next, so where training
  * stopped decided the result. --augment flip mirrors half the images.
+ *
+ * --data-parallel: under mpirun -np N, each process is a rank training on
+ * its shard of every global batch of --batch rows (parallel.h); rank 0
+ * alone prints and writes the metrics.
  *
  * Prints a progress bar per epoch and the test accuracy after each; writes
  * DIR/metrics.csv and DIR/training.svg (loss and accuracy per epoch). */
@@ -20,12 +24,13 @@
 #include <time.h>
 
 #include "fashion_data.h"
+#include "parallel.h"
 #include "report.h"
 #include "trainer.h"
 
 typedef struct args {
   trainer_options_t t;
-  int epochs;
+  int epochs, data_parallel;
   const char *data, *out, *dot, *trace, *placement;
 } args_t;
 
@@ -36,7 +41,7 @@ static int usage(const char *why) {
           "                     [--momentum X] [--seed N]\n"
           "                     [--augment none|flip] [--schedule cosine|constant]\n"
           "                     [--placement auto|cpu|gpu|eager|round-robin|locality] [--data DIR] [--out DIR]\n"
-          "                     [--dot FILE] [--trace FILE]\n");
+          "                     [--dot FILE] [--trace FILE] [--data-parallel]\n");
   return 2;
 }
 
@@ -53,6 +58,10 @@ static int parse(int argc, char **argv, args_t *a) {
   for (int i = 1; i < argc; ++i) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) return usage(NULL) - 2 + 1;
+    if (!strcmp(k, "--data-parallel")) {
+      a->data_parallel = 1;
+      continue;
+    }
     if (!v || strncmp(k, "--", 2)) return usage("every option takes a value");
     char *end = NULL;
     errno = 0;
@@ -118,6 +127,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_fashion: aq_init: %s\n", aq_last_error());
     return 1;
   }
+  parallel_t par = {.ranks = 1};
+  if (a.data_parallel && parallel_start(&par)) return 1;
+  a.t.comm = par.comm, a.t.rank = par.rank, a.t.ranks = par.ranks;
   size_t nagents;
   aq_agents(NULL, 0, &nagents);
   if (a.trace) {
@@ -153,9 +165,9 @@ int main(int argc, char **argv) {
       s = trainer_step(t, &loss);
       loss_sum += loss;
       double el = now_s() - start;
-      report_progress(ep + 1, a.epochs, i + 1, steps, (i + 1) / (el > 0 ? el : 1e-9), loss_sum / (i + 1));
+      if (par.rank == 0) report_progress(ep + 1, a.epochs, i + 1, steps, (i + 1) / (el > 0 ? el : 1e-9), loss_sum / (i + 1));
     }
-    report_progress_done();
+    if (par.rank == 0) report_progress_done();
     if (s != AQ_OK) break;
     double secs = now_s() - start, acc = 0;
     s = trainer_evaluate(t, &acc);
@@ -168,6 +180,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_fashion: training failed: %s\n", trainer_error(s));
     return 1;
   }
+  if (par.rank != 0) goto done;
   mkdir(a.out, 0755);
   char csv[1024], svg[1024];
   snprintf(csv, sizeof(csv), "%s/metrics.csv", a.out);
@@ -179,12 +192,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_fashion: cannot write %s/: %s\n", a.out, strerror(errno));
   else
     printf("metrics: %s, plot: %s\n", csv, svg);
+done:
   free(hist);
   if (a.trace) {
     if (aq_trace_stop() == AQ_OK) printf("trace: %s (aq-trace summary %s)\n", a.trace, a.trace);
     else fprintf(stderr, "train_fashion: --trace: %s\n", aq_last_error());
   }
   trainer_destroy(t);
+  parallel_stop(&par);
   fashion_free(&train);
   fashion_free(&test);
   aq_shut_down();
