@@ -3,6 +3,7 @@
  * with a deadline, so a peer that died or stalled costs the timeout, not a
  * hang. */
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -152,11 +153,38 @@ static void record(const comm_op_t *op, uint64_t end) {
   aq_trace_record(&ev);
 }
 
+/* MPI progresses only inside its calls, so the waiter keeps calling: at
+ * first yielding the core between looks (a collective's fragments go back
+ * and forth many times, and a sleep's wake-up on a loaded machine takes
+ * longer than the transfer), then sleeping longer and longer, up to
+ * NAP_MAX_NS, while the peers are late. */
+enum { YIELD_NS = 200000, NAP_MAX_NS = 100000 };
+
+static void pause_between_looks(uint64_t waited_ns, long *nap_ns) {
+  if (waited_ns < YIELD_NS) {
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, *nap_ns};
+  nanosleep(&ts, NULL);
+  if (*nap_ns < NAP_MAX_NS) *nap_ns *= 2;
+}
+
+static aq_status_t timed_out(comm_op_t *op) {
+  aq_comm_t *c = op->comm;
+  char who[64], why[160];
+  peers(c, who, sizeof(who));
+  snprintf(why, sizeof(why), "no answer after %.1f s: %s did not join (dead or stalled)", (double)c->timeout_ns / 1e9,
+           who);
+  op->active = 0; /* an MPI collective cannot be cancelled: the communicator is lost */
+  return fail(op, AQ_ERROR_TIMEOUT, why);
+}
+
 aq_status_t comm_op_complete(comm_op_t *op) {
   aq_comm_t *c = op->comm;
   if (op->start_error != AQ_OK) return fail(op, op->start_error, op->start_why);
   if (!op->active) return AQ_OK;
-  uint64_t deadline = op->started_ns + c->timeout_ns;
+  uint64_t waiting = aq_now_ns(), deadline = op->started_ns + c->timeout_ns;
   long nap_ns = 1000;
   for (;;) {
     int done = 0;
@@ -168,19 +196,9 @@ aq_status_t comm_op_complete(comm_op_t *op) {
       return fail(op, AQ_ERROR_IO, comm_mpi_error(rc));
     }
     if (done) break;
-    if (aq_now_ns() >= deadline) {
-      char who[64], why[160];
-      peers(c, who, sizeof(who));
-      snprintf(why, sizeof(why), "no answer after %.1f s: %s did not join (dead or stalled)",
-               (double)c->timeout_ns / 1e9, who);
-      op->active = 0; /* an MPI collective cannot be cancelled: the communicator is lost */
-      return fail(op, AQ_ERROR_TIMEOUT, why);
-    }
-    /* MPI progresses only inside its calls: look often, but let the
-     * process's other threads (and an oversubscribed peer) run. */
-    struct timespec ts = {0, nap_ns};
-    nanosleep(&ts, NULL);
-    if (nap_ns < 200000) nap_ns *= 2;
+    uint64_t now = aq_now_ns();
+    if (now >= deadline) return timed_out(op);
+    pause_between_looks(now - waiting, &nap_ns);
   }
   op->active = 0;
   int reduces = op->c.kind == AQ_COLLECTIVE_ALLREDUCE || op->c.kind == AQ_COLLECTIVE_REDUCE_SCATTER;

@@ -5,12 +5,14 @@
  * the same device call (aq-bench does not embed Python).
  * Options: --model mlp|cnn, --placement auto|cpu|gpu, --epochs N (default 1), --batch N (256), --threads (informational:
  * workers come from AQ_CPU_WORKERS), --data DIR, --steps N (cap per epoch), --dot FILE (the placed step).
- * The placement policy is AQ_SCHED's (eager by default). */
+ * The placement policy is AQ_SCHED's (eager by default). --ranks N: data-parallel scaling under
+ * mpirun -np N (train_ranks.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../examples/train_fashion/trainer.h"
 #include "bench.h"
+#include "train_ranks.h"
 
 int aq_bench_train(int argc, char **argv) {
   int epochs = (int)bench_arg_int(argc, argv, "epochs", 1);
@@ -39,6 +41,12 @@ int aq_bench_train(int argc, char **argv) {
   if (aq_init(NULL) != AQ_OK) {
     fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
     return 1;
+  }
+  if (bench_arg(argc, argv, "ranks")) {
+    int rc = aq_bench_train_ranks(argc, argv, &o, placement, &train, &test);
+    fashion_free(&train), fashion_free(&test);
+    aq_shut_down();
+    return rc;
   }
   aq_agent_t agent;
   size_t n;
