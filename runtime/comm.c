@@ -1,5 +1,6 @@
 /* Communicators: creation over MPI or over this process's GPU agents, and
  * collectives run at once on host memory. */
+#include <dlfcn.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,6 +153,22 @@ void *comm_keep(aq_comm_t *c, size_t bytes) {
   c->kept = k;
   pthread_mutex_unlock(&c->keep_lock);
   return k->data;
+}
+
+aq_status_t comm_lib_load(comm_lib_t *l) {
+  pthread_mutex_lock(&l->lock);
+  if (!l->loaded) {
+    void *h = dlopen(l->soname, l->dlopen_flags);
+    if (!h) {
+      snprintf(l->why_not, sizeof(l->why_not), "%s%s", dlerror(), l->hint);
+    } else if (l->resolve(h, l->why_not, sizeof(l->why_not))) {
+      dlclose(h);
+    } else {
+      l->loaded = 1;
+    }
+  }
+  pthread_mutex_unlock(&l->lock);
+  return l->loaded ? AQ_OK : aq_error(AQ_ERROR_UNAVAILABLE, "%s: %s", l->label, l->why_not);
 }
 
 AQ_API aq_status_t aq_comm_get_info(const aq_comm_t *c, aq_comm_info_t *info) {

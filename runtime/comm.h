@@ -88,6 +88,20 @@ typedef struct nccl_api {
 extern mpi_api_t aq_mpi;
 extern nccl_api_t aq_nccl;
 
+/* A library loaded once, at its first use. */
+typedef struct comm_lib {
+  const char *soname, *label, *hint; /* hint: how to install it */
+  int dlopen_flags;
+  /* Fills the entry-point table from h: NULL, or why h cannot serve. */
+  const char *(*resolve)(void *h, char *why, size_t size);
+  pthread_mutex_t lock;
+  int loaded;
+  char why_not[256];
+} comm_lib_t;
+aq_status_t comm_lib_load(comm_lib_t *lib);
+#define COMM_LIB(soname, label, hint, flags, resolve) \
+  {soname, label, hint, flags, resolve, PTHREAD_MUTEX_INITIALIZER, 0, "not loaded yet"}
+
 /* Load the library once; AQ_OK, or AQ_ERROR_UNAVAILABLE saying why. */
 aq_status_t comm_mpi_load(void);
 aq_status_t comm_nccl_load(void);

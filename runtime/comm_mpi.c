@@ -14,41 +14,29 @@
 #include "runtime/wake.h"
 
 mpi_api_t aq_mpi;
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
-static int loaded;
-static char why_not[256] = "not loaded yet";
 
-const char *comm_mpi_status(void) { return loaded ? "" : why_not; }
-
-/* RTLD_GLOBAL: Open MPI's components, which it dlopens in turn, find
- * libmpi's symbols only in the global scope. */
-aq_status_t comm_mpi_load(void) {
-  pthread_mutex_lock(&load_lock);
-  if (!loaded) {
-    void *h = dlopen("libmpi.so.40", RTLD_NOW | RTLD_GLOBAL);
-    const char *missing = NULL;
-    if (!h) {
-      snprintf(why_not, sizeof(why_not), "%s (Open MPI: apt-get install openmpi-bin)", dlerror());
-    } else {
+static const char *resolve(void *h, char *why, size_t size) {
+  const char *missing = NULL;
 #define AQ_MPI_LOAD(ret, name, params) \
   if (!missing && !(*(void **)&aq_mpi.name = dlsym(h, "MPI_" #name))) missing = "MPI_" #name;
-      AQ_MPI_FUNCTIONS(AQ_MPI_LOAD)
+  AQ_MPI_FUNCTIONS(AQ_MPI_LOAD)
 #undef AQ_MPI_LOAD
 #define AQ_MPI_OBJECT_LOAD(name) \
   if (!missing && !(aq_mpi.name = dlsym(h, #name))) missing = #name;
-      AQ_MPI_OBJECTS(AQ_MPI_OBJECT_LOAD)
+  AQ_MPI_OBJECTS(AQ_MPI_OBJECT_LOAD)
 #undef AQ_MPI_OBJECT_LOAD
-      if (missing) {
-        snprintf(why_not, sizeof(why_not), "libmpi.so.40 lacks %s (not Open MPI 4 or newer)", missing);
-        dlclose(h);
-      } else {
-        loaded = 1;
-      }
-    }
-  }
-  pthread_mutex_unlock(&load_lock);
-  return loaded ? AQ_OK : aq_error(AQ_ERROR_UNAVAILABLE, "MPI: %s", why_not);
+  if (!missing) return NULL;
+  snprintf(why, size, "libmpi.so.40 lacks %s (not Open MPI 4 or newer)", missing);
+  return why;
 }
+
+/* RTLD_GLOBAL: Open MPI's components, which it dlopens in turn, find
+ * libmpi's symbols only in the global scope. */
+static comm_lib_t lib = COMM_LIB("libmpi.so.40", "MPI", " (Open MPI: apt-get install openmpi-bin)",
+                                 RTLD_NOW | RTLD_GLOBAL, resolve);
+
+aq_status_t comm_mpi_load(void) { return comm_lib_load(&lib); }
+const char *comm_mpi_status(void) { return lib.loaded ? "" : lib.why_not; }
 
 const char *comm_mpi_error(int code) {
   static _Thread_local char buf[256];

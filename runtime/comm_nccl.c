@@ -14,39 +14,24 @@
 #include "runtime/trace.h"
 
 nccl_api_t aq_nccl;
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
-static int loaded;
-static char why_not[256] = "not loaded yet";
-
-const char *comm_nccl_status(void) { return loaded ? "" : why_not; }
-
-aq_status_t comm_nccl_load(void) {
-  pthread_mutex_lock(&load_lock);
-  if (!loaded) {
-    void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    const char *missing = NULL;
-    if (!h) {
-      snprintf(why_not, sizeof(why_not), "%s", dlerror());
-    } else {
+static const char *resolve(void *h, char *why, size_t size) {
+  const char *missing = NULL;
 #define AQ_NCCL_LOAD(ret, name, params) \
   if (!missing && !(*(void **)&aq_nccl.name = dlsym(h, "nccl" #name))) missing = "nccl" #name;
-      AQ_NCCL_FUNCTIONS(AQ_NCCL_LOAD)
+  AQ_NCCL_FUNCTIONS(AQ_NCCL_LOAD)
 #undef AQ_NCCL_LOAD
-      int version = 0;
-      if (missing) {
-        snprintf(why_not, sizeof(why_not), "libnccl.so.2 lacks %s", missing);
-        dlclose(h);
-      } else if (aq_nccl.GetVersion(&version) != NCCL_SUCCESS || version < 21000) {
-        snprintf(why_not, sizeof(why_not), "libnccl.so.2 is version %d; 2.10 or newer needed (ncclAvg)", version);
-        dlclose(h);
-      } else {
-        loaded = 1;
-      }
-    }
-  }
-  pthread_mutex_unlock(&load_lock);
-  return loaded ? AQ_OK : aq_error(AQ_ERROR_UNAVAILABLE, "NCCL: %s", why_not);
+  int version = 0;
+  if (missing) snprintf(why, size, "libnccl.so.2 lacks %s", missing);
+  else if (aq_nccl.GetVersion(&version) != NCCL_SUCCESS || version < 21000)
+    snprintf(why, size, "libnccl.so.2 is version %d; 2.10 or newer needed (ncclAvg)", version);
+  else return NULL;
+  return why;
 }
+
+static comm_lib_t lib = COMM_LIB("libnccl.so.2", "NCCL", "", RTLD_NOW | RTLD_LOCAL, resolve);
+
+aq_status_t comm_nccl_load(void) { return comm_lib_load(&lib); }
+const char *comm_nccl_status(void) { return lib.loaded ? "" : lib.why_not; }
 
 static aq_status_t nccl_failed(ncclResult_t r, const char *what) {
   return aq_error(AQ_ERROR_IO, "%s: NCCL error %d: %s", what, r, aq_nccl.GetErrorString(r));
