@@ -105,8 +105,8 @@ AQ_API aq_status_t aq_comm_create_mpi(void *mpi_comm, const aq_comm_options_t *o
   }
   c->rank = (uint32_t)rank, c->size = (uint32_t)size, c->local_ranks = 1;
   int nccl = 0;
-  if (s == AQ_OK && c->size > 1)
-    s = all_agree(c, !(options && options->no_nccl) && have_gpu() && comm_nccl_load() == AQ_OK, &nccl);
+  if (s == AQ_OK && c->size > 1 && !(options && options->no_nccl))
+    s = all_agree(c, have_gpu() && comm_nccl_load() == AQ_OK, &nccl);
   if (s == AQ_OK && nccl) s = comm_nccl_join_mpi(c);
   if (s != AQ_OK) {
     aq_comm_destroy(c);

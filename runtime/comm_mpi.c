@@ -130,7 +130,7 @@ static aq_status_t fail(comm_op_t *op, aq_status_t s, const char *why) {
 static void record(const comm_op_t *op, uint64_t end) {
   if (!aq_trace_on()) return;
   char name[96];
-  snprintf(name, sizeof(name), "%s (%zu B, %u ranks)", op->name, op->c.count * sizeof(float), op->comm->size);
+  snprintf(name, sizeof(name), "%s: %zu B x %u ranks", op->name, op->c.count * sizeof(float), op->comm->size);
   aq_trace_event_t ev = {.name = name,
                          .category = "collective",
                          .ready_ns = op->started_ns,

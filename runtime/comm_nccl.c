@@ -131,7 +131,7 @@ static aq_status_t stream_collective(const hsa_agent_dispatch_packet_t *p, void 
   if (t0) {
     static const char *names[] = {"", "allreduce", "broadcast", "allgather", "reduce_scatter"};
     char name[96];
-    snprintf(name, sizeof(name), "nccl %s (%llu B, %u ranks)", names[p->reserved0 & 15],
+    snprintf(name, sizeof(name), "nccl %s: %llu B x %u ranks", names[p->reserved0 & 15],
              (unsigned long long)p->arg[3] * 4, c->size);
     aq_trace_event_t ev = {.name = name,
                            .category = "collective",

@@ -61,7 +61,7 @@ static aq_status_t buckets(aq_graph_t *g, aq_comm_t *comm, const uint32_t *ids, 
     while (end < n && end - first < COLL_TENSORS_MAX && (end == first || sum + g->tensors[ids[end]].bytes <= bytes))
       sum += g->tensors[ids[end++]].bytes;
     char name[TASK_NAME_MAX];
-    snprintf(name, sizeof(name), "%s %u (%u tensors)", like->name, k, end - first);
+    snprintf(name, sizeof(name), "%s %u", like->name, k);
     coll_spec_t s = *like;
     s.name = name, s.n = end - first, s.tensors = ids + first;
     AQ_RETURN_IF_ERROR(coll_add(g, comm, &s, NULL, NULL));
@@ -121,13 +121,13 @@ AQ_API aq_status_t aq_graph_data_parallel(aq_graph_t *g, aq_comm_t *comm, const 
     /* The broadcast first (it is moved to the head, and its starts must
      * precede the gradients' in every rank's order). */
     coll_spec_t bc = {
-        .name = "broadcast parameters", .kind = AQ_COLLECTIVE_BROADCAST, .root = o ? o->root : 0, .first_run_only = 1};
+        .name = "broadcast params", .kind = AQ_COLLECTIVE_BROADCAST, .root = o ? o->root : 0, .first_run_only = 1};
     if (comm->chain_graph == g) comm->chain_graph = NULL; /* at the head, it follows no collective */
     s = buckets(g, comm, ids, n, bytes, &bc);
   }
   if (s == AQ_OK) s = to_head(g, comm, head);
   if (s == AQ_OK) {
-    coll_spec_t ar = {.name = "allreduce gradients", .kind = AQ_COLLECTIVE_ALLREDUCE, .reduce = AQ_REDUCE_MEAN};
+    coll_spec_t ar = {.name = "allreduce grads", .kind = AQ_COLLECTIVE_ALLREDUCE, .reduce = AQ_REDUCE_MEAN};
     s = buckets(g, comm, ids + n, n, bytes, &ar);
   }
   free(ids);

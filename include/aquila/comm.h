@@ -42,7 +42,8 @@ typedef struct aq_comm_options {
   /* How long a collective may wait for its peers, in ms; 0 = AQ_COMM_TIMEOUT_MS,
    * else 300000 (first collectives include MPI's connection set-up). */
   uint64_t timeout_ms;
-  /* Do not join the GPU agents through NCCL (MPI communicators only). */
+  /* Do not join the GPU agents through NCCL (MPI communicators only; every
+   * rank passes the same). */
   int no_nccl;
 } aq_comm_options_t;
 
