@@ -120,7 +120,8 @@ struct aq_comm {
   /* NCCL: one communicator per GPU agent this process joins */
   uint32_t ngpus;
   uint32_t gpu_agent[COMM_GPUS_MAX]; /* agent index of each local rank */
-  ncclComm_t nccl[COMM_GPUS_MAX];
+  ncclComm_t nccl[COMM_GPUS_MAX]; /* NULL once aborted */
+  struct comm_watch *watch;       /* comm_watch.c */
   /* MPI calls from several workers at once go one at a time */
   pthread_mutex_t lock;
   /* set by the first collective that timed out or failed: every later
@@ -166,6 +167,17 @@ aq_status_t comm_check(const aq_comm_t *comm, const aq_collective_t *c, const ch
 aq_status_t comm_nccl_join_mpi(aq_comm_t *comm);
 aq_status_t comm_nccl_join_gpus(aq_comm_t *comm);
 void comm_nccl_leave(aq_comm_t *comm, int abort);
+
+/* The NCCL watchdog (comm_watch.c): started once the NCCL communicators
+ * exist, stopped before they go. A local rank's calls go between lock and
+ * unlock (the abort takes the same lock); issued records one that went on
+ * the stream, with its completion signal (0: none). */
+aq_status_t comm_watch_start(aq_comm_t *comm);
+void comm_watch_stop(aq_comm_t *comm);
+void comm_watch_lock(aq_comm_t *comm, uint32_t local);
+void comm_watch_unlock(aq_comm_t *comm, uint32_t local);
+void comm_watch_issued(aq_comm_t *comm, uint32_t local, void *stream, uint64_t completion, uint32_t kind,
+                       uint64_t bytes);
 aq_status_t comm_nccl_enqueue(aq_comm_t *comm, aq_queue_t queue, const aq_collective_t *c, aq_signal_t completion);
 
 #endif /* AQ_RUNTIME_COMM_H_ */

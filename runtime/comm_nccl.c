@@ -21,10 +21,12 @@ static const char *resolve(void *h, char *why, size_t size) {
   AQ_NCCL_FUNCTIONS(AQ_NCCL_LOAD)
 #undef AQ_NCCL_LOAD
   int version = 0;
-  if (missing) snprintf(why, size, "libnccl.so.2 lacks %s", missing);
+  if (missing)
+    snprintf(why, size, "libnccl.so.2 lacks %s", missing);
   else if (aq_nccl.GetVersion(&version) != NCCL_SUCCESS || version < 21000)
     snprintf(why, size, "libnccl.so.2 is version %d; 2.10 or newer needed (ncclAvg)", version);
-  else return NULL;
+  else
+    return NULL;
   return why;
 }
 
@@ -72,7 +74,7 @@ aq_status_t comm_nccl_join_mpi(aq_comm_t *c) {
   if (r != NCCL_SUCCESS) return nccl_failed(r, "ncclCommInitRank");
   c->gpu_agent[0] = agents[pick];
   c->ngpus = 1;
-  return AQ_OK;
+  return comm_watch_start(c);
 }
 
 aq_status_t comm_nccl_join_gpus(aq_comm_t *c) {
@@ -84,10 +86,11 @@ aq_status_t comm_nccl_join_gpus(aq_comm_t *c) {
   ncclResult_t r = aq_nccl.CommInitAll(c->nccl, (int)n, devices);
   if (r != NCCL_SUCCESS) return nccl_failed(r, "ncclCommInitAll");
   c->ngpus = n;
-  return AQ_OK;
+  return comm_watch_start(c);
 }
 
 void comm_nccl_leave(aq_comm_t *c, int abort) {
+  comm_watch_stop(c);
   for (uint32_t i = 0; i < c->ngpus; ++i)
     if (c->nccl[i]) (abort ? aq_nccl.CommAbort : aq_nccl.CommDestroy)(c->nccl[i]);
   c->ngpus = 0;
@@ -117,10 +120,16 @@ static ncclResult_t call(ncclComm_t comm, const hsa_agent_dispatch_packet_t *p, 
 static aq_status_t stream_collective(const hsa_agent_dispatch_packet_t *p, void *stream) {
   aq_comm_t *c = p->return_address;
   uint32_t local = (p->reserved0 >> 8) & 255;
-  if (atomic_load(&c->broken))
+  comm_watch_lock(c, local);
+  if (atomic_load(&c->broken) || !c->nccl[local]) {
+    comm_watch_unlock(c, local);
     return aq_error(AQ_ERROR_UNAVAILABLE, "the communicator failed earlier: %s", c->broken_why);
+  }
   uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
   ncclResult_t r = call(c->nccl[local], p, stream);
+  if (r == NCCL_SUCCESS || r == NCCL_IN_PROGRESS)
+    comm_watch_issued(c, local, stream, p->completion_signal.handle, p->reserved0 & 15, p->arg[3] * 4);
+  comm_watch_unlock(c, local);
   if (r != NCCL_SUCCESS && r != NCCL_IN_PROGRESS) {
     char msg[sizeof(c->broken_why)];
     snprintf(msg, sizeof(msg), "rank %u of %u: NCCL collective %u (%llu floats): error %d: %s", c->rank + local,

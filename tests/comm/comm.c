@@ -230,6 +230,14 @@ Test(comm, mpi_data_parallel_matches_one_process, .timeout = 150) {
   cr_assert(strstr(out, "rank 0: contract ok") && strstr(out, "rank 1: contract ok"), "%s", out);
 }
 
+Test(comm, mpi_gpu_killed_rank_fails_survivor_in_time, .timeout = 150) {
+  if (cuda_gpus() < 2) cr_skip_test("skipped: fewer than 2 GPUs");
+  char out[16384];
+  setenv("AQ_COMM_TIMEOUT_MS", "5000", 1);
+  ranks("gpu_killed", "--enable-recovery", out, sizeof(out));
+  cr_assert(strstr(out, "rank 0: gpu_killed ok"), "%s", out);
+}
+
 /* --enable-recovery: mpirun leaves the survivor running when a rank dies,
  * as a job on several machines outlives one machine's loss. */
 Test(comm, mpi_killed_rank_fails_survivor_in_time, .timeout = 150) {

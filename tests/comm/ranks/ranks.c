@@ -10,6 +10,7 @@
  *   killed       rank 1 dies after one collective; rank 0's next run must
  *                fail within the timeout, naming rank 1 and the collective;
  *   gpu_collectives  every kind through NCCL on each rank's GPU queue;
+ *   gpu_killed   as killed, through NCCL: the watchdog aborts it;
  *   gpus         (without mpirun) the same over this process's GPU agents,
  *                one rank each; "skipped" without GPUs or NCCL. */
 #include <math.h>
@@ -435,6 +436,35 @@ static int gpu_collectives(aq_comm_t *c, int r, int n) {
   return rc;
 }
 
+/* Rank 1 dies after one NCCL collective: rank 0's next one must fail
+ * within the timeout (the watchdog aborts NCCL), naming the collective. */
+static int gpu_killed(aq_comm_t *c, int r, int n) {
+  aq_comm_info_t info;
+  CHECK(aq_comm_get_info(c, &info));
+  EXPECT(info.nccl, "the communicator has no NCCL (every rank needs a GPU agent)");
+  aq_agent_t agents[64];
+  size_t na = 0;
+  CHECK(aq_agents(agents, 64, &na));
+  gpu_rank_t g = {0};
+  if (gpu_setup(&g, agents[info.gpu_agent], r, n)) return 1;
+  if (gpu_step(c, &g, 1, (aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE, .count = GPU_COUNT}, 0)) return 1;
+  if (r == 1) raise(SIGKILL);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  aq_signal_store(g.done, 1);
+  CHECK(aq_comm_enqueue(
+      c, g.queue,
+      &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE, .send = g.send, .recv = g.recv, .count = GPU_COUNT}, g.done));
+  aq_status_t s = aq_signal_wait(g.done, AQ_SIGNAL_EQ, 0, (info.timeout_ms + 30000) * 1000000ull, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  const char *why = aq_last_error();
+  printf("rank %d: the NCCL allreduce after rank 1 died: %s after %.1f s: %s\n", r, aq_status_string(s), took, why);
+  EXPECT(s != AQ_OK && s != AQ_ERROR_TIMEOUT, "the collective %s without rank 1", s == AQ_OK ? "succeeded" : "hung");
+  EXPECT(strstr(why, "NCCL allreduce") && strstr(why, "rank 0 of 2"), "the error names neither rank nor collective");
+  return 0;
+}
+
 static int rank_main(const char *name) {
   running = name;
   if (aq_init(NULL) != AQ_OK) {
@@ -449,7 +479,7 @@ static int rank_main(const char *name) {
   aq_comm_t *c;
   /* NCCL only where it is tested: a communicator joins it wherever each
    * rank has a GPU, which costs its start-up. */
-  aq_comm_options_t o = {.no_nccl = strcmp(name, "gpu_collectives") != 0};
+  aq_comm_options_t o = {.no_nccl = strncmp(name, "gpu_", 4) != 0};
   aq_status_t s = aq_comm_create_mpi(NULL, &o, &c);
   if (s != AQ_OK) {
     printf("rank ?: %s FAILED: aq_comm_create_mpi: %s\n", name, aq_last_error());
@@ -462,6 +492,7 @@ static int rank_main(const char *name) {
            : !strcmp(name, "contract")        ? contract(c, me, (int)info.size)
            : !strcmp(name, "killed")          ? killed(c, me)
            : !strcmp(name, "gpu_collectives") ? gpu_collectives(c, me, (int)info.size)
+           : !strcmp(name, "gpu_killed")      ? gpu_killed(c, me, (int)info.size)
                                               : (printf("rank %d: no program '%s'\n", me, name), 2);
   if (!rc) printf("rank %d: %s ok\n", me, name);
   fflush(stdout);
@@ -472,7 +503,9 @@ static int rank_main(const char *name) {
 
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: mpirun -np N comm-ranks collectives|contract|killed|gpu_collectives, or comm-ranks gpus\n");
+    fprintf(
+        stderr,
+        "usage: mpirun -np N comm-ranks collectives|contract|killed|gpu_collectives|gpu_killed, or comm-ranks gpus\n");
     return 2;
   }
   return rank_main(argv[1]);
