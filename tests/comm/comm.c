@@ -246,3 +246,101 @@ Test(comm, mpi_killed_rank_fails_survivor_in_time, .timeout = 150) {
   ranks("killed", "--enable-recovery", out, sizeof(out));
   cr_assert(strstr(out, "rank 0: killed ok"), "%s", out);
 }
+
+/* ---- the data-parallel graph's shape --------------------------------------- */
+enum { DOT_TASKS = 512 };
+
+typedef struct dot {
+  char names[DOT_TASKS][48];
+  uint8_t edge[DOT_TASKS][DOT_TASKS]; /* [to][from] */
+  uint32_t n;
+} dot_t;
+
+static void read_dot(const char *path, dot_t *d) {
+  FILE *f = fopen(path, "r");
+  cr_assert(f, "no DOT file %s", path);
+  char line[1024];
+  unsigned a, b;
+  while (fgets(line, sizeof(line), f)) {
+    if (sscanf(line, " t%u -> t%u", &a, &b) == 2 && a < DOT_TASKS && b < DOT_TASKS) {
+      d->edge[b][a] = 1;
+    } else if (sscanf(line, " t%u [label=\"", &a) == 1 && a < DOT_TASKS) {
+      const char *name = strchr(line, '"') + 1;
+      size_t len = strcspn(name, "\\");
+      snprintf(d->names[a], sizeof(d->names[a]), "%.*s", (int)len, name);
+      if (a + 1 > d->n) d->n = a + 1;
+    }
+  }
+  fclose(f);
+}
+
+/* The bucket completions ("allreduce grads K") that task t follows,
+ * directly or not, as a bit mask. */
+static unsigned buckets_before(const dot_t *d, uint32_t t) {
+  static uint8_t seen[DOT_TASKS];
+  uint32_t stack[DOT_TASKS], top = 0;
+  unsigned mask = 0, k;
+  memset(seen, 0, sizeof(seen));
+  stack[top++] = t;
+  while (top) {
+    uint32_t x = stack[--top];
+    for (uint32_t y = 0; y < d->n; ++y) {
+      if (!d->edge[x][y] || seen[y]) continue;
+      seen[y] = 1;
+      stack[top++] = y;
+      if (sscanf(d->names[y], "allreduce grads %u", &k) == 1 && k < 32) mask |= 1u << k;
+    }
+  }
+  return mask;
+}
+
+/* Each optimizer op waits for its own bucket's all-reduce and for no
+ * other's: one gradient a bucket here, three buckets. */
+Test(comm, optimizer_waits_for_its_bucket_only) {
+  need_mpi();
+  aq_comm_t *c;
+  AQ_ASSERT_OK(aq_comm_create_mpi(NULL, NULL, &c));
+  aq_graph_t *g;
+  aq_tensor_t x, labels, p[3], h, logits, loss;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){8, 6}, &x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){8}, &labels));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w1", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){6, 5}, &p[0]));
+  AQ_ASSERT_OK(aq_tensor_create(g, "b1", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){5}, &p[1]));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w2", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){5, 3}, &p[2]));
+  AQ_ASSERT_OK(aq_op_matmul(g, x, p[0], p[1], 0, 0, AQ_ACTIVATION_RELU, &h));
+  AQ_ASSERT_OK(aq_op_matmul(g, h, p[2], (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, labels, &loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  AQ_ASSERT_OK(aq_graph_data_parallel(g, c, &(aq_data_parallel_options_t){.bucket_bytes = 1}));
+  for (int i = 0; i < 3; ++i) {
+    aq_tensor_t grad;
+    AQ_ASSERT_OK(aq_graph_gradient(g, p[i], &grad));
+    AQ_ASSERT_OK(aq_op_sgd(g, p[i], grad, &(aq_sgd_options_t){.lr = 0.1f, .momentum = 0.9f}));
+  }
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  char path[] = "/tmp/aq-comm-dot-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  AQ_ASSERT_OK(aq_exec_write_dot(e, path));
+  static dot_t d;
+  memset(&d, 0, sizeof(d));
+  read_dot(path, &d);
+  unlink(path);
+  unsigned all = 0;
+  int optimizers = 0;
+  for (uint32_t t = 0; t < d.n; ++t) {
+    if (strncmp(d.names[t], "sgd(", 4)) continue;
+    unsigned m = buckets_before(&d, t);
+    cr_assert(m && !(m & (m - 1)), "%s follows the all-reduces of buckets 0x%x, not its own alone", d.names[t], m);
+    cr_assert(!(all & m), "two optimizer ops wait for one bucket of one gradient each");
+    all |= m, ++optimizers;
+  }
+  cr_assert_eq(optimizers, 3);
+  cr_assert_eq(all, 7u, "three buckets, one each (0x%x)", all);
+  aq_exec_destroy(e);
+  aq_graph_destroy(g);
+  AQ_ASSERT_OK(aq_comm_destroy(c));
+}
