@@ -18,7 +18,7 @@ VERSION := 0.1.0
 SOVER   := 0
 
 OPT     ?= -O2
-CPPFLAGS := -Iinclude -I. -D_GNU_SOURCE
+CPPFLAGS := -Iinclude -I. -D_GNU_SOURCE -DAQ_VERSION_STRING='"$(VERSION)"'
 CFLAGS  := -std=c11 $(OPT) -g -fPIC -pthread -Wall -Wextra -Werror -Wno-format-truncation -MMD -MP \
            -fvisibility=hidden
 LDFLAGS := -pthread
@@ -106,7 +106,12 @@ $(1): $$(patsubst %.c,$(OBJDIR)/%.o,$$(wildcard $(2)/*.c)) $(LIB_SO)
 endef
 $(foreach t,$(TOOLS),$(eval $(call program,$(BINDIR)/$(t),tools/$(t),$$(PKG_LIBS) $$(BLAS_LIBS) $$(ZLIB_LIBS))))
 $(foreach e,$(EXAMPLES),$(eval $(call program,$(BUILD)/examples/$(e),examples/$(e),$$(PKG_LIBS) $$(ZLIB_LIBS))))
-$(foreach t,$(TESTS),$(eval $(call program,$(BUILD)/tests/$(t),tests/$(t),$$(CRIT_LIBS) $$(PKG_LIBS) $$(BLAS_LIBS) $$(ZLIB_LIBS))))
+$(foreach t,$(filter-out unit,$(TESTS)),$(eval $(call program,$(BUILD)/tests/$(t),tests/$(t),$$(CRIT_LIBS) $$(PKG_LIBS) $$(BLAS_LIBS) $$(ZLIB_LIBS))))
+# Unit tests of the library's internal modules (tests/unit) link the static
+# library: the shared one exports only the aq_ API.
+$(BUILD)/tests/unit: $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard tests/unit/*.c)) $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(CRIT_LIBS) $(PKG_LIBS)
 # The thread stress program is plain C: ThreadSanitizer cannot run Criterion.
 STRESS_BIN := $(BUILD)/tests/stress
 $(eval $(call program,$(STRESS_BIN),tests/stress,$$(PKG_LIBS)))

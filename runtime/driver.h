@@ -68,6 +68,9 @@ typedef struct aq_driver {
   /* Optional: per-dispatch times of a queue's kernels to a sink, NULL: off
    * (runtime/profile.h). */
   aq_status_t (*queue_profile)(aq_queue_impl_t *queue, const struct aq_profile_sink *sink);
+  /* Optional: whether kernels of agent (another of the driver's agents than
+   * the region's) reach the region's memory; NULL: none does. */
+  int (*region_reachable)(aq_region_impl_t *region, aq_agent_impl_t *agent);
 } aq_driver_t;
 
 extern const aq_driver_t aq_driver_cpu;

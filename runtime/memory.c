@@ -203,6 +203,35 @@ AQ_API aq_status_t aq_memory_lookup(const void *ptr, aq_region_t *out_region, vo
   return AQ_OK;
 }
 
+/* Whether kernels of agent a reach region r's memory (memory.h). */
+static int reaches(const aq_agent_impl_t *a, aq_region_impl_t *r) {
+  if (r->agent == a) return 1;
+  if (a->info.kind == AQ_AGENT_KIND_CPU) return (r->info.flags & AQ_REGION_HOST_ACCESSIBLE) != 0;
+  return r->agent->driver == a->driver && a->driver->region_reachable &&
+         a->driver->region_reachable(r, (aq_agent_impl_t *)a);
+}
+
+AQ_API aq_status_t aq_region_reachable(aq_agent_t agent, aq_region_t region, int *out) {
+  if (!out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_region_reachable: out is NULL");
+  aq_agent_impl_t *a;
+  aq_region_impl_t *r;
+  AQ_RETURN_IF_ERROR(aq_agent_resolve(agent, &a));
+  AQ_RETURN_IF_ERROR(resolve(region, &r));
+  *out = reaches(a, r);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_memory_reachable(aq_agent_t agent, const void *ptr, size_t size, int *out) {
+  if (!ptr || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_reachable: ptr and out are required");
+  aq_agent_impl_t *a;
+  AQ_RETURN_IF_ERROR(aq_agent_resolve(agent, &a));
+  allocation_t m;
+  if (!find(ptr, &m)) *out = a->info.kind == AQ_AGENT_KIND_CPU; /* not Aquila's: plain host memory */
+  else if ((uintptr_t)ptr + size < (uintptr_t)ptr || (uintptr_t)ptr + size > m.base + m.size) *out = 0;
+  else *out = reaches(a, m.region);
+  return AQ_OK;
+}
+
 static aq_status_t copy(void *dst, const void *src, size_t size) {
   allocation_t a;
   /* A driver with device memory copies whenever either side is its own. */

@@ -33,7 +33,7 @@ uint32_t aq_agent_count(void) { return agent_count; }
 aq_agent_impl_t *aq_agent_at(uint32_t index) { return index < agent_count ? agents[index] : NULL; }
 
 /* Where each setting came from, in the order of the table below. */
-enum { SET_SPIN, SET_GPU_SPIN, SET_SIGNALS, SET_WORKERS, SET_CPU_AGENTS, SET_AGENTS, SET_COUNT };
+enum { SET_SPIN, SET_GPU_SPIN, SET_SIGNALS, SET_WORKERS, SET_CPU_AGENTS, SET_AGENTS, SET_SCHED, SET_COUNT };
 static const char *setting_source[SET_COUNT];
 
 /* The first numeric setting whose environment value is not a number
@@ -77,6 +77,7 @@ static void configure(const aq_init_options_t *o) {
   pick_str(SET_CPU_AGENTS, "AQ_CPU_AGENTS", o->cpu_agents, "numa", config.cpu_agents,
            sizeof(config.cpu_agents));
   pick_str(SET_AGENTS, "AQ_AGENTS", o->drivers, "all", config.drivers, sizeof(config.drivers));
+  pick_str(SET_SCHED, "AQ_SCHED", NULL, "heft", config.sched, sizeof(config.sched));
 }
 
 AQ_API aq_status_t aq_settings(aq_setting_t *out, size_t capacity, size_t *count) {
@@ -91,6 +92,7 @@ AQ_API aq_status_t aq_settings(aq_setting_t *out, size_t capacity, size_t *count
       {"AQ_CPU_WORKERS", "", NULL, "most worker threads per CPU agent (0: one per core)"},
       {"AQ_CPU_AGENTS", "", NULL, "how cores group into CPU agents: numa, package, machine, N"},
       {"AQ_AGENTS", "", NULL, "drivers to start: all, or a list of cpu,cuda,rocr"},
+      {"AQ_SCHED", "", NULL, "graphs' placement: heft (measured costs), eager, round-robin, pinned, locality"},
   };
   snprintf(all[SET_SPIN].value, 64, "%llu", (unsigned long long)(config.spin_ns / 1000));
   snprintf(all[SET_GPU_SPIN].value, 64, "%llu", (unsigned long long)(config.gpu_spin_ns / 1000));
@@ -98,6 +100,7 @@ AQ_API aq_status_t aq_settings(aq_setting_t *out, size_t capacity, size_t *count
   snprintf(all[SET_WORKERS].value, 64, "%u", config.cpu_workers);
   snprintf(all[SET_CPU_AGENTS].value, 64, "%s", config.cpu_agents);
   snprintf(all[SET_AGENTS].value, 64, "%s", config.drivers);
+  snprintf(all[SET_SCHED].value, 64, "%s", config.sched);
   for (size_t i = 0; i < SET_COUNT && i < capacity; ++i) {
     out[i] = all[i];
     out[i].source = setting_source[i];
@@ -126,6 +129,12 @@ static aq_status_t validate_options(const aq_init_options_t *o) {
     return aq_error(AQ_ERROR_INVALID_ARGUMENT,
                     "cpu_agents '%s' (AQ_CPU_AGENTS): expected numa, package, machine or a count",
                     c);
+  static const char *const policies[] = {AQ_SCHED_NAMES};
+  int known = 0;
+  for (size_t i = 0; i < sizeof(policies) / sizeof(policies[0]); ++i) known |= !strcmp(config.sched, policies[i]);
+  if (!known)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                    "AQ_SCHED='%s': expected heft (the default), eager, round-robin, pinned or locality", config.sched);
   (void)o;
   return AQ_OK;
 }

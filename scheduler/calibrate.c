@@ -5,8 +5,12 @@
 #include <string.h>
 
 #include "runtime/status.h"
+#include "runtime/wake.h"
 
 static const uint64_t CALIBRATION_TIMEOUT_NS = 60000000000ull;
+/* Warming up: at least this long, at most this many runs. */
+static const uint64_t WARM_UP_NS = 50000000ull;
+enum { WARM_UP_RUNS_MAX = 1000 };
 
 int perf_calibratable(const aq_graph_t *g, uint32_t t) {
   const task_t *task = &g->tasks[t];
@@ -34,6 +38,26 @@ static aq_status_t copy_task(aq_graph_t *c, const aq_graph_t *g, uint32_t t, uin
   return after ? aq_graph_add_edge(c, (aq_task_t){*out}, AQ_EDGE_AFTER_ALL, &(aq_task_t){after}, 1) : AQ_OK;
 }
 
+/* Unprofiled runs until the agent runs at its steady speed: at least
+ * WARM_UP_NS of them and two in a row within 10% of each other. An idle
+ * GPU's clocks take milliseconds to rise: calibrated cold, the H100's MLP
+ * kernels measured 2.5-3x their time in a training step, and heft sent
+ * work to the CPU for it. */
+static aq_status_t warm_up(aq_exec_t *e) {
+  uint64_t start = aq_now_ns(), last = 0;
+  for (int r = 0; r < WARM_UP_RUNS_MAX; ++r) {
+    exec_warm_up_next(e);
+    uint64_t t0 = aq_now_ns();
+    AQ_RETURN_IF_ERROR(aq_exec_run(e));
+    AQ_RETURN_IF_ERROR(aq_exec_wait(e, CALIBRATION_TIMEOUT_NS));
+    uint64_t ns = aq_now_ns() - t0;
+    int steady = last && ns * 10 <= last * 11 && last * 10 <= ns * 11;
+    if (steady && aq_now_ns() - start >= WARM_UP_NS) break;
+    last = ns;
+  }
+  return AQ_OK;
+}
+
 aq_status_t perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32_t n, uint32_t agent) {
   aq_graph_t *c;
   AQ_RETURN_IF_ERROR(aq_graph_create(NULL, &c));
@@ -46,8 +70,8 @@ aq_status_t perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32_t 
   aq_exec_options_t o = {.policy = AQ_SCHED_EAGER, .flags = AQ_EXEC_PROFILE | AQ_EXEC_NO_MEMORY_REUSE};
   aq_exec_t *e = NULL;
   if (s == AQ_OK) s = aq_graph_instantiate(c, &o, &e);
-  for (int r = 0; s == AQ_OK && r <= CALIBRATION_RUNS; ++r) {
-    if (r == 0) exec_warm_up_next(e);
+  if (s == AQ_OK) s = warm_up(e);
+  for (int r = 0; s == AQ_OK && r < CALIBRATION_RUNS; ++r) {
     s = aq_exec_run(e);
     if (s == AQ_OK) s = aq_exec_wait(e, CALIBRATION_TIMEOUT_NS);
   }

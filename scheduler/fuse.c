@@ -6,7 +6,7 @@
  * intermediate is never stored: one launch and one pass over it fewer. On
  * a GPU that is what pays (the launches); on a CPU the consumer's arrays,
  * read in the GEMM's tile order, cost about what the pass saved, so the
- * exec fuses there only when asked (exec.c's fuse).
+ * exec fuses there only when asked (exec_place.c's exec_fuse).
  *
  * A pair fuses only where nothing else can see the product: one writer (a
  * plain matmul of the op library: no bias, activation or batch; or a sum

@@ -58,6 +58,15 @@ static double edge_bytes(const aq_graph_t *g, uint32_t q, uint32_t t) {
  * faster; heft does not count on that. */
 #define GPU_LAUNCH_NS 4000.0
 
+/* The share of a single agent's makespan a placement of kernels over
+ * several agents must save to be kept. Such estimates are the least sure:
+ * they leave out what a split costs beyond its edges (a tensor two kinds of
+ * agent touch lives in pinned host memory, which every GPU access then
+ * reads over the host link; one GPU's stretch of kernels replays as a
+ * single CUDA graph, a split's launches one by one). On the H100 machine
+ * splits estimated 17-33% faster than one GPU ran 1.8-16x slower. */
+#define SPLIT_GAIN 0.25
+
 /* Task t's work-groups on a CPU (a host call: 1). A CPU dispatch splits
  * them across all of the agent's workers, whatever queue it came from. */
 static double task_groups(const task_t *t) {
@@ -89,6 +98,7 @@ typedef struct placer {
   uint8_t *taken, *used;                    /* scratch, per worker; per lane: has a task */
   uint32_t *lane;                           /* per task: the result */
   double *finish, *cost;
+  uint32_t *home;                           /* per tensor: where a persistent one lives (home_cost) */
 } placer_t;
 
 static uint32_t workers_of(const plan_lanes_t *l, uint32_t a) {
@@ -115,14 +125,16 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
   pl->lane = malloc(n * sizeof(uint32_t));
   pl->finish = malloc(n * sizeof(double));
   pl->cost = malloc(n * sizeof(double));
-  if (!pl->lane_free || !pl->worker_free || !pl->sorted || !pl->taken || !pl->used || !pl->lane || !pl->finish || !pl->cost)
+  pl->home = malloc((g->ntensors ? g->ntensors : 1) * sizeof(uint32_t));
+  if (!pl->lane_free || !pl->worker_free || !pl->sorted || !pl->taken || !pl->used || !pl->lane || !pl->finish ||
+      !pl->cost || !pl->home)
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   return AQ_OK;
 }
 
 static void placer_free(placer_t *pl) {
   free(pl->lane_free), free(pl->worker_free), free(pl->sorted), free(pl->taken), free(pl->used), free(pl->first_worker);
-  free(pl->lane), free(pl->finish), free(pl->cost);
+  free(pl->lane), free(pl->finish), free(pl->cost), free(pl->home);
   memset(pl, 0, sizeof(*pl));
 }
 
@@ -177,19 +189,48 @@ static void take_workers(placer_t *pl, uint32_t a, uint32_t w, double start, dou
   }
 }
 
-/* Whether agent a may run every task of g. */
-static int runs_everything(const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
+/* A run's edges are not all in the graph: a parameter or optimizer state
+ * is read at the start of the next run from where the last run wrote it.
+ * Such a tensor lives where its first task is placed (its home: the
+ * exec's memory plan puts it with its first toucher too); a task on
+ * another agent that touches it pays the copy there and back. Without
+ * this, an update on a CPU beside a GPU's forward pass looked free. */
+static int persistent(const aq_tensor_role_t role) { return role == AQ_ROLE_PARAMETER || role == AQ_ROLE_STATE; }
+
+static double home_cost(const placer_t *pl, const task_t *t, uint32_t a) {
+  double ns = 0;
+  for (uint32_t j = 0; j < t->nreads + t->nwrites; ++j) {
+    uint32_t x = j < t->nreads ? t->reads[j] : t->writes[j - t->nreads], h = pl->home[x];
+    if (h != UINT32_MAX && h != a && persistent(pl->g->tensors[x].role))
+      ns += plan_transfer_ns(pl->l, h, a, (double)pl->g->tensors[x].bytes);
+  }
+  return ns;
+}
+
+static void take_home(placer_t *pl, const task_t *t, uint32_t a) {
+  for (uint32_t j = 0; j < t->nreads + t->nwrites; ++j) {
+    uint32_t x = j < t->nreads ? t->reads[j] : t->writes[j - t->nreads];
+    if (pl->home[x] == UINT32_MAX && persistent(pl->g->tensors[x].role)) pl->home[x] = a;
+  }
+}
+
+/* Whether agent a may run every kernel of g (host calls run on CPU lanes
+ * whatever the placement: a batch loader beside a GPU's training step). */
+static int runs_every_kernel(const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
   uint8_t kind = agent_kind(l, a);
-  for (uint32_t i = 0; i < g->ntasks; ++i)
+  for (uint32_t i = 0; i < g->ntasks; ++i) {
+    if (g->tasks[i].kind == TASK_HOST) continue;
     if (l->cost_ns[(size_t)i * l->nagents + a] < 0 || !(l->eligible[i] & (1u << kind)) ||
         (g->tasks[i].agent >= 0 && (uint32_t)g->tasks[i].agent != a))
       return 0;
+  }
   return 1;
 }
 
-/* Places the tasks in p->order, each where it finishes first (on agent
- * `only` alone if >= 0); the makespan, or -1 with *fail the task that has
- * no lane. */
+/* Places the tasks in p->order, each where it finishes first (every kernel
+ * on agent `only` if >= 0: a single-agent placement, as a user's
+ * --placement gpu would be); the makespan, or -1 with *fail the task that
+ * has no lane. */
 static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   const plan_lanes_t *l = pl->l;
   aq_graph_t *g = pl->g;
@@ -198,6 +239,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   double makespan = 0;
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->lane_free[c] = 0, pl->used[c] = 0;
   for (uint32_t w = 0; w < pl->first_worker[na]; ++w) pl->worker_free[w] = 0;
+  for (uint32_t x = 0; x < g->ntensors; ++x) pl->home[x] = UINT32_MAX;
   for (uint32_t k = 0; k < p->ntasks; ++k) {
     uint32_t i = p->order[k];
     const task_t *t = &g->tasks[i];
@@ -209,7 +251,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
       double cost = l->cost_ns[(size_t)i * na + a];
       if (cost < 0 || !(l->eligible[i] & (1u << l->lane_kind[c]))) continue;
       if (t->agent >= 0 && a != (uint32_t)t->agent) continue;
-      if (only >= 0 && a != (uint32_t)only) continue;
+      if (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST) continue;
       if (l->lane_kind[c] == AQ_AGENT_KIND_GPU && cost < GPU_LAUNCH_NS) cost = GPU_LAUNCH_NS;
       double ready = 0;
       for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
@@ -225,6 +267,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
         if (cached != a) cached = a, nsorted = sort_workers(pl, a);
         width = best_width(pl->sorted, nsorted, groups, start, cost, &start, &finish);
       }
+      finish += home_cost(pl, t, a);
       if (best == UINT32_MAX || finish < best_finish)
         best = c, best_finish = finish, best_start = start, best_cost = finish - start, best_width_ = width;
     }
@@ -234,6 +277,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
     }
     uint32_t a = l->lane_agent[best];
     if (pl->first_worker[a + 1] > pl->first_worker[a]) take_workers(pl, a, best_width_, best_start, best_finish);
+    take_home(pl, t, a);
     pl->lane[i] = best;
     pl->finish[i] = best_finish;
     pl->cost[i] = best_cost;
@@ -345,8 +389,8 @@ aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
    * tasks in this order): for the agents all together, and for each agent
    * that can run every task alone; the mixed placement is kept only where
    * its estimate beats the best single agent's by more than a cross-agent
-   * edge (a split whose gain is within the model's error costs edges and
-   * a second agent's noise for nothing). */
+   * edge and SPLIT_GAIN of the time (a split whose gain is within the
+   * models' error costs edges and a second agent's noise for nothing). */
   placer_t mixed = {0}, single = {0};
   uint32_t fail = UINT32_MAX;
   double best_ms = -1, single_ms = -1, margin = 0;
@@ -368,11 +412,11 @@ aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
     for (uint32_t b = 0; b < na; ++b)
       if (a != b && plan_transfer_ns(l, a, b, 0) > margin) margin = plan_transfer_ns(l, a, b, 0);
   for (uint32_t a = 0; s == AQ_OK && na > 1 && a < na; ++a) {
-    if (!runs_everything(g, l, a)) continue;
+    if (!runs_every_kernel(g, l, a)) continue;
     double ms = place(&single, (int32_t)a, &fail);
     if (ms < 0 || (single_ms >= 0 && ms >= single_ms)) continue;
     single_ms = ms, single_agent = (int32_t)a;
-    if (ms <= best_ms + margin) placer_swap(&mixed, &single), best_ms = ms;
+    if (ms <= best_ms + fmax(margin, SPLIT_GAIN * ms)) placer_swap(&mixed, &single), best_ms = ms;
   }
   p->heft_single_ns = single_ms;
   p->heft_single_agent = single_agent;

@@ -1,6 +1,7 @@
 /* Link costs measured once per process (see linkcal.h). */
 #include "scheduler/linkcal.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@ enum { PINGS = 31, COPIES = 3, SMALL = 4096, LARGE = 8 << 20, CACHE_MAX = 32 };
 static const uint64_t PING_TIMEOUT_NS = 1000000000ull;
 
 typedef struct link {
-  char key[2 * 48 + 4];
+  char key[2 * (128 + 64) + 4];
   double lat_ns, ns_per_byte; /* < 0: could not be measured */
 } link_t;
 
@@ -110,6 +111,39 @@ static double ping(aq_agent_t a, aq_agent_t b, int b_gpu) {
   return s == AQ_OK ? median(v, n) : -1;
 }
 
+/* Median time of a chain CPU -> GPU a -> GPU b -> CPU (cpu stamps and
+ * signals, each GPU's barrier waits for the one before and completes the
+ * next, a second CPU queue waits for the last and stamps), or -1: the GPU
+ * hop is what is left when the two CPU hops are taken off. */
+static double ping_chain(aq_agent_t cpu, aq_agent_t a, aq_agent_t b) {
+  aq_queue_t q[4] = {{0}}; /* cpu, a, b, cpu */
+  aq_signal_t sig[4] = {{0}};
+  aq_agent_t on[4] = {cpu, a, b, cpu};
+  aq_queue_options_t qo = {.size = 64};
+  aq_status_t s = AQ_OK;
+  for (int i = 0; i < 4 && s == AQ_OK; ++i) s = aq_queue_create(on[i], &qo, &q[i]);
+  for (int i = 0; i < 4 && s == AQ_OK; ++i) s = aq_signal_create(0, &sig[i]);
+  double v[PINGS];
+  int n = 0;
+  uint64_t t0 = 0, t1 = 0;
+  for (int r = 0; s == AQ_OK && r < PINGS + 2; ++r) {
+    for (int i = 0; i < 4 && s == AQ_OK; ++i) s = aq_signal_store(sig[i], 1);
+    for (int i = 1; i < 3 && s == AQ_OK; ++i) s = submit_wait(q[i], sig[i - 1], sig[i]);
+    if (s == AQ_OK) s = submit_wait(q[3], sig[2], (aq_signal_t){0});
+    if (s == AQ_OK) s = submit_stamp(q[3], &t1, sig[3]);
+    if (s == AQ_OK) s = submit_stamp(q[0], &t0, sig[0]);
+    if (s == AQ_OK) s = aq_signal_wait(sig[3], AQ_SIGNAL_EQ, 0, PING_TIMEOUT_NS, NULL);
+    if (s == AQ_OK && r >= 2) v[n++] = (double)(t1 - t0);
+  }
+  for (int i = 0; i < 3; ++i)
+    if (sig[i].handle) aq_signal_store(sig[i], 0);
+  for (int i = 0; i < 4; ++i)
+    if (q[i].handle) aq_queue_wait_idle(q[i], PING_TIMEOUT_NS), aq_queue_destroy(q[i]);
+  for (int i = 0; i < 4; ++i)
+    if (sig[i].handle) aq_signal_destroy(sig[i]);
+  return s == AQ_OK ? median(v, n) : -1;
+}
+
 /* ---- bandwidth: copies ---------------------------------------------------- */
 
 static void *alloc_in(aq_agent_t agent, uint32_t flag, size_t size) {
@@ -148,11 +182,28 @@ static double per_byte(void *dst, void *src) {
 
 static const link_t *lookup(const link_agent_t *a, const link_agent_t *b);
 
-static void measure(const link_agent_t *a, const link_agent_t *b, link_t *out) {
+/* Between two GPUs: the edge is one GPU's completion seen by the other's
+ * stream (the chain less its two CPU hops), the bytes a copy between their
+ * device memories (over NVLink or PCIe, peer to peer where they have it). */
+static void measure_gpus(const link_agent_t *cpu, const link_agent_t *a, const link_agent_t *b, link_t *out) {
+  const link_t *in = lookup(cpu, a), *back = lookup(b, cpu);
+  double chain = ping_chain(cpu->agent, a->agent, b->agent);
+  if (chain >= 0 && in && back && in->lat_ns >= 0 && back->lat_ns >= 0)
+    out->lat_ns = fmax(chain - in->lat_ns - back->lat_ns, LINK_HOP_NS);
+  void *src = alloc_in(a->agent, AQ_REGION_DEVICE, LARGE), *dst = alloc_in(b->agent, AQ_REGION_DEVICE, LARGE);
+  out->ns_per_byte = per_byte(dst, src);
+  if (src) aq_memory_free(src);
+  if (dst) aq_memory_free(dst);
+}
+
+static void measure(const link_agent_t *a, const link_agent_t *b, link_t *out, const link_agent_t *cpu) {
   int same = a->agent.handle == b->agent.handle, a_gpu = a->kind == AQ_AGENT_KIND_GPU,
       b_gpu = b->kind == AQ_AGENT_KIND_GPU;
   out->lat_ns = out->ns_per_byte = -1;
-  if (a_gpu && b_gpu) return;                                /* through the host: the caller adds two hops */
+  if (a_gpu && b_gpu) {
+    if (cpu && !same) measure_gpus(cpu, a, b, out);
+    return;
+  }
   const link_agent_t *c = a_gpu ? b : a, *g = a_gpu ? a : b; /* the CPU side, the other side */
   if (a_gpu) { /* a ping is a round trip: GPU to CPU is the same as CPU to GPU */
     const link_t *r = lookup(b, a);
@@ -178,14 +229,24 @@ static void measure(const link_agent_t *a, const link_agent_t *b, link_t *out) {
   if (dst) aq_memory_free(dst);
 }
 
+/* The CPU agent that GPU pairs are measured through (link_calibrate). */
+static const link_agent_t *via_cpu;
+
+/* A pair's costs, measured the first time. Keyed by the agents' models, but
+ * between two GPUs by their names too: GPUs of one model may be linked
+ * differently (NVLink between some pairs, PCIe between others). */
 static const link_t *lookup(const link_agent_t *a, const link_agent_t *b) {
-  char key[sizeof(cache[0].key)];
-  snprintf(key, sizeof(key), "%s>%s%s", a->arch, b->arch, a->agent.handle == b->agent.handle ? "=" : "");
+  char key[sizeof(cache[0].key)], na[AQ_NAME_MAX] = "", nb[AQ_NAME_MAX] = "";
+  aq_agent_info_t ia, ib;
+  if (a->kind == AQ_AGENT_KIND_GPU && b->kind == AQ_AGENT_KIND_GPU && aq_agent_get_info(a->agent, &ia) == AQ_OK &&
+      aq_agent_get_info(b->agent, &ib) == AQ_OK)
+    snprintf(na, sizeof(na), "@%s", ia.name), snprintf(nb, sizeof(nb), "@%s", ib.name);
+  snprintf(key, sizeof(key), "%s%s>%s%s%s", a->arch, na, b->arch, nb, a->agent.handle == b->agent.handle ? "=" : "");
   for (uint32_t i = 0; i < ncache; ++i)
     if (!strcmp(cache[i].key, key)) return &cache[i];
   link_t l;
   snprintf(l.key, sizeof(l.key), "%s", key);
-  measure(a, b, &l);
+  measure(a, b, &l, via_cpu);
   if (ncache == CACHE_MAX) return NULL;
   cache[ncache] = l;
   return &cache[ncache++];
@@ -206,19 +267,13 @@ void link_calibrate(const link_agent_t *agents, uint32_t n, double *lat_ns, doub
     if (agents[a].kind == AQ_AGENT_KIND_CPU) cpu = &agents[a];
   *measured = 0;
   pthread_mutex_lock(&lock);
+  via_cpu = cpu;
   for (uint32_t a = 0; a < n; ++a)
     for (uint32_t b = 0; b < n; ++b) {
       const link_agent_t *x = &agents[a], *y = &agents[b];
       double *lat = &lat_ns[a * n + b], *pb = &ns_per_byte[a * n + b];
       round_figures(x->kind, y->kind, a == b, lat, pb);
       if (!cpu || (a == b && x->kind != AQ_AGENT_KIND_CPU)) continue; /* a GPU has one lane */
-      if (x->kind == AQ_AGENT_KIND_GPU && y->kind == AQ_AGENT_KIND_GPU && a != b) {
-        /* GPU to GPU through the host: two hops. */
-        const link_t *l1 = lookup(x, cpu), *l2 = lookup(cpu, y);
-        if (l1 && l2 && l1->lat_ns >= 0 && l2->lat_ns >= 0) *lat = l1->lat_ns + l2->lat_ns, ++*measured;
-        if (l1 && l2 && l1->ns_per_byte >= 0 && l2->ns_per_byte >= 0) *pb = l1->ns_per_byte + l2->ns_per_byte;
-        continue;
-      }
       const link_t *l = lookup(x, y);
       if (l && l->lat_ns >= 0) *lat = l->lat_ns, ++*measured;
       if (l && l->ns_per_byte >= 0) *pb = l->ns_per_byte;

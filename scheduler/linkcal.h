@@ -10,11 +10,16 @@
  *     is stamped by a host call; a GPU's barrier is waited for by a CPU
  *     queue again, and half the round trip counts for both directions.
  *     Between two lanes of one CPU agent this is heft's lane hop.
+ *     Between two GPUs: a chain CPU -> GPU a -> GPU b -> CPU of barriers,
+ *     less its two CPU hops (one GPU's completion seen by the other's
+ *     stream).
  *   - bandwidth: copies of a few MiB, less a small copy's time: between two
  *     CPU agents' node memory (memcpy), between a GPU's pinned host memory
- *     and its device memory (the driver's copy), each way.
+ *     and its device memory (the driver's copy), each way, and between two
+ *     GPUs' device memory (peer to peer over NVLink or PCIe where they can).
  * Results are kept per pair of agent architectures (and whether they are
- * one agent), so a process measures each kind of link once. A pair that
+ * one agent; between two GPUs per pair of GPUs, which may be linked
+ * differently), so a process measures each kind of link once. A pair that
  * cannot be measured (no such region, a queue refused) keeps heft's round
  * figures (LINK_*_NS below). */
 #ifndef AQ_SCHEDULER_LINKCAL_H_

@@ -3,10 +3,13 @@
 #include "scheduler/perfmodel.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,12 +23,32 @@ typedef struct model {
   perf_key_t key;
   stats_t all;   /* what estimates use: the file's and this process's */
   stats_t fresh; /* this process's samples, not yet saved */
+  stats_t aside; /* outliers in a row, set aside (perfmodel.h) */
+  int replaced;  /* a run of outliers replaced the model: saving overwrites the file's */
 } model_t;
+
+#ifndef AQ_VERSION_STRING
+#define AQ_VERSION_STRING "unknown"
+#endif
+/* The first line of a models file: its format and who wrote it. */
+#define FILE_MAGIC "# aquila performance models"
+#define FILE_HEADER FILE_MAGIC " v2 aquila=" AQ_VERSION_STRING
+
+/* What read_file found: a file of ours, none, another version's, or not Aquila's at all. */
+enum { FILE_OURS, FILE_NONE, FILE_STALE, FILE_FOREIGN };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static model_t *models;
 static size_t nmodels, cap_models;
 static int loaded;
+
+void perf_arch(const aq_agent_info_t *info, char *out, size_t size) {
+  int n = snprintf(out, size, "%s/%s/%u/%s", info->driver, info->isa[0] ? info->isa : "any", info->compute_units,
+                   info->device[0] ? info->device : "unknown");
+  /* the file is whitespace-separated */
+  for (int i = 0; i < n && (size_t)i < size; ++i)
+    if (out[i] == ' ' || out[i] == '\t' || out[i] == '\n') out[i] = '_';
+}
 
 uint32_t perf_shape_class(uint64_t work_items, uint64_t bytes) {
   uint32_t w = 0, b = 0;
@@ -84,27 +107,41 @@ const char *perf_path(char *buf, size_t size) {
 }
 
 /* Reads the file into `into` (all of each line's statistics); a malformed
- * line is skipped: the file is a cache, never a reason to fail. */
-static void read_file(const char *path, void (*into)(const perf_key_t *, const stats_t *)) {
+ * line is skipped: the file is a cache, never a reason to fail. Returns
+ * FILE_*; a file of another version or not Aquila's is not read, and is
+ * named on stderr once per process. */
+static int read_file(const char *path, void (*into)(const perf_key_t *, const stats_t *)) {
+  static int warned;
   FILE *f = path[0] ? fopen(path, "r") : NULL;
-  if (!f) return;
+  if (!f) return FILE_NONE;
   char line[512];
-  while (fgets(line, sizeof(line), f)) {
+  int state = !fgets(line, sizeof(line), f)                       ? FILE_NONE
+              : strncmp(line, FILE_MAGIC, strlen(FILE_MAGIC))     ? FILE_FOREIGN
+              : strncmp(line, FILE_HEADER "\n", sizeof(FILE_HEADER)) ? FILE_STALE
+                                                                  : FILE_OURS;
+  if ((state == FILE_FOREIGN || state == FILE_STALE) && !warned++)
+    fprintf(stderr, "aquila: %s %s: ignored, the models are measured again%s\n", path,
+            state == FILE_FOREIGN ? "is not an Aquila performance-model file" : "was written by another Aquila version",
+            state == FILE_FOREIGN ? " (and kept in memory only: set AQ_PERF_DIR elsewhere)" : "");
+  while (state == FILE_OURS && fgets(line, sizeof(line), f)) {
     if (line[0] == '#') continue;
     perf_key_t k;
     memset(&k, 0, sizeof(k));
-    stats_t s;
+    stats_t s = {0};
     char kernel[PERF_KERNEL_MAX], arch[PERF_ARCH_MAX];
     unsigned cls;
-    if (sscanf(line, "%63s %x %47s %lf %lf %lf %lf", kernel, &cls, arch, &s.n, &s.mean, &s.m2, &s.bytes) != 7)
+    if (sscanf(line, "%63s %x %127s %lf %lf %lf %lf", kernel, &cls, arch, &s.n, &s.mean, &s.m2, &s.bytes) != 7)
       continue;
-    if (!(s.n >= 1 && s.mean >= 0 && s.m2 >= 0 && s.bytes >= 0 && s.n < 1e15 && s.mean < 1e15)) continue;
+    if (!(s.n >= 1 && s.mean >= 0 && s.m2 >= 0 && s.bytes >= 0 && s.n < 1e15 && s.mean < 1e15 && s.m2 < 1e300 &&
+          s.bytes < 1e18))
+      continue;
     snprintf(k.kernel, sizeof(k.kernel), "%s", kernel);
     snprintf(k.arch, sizeof(k.arch), "%s", arch);
     k.shape_class = cls;
     into(&k, &s);
   }
   fclose(f);
+  return state;
 }
 
 static void load_one(const perf_key_t *k, const stats_t *s) {
@@ -139,14 +176,34 @@ double perf_estimate(const perf_key_t *key, double bytes, double fallback_ns, ui
   return est;
 }
 
-void perf_record(const perf_key_t *key, double bytes, double ns) {
-  if (!(ns >= 0)) return;
+/* Whether ns is more than PERF_OUTLIER times off mean, either way. */
+static int far_from(double mean, double ns) {
+  if (mean < 1) mean = 1;
+  return ns > mean * PERF_OUTLIER || ns * PERF_OUTLIER < mean;
+}
+
+int perf_record(const perf_key_t *key, double bytes, double ns) {
+  if (!(ns >= 0) || !isfinite(ns)) return 0;
   stats_t one = {1, ns, 0, bytes};
   pthread_mutex_lock(&lock);
   ensure_loaded();
   model_t *m = find(key, 1);
-  if (m) merge(&m->all, &one), merge(&m->fresh, &one);
+  int kept = m != NULL;
+  if (m && m->all.n >= PERF_MIN_SAMPLES && far_from(m->all.mean, ns)) {
+    /* A run of them, alike, is the agent's new normal: they replace it. */
+    if (m->aside.n > 0 && far_from(m->aside.mean, ns)) memset(&m->aside, 0, sizeof(m->aside));
+    merge(&m->aside, &one);
+    kept = 0;
+    if (m->aside.n >= PERF_OUTLIER_RUN) {
+      m->all = m->fresh = m->aside, m->replaced = 1;
+      memset(&m->aside, 0, sizeof(m->aside));
+    }
+  } else if (m) {
+    memset(&m->aside, 0, sizeof(m->aside));
+    merge(&m->all, &one), merge(&m->fresh, &one);
+  }
   pthread_mutex_unlock(&lock);
+  return kept;
 }
 
 static int mkdirs(char *path) {
@@ -180,8 +237,38 @@ static void load_disk(const perf_key_t *k, const stats_t *s) {
   disk[ndisk++].all = *s;
 }
 
+/* This process's fresh samples into the file's models (disk). */
+static void merge_fresh(void) {
+  for (size_t i = 0; i < nmodels; ++i) {
+    if (models[i].fresh.n <= 0) continue;
+    if (models[i].replaced)
+      for (size_t j = 0; j < ndisk; ++j)
+        if (same(&disk[j].key, &models[i].key)) memset(&disk[j].all, 0, sizeof(disk[j].all));
+    load_disk(&models[i].key, &models[i].fresh);
+  }
+}
+
+static aq_status_t write_models(const char *path) {
+  char tmp[1100];
+  snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return aq_error(AQ_ERROR_IO, "cannot write performance models to %s (set AQ_PERF_DIR)", tmp);
+  fprintf(f, "%s\n# kernel class arch samples mean_ns m2 mean_bytes\n", FILE_HEADER);
+  for (size_t i = 0; i < ndisk; ++i)
+    if (disk[i].all.n >= 1)
+      fprintf(f, "%s %x %s %.0f %.1f %.1f %.0f\n", disk[i].key.kernel, disk[i].key.shape_class, disk[i].key.arch,
+              disk[i].all.n, disk[i].all.mean, disk[i].all.m2, disk[i].all.bytes);
+  /* On disk before the rename: a crash leaves the old file or the new one. */
+  int bad = fflush(f) || fsync(fileno(f));
+  if (fclose(f) || bad || rename(tmp, path)) {
+    unlink(tmp);
+    return aq_error(AQ_ERROR_IO, "cannot write performance models to %s", path);
+  }
+  return AQ_OK;
+}
+
 aq_status_t perf_save(void) {
-  char path[1024], tmp[1100];
+  char path[1024], lockpath[1100];
   pthread_mutex_lock(&lock);
   perf_path(path, sizeof(path));
   int fresh = 0;
@@ -190,29 +277,23 @@ aq_status_t perf_save(void) {
     pthread_mutex_unlock(&lock);
     return AQ_OK;
   }
+  snprintf(lockpath, sizeof(lockpath), "%s.lock", path);
+  int fd = mkdirs(lockpath) == 0 ? open(lockpath, O_CREAT | O_RDWR | O_CLOEXEC, 0644) : -1;
+  aq_status_t s = fd < 0 ? aq_error(AQ_ERROR_IO, "cannot write performance models to %s (set AQ_PERF_DIR)", path)
+                         : AQ_OK;
+  /* Another process's save in between: merged, not lost. */
+  if (s == AQ_OK && flock(fd, LOCK_EX)) s = aq_error(AQ_ERROR_IO, "cannot lock %s", lockpath);
   ndisk = 0;
-  read_file(path, load_disk);
-  for (size_t i = 0; i < nmodels; ++i) {
-    if (models[i].fresh.n <= 0) continue;
-    load_disk(&models[i].key, &models[i].fresh);
-  }
-  snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
-  FILE *f = mkdirs(tmp) == 0 ? fopen(tmp, "w") : NULL;
-  aq_status_t s = AQ_OK;
-  if (!f) {
-    s = aq_error(AQ_ERROR_IO, "cannot write performance models to %s (set AQ_PERF_DIR)", tmp);
-  } else {
-    fprintf(f, "# aquila performance models v1: kernel class arch samples mean_ns m2 mean_bytes\n");
-    for (size_t i = 0; i < ndisk; ++i)
-      fprintf(f, "%s %x %s %.0f %.1f %.1f %.0f\n", disk[i].key.kernel, disk[i].key.shape_class, disk[i].key.arch,
-              disk[i].all.n, disk[i].all.mean, disk[i].all.m2, disk[i].all.bytes);
-    if (fclose(f) || rename(tmp, path)) {
-      unlink(tmp);
-      s = aq_error(AQ_ERROR_IO, "cannot write performance models to %s", path);
-    }
-  }
+  int state = s == AQ_OK ? read_file(path, load_disk) : FILE_NONE;
+  if (state == FILE_FOREIGN)
+    s = aq_error(AQ_ERROR_IO, "%s is not an Aquila performance-model file: not overwritten", path);
+  else if (state == FILE_STALE)
+    ndisk = 0; /* another version's models: replaced, not merged */
+  if (s == AQ_OK) merge_fresh();
+  if (s == AQ_OK) s = write_models(path);
+  if (fd >= 0) close(fd); /* and the lock with it */
   if (s == AQ_OK)
-    for (size_t i = 0; i < nmodels; ++i) memset(&models[i].fresh, 0, sizeof(models[i].fresh));
+    for (size_t i = 0; i < nmodels; ++i) memset(&models[i].fresh, 0, sizeof(models[i].fresh)), models[i].replaced = 0;
   pthread_mutex_unlock(&lock);
   return s;
 }

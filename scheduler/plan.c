@@ -6,7 +6,7 @@
 #include "runtime/status.h"
 #include "scheduler/plan.h"
 
-static int readable_without_writer(aq_tensor_role_t r) {
+int plan_readable_without_writer(aq_tensor_role_t r) {
   return r == AQ_ROLE_INPUT || r == AQ_ROLE_PARAMETER || r == AQ_ROLE_CONSTANT || r == AQ_ROLE_STATE;
 }
 
@@ -43,7 +43,7 @@ static aq_status_t infer(plan_t *p, aq_graph_t *g) {
     for (uint32_t r = 0; s == AQ_OK && r < t->nreads; ++r) {
       uint32_t x = t->reads[r];
       if (last_writer[x] != UINT32_MAX) s = add_pred(p, stamp, i, last_writer[x]);
-      else if (!readable_without_writer(g->tensors[x].role))
+      else if (!plan_readable_without_writer(g->tensors[x].role))
         s = aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' reads tensor '%s' before any task writes it", t->name,
                      g->tensors[x].name);
       if (s == AQ_OK && nreaders[x] == capr[x]) {

@@ -43,6 +43,9 @@ typedef struct plan_lanes {
   const uint32_t *agent_workers;
 } plan_lanes_t;
 
+/* Whether a run may read a tensor of this role before any task writes it
+ * (it holds data from the user or from the last run). */
+int plan_readable_without_writer(aq_tensor_role_t role);
 /* Checks the graph (reads before writes, cycles, pinned agents) and places
  * it on lanes. */
 aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const plan_lanes_t *lanes);

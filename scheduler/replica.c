@@ -121,9 +121,10 @@ static aq_status_t add_prefetch(walk_t *w, uint32_t x, uint32_t to) {
   t.fn = w->in->prefetch_fn;
   t.user = w->in->copy_user;
   t.args[0] = x, t.args[1] = to, t.args[2] = w->c->tensors[x].bytes;
-  /* An activation not written yet this run holds nothing to read: the
-   * prefetch only moves its pages ahead of the writer. */
-  t.nreads = w->written[x] || w->c->tensors[x].role != AQ_ROLE_ACTIVATION;
+  /* A tensor not written yet this run that holds nothing from before (an
+   * activation, a gradient) has nothing to read: the prefetch only moves
+   * its pages ahead of the writer. */
+  t.nreads = w->written[x] || plan_readable_without_writer(w->c->tensors[x].role);
   t.nwrites = 1;
   t.reads[0] = t.writes[0] = x;
   t.read_off[0] = t.write_off[0] = UINT32_MAX;

@@ -14,6 +14,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export AQ_CODE_OBJECT_PATH="$build/tests/data${AQ_CODE_OBJECT_PATH:+:$AQ_CODE_OBJECT_PATH}"
+# heft (the default placement) keeps performance models: the tests' go to
+# the build tree, not the user's cache.
+export AQ_PERF_DIR="${AQ_PERF_DIR:-$build/perf-models}"
 for i in "${!progs[@]}"; do
   prog=${progs[$i]}
   name=$(basename "$prog")

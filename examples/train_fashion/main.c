@@ -1,7 +1,7 @@
 /* train_fashion: Fashion-MNIST training on whatever agents exist.
  *
  *   train_fashion [--model mlp|cnn] [--optimizer sgd|adam] [--epochs 10] [--batch 256] [--lr 0.1, cnn 0.05]
- *                 [--momentum 0.9] [--seed 1] [--placement auto|cpu|gpu|eager|round-robin|locality]
+ *                 [--momentum 0.9] [--seed 1] [--placement auto|cpu|gpu|heft|eager|round-robin|locality]
  *                 [--data DIR] [--out DIR] [--dot FILE] [--trace FILE]
  *                 [--augment none|flip] [--schedule cosine|constant] [--data-parallel]
  *
@@ -40,7 +40,7 @@ static int usage(const char *why) {
           "usage: train_fashion [--model mlp|cnn] [--optimizer sgd|adam] [--epochs N] [--batch N] [--lr X]\n"
           "                     [--momentum X] [--seed N]\n"
           "                     [--augment none|flip] [--schedule cosine|constant]\n"
-          "                     [--placement auto|cpu|gpu|eager|round-robin|locality] [--data DIR] [--out DIR]\n"
+          "                     [--placement auto|cpu|gpu|heft|eager|round-robin|locality] [--data DIR] [--out DIR]\n"
           "                     [--dot FILE] [--trace FILE] [--data-parallel]\n");
   return 2;
 }
@@ -96,19 +96,28 @@ static int parse(int argc, char **argv, args_t *a) {
    * accuracy swinging 2 points an epoch); 0.05 settles at 90.1%. */
   else if (!lr_given && !strcmp(a->t.model, "cnn")) a->t.lr = 0.05f;
   const char *p = a->placement;
-  a->t.policy = !strcmp(p, "auto") || !strcmp(p, "eager") || !strcmp(p, "cpu") || !strcmp(p, "gpu") ? AQ_SCHED_EAGER
-                : !strcmp(p, "round-robin") ? AQ_SCHED_ROUND_ROBIN
-                : !strcmp(p, "locality")    ? AQ_SCHED_LOCALITY
-                                            : AQ_SCHED_DEFAULT;
-  if (a->t.policy == AQ_SCHED_DEFAULT) {
-    fprintf(stderr, "train_fashion: --placement %s: expected auto, cpu, gpu, eager, round-robin or locality\n", p);
+  /* auto, cpu and gpu: the library's default placement (AQ_SCHED, else
+   * heft over measured costs), cpu and gpu over that kind of agent only;
+   * the others name a policy. */
+  static const struct { const char *name; aq_sched_policy_t policy; uint32_t kinds; } placements[] = {
+      {"auto", AQ_SCHED_DEFAULT, 0},
+      {"cpu", AQ_SCHED_DEFAULT, 1u << AQ_AGENT_KIND_CPU},
+      {"gpu", AQ_SCHED_DEFAULT, 1u << AQ_AGENT_KIND_GPU},
+      {"heft", AQ_SCHED_HEFT, 0},
+      {"eager", AQ_SCHED_EAGER, 0},
+      {"round-robin", AQ_SCHED_ROUND_ROBIN, 0},
+      {"locality", AQ_SCHED_LOCALITY, 0},
+  };
+  size_t k = 0, n = sizeof(placements) / sizeof(placements[0]);
+  while (k < n && strcmp(p, placements[k].name)) ++k;
+  if (k == n) {
+    fprintf(stderr, "train_fashion: --placement %s: expected auto, cpu, gpu, heft, eager, round-robin or locality\n",
+            p);
     return 2;
   }
-  /* cpu / gpu: every kernel on that kind of agent; the loader is a host
-   * task and runs on a CPU agent in any case. */
-  a->t.kernel_agent_kinds = !strcmp(p, "cpu") ? 1u << AQ_AGENT_KIND_CPU
-                            : !strcmp(p, "gpu") ? 1u << AQ_AGENT_KIND_GPU
-                                                : 0;
+  /* The loader is a host task and runs on a CPU agent in any case. */
+  a->t.policy = placements[k].policy;
+  a->t.kernel_agent_kinds = placements[k].kinds;
   return 0;
 }
 

@@ -30,6 +30,7 @@
 #define AQUILA_GRAPH_H_
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "aquila/ops.h"
@@ -327,6 +328,14 @@ aq_status_t aq_exec_get_info(aq_exec_t *exec, aq_exec_info_t *info);
  * kernel and variant (the code object that runs it), estimated time and
  * finish; one edge per dependency, cross-queue edges dashed. */
 aq_status_t aq_exec_write_dot(aq_exec_t *exec, const char *path);
+
+/* Why each task runs where it does, as text: the placement's estimates of
+ * the whole run (under heft: the placement kept, the best over all agents
+ * and the best single agent), the measured link costs, then one line per
+ * task with its agent and lane, its estimated time on every agent that
+ * may run it (a model's, or a guess marked '?'), and the reason for the
+ * choice. Writes to out (stdout, stderr or a file of the caller's). */
+aq_status_t aq_exec_explain(aq_exec_t *exec, FILE *out);
 
 #ifdef __cplusplus
 }

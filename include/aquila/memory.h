@@ -55,6 +55,15 @@ aq_status_t aq_memory_copy(void *dst, const void *src, size_t size);
 /* The allocation that holds ptr: its region, base and size. */
 aq_status_t aq_memory_lookup(const void *ptr, aq_region_t *out_region, void **out_base,
                              size_t *out_size);
+/* Whether kernels of agent may read and write [ptr, ptr + size) in place: a
+ * CPU agent reaches host memory (its own allocations, Aquila's
+ * host-accessible regions, and memory Aquila did not allocate); a GPU
+ * agent its own regions, and another GPU's where the driver made them
+ * reachable (pinned host memory, managed memory, device memory over peer
+ * access). A range that runs past its allocation is reached by no agent. */
+aq_status_t aq_memory_reachable(aq_agent_t agent, const void *ptr, size_t size, int *out_reachable);
+/* The same for a whole region, before anything is allocated from it. */
+aq_status_t aq_region_reachable(aq_agent_t agent, aq_region_t region, int *out_reachable);
 
 #ifdef __cplusplus
 }

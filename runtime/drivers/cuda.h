@@ -20,6 +20,10 @@ typedef struct cuda_agent {
   CUcontext context;
   _Atomic int faulted; /* a sticky error: the agent needs a reset */
   int concurrent_managed; /* prefetch and advice work on this GPU */
+  uint32_t index;         /* among the driver's agents */
+  /* Bit b: this GPU's kernels reach GPU b's device memory (peer access,
+   * enabled at start where the GPUs have it: NVLink, or PCIe P2P). */
+  uint64_t peers;
   /* Copy streams, apart from the kernel queues: [0] to the GPU, [1] from it.
    * The mutex keeps each copy's waits, copy and completion write together. */
   CUstream copy_streams[2];
@@ -75,6 +79,12 @@ typedef struct cuda_timing {
   /* Profiling (runtime/profile.h): every kernel is timed while fn is set. */
   _Atomic(aq_profile_fn) profile_fn;
   void *_Atomic profile_user;
+  /* The gate (cuda_timing_begin): the stream waits for the host to write
+   * gate_seq here. NULL: no gate, timed kernels include their launch. */
+  volatile uint64_t *gate;
+  CUdeviceptr gate_dev;
+  uint64_t gate_seq;
+  int gate_closed;
 } cuda_timing_t;
 
 typedef struct cuda_queue {
@@ -123,7 +133,11 @@ void cuda_graph_release(cuda_queue_t *cq);
 /* cuda_timing.c: the processor thread brackets a traced kernel with
  * cuda_timing_begin/end; cuda_timing_resolve records those the GPU has
  * finished (all of them, waiting, when block is set) and answers flushes. */
-cuda_timed_t *cuda_timing_begin(struct cuda_queue *cq);
+/* With gate set and the stream idle, the kernel's start event sits behind
+ * a gate that cuda_timing_open opens once the kernel is launched (or its
+ * launch failed): the start event then times the kernel, not its launch. */
+cuda_timed_t *cuda_timing_begin(struct cuda_queue *cq, int gate);
+void cuda_timing_open(struct cuda_queue *cq);
 void cuda_timing_end(struct cuda_queue *cq, cuda_timed_t *t, const aq_trace_event_t *ev);
 int cuda_timing_resolve(struct cuda_queue *cq, int block);
 int cuda_timing_owed(const struct cuda_queue *cq);

@@ -97,8 +97,30 @@ static aq_status_t add_agent(int ordinal) {
     free(a);
     return s;
   }
+  a->index = agent_count;
   agents[agent_count++] = a;
   return add_regions(a, total);
+}
+
+/* Each GPU's kernels reach every other GPU's device memory where the pair
+ * has peer access: a graph placed over several GPUs then reads a tensor
+ * where it lives (over NVLink) instead of failing or copying. A pair
+ * without it (PCIe without P2P) keeps its memory apart, and the scheduler
+ * puts what both touch in pinned host memory (cuda_region_reachable). */
+static aq_status_t enable_peers(void) {
+  for (uint32_t i = 0; i < agent_count; ++i)
+    for (uint32_t j = 0; j < agent_count; ++j) {
+      int can = 0;
+      if (i == j || cu.cuDeviceCanAccessPeer(&can, agents[i]->device, agents[j]->device) != CUDA_SUCCESS || !can)
+        continue;
+      cuda_bind(agents[i]);
+      CUresult r = cu.cuCtxEnablePeerAccess(agents[j]->context, 0);
+      if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+        return aq_error(AQ_ERROR_UNAVAILABLE, "%s cannot reach %s's memory: %s", agents[i]->agent->info.name,
+                        agents[j]->agent->info.name, cuda_error(r));
+      agents[i]->peers |= 1ull << j;
+    }
+  return AQ_OK;
 }
 
 static aq_status_t cuda_start(void) {
@@ -110,7 +132,8 @@ static aq_status_t cuda_start(void) {
   if (r != CUDA_SUCCESS) return aq_error(AQ_ERROR_UNAVAILABLE, "cuInit: %s", cuda_error(r));
   if (n == 0) return aq_error(AQ_ERROR_UNAVAILABLE, "the CUDA driver sees no GPU");
   cuda_code_objects_init();
-  for (int i = 0; i < n; ++i) AQ_RETURN_IF_ERROR(add_agent(i));
+  for (int i = 0; i < n && i < 64; ++i) AQ_RETURN_IF_ERROR(add_agent(i));
+  AQ_RETURN_IF_ERROR(enable_peers());
   AQ_RETURN_IF_ERROR(register_pool());
   atomic_store(&aq_signal_device_writers, 1);
   return AQ_OK;
@@ -179,7 +202,9 @@ static aq_status_t cuda_alloc(aq_region_impl_t *region, size_t size, void **out)
   CUresult r;
   CUdeviceptr p = 0;
   if (kind == REGION_PINNED) {
-    r = cu.cuMemAllocHost(out, size);
+    /* Portable: pinned and mapped for every GPU's context, not just this
+     * one's, so a tensor two GPUs touch may live here. */
+    r = cu.cuMemHostAlloc(out, size, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
   } else {
     if (kind == REGION_MANAGED) {
       /* Never beyond free memory: oversubscribed managed memory can hang
@@ -207,6 +232,17 @@ static void cuda_free(aq_region_impl_t *region, void *ptr, size_t size) {
   else cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
 }
 
+/* Whether agent's kernels reach region's memory (another GPU's): pinned
+ * host memory is portable, managed memory migrates on demand, device
+ * memory takes peer access. */
+static int cuda_region_reachable(aq_region_impl_t *region, aq_agent_impl_t *agent) {
+  if (agent->driver != &aq_driver_cuda) return 0;
+  int kind = (int)(uintptr_t)region->driver_data;
+  const cuda_agent_t *owner = region->agent->driver_data, *a = agent->driver_data;
+  if (kind == REGION_DEVICE) return (a->peers >> owner->index) & 1;
+  return kind == REGION_PINNED || a->concurrent_managed;
+}
+
 const aq_driver_t aq_driver_cuda = {
     .name = "cuda",
     .start = cuda_start,
@@ -225,6 +261,7 @@ const aq_driver_t aq_driver_cuda = {
     .advise = cuda_advise,
     .trace_flush = cuda_timing_flush_all,
     .queue_profile = cuda_queue_profile,
+    .region_reachable = cuda_region_reachable,
 };
 
 /* ---- code objects: cubin (ELF, machine EM_CUDA) or fatbin ---------------- */

@@ -29,7 +29,10 @@ enum {
   CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
   CU_STREAM_NON_BLOCKING = 1,
   CU_STREAM_WAIT_VALUE_EQ = 1,
+  CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
   CU_MEMHOSTREGISTER_PORTABLE = 1,
+  CU_MEMHOSTALLOC_PORTABLE = 1,
+  CU_MEMHOSTALLOC_DEVICEMAP = 2,
   CU_MEMHOSTREGISTER_DEVICEMAP = 2,
   CU_MEM_ATTACH_GLOBAL = 1,
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
@@ -59,10 +62,13 @@ typedef struct cuda_api {
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
   CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuDeviceCanAccessPeer)(int *, CUdevice, CUdevice);
+  CUresult (*cuCtxEnablePeerAccess)(CUcontext, unsigned);
   CUresult (*cuMemGetInfo)(size_t *, size_t *);
   CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
   CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned);
   CUresult (*cuMemAllocHost)(void **, size_t);
+  CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemFreeHost)(void *);
   CUresult (*cuMemHostRegister)(void *, size_t, unsigned);

@@ -295,7 +295,7 @@ static int process(cuda_queue_t *cq) {
   int graphs = !t0 || (cuda_graph_traced(cq) && !cuda_profiling(cq));
   uint32_t replayed = 0;
   if (type == HSA_PACKET_TYPE_KERNEL_DISPATCH && graphs) {
-    cuda_timed_t *slot = t0 ? cuda_timing_begin(cq) : NULL; /* unused (not counted) if nothing replays */
+    cuda_timed_t *slot = t0 ? cuda_timing_begin(cq, 0) : NULL; /* unused (not counted) if nothing replays */
     const char *label = NULL;
     replayed = cuda_graph_replay(cq, index, &what, &label);
     if (replayed && slot) {
@@ -313,8 +313,9 @@ static int process(cuda_queue_t *cq) {
       completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;
       const cuda_kernel_t *k = cuda_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
       what = k && k->name ? k->name : "kernel";
-      cuda_timed_t *slot = t0 ? cuda_timing_begin(cq) : NULL;
+      cuda_timed_t *slot = t0 ? cuda_timing_begin(cq, 1) : NULL;
       fault = cuda_dispatch(cq, (const void *)p);
+      cuda_timing_open(cq);
       if (slot && !fault) {
         aq_trace_event_t ev = kernel_event(cq, what, t0, index, p);
         cuda_timing_end(cq, slot, &ev);

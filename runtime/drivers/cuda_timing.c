@@ -59,7 +59,23 @@ static uint64_t on_host(const cuda_timing_t *t, CUevent e) {
   return t->ref_ns + (uint64_t)((double)ms * 1e6);
 }
 
-cuda_timed_t *cuda_timing_begin(cuda_queue_t *cq) {
+/* On an idle stream a start event fires at once, and the kernel arrives a
+ * launch later (the processor's work and cuLaunchKernel, several us): the
+ * H100's MLP kernels were modelled at 2-3x their time in a training step. */
+static void close_gate(cuda_timing_t *t, CUstream stream) {
+  if (!t->gate || t->gate_closed || cu.cuStreamQuery(stream) != CUDA_SUCCESS) return;
+  t->gate_closed = cu.cuStreamWaitValue64(stream, t->gate_dev, t->gate_seq + 1, CU_STREAM_WAIT_VALUE_EQ) ==
+                   CUDA_SUCCESS;
+}
+
+void cuda_timing_open(cuda_queue_t *cq) {
+  cuda_timing_t *t = &cq->timing;
+  if (!t->gate_closed) return;
+  __atomic_store_n(t->gate, ++t->gate_seq, __ATOMIC_RELEASE);
+  t->gate_closed = 0;
+}
+
+cuda_timed_t *cuda_timing_begin(cuda_queue_t *cq, int gate) {
   cuda_timing_t *t = &cq->timing;
   if (t->count == CUDA_TIMED_MAX) cuda_timing_resolve(cq, 0);
   if (t->count == CUDA_TIMED_MAX) return NULL; /* the GPU is far behind: this one goes untimed */
@@ -74,7 +90,9 @@ cuda_timed_t *cuda_timing_begin(cuda_queue_t *cq) {
       cu.cuStreamQuery(cq->stream) == CUDA_SUCCESS)
     calibrate(cq); /* a failure leaves the old reference, or none */
   cuda_timed_t *s = &t->ring[(t->head + t->count) % CUDA_TIMED_MAX];
-  if (make_events(s) || cu.cuEventRecord(s->start, cq->stream) != CUDA_SUCCESS) return NULL;
+  if (make_events(s)) return NULL;
+  if (gate) close_gate(t, cq->stream);
+  if (cu.cuEventRecord(s->start, cq->stream) != CUDA_SUCCESS) return NULL;
   s->anchored = t->ref_ns != 0;
   return s;
 }
@@ -135,6 +153,15 @@ int cuda_timing_owed(const cuda_queue_t *cq) {
 }
 
 void cuda_timing_track(cuda_queue_t *cq) {
+  cuda_timing_t *t = &cq->timing;
+  void *gate = NULL;
+  if (cu.cuMemHostAlloc(&gate, sizeof(uint64_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS &&
+      cu.cuMemHostGetDevicePointer(&t->gate_dev, gate, 0) == CUDA_SUCCESS) {
+    t->gate = gate;
+    *t->gate = 0;
+  } else if (gate) {
+    cu.cuMemFreeHost(gate);
+  }
   pthread_mutex_lock(&queues_mutex);
   cq->next_traced = queues;
   queues = cq;
@@ -156,6 +183,8 @@ void cuda_timing_release(cuda_queue_t *cq) {
   for (uint32_t i = 0; i < CUDA_TIMED_MAX; ++i)
     if (t->ring[i].start) cu.cuEventDestroy(t->ring[i].start), cu.cuEventDestroy(t->ring[i].end);
   if (t->ref) cu.cuEventDestroy(t->ref);
+  if (t->gate) cu.cuMemFreeHost((void *)t->gate);
+  t->gate = NULL;
 }
 
 void cuda_timing_flush_all(void) {

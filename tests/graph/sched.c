@@ -176,10 +176,10 @@ static int model_line(const char *kernel, double *samples, double *mean_ns) {
   if (!f) return 0;
   int found = 0;
   while (fgets(line, sizeof(line), f)) {
-    char k[64], arch[48];
+    char k[64], arch[128];
     unsigned cls;
     double n, mean, m2, bytes;
-    if (sscanf(line, "%63s %x %47s %lf %lf %lf %lf", k, &cls, arch, &n, &mean, &m2, &bytes) == 7 && !strcmp(k, kernel))
+    if (sscanf(line, "%63s %x %127s %lf %lf %lf %lf", k, &cls, arch, &n, &mean, &m2, &bytes) == 7 && !strcmp(k, kernel))
       *samples = n, *mean_ns = mean, found = 1;
   }
   fclose(f);
@@ -247,10 +247,10 @@ static int model_lines(const char *kernel, double samples[8]) {
   FILE *f = fopen(path, "r");
   int n = 0;
   while (f && fgets(line, sizeof(line), f)) {
-    char k[64], arch[48];
+    char k[64], arch[128];
     unsigned cls;
     double ns, mean, m2, bytes;
-    if (sscanf(line, "%63s %x %47s %lf %lf %lf %lf", k, &cls, arch, &ns, &mean, &m2, &bytes) == 7 &&
+    if (sscanf(line, "%63s %x %127s %lf %lf %lf %lf", k, &cls, arch, &ns, &mean, &m2, &bytes) == 7 &&
         !strcmp(k, kernel) && n < 8)
       samples[n++] = ns;
   }
@@ -468,6 +468,7 @@ Test(sched, dot_names_agent_variant_and_estimate) {
   cr_assert(strstr(dot, "digraph") && strstr(dot, "[kernels-cpu.so]") && strstr(dot, "on cpu") &&
                 strstr(dot, "t0 -> t1"),
             "%s", dot);
+  cr_assert(strstr(dot, "fillcolor") && strstr(dot, "cluster_agents"), "tasks coloured by agent, with a legend: %s", dot);
   cr_assert_eq(aq_exec_write_dot(e, "/nonexistent-dir/x.dot"), AQ_ERROR_IO);
   AQ_ASSERT_OK(aq_exec_destroy(e));
   AQ_ASSERT_OK(aq_graph_destroy(g));
@@ -608,4 +609,62 @@ Test(sched, heft_trains_like_eager_while_it_calibrates, .init = perf_setup, .fin
   cr_assert(model_line("aq_matmul_f32", &n, &mean) || model_line("aq_matmul", &n, &mean), "no matmul model");
   cr_assert_geq(n, 3);
   cr_assert_gt(mean, 0);
+}
+
+/* AQ_SCHED is read once, at aq_init: a name it does not know is refused
+ * there, by name, rather than silently meaning some policy. */
+Test(sched, an_unknown_aq_sched_is_refused_at_init_by_name) {
+  aq_shut_down();
+  setenv("AQ_SCHED", "bogus", 1);
+  aq_status_t s = aq_init(NULL);
+  unsetenv("AQ_SCHED");
+  cr_assert_eq(s, AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "AQ_SCHED='bogus'"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_setting_t set[32];
+  size_t n = 0;
+  AQ_ASSERT_OK(aq_settings(set, 32, &n));
+  int found = 0;
+  for (size_t i = 0; i < n && i < 32; ++i)
+    if (!strcmp(set[i].name, "AQ_SCHED")) {
+      found = 1;
+      cr_expect_str_eq(set[i].value, "heft", "the default placement");
+    }
+  cr_assert(found, "aq_settings lists AQ_SCHED");
+}
+
+/* aq_exec_explain: the placement, the estimate per agent and a reason for
+ * every task. */
+Test(sched, explain_gives_each_task_its_agent_estimates_and_reason, .init = perf_setup, .fini = perf_teardown) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t a, b, c;
+  AQ_ASSERT_OK(aq_tensor_create(g, "a", AQ_DTYPE_F32, AQ_ROLE_CONSTANT, 2, (int64_t[]){64, 64}, &a));
+  AQ_ASSERT_OK(aq_op_relu(g, a, &b));
+  AQ_ASSERT_OK(aq_op_matmul(g, b, a, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &c));
+  aq_host_task_t h = {.name = "after", .fn = spin_call, .args = {1}, .agent = -1, .read_count = 1, .reads = {c}};
+  AQ_ASSERT_OK(aq_graph_add_host(g, &h, NULL));
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  char text[8192] = "";
+  FILE *f = tmpfile();
+  cr_assert(f);
+  AQ_ASSERT_OK(aq_exec_explain(e, f));
+  rewind(f);
+  size_t n = fread(text, 1, sizeof(text) - 1, f);
+  text[n] = 0;
+  fclose(f);
+  cr_assert(strstr(text, "placement: heft"), "the default placement: %s", text);
+  cr_assert(strstr(text, "estimated run:"), "%s", text);
+  int lines = 0;
+  for (const char *p = text; (p = strchr(p, '\n')); ++p) ++lines;
+  /* the header: placement, estimates, links where there are several agents, columns */
+  cr_assert(lines == 3 + 3 || lines == 4 + 3, "a header and a line per task: %s", text);
+  cr_assert(strstr(text, "relu(a)") && strstr(text, "matmul(") && strstr(text, "after") && strstr(text, " us"), "%s",
+            text);
+  cr_assert(strstr(text, "a host call: CPU agents run it"), "%s", text);
+  cr_assert_eq(aq_exec_explain(NULL, stdout), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert_eq(aq_exec_explain(e, NULL), AQ_ERROR_INVALID_ARGUMENT);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
 }

@@ -96,3 +96,25 @@ Test(memory, bad_frees_and_sizes_are_errors_that_lose_nothing) {
   aq_memory_free(a);
   aq_memory_free(b);
 }
+
+/* Which memory a CPU agent's kernels reach in place: host memory, its own
+ * regions; nothing past an allocation's end. */
+Test(memory, a_cpu_agent_reaches_host_memory_and_not_past_an_allocation) {
+  aq_agent_t cpu = first_cpu_agent();
+  aq_region_t r = global_region(cpu);
+  void *p;
+  AQ_ASSERT_OK(aq_memory_allocate(r, 4096, &p));
+  int yes = -1;
+  AQ_ASSERT_OK(aq_memory_reachable(cpu, p, 4096, &yes));
+  cr_expect_eq(yes, 1);
+  AQ_ASSERT_OK(aq_memory_reachable(cpu, p, 4097, &yes));
+  cr_expect_eq(yes, 0, "past the allocation's end");
+  static char host[64];
+  AQ_ASSERT_OK(aq_memory_reachable(cpu, host, sizeof(host), &yes));
+  cr_expect_eq(yes, 1, "memory Aquila did not allocate is host memory");
+  AQ_ASSERT_OK(aq_region_reachable(cpu, r, &yes));
+  cr_expect_eq(yes, 1);
+  cr_expect_eq(aq_memory_reachable(cpu, NULL, 1, &yes), AQ_ERROR_INVALID_ARGUMENT);
+  cr_expect_eq(aq_memory_reachable((aq_agent_t){12345}, p, 1, &yes), AQ_ERROR_INVALID_HANDLE);
+  AQ_ASSERT_OK(aq_memory_free(p));
+}

@@ -4,9 +4,10 @@
  * The peer, PyTorch eager, runs from shared/reference/torch_fashion_mlp.py in
  * the same device call (aq-bench does not embed Python).
  * Options: --model mlp|cnn, --placement auto|cpu|gpu, --epochs N (default 1), --batch N (256), --threads (informational:
- * workers come from AQ_CPU_WORKERS), --data DIR, --steps N (cap per epoch), --dot FILE (the placed step).
- * The placement policy is AQ_SCHED's (eager by default). --ranks N: data-parallel scaling under
- * mpirun -np N (train_ranks.c). */
+ * workers come from AQ_CPU_WORKERS), --data DIR, --steps N (cap per epoch), --dot FILE (the placed step),
+ * --explain 1 (why each task of the step runs where it does, on stderr).
+ * The placement policy is the library's default: AQ_SCHED's, else heft. --ranks N: data-parallel scaling
+ * under mpirun -np N (train_ranks.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +62,8 @@ int aq_bench_train(int argc, char **argv) {
   }
   const char *dot = bench_arg(argc, argv, "dot"); /* the placed step, to see where each task went */
   if (dot && aq_exec_write_dot(trainer_exec(t), dot) != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
+  if (bench_arg(argc, argv, "explain") && aq_exec_explain(trainer_exec(t), stderr) != AQ_OK) /* stdout is JSON's */
+    fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
   uint32_t steps = trainer_steps_per_epoch(t);
   if (cap > 0 && (uint32_t)cap < steps) steps = (uint32_t)cap;
   double *us = calloc((size_t)steps * (size_t)epochs, sizeof(double));

@@ -1,0 +1,217 @@
+/* Placement's wiring for an exec: the agents it may use, which of them
+ * can run each task, the policy, heft's cost and link matrices (with the
+ * calibration of models short of samples) and epilogue fusion on the
+ * placed graph. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+#include "scheduler/calibrate.h"
+#include "scheduler/exec_internal.h"
+#include "scheduler/linkcal.h"
+
+aq_status_t exec_pick_agents(aq_exec_t *e) {
+  aq_agent_t all[EXEC_AGENTS_MAX];
+  size_t n;
+  AQ_RETURN_IF_ERROR(aq_agents(all, EXEC_AGENTS_MAX, &n));
+  for (size_t i = 0; i < n && i < EXEC_AGENTS_MAX; ++i) {
+    aq_agent_info_t info;
+    AQ_RETURN_IF_ERROR(aq_agent_get_info(all[i], &info));
+    if (!info.usable) continue;
+    e->agents[e->nagents] = all[i];
+    snprintf(e->agent_names[e->nagents], AQ_NAME_MAX, "%s", info.name);
+    e->agent_node[e->nagents] = info.numa_node;
+    e->agent_kind[e->nagents] = (uint8_t)info.kind;
+    e->agent_workers[e->nagents] = info.kind == AQ_AGENT_KIND_CPU ? (info.compute_units ? info.compute_units : 1) : 0;
+    perf_arch(&info, e->agent_arch[e->nagents], PERF_ARCH_MAX);
+    /* A lane per CPU worker: independent tasks run side by side. A GPU
+     * gets one in-order stream. */
+    uint32_t lanes = info.kind == AQ_AGENT_KIND_GPU ? 1 : info.compute_units ? info.compute_units : 1;
+    if (lanes > LANES_PER_AGENT_MAX) lanes = LANES_PER_AGENT_MAX;
+    for (uint32_t k = 0; k < lanes && e->nlanes < EXEC_LANES_MAX; ++k) {
+      e->lane_kind[e->nlanes] = (uint8_t)info.kind;
+      e->lane_agent[e->nlanes++] = e->nagents;
+    }
+    e->nagents++;
+  }
+  return AQ_OK;
+}
+
+/* The CUDA op library, if some agent is a GPU and the build has it. */
+aq_status_t exec_load_gpu_ops(aq_exec_t *e) {
+  for (uint32_t a = 0; a < e->nagents; ++a)
+    if (e->agent_kind[a] == AQ_AGENT_KIND_GPU) {
+      if (aq_code_object_load("kernels-cuda.fatbin", &e->gpu_ops) != AQ_OK) e->gpu_ops.handle = 0;
+      break;
+    }
+  return AQ_OK;
+}
+
+static int has_kernel(aq_exec_t *e, aq_code_object_t co, const char *name, uint8_t kind) {
+  /* Graphs repeat a few kernels many times: remember the last answer. */
+  static _Thread_local struct { uint64_t co; uint8_t kind; char name[64]; int yes; } last;
+  if (last.co == co.handle && last.kind == kind && !strcmp(last.name, name)) return last.yes;
+  int yes = 0;
+  for (uint32_t a = 0; a < e->nagents; ++a) {
+    if (e->agent_kind[a] != kind) continue;
+    aq_kernel_info_t k;
+    yes = co.handle && aq_code_object_find_kernel(co, name, e->agents[a], &k) == AQ_OK;
+    break;
+  }
+  last.co = co.handle, last.kind = kind, last.yes = yes;
+  snprintf(last.name, sizeof(last.name), "%s", name);
+  return yes;
+}
+
+/* Per task, the kinds of agent that may run it: host calls on CPUs; a
+ * kernel wherever its code object has code and the options allow. */
+uint8_t *exec_eligibility(aq_exec_t *e, uint32_t kinds) {
+  aq_graph_t *g = e->graph;
+  uint8_t *m = calloc(g->ntasks ? g->ntasks : 1, 1);
+  if (!m) return NULL;
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    const task_t *task = &g->tasks[t];
+    if (task->kind == TASK_HOST) {
+      m[t] = 1u << AQ_AGENT_KIND_CPU;
+      continue;
+    }
+    for (uint8_t kind = AQ_AGENT_KIND_CPU; kind <= AQ_AGENT_KIND_GPU; ++kind) {
+      if (kinds && !(kinds & (1u << kind))) continue;
+      aq_code_object_t co = task->code_object.handle ? task->code_object
+                            : kind == AQ_AGENT_KIND_GPU ? e->gpu_ops
+                                                        : e->ops;
+      if (has_kernel(e, co, task->kernel, kind)) m[t] |= (uint8_t)(1u << kind);
+    }
+  }
+  return m;
+}
+
+aq_sched_policy_t exec_policy_from(const aq_exec_options_t *o) {
+  if (o && o->policy) return o->policy;
+  /* AQ_SCHED, checked at aq_init (runtime.h's AQ_SCHED_NAMES), else heft. */
+  const char *name = aq_runtime_config()->sched;
+  static const struct { const char *name; aq_sched_policy_t policy; } by_name[] = {
+      {"eager", AQ_SCHED_EAGER},     {"round-robin", AQ_SCHED_ROUND_ROBIN}, {"pinned", AQ_SCHED_PINNED},
+      {"locality", AQ_SCHED_LOCALITY}, {"heft", AQ_SCHED_HEFT},
+  };
+  for (size_t i = 0; i < sizeof(by_name) / sizeof(by_name[0]); ++i)
+    if (!strcmp(name, by_name[i].name)) return by_name[i].policy;
+  return AQ_SCHED_HEFT;
+}
+
+/* The model key of task t on agent a, and the bytes it touches. */
+void exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *bytes) {
+  const task_t *task = &e->graph->tasks[t];
+  memset(k, 0, sizeof(*k));
+  if (task->kind == TASK_HOST) snprintf(k->kernel, sizeof(k->kernel), "host:%s", task->name);
+  else snprintf(k->kernel, sizeof(k->kernel), "%s", task->kernel);
+  for (char *c = k->kernel; *c; ++c)
+    if (*c == ' ' || *c == '\t' || *c == '\n') *c = '_'; /* the file is whitespace-separated */
+  snprintf(k->arch, sizeof(k->arch), "%s", e->agent_arch[a]);
+  uint64_t items = 1, b = 0;
+  for (int d = 0; d < 3; ++d) items *= task->shape.grid[d] ? task->shape.grid[d] : 1;
+  for (uint32_t r = 0; r < task->nreads; ++r) b += e->graph->tensors[task->reads[r]].bytes;
+  for (uint32_t w = 0; w < task->nwrites; ++w) b += e->graph->tensors[task->writes[w]].bytes;
+  k->shape_class = perf_shape_class(items, b);
+  *bytes = (double)b;
+}
+
+/* Task t's estimate on agent a (ns): its model's, or a rough guess from the
+ * work-groups for a kernel never measured; *samples: what the model rests on. */
+double exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
+  const task_t *task = &e->graph->tasks[t];
+  double groups = 1;
+  for (int d = 0; d < 3; ++d) {
+    uint32_t wg = task->shape.workgroup[d] ? task->shape.workgroup[d] : 1;
+    uint32_t gr = task->shape.grid[d] ? task->shape.grid[d] : 1;
+    groups *= (gr + wg - 1) / wg;
+  }
+  int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
+  double guess = task->kind == TASK_HOST ? 1000 : gpu ? 5000 + 20 * groups : 1000 * groups;
+  perf_key_t k;
+  double bytes;
+  exec_task_key(e, t, a, &k, &bytes);
+  return perf_estimate(&k, bytes, guess, samples);
+}
+
+/* Op-library kernels short of samples on an agent that may run them are
+ * measured there first, one task per model (calibrate.h); a failure leaves
+ * the guesses. */
+static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible) {
+  aq_graph_t *g = e->graph;
+  uint32_t *pick = malloc((g->ntasks ? g->ntasks : 1) * sizeof(uint32_t));
+  perf_key_t *keys = malloc((g->ntasks ? g->ntasks : 1) * sizeof(perf_key_t));
+  for (uint32_t a = 0; pick && keys && a < e->nagents; ++a) {
+    uint32_t n = 0, samples;
+    for (uint32_t t = 0; t < g->ntasks; ++t) {
+      if (!(eligible[t] & (1u << e->agent_kind[a])) || !perf_calibratable(g, t)) continue;
+      double bytes;
+      exec_task_key(e, t, a, &keys[n], &bytes);
+      perf_estimate(&keys[n], bytes, 0, &samples);
+      int seen = 0;
+      for (uint32_t i = 0; i < n && !seen; ++i)
+        seen = keys[i].shape_class == keys[n].shape_class && !strcmp(keys[i].kernel, keys[n].kernel);
+      if (samples < PERF_MIN_SAMPLES && !seen) pick[n++] = t;
+    }
+    if (n) perf_calibrate(g, pick, n, a);
+  }
+  free(pick), free(keys);
+}
+
+/* heft's cost matrix (task x agent, ns; -1 where it cannot run). Tasks
+ * whose models are still short of samples (host tasks, users' kernels, a
+ * calibration that failed) make the exec profile its first runs. */
+aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out) {
+  aq_graph_t *g = e->graph;
+  calibrate_missing(e, eligible);
+  double *c = malloc((size_t)g->ntasks * e->nagents * sizeof(double));
+  if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  uint32_t short_of_samples = 0;
+  for (uint32_t t = 0; t < g->ntasks; ++t)
+    for (uint32_t a = 0; a < e->nagents; ++a) {
+      double *ct = &c[(size_t)t * e->nagents + a];
+      uint32_t n = 0;
+      *ct = eligible[t] & (1u << e->agent_kind[a]) ? exec_cost_of(e, t, a, &n) : -1;
+      if (*ct >= 0 && n < PERF_MIN_SAMPLES) short_of_samples++;
+    }
+  if (short_of_samples) e->profile_left = PERF_MIN_SAMPLES;
+  *out = c;
+  return AQ_OK;
+}
+
+/* heft's link costs (agent x agent latency, then ns per byte), measured
+ * once per process (linkcal.h). */
+aq_status_t exec_heft_links(aq_exec_t *e, double **out) {
+  link_agent_t la[EXEC_AGENTS_MAX];
+  for (uint32_t a = 0; a < e->nagents; ++a) la[a] = (link_agent_t){e->agents[a], e->agent_kind[a], e->agent_arch[a]};
+  size_t nn = (size_t)e->nagents * e->nagents;
+  if (!(*out = malloc(2 * (nn ? nn : 1) * sizeof(double))))
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  uint32_t measured;
+  link_calibrate(la, e->nagents, *out, *out + nn, &measured);
+  return AQ_OK;
+}
+
+/* Epilogue fusion on the placed graph (fuse.h): on GPU agents, where each
+ * fused pair is one launch and one pass over C fewer; on CPU agents only
+ * with AQ_FUSION=1 (there, the MLP step measured no faster: the consumer's
+ * extra arrays cost the GEMM about what the pass it saves did). Off with
+ * AQ_EXEC_NO_FUSION or AQ_FUSION=0. */
+aq_status_t exec_fuse(aq_exec_t *e) {
+  const char *env = getenv("AQ_FUSION");
+  if (env && strcmp(env, "0") && strcmp(env, "1"))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "AQ_FUSION=%s: expected 0 (no fusion) or 1 (on CPU agents too)", env);
+  int off = (e->flags & AQ_EXEC_NO_FUSION) || (env && !strcmp(env, "0")), cpu = env && !strcmp(env, "1");
+  uint8_t fuses[EXEC_AGENTS_MAX];
+  for (uint32_t a = 0; a < e->nagents; ++a) {
+    int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
+    aq_code_object_t co = gpu ? e->gpu_ops : e->ops;
+    int on = (gpu || cpu) && co.handle;
+    fuses[a] = (on && has_kernel(e, co, AQ_KERNEL_MATMUL_FUSED, e->agent_kind[a]) ? FUSE_MATMUL_RELU_MASK | FUSE_MATMUL_SGD
+                                                                                   : 0) |
+               (on && has_kernel(e, co, AQ_KERNEL_SUM_ROWS_SGD, e->agent_kind[a]) ? FUSE_SUM_ROWS_SGD : 0);
+  }
+  fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, fuses, off};
+  return fuse_plan(&in, &e->plan, &e->fusion);
+}

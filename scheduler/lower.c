@@ -1,0 +1,291 @@
+/* Lowering: each task becomes its packets (barrier-AND packets over its
+ * producers on other lanes, a barrier-OR for an after-any edge, the task
+ * itself with its kernarg filled in) in the stream of its lane; one lane
+ * joins the others' ends. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aquila/ops_gpu.h"
+#include "scheduler/exec_internal.h"
+
+static aq_status_t push(stream_t *st, const void *packet) {
+  if (st->npackets == st->cap) {
+    uint32_t cap = st->cap ? 2 * st->cap : 64;
+    uint8_t *n = realloc(st->packets, (size_t)cap * PKT);
+    if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for packets");
+    st->packets = n;
+    st->cap = cap;
+  }
+  memcpy(st->packets + (size_t)st->npackets++ * PKT, packet, PKT);
+  return AQ_OK;
+}
+
+static aq_status_t push_barrier(aq_exec_t *e, stream_t *st, hsa_packet_type_t type, const aq_signal_t *deps,
+                                uint32_t n, aq_signal_t completion) {
+  hsa_barrier_and_packet_t b;
+  memset(&b, 0, sizeof(b));
+  b.header = exec_packet_header(type, 1);
+  for (uint32_t i = 0; i < n; ++i) b.dep_signal[i].handle = deps[i].handle;
+  b.completion_signal.handle = completion.handle;
+  e->barriers++;
+  return push(st, &b);
+}
+
+/* Task t's kernarg as written at dst: the graph's, with the addresses of
+ * its tensors filled in. */
+static void fill_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
+  const task_t *task = &e->graph->tasks[t];
+  memcpy(dst, task->kernarg, task->kernarg_size);
+  for (uint32_t r = 0; r < task->nreads; ++r)
+    if (task->read_off[r] != UINT32_MAX) memcpy(dst + task->read_off[r], &e->buffers[task->reads[r]], sizeof(void *));
+  for (uint32_t w = 0; w < task->nwrites; ++w)
+    if (task->write_off[w] != UINT32_MAX)
+      memcpy(dst + task->write_off[w], &e->buffers[task->writes[w]], sizeof(void *));
+}
+
+/* A fused consumer's kernarg: the product's and its own, merged. */
+static void fill_fused_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
+  uint8_t mine[TASK_KERNARG_MAX], product[TASK_KERNARG_MAX];
+  fill_kernarg(e, t, mine);
+  fill_kernarg(e, e->fusion.product[t], product);
+  fuse_kernarg(e->graph, t, e->fusion.product[t], mine, product, dst);
+}
+
+static int is_matmul(const char *kernel) {
+  return !strcmp(kernel, AQ_KERNEL_MATMUL) || !strcmp(kernel, AQ_KERNEL_MATMUL_FUSED);
+}
+
+/* The GPU build of a task's op: an exact exec's products take the FFMA
+ * builds whatever precision their kernargs ask for. kernarg is the
+ * product's own (a fused kernarg starts with it), which is all the picker
+ * reads of either. */
+static const char *gpu_kernel(const aq_exec_t *e, const char *base, const void *kernarg) {
+  if (!e->exact_matmul || !is_matmul(base)) return aq_gpu_op_kernel(base, kernarg);
+  aq_matmul_args_t mm;
+  memcpy(&mm, kernarg, sizeof(mm));
+  mm.precision = AQ_MATMUL_PRECISION_EXACT;
+  return aq_gpu_op_kernel(base, &mm);
+}
+
+static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kernel_dispatch_packet_t *p) {
+  aq_graph_t *g = e->graph;
+  const task_t *task = &g->tasks[t];
+  uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
+  int gpu = e->lane_kind[e->plan.tasks[t].lane] == AQ_AGENT_KIND_GPU;
+  aq_code_object_t co = task->code_object.handle ? task->code_object : gpu ? e->gpu_ops : e->ops;
+  uint32_t fused = e->fusion.product[t];
+  /* A fused consumer dispatches as its product (kernel, grid), with both
+   * kernargs. The op library's GPU build may have a variant per class of
+   * shapes. */
+  const task_t *body = fused != UINT32_MAX ? &g->tasks[fused] : task;
+  const char *base = fused != UINT32_MAX ? fuse_kernel(g, fused) : task->kernel;
+  const char *name = gpu && !task->code_object.handle ? gpu_kernel(e, base, body->kernarg) : base;
+  aq_kernel_info_t k;
+  if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
+    e->last_kernel_co = 0;
+    if (aq_code_object_find_kernel(co, name, e->agents[a], &e->last_kernel) != AQ_OK)
+      return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is placed on agent %s, which lacks kernel '%s': %s",
+                      task->name, e->agent_names[a], name, aq_last_error());
+    /* remembered only once found (the names are at most 63 characters) */
+    e->last_kernel_co = co.handle, e->last_kernel_agent = a;
+    snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", name);
+  }
+  k = e->last_kernel;
+  size_t bytes = exec_kernarg_bytes(e, t);
+  if (bytes < k.kernarg_size)
+    return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': kernel '%s' takes %u bytes of kernargs, the task gives %zu",
+                    task->name, name, k.kernarg_size, bytes);
+  e->kernargs[t] = (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a];
+  e->kernarg_used[a] += (bytes + 63) & ~(size_t)63;
+  uint8_t *ka = e->kernargs[t];
+  if (fused != UINT32_MAX)
+    fill_fused_kernarg(e, t, ka);
+  else
+    fill_kernarg(e, t, ka);
+  if (gpu && e->exact_matmul && !task->code_object.handle && is_matmul(base))
+    ((aq_matmul_args_t *)ka)->precision = AQ_MATMUL_PRECISION_EXACT;
+  memset(p, 0, sizeof(*p));
+  p->header = exec_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, barrier);
+  p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
+  /* GPUs get each kernel's own launch shape (conv, pool and batch norm would
+   * leave a GPU nearly idle under their CPU grids of one item per plane). */
+  aq_dispatch_shape_t sh = gpu ? aq_gpu_op_shape(base, ka, body->shape) : body->shape;
+  p->workgroup_size_x = sh.workgroup[0] ? sh.workgroup[0] : 1;
+  p->workgroup_size_y = sh.workgroup[1] ? sh.workgroup[1] : 1;
+  p->workgroup_size_z = sh.workgroup[2] ? sh.workgroup[2] : 1;
+  p->grid_size_x = sh.grid[0] ? sh.grid[0] : 1;
+  p->grid_size_y = sh.grid[1] ? sh.grid[1] : 1;
+  p->grid_size_z = sh.grid[2] ? sh.grid[2] : 1;
+  p->group_segment_size = gpu ? aq_gpu_op_group_segment(name, ka) : 0; /* staged tiles past 48 KB */
+  p->kernel_object = k.kernel_object;
+  p->kernarg_address = ka;
+  p->reserved2 = ((uint64_t)e->serial << 20) | (t + 1); /* the run goes in at each run */
+  /* A GPU writes a completion with a stream operation: only where another
+   * lane waits for it (a fault still reaches the run through its lane's end). */
+  p->completion_signal.handle = gpu && !e->watched[t] ? 0 : e->signals[t].handle;
+  return AQ_OK;
+}
+
+/* The producers on other lanes that task t must wait for. Packets of one
+ * queue complete in order (CPU queues, GPU streams), so of the producers on
+ * another lane only the last one in that lane counts: a fan-in of n tasks
+ * waits on one signal per lane, not n. *same_queue: a producer shares t's
+ * lane (its packet then needs the barrier bit). */
+static uint32_t other_lane_producers(aq_exec_t *e, uint32_t t, uint32_t *out, int *same_queue) {
+  const plan_task_t *pt = &e->plan.tasks[t];
+  uint32_t *last = e->lane_last_pred, n = 0;
+  /* covered[mine * nlanes + other]: packets of lane `other` before this seq
+   * are already waited for by an earlier barrier in my lane (which runs in
+   * order): a wavefront waits once per lane hop, not once per edge. */
+  uint32_t *covered = e->covered + (size_t)pt->lane * e->nlanes;
+  *same_queue = 0;
+  for (uint32_t j = 0; j < pt->npreds; ++j) {
+    uint32_t q = pt->preds[j], lane = e->plan.tasks[q].lane;
+    if (e->fusion.absorbed[q]) continue; /* runs in a consumer, which t already follows */
+    if (lane == pt->lane) {
+      *same_queue = 1;
+    } else if (e->plan.tasks[q].seq < covered[lane]) {
+      continue;
+    } else if (e->lane_stamp[lane] != t + 1) {
+      e->lane_stamp[lane] = t + 1;
+      last[lane] = q;
+      e->lane_touched[n++] = lane;
+    } else if (e->plan.tasks[q].seq > e->plan.tasks[last[lane]].seq) {
+      last[lane] = q;
+    }
+  }
+  for (uint32_t j = 0; j < n; ++j) {
+    out[j] = last[e->lane_touched[j]];
+    covered[e->lane_touched[j]] = e->plan.tasks[out[j]].seq + 1;
+  }
+  /* stamps are per task id; a second call for the same task starts afresh */
+  for (uint32_t j = 0; j < n; ++j) e->lane_stamp[e->lane_touched[j]] = 0;
+  return n;
+}
+
+/* Packets for one task: barrier-AND packets over its producers on other
+ * queues (five at a time: consecutive barriers in one queue AND together),
+ * a barrier-OR for its after-any edge, then the task itself. */
+static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
+  aq_graph_t *g = e->graph;
+  const task_t *task = &g->tasks[t];
+  const plan_task_t *pt = &e->plan.tasks[t];
+  stream_t *st = &e->streams[pt->lane];
+  aq_signal_t deps[5], none = {0};
+  uint32_t nd = 0, producers[EXEC_LANES_MAX];
+  int same_queue = 0;
+  uint32_t nprod = other_lane_producers(e, t, producers, &same_queue);
+  for (uint32_t j = 0; j < nprod; ++j) {
+    deps[nd++] = e->signals[producers[j]];
+    if (nd == 5) {
+      AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
+      nd = 0;
+    }
+  }
+  if (nd) AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
+  if (task->nafter_any) {
+    if (task->nafter_any > 5)
+      return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': an after-any edge of %u tasks (at most 5)", task->name,
+                      task->nafter_any);
+    for (uint32_t j = 0; j < task->nafter_any; ++j) deps[j] = e->signals[task->after_any[j]];
+    AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_OR, deps, task->nafter_any, none));
+  }
+  if (task->kind == TASK_HOST) {
+    hsa_agent_dispatch_packet_t p;
+    memset(&p, 0, sizeof(p));
+    p.header = exec_packet_header(HSA_PACKET_TYPE_AGENT_DISPATCH, same_queue);
+    p.type = AQ_AGENT_DISPATCH_HOST_CALL;
+    p.return_address = task->user;
+    p.arg[0] = (uint64_t)(uintptr_t)task->fn;
+    for (int i = 0; i < 3; ++i) p.arg[i + 1] = task->args[i];
+    p.completion_signal.handle = e->signals[t].handle;
+    p.reserved2 = ((uint64_t)e->serial << 20) | (t + 1);
+    return push(st, &p);
+  }
+  hsa_kernel_dispatch_packet_t p;
+  AQ_RETURN_IF_ERROR(kernel_packet(e, t, same_queue, &p));
+  return push(st, &p);
+}
+
+aq_status_t exec_lower(aq_exec_t *e, uint32_t queue_size) {
+  aq_graph_t *g = e->graph;
+  e->kernargs = calloc(g->ntasks, sizeof(void *));
+  e->signals = calloc(g->ntasks, sizeof(aq_signal_t));
+  if (!e->kernargs || !e->signals) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
+  AQ_RETURN_IF_ERROR(exec_plan_kernargs(e));
+  e->watched = calloc(g->ntasks, 1);
+  if (!e->watched) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
+  /* watched: a producer another lane waits for, or an after-any edge
+   * points at (a GPU writes only those completion signals). */
+  e->covered = calloc((size_t)e->nlanes * e->nlanes, sizeof(uint32_t));
+  if (!e->covered) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
+  /* The same walk as lowering's (plan order), to know the watched ones
+   * before any packet is written. */
+  for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
+    uint32_t t = e->plan.order[k], producers[EXEC_LANES_MAX];
+    if (e->fusion.absorbed[t]) continue;
+    int same;
+    uint32_t n = other_lane_producers(e, t, producers, &same);
+    for (uint32_t j = 0; j < n; ++j) e->watched[producers[j]] = 1;
+    for (uint32_t j = 0; j < g->tasks[t].nafter_any; ++j) e->watched[g->tasks[t].after_any[j]] = 1;
+  }
+  memset(e->covered, 0, (size_t)e->nlanes * e->nlanes * sizeof(uint32_t));
+  for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->signals[t]));
+  for (uint32_t k = 0; k < e->plan.ntasks; ++k)
+    if (!e->fusion.absorbed[e->plan.order[k]]) AQ_RETURN_IF_ERROR(lower_task(e, e->plan.order[k]));
+  aq_signal_t none = {0};
+  /* One lane ends with barriers over every other lane's end: its done
+   * signal is the run's (aq_exec_completion_signal). The lane of the plan's
+   * last task, whose work likely ends last: then the run's end takes no hop
+   * through another lane's thread (a GPU's end went through a CPU worker's
+   * barrier and cost a training step a wake-up, 20-30 us). */
+  e->join_lane = UINT32_MAX;
+  for (uint32_t k = e->plan.ntasks; k-- > 0 && e->join_lane == UINT32_MAX;) {
+    uint32_t t = e->plan.order[k];
+    if (!e->fusion.absorbed[t] && e->streams[e->plan.tasks[t].lane].npackets) e->join_lane = e->plan.tasks[t].lane;
+  }
+  for (uint32_t a = 0; a < e->nlanes; ++a)
+    if (e->streams[a].npackets) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->streams[a].done));
+  for (uint32_t a = 0; a < e->nlanes; ++a) {
+    stream_t *st = &e->streams[a];
+    if (!st->npackets) continue;
+    if (a == e->join_lane) {
+      aq_signal_t deps[5];
+      uint32_t nd = 0;
+      for (uint32_t b = 0; b < e->nlanes; ++b) {
+        if (!e->streams[b].npackets || b == a) continue;
+        deps[nd++] = e->streams[b].done;
+        if (nd == 5) {
+          AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
+          e->barriers--; /* bookkeeping, not an edge */
+          nd = 0;
+        }
+      }
+      if (nd) {
+        AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
+        e->barriers--;
+      }
+    }
+    /* The end of the stream: a barrier (bit set) that marks the lane done. */
+    AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, &none, 0, st->done));
+    e->barriers--; /* bookkeeping, not an edge */
+    e->packets += st->npackets;
+    if (e->stamps && e->lane_kind[a] == AQ_AGENT_KIND_CPU) AQ_RETURN_IF_ERROR(exec_profile_stream(e, st));
+    uint32_t need = st->nprof > st->npackets ? st->nprof : st->npackets;
+    uint32_t size = queue_size ? queue_size : 64;
+    while (size < need) size *= 2;
+    aq_queue_options_t qo = {.size = size};
+    aq_status_t s = aq_queue_create(e->agents[e->lane_agent[a]], &qo, &st->queue);
+    if (s != AQ_OK) return s;
+    aq_queue_info_t info;
+    AQ_RETURN_IF_ERROR(aq_queue_get_info(st->queue, &info));
+    if (info.size < need)
+      return aq_error(AQ_ERROR_INVALID_ARGUMENT, "queue_size %u cannot hold the %u packets of one run on %s",
+                      info.size, need, e->agent_names[e->lane_agent[a]]);
+    st->ring = info.base_address;
+    st->size = info.size;
+    e->queues_used++;
+  }
+  return AQ_OK;
+}

@@ -1,0 +1,206 @@
+/* Epilogue fusion's choice of pairs (scheduler/fuse.c) on its own: graphs
+ * built through the public API and planned on lanes of one CPU agent, then
+ * fuse_plan with the forms each agent runs. Which pairs fuse, which stay
+ * apart and why, and the plan still an order the packets can follow. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scheduler/fuse.h"
+#include "units.h"
+
+enum { B = 32, IN = 40, H = 48, OUT = 10 };
+enum { ALL_FORMS = FUSE_MATMUL_RELU_MASK | FUSE_MATMUL_SGD | FUSE_SUM_ROWS_SGD };
+
+TestSuite(fuse_pairs);
+
+static aq_tensor_t make(aq_graph_t *g, const char *name, aq_tensor_role_t role, int64_t rows, int64_t cols) {
+  aq_tensor_t t;
+  AQ_ASSERT_OK(aq_tensor_create(g, name, AQ_DTYPE_F32, role, cols ? 2 : 1, (int64_t[]){rows, cols}, &t));
+  return t;
+}
+
+/* The index of the n-th task (from 0) running kernel. */
+static uint32_t task_of(const aq_graph_t *g, const char *kernel, uint32_t n) {
+  for (uint32_t t = 0; t < g->ntasks; ++t)
+    if (!strcmp(g->tasks[t].kernel, kernel) && n-- == 0) return t;
+  cr_assert_fail("no task %u runs %s", n, kernel);
+  return UINT32_MAX;
+}
+
+/* The plan's order runs every task after its predecessors. */
+static void assert_topological(const plan_t *p) {
+  uint32_t *at = malloc(p->ntasks * sizeof(uint32_t));
+  for (uint32_t k = 0; k < p->ntasks; ++k) at[p->order[k]] = k;
+  for (uint32_t t = 0; t < p->ntasks; ++t)
+    for (uint32_t j = 0; j < p->tasks[t].npreds; ++j)
+      cr_assert_lt(at[p->tasks[t].preds[j]], at[t], "task %u runs before its predecessor %u", t, p->tasks[t].preds[j]);
+  free(at);
+}
+
+typedef struct fused {
+  plan_t plan;
+  fusion_t f;
+} fused_t;
+
+/* g planned on nlanes lanes, then fused; lane_agent: NULL for one agent,
+ * and product_lane moves task product_task to a lane first (UINT32_MAX: no). */
+static void fuse_on(aq_graph_t *g, uint32_t nlanes, const uint32_t *lane_agent, uint8_t forms, int off,
+                    uint32_t product_task, uint32_t product_lane, fused_t *out) {
+  static const uint32_t one_agent[UNITS_LANES_MAX] = {0};
+  uint8_t fuses[2] = {forms, forms};
+  AQ_ASSERT_OK(units_plan(g, nlanes, &out->plan));
+  if (product_task != UINT32_MAX) out->plan.tasks[product_task].lane = product_lane;
+  fuse_in_t in = {g, nlanes, lane_agent ? lane_agent : one_agent, fuses, off};
+  AQ_ASSERT_OK(fuse_plan(&in, &out->plan, &out->f));
+  assert_topological(&out->plan);
+}
+
+static void fused_free(fused_t *x, aq_graph_t *g) {
+  fusion_free(&x->f);
+  plan_free(&x->plan);
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
+/* dW = x^T dy, then w's SGD update: the update can run in the product's
+ * write-back. */
+static aq_graph_t *weight_update(int64_t batch, aq_tensor_t *out_grad) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t x = make(g, "x", AQ_ROLE_INPUT, batch, IN), dy = make(g, "dy", AQ_ROLE_INPUT, batch, H);
+  aq_tensor_t w = make(g, "w", AQ_ROLE_PARAMETER, IN, H), none = {0};
+  AQ_ASSERT_OK(aq_op_matmul(g, x, dy, none, 1, 0, AQ_ACTIVATION_NONE, out_grad));
+  aq_sgd_options_t o = {.lr = 0.1f, .momentum = 0.9f};
+  AQ_ASSERT_OK(aq_op_sgd(g, w, *out_grad, &o));
+  return g;
+}
+
+Test(fuse_pairs, a_weight_gradient_runs_in_its_update) {
+  aq_tensor_t gw;
+  aq_graph_t *g = weight_update(B, &gw);
+  uint32_t mm = task_of(g, AQ_KERNEL_MATMUL, 0), sgd = task_of(g, AQ_KERNEL_SGD, 0);
+  fused_t x;
+  fuse_on(g, 2, NULL, ALL_FORMS, 0, UINT32_MAX, 0, &x);
+  cr_assert_eq(x.f.count, 1);
+  cr_assert_eq(x.f.product[sgd], mm);
+  cr_assert(x.f.absorbed[mm] && !x.f.absorbed[sgd]);
+  cr_assert_eq(x.f.unstored[gw.id], sgd, "the gradient is never stored: the update takes it in");
+  cr_assert_str_eq(fuse_kernel(g, mm), AQ_KERNEL_MATMUL_FUSED);
+  cr_assert_eq(fuse_kernarg_size(g, mm), sizeof(aq_matmul_fused_args_t));
+  cr_assert_eq(fuse_lr_offset(g, sgd, mm), offsetof(aq_matmul_fused_args_t, lr));
+  fused_free(&x, g);
+}
+
+Test(fuse_pairs, nothing_fuses_off_or_where_the_agent_lacks_the_form) {
+  aq_tensor_t gw;
+  aq_graph_t *g = weight_update(B, &gw);
+  fused_t x;
+  fuse_on(g, 2, NULL, ALL_FORMS, 1, UINT32_MAX, 0, &x);
+  cr_assert_eq(x.f.count, 0, "off: AQ_EXEC_NO_FUSION or AQ_FUSION=0");
+  for (uint32_t t = 0; t < g->ntasks; ++t) cr_assert(x.f.product[t] == UINT32_MAX && !x.f.absorbed[t]);
+  cr_assert_eq(x.f.unstored[gw.id], UINT32_MAX);
+  fusion_free(&x.f), plan_free(&x.plan);
+  fuse_on(g, 2, NULL, FUSE_MATMUL_RELU_MASK | FUSE_SUM_ROWS_SGD, 0, UINT32_MAX, 0, &x);
+  cr_assert_eq(x.f.count, 0, "the agent runs no matmul-into-SGD kernel");
+  fused_free(&x, g);
+}
+
+Test(fuse_pairs, a_pair_across_two_agents_stays_apart) {
+  aq_tensor_t gw;
+  aq_graph_t *g = weight_update(B, &gw);
+  uint32_t mm = task_of(g, AQ_KERNEL_MATMUL, 0), sgd = task_of(g, AQ_KERNEL_SGD, 0), two[2] = {0, 1};
+  fused_t x;
+  fuse_on(g, 2, two, ALL_FORMS, 0, mm, 1, &x);
+  cr_assert_neq(x.plan.tasks[sgd].lane, 1, "the update should be on agent 0's lane");
+  cr_assert_eq(x.f.count, 0, "the product runs on agent 1, its update on agent 0");
+  fused_free(&x, g);
+}
+
+Test(fuse_pairs, a_depth_past_the_fused_kernels_stays_apart) {
+  aq_tensor_t gw;
+  aq_graph_t *g = weight_update(AQ_MATMUL_FUSE_SGD_MAX_K + 1, &gw);
+  fused_t x;
+  fuse_on(g, 1, NULL, ALL_FORMS, 0, UINT32_MAX, 0, &x);
+  cr_assert_eq(x.f.count, 0, "k = %d is past AQ_MATMUL_FUSE_SGD_MAX_K", AQ_MATMUL_FUSE_SGD_MAX_K + 1);
+  fused_free(&x, g);
+}
+
+Test(fuse_pairs, a_product_someone_else_reads_stays_apart) {
+  aq_tensor_t gw, seen;
+  aq_graph_t *g = weight_update(B, &gw);
+  AQ_ASSERT_OK(aq_op_relu(g, gw, &seen));
+  fused_t x;
+  fuse_on(g, 2, NULL, ALL_FORMS, 0, UINT32_MAX, 0, &x);
+  cr_assert_eq(x.f.count, 0, "relu reads the gradient too: it must be stored");
+  fused_free(&x, g);
+}
+
+/* A product whose own epilogue (a bias, an activation) the fused kernel
+ * would have to run too. */
+Test(fuse_pairs, a_product_with_a_bias_or_an_activation_stays_apart) {
+  for (int kind = 0; kind < 2; ++kind) {
+    aq_graph_t *g;
+    AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+    aq_tensor_t x = make(g, "x", AQ_ROLE_INPUT, B, IN), dy = make(g, "dy", AQ_ROLE_INPUT, B, H);
+    aq_tensor_t w = make(g, "w", AQ_ROLE_PARAMETER, IN, H), bias = make(g, "bias", AQ_ROLE_INPUT, H, 0), gw;
+    aq_tensor_t none = {0};
+    AQ_ASSERT_OK(aq_op_matmul(g, x, dy, kind ? none : bias, 1, 0, kind ? AQ_ACTIVATION_RELU : AQ_ACTIVATION_NONE,
+                              &gw));
+    aq_sgd_options_t o = {.lr = 0.1f};
+    AQ_ASSERT_OK(aq_op_sgd(g, w, gw, &o));
+    fused_t f;
+    fuse_on(g, 1, NULL, ALL_FORMS, 0, UINT32_MAX, 0, &f);
+    cr_assert_eq(f.f.count, 0, "%s", kind ? "an activation" : "a bias");
+    fused_free(&f, g);
+  }
+}
+
+/* An MLP's training step: each weight gradient into its update, each bias
+ * gradient (a sum over rows) into its update, and each hidden layer's dX
+ * product into relu's backward mask. */
+Test(fuse_pairs, an_mlp_step_fuses_every_gradient_and_relu_mask) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t x = make(g, "x", AQ_ROLE_INPUT, B, IN), h = x, loss, labels, w[3], b[3];
+  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){B}, &labels));
+  int64_t dims[3][2] = {{IN, H}, {H, H}, {H, OUT}};
+  for (int l = 0; l < 3; ++l) {
+    w[l] = make(g, "w", AQ_ROLE_PARAMETER, dims[l][0], dims[l][1]);
+    b[l] = make(g, "b", AQ_ROLE_PARAMETER, dims[l][1], 0);
+    AQ_ASSERT_OK(aq_op_matmul(g, h, w[l], b[l], 0, 0, l < 2 ? AQ_ACTIVATION_RELU : AQ_ACTIVATION_NONE, &h));
+  }
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, h, labels, &loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  aq_sgd_options_t o = {.lr = 0.1f, .momentum = 0.9f};
+  for (int l = 0; l < 3; ++l) {
+    aq_tensor_t gw, gb;
+    AQ_ASSERT_OK(aq_graph_gradient(g, w[l], &gw));
+    AQ_ASSERT_OK(aq_graph_gradient(g, b[l], &gb));
+    AQ_ASSERT_OK(aq_op_sgd(g, w[l], gw, &o));
+    AQ_ASSERT_OK(aq_op_sgd(g, b[l], gb, &o));
+  }
+  fused_t f;
+  fuse_on(g, 4, NULL, ALL_FORMS, 0, UINT32_MAX, 0, &f);
+  uint32_t mm_sgd = 0, rows_sgd = 0, mm_relu = 0;
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    uint32_t m = f.f.product[t];
+    if (m == UINT32_MAX) continue;
+    const char *c = g->tasks[t].kernel, *p = g->tasks[m].kernel;
+    cr_assert(f.f.absorbed[m], "task %u took %u in, which still runs", t, m);
+    mm_sgd += !strcmp(p, AQ_KERNEL_MATMUL) && !strcmp(c, AQ_KERNEL_SGD);
+    rows_sgd += !strcmp(p, AQ_KERNEL_SUM_ROWS) && !strcmp(c, AQ_KERNEL_SGD);
+    mm_relu += !strcmp(p, AQ_KERNEL_MATMUL) && !strcmp(c, AQ_KERNEL_RELU_BWD);
+    /* whatever followed the product now follows its consumer */
+    for (uint32_t u = 0; u < g->ntasks; ++u)
+      for (uint32_t j = 0; u != t && j < f.plan.tasks[u].npreds; ++j)
+        if (f.plan.tasks[u].preds[j] == m) {
+          int after = 0;
+          for (uint32_t i = 0; i < f.plan.tasks[u].npreds; ++i) after |= f.plan.tasks[u].preds[i] == t;
+          cr_assert(after, "task %u follows product %u but not its consumer %u", u, m, t);
+        }
+  }
+  cr_assert_eq(mm_sgd, 3, "weight gradients into SGD: %u", mm_sgd);
+  cr_assert_eq(rows_sgd, 3, "bias gradients into SGD: %u", rows_sgd);
+  cr_assert_eq(mm_relu, 2, "dX into relu's backward: %u", mm_relu);
+  cr_assert_eq(f.f.count, 8);
+  fused_free(&f, g);
+}

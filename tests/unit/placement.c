@@ -1,0 +1,183 @@
+/* HEFT's decisions on synthetic cost tables: plan_build with made-up
+ * agents, task costs and link costs, so the choice between one agent and a
+ * split cannot regress silently whatever machine runs the tests. Agent 0 is
+ * a CPU agent of one worker (lane 0), agents 1.. are GPUs (a lane each). */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "aquila/aquila.h"
+#include "scheduler/plan.h"
+
+enum { MAX_TASKS = 64, MAX_AGENTS = 3 };
+
+typedef struct table {
+  uint32_t nagents;
+  double cost[MAX_TASKS][MAX_AGENTS]; /* ns; < 0: cannot run there */
+  double lat, per_byte;               /* every link between two agents */
+} table_t;
+
+static void setup(void) { cr_assert_eq(aq_init(NULL), AQ_OK, "%s", aq_last_error()); }
+static void teardown(void) { aq_shut_down(); }
+TestSuite(placement, .init = setup, .fini = teardown);
+
+/* Places g by t; lane of each task into lane[]. */
+static void place(aq_graph_t *g, const table_t *t, uint32_t *lane) {
+  uint32_t na = t->nagents, lane_agent[MAX_AGENTS], workers[MAX_AGENTS] = {1};
+  uint8_t lane_kind[MAX_AGENTS], eligible[MAX_TASKS];
+  int32_t node[MAX_AGENTS] = {0};
+  double cost[MAX_TASKS * MAX_AGENTS], lat[MAX_AGENTS * MAX_AGENTS], pb[MAX_AGENTS * MAX_AGENTS];
+  for (uint32_t a = 0; a < na; ++a) {
+    lane_agent[a] = a;
+    lane_kind[a] = a ? AQ_AGENT_KIND_GPU : AQ_AGENT_KIND_CPU;
+    for (uint32_t b = 0; b < na; ++b) lat[a * na + b] = a == b ? 500 : t->lat, pb[a * na + b] = a == b ? 0 : t->per_byte;
+  }
+  cr_assert(g->ntasks <= MAX_TASKS);
+  for (uint32_t i = 0; i < g->ntasks; ++i) {
+    int host = g->tasks[i].kind == TASK_HOST;
+    eligible[i] = host ? 1u << AQ_AGENT_KIND_CPU : (1u << AQ_AGENT_KIND_CPU) | (1u << AQ_AGENT_KIND_GPU);
+    for (uint32_t a = 0; a < na; ++a) cost[i * na + a] = host && a ? -1 : t->cost[i][a];
+  }
+  plan_lanes_t l = {na, na, lane_agent, lane_kind, node, eligible, cost, lat, pb, workers};
+  plan_t p;
+  cr_assert_eq(plan_build(&p, g, AQ_SCHED_HEFT, &l), AQ_OK, "%s", aq_last_error());
+  for (uint32_t i = 0; i < g->ntasks; ++i) lane[i] = p.tasks[i].lane;
+  plan_free(&p);
+}
+
+static aq_tensor_t tensor(aq_graph_t *g, const char *name, aq_tensor_role_t role) {
+  aq_tensor_t x;
+  cr_assert_eq(aq_tensor_create(g, name, AQ_DTYPE_F32, role, 2, (int64_t[]){64, 64}, &x), AQ_OK);
+  return x;
+}
+
+/* A chain of n relus from x. */
+static aq_tensor_t chain(aq_graph_t *g, aq_tensor_t x, int n) {
+  for (int i = 0; i < n; ++i) cr_assert_eq(aq_op_relu(g, x, &x), AQ_OK, "%s", aq_last_error());
+  return x;
+}
+
+static aq_status_t noop(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
+  (void)user, (void)a1, (void)a2, (void)a3;
+  return AQ_OK;
+}
+
+/* A host task (a batch loader) that writes x. */
+static void loader(aq_graph_t *g, aq_tensor_t x) {
+  aq_host_task_t h = {.name = "load", .fn = noop, .agent = -1, .write_count = 1, .writes = {x}};
+  aq_task_t t;
+  cr_assert_eq(aq_graph_add_host(g, &h, &t), AQ_OK, "%s", aq_last_error());
+}
+
+static uint32_t on_agent(const uint32_t *lane, uint32_t n, uint32_t agent) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; ++i) k += lane[i] == agent;
+  return k;
+}
+
+Test(placement, every_kernel_goes_to_the_fast_agent) {
+  aq_graph_t *g;
+  cr_assert_eq(aq_graph_create(NULL, &g), AQ_OK);
+  chain(g, tensor(g, "x", AQ_ROLE_INPUT), 10);
+  table_t t = {.nagents = 2, .lat = 10000, .per_byte = 0.1};
+  for (int i = 0; i < 10; ++i) t.cost[i][0] = 100000, t.cost[i][1] = 10000;
+  uint32_t lane[MAX_TASKS];
+  place(g, &t, lane);
+  cr_expect_eq(on_agent(lane, 10, 1), 10, "every task on the GPU, %u there", on_agent(lane, 10, 1));
+  /* and the other way round */
+  for (int i = 0; i < 10; ++i) t.cost[i][0] = 1000, t.cost[i][1] = 10000;
+  place(g, &t, lane);
+  cr_expect_eq(on_agent(lane, 10, 0), 10, "every task on the CPU, %u there", on_agent(lane, 10, 0));
+  aq_graph_destroy(g);
+}
+
+/* Two branches from one input, joined at the end: a split runs them side
+ * by side, which pays only where the links are cheap. */
+static aq_graph_t *two_branches(int n) {
+  aq_graph_t *g;
+  cr_assert_eq(aq_graph_create(NULL, &g), AQ_OK);
+  aq_tensor_t x = tensor(g, "x", AQ_ROLE_INPUT), y;
+  aq_tensor_t a = chain(g, x, n), b = chain(g, x, n);
+  cr_assert_eq(aq_op_matmul(g, a, b, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &y), AQ_OK, "%s", aq_last_error());
+  return g;
+}
+
+Test(placement, a_split_is_kept_only_where_the_links_leave_a_gain) {
+  aq_graph_t *g = two_branches(5);
+  table_t t = {.nagents = 2, .lat = 100000, .per_byte = 0.1};
+  for (uint32_t i = 0; i < g->ntasks; ++i) t.cost[i][0] = 12000, t.cost[i][1] = 10000;
+  uint32_t lane[MAX_TASKS];
+  place(g, &t, lane);
+  cr_expect_eq(on_agent(lane, g->ntasks, 1), g->ntasks, "dear links: all on the GPU, %u there",
+               on_agent(lane, g->ntasks, 1));
+  t.lat = 100, t.per_byte = 0;
+  place(g, &t, lane);
+  uint32_t cpu = on_agent(lane, g->ntasks, 0);
+  cr_expect(cpu >= 4 && cpu <= 6, "cheap links: a branch on each agent, %u tasks on the CPU", cpu);
+  aq_graph_destroy(g);
+}
+
+Test(placement, a_gain_within_the_models_error_keeps_one_agent) {
+  aq_graph_t *g = two_branches(12);
+  /* A split saves at most the one task's GPU time, 4% of the step: not
+   * worth a second agent. */
+  table_t t = {.nagents = 2, .lat = 100, .per_byte = 0};
+  for (uint32_t i = 0; i < g->ntasks; ++i) t.cost[i][0] = 1000000, t.cost[i][1] = 10000;
+  t.cost[1][0] = 9000; /* one task a little faster on the CPU */
+  uint32_t lane[MAX_TASKS];
+  place(g, &t, lane);
+  cr_expect_eq(on_agent(lane, g->ntasks, 1), g->ntasks, "all on the GPU, %u there", on_agent(lane, g->ntasks, 1));
+  aq_graph_destroy(g);
+}
+
+Test(placement, a_tie_between_two_gpus_stays_on_one) {
+  aq_graph_t *g;
+  cr_assert_eq(aq_graph_create(NULL, &g), AQ_OK);
+  chain(g, tensor(g, "x", AQ_ROLE_INPUT), 8);
+  table_t t = {.nagents = 3, .lat = 20000, .per_byte = 0.01};
+  for (int i = 0; i < 8; ++i) t.cost[i][0] = 500000, t.cost[i][1] = t.cost[i][2] = 10000;
+  uint32_t lane[MAX_TASKS];
+  place(g, &t, lane);
+  uint32_t g1 = on_agent(lane, 8, 1), g2 = on_agent(lane, 8, 2);
+  cr_expect(g1 == 8 || g2 == 8, "one GPU runs the chain: %u and %u", g1, g2);
+  aq_graph_destroy(g);
+}
+
+Test(placement, loaders_stay_on_the_cpu_beside_a_gpu_step) {
+  aq_graph_t *g;
+  cr_assert_eq(aq_graph_create(NULL, &g), AQ_OK);
+  aq_tensor_t x = tensor(g, "x", AQ_ROLE_ACTIVATION);
+  loader(g, x);
+  chain(g, x, 6);
+  table_t t = {.nagents = 2, .lat = 10000, .per_byte = 0.05};
+  t.cost[0][0] = 20000;
+  for (int i = 1; i < 7; ++i) t.cost[i][0] = 200000, t.cost[i][1] = 5000;
+  /* The first kernel is faster on the CPU, beside the loader's output: a
+   * greedy earliest finish takes it there, for a gain within the models'
+   * error, at the price of a hop. */
+  t.cost[1][0] = 4000;
+  uint32_t lane[MAX_TASKS];
+  place(g, &t, lane);
+  cr_expect_eq(lane[0], 0, "the loader on the CPU");
+  cr_expect_eq(on_agent(lane, 7, 1), 6, "every kernel on the GPU, %u there", on_agent(lane, 7, 1));
+  aq_graph_destroy(g);
+}
+
+/* A parameter is read at the start of the next run from where the update
+ * left it: an update on the CPU beside a forward pass on the GPU is not
+ * free, however quick it is there. */
+Test(placement, a_parameters_update_stays_with_its_readers) {
+  aq_graph_t *g;
+  cr_assert_eq(aq_graph_create(NULL, &g), AQ_OK);
+  aq_tensor_t x = tensor(g, "x", AQ_ROLE_INPUT), w = tensor(g, "w", AQ_ROLE_PARAMETER), h, gr;
+  cr_assert_eq(aq_op_matmul(g, x, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &h), AQ_OK, "%s", aq_last_error());
+  cr_assert_eq(aq_op_relu(g, h, &gr), AQ_OK);
+  cr_assert_eq(aq_op_sgd(g, w, gr, &(aq_sgd_options_t){.lr = 0.1f}), AQ_OK, "%s", aq_last_error());
+  cr_assert_eq(g->ntasks, 3);
+  table_t t = {.nagents = 2, .lat = 5000, .per_byte = 1};
+  t.cost[0][0] = t.cost[1][0] = 100000, t.cost[0][1] = t.cost[1][1] = 10000;
+  t.cost[2][0] = 1000, t.cost[2][1] = 30000; /* the update: 30x quicker on the CPU */
+  uint32_t lane[MAX_TASKS];
+  place(g, &t, lane);
+  cr_expect_eq(lane[2], 1, "the update beside the forward pass, on the GPU");
+  aq_graph_destroy(g);
+}
