@@ -52,6 +52,8 @@ Test(comm, bad_arguments) {
   AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){4}, &x));
   AQ_ASSERT_FAILS(aq_op_allreduce(g, NULL, x, AQ_REDUCE_SUM), AQ_ERROR_INVALID_ARGUMENT, "MPI communicator");
   AQ_ASSERT_FAILS(aq_graph_data_parallel(g, NULL, NULL), AQ_ERROR_INVALID_ARGUMENT, "comm");
+  AQ_ASSERT_FAILS(aq_op_allgather(g, NULL, x, &x), AQ_ERROR_INVALID_ARGUMENT, "comm");
+  AQ_ASSERT_FAILS(aq_comm_get_info(NULL, NULL), AQ_ERROR_INVALID_ARGUMENT, "info");
   aq_graph_destroy(g);
 }
 
@@ -118,6 +120,9 @@ Test(comm, graph_ops_one_rank) {
   AQ_ASSERT_FAILS(aq_op_allreduce(g, c, (aq_tensor_t){999}, AQ_REDUCE_SUM), AQ_ERROR_INVALID_HANDLE, "999");
   AQ_ASSERT_OK(aq_op_matmul(g, x, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
   AQ_ASSERT_FAILS(aq_graph_data_parallel(g, c, NULL), AQ_ERROR_INVALID_GRAPH, "aq_graph_backward");
+  AQ_ASSERT_OK(aq_graph_group_begin(g, 1));
+  AQ_ASSERT_FAILS(aq_graph_data_parallel(g, c, NULL), AQ_ERROR_INVALID_GRAPH, "group");
+  AQ_ASSERT_OK(aq_graph_group_end(g, NULL, NULL));
   AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, labels, &loss));
   AQ_ASSERT_OK(aq_graph_backward(g, loss));
   AQ_ASSERT_FAILS(aq_graph_data_parallel(g, c, &(aq_data_parallel_options_t){.root = 2}), AQ_ERROR_INVALID_ARGUMENT,

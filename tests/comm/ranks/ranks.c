@@ -97,6 +97,12 @@ static int build_coll(coll_graph_t *t, aq_comm_t *c, int n, int64_t m) {
   CHECK(aq_op_broadcast(t->g, c, t->bcast, (uint32_t)n - 1));
   CHECK(aq_op_allgather(t->g, c, t->gather_in, &t->gathered));
   CHECK(aq_op_reduce_scatter(t->g, c, t->scatter_in, AQ_REDUCE_SUM, &t->scattered));
+  if (n > 1 && m % n) {
+    aq_tensor_t odd;
+    EXPECT(aq_op_reduce_scatter(t->g, c, t->sum, AQ_REDUCE_SUM, &odd) == AQ_ERROR_INVALID_ARGUMENT &&
+               strstr(aq_last_error(), "cannot share evenly"),
+           "a reduce_scatter of %lld rows over %d ranks was not refused: %s", (long long)m, n, aq_last_error());
+  }
   CHECK(aq_graph_instantiate(t->g, &(aq_exec_options_t){.flags = AQ_EXEC_NO_MEMORY_REUSE}, &t->e));
   return 0;
 }
