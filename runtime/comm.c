@@ -61,7 +61,16 @@ static aq_status_t init_mpi(void) {
   AQ_RETURN_IF_ERROR(comm_mpi_load());
   int up = 0, provided = 0;
   aq_mpi.Initialized(&up);
-  if (up) return AQ_OK;
+  if (up) {
+    /* Aquila's workers call MPI, one at a time on a communicator. */
+    aq_mpi.Query_thread(&provided);
+    if (provided < AQ_MPI_THREAD_SERIALIZED)
+      return aq_error(AQ_ERROR_UNAVAILABLE,
+                      "MPI was initialized at thread level %d; Aquila's worker threads call MPI: initialize it with "
+                      "MPI_Init_thread at MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE (or leave it to Aquila)",
+                      provided);
+    return AQ_OK;
+  }
   int rc = aq_mpi.Init_thread(NULL, NULL, AQ_MPI_THREAD_MULTIPLE, &provided);
   if (rc != 0) return aq_error(AQ_ERROR_UNAVAILABLE, "MPI_Init_thread failed: %s", comm_mpi_error(rc));
   if (!atomic_exchange(&we_initialized, 1)) atexit(finalize_at_exit);

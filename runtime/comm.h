@@ -23,6 +23,7 @@ typedef struct ompi_op_t *MPI_Op;
 typedef struct ompi_request_t *MPI_Request;
 typedef struct ompi_errhandler_t *MPI_Errhandler;
 #define AQ_MPI_IN_PLACE ((void *)1)
+#define AQ_MPI_THREAD_SERIALIZED 2
 #define AQ_MPI_THREAD_MULTIPLE 3
 
 /* X(return type, name, parameters): libmpi's MPI_<name>. */
@@ -31,6 +32,7 @@ typedef struct ompi_errhandler_t *MPI_Errhandler;
   X(int, Finalized, (int *))                                                                                \
   X(int, Init_thread, (int *, char ***, int, int *))                                                        \
   X(int, Finalize, (void))                                                                                  \
+  X(int, Query_thread, (int *))                                                                             \
   X(int, Comm_rank, (MPI_Comm, int *))                                                                      \
   X(int, Comm_size, (MPI_Comm, int *))                                                                      \
   X(int, Comm_dup, (MPI_Comm, MPI_Comm *))                                                                  \

@@ -49,7 +49,8 @@ typedef struct aq_comm_options {
 
 /* A communicator over an MPI communicator: mpi_comm is an Open MPI MPI_Comm
  * (a pointer), or NULL for MPI_COMM_WORLD. MPI is initialized here (thread
- * level MULTIPLE) unless the program did so already, and finalized at exit
+ * level MULTIPLE) unless the program did so already (then at thread level
+ * SERIALIZED at least: Aquila's workers call MPI), and finalized at exit
  * in that case. The communicator is duplicated: Aquila's messages never meet
  * the program's. Collective over the ranks (every rank calls it). */
 aq_status_t aq_comm_create_mpi(void *mpi_comm, const aq_comm_options_t *options, aq_comm_t **out_comm);

@@ -3,6 +3,7 @@
  * (tests/comm/ranks) as each rank, whose output is checked here; GPU agents joined by
  * NCCL where there are some. Without mpirun (or libmpi) the rank tests say
  * "skipped", which counts as skipped, never as passing. */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -102,6 +103,21 @@ Test(comm, one_rank) {
       AQ_ERROR_UNAVAILABLE, "NCCL");
   aq_queue_destroy(q);
   AQ_ASSERT_OK(aq_comm_destroy(c));
+}
+
+/* A program that started MPI itself below MPI_THREAD_SERIALIZED is told
+ * why its communicator cannot be made (the workers call MPI). */
+Test(comm, refuses_mpi_started_single_threaded) {
+  need_mpi();
+  void *mpi = dlopen("libmpi.so.40", RTLD_NOW | RTLD_GLOBAL);
+  cr_assert(mpi, "%s", dlerror());
+  int (*init_thread)(int *, char ***, int, int *) = (int (*)(int *, char ***, int, int *))dlsym(mpi, "MPI_Init_thread");
+  int provided = -1;
+  cr_assert(init_thread && init_thread(NULL, NULL, 1 /* MPI_THREAD_FUNNELED */, &provided) == 0);
+  if (provided >= 2) cr_skip_test("skipped: this MPI gives thread level %d when asked for FUNNELED", provided);
+  aq_comm_t *c = NULL;
+  AQ_ASSERT_FAILS(aq_comm_create_mpi(NULL, NULL, &c), AQ_ERROR_UNAVAILABLE, "MPI_THREAD_SERIALIZED");
+  cr_assert(c == NULL);
 }
 
 /* Graph ops on one rank, and what aq_graph_data_parallel refuses. */
