@@ -218,6 +218,18 @@ static uint64_t budget_chunks(void) {
   return chunks ? chunks : 1;
 }
 
+/* The path with "%r" as this process's rank in an MPI job (what mpirun
+ * tells its processes; 0 outside one): each rank its own trace. Returns the
+ * length the whole path needs, as snprintf does. */
+static size_t with_rank(const char *p, char *out, size_t size) {
+  const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+  if (!rank) rank = getenv("PMIX_RANK");
+  if (!rank) rank = "0";
+  const char *at = strstr(p, "%r");
+  if (!at) return (size_t)snprintf(out, size, "%s", p);
+  return (size_t)snprintf(out, size, "%.*s%s%s", (int)(at - p), p, rank, at + 2);
+}
+
 AQ_API aq_status_t aq_trace_start(const aq_trace_options_t *options) {
   pthread_mutex_lock(&mutex);
   if (atomic_load(&aq_tracing)) {
@@ -226,7 +238,7 @@ AQ_API aq_status_t aq_trace_start(const aq_trace_options_t *options) {
   }
   const char *p = options && options->path && *options->path ? options->path : getenv("AQ_TRACE");
   char want[sizeof(path)];
-  if (snprintf(want, sizeof(want), "%s", p && *p ? p : "aquila-trace.json") >= (int)sizeof(want)) {
+  if (with_rank(p && *p ? p : "aquila-trace.json", want, sizeof(want)) >= sizeof(want)) {
     pthread_mutex_unlock(&mutex);
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "the trace's path is longer than %zu bytes", sizeof(path) - 1);
   }

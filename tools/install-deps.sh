@@ -13,6 +13,10 @@ have_pc zlib || need+=(zlib1g-dev)
 have_pc starpu-1.3 || need+=(libstarpu-dev)
 [ -f /usr/include/hsa/hsa.h ] || need+=(libhsa-runtime-dev)
 have_pc libhsakmt || need+=(libhsakmt-dev)
+# MPI ranks and CPU collectives (libmpi.so.40 is loaded at run time; the
+# tests launch ranks with mpirun).
+have_pc ompi-c || need+=(libopenmpi-dev)
+command -v mpirun >/dev/null || need+=(openmpi-bin)
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || need+=(dataset-fashion-mnist)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 echo "aquila: installing missing Debian packages: ${need[*]}" >&2

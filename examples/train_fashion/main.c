@@ -7,6 +7,10 @@
  * swung by a point or two from one epoch to the next, so where training
  * stopped decided the result. --augment flip mirrors half the images.
  *
+ * --data-parallel: under mpirun -np N, each process is a rank training on
+ * its shard of every global batch of --batch rows (parallel.h); rank 0
+ * alone prints and writes the metrics.
+ *
  * Prints a progress bar per epoch and the test accuracy after each; writes
  * DIR/metrics.csv and DIR/training.svg (loss and accuracy per epoch). */
 #include <errno.h>
@@ -17,13 +21,14 @@
 #include <time.h>
 
 #include "fashion_data.h"
+#include "parallel.h"
 #include "report.h"
 #include "tools/common/cli.h"
 #include "trainer.h"
 
 typedef struct args {
   trainer_options_t t;
-  int epochs;
+  int epochs, data_parallel;
   const char *data, *out, *dot, *trace, *placement;
 } args_t;
 
@@ -46,6 +51,8 @@ static const cli_option_t options[] = {
     {"out", 0, CLI_TEXT, "DIR", "where metrics.csv and training.svg go (default fashion-run)", 0, 0},
     {"dot", 0, CLI_TEXT, "FILE", "the placed training step as a DOT graph", 0, 0},
     {"trace", 0, CLI_TEXT, "FILE", "record a Chrome trace of the run (aq-trace summary FILE)", 0, 0},
+    {"data-parallel", 0, CLI_FLAG, NULL,
+     "under mpirun, each process a rank training on its share of every batch (rank 0 reports)", 0, 0},
 };
 
 static double now_s(void) {
@@ -99,6 +106,7 @@ static void parse(int argc, char **argv, args_t *a) {
   a->dot = cli_text(&c, "dot", NULL);
   a->trace = cli_text(&c, "trace", NULL);
   a->placement = cli_text(&c, "placement", "auto");
+  a->data_parallel = cli_text(&c, "data-parallel", NULL) != NULL;
   int cosine = !strcmp(cli_text(&c, "schedule", "cosine"), "cosine");
   a->t.cosine_epochs = cosine ? (uint32_t)a->epochs : 0;
   int lr_given = cli_text(&c, "lr", NULL) != NULL;
@@ -123,6 +131,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_fashion: aq_init: %s\n", aq_last_error());
     return 1;
   }
+  parallel_t par = {.ranks = 1};
+  if (a.data_parallel && parallel_start(&par)) return 1;
+  a.t.comm = par.comm, a.t.rank = par.rank, a.t.ranks = par.ranks;
   size_t nagents;
   aq_agents(NULL, 0, &nagents);
   if (a.t.kernel_agent_kinds == 1u << AQ_AGENT_KIND_GPU && !has_gpu_agent()) {
@@ -167,9 +178,9 @@ int main(int argc, char **argv) {
       s = trainer_step(t, &loss);
       loss_sum += loss;
       double el = now_s() - start;
-      report_progress(ep + 1, a.epochs, i + 1, steps, (i + 1) / (el > 0 ? el : 1e-9), loss_sum / (i + 1));
+      if (par.rank == 0) report_progress(ep + 1, a.epochs, i + 1, steps, (i + 1) / (el > 0 ? el : 1e-9), loss_sum / (i + 1));
     }
-    report_progress_done();
+    if (par.rank == 0) report_progress_done();
     if (s != AQ_OK) break;
     double secs = now_s() - start, acc = 0;
     s = trainer_evaluate(t, &acc);
@@ -182,6 +193,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_fashion: training failed: %s\n", trainer_error(s));
     return 1;
   }
+  if (par.rank != 0) goto done;
   mkdir(a.out, 0755);
   char csv[1024], svg[1024];
   snprintf(csv, sizeof(csv), "%s/metrics.csv", a.out);
@@ -193,12 +205,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_fashion: cannot write %s/: %s\n", a.out, strerror(errno));
   else
     printf("metrics: %s, plot: %s\n", csv, svg);
+done:
   free(hist);
   if (a.trace) {
     if (aq_trace_stop() == AQ_OK) printf("trace: %s (aq-trace summary %s)\n", a.trace, a.trace);
     else fprintf(stderr, "train_fashion: --trace: %s\n", aq_last_error());
   }
   trainer_destroy(t);
+  parallel_stop(&par);
   fashion_free(&train);
   fashion_free(&test);
   aq_shut_down();

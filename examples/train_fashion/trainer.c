@@ -52,6 +52,7 @@ struct trainer {
   uint32_t *perm;
   uint32_t step, steps, epoch;
   uint64_t rng;
+  uint32_t batch; /* this rank's rows of each global batch (o.batch) */
 };
 
 /* PCG32: small, seeded, the same on every machine. */
@@ -203,13 +204,14 @@ static void mirror(float *img) {
 static void load_rows(trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) {
   float *x = t->stage_x ? t->stage_x : t->xbuf[step % 2];
   int32_t *y = t->stage_y ? t->stage_y : t->ybuf[step % 2];
-  uint32_t b = t->o.batch;
+  uint32_t b = t->o.batch, first = t->o.rank * t->batch; /* this rank's shard */
   for (uint32_t r = r0; r < r1; ++r) {
-    uint32_t i = t->perm[((size_t)step * b + r) % t->train->count];
+    uint32_t i = t->perm[((size_t)step * b + first + r) % t->train->count];
     const uint8_t *img = t->train->images + (size_t)i * PIXELS;
     /* The images of a shuffled batch are scattered over 47 MB: fetching a
      * few ahead hides the cache misses (115 -> 47 us a batch of 256). */
-    const uint8_t *ahead = t->train->images + (size_t)t->perm[((size_t)step * b + r + 4) % t->train->count] * PIXELS;
+    const uint8_t *ahead =
+        t->train->images + (size_t)t->perm[((size_t)step * b + first + r + 4) % t->train->count] * PIXELS;
     for (int l = 0; l < PIXELS; l += 64) __builtin_prefetch(ahead + l);
     to_unit_floats(img, x + (size_t)r * PIXELS);
     if (t->o.flip && mirrored(t, step, r)) mirror(x + (size_t)r * PIXELS);
@@ -222,8 +224,8 @@ static void load_rows(trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) {
  * the H100 machine, their DMAs queued one behind another. */
 static aq_status_t stage_out(trainer_t *t, uint32_t step) {
   if (!t->stage_x) return AQ_OK;
-  TRY(aq_memory_copy(t->xbuf[step % 2], t->stage_x, (size_t)t->o.batch * PIXELS * sizeof(float)));
-  return aq_memory_copy(t->ybuf[step % 2], t->stage_y, (size_t)t->o.batch * sizeof(int32_t));
+  TRY(aq_memory_copy(t->xbuf[step % 2], t->stage_x, (size_t)t->batch * PIXELS * sizeof(float)));
+  return aq_memory_copy(t->ybuf[step % 2], t->stage_y, (size_t)t->batch * sizeof(int32_t));
 }
 
 /* A loader: a host task of the training graph, on a CPU agent. It fills its
@@ -232,7 +234,7 @@ static aq_status_t stage_out(trainer_t *t, uint32_t step) {
 static aq_status_t load_share(void *user, uint64_t share, uint64_t a2, uint64_t a3) {
   (void)a2, (void)a3;
   trainer_t *t = user;
-  uint32_t b = t->o.batch;
+  uint32_t b = t->batch;
   load_rows(t, t->step + 1, (uint32_t)(b * share / LOADERS), (uint32_t)(b * (share + 1) / LOADERS));
   /* The last loader to finish sends the batch (the count's ordering makes
    * the others' rows visible to it). */
@@ -265,8 +267,8 @@ static aq_status_t find_buffers(trainer_t *t) {
     aq_region_info_t ri;
     TRY(aq_region_get_info(regions[i], &ri));
     if (!(ri.flags & AQ_REGION_HOST_ACCESSIBLE) || (ri.flags & AQ_REGION_MANAGED)) continue;
-    TRY(aq_memory_allocate(regions[i], (size_t)t->o.batch * PIXELS * sizeof(float), (void **)&t->stage_x));
-    TRY(aq_memory_allocate(regions[i], (size_t)t->o.batch * sizeof(int32_t), (void **)&t->stage_y));
+    TRY(aq_memory_allocate(regions[i], (size_t)t->batch * PIXELS * sizeof(float), (void **)&t->stage_x));
+    TRY(aq_memory_allocate(regions[i], (size_t)t->batch * sizeof(int32_t), (void **)&t->stage_y));
   }
   return t->stage_x ? AQ_OK : fail(AQ_ERROR_UNAVAILABLE, "no pinned host memory to stage batches for the GPU");
 }
@@ -275,7 +277,7 @@ static aq_status_t build_train(trainer_t *t) {
   aq_graph_t *g;
   TRY(aq_graph_create(NULL, &g));
   t->g = g;
-  int64_t b = t->o.batch;
+  int64_t b = t->batch;
   /* Double-buffered input (xbuf, ybuf): each run binds x and labels to one
    * pair of buffers while its loaders fill the other, so the graph copies
    * nothing. The loaders declare no tensors: they run side by side from the
@@ -293,6 +295,7 @@ static aq_status_t build_train(trainer_t *t) {
   TRY(forward(t, g, t->x, t->params, 1, &logits));
   TRY(aq_op_softmax_xent(g, logits, t->y, &t->loss));
   TRY(aq_graph_backward(g, t->loss));
+  if (t->o.comm) TRY(aq_graph_data_parallel(g, t->o.comm, NULL));
   aq_sgd_options_t sgd = {.lr = t->o.lr, .momentum = t->o.momentum, .weight_decay = t->o.weight_decay};
   aq_adam_options_t adam = {.lr = t->o.lr, .weight_decay = t->o.weight_decay, .decoupled = 1};
   int use_adam = t->o.optimizer && !strcmp(t->o.optimizer, "adam");
@@ -351,6 +354,9 @@ aq_status_t trainer_create(const trainer_options_t *o, const fashion_set_t *trai
     return fail(AQ_ERROR_INVALID_ARGUMENT, "--optimizer must be sgd or adam");
   if (o->batch == 0 || o->batch > train->count || !(o->lr > 0) || o->hidden == 0)
     return fail(AQ_ERROR_INVALID_ARGUMENT, "--batch must be in [1, training set size], --lr > 0, hidden > 0");
+  uint32_t ranks = o->comm && o->ranks ? o->ranks : 1;
+  if (o->batch % ranks || (o->comm && o->rank >= ranks))
+    return fail(AQ_ERROR_INVALID_ARGUMENT, "--batch (the global batch) must be a multiple of the ranks");
   if (train->rows * train->cols != PIXELS || test->rows * test->cols != PIXELS || test->count % EVAL_BATCH)
     return fail(AQ_ERROR_INVALID_ARGUMENT, "expected 28x28 images and a test set in thousands");
   trainer_t *t = calloc(1, sizeof(*t));
@@ -359,6 +365,7 @@ aq_status_t trainer_create(const trainer_options_t *o, const fashion_set_t *trai
   t->train = train;
   t->test = test;
   t->steps = train->count / o->batch;
+  t->batch = o->batch / ranks;
   t->perm = malloc(train->count * sizeof(uint32_t));
   aq_status_t s = t->perm ? AQ_OK : fail(AQ_ERROR_OUT_OF_MEMORY, "no memory");
   for (uint32_t i = 0; s == AQ_OK && i < train->count; ++i) t->perm[i] = i;
@@ -407,15 +414,15 @@ void trainer_begin_epoch(trainer_t *t, uint32_t epoch) {
   }
   t->step = 0;
   /* the first step's batch; each step's loaders fetch the next */
-  load_rows(t, 0, 0, t->o.batch);
+  load_rows(t, 0, 0, t->batch);
   aq_status_t s = stage_out(t, 0);
   if (s != AQ_OK) fprintf(stderr, "train_fashion: loading the first batch: %s\n", aq_last_error());
 }
 
 aq_status_t trainer_step(trainer_t *t, float *out_loss) {
   uint32_t s2 = t->step % 2;
-  TRY(aq_exec_bind(t->e, t->x, t->xbuf[s2], (size_t)t->o.batch * PIXELS * sizeof(float)));
-  TRY(aq_exec_bind(t->e, t->y, t->ybuf[s2], (size_t)t->o.batch * sizeof(int32_t)));
+  TRY(aq_exec_bind(t->e, t->x, t->xbuf[s2], (size_t)t->batch * PIXELS * sizeof(float)));
+  TRY(aq_exec_bind(t->e, t->y, t->ybuf[s2], (size_t)t->batch * sizeof(int32_t)));
   atomic_store(&t->loaders_left, LOADERS);
   TRY(aq_exec_run(t->e));
   aq_status_t s = aq_exec_wait(t->e, 600ull * 1000000000ull);

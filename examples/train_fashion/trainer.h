@@ -22,6 +22,11 @@ typedef struct trainer_options {
   int flip;                 /* augment: mirror each image left-right with probability 1/2 (seeded) */
   uint32_t cosine_epochs;   /* > 0: the learning rate falls from lr towards 0 on a cosine over these
                                epochs (set at each trainer_begin_epoch); 0: constant */
+  /* Data parallelism: this process is rank `rank` of `ranks` in comm (NULL:
+   * alone) and trains on its share of every global batch of `batch` rows
+   * (batch / ranks of them, the same shuffled order on every rank). */
+  aq_comm_t *comm;
+  uint32_t rank, ranks;
 } trainer_options_t;
 
 typedef struct trainer trainer_t;

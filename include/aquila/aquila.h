@@ -14,5 +14,6 @@
 #include "aquila/graph.h"
 #include "aquila/trace.h"
 #include "aquila/unified.h"
+#include "aquila/comm.h"
 
 #endif /* AQUILA_AQUILA_H_ */

@@ -16,6 +16,11 @@
  * CPU agents take one agent-dispatch type, AQ_AGENT_DISPATCH_HOST_CALL: arg[0]
  * holds an aq_host_call_fn_t, which is called with return_address and
  * arg[1..3]; a non-AQ_OK return fails the packet like a kernel fault.
+ * GPU agents (cuda) take AQ_AGENT_DISPATCH_STREAM_CALL: arg[0] holds an
+ * aq_stream_call_fn_t, called by the queue's packet processor with the
+ * packet and the queue's stream (a CUstream), in packet order, so that work
+ * it puts on the stream (a NCCL collective) is ordered by the queue's
+ * barrier packets like a kernel; the completion follows it on the stream.
  */
 #ifndef AQUILA_QUEUE_H_
 #define AQUILA_QUEUE_H_
@@ -56,6 +61,10 @@ typedef struct aq_queue_info {
 
 typedef aq_status_t (*aq_host_call_fn_t)(void *return_address, uint64_t arg1,
                                          uint64_t arg2, uint64_t arg3);
+
+#define AQ_AGENT_DISPATCH_STREAM_CALL 0x8001u
+
+typedef aq_status_t (*aq_stream_call_fn_t)(const hsa_agent_dispatch_packet_t *packet, void *stream);
 
 aq_status_t aq_queue_create(aq_agent_t agent, const aq_queue_options_t *options,
                             aq_queue_t *out_queue);

@@ -255,6 +255,21 @@ static uint32_t barrier_or(cuda_queue_t *cq, const void *p) {
   return fault;
 }
 
+/* AQ_AGENT_DISPATCH_STREAM_CALL: a function that puts work of its own (a
+ * NCCL collective) on the stream, where it follows this queue's packets
+ * like a kernel. */
+static uint32_t stream_call(cuda_queue_t *cq, const hsa_agent_dispatch_packet_t *p) {
+  if (p->type != AQ_AGENT_DISPATCH_STREAM_CALL)
+    return packet_fault(cq, AQ_ERROR_INVALID_PACKET,
+                        "agent dispatch type unknown to GPU agents (they run 0x8001, stream call)", NULL);
+  aq_stream_call_fn_t fn = (aq_stream_call_fn_t)(uintptr_t)p->arg[0];
+  if (!fn) return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "stream call with a NULL function in arg[0]", NULL);
+  if (atomic_load(&cq->agent->faulted))
+    return packet_fault(cq, AQ_ERROR_KERNEL_FAULT, "the GPU faulted earlier and needs a reset", "stream call");
+  aq_status_t s = fn(p, cq->stream);
+  return s == AQ_OK ? 0 : packet_fault(cq, s, "stream call failed", aq_last_error());
+}
+
 /* A timed launch's record: the GPU's times fill start and end later. */
 static aq_trace_event_t kernel_event(cuda_queue_t *cq, const char *name, uint64_t t0, uint64_t index, const void *p) {
   aq_queue_impl_t *q = cq->queue;
@@ -316,10 +331,15 @@ static int process(cuda_queue_t *cq) {
       completion = ((const hsa_barrier_or_packet_t *)p)->completion_signal;
       fault = barrier_or(cq, (const void *)p);
       break;
+    case HSA_PACKET_TYPE_AGENT_DISPATCH:
+      completion = ((const hsa_agent_dispatch_packet_t *)p)->completion_signal;
+      what = "stream call";
+      fault = stream_call(cq, (const void *)p);
+      break;
     default:
       completion = ((const hsa_agent_dispatch_packet_t *)p)->completion_signal;
-      fault = packet_fault(cq, AQ_ERROR_INVALID_PACKET, "GPU agents run kernel dispatch and barrier packets only",
-                           NULL);
+      fault = packet_fault(cq, AQ_ERROR_INVALID_PACKET,
+                           "GPU agents run kernel dispatch, barrier and stream-call packets only", NULL);
   }
   if (t0 && !timed) {
     /* Barriers, and kernels the GPU could not time: when they went onto the

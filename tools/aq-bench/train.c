@@ -6,12 +6,14 @@
  * Options: --model mlp|cnn, --placement auto|cpu|gpu, --epochs N (default 1), --batch N (256), --threads (informational:
  * workers come from AQ_CPU_WORKERS), --data DIR, --steps N (cap per epoch), --dot FILE (the placed step),
  * --explain 1 (why each task of the step runs where it does, on stderr).
- * The placement policy is the library's default: AQ_SCHED's, else heft. */
+ * The placement policy is the library's default: AQ_SCHED's, else heft. --ranks N: data-parallel scaling
+ * under mpirun -np N (train_ranks.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../examples/train_fashion/trainer.h"
 #include "bench.h"
+#include "train_ranks.h"
 
 static const cli_option_t train_options[] = {
     {"model", 0, CLI_CHOICE, "mlp|cnn", "the MLP (default) or the LeNet-5-like CNN", 0, 0},
@@ -23,6 +25,8 @@ static const cli_option_t train_options[] = {
     {"dot", 0, CLI_TEXT, "FILE", "the placed step as a DOT graph", 0, 0},
     {"explain", 0, CLI_INT, "0|1", "1: why each task of the step runs where it does, on stderr", 0, 1},
     {"threads", 0, CLI_INT, "N", "ignored: workers come from AQ_CPU_WORKERS", 1, 1 << 20},
+    {"hidden", 0, CLI_INT, "N", "MLP hidden width (default 1024)", 1, 1 << 20},
+    {"ranks", 0, CLI_INT, "N", "data-parallel scaling under mpirun -np N (train_ranks.c)", 1, 1 << 16},
 };
 
 int aq_bench_train(int argc, char **argv) {
@@ -31,7 +35,7 @@ int aq_bench_train(int argc, char **argv) {
   const char *data = bench_arg("data");
   long cap = bench_arg_int("steps", 0);
   trainer_options_t o = {.model = "mlp", .optimizer = "sgd", .batch = (uint32_t)bench_arg_int("batch", 256),
-                         .hidden = 1024, .lr = 0.1f, .momentum = 0.9f, .seed = 1, .policy = AQ_SCHED_DEFAULT};
+                         .hidden = (uint32_t)bench_arg_int("hidden", 1024), .lr = 0.1f, .momentum = 0.9f, .seed = 1, .policy = AQ_SCHED_DEFAULT};
   const char *model = bench_arg("model");
   if (model && strcmp(model, "mlp") && strcmp(model, "cnn")) {
     fprintf(stderr, "aq-bench train: --model must be mlp or cnn, not '%s'\n", model);
@@ -53,6 +57,12 @@ int aq_bench_train(int argc, char **argv) {
   if (aq_init(NULL) != AQ_OK) {
     fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
     return 1;
+  }
+  if (bench_arg("ranks")) {
+    int rc = aq_bench_train_ranks(&o, placement, &train, &test);
+    fashion_free(&train), fashion_free(&test);
+    aq_shut_down();
+    return rc;
   }
   aq_agent_t agent;
   size_t n;

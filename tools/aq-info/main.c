@@ -76,6 +76,18 @@ static int list_kernels(const char *path, int verbose) {
   return 0;
 }
 
+/* Which collective backends load (libmpi.so.40, libnccl.so.2), and why
+ * one does not. */
+static void list_collectives(void) {
+  static const char *backends[] = {"mpi", "nccl"};
+  printf("\nCollectives\n");
+  for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); ++i) {
+    const char *msg;
+    if (aq_comm_backend_status(backends[i], &msg) != AQ_OK) printf("  %-5s not built in\n", backends[i]);
+    else printf("  %-5s %s\n", backends[i], *msg ? msg : "loaded");
+  }
+}
+
 static void list_code_objects(void) {
   static const char *ours[] = {"kernels-cpu.so", "kernels-cuda.fatbin", "kernels-amdgcn.hsaco"};
   printf("\nCode objects\n");
@@ -137,6 +149,7 @@ int main(int argc, char **argv) {
     if (aq_driver_status(drivers[i], &msg) != AQ_OK) printf("  %-5s not built in\n", drivers[i]);
     else printf("  %-5s %s\n", drivers[i], *msg ? msg : "started");
   }
+  list_collectives();
   list_code_objects();
   aq_setting_t set[32];
   size_t ns = 0;

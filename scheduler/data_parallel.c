@@ -1,0 +1,136 @@
+/* aq_graph_data_parallel: the data-parallel form of a training graph, as
+ * DDP makes it. Gradients go into buckets in the order the backward pass
+ * finishes them; each bucket is one mean all-reduce whose start task waits
+ * only for the bucket's gradients, so it overlaps the rest of the backward
+ * pass, and an optimizer op added afterwards waits only for its bucket's
+ * completion. The parameters' broadcast from the root runs at the first run
+ * only, from tasks moved to the graph's head, before anything reads them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/comm.h"
+#include "runtime/status.h"
+#include "scheduler/collective.h"
+
+enum { DEFAULT_BUCKET_BYTES = 25u << 20 };
+
+static int is_optimizer(const task_t *t) {
+  return t->kind == TASK_KERNEL && !t->code_object.handle &&
+         (!strcmp(t->kernel, AQ_KERNEL_SGD) || !strcmp(t->kernel, AQ_KERNEL_ADAM) ||
+          !strcmp(t->kernel, AQ_KERNEL_SUM_ROWS_SGD));
+}
+
+typedef struct param {
+  uint32_t tensor, grad;
+  uint32_t done; /* the last task writing the gradient */
+} param_t;
+
+static int by_done(const void *a, const void *b) {
+  const param_t *x = a, *y = b;
+  return x->done < y->done ? -1 : x->done > y->done;
+}
+
+/* The trained parameters, by when the backward pass finishes their
+ * gradients. */
+static aq_status_t trained(aq_graph_t *g, param_t **out, uint32_t *out_n) {
+  param_t *p = calloc(g->ntensors, sizeof(*p));
+  if (!p) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "aq_graph_data_parallel: no memory");
+  uint32_t n = 0;
+  for (uint32_t x = 1; x < g->ntensors; ++x) {
+    const tensor_t *t = &g->tensors[x];
+    if (t->role != AQ_ROLE_PARAMETER || !t->grad) continue;
+    p[n] = (param_t){x, t->grad, 0};
+    for (uint32_t i = 0; i < g->ntasks; ++i)
+      for (uint32_t w = 0; w < g->tasks[i].nwrites; ++w)
+        if (g->tasks[i].writes[w] == t->grad) p[n].done = i;
+    ++n;
+  }
+  qsort(p, n, sizeof(*p), by_done);
+  *out = p, *out_n = n;
+  return AQ_OK;
+}
+
+/* Buckets of consecutive entries: up to `bytes` (at least one tensor) and
+ * COLL_TENSORS_MAX tensors each. */
+static aq_status_t buckets(aq_graph_t *g, aq_comm_t *comm, const uint32_t *ids, uint32_t n, size_t bytes,
+                           const coll_spec_t *like) {
+  for (uint32_t first = 0, k = 0; first < n; ++k) {
+    uint32_t end = first;
+    size_t sum = 0;
+    while (end < n && end - first < COLL_TENSORS_MAX && (end == first || sum + g->tensors[ids[end]].bytes <= bytes))
+      sum += g->tensors[ids[end++]].bytes;
+    char name[TASK_NAME_MAX];
+    snprintf(name, sizeof(name), "%s %u", like->name, k);
+    coll_spec_t s = *like;
+    s.name = name, s.n = end - first, s.tensors = ids + first;
+    AQ_RETURN_IF_ERROR(coll_add(g, comm, &s, NULL, NULL));
+    first = end;
+  }
+  return AQ_OK;
+}
+
+static uint32_t moved(uint32_t i, uint32_t from, uint32_t k) { return i >= from ? i - from : i + k; }
+
+/* Moves the tasks from `from` on to the graph's head, renumbering the
+ * explicit edges (the tasks' order is the dependencies' order). */
+static aq_status_t to_head(aq_graph_t *g, aq_comm_t *comm, uint32_t from) {
+  uint32_t k = g->ntasks - from;
+  task_t *t = malloc((size_t)g->ntasks * sizeof(task_t));
+  if (!t) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "aq_graph_data_parallel: no memory");
+  memcpy(t, g->tasks + from, (size_t)k * sizeof(task_t));
+  memcpy(t + k, g->tasks, (size_t)from * sizeof(task_t));
+  for (uint32_t i = 0; i < g->ntasks; ++i) {
+    for (uint32_t e = 0; e < t[i].nafter_all; ++e) t[i].after_all[e] = moved(t[i].after_all[e], from, k);
+    for (uint32_t e = 0; e < t[i].nafter_any; ++e) t[i].after_any[e] = moved(t[i].after_any[e], from, k);
+  }
+  memcpy(g->tasks, t, (size_t)g->ntasks * sizeof(task_t));
+  free(t);
+  if (comm->chain_graph == g) comm->chain_task = moved(comm->chain_task, from, k);
+  return AQ_OK;
+}
+
+static aq_status_t check(aq_graph_t *g, aq_comm_t *comm, const aq_data_parallel_options_t *o) {
+  if (!g || !comm) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_data_parallel: graph and comm are required");
+  if (g->group) return aq_error(AQ_ERROR_INVALID_GRAPH, "aq_graph_data_parallel: inside a task group");
+  if (o && o->root >= comm->size)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_data_parallel: root %u, but the communicator has %u ranks",
+                    o->root, comm->size);
+  for (uint32_t i = 0; i < g->ntasks; ++i)
+    if (is_optimizer(&g->tasks[i]))
+      return aq_error(AQ_ERROR_INVALID_GRAPH,
+                      "aq_graph_data_parallel: optimizer task '%s' is already there; call it before the optimizer ops",
+                      g->tasks[i].name);
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_graph_data_parallel(aq_graph_t *g, aq_comm_t *comm, const aq_data_parallel_options_t *o) {
+  AQ_RETURN_IF_ERROR(check(g, comm, o));
+  param_t *p = NULL;
+  uint32_t n = 0;
+  AQ_RETURN_IF_ERROR(trained(g, &p, &n));
+  uint32_t *ids = malloc((2 * (size_t)n + 1) * sizeof(uint32_t));
+  aq_status_t s = ids ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "aq_graph_data_parallel: no memory");
+  if (s == AQ_OK && !n)
+    s = aq_error(AQ_ERROR_INVALID_GRAPH,
+                 "aq_graph_data_parallel: no parameter has a gradient (call aq_graph_backward first)");
+  size_t bytes = o && o->bucket_bytes ? o->bucket_bytes : DEFAULT_BUCKET_BYTES;
+  uint32_t head = g->ntasks;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) ids[i] = p[i].tensor, ids[n + i] = p[i].grad;
+  if (s == AQ_OK) {
+    /* The broadcast first (it is moved to the head, and its starts must
+     * precede the gradients' in every rank's order). */
+    coll_spec_t bc = {
+        .name = "broadcast params", .kind = AQ_COLLECTIVE_BROADCAST, .root = o ? o->root : 0, .first_run_only = 1};
+    if (comm->chain_graph == g) comm->chain_graph = NULL; /* at the head, it follows no collective */
+    s = buckets(g, comm, ids, n, bytes, &bc);
+  }
+  if (s == AQ_OK) s = to_head(g, comm, head);
+  if (s == AQ_OK) {
+    coll_spec_t ar = {.name = "allreduce grads", .kind = AQ_COLLECTIVE_ALLREDUCE, .reduce = AQ_REDUCE_MEAN};
+    s = buckets(g, comm, ids + n, n, bytes, &ar);
+  }
+  free(ids);
+  free(p);
+  return s;
+}

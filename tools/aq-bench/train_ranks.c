@@ -1,0 +1,157 @@
+/* aq-bench train --ranks N: data-parallel scaling of the training step,
+ * run under mpirun -np N (each process a rank, --batch rows each, as DDP's
+ * batch per GPU). Rank 0 first trains alone (the 1-rank figure) while the
+ * others wait, then every rank trains the data-parallel step; rank 0 prints
+ * one JSON line for each: ranks, us_per_step (median over --steps timed
+ * steps after 5 warm-up ones), samples_per_s, scaling (samples/s over the
+ * 1-rank figure) and, on the N-rank line, allreduce_us (the median time of
+ * one mean all-reduce of all the gradients: through NCCL on the GPUs where
+ * each rank has one, with MPI's on host memory as allreduce_mpi_us; else
+ * MPI's). The data-parallel step itself all-reduces through MPI on the
+ * host: the graph does not lower collectives onto GPU queues yet. Options as
+ * aq-bench train's, plus --hidden N (1024). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_ranks.h"
+
+#include "bench.h"
+
+enum { WARMUP = 5 };
+
+typedef struct scale_run {
+  double us_per_step, samples_per_s;
+} scale_run_t;
+
+static int time_steps(trainer_options_t *o, const fashion_set_t *train, const fashion_set_t *test, long steps,
+                      scale_run_t *out) {
+  trainer_t *t;
+  aq_status_t s = trainer_create(o, train, test, &t);
+  if (s != AQ_OK) {
+    fprintf(stderr, "aq-bench train: %s\n", trainer_error(s));
+    return 1;
+  }
+  double *us = calloc((size_t)steps, sizeof(double));
+  trainer_begin_epoch(t, 0);
+  for (long i = 0; i < WARMUP + steps && s == AQ_OK; ++i) {
+    uint64_t t0 = bench_now_ns();
+    s = trainer_step(t, NULL);
+    if (i >= WARMUP) us[i - WARMUP] = (double)(bench_now_ns() - t0) / 1e3;
+  }
+  if (s != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", trainer_error(s));
+  out->us_per_step = bench_median(us, (size_t)steps);
+  out->samples_per_s = (double)o->batch / (out->us_per_step * 1e-6);
+  free(us);
+  trainer_destroy(t);
+  return s != AQ_OK;
+}
+
+/* The gradients' floats: the model's parameters (trainer.h keeps them
+ * private, so counted from the MLP's shape; the CNN's are few). */
+static size_t gradient_floats(const trainer_options_t *o) {
+  size_t h = o->hidden;
+  return !strcmp(o->model, "mlp") ? 784 * h + h + h * h + h + h * 10 + 10 : 62006;
+}
+
+static double allreduce_us(aq_comm_t *c, size_t n) {
+  float *g = calloc(n, sizeof(float));
+  double us[20];
+  for (int i = 0; i < 20; ++i) {
+    uint64_t t0 = bench_now_ns();
+    BENCH_CHECK("train", aq_comm_run(c, &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE, .reduce = AQ_REDUCE_MEAN,
+                                                           .send = g, .recv = g, .count = n}));
+    us[i] = (double)(bench_now_ns() - t0) / 1e3;
+  }
+  free(g);
+  return bench_median(us, 20);
+}
+
+/* The same through NCCL on this rank's GPU queue, where the communicator
+ * has NCCL: the all-reduce a GPU data-parallel step would make. -1 if
+ * not. */
+static double nccl_allreduce_us(aq_comm_t *c, size_t n) {
+  aq_comm_info_t info;
+  aq_comm_get_info(c, &info);
+  if (!info.nccl) return -1;
+  aq_agent_t agents[64];
+  size_t na = 0, nr = 0;
+  aq_agents(agents, 64, &na);
+  aq_region_t regions[8];
+  aq_agent_regions(agents[info.gpu_agent], regions, 8, &nr);
+  float *g = NULL;
+  for (size_t i = 0; i < nr && i < 8 && !g; ++i) {
+    aq_region_info_t ri;
+    aq_region_get_info(regions[i], &ri);
+    if ((ri.flags & AQ_REGION_DEVICE) && !(ri.flags & AQ_REGION_MANAGED))
+      BENCH_CHECK("train", aq_memory_allocate(regions[i], n * sizeof(float), (void **)&g));
+  }
+  if (!g) return -1;
+  aq_queue_t q;
+  aq_signal_t done;
+  BENCH_CHECK("train", aq_queue_create(agents[info.gpu_agent], NULL, &q));
+  BENCH_CHECK("train", aq_signal_create(0, &done));
+  double us[20];
+  for (int i = 0; i < 20; ++i) {
+    aq_signal_store(done, 1);
+    uint64_t t0 = bench_now_ns();
+    BENCH_CHECK("train", aq_comm_enqueue(c, q, &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE,
+                                                                 .reduce = AQ_REDUCE_MEAN, .send = g, .recv = g,
+                                                                 .count = n},
+                                         done));
+    BENCH_CHECK("train", aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 60ull * 1000000000ull, NULL));
+    us[i] = (double)(bench_now_ns() - t0) / 1e3;
+  }
+  aq_signal_destroy(done);
+  aq_queue_destroy(q);
+  aq_memory_free(g);
+  return bench_median(us, 20);
+}
+
+static void line(const trainer_options_t *o, const char *placement, uint32_t ranks, const scale_run_t *r, double base,
+                 double ar_us, double nccl_us, long reps) {
+  bench_json_t j;
+  bench_json_begin(&j, "train", "aquila");
+  bench_json_str(&j, "model", o->model);
+  bench_json_str(&j, "placement", placement);
+  bench_json_int(&j, "batch", o->batch / (ranks ? ranks : 1));
+  bench_json_int(&j, "hidden", o->hidden);
+  bench_json_int(&j, "ranks", ranks);
+  bench_json_num(&j, "us_per_step", r->us_per_step);
+  bench_json_num(&j, "samples_per_s", r->samples_per_s);
+  bench_json_num(&j, "scaling", r->samples_per_s / base);
+  /* allreduce_us: NCCL's where the GPUs have it, else MPI's on the host */
+  if (nccl_us >= 0) bench_json_num(&j, "allreduce_us", nccl_us);
+  if (ar_us >= 0) bench_json_num(&j, nccl_us >= 0 ? "allreduce_mpi_us" : "allreduce_us", ar_us);
+  bench_json_int(&j, "reps", reps);
+  bench_json_end(&j);
+}
+
+int aq_bench_train_ranks(trainer_options_t *o, const char *placement,
+                         const fashion_set_t *train, const fashion_set_t *test) {
+  long want = bench_arg_int("ranks", 1), steps = bench_arg_int("steps", 50);
+  o->hidden = (uint32_t)bench_arg_int("hidden", 1024);
+  if (steps < 1) steps = 50;
+  aq_comm_t *c;
+  BENCH_CHECK("train", aq_comm_create_mpi(NULL, NULL, &c));
+  aq_comm_info_t info;
+  aq_comm_get_info(c, &info);
+  if ((long)info.size != want) {
+    fprintf(stderr, "aq-bench train: --ranks %ld, but this job has %u ranks (run it as mpirun -np %ld aq-bench ...)\n",
+            want, info.size, want);
+    aq_comm_destroy(c);
+    return 2;
+  }
+  scale_run_t one = {0}, all = {0};
+  int rc = 0;
+  if (info.rank == 0) rc = time_steps(o, train, test, steps, &one);
+  float base = (float)one.samples_per_s;
+  BENCH_CHECK("train", aq_comm_run(c, &(aq_collective_t){.kind = AQ_COLLECTIVE_BROADCAST, .recv = &base, .count = 1}));
+  if (info.rank == 0 && !rc) line(o, placement, 1, &one, base, -1, -1, steps);
+  trainer_options_t dp = *o;
+  dp.comm = c, dp.rank = info.rank, dp.ranks = info.size, dp.batch = o->batch * info.size;
+  if (!rc) rc = time_steps(&dp, train, test, steps, &all);
+  double ar = rc ? 0 : allreduce_us(c, gradient_floats(o)), nccl = rc ? -1 : nccl_allreduce_us(c, gradient_floats(o));
+  if (info.rank == 0 && !rc) line(&dp, placement, info.size, &all, base, ar, nccl, steps);
+  aq_comm_destroy(c);
+  return rc;
+}
