@@ -24,10 +24,18 @@ static uint8_t agent_kind(const plan_lanes_t *l, uint32_t agent) {
   return 0;
 }
 
+/* An edge between agents costs a run more than the idle ping that measures
+ * its latency: the consumer's GPU stream waits on host memory and loses
+ * the CUDA graph its stretch would replay as, a CPU worker wakes, and a
+ * tensor two kinds of agent touch is read over the host link. On the
+ * H100 machines MLP steps split on measured latencies (3-10 us an edge)
+ * ran 1.8-5x slower than on one GPU. */
+#define EDGE_LATENCY_FACTOR 4.0
+
 double plan_transfer_ns(const plan_lanes_t *l, uint32_t a, uint32_t b, double bytes) {
   if (a == b) return 0;
   size_t ab = (size_t)a * l->nagents + b;
-  if (l->link_ns) return l->link_ns[ab] + bytes * l->link_ns_per_byte[ab];
+  if (l->link_ns) return EDGE_LATENCY_FACTOR * l->link_ns[ab] + bytes * l->link_ns_per_byte[ab];
   uint8_t ka = agent_kind(l, a), kb = agent_kind(l, b);
   if (ka == AQ_AGENT_KIND_CPU && kb == AQ_AGENT_KIND_CPU) return LINK_NUMA_NS + bytes * LINK_NUMA_NS_PER_BYTE;
   return LINK_PCIE_NS + bytes * LINK_PCIE_NS_PER_BYTE;
@@ -63,9 +71,9 @@ static double edge_bytes(const aq_graph_t *g, uint32_t q, uint32_t t) {
  * they leave out what a split costs beyond its edges (a tensor two kinds of
  * agent touch lives in pinned host memory, which every GPU access then
  * reads over the host link; one GPU's stretch of kernels replays as a
- * single CUDA graph, a split's launches one by one). On the H100 machine
- * splits estimated 17-33% faster than one GPU ran 1.8-16x slower. */
-#define SPLIT_GAIN 0.25
+ * single CUDA graph, a split's launches one by one); what the edges cost
+ * beyond the ping is EDGE_LATENCY_FACTOR's. */
+#define SPLIT_GAIN 0.10
 
 /* Task t's work-groups on a CPU (a host call: 1). A CPU dispatch splits
  * them across all of the agent's workers, whatever queue it came from. */

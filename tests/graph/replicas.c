@@ -43,6 +43,7 @@ static void train(uint32_t flags, float losses[STEPS], aq_exec_info_t *info, con
   AQ_ASSERT_OK(aq_tensor_create(g, "y", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){B}, &y));
   AQ_ASSERT_OK(aq_tensor_create(g, "w1", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){IN, H}, &w1));
   AQ_ASSERT_OK(aq_tensor_create(g, "b1", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){H}, &b1));
+  AQ_ASSERT_OK(aq_tensor_init(g, b1, &(aq_initializer_t){.kind = AQ_INIT_CONSTANT}));
   AQ_ASSERT_OK(aq_tensor_create(g, "w2", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){H, OUT}, &w2));
   AQ_ASSERT_OK(aq_op_matmul(g, x, w1, b1, 0, 0, AQ_ACTIVATION_NONE, &h));
   AQ_ASSERT_OK(aq_op_relu(g, h, &h));
