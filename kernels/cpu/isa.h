@@ -17,4 +17,9 @@ typedef enum aq_cpu_isa {
  * tests can exercise every path on one machine. */
 aq_cpu_isa_t aq_cpu_isa(void);
 
+/* The CPU's family if it is an AMD one (0x19: Zen 3 and Zen 4, 0x1a: Zen
+ * 5), else 0: where the cores' cost of a multiply-add against a load picks
+ * a kernel. */
+unsigned aq_cpu_amd_family(void);
+
 #endif
