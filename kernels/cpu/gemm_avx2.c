@@ -154,6 +154,18 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void quarter_avx2(in
   AVX2_EACH(AVX2_STORE)
 }
 
+/* The write-back of 8 sums s of row r, columns [j, j + 8) of a micro-tile,
+ * to p: the epilogue of epi_t. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void store8_avx2(const epi_t *e, __m256 s, float *p,
+                                                                             int64_t j, int64_t r) {
+  __m256 z = _mm256_setzero_ps(), v = _mm256_mul_ps(_mm256_set1_ps(e->alpha), s);
+  if (e->beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(e->beta), _mm256_loadu_ps(p), v);
+  v = _mm256_add_ps(v, e->bias ? _mm256_loadu_ps(e->bias + j) : z);
+  if (e->bias_row) v = _mm256_add_ps(v, _mm256_set1_ps(e->bias_row[r]));
+  if (e->relu) v = _mm256_max_ps(v, z);
+  _mm256_storeu_ps(p, v);
+}
+
 AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows(int64_t kc, const float *a,
                                                                                   const float *b, float *c,
                                                                                   int64_t ldc, const epi_t *e,
@@ -167,19 +179,8 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows
         quarter_avx2(ks, a + k0 * GEMM_MR + rh, b + k0 * GEMM_NR + 16 * half, t + rh * GEMM_NR + 16 * half, k0 == 0);
     k0 += AVX2_KS;
   } while (k0 < kc);
-  __m256 va = _mm256_set1_ps(e->alpha), vb = _mm256_set1_ps(e->beta), z = _mm256_setzero_ps();
-  for (int h = 0; h < GEMM_NR / 8; ++h) {
-    __m256 bias = e->bias ? _mm256_loadu_ps(e->bias + 8 * h) : z;
-    for (int r = 0; r < rows; ++r) {
-      float *p = c + r * ldc + 8 * h;
-      __m256 v = _mm256_mul_ps(va, _mm256_load_ps(t + r * GEMM_NR + 8 * h));
-      if (e->beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_loadu_ps(p), v);
-      v = _mm256_add_ps(v, bias);
-      if (e->bias_row) v = _mm256_add_ps(v, _mm256_set1_ps(e->bias_row[r]));
-      if (e->relu) v = _mm256_max_ps(v, z);
-      _mm256_storeu_ps(p, v);
-    }
-  }
+  for (int h = 0; h < GEMM_NR / 8; ++h)
+    for (int r = 0; r < rows; ++r) store8_avx2(e, _mm256_load_ps(t + r * GEMM_NR + 8 * h), c + r * ldc + 8 * h, 8 * h, r);
 }
 AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       const epi_t *e) {
@@ -242,6 +243,171 @@ static void narrow_avx2(int64_t k, const float *a, const float *b, int64_t sl, i
   for (int j0 = 0; j0 < nj; j0 += 6) fn[nj - j0 < 6 ? nj - j0 : 6](k, a, b + j0 * sj, sl, sj, out + j0 * 16);
 }
 
+/* ---- sparse rows (gemm_engine.h) -------------------------------------------
+ * AVX2 has no compress: the lanes of a vector's nonzeros are gathered with
+ * pext (BMI2) from the byte indices 0..7 and moved by a permute. */
+#define AQ_TARGET_AVX2_BMI __attribute__((target("avx2,fma,bmi,bmi2,popcnt")))
+
+/* The nonzeros of x (lanes past A's edge hold zeros), whose steps are
+ * first .. first + 7, appended to the list at o, which holds c; returns
+ * the new count. Writes stay within the row's SPARSE_SK slots: c <= first. */
+AQ_TARGET_AVX2_BMI static inline __attribute__((always_inline)) int sparse_put8(const sparse_t *sp, size_t o, int c,
+                                                                                __m256 x, int first) {
+  unsigned nz = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ));
+  uint64_t lanes = _pext_u64(0x0706050403020100ull, _pdep_u64(nz, 0x0101010101010101ull) * 0xff);
+  __m256i idx = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)lanes));
+  _mm256_storeu_ps(sp->val + o + c, _mm256_permutevar8x32_ps(x, idx));
+  uint64_t steps = lanes + (uint64_t)first * 0x0101010101010101ull; /* bytes < 32: no carries */
+  memcpy(sp->at + o + c, &steps, sizeof(steps));
+  return c + __builtin_popcount(nz);
+}
+
+/* The first n of 8 lanes, as a maskload's mask. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) __m256i first8(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n < 0 ? 0 : n > 8 ? 8 : (int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The percentage of nonzeros among op(A)'s rows [i0, i0 + mc) x depth
+ * [l0, l0 + kc), from every 8th row (of a transposed A, every 8th step). */
+AQ_TARGET_AVX2_BMI static int64_t nonzero_pct_avx2(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0,
+                                                   int64_t kc) {
+  int64_t outer = p->trans_a ? kc : mc, inner = p->trans_a ? mc : kc, seen = 0, nz = 0;
+  for (int64_t o = 0; o < outer; o += 8, seen += inner) {
+    const float *v = p->trans_a ? p->a + (l0 + o) * p->lda + i0 : p->a + (i0 + o) * p->lda + l0;
+    for (int64_t x = 0; x < inner; x += 8) {
+      __m256 y = _mm256_maskload_ps(v + x, first8(inner - x));
+      nz += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_NEQ_UQ)));
+    }
+  }
+  return seen ? nz * 100 / seen : 100;
+}
+
+/* The lists of op(A) rows [i0, i0 + mc), depth [l0, l0 + kc). A
+ * transposed A is read 8 rows by 8 steps at a time and turned in
+ * registers. */
+AQ_TARGET_AVX2_BMI static void sparse_build_avx2(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc,
+                                                 const sparse_t *sp) {
+  int64_t nsub = (kc + SPARSE_SK - 1) / SPARSE_SK;
+  for (int64_t s = 0; s < nsub; ++s) {
+    int64_t left = kc - s * SPARSE_SK;
+    if (!p->trans_a) {
+      for (int64_t r = 0; r < mc; ++r) {
+        const float *src = p->a + (i0 + r) * p->lda + l0 + s * SPARSE_SK;
+        size_t o = (size_t)(s * mc + r) * SPARSE_SK;
+        int c = 0;
+        for (int q = 0; q < SPARSE_SK / 8; ++q)
+          c = sparse_put8(sp, o, c, left >= SPARSE_SK ? _mm256_loadu_ps(src + 8 * q)
+                                                      : _mm256_maskload_ps(src + 8 * q, first8(left - 8 * q)), 8 * q);
+        sp->n[s * mc + r] = (uint8_t)c;
+      }
+      continue;
+    }
+    for (int64_t r0 = 0; r0 < mc; r0 += 8) {
+      __m256i rows = first8(mc - r0);
+      __m256 x[SPARSE_SK / 8][8];
+      for (int q = 0; q < SPARSE_SK / 8; ++q) {
+        for (int l = 0; l < 8; ++l) {
+          int64_t step = s * SPARSE_SK + 8 * q + l;
+          x[q][l] = step < kc ? _mm256_maskload_ps(p->a + (l0 + step) * p->lda + i0 + r0, rows) : _mm256_setzero_ps();
+        }
+        transpose8_avx2(x[q]);
+      }
+      for (int64_t r = 0; r < 8 && r0 + r < mc; ++r) {
+        size_t o = (size_t)(s * mc + r0 + r) * SPARSE_SK;
+        int c = 0;
+        for (int q = 0; q < SPARSE_SK / 8; ++q) c = sparse_put8(sp, o, c, x[q][r], 8 * q);
+        sp->n[s * mc + r0 + r] = (uint8_t)c;
+      }
+    }
+  }
+}
+
+/* One sub-slice for rows [0, rows), NP micro-panels b[0 .. NP) of the
+ * group (4 NP vectors of sums a row, at sums + 32 * first panel): each
+ * nonzero's value times its step's row of the panels. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void sparse_rows_avx2(int np, int64_t rows,
+                                                                                   const float *val, const uint8_t *at,
+                                                                                   const uint8_t *n,
+                                                                                   const float *const *b, float *sums,
+                                                                                   int first) {
+  for (int64_t r = 0; r < rows; ++r, val += SPARSE_SK, at += SPARSE_SK) {
+    float *t = sums + r * SPARSE_NB;
+    __m256 acc[12];
+    _Pragma("GCC unroll 12") for (int q = 0; q < 4 * np; ++q) acc[q] = first ? _mm256_setzero_ps() : _mm256_load_ps(t + 8 * q);
+    for (int j = 0; j < n[r]; ++j) {
+      __m256 v = _mm256_broadcast_ss(val + j);
+      int64_t off = (int64_t)at[j] * GEMM_NR;
+      _Pragma("GCC unroll 12") for (int q = 0; q < 4 * np; ++q)
+        acc[q] = _mm256_fmadd_ps(v, _mm256_load_ps(b[q >> 2] + off + (q & 3) * 8), acc[q]);
+    }
+    _Pragma("GCC unroll 12") for (int q = 0; q < 4 * np; ++q) _mm256_store_ps(t + 8 * q, acc[q]);
+  }
+}
+
+/* The write-back of a column group's sums (rows [i0, i0 + mc), columns
+ * [j0, j0 + cols)), as the dense kernels write a micro-tile: full 32-column
+ * tiles through the vector epilogue; a partial one, or a fused consumer,
+ * from the raw sum (+ 0, as a raw micro-tile holds it). */
+AQ_TARGET_AVX2 static void sparse_store_avx2(const gemm_part_t *p, float *sums, int64_t i0, int64_t mc, int64_t j0,
+                                             int64_t cols, const epi_t *e) {
+  epi_t er = *e;
+  er.bias = e->bias ? e->bias + j0 : NULL;
+  er.bias_row = e->bias_row ? e->bias_row + i0 : NULL;
+  float *c = p->c + i0 * p->ldc + j0;
+  if (e->post || cols % GEMM_NR)
+    for (int64_t r = 0; r < mc; ++r)
+      for (int64_t j = 0; j < cols; j += 8)
+        _mm256_store_ps(sums + r * SPARSE_NB + j, _mm256_add_ps(_mm256_load_ps(sums + r * SPARSE_NB + j), _mm256_setzero_ps()));
+  if (e->post) {
+    gemm_post_rows(&er, sums, SPARSE_NB, mc, cols, c, p->ldc, i0, j0);
+    return;
+  }
+  for (int64_t jr = 0; jr < cols; jr += GEMM_NR) {
+    epi_t ej = er;
+    ej.bias = er.bias ? er.bias + jr : NULL;
+    for (int64_t r = 0; r < mc; ++r) {
+      const float *t = sums + r * SPARSE_NB + jr;
+      float *cr = c + r * p->ldc + jr;
+      if (cols - jr >= GEMM_NR) {
+        for (int h = 0; h < GEMM_NR / 8; ++h) store8_avx2(&ej, _mm256_load_ps(t + 8 * h), cr + 8 * h, 8 * h, r);
+        continue;
+      }
+      for (int64_t j = 0; j < cols - jr; ++j) cr[j] = epi_one(&ej, t[j], &cr[j], r, j);
+    }
+  }
+}
+
+/* C's block rows [i0, i0 + mc) x columns [j0, j0 + nc) from the lists and
+ * the packed B, one SPARSE_NB-column group at a time, and within it two
+ * micro-panels a pass (three for a group of three: 12 accumulators of 16
+ * registers), the pass's sub-slice of B (8-12 KB) staying in L1 while every
+ * row goes by. (Groups of three panels a pass measured alike.) */
+AQ_TARGET_AVX2 static void sparse_block_avx2(const gemm_part_t *p, const sparse_t *sp, const float *pb, int64_t kc,
+                                             int64_t i0, int64_t mc, int64_t j0, int64_t nc, const epi_t *e) {
+  int64_t nsub = (kc + SPARSE_SK - 1) / SPARSE_SK;
+  for (int64_t jg = 0; jg < nc; jg += SPARSE_NB) {
+    int64_t cols = nc - jg < SPARSE_NB ? nc - jg : SPARSE_NB, panels = (cols + GEMM_NR - 1) / GEMM_NR;
+    for (int64_t k0 = 0; k0 < panels;) {
+      int64_t np = panels - k0 == 4 ? 2 : panels - k0; /* 4 panels go as 2 + 2 */
+      for (int64_t s = 0; s < nsub; ++s) {
+        const float *b[3];
+        for (int64_t k = 0; k < 3; ++k)
+          b[k] = pb + ((jg / GEMM_NR + k0 + (k < np ? k : 0)) * kc + s * SPARSE_SK) * GEMM_NR;
+        const float *val = sp->val + (size_t)s * mc * SPARSE_SK;
+        const uint8_t *at = sp->at + (size_t)s * mc * SPARSE_SK, *n = sp->n + s * mc;
+        float *sums = sp->sums + k0 * GEMM_NR;
+        switch (np) {
+          case 3: sparse_rows_avx2(3, mc, val, at, n, b, sums, s == 0); break;
+          case 2: sparse_rows_avx2(2, mc, val, at, n, b, sums, s == 0); break;
+          default: sparse_rows_avx2(1, mc, val, at, n, b, sums, s == 0); break;
+        }
+      }
+      k0 += np;
+    }
+    sparse_store_avx2(p, sp->sums, i0, mc, j0 + jg, cols, e);
+  }
+}
+
 const engine_t gemm_engine_avx2 = {
     micro_avx2,
     micro_avx2_half,
@@ -250,10 +416,10 @@ const engine_t gemm_engine_avx2 = {
     NULL,
     NULL,
     NULL,
-    NULL,
-    NULL,
-    NULL,
-    0,
+    nonzero_pct_avx2,
+    sparse_build_avx2,
+    sparse_block_avx2,
+    SPARSE_AVX2_PCT,
     gemm_pack_a_avx2,
     gemm_pack_b_avx2,
     narrow_avx2,

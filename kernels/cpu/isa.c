@@ -15,7 +15,9 @@ aq_cpu_isa_t aq_cpu_isa(void) {
   aq_cpu_isa_t isa = AQ_CPU_ISA_GENERIC;
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isa = AQ_CPU_ISA_AVX2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2") &&
+      __builtin_cpu_supports("popcnt"))
+    isa = AQ_CPU_ISA_AVX2;
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt"))

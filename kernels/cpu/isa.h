@@ -6,7 +6,7 @@
 
 typedef enum aq_cpu_isa {
   AQ_CPU_ISA_GENERIC = 0,
-  AQ_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA */
+  AQ_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + BMI2 (every AVX2 CPU has the last) */
   AQ_CPU_ISA_AVX512 = 2, /* AVX-512 F */
 } aq_cpu_isa_t;
 
