@@ -389,3 +389,33 @@ Test(blocked, max_and_avg_pool_match_the_definition_on_wide_rows) {
   check_pool(9, 40, 2, 3, 3, 1); /* stride past the window: gaps */
   check_pool(1, 1, 1, 1, 1, 0);
 }
+
+/* The 2 x 2, stride-2 max pool (its own loop): in a window of equal
+ * values the first tap in (row, column) order wins; a window of NaNs and
+ * -Inf takes none (0, argmax -1), as the general loop's strict '>' does. */
+static void check_pool_2x2_ties(void) {
+  enum { H = 4, W = 34, P = 2, Q = 17 };
+  float x[H * W], y[P * Q];
+  int32_t arg[P * Q];
+  for (int i = 0; i < H * W; ++i) x[i] = (float)((i / W) / 2 + (i % W) / 2 % 3); /* each window constant */
+  x[0] = x[1] = x[W] = x[W + 1] = NAN;
+  x[2] = x[3] = x[W + 2] = -INFINITY, x[W + 3] = NAN;
+  aq_pool_args_t a = {.x = x, .y = y, .argmax = arg, .planes = 1, .h = H, .w = W, .p = P, .q = Q, .kh = 2, .kw = 2,
+                      .stride_h = 2, .stride_w = 2};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MAX_POOL, &a, aq_planes_grid(1)));
+  for (int p = 0; p < P; ++p)
+    for (int q = 0; q < Q; ++q) {
+      int o = p * Q + q, first = 2 * p * W + 2 * q;
+      if (o < 2) {
+        cr_assert(arg[o] == -1 && y[o] == 0.0f, "window %d of NaN and -Inf: y %g, argmax %d", o, y[o], arg[o]);
+        continue;
+      }
+      cr_assert_eq(arg[o], first, "window %d: argmax %d, want its first tap %d", o, arg[o], first);
+      cr_assert_eq(y[o], x[first]);
+    }
+}
+Test(blocked, max_pool_2x2_ties_go_to_the_first_tap) { check_pool_2x2_ties(); }
+Test(blocked, max_pool_2x2_ties_go_to_the_first_tap_on_avx2) {
+  setenv("AQ_CPU_ISA", "avx2", 1);
+  check_pool_2x2_ties();
+}
