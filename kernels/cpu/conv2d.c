@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "aquila/ops.h"
+#include "kernels/cpu/conv2d_avx2.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grid.h"
 #include "kernels/cpu/isa.h"
@@ -315,6 +316,12 @@ static int gemm_fwd(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
   int64_t pq = a->p * a->q, crs = a->c * a->r * a->s;
   split_t s;
   if (!split_part(a->n, a->k, pq, part_count(ctx), group_index(ctx), &s)) return 0;
+  /* Small filter volumes: the direct loop on the padded-width grid, when
+   * parts are whole images (conv2d_avx2.c). */
+  if (part_count(ctx) <= a->n && aq_cpu_isa() >= AQ_CPU_ISA_AVX2 && conv2d_wide_fits(a) && forced_algo() == ALGO_AUTO) {
+    conv2d_fwd_wide_avx2(a, s.n0, s.n1, ctx->group_segment);
+    return 0;
+  }
   static gemm_pack_fn col_fn;
   gemm_pack_fn col = __atomic_load_n(&col_fn, __ATOMIC_RELAXED);
   if (!col) col = pick_col(), __atomic_store_n(&col_fn, col, __ATOMIC_RELAXED);
