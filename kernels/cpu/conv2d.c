@@ -417,12 +417,34 @@ static int gemm_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx
   return 0;
 }
 
+/* dbias[k] for filters [k0, k1): each a sum over the batch in double. */
+static void bias_gradient(const aq_conv2d_args_t *a, int64_t k0, int64_t k1) {
+  int64_t pq = a->p * a->q;
+  for (int64_t k = k0; k < k1; ++k) {
+    double b = 0;
+    for (int64_t n = 0; n < a->n; ++n) {
+      const float *dy = a->dy + (n * a->k + k) * pq;
+      for (int64_t i = 0; i < pq; ++i) b += dy[i];
+    }
+    a->dbias[k] = (float)b;
+  }
+}
+
 static int gemm_bwd_filter(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
   int64_t pq = a->p * a->q, crs = a->c * a->r * a->s;
   int64_t parts = part_count(ctx), pm, pn, g = group_index(ctx);
+  int64_t k0, k1, j0, j1;
+  /* Small filter volumes: the direct loop on the padded-width grid, parts
+   * cut by filters (conv2d_avx2.c). */
+  if (aq_cpu_isa() >= AQ_CPU_ISA_AVX2 && conv2d_wide_fits(a) && forced_algo() == ALGO_AUTO) {
+    gemm_range(a->k, parts < a->k ? parts : a->k, g, 1, &k0, &k1);
+    if (k0 >= k1) return 0;
+    conv2d_bwd_filter_wide_avx2(a, k0, k1, ctx->group_segment);
+    if (a->dbias) bias_gradient(a, k0, k1);
+    return 0;
+  }
   gemm_split(a->k, crs, parts, &pm, &pn);
   if (g >= pm * pn) return 0;
-  int64_t k0, k1, j0, j1;
   gemm_range(a->k, pm, g / pn, GEMM_MR, &k0, &k1);
   gemm_range(crs, pn, g % pn, GEMM_NR, &j0, &j1);
   if (k0 >= k1 || j0 >= j1) return 0;
@@ -434,15 +456,7 @@ static int gemm_bwd_filter(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *c
   gemm_part_t gp = {.c = a->dw, .pack_a = pack_dy, .pack_b = colt, .pack_ctx = &cp, .ldc = crs, .m0 = k0,
                     .n0 = j0, .mc = k1 - k0, .nc = j1 - j0, .k = a->n * pq, .alpha = 1.0f, .beta = 0.0f};
   gemm_part(&gp, ctx->group_segment);
-  if (a->dbias && j0 == 0)
-    for (int64_t k = k0; k < k1; ++k) {
-      double b = 0;
-      for (int64_t n = 0; n < a->n; ++n) {
-        const float *dy = a->dy + (n * a->k + k) * pq;
-        for (int64_t i = 0; i < pq; ++i) b += dy[i];
-      }
-      a->dbias[k] = (float)b;
-    }
+  if (a->dbias && j0 == 0) bias_gradient(a, k0, k1);
   return 0;
 }
 
