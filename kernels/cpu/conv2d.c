@@ -374,11 +374,40 @@ static void col2im_add(const aq_conv2d_args_t *a, const float *dcol, int64_t c0,
   }
 }
 
+/* The data gradient of a stride-1 convolution is the forward of dy, padded
+ * by r - 1 - pad, through the filters flipped and turned (C x K x R x S):
+ * through the padded-width direct loop where that fits (conv2d_avx2.c),
+ * for images [n0, n1). Returns 0 where it does not. */
+static int wide_bwd_data(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, void *scratch) {
+  if (aq_cpu_isa() < AQ_CPU_ISA_AVX2 || forced_algo() != ALGO_AUTO || a->pad_h > a->r - 1 || a->pad_w > a->s - 1)
+    return 0;
+  aq_conv2d_args_t b = {.x = a->dy, .y = a->dx, .n = a->n, .c = a->k, .h = a->p, .wd = a->q, .k = a->c, .r = a->r,
+                        .s = a->s, .p = a->h, .q = a->wd, .stride_h = 1, .stride_w = 1,
+                        .pad_h = (int32_t)a->r - 1 - a->pad_h, .pad_w = (int32_t)a->s - 1 - a->pad_w, .dil_h = 1,
+                        .dil_w = 1};
+  int64_t rs = a->r * a->s, kcrs = a->k * a->c * rs;
+  size_t planes = (conv2d_wide_floats(&b) + 15) / 16 * 16;
+  if (!conv2d_wide_fits(&b) || a->stride_h != 1 || a->stride_w != 1 || a->dil_h != 1 || a->dil_w != 1 ||
+      (planes + (size_t)kcrs) * sizeof(float) > CONV_SCRATCH - 64)
+    return 0;
+  float *flip = (float *)scratch + planes;
+  for (int64_t c = 0; c < a->c; ++c)
+    for (int64_t k = 0; k < a->k; ++k)
+      for (int64_t t = 0; t < rs; ++t) flip[(c * a->k + k) * rs + t] = a->w[(k * a->c + c) * rs + rs - 1 - t];
+  b.w = flip;
+  conv2d_fwd_wide_avx2(&b, n0, n1, scratch);
+  return 1;
+}
+
 static int gemm_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
   int64_t pq = a->p * a->q, rs = a->r * a->s, crs = a->c * rs, hw = a->h * a->wd;
   /* Parts own whole input planes (col2im adds into them): images, then
    * channel ranges. */
   int64_t parts = part_count(ctx), g = group_index(ctx), n0, n1, c0 = 0, c1 = a->c;
+  if (parts <= a->n) {
+    gemm_range(a->n, parts, g, 1, &n0, &n1);
+    if (n0 < n1 && wide_bwd_data(a, n0, n1, ctx->group_segment)) return 0;
+  }
   if (parts <= a->n) {
     gemm_range(a->n, parts, g, 1, &n0, &n1);
   } else {
