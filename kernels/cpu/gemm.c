@@ -39,6 +39,39 @@ void gemm_post_rows(const epi_t *e, float *x, int64_t ldx, int64_t rows, int64_t
                    q->weight_decay);
 }
 
+/* The write-back of the sparse path's sums (rows [i0, i0 + mc), columns
+ * [j0, j0 + cols), row stride SPARSE_NB), as the dense kernels write a
+ * micro-tile: full 32-column rows through the engine's vector epilogue
+ * (row32); a partial tile, or a fused consumer, from the raw sum (+ 0, as a
+ * raw micro-tile holds it). */
+void gemm_sparse_store(const gemm_part_t *p, float *sums, int64_t i0, int64_t mc, int64_t j0, int64_t cols,
+                       const epi_t *e, gemm_row32_fn row32) {
+  epi_t er = *e;
+  er.bias = e->bias ? e->bias + j0 : NULL;
+  er.bias_row = e->bias_row ? e->bias_row + i0 : NULL;
+  float *c = p->c + i0 * p->ldc + j0;
+  if (e->post || cols % GEMM_NR)
+    for (int64_t r = 0; r < mc; ++r)
+      for (int64_t j = 0; j < cols; ++j) sums[r * SPARSE_NB + j] += 0.0f;
+  if (e->post) {
+    gemm_post_rows(&er, sums, SPARSE_NB, mc, cols, c, p->ldc, i0, j0);
+    return;
+  }
+  for (int64_t jr = 0; jr < cols; jr += GEMM_NR) {
+    epi_t ej = er;
+    ej.bias = er.bias ? er.bias + jr : NULL;
+    for (int64_t r = 0; r < mc; ++r) {
+      const float *t = sums + r * SPARSE_NB + jr;
+      float *cr = c + r * p->ldc + jr;
+      if (cols - jr >= GEMM_NR) {
+        row32(&ej, t, cr, r);
+        continue;
+      }
+      for (int64_t j = 0; j < cols - jr; ++j) cr[j] = epi_one(&ej, t[j], &cr[j], r, j);
+    }
+  }
+}
+
 /* The engine for this CPU's widest ISA. A Zen 4 core (AMD family 0x19
  * with AVX-512) issues its 512-bit multiply-adds as two halves: loads are
  * cheap next to them, and skipping zeros pays more than on cores with two

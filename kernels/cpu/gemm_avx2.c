@@ -344,37 +344,9 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void sparse_rows_avx
   }
 }
 
-/* The write-back of a column group's sums (rows [i0, i0 + mc), columns
- * [j0, j0 + cols)), as the dense kernels write a micro-tile: full 32-column
- * tiles through the vector epilogue; a partial one, or a fused consumer,
- * from the raw sum (+ 0, as a raw micro-tile holds it). */
-AQ_TARGET_AVX2 static void sparse_store_avx2(const gemm_part_t *p, float *sums, int64_t i0, int64_t mc, int64_t j0,
-                                             int64_t cols, const epi_t *e) {
-  epi_t er = *e;
-  er.bias = e->bias ? e->bias + j0 : NULL;
-  er.bias_row = e->bias_row ? e->bias_row + i0 : NULL;
-  float *c = p->c + i0 * p->ldc + j0;
-  if (e->post || cols % GEMM_NR)
-    for (int64_t r = 0; r < mc; ++r)
-      for (int64_t j = 0; j < cols; j += 8)
-        _mm256_store_ps(sums + r * SPARSE_NB + j, _mm256_add_ps(_mm256_load_ps(sums + r * SPARSE_NB + j), _mm256_setzero_ps()));
-  if (e->post) {
-    gemm_post_rows(&er, sums, SPARSE_NB, mc, cols, c, p->ldc, i0, j0);
-    return;
-  }
-  for (int64_t jr = 0; jr < cols; jr += GEMM_NR) {
-    epi_t ej = er;
-    ej.bias = er.bias ? er.bias + jr : NULL;
-    for (int64_t r = 0; r < mc; ++r) {
-      const float *t = sums + r * SPARSE_NB + jr;
-      float *cr = c + r * p->ldc + jr;
-      if (cols - jr >= GEMM_NR) {
-        for (int h = 0; h < GEMM_NR / 8; ++h) store8_avx2(&ej, _mm256_load_ps(t + 8 * h), cr + 8 * h, 8 * h, r);
-        continue;
-      }
-      for (int64_t j = 0; j < cols - jr; ++j) cr[j] = epi_one(&ej, t[j], &cr[j], r, j);
-    }
-  }
+/* A full row of a sparse group's sums through the vector write-back. */
+AQ_TARGET_AVX2 static void row32_avx2(const epi_t *e, const float *t, float *c, int64_t r) {
+  for (int h = 0; h < GEMM_NR / 8; ++h) store8_avx2(e, _mm256_load_ps(t + 8 * h), c + 8 * h, 8 * h, r);
 }
 
 /* C's block rows [i0, i0 + mc) x columns [j0, j0 + nc) from the lists and
@@ -404,7 +376,7 @@ AQ_TARGET_AVX2 static void sparse_block_avx2(const gemm_part_t *p, const sparse_
       }
       k0 += np;
     }
-    sparse_store_avx2(p, sp->sums, i0, mc, j0 + jg, cols, e);
+    gemm_sparse_store(p, sp->sums, i0, mc, j0 + jg, cols, e, row32_avx2);
   }
 }
 

@@ -97,6 +97,13 @@ typedef void (*sparse_build_fn)(const gemm_part_t *p, int64_t i0, int64_t mc, in
 typedef void (*sparse_block_fn)(const gemm_part_t *p, const sparse_t *sp, const float *pb, int64_t kc, int64_t i0,
                                 int64_t mc, int64_t j0, int64_t nc, const epi_t *e);
 
+/* One row of 32 sums t to C's row at c (row r of the tile): an engine's
+ * vector write-back; gemm_sparse_store (gemm.c) writes a group's sums
+ * through it. */
+typedef void (*gemm_row32_fn)(const epi_t *e, const float *t, float *c, int64_t r);
+void gemm_sparse_store(const gemm_part_t *p, float *sums, int64_t i0, int64_t mc, int64_t j0, int64_t cols,
+                       const epi_t *e, gemm_row32_fn row32);
+
 /* n steps of a panel listed in at (a: the panel, or its second half). */
 typedef void (*micro_skip_fn)(int64_t n, const uint16_t *at, const float *a, const float *b, float *c, int64_t ldc,
                               const epi_t *e);
