@@ -68,16 +68,19 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_block(cons
         }
       }
     }
-  float out[2 * 8] __attribute__((aligned(32)));
+  /* + 0 and then the bias: the GEMM path's write-back of a row bias. (The
+   * sums leave their registers in an unrolled loop: indexed at run time,
+   * the array would live on the stack, stored back at every tap.) */
+  float out[WIDE_KB][16] __attribute__((aligned(32)));
+  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
+    _mm256_store_ps(out[k], _mm256_add_ps(acc[k][0], _mm256_setzero_ps()));
+    _mm256_store_ps(out[k] + 8, _mm256_add_ps(acc[k][1], _mm256_setzero_ps()));
+  }
   for (int k = 0; k < kb; ++k) {
-    /* + 0 and then the bias: the GEMM path's write-back of a row bias. */
-    __m256 z = _mm256_setzero_ps();
-    _mm256_store_ps(out, _mm256_add_ps(acc[k][0], z));
-    _mm256_store_ps(out + 8, _mm256_add_ps(acc[k][1], z));
     float bias = a->bias ? a->bias[k0 + k] : 0.0f;
     float *yk = y + (k0 + k) * pq;
     for (int j = 0; j < 16; ++j)
-      if (dst[j] >= 0) yk[dst[j]] = a->bias ? out[j] + bias : out[j];
+      if (dst[j] >= 0) yk[dst[j]] = a->bias ? out[k][j] + bias : out[k][j];
   }
 }
 
