@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "aquila/ops.h"
+#include "kernels/cpu/conv2d_avx2.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grid.h"
 #include "kernels/cpu/isa.h"
@@ -315,6 +316,12 @@ static int gemm_fwd(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
   int64_t pq = a->p * a->q, crs = a->c * a->r * a->s;
   split_t s;
   if (!split_part(a->n, a->k, pq, part_count(ctx), group_index(ctx), &s)) return 0;
+  /* Small filter volumes: the direct loop on the padded-width grid, when
+   * parts are whole images (conv2d_avx2.c). */
+  if (part_count(ctx) <= a->n && aq_cpu_isa() >= AQ_CPU_ISA_AVX2 && conv2d_wide_fits(a) && forced_algo() == ALGO_AUTO) {
+    conv2d_fwd_wide_avx2(a, s.n0, s.n1, ctx->group_segment);
+    return 0;
+  }
   static gemm_pack_fn col_fn;
   gemm_pack_fn col = __atomic_load_n(&col_fn, __ATOMIC_RELAXED);
   if (!col) col = pick_col(), __atomic_store_n(&col_fn, col, __ATOMIC_RELAXED);
@@ -367,11 +374,40 @@ static void col2im_add(const aq_conv2d_args_t *a, const float *dcol, int64_t c0,
   }
 }
 
+/* The data gradient of a stride-1 convolution is the forward of dy, padded
+ * by r - 1 - pad, through the filters flipped and turned (C x K x R x S):
+ * through the padded-width direct loop where that fits (conv2d_avx2.c),
+ * for images [n0, n1). Returns 0 where it does not. */
+static int wide_bwd_data(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, void *scratch) {
+  if (aq_cpu_isa() < AQ_CPU_ISA_AVX2 || forced_algo() != ALGO_AUTO || a->pad_h > a->r - 1 || a->pad_w > a->s - 1)
+    return 0;
+  aq_conv2d_args_t b = {.x = a->dy, .y = a->dx, .n = a->n, .c = a->k, .h = a->p, .wd = a->q, .k = a->c, .r = a->r,
+                        .s = a->s, .p = a->h, .q = a->wd, .stride_h = 1, .stride_w = 1,
+                        .pad_h = (int32_t)a->r - 1 - a->pad_h, .pad_w = (int32_t)a->s - 1 - a->pad_w, .dil_h = 1,
+                        .dil_w = 1};
+  int64_t rs = a->r * a->s, kcrs = a->k * a->c * rs;
+  size_t planes = (conv2d_wide_floats(&b) + 15) / 16 * 16;
+  if (!conv2d_wide_fits(&b) || a->stride_h != 1 || a->stride_w != 1 || a->dil_h != 1 || a->dil_w != 1 ||
+      (planes + (size_t)kcrs) * sizeof(float) > CONV_SCRATCH - 64)
+    return 0;
+  float *flip = (float *)scratch + planes;
+  for (int64_t c = 0; c < a->c; ++c)
+    for (int64_t k = 0; k < a->k; ++k)
+      for (int64_t t = 0; t < rs; ++t) flip[(c * a->k + k) * rs + t] = a->w[(k * a->c + c) * rs + rs - 1 - t];
+  b.w = flip;
+  conv2d_fwd_wide_avx2(&b, n0, n1, scratch);
+  return 1;
+}
+
 static int gemm_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
   int64_t pq = a->p * a->q, rs = a->r * a->s, crs = a->c * rs, hw = a->h * a->wd;
   /* Parts own whole input planes (col2im adds into them): images, then
    * channel ranges. */
   int64_t parts = part_count(ctx), g = group_index(ctx), n0, n1, c0 = 0, c1 = a->c;
+  if (parts <= a->n) {
+    gemm_range(a->n, parts, g, 1, &n0, &n1);
+    if (n0 < n1 && wide_bwd_data(a, n0, n1, ctx->group_segment)) return 0;
+  }
   if (parts <= a->n) {
     gemm_range(a->n, parts, g, 1, &n0, &n1);
   } else {
@@ -410,12 +446,34 @@ static int gemm_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx
   return 0;
 }
 
+/* dbias[k] for filters [k0, k1): each a sum over the batch in double. */
+static void bias_gradient(const aq_conv2d_args_t *a, int64_t k0, int64_t k1) {
+  int64_t pq = a->p * a->q;
+  for (int64_t k = k0; k < k1; ++k) {
+    double b = 0;
+    for (int64_t n = 0; n < a->n; ++n) {
+      const float *dy = a->dy + (n * a->k + k) * pq;
+      for (int64_t i = 0; i < pq; ++i) b += dy[i];
+    }
+    a->dbias[k] = (float)b;
+  }
+}
+
 static int gemm_bwd_filter(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
   int64_t pq = a->p * a->q, crs = a->c * a->r * a->s;
   int64_t parts = part_count(ctx), pm, pn, g = group_index(ctx);
+  int64_t k0, k1, j0, j1;
+  /* Small filter volumes: the direct loop on the padded-width grid, parts
+   * cut by filters (conv2d_avx2.c). */
+  if (aq_cpu_isa() >= AQ_CPU_ISA_AVX2 && conv2d_wide_fits(a) && forced_algo() == ALGO_AUTO) {
+    gemm_range(a->k, parts < a->k ? parts : a->k, g, 1, &k0, &k1);
+    if (k0 >= k1) return 0;
+    conv2d_bwd_filter_wide_avx2(a, k0, k1, ctx->group_segment);
+    if (a->dbias) bias_gradient(a, k0, k1);
+    return 0;
+  }
   gemm_split(a->k, crs, parts, &pm, &pn);
   if (g >= pm * pn) return 0;
-  int64_t k0, k1, j0, j1;
   gemm_range(a->k, pm, g / pn, GEMM_MR, &k0, &k1);
   gemm_range(crs, pn, g % pn, GEMM_NR, &j0, &j1);
   if (k0 >= k1 || j0 >= j1) return 0;
@@ -427,15 +485,7 @@ static int gemm_bwd_filter(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *c
   gemm_part_t gp = {.c = a->dw, .pack_a = pack_dy, .pack_b = colt, .pack_ctx = &cp, .ldc = crs, .m0 = k0,
                     .n0 = j0, .mc = k1 - k0, .nc = j1 - j0, .k = a->n * pq, .alpha = 1.0f, .beta = 0.0f};
   gemm_part(&gp, ctx->group_segment);
-  if (a->dbias && j0 == 0)
-    for (int64_t k = k0; k < k1; ++k) {
-      double b = 0;
-      for (int64_t n = 0; n < a->n; ++n) {
-        const float *dy = a->dy + (n * a->k + k) * pq;
-        for (int64_t i = 0; i < pq; ++i) b += dy[i];
-      }
-      a->dbias[k] = (float)b;
-    }
+  if (a->dbias && j0 == 0) bias_gradient(a, k0, k1);
   return 0;
 }
 

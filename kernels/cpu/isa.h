@@ -6,7 +6,7 @@
 
 typedef enum aq_cpu_isa {
   AQ_CPU_ISA_GENERIC = 0,
-  AQ_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA */
+  AQ_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + BMI2 (every AVX2 CPU has the last) */
   AQ_CPU_ISA_AVX512 = 2, /* AVX-512 F */
 } aq_cpu_isa_t;
 
@@ -16,5 +16,10 @@ typedef enum aq_cpu_isa {
 /* The widest ISA this CPU runs, capped by AQ_CPU_ISA=generic|avx2|avx512 so
  * tests can exercise every path on one machine. */
 aq_cpu_isa_t aq_cpu_isa(void);
+
+/* The CPU's family if it is an AMD one (0x19: Zen 3 and Zen 4, 0x1a: Zen
+ * 5), else 0: where the cores' cost of a multiply-add against a load picks
+ * a kernel. */
+unsigned aq_cpu_amd_family(void);
 
 #endif

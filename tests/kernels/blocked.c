@@ -164,6 +164,57 @@ Test(blocked, conv2d_direct_path_matches_the_definition) {
   conv_shapes();
 }
 
+Test(blocked, conv2d_chosen_paths_match_the_definition) { conv_shapes(); }
+
+/* The forward's direct loop on the padded-width grid (conv2d_avx2.c, small
+ * filter volumes at stride 1, AVX2 and up) sums as the GEMM path's vector
+ * kernels do: an in-order FMA chain over (c, r, s) from zero, padding
+ * included, then + 0 and the bias. Checked bit for bit. */
+static void check_conv_bits(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t r, int pad) {
+  aq_conv2d_args_t a = {.n = n, .c = c, .h = h, .wd = w, .k = k, .r = r, .s = r, .stride_h = 1, .stride_w = 1,
+                        .pad_h = pad, .pad_w = pad, .dil_h = 1, .dil_w = 1};
+  a.p = aq_conv_out(h, r, 1, pad, 1), a.q = aq_conv_out(w, r, 1, pad, 1);
+  size_t nx = (size_t)(n * c * h * w), nw = (size_t)(k * c * r * r), ny = (size_t)(n * k * a.p * a.q);
+  float *x = rnd(nx, 31), *wt = rnd(nw, 32), *b = rnd((size_t)k, 33), *y = malloc(ny * 4);
+  a.x = x, a.w = wt, a.bias = b, a.y = y;
+  AQ_ASSERT_OK(run(AQ_KERNEL_CONV2D, &a, aq_planes_grid(n * k)));
+  __builtin_cpu_init();
+  const char *isa = getenv("AQ_CPU_ISA");
+  int exact = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !(isa && !strcmp(isa, "generic"));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t f = 0; f < k; ++f)
+      for (int64_t p = 0; p < a.p; ++p)
+        for (int64_t q = 0; q < a.q; ++q) {
+          float acc = 0.0f;
+          for (int64_t ch = 0; ch < c; ++ch)
+            for (int64_t u = 0; u < r; ++u)
+              for (int64_t v = 0; v < r; ++v) {
+                int64_t ih = p - pad + u, iw = q - pad + v;
+                float xv = ih < 0 || ih >= h || iw < 0 || iw >= w ? 0.0f : x[((i * c + ch) * h + ih) * w + iw];
+                acc = fmaf(wt[((f * c + ch) * r + u) * r + v], xv, acc);
+              }
+          float want = (acc + 0.0f) + b[f], got = y[((i * k + f) * a.p + p) * a.q + q];
+          if (exact)
+            cr_assert(!memcmp(&got, &want, sizeof(float)), "n%lld c%lld %lldx%lld k%lld r%lld: y[%lld,%lld,%lld,%lld] = %a, want %a",
+                      (long long)n, (long long)c, (long long)h, (long long)w, (long long)k, (long long)r, (long long)i,
+                      (long long)f, (long long)p, (long long)q, got, want);
+          else
+            cr_assert(fabsf(got - want) < 1e-4f * (float)(c * r * r), "y = %g, want %g", got, want);
+        }
+  free(x), free(wt), free(b), free(y);
+}
+
+static void conv_bits(void) {
+  check_conv_bits(6, 1, 28, 28, 6, 5, 2);  /* LeNet's layers: rows of 32 padded floats */
+  check_conv_bits(6, 6, 14, 14, 16, 5, 0); /* blocks of 16 positions cross rows of 14 */
+  check_conv_bits(5, 3, 9, 23, 7, 3, 1);   /* 7 filters: a pass of 6, then 1 */
+}
+Test(blocked, conv2d_forward_sums_in_order_bit_for_bit) { conv_bits(); }
+Test(blocked, conv2d_forward_sums_in_order_bit_for_bit_on_avx2) {
+  setenv("AQ_CPU_ISA", "avx2", 1);
+  conv_bits();
+}
+
 Test(blocked, conv2d_gemm_path_on_avx2_and_generic_isas) {
   setenv("AQ_CONV_ALGO", "gemm", 1);
   setenv("AQ_CPU_ISA", rand() & 1 ? "avx2" : "generic", 1); /* one per process; either must agree */
@@ -388,4 +439,34 @@ Test(blocked, max_and_avg_pool_match_the_definition_on_wide_rows) {
   check_pool(19, 45, 3, 3, 1, 1);
   check_pool(9, 40, 2, 3, 3, 1); /* stride past the window: gaps */
   check_pool(1, 1, 1, 1, 1, 0);
+}
+
+/* The 2 x 2, stride-2 max pool (its own loop): in a window of equal
+ * values the first tap in (row, column) order wins; a window of NaNs and
+ * -Inf takes none (0, argmax -1), as the general loop's strict '>' does. */
+static void check_pool_2x2_ties(void) {
+  enum { H = 4, W = 34, P = 2, Q = 17 };
+  float x[H * W], y[P * Q];
+  int32_t arg[P * Q];
+  for (int i = 0; i < H * W; ++i) x[i] = (float)((i / W) / 2 + (i % W) / 2 % 3); /* each window constant */
+  x[0] = x[1] = x[W] = x[W + 1] = NAN;
+  x[2] = x[3] = x[W + 2] = -INFINITY, x[W + 3] = NAN;
+  aq_pool_args_t a = {.x = x, .y = y, .argmax = arg, .planes = 1, .h = H, .w = W, .p = P, .q = Q, .kh = 2, .kw = 2,
+                      .stride_h = 2, .stride_w = 2};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MAX_POOL, &a, aq_planes_grid(1)));
+  for (int p = 0; p < P; ++p)
+    for (int q = 0; q < Q; ++q) {
+      int o = p * Q + q, first = 2 * p * W + 2 * q;
+      if (o < 2) {
+        cr_assert(arg[o] == -1 && y[o] == 0.0f, "window %d of NaN and -Inf: y %g, argmax %d", o, y[o], arg[o]);
+        continue;
+      }
+      cr_assert_eq(arg[o], first, "window %d: argmax %d, want its first tap %d", o, arg[o], first);
+      cr_assert_eq(y[o], x[first]);
+    }
+}
+Test(blocked, max_pool_2x2_ties_go_to_the_first_tap) { check_pool_2x2_ties(); }
+Test(blocked, max_pool_2x2_ties_go_to_the_first_tap_on_avx2) {
+  setenv("AQ_CPU_ISA", "avx2", 1);
+  check_pool_2x2_ties();
 }

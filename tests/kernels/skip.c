@@ -1,6 +1,7 @@
 /* The GEMM's zero skipping (kernels/cpu/gemm.c): A's zeros are left out,
  * row by row where A is sparse (sparse rows), else as depth steps where a
- * 12-row panel, or a 6-row half of one, is all zero (panels, on Zen 4).
+ * 12-row panel, or a 6-row half of one, is all zero (panels, on Zen 4);
+ * sparse rows on the AVX2 and AVX-512 engines.
  * What it promises: C is the dense kernel's, bit for bit (each sum runs in
  * order over the same nonzero terms), except that an Inf or NaN of B
  * meeting only zeros of A no longer reaches C. Both are checked here,
@@ -13,20 +14,28 @@
 
 TestSuite(skip, .init = setup, .fini = teardown);
 
-/* Whether this process's GEMM skips zeros: the AVX-512 engine does, unless
- * AQ_CPU_ISA caps the kernels below it or AQ_GEMM_SKIP_ZEROS=0. */
+/* Whether this process's GEMM skips zeros (sparse rows): the AVX2 and
+ * AVX-512 engines do, unless AQ_CPU_ISA caps the kernels to generic or
+ * AQ_GEMM_SKIP_ZEROS=0. */
 static int skipping(void) {
   const char *isa = getenv("AQ_CPU_ISA"), *off = getenv("AQ_GEMM_SKIP_ZEROS");
-  if ((isa && strcmp(isa, "avx512")) || (off && !strcmp(off, "0"))) return 0;
+  if ((isa && !strcmp(isa, "generic")) || (off && !strcmp(off, "0"))) return 0;
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+}
+
+/* Whether the AVX-512 engine runs. */
+static int avx512(void) {
+  const char *isa = getenv("AQ_CPU_ISA");
+  __builtin_cpu_init();
+  return !(isa && strcmp(isa, "avx512")) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2");
 }
 
 /* Whether it plans panels too: on Zen 4 only (AMD family 0x19). */
 static int planning_panels(void) {
   unsigned a, b, c, d;
-  if (!skipping() || !__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  if (!skipping() || !avx512() || !__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
   return ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (a >> 20) & 0xff : 0) == 0x19;
 }
 
@@ -109,7 +118,7 @@ static void check_bitwise_more(int64_t m, int64_t n, int64_t k, int ta, int bias
 }
 static void check_bitwise(int64_t m, int64_t n, int64_t k, int ta, int bias) { check_bitwise_more(m, n, k, ta, bias, 0); }
 
-Test(skip, sparse_products_match_the_dense_sums_bit_for_bit) {
+static void bitwise_products(void) {
   /* 256 x 1024 x 784 is the MLP's first layer; the others cross the depth
    * slice (k > 512), leave partial panels (m % 12), and split into parts. */
   check_bitwise(256, 1024, 784, 0, 1);
@@ -124,6 +133,15 @@ Test(skip, sparse_products_match_the_dense_sums_bit_for_bit) {
   /* Four fifths zero. */
   check_bitwise_more(389, 1057, 515, 0, 0, 1);
   check_bitwise_more(256, 300, 784, 1, 1, 1);
+}
+
+/* Each check runs on the machine's widest engine, then again with the
+ * kernels capped to AVX2 (the ISA is picked once per process, and each
+ * test runs in a process of its own). */
+Test(skip, sparse_products_match_the_dense_sums_bit_for_bit) { bitwise_products(); }
+Test(skip, sparse_products_match_the_dense_sums_bit_for_bit_on_avx2) {
+  setenv("AQ_CPU_ISA", "avx2", 1);
+  bitwise_products();
 }
 
 /* beta, relu and a row bias on sparse A, against a double-precision sum
@@ -149,10 +167,15 @@ static void check_epilogue(int64_t m, int64_t n, int64_t k, int ta, int more) {
   free(a), free(b), free(bv), free(c), free(c0);
 }
 
-Test(skip, sparse_products_take_beta_bias_and_relu) {
+static void epilogues(void) {
   check_epilogue(389, 1057, 515, 0, 0);
   check_epilogue(200, 77, 300, 1, 0);
   check_epilogue(200, 300, 300, 1, 1);
+}
+Test(skip, sparse_products_take_beta_bias_and_relu) { epilogues(); }
+Test(skip, sparse_products_take_beta_bias_and_relu_on_avx2) {
+  setenv("AQ_CPU_ISA", "avx2", 1);
+  epilogues();
 }
 
 /* B holds NaN in step 5 and Inf in step 9. In panel 0 (rows 0-11) A is zero
@@ -195,9 +218,14 @@ static void check_special(int ta, int64_t n, int sparse) {
   free(a), free(b), free(c);
 }
 
-Test(skip, nan_and_inf_of_b_reach_c_only_through_nonzeros_of_a) {
+static void specials(void) {
   check_special(0, 64, 0);
   check_special(1, 64, 0);
   check_special(0, 128, 1);
   check_special(1, 128, 1);
+}
+Test(skip, nan_and_inf_of_b_reach_c_only_through_nonzeros_of_a) { specials(); }
+Test(skip, nan_and_inf_of_b_reach_c_only_through_nonzeros_of_a_on_avx2) {
+  setenv("AQ_CPU_ISA", "avx2", 1);
+  specials();
 }

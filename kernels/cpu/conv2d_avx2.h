@@ -1,0 +1,28 @@
+/* conv2d's vector direct path (conv2d_avx2.c). */
+#ifndef AQ_KERNELS_CPU_CONV2D_AVX2_H_
+#define AQ_KERNELS_CPU_CONV2D_AVX2_H_
+
+#include <stddef.h>
+
+#include "aquila/ops.h"
+
+/* Floats of scratch conv2d_fwd_wide_avx2 needs for a's padded image. */
+size_t conv2d_wide_floats(const aq_conv2d_args_t *a);
+
+/* Whether the wide path takes a: stride and dilation 1, and C R S within
+ * one depth slice of the GEMM, so its sums are the GEMM path's bit for bit. */
+int conv2d_wide_fits(const aq_conv2d_args_t *a);
+
+/* The forward of images [n0, n1) on the padded-width grid (AVX2 + FMA). */
+void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, float *scratch);
+
+/* Floats of scratch conv2d_bwd_filter_wide_avx2 needs. */
+size_t conv2d_wide_bwd_floats(const aq_conv2d_args_t *a);
+
+/* dw for filters [k0, k1), every channel, summed over the whole batch
+ * (AVX2 + FMA): each output sums lane-wise over the images' padded-width
+ * positions in order, then across its 8 lanes in order, so it does not
+ * depend on how the filters are cut into parts. */
+void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, float *scratch);
+
+#endif
