@@ -28,7 +28,7 @@
 
 typedef struct args {
   trainer_options_t t;
-  int epochs, data_parallel;
+  int epochs, data_parallel, explain;
   const char *data, *out, *dot, *trace, *placement;
 } args_t;
 
@@ -50,6 +50,7 @@ static const cli_option_t options[] = {
     {"data", 0, CLI_TEXT, "DIR", "Fashion-MNIST files (default " FASHION_DEFAULT_DIR ")", 0, 0},
     {"out", 0, CLI_TEXT, "DIR", "where metrics.csv and training.svg go (default fashion-run)", 0, 0},
     {"dot", 0, CLI_TEXT, "FILE", "the placed training step as a DOT graph", 0, 0},
+    {"explain", 0, CLI_FLAG, NULL, "print why each task of the training step runs where it does", 0, 0},
     {"trace", 0, CLI_TEXT, "FILE", "record a Chrome trace of the run (aq-trace summary FILE)", 0, 0},
     {"data-parallel", 0, CLI_FLAG, NULL,
      "under mpirun, each process a rank training on its share of every batch (rank 0 reports)", 0, 0},
@@ -104,6 +105,7 @@ static void parse(int argc, char **argv, args_t *a) {
   a->data = cli_text(&c, "data", FASHION_DEFAULT_DIR);
   a->out = cli_text(&c, "out", "fashion-run");
   a->dot = cli_text(&c, "dot", NULL);
+  a->explain = cli_text(&c, "explain", NULL) != NULL;
   a->trace = cli_text(&c, "trace", NULL);
   a->placement = cli_text(&c, "placement", "auto");
   a->data_parallel = cli_text(&c, "data-parallel", NULL) != NULL;
@@ -168,6 +170,8 @@ int main(int argc, char **argv) {
     if (aq_exec_write_dot(trainer_exec(t), a.dot) == AQ_OK) fprintf(stderr, "train_fashion: graph in %s\n", a.dot);
     else fprintf(stderr, "train_fashion: --dot: %s\n", aq_last_error());
   }
+  if (a.explain && par.rank == 0 && aq_exec_explain(trainer_exec(t), stdout) != AQ_OK)
+    fprintf(stderr, "train_fashion: --explain: %s\n", aq_last_error());
   report_epoch_t *hist = calloc((size_t)a.epochs, sizeof(*hist));
   uint32_t steps = trainer_steps_per_epoch(t);
   for (int ep = 0; ep < a.epochs && s == AQ_OK; ++ep) {
