@@ -79,6 +79,7 @@ struct aq_graph {
   _Atomic int execs; /* live execs made from it */
   uint32_t *names;    /* open addressing over tensor names: tensor ids, 0 empty */
   uint32_t names_cap; /* a power of two, at least twice the tensors */
+  uint32_t name_suffix; /* generated names made unique so far (graph.c's make_unique) */
   int group;          /* 0: none; 1: unordered; 2: ordered */
   uint32_t group_first; /* index of the group's first task */
 };

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <omp.h>
 #include <starpu.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -369,7 +370,9 @@ static void mixed(int reps, const char *dot) {
     aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_CONSTANT, 2, (int64_t[]){SMALL, SMALL}, &w);
     for (int c = 0; c < CHAINS; ++c) {
       aq_tensor_t x;
-      aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){SMALL, SMALL}, &x);
+      char name[16]; /* names are unique within a graph */
+      snprintf(name, sizeof(name), "x%d", c);
+      aq_tensor_create(g, name, AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){SMALL, SMALL}, &x);
       for (int d = 0; d < DEPTH; ++d, ++tasks) aq_op_matmul(g, x, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &x);
     }
     aq_tensor_t big;
