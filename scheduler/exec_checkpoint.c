@@ -5,7 +5,9 @@
  * new one. Loading reads and checks the whole file into memory first, so
  * that a refusal changes nothing, then writes each tensor through
  * aq_exec_write. */
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -118,17 +120,44 @@ static aq_status_t put_all(aq_exec_t *e, writer_t *w, const header_t *h, const v
   return s;
 }
 
+/* The directory that holds path's name ("." or "/" where nothing else does); returns the name. */
+static const char *split_path(const char *path, char *dir, size_t size) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(dir, size, ".");
+  else snprintf(dir, size, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  return slash ? slash + 1 : path;
+}
+
 /* The rename is durable once the directory that holds the name is synced. */
 static aq_status_t sync_dir(const char *path) {
   char dir[PATH_MAX];
-  const char *slash = strrchr(path, '/');
-  if (!slash) snprintf(dir, sizeof(dir), ".");
-  else snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  split_path(path, dir, sizeof(dir));
   int fd = open(dir, O_RDONLY | O_DIRECTORY);
   if (fd < 0) return aq_error(AQ_ERROR_IO, "checkpoint %s: cannot open its directory %s: %s", path, dir, strerror(errno));
   int bad = fsync(fd) && errno != EINVAL; /* some file systems cannot sync a directory */
   close(fd);
   return bad ? aq_error(AQ_ERROR_IO, "checkpoint %s: cannot sync its directory %s", path, dir) : AQ_OK;
+}
+
+/* PATH.tmp.PID files of savers killed mid-write (their process is gone):
+ * removed, so a run killed again and again does not fill its disk. */
+static void remove_stale_temps(const char *path) {
+  char dir[PATH_MAX], prefix[NAME_MAX + 8];
+  int n = snprintf(prefix, sizeof(prefix), "%s.tmp.", split_path(path, dir, sizeof(dir)));
+  DIR *d = opendir(dir);
+  if (!d || n <= 0 || (size_t)n >= sizeof(prefix)) {
+    if (d) closedir(d);
+    return;
+  }
+  for (struct dirent *de; (de = readdir(d));) {
+    char *end;
+    if (strncmp(de->d_name, prefix, (size_t)n)) continue;
+    long pid = strtol(de->d_name + n, &end, 10);
+    if (*end || pid <= 0 || pid == getpid() || !(kill((pid_t)pid, 0) && errno == ESRCH)) continue;
+    char stale[PATH_MAX];
+    if (snprintf(stale, sizeof(stale), "%s/%s", dir, de->d_name) < (int)sizeof(stale)) unlink(stale);
+  }
+  closedir(d);
 }
 
 AQ_API aq_status_t aq_exec_save_with(aq_exec_t *e, const char *path, const void *user, size_t user_size) {
@@ -142,6 +171,7 @@ AQ_API aq_status_t aq_exec_save_with(aq_exec_t *e, const char *path, const void 
   char tmp[PATH_MAX];
   if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_save: path %s is too long", path);
+  remove_stale_temps(path);
   writer_t w = {.f = fopen(tmp, "wb")};
   if (!w.f) return aq_error(AQ_ERROR_IO, "cannot write checkpoint %s: %s", tmp, strerror(errno));
   aq_status_t s = put_all(e, &w, &h, user);

@@ -192,8 +192,15 @@ Test(checkpoint, the_file_is_as_documented_and_written_atomically) {
   cr_assert(got == sizeof(blob) && !strcmp(back, blob));
   cr_assert_eq(aq_checkpoint_user_data(path, back, 3, &got), AQ_ERROR_INVALID_ARGUMENT);
   cr_assert(strstr(aq_last_error(), "8 bytes of user data"), "%s", aq_last_error());
-  /* Saved over itself, the temporary file gone: only n.ckpt in the directory. */
+  /* Saved over itself, its temporary file gone, and so is one a killed
+   * saver left (no such process); a live saver's is left alone. */
+  char stale[160], live[160];
+  snprintf(stale, sizeof(stale), "%s.tmp.999999999", path);
+  snprintf(live, sizeof(live), "%s.tmp.%d", path, (int)getppid());
+  spit(stale, "half", 4), spit(live, "half", 4);
   AQ_ASSERT_OK(aq_exec_save(n.e, path));
+  cr_assert(access(stale, F_OK) != 0, "the killed saver's temporary file is removed");
+  cr_assert_eq(unlink(live), 0, "the live saver's is kept");
   DIR *d = opendir(dir);
   int entries = 0;
   for (struct dirent *de; (de = readdir(d));) entries += de->d_name[0] != '.';
