@@ -332,8 +332,8 @@ AQ_API aq_status_t aq_exec_load(aq_exec_t *e, const char *path) {
   uint8_t *buf;
   header_t h;
   AQ_RETURN_IF_ERROR(read_checked(path, &buf, &h));
-  /* Every record is at least 28 bytes: the count cannot ask for more records than the file holds. */
-  record_t *recs = h.tensors <= h.file_bytes / 28 ? calloc(h.tensors ? h.tensors : 1, sizeof(*recs)) : NULL;
+  /* Every record is at least 25 bytes: the count cannot ask for more records than the file holds. */
+  record_t *recs = h.tensors <= h.file_bytes / 25 ? calloc(h.tensors ? h.tensors : 1, sizeof(*recs)) : NULL;
   aq_status_t s = recs ? match_all(e, path, buf, &h, recs)
                        : aq_error(AQ_ERROR_IO, "checkpoint %s is corrupt: %u tensors in %llu bytes", path, h.tensors,
                                   (unsigned long long)h.file_bytes);
