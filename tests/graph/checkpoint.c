@@ -316,3 +316,46 @@ Test(checkpoint, checkpoints_of_another_graph_are_refused_by_tensor) {
   cr_assert_eq(aq_exec_save_with(n.e, path, NULL, 4), AQ_ERROR_INVALID_ARGUMENT);
   destroy(&n);
 }
+
+static _Atomic int released;
+
+static aq_status_t hold(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
+  (void)user, (void)a1, (void)a2, (void)a3;
+  while (!released) usleep(1000);
+  return AQ_OK;
+}
+
+Test(checkpoint, a_run_in_flight_is_neither_saved_nor_overwritten) {
+  aq_graph_t *g;
+  aq_tensor_t w, grad;
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){4}, &w));
+  AQ_ASSERT_OK(aq_tensor_create(g, "grad", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){4}, &grad));
+  AQ_ASSERT_OK(aq_tensor_init(g, w, &(aq_initializer_t){.kind = AQ_INIT_CONSTANT, .value = 1}));
+  aq_host_task_t h = {.name = "hold", .fn = hold, .read_count = 1, .reads = {w}, .agent = -1};
+  aq_task_t task;
+  AQ_ASSERT_OK(aq_graph_add_host(g, &h, &task));
+  AQ_ASSERT_OK(aq_op_sgd(g, w, grad, &(aq_sgd_options_t){.lr = 1}));
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  float ones[4] = {1, 1, 1, 1};
+  AQ_ASSERT_OK(aq_exec_write(e, grad, ones, sizeof(ones)));
+  char path[128];
+  path_of(path, sizeof(path), "busy.ckpt");
+  AQ_ASSERT_OK(aq_exec_save(e, path));
+  released = 0;
+  AQ_ASSERT_OK(aq_exec_run(e));
+  cr_assert_eq(aq_exec_save(e, path), AQ_ERROR_BUSY);
+  cr_assert(strstr(aq_last_error(), "a run is in flight"), "%s", aq_last_error());
+  cr_assert_eq(aq_exec_load(e, path), AQ_ERROR_BUSY);
+  released = 1;
+  AQ_ASSERT_OK(aq_exec_wait(e, 30 * SEC));
+  float back[4];
+  AQ_ASSERT_OK(aq_exec_read(e, w, back, sizeof(back)));
+  cr_assert_eq(back[0], 0.0f, "the run's update stands");
+  AQ_ASSERT_OK(aq_exec_load(e, path));
+  AQ_ASSERT_OK(aq_exec_read(e, w, back, sizeof(back)));
+  cr_assert_eq(back[0], 1.0f, "loaded once the run is over");
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
