@@ -11,6 +11,12 @@
  * its shard of every global batch of --batch rows (parallel.h); rank 0
  * alone prints and writes the metrics.
  *
+ * --checkpoint DIR: after each epoch, DIR/last.ckpt (written atomically;
+ * under --data-parallel by rank 0) holds the parameters, the optimizer's
+ * state, the epochs done, the data order and the metrics so far;
+ * --resume goes on from it (every rank reads it), and ends bit for bit
+ * where a run never stopped would have ended.
+ *
  * Prints a progress bar per epoch and the test accuracy after each; writes
  * DIR/metrics.csv and DIR/training.svg (loss and accuracy per epoch). */
 #include <errno.h>
@@ -28,8 +34,9 @@
 
 typedef struct args {
   trainer_options_t t;
-  int epochs, data_parallel, explain;
-  const char *data, *out, *dot, *trace, *placement;
+  int epochs, data_parallel, explain, resume;
+  uint32_t steps; /* per epoch; 0: the whole training set */
+  const char *data, *out, *dot, *trace, *placement, *checkpoint;
 } args_t;
 
 static const cli_option_t options[] = {
@@ -54,6 +61,9 @@ static const cli_option_t options[] = {
     {"trace", 0, CLI_TEXT, "FILE", "record a Chrome trace of the run (aq-trace summary FILE)", 0, 0},
     {"data-parallel", 0, CLI_FLAG, NULL,
      "under mpirun, each process a rank training on its share of every batch (rank 0 reports)", 0, 0},
+    {"steps", 0, CLI_INT, "N", "at most N steps an epoch (default: the whole training set)", 1, 1 << 30},
+    {"checkpoint", 0, CLI_TEXT, "DIR", "save DIR/last.ckpt after every epoch", 0, 0},
+    {"resume", 0, CLI_FLAG, NULL, "go on from --checkpoint DIR's last.ckpt", 0, 0},
 };
 
 static double now_s(void) {
@@ -92,6 +102,27 @@ static int has_gpu_agent(void) {
   return 0;
 }
 
+/* --checkpoint DIR: the file each epoch replaces; with --resume, the
+ * epochs it holds are done (*first is the next). Returns 0, or -1 having
+ * said why not. */
+static int open_checkpoints(const args_t *a, trainer_t *t, report_epoch_t *hist, char *path, size_t size, int *first) {
+  snprintf(path, size, "%s/last.ckpt", a->checkpoint);
+  if (mkdir(a->checkpoint, 0755) && errno != EEXIST) {
+    fprintf(stderr, "train_fashion: --checkpoint %s: %s\n", a->checkpoint, strerror(errno));
+    return -1;
+  }
+  if (!a->resume) return 0;
+  uint32_t done;
+  aq_status_t s = trainer_resume(t, path, &done, hist, (size_t)a->epochs * sizeof(*hist), NULL);
+  if (s != AQ_OK) {
+    fprintf(stderr, "train_fashion: --resume: %s\n", trainer_error(s));
+    return -1;
+  }
+  fprintf(stderr, "train_fashion: resuming from %s after epoch %u\n", path, done);
+  *first = (int)done;
+  return 0;
+}
+
 static void parse(int argc, char **argv, args_t *a) {
   cli_t c = {.program = "train_fashion", .options = options, .count = sizeof(options) / sizeof(options[0]),
              .about = "Trains on Fashion-MNIST on whatever agents exist; prints the test accuracy after each epoch."};
@@ -109,6 +140,10 @@ static void parse(int argc, char **argv, args_t *a) {
   a->trace = cli_text(&c, "trace", NULL);
   a->placement = cli_text(&c, "placement", "auto");
   a->data_parallel = cli_text(&c, "data-parallel", NULL) != NULL;
+  a->steps = (uint32_t)cli_int(&c, "steps", 0);
+  a->checkpoint = cli_text(&c, "checkpoint", NULL);
+  a->resume = cli_flag(&c, "resume");
+  if (a->resume && !a->checkpoint) cli_refuse(&c, "--resume needs --checkpoint DIR");
   int cosine = !strcmp(cli_text(&c, "schedule", "cosine"), "cosine");
   a->t.cosine_epochs = cosine ? (uint32_t)a->epochs : 0;
   int lr_given = cli_text(&c, "lr", NULL) != NULL;
@@ -174,7 +209,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_fashion: --explain: %s\n", aq_last_error());
   report_epoch_t *hist = calloc((size_t)a.epochs, sizeof(*hist));
   uint32_t steps = trainer_steps_per_epoch(t);
-  for (int ep = 0; ep < a.epochs && s == AQ_OK; ++ep) {
+  if (a.steps && a.steps < steps) steps = a.steps;
+  char ckpt[1100] = "";
+  int first = 0;
+  if (a.checkpoint && open_checkpoints(&a, t, hist, ckpt, sizeof(ckpt), &first)) return 1;
+  for (int ep = first; ep < a.epochs && s == AQ_OK; ++ep) {
     trainer_begin_epoch(t, (uint32_t)ep);
     double start = now_s(), loss_sum = 0;
     float loss = 0;
@@ -189,6 +228,9 @@ int main(int argc, char **argv) {
     double secs = now_s() - start, acc = 0;
     s = trainer_evaluate(t, &acc);
     hist[ep] = (report_epoch_t){ep + 1, loss_sum / steps, acc, secs * 1e6 / steps, secs};
+    /* Saved before the epoch is reported: an epoch printed is an epoch kept. */
+    if (s == AQ_OK && ckpt[0] && par.rank == 0) s = trainer_save(t, ckpt, (uint32_t)ep + 1, hist, (size_t)(ep + 1) * sizeof(*hist));
+    if (s != AQ_OK) break;
     printf("epoch %d: loss %.4f, test accuracy %.2f%%, %.0f us/step, %.1f s\n", ep + 1, hist[ep].train_loss,
            100 * acc, hist[ep].us_per_step, secs);
     fflush(stdout);

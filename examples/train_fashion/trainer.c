@@ -472,3 +472,75 @@ aq_status_t trainer_evaluate(trainer_t *t, double *out_accuracy) {
   *out_accuracy = (double)correct / t->test->count;
   return AQ_OK;
 }
+
+/* The user data of a trainer's checkpoint: this head, the data order
+ * (count entries), then the caller's extra bytes. */
+#define CKPT_MAGIC "AQFASHN1"
+typedef struct ckpt_head {
+  char magic[8];
+  uint32_t epochs_done, count;
+  uint64_t seed;
+  uint32_t batch, ranks;
+} ckpt_head_t;
+
+aq_status_t trainer_save(trainer_t *t, const char *path, uint32_t epochs_done, const void *extra, size_t extra_size) {
+  ckpt_head_t h = {.magic = CKPT_MAGIC, .epochs_done = epochs_done, .count = t->train->count, .seed = t->o.seed,
+                   .batch = t->o.batch, .ranks = t->o.batch / t->batch};
+  size_t order = (size_t)h.count * sizeof(uint32_t), size = sizeof(h) + order + extra_size;
+  uint8_t *blob = malloc(size);
+  if (!blob) return fail(AQ_ERROR_OUT_OF_MEMORY, "no memory for a checkpoint");
+  memcpy(blob, &h, sizeof(h));
+  memcpy(blob + sizeof(h), t->perm, order);
+  if (extra_size) memcpy(blob + sizeof(h) + order, extra, extra_size);
+  own_error[0] = '\0';
+  aq_status_t s = aq_exec_save_with(t->e, path, blob, size);
+  free(blob);
+  return s;
+}
+
+/* Whether a checkpoint's head continues this run; else why not, in own_error. */
+static aq_status_t check_head(const trainer_t *t, const char *path, const ckpt_head_t *h, size_t size) {
+  char why[160] = "";
+  if (size < sizeof(*h) || memcmp(h->magic, CKPT_MAGIC, 8))
+    snprintf(why, sizeof(why), "it is not a train_fashion checkpoint");
+  else if (h->count != t->train->count || size < sizeof(*h) + (size_t)h->count * sizeof(uint32_t))
+    snprintf(why, sizeof(why), "it was made on a training set of %u images, not %u", h->count, t->train->count);
+  else if (h->seed != t->o.seed)
+    snprintf(why, sizeof(why), "it was made with --seed %llu, not %llu", (unsigned long long)h->seed,
+             (unsigned long long)t->o.seed);
+  else if (h->batch != t->o.batch || h->ranks != t->o.batch / t->batch)
+    snprintf(why, sizeof(why), "it was made with --batch %u on %u ranks, not %u on %u", h->batch, h->ranks,
+             t->o.batch, t->o.batch / t->batch);
+  if (!why[0]) return AQ_OK;
+  snprintf(own_error, sizeof(own_error), "cannot resume from %s: %s", path, why);
+  return AQ_ERROR_INCOMPATIBLE;
+}
+
+aq_status_t trainer_resume(trainer_t *t, const char *path, uint32_t *out_epochs_done, void *extra, size_t room,
+                           size_t *out_extra_size) {
+  own_error[0] = '\0';
+  size_t size;
+  TRY(aq_checkpoint_user_data(path, NULL, 0, &size));
+  uint8_t *blob = malloc(size ? size : 1);
+  if (!blob) return fail(AQ_ERROR_OUT_OF_MEMORY, "no memory to read a checkpoint");
+  ckpt_head_t h;
+  memset(&h, 0, sizeof(h));
+  aq_status_t s = aq_checkpoint_user_data(path, blob, size, NULL);
+  if (s == AQ_OK && size >= sizeof(h)) memcpy(&h, blob, sizeof(h));
+  if (s == AQ_OK) s = check_head(t, path, &h, size);
+  size_t order = (size_t)t->train->count * sizeof(uint32_t), extra_size = size - sizeof(h) - order;
+  if (s == AQ_OK && extra_size > room) {
+    snprintf(own_error, sizeof(own_error), "cannot resume from %s: it has %u epochs done, more than this run's",
+             path, h.epochs_done);
+    s = AQ_ERROR_INCOMPATIBLE;
+  }
+  if (s == AQ_OK) s = aq_exec_load(t->e, path); /* checked whole before it changes anything */
+  if (s == AQ_OK) {
+    memcpy(t->perm, blob + sizeof(h), order);
+    if (extra_size) memcpy(extra, blob + sizeof(h) + order, extra_size);
+    *out_epochs_done = h.epochs_done;
+    if (out_extra_size) *out_extra_size = extra_size;
+  }
+  free(blob);
+  return s;
+}

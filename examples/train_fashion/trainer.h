@@ -45,6 +45,17 @@ void trainer_begin_epoch(trainer_t *t, uint32_t epoch);
 aq_status_t trainer_step(trainer_t *t, float *out_loss);
 /* Test-set accuracy with the current parameters. */
 aq_status_t trainer_evaluate(trainer_t *t, double *out_accuracy);
+/* Checkpoints: the training exec's state (aq_exec_save) and, in its user
+ * data, what the next epoch needs to go on bit for bit: the epochs done,
+ * the data order they left (each epoch shuffles the last one's), and
+ * extra_size bytes of the caller's (its metrics). */
+aq_status_t trainer_save(trainer_t *t, const char *path, uint32_t epochs_done, const void *extra, size_t extra_size);
+/* Restores a checkpoint of trainer_save, after checking that it continues
+ * this run (the same data, seed, batch and ranks) and that its extra bytes
+ * fit in room: a refusal changes nothing. The next epoch to train is
+ * *out_epochs_done. */
+aq_status_t trainer_resume(trainer_t *t, const char *path, uint32_t *out_epochs_done, void *extra, size_t room,
+                           size_t *out_extra_size);
 /* The training exec, for DOT dumps and statistics. */
 aq_exec_t *trainer_exec(trainer_t *t);
 

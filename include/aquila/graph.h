@@ -343,6 +343,48 @@ aq_status_t aq_exec_wait(aq_exec_t *exec, uint64_t timeout_ns);
  * no optimizer task. */
 aq_status_t aq_exec_set_learning_rate(aq_exec_t *exec, float lr);
 
+/* ---- checkpoints --------------------------------------------------------- */
+/* A checkpoint is what a training run needs to go on in another process:
+ * every parameter and STATE tensor of the graph (optimizer moments and
+ * velocities, Adam's step count, batch norm's running statistics), the
+ * exec's run count (aq_exec_info_t.runs), and a blob of the caller's (its
+ * epoch, its data order). Nothing else a run depends on changes between
+ * runs: dropout's mask is a hash of (seed, index), the same every run; the
+ * learning rate is the caller's schedule (aq_exec_set_learning_rate after
+ * loading). Between runs only (AQ_ERROR_BUSY otherwise).
+ *
+ * The file, little-endian:
+ *   header, 40 bytes:  magic "AQCKPT\n\x1a" (8), version u32 (1),
+ *                      tensor count u32, runs u64, user-data bytes u64,
+ *                      file bytes u64 (the whole file, CRC included)
+ *   per tensor, in the graph's order:
+ *                      name length u32 (1-47), name (no NUL), dtype u32
+ *                      (aq_dtype_t), role u32 (aq_tensor_role_t), rank u32,
+ *                      dims i64 x rank, data bytes u64, data
+ *   the user data
+ *   CRC-32 u32 (IEEE 802.3, as zlib's crc32) of every byte before it.
+ *
+ * aq_exec_save writes it atomically: a temporary file in the same
+ * directory, flushed and synced, renamed over path, the directory synced;
+ * a process killed at any point leaves the previous checkpoint or the new
+ * one. */
+aq_status_t aq_exec_save(aq_exec_t *exec, const char *path);
+/* The same, with user_size bytes of the caller's kept beside the tensors. */
+aq_status_t aq_exec_save_with(aq_exec_t *exec, const char *path, const void *user, size_t user_size);
+/* Restores the tensors and the run count. The whole file is read and
+ * checked before the exec is touched, and any refusal leaves the exec as it
+ * was: a missing file (AQ_ERROR_NOT_FOUND); a file that is not a
+ * checkpoint, is truncated or fails its CRC (AQ_ERROR_IO); another format
+ * version, a tensor the graph lacks or has with another dtype or shape, a
+ * parameter or state tensor of the graph the file lacks
+ * (AQ_ERROR_INCOMPATIBLE). Each error names the file and what is wrong. */
+aq_status_t aq_exec_load(aq_exec_t *exec, const char *path);
+/* The caller's blob of a checkpoint, after the same checks of the file:
+ * copied into dst (room bytes; NULL: only the size) and its size in
+ * *out_size (may be NULL). Read it before aq_exec_load to check that the
+ * checkpoint suits the run it would continue. */
+aq_status_t aq_checkpoint_user_data(const char *path, void *dst, size_t room, size_t *out_size);
+
 typedef struct aq_exec_info {
   uint32_t tasks;
   uint32_t packets;          /* kernel, host and barrier packets of one run */

@@ -211,7 +211,9 @@ Test(sched, heft_calibrates_unknown_tasks_and_keeps_models_in_a_file, .init = pe
   for (int r = 0; r < 4; ++r) run_ok(e);
   /* Calibration ends after three profiled runs and writes the file. */
   cr_assert(model_line("host:sleep_2ms", &n, &mean), "no model for the host task in %s", perf_dir);
-  cr_assert_eq(n, 9, "3 tasks x 3 profiled runs, not %g", n);
+  /* 3 tasks x 3 profiled runs; on a loaded machine a sample descheduled
+   * past 4x the mean is set aside as a spike (perfmodel.h). */
+  cr_assert(n >= 7 && n <= 9, "3 tasks x 3 profiled runs, not %g", n);
   cr_assert(mean > 1.9e6 && mean < 20e6, "mean %g ns for a 2 ms sleep", mean);
   char dot[4096];
   read_dot(e, dot, sizeof(dot));
