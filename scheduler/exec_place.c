@@ -11,6 +11,9 @@
 #include "scheduler/exec_internal.h"
 #include "scheduler/linkcal.h"
 
+#define STREAM_CALL_NS 10000.0
+#define STREAM_CALL_NS_PER_BYTE 0.01
+
 aq_status_t exec_pick_agents(aq_exec_t *e) {
   aq_agent_t all[EXEC_AGENTS_MAX];
   size_t n;
@@ -72,8 +75,10 @@ uint8_t *exec_eligibility(aq_exec_t *e, uint32_t kinds) {
   if (!m) return NULL;
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
-    if (task->kind == TASK_HOST) {
-      m[t] = 1u << AQ_AGENT_KIND_CPU;
+    if (task->kind == TASK_HOST || task->kind == TASK_STREAM) {
+      /* whatever the options allow kernels: a stream call's work goes on
+       * the stream of the GPU it is pinned to (a NCCL rank's) */
+      m[t] = 1u << (task->kind == TASK_HOST ? AQ_AGENT_KIND_CPU : AQ_AGENT_KIND_GPU);
       continue;
     }
     for (uint8_t kind = AQ_AGENT_KIND_CPU; kind <= AQ_AGENT_KIND_GPU; ++kind) {
@@ -105,6 +110,7 @@ void exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *
   const task_t *task = &e->graph->tasks[t];
   memset(k, 0, sizeof(*k));
   if (task->kind == TASK_HOST) snprintf(k->kernel, sizeof(k->kernel), "host:%s", task->name);
+  else if (task->kind == TASK_STREAM) snprintf(k->kernel, sizeof(k->kernel), "stream:%s", task->kernel);
   else snprintf(k->kernel, sizeof(k->kernel), "%s", task->kernel);
   for (char *c = k->kernel; *c; ++c)
     if (*c == ' ' || *c == '\t' || *c == '\n') *c = '_'; /* the file is whitespace-separated */
@@ -128,10 +134,16 @@ double exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
     groups *= (gr + wg - 1) / wg;
   }
   int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
-  double guess = task->kind == TASK_HOST ? 1000 : gpu ? 5000 + 20 * groups : 1000 * groups;
   perf_key_t k;
   double bytes;
   exec_task_key(e, t, a, &k, &bytes);
+  /* A stream call's guess: a NCCL collective between NVLinked GPUs, a
+   * launch plus the bytes at tens of GB/s (the tensors are counted twice,
+   * read and written). */
+  double guess = task->kind == TASK_HOST     ? 1000
+                 : task->kind == TASK_STREAM ? STREAM_CALL_NS + bytes * STREAM_CALL_NS_PER_BYTE
+                 : gpu                       ? 5000 + 20 * groups
+                                             : 1000 * groups;
   return perf_estimate(&k, bytes, guess, samples);
 }
 
@@ -159,11 +171,26 @@ static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible) {
   free(pick), free(keys);
 }
 
+/* The GPU agents that stream calls are pinned to (a NCCL communicator's
+ * ranks in this process), as a mask of exec agents; 0 if none. */
+static uint64_t rank_gpus(const aq_exec_t *e) {
+  uint64_t m = 0;
+  for (uint32_t t = 0; t < e->graph->ntasks; ++t) {
+    const task_t *task = &e->graph->tasks[t];
+    if (task->kind == TASK_STREAM && task->agent >= 0 && (uint32_t)task->agent < e->nagents) m |= 1ull << task->agent;
+  }
+  return m;
+}
+
 /* heft's cost matrix (task x agent, ns; -1 where it cannot run). Tasks
  * whose models are still short of samples (host tasks, users' kernels, a
- * calibration that failed) make the exec profile its first runs. */
+ * calibration that failed) make the exec profile its first runs. A graph
+ * with NCCL collectives runs its GPU kernels on its ranks' GPUs only: the
+ * process's other GPUs are other ranks' (mpirun starts one process a GPU,
+ * and each sees them all). */
 aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out) {
   aq_graph_t *g = e->graph;
+  uint64_t ranks = rank_gpus(e);
   calibrate_missing(e, eligible);
   double *c = malloc((size_t)g->ntasks * e->nagents * sizeof(double));
   if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
@@ -172,7 +199,8 @@ aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out)
     for (uint32_t a = 0; a < e->nagents; ++a) {
       double *ct = &c[(size_t)t * e->nagents + a];
       uint32_t n = 0;
-      *ct = eligible[t] & (1u << e->agent_kind[a]) ? exec_cost_of(e, t, a, &n) : -1;
+      int other_rank = ranks && e->agent_kind[a] == AQ_AGENT_KIND_GPU && !((ranks >> a) & 1);
+      *ct = eligible[t] & (1u << e->agent_kind[a]) && !other_rank ? exec_cost_of(e, t, a, &n) : -1;
       if (*ct >= 0 && n < PERF_MIN_SAMPLES) short_of_samples++;
     }
   if (short_of_samples) e->profile_left = PERF_MIN_SAMPLES;
