@@ -150,11 +150,12 @@ double exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
 /* Op-library kernels short of samples on an agent that may run them are
  * measured there first, one task per model (calibrate.h); a failure leaves
  * the guesses. */
-static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible) {
+static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible, uint64_t skip) {
   aq_graph_t *g = e->graph;
   uint32_t *pick = malloc((g->ntasks ? g->ntasks : 1) * sizeof(uint32_t));
   perf_key_t *keys = malloc((g->ntasks ? g->ntasks : 1) * sizeof(perf_key_t));
   for (uint32_t a = 0; pick && keys && a < e->nagents; ++a) {
+    if ((skip >> a) & 1) continue;
     uint32_t n = 0, samples;
     for (uint32_t t = 0; t < g->ntasks; ++t) {
       if (!(eligible[t] & (1u << e->agent_kind[a])) || !perf_calibratable(g, t)) continue;
@@ -190,8 +191,10 @@ static uint64_t rank_gpus(const aq_exec_t *e) {
  * and each sees them all). */
 aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out) {
   aq_graph_t *g = e->graph;
-  uint64_t ranks = rank_gpus(e);
-  calibrate_missing(e, eligible);
+  uint64_t ranks = rank_gpus(e), others = 0;
+  for (uint32_t a = 0; ranks && a < e->nagents; ++a)
+    if (e->agent_kind[a] == AQ_AGENT_KIND_GPU && !((ranks >> a) & 1)) others |= 1ull << a;
+  calibrate_missing(e, eligible, others);
   double *c = malloc((size_t)g->ntasks * e->nagents * sizeof(double));
   if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   uint32_t short_of_samples = 0;
@@ -199,8 +202,7 @@ aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out)
     for (uint32_t a = 0; a < e->nagents; ++a) {
       double *ct = &c[(size_t)t * e->nagents + a];
       uint32_t n = 0;
-      int other_rank = ranks && e->agent_kind[a] == AQ_AGENT_KIND_GPU && !((ranks >> a) & 1);
-      *ct = eligible[t] & (1u << e->agent_kind[a]) && !other_rank ? exec_cost_of(e, t, a, &n) : -1;
+      *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1) ? exec_cost_of(e, t, a, &n) : -1;
       if (*ct >= 0 && n < PERF_MIN_SAMPLES) short_of_samples++;
     }
   if (short_of_samples) e->profile_left = PERF_MIN_SAMPLES;
@@ -242,4 +244,28 @@ aq_status_t exec_fuse(aq_exec_t *e) {
   }
   fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, fuses, off};
   return fuse_plan(&in, &e->plan, &e->fusion);
+}
+
+/* Stream calls (NCCL collectives) move to a lane of their own on their
+ * GPU, after placement: a second queue, so a second stream, on which a
+ * bucket's all-reduce runs beside the backward kernels still to come, as
+ * DDP's communication stream does, where the kernels' one stream would
+ * hold them back until it ended. Barrier packets order the two lanes as
+ * they do any two (stream waits on the GPU). Kernels never go there. */
+aq_status_t exec_collective_lanes(aq_exec_t *e) {
+  uint32_t lane_of[EXEC_AGENTS_MAX], moved = 0;
+  for (uint32_t a = 0; a < e->nagents; ++a) lane_of[a] = UINT32_MAX;
+  for (uint32_t t = 0; t < e->plan.ntasks; ++t) {
+    if (e->graph->tasks[t].kind != TASK_STREAM) continue;
+    uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
+    if (lane_of[a] == UINT32_MAX) {
+      if (e->nlanes == EXEC_LANES_MAX) continue; /* it stays with the kernels: ordered all the same */
+      lane_of[a] = e->nlanes;
+      e->lane_kind[e->nlanes] = e->agent_kind[a];
+      e->lane_agent[e->nlanes++] = a;
+    }
+    e->plan.tasks[t].lane = lane_of[a];
+    moved++;
+  }
+  return moved ? plan_number_lanes(&e->plan, e->nlanes) : AQ_OK;
 }

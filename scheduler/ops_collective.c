@@ -83,6 +83,12 @@ static aq_status_t check_spec(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t 
   if (!comm || (!comm->mpi && !comm->ngpus))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: graph collectives need an MPI communicator (aq_comm_create_mpi)",
                     s->name);
+  /* Each local rank would need its replica of the step: not made yet. */
+  if (comm->ngpus > 1)
+    return aq_error(AQ_ERROR_UNAVAILABLE,
+                    "%s: the communicator has %u GPUs of this process, and graph collectives take one; start a "
+                    "process per GPU (mpirun, aq_comm_create_mpi)",
+                    s->name, comm->ngpus);
   if (nccl_form(comm) && s->local >= comm->ngpus)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: local rank %u, but this process has %u of the communicator's",
                     s->name, s->local, comm->ngpus);
@@ -118,7 +124,8 @@ static coll_t *new_coll(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s) {
   c->local = s->local;
   for (uint32_t i = 0; i < s->n; ++i)
     c->count[i] = g->tensors[s->tensors[i]].bytes / sizeof(float), c->total += c->count[i];
-  if (s->n > 1 && !(c->pack = comm_keep(comm, c->total * sizeof(float)))) return NULL;
+  /* MPI takes one buffer a call; NCCL groups the calls instead */
+  if (s->n > 1 && !nccl_form(comm) && !(c->pack = comm_keep(comm, c->total * sizeof(float)))) return NULL;
   c->op.c.count = s->kind == AQ_COLLECTIVE_REDUCE_SCATTER ? g->tensors[s->out].bytes / sizeof(float) : c->total;
   return c;
 }

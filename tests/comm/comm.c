@@ -432,6 +432,11 @@ Test(comm, nccl_graph_ops_are_stream_calls_on_their_gpu) {
   AQ_ASSERT_FAILS(aq_graph_instantiate(g, NULL, &e), AQ_ERROR_INVALID_GRAPH, "nccl allreduce");
   AQ_ASSERT_FAILS(aq_graph_instantiate(g, &(aq_exec_options_t){.policy = AQ_SCHED_EAGER}, &e), AQ_ERROR_INVALID_GRAPH,
                   "allreduce x");
+  /* Several GPUs of this process: each would need a replica of the step. */
+  c->ngpus = c->local_ranks = 2;
+  AQ_ASSERT_FAILS(aq_op_allreduce(g, c, x, AQ_REDUCE_SUM), AQ_ERROR_UNAVAILABLE, "2 GPUs of this process");
+  AQ_ASSERT_FAILS(aq_graph_data_parallel(g, c, NULL), AQ_ERROR_UNAVAILABLE, "a process per GPU");
+  c->ngpus = c->local_ranks = 1;
   aq_graph_destroy(g);
   AQ_ASSERT_OK(aq_comm_destroy(c));
 }
