@@ -69,6 +69,8 @@ enum { NCCL_SUCCESS = 0, NCCL_IN_PROGRESS = 7, NCCL_FLOAT32 = 7, NCCL_SUM = 0, N
 /* X(return type, name, parameters): libnccl's nccl<name>. */
 #define AQ_NCCL_FUNCTIONS(X)                                                               \
   X(ncclResult_t, GetVersion, (int *))                                                     \
+  X(ncclResult_t, GroupStart, (void))                                                      \
+  X(ncclResult_t, GroupEnd, (void))                                                        \
   X(ncclResult_t, GetUniqueId, (ncclUniqueId *))                                           \
   X(ncclResult_t, CommInitRank, (ncclComm_t *, int, ncclUniqueId, int))                    \
   X(ncclResult_t, CommInitAll, (ncclComm_t *, int, const int *))                           \
@@ -181,5 +183,10 @@ void comm_watch_unlock(aq_comm_t *comm, uint32_t local);
 void comm_watch_issued(aq_comm_t *comm, uint32_t local, void *stream, uint64_t completion, uint32_t kind,
                        uint64_t bytes);
 aq_status_t comm_nccl_enqueue(aq_comm_t *comm, aq_queue_t queue, const aq_collective_t *c, aq_signal_t completion);
+/* Called on a GPU queue's packet processor (a stream call): n collectives
+ * of one kind of local rank `local` onto its stream, as one NCCL group (a
+ * bucket's tensors: one launch), watched as one with its completion. */
+aq_status_t comm_nccl_stream(aq_comm_t *comm, uint32_t local, const aq_collective_t *x, uint32_t n, void *stream,
+                             uint64_t completion);
 
 #endif /* AQ_RUNTIME_COMM_H_ */

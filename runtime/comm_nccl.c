@@ -102,57 +102,76 @@ static uint32_t pack(const aq_collective_t *x, uint32_t local) {
   return (uint32_t)x->kind | (uint32_t)x->reduce << 4 | local << 8 | x->root << 16;
 }
 
-static ncclResult_t call(ncclComm_t comm, const hsa_agent_dispatch_packet_t *p, void *stream) {
-  const void *send = (const void *)(uintptr_t)p->arg[1];
-  void *recv = (void *)(uintptr_t)p->arg[2];
-  size_t count = p->arg[3];
-  int red = ((p->reserved0 >> 4) & 15) == AQ_REDUCE_MEAN ? NCCL_AVG : NCCL_SUM;
-  switch (p->reserved0 & 15) {
-    case AQ_COLLECTIVE_ALLREDUCE: return aq_nccl.AllReduce(send, recv, count, NCCL_FLOAT32, red, comm, stream);
+static ncclResult_t call(ncclComm_t comm, const aq_collective_t *x, void *stream) {
+  int red = x->reduce == AQ_REDUCE_MEAN ? NCCL_AVG : NCCL_SUM;
+  switch (x->kind) {
+    case AQ_COLLECTIVE_ALLREDUCE: return aq_nccl.AllReduce(x->send, x->recv, x->count, NCCL_FLOAT32, red, comm, stream);
     case AQ_COLLECTIVE_BROADCAST:
-      return aq_nccl.Broadcast(recv, recv, count, NCCL_FLOAT32, (int)(p->reserved0 >> 16), comm, stream);
-    case AQ_COLLECTIVE_ALLGATHER: return aq_nccl.AllGather(send, recv, count, NCCL_FLOAT32, comm, stream);
-    default: return aq_nccl.ReduceScatter(send, recv, count, NCCL_FLOAT32, red, comm, stream);
+      return aq_nccl.Broadcast(x->recv, x->recv, x->count, NCCL_FLOAT32, (int)x->root, comm, stream);
+    case AQ_COLLECTIVE_ALLGATHER: return aq_nccl.AllGather(x->send, x->recv, x->count, NCCL_FLOAT32, comm, stream);
+    default: return aq_nccl.ReduceScatter(x->send, x->recv, x->count, NCCL_FLOAT32, red, comm, stream);
   }
 }
 
-/* The packet processor's call: the collective onto the queue's stream. */
-static aq_status_t stream_collective(const hsa_agent_dispatch_packet_t *p, void *stream) {
-  aq_comm_t *c = p->return_address;
-  uint32_t local = (p->reserved0 >> 8) & 255;
+/* n calls of one kind (a bucket's tensors), as one NCCL group: one launch. */
+static ncclResult_t call_group(ncclComm_t comm, const aq_collective_t *x, uint32_t n, void *stream) {
+  if (n == 1) return call(comm, x, stream);
+  ncclResult_t r = aq_nccl.GroupStart();
+  for (uint32_t i = 0; i < n && (r == NCCL_SUCCESS || r == NCCL_IN_PROGRESS); ++i) r = call(comm, &x[i], stream);
+  ncclResult_t end = aq_nccl.GroupEnd();
+  return r == NCCL_SUCCESS || r == NCCL_IN_PROGRESS ? end : r;
+}
+
+static void trace_call(aq_comm_t *c, uint32_t local, const aq_collective_t *x, uint64_t bytes, uint64_t t0) {
+  static const char *names[] = {"", "allreduce", "broadcast", "allgather", "reduce_scatter"};
+  char name[96];
+  snprintf(name, sizeof(name), "nccl %s: %llu B x %u ranks", names[x->kind <= 4 ? x->kind : 0],
+           (unsigned long long)bytes, c->size);
+  aq_trace_event_t ev = {.name = name,
+                         .category = "collective",
+                         .ready_ns = t0,
+                         .start_ns = t0,
+                         .end_ns = aq_now_ns(),
+                         .agent = c->gpu_agent[local],
+                         .queue = UINT32_MAX,
+                         .bytes = bytes};
+  aq_trace_record(&ev);
+}
+
+aq_status_t comm_nccl_stream(aq_comm_t *c, uint32_t local, const aq_collective_t *x, uint32_t n, void *stream,
+                             uint64_t completion) {
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < n; ++i) bytes += x[i].count * 4;
   comm_watch_lock(c, local);
   if (atomic_load(&c->broken) || !c->nccl[local]) {
     comm_watch_unlock(c, local);
     return aq_error(AQ_ERROR_UNAVAILABLE, "the communicator failed earlier: %s", c->broken_why);
   }
   uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
-  ncclResult_t r = call(c->nccl[local], p, stream);
-  if (r == NCCL_SUCCESS || r == NCCL_IN_PROGRESS)
-    comm_watch_issued(c, local, stream, p->completion_signal.handle, p->reserved0 & 15, p->arg[3] * 4);
+  ncclResult_t r = call_group(c->nccl[local], x, n, stream);
+  if (r == NCCL_SUCCESS || r == NCCL_IN_PROGRESS) comm_watch_issued(c, local, stream, completion, x->kind, bytes);
   comm_watch_unlock(c, local);
   if (r != NCCL_SUCCESS && r != NCCL_IN_PROGRESS) {
     char msg[sizeof(c->broken_why)];
-    snprintf(msg, sizeof(msg), "rank %u of %u: NCCL collective %u (%llu floats): error %d: %s", c->rank + local,
-             c->size, p->reserved0 & 15, (unsigned long long)p->arg[3], r, aq_nccl.GetErrorString(r));
+    snprintf(msg, sizeof(msg), "rank %u of %u: NCCL collective %u (%llu bytes): error %d: %s", c->rank + local,
+             c->size, x->kind, (unsigned long long)bytes, r, aq_nccl.GetErrorString(r));
     if (!atomic_exchange(&c->broken, 1)) snprintf(c->broken_why, sizeof(c->broken_why), "%s", msg);
     return aq_error(AQ_ERROR_IO, "%s", msg);
   }
-  if (t0) {
-    static const char *names[] = {"", "allreduce", "broadcast", "allgather", "reduce_scatter"};
-    char name[96];
-    snprintf(name, sizeof(name), "nccl %s: %llu B x %u ranks", names[p->reserved0 & 15],
-             (unsigned long long)p->arg[3] * 4, c->size);
-    aq_trace_event_t ev = {.name = name,
-                           .category = "collective",
-                           .ready_ns = t0,
-                           .start_ns = t0,
-                           .end_ns = aq_now_ns(),
-                           .agent = c->gpu_agent[local],
-                           .queue = UINT32_MAX,
-                           .bytes = p->arg[3] * 4};
-    aq_trace_record(&ev);
-  }
+  if (t0) trace_call(c, local, x, bytes, t0);
   return AQ_OK;
+}
+
+/* The packet processor's call for aq_comm_enqueue: the collective onto the
+ * queue's stream. */
+static aq_status_t stream_collective(const hsa_agent_dispatch_packet_t *p, void *stream) {
+  aq_collective_t x = {.kind = (aq_collective_kind_t)(p->reserved0 & 15),
+                       .reduce = (aq_reduce_t)((p->reserved0 >> 4) & 15),
+                       .root = p->reserved0 >> 16,
+                       .send = (const float *)(uintptr_t)p->arg[1],
+                       .recv = (float *)(uintptr_t)p->arg[2],
+                       .count = p->arg[3]};
+  return comm_nccl_stream(p->return_address, (p->reserved0 >> 8) & 255, &x, 1, stream, p->completion_signal.handle);
 }
 
 aq_status_t comm_nccl_enqueue(aq_comm_t *c, aq_queue_t queue, const aq_collective_t *x, aq_signal_t completion) {

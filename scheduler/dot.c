@@ -9,6 +9,7 @@
 static const char *dot_kernel(const aq_exec_t *e, uint32_t t) {
   const task_t *task = &e->graph->tasks[t];
   if (task->kind == TASK_HOST) return "host call";
+  if (task->kind == TASK_STREAM) return task->kernel; /* the stream work it puts there: "nccl allreduce" */
   if (e->fusion.product[t] != UINT32_MAX) return fuse_kernel(e->graph, e->fusion.product[t]);
   return e->fusion.absorbed[t] ? "fused into its consumer" : task->kernel;
 }
@@ -43,7 +44,9 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
     const plan_task_t *pt = &e->plan.tasks[t];
     uint32_t a = e->lane_agent[pt->lane];
     int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
-    const char *variant = task->kind == TASK_HOST ? "host" : task->code_object.handle ? "user code object"
+    const char *variant = task->kind == TASK_HOST     ? "host"
+                          : task->kind == TASK_STREAM ? "stream call"
+                          : task->code_object.handle  ? "user code object"
                           : gpu                      ? "kernels-cuda.fatbin"
                                                      : "kernels-cpu.so";
     if (e->policy == AQ_SCHED_HEFT)

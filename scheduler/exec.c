@@ -76,6 +76,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK) s = plan_build(&e->plan, g, e->policy, &lanes);
   if (s == AQ_OK) s = exec_replicate(e, eligible);
   if (s == AQ_OK) s = exec_fuse(e);
+  if (s == AQ_OK) s = exec_collective_lanes(e);
   uint64_t t_memory = t0 ? aq_now_ns() : 0;
   free(eligible), free(costs), free(links);
   if (s == AQ_OK && e->profile_left && !(e->stamps = calloc(2 * (size_t)e->graph->ntasks, sizeof(uint64_t))))

@@ -106,6 +106,7 @@ double exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples);
 aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out);
 aq_status_t exec_heft_links(aq_exec_t *e, double **out);
 aq_status_t exec_fuse(aq_exec_t *e);
+aq_status_t exec_collective_lanes(aq_exec_t *e);
 
 /* exec_replica.c */
 aq_status_t exec_replica_copy(void *user, uint64_t dst, uint64_t src, uint64_t bytes);

@@ -169,8 +169,9 @@ aq_status_t exec_plan_memory(aq_exec_t *e) {
 }
 
 /* The bytes of task t's kernarg: a fused consumer's is the fused kernel's,
- * an absorbed product has none. */
+ * an absorbed product has none, a stream call its own (lower.c). */
 size_t exec_kernarg_bytes(const aq_exec_t *e, uint32_t t) {
+  if (e->graph->tasks[t].kind == TASK_STREAM) return e->graph->tasks[t].kernarg_size;
   if (e->graph->tasks[t].kind != TASK_KERNEL || e->fusion.absorbed[t]) return 0;
   uint32_t product = e->fusion.product[t];
   return product != UINT32_MAX ? fuse_kernarg_size(e->graph, product) : e->graph->tasks[t].kernarg_size;

@@ -11,6 +11,9 @@
 #include "scheduler/exec_internal.h"
 #include "scheduler/linkcal.h"
 
+#define STREAM_CALL_NS 10000.0
+#define STREAM_CALL_NS_PER_BYTE 0.01
+
 aq_status_t exec_pick_agents(aq_exec_t *e) {
   aq_agent_t all[EXEC_AGENTS_MAX];
   size_t n;
@@ -72,8 +75,10 @@ uint8_t *exec_eligibility(aq_exec_t *e, uint32_t kinds) {
   if (!m) return NULL;
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
-    if (task->kind == TASK_HOST) {
-      m[t] = 1u << AQ_AGENT_KIND_CPU;
+    if (task->kind == TASK_HOST || task->kind == TASK_STREAM) {
+      /* whatever the options allow kernels: a stream call's work goes on
+       * the stream of the GPU it is pinned to (a NCCL rank's) */
+      m[t] = 1u << (task->kind == TASK_HOST ? AQ_AGENT_KIND_CPU : AQ_AGENT_KIND_GPU);
       continue;
     }
     for (uint8_t kind = AQ_AGENT_KIND_CPU; kind <= AQ_AGENT_KIND_GPU; ++kind) {
@@ -105,6 +110,7 @@ void exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *
   const task_t *task = &e->graph->tasks[t];
   memset(k, 0, sizeof(*k));
   if (task->kind == TASK_HOST) snprintf(k->kernel, sizeof(k->kernel), "host:%s", task->name);
+  else if (task->kind == TASK_STREAM) snprintf(k->kernel, sizeof(k->kernel), "stream:%s", task->kernel);
   else snprintf(k->kernel, sizeof(k->kernel), "%s", task->kernel);
   for (char *c = k->kernel; *c; ++c)
     if (*c == ' ' || *c == '\t' || *c == '\n') *c = '_'; /* the file is whitespace-separated */
@@ -128,21 +134,28 @@ double exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
     groups *= (gr + wg - 1) / wg;
   }
   int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
-  double guess = task->kind == TASK_HOST ? 1000 : gpu ? 5000 + 20 * groups : 1000 * groups;
   perf_key_t k;
   double bytes;
   exec_task_key(e, t, a, &k, &bytes);
+  /* A stream call's guess: a NCCL collective between NVLinked GPUs, a
+   * launch plus the bytes at tens of GB/s (the tensors are counted twice,
+   * read and written). */
+  double guess = task->kind == TASK_HOST     ? 1000
+                 : task->kind == TASK_STREAM ? STREAM_CALL_NS + bytes * STREAM_CALL_NS_PER_BYTE
+                 : gpu                       ? 5000 + 20 * groups
+                                             : 1000 * groups;
   return perf_estimate(&k, bytes, guess, samples);
 }
 
 /* Op-library kernels short of samples on an agent that may run them are
  * measured there first, one task per model (calibrate.h); a failure leaves
  * the guesses. */
-static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible) {
+static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible, uint64_t skip) {
   aq_graph_t *g = e->graph;
   uint32_t *pick = malloc((g->ntasks ? g->ntasks : 1) * sizeof(uint32_t));
   perf_key_t *keys = malloc((g->ntasks ? g->ntasks : 1) * sizeof(perf_key_t));
   for (uint32_t a = 0; pick && keys && a < e->nagents; ++a) {
+    if ((skip >> a) & 1) continue;
     uint32_t n = 0, samples;
     for (uint32_t t = 0; t < g->ntasks; ++t) {
       if (!(eligible[t] & (1u << e->agent_kind[a])) || !perf_calibratable(g, t)) continue;
@@ -159,12 +172,29 @@ static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible) {
   free(pick), free(keys);
 }
 
+/* The GPU agents that stream calls are pinned to (a NCCL communicator's
+ * ranks in this process), as a mask of exec agents; 0 if none. */
+static uint64_t rank_gpus(const aq_exec_t *e) {
+  uint64_t m = 0;
+  for (uint32_t t = 0; t < e->graph->ntasks; ++t) {
+    const task_t *task = &e->graph->tasks[t];
+    if (task->kind == TASK_STREAM && task->agent >= 0 && (uint32_t)task->agent < e->nagents) m |= 1ull << task->agent;
+  }
+  return m;
+}
+
 /* heft's cost matrix (task x agent, ns; -1 where it cannot run). Tasks
  * whose models are still short of samples (host tasks, users' kernels, a
- * calibration that failed) make the exec profile its first runs. */
+ * calibration that failed) make the exec profile its first runs. A graph
+ * with NCCL collectives runs its GPU kernels on its ranks' GPUs only: the
+ * process's other GPUs are other ranks' (mpirun starts one process a GPU,
+ * and each sees them all). */
 aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out) {
   aq_graph_t *g = e->graph;
-  calibrate_missing(e, eligible);
+  uint64_t ranks = rank_gpus(e), others = 0;
+  for (uint32_t a = 0; ranks && a < e->nagents; ++a)
+    if (e->agent_kind[a] == AQ_AGENT_KIND_GPU && !((ranks >> a) & 1)) others |= 1ull << a;
+  calibrate_missing(e, eligible, others);
   double *c = malloc((size_t)g->ntasks * e->nagents * sizeof(double));
   if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   uint32_t short_of_samples = 0;
@@ -172,7 +202,7 @@ aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out)
     for (uint32_t a = 0; a < e->nagents; ++a) {
       double *ct = &c[(size_t)t * e->nagents + a];
       uint32_t n = 0;
-      *ct = eligible[t] & (1u << e->agent_kind[a]) ? exec_cost_of(e, t, a, &n) : -1;
+      *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1) ? exec_cost_of(e, t, a, &n) : -1;
       if (*ct >= 0 && n < PERF_MIN_SAMPLES) short_of_samples++;
     }
   if (short_of_samples) e->profile_left = PERF_MIN_SAMPLES;
@@ -214,4 +244,28 @@ aq_status_t exec_fuse(aq_exec_t *e) {
   }
   fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, fuses, off};
   return fuse_plan(&in, &e->plan, &e->fusion);
+}
+
+/* Stream calls (NCCL collectives) move to a lane of their own on their
+ * GPU, after placement: a second queue, so a second stream, on which a
+ * bucket's all-reduce runs beside the backward kernels still to come, as
+ * DDP's communication stream does, where the kernels' one stream would
+ * hold them back until it ended. Barrier packets order the two lanes as
+ * they do any two (stream waits on the GPU). Kernels never go there. */
+aq_status_t exec_collective_lanes(aq_exec_t *e) {
+  uint32_t lane_of[EXEC_AGENTS_MAX], moved = 0;
+  for (uint32_t a = 0; a < e->nagents; ++a) lane_of[a] = UINT32_MAX;
+  for (uint32_t t = 0; t < e->plan.ntasks; ++t) {
+    if (e->graph->tasks[t].kind != TASK_STREAM) continue;
+    uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
+    if (lane_of[a] == UINT32_MAX) {
+      if (e->nlanes == EXEC_LANES_MAX) continue; /* it stays with the kernels: ordered all the same */
+      lane_of[a] = e->nlanes;
+      e->lane_kind[e->nlanes] = e->agent_kind[a];
+      e->lane_agent[e->nlanes++] = a;
+    }
+    e->plan.tasks[t].lane = lane_of[a];
+    moved++;
+  }
+  return moved ? plan_number_lanes(&e->plan, e->nlanes) : AQ_OK;
 }

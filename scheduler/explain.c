@@ -64,6 +64,8 @@ static void reason(aq_exec_t *e, uint32_t t, uint32_t a, uint8_t eligible, FILE 
   const plan_t *p = &e->plan;
   if (task->kind == TASK_HOST) {
     fprintf(out, "a host call: CPU agents run it");
+  } else if (task->kind == TASK_STREAM) {
+    fprintf(out, "a stream call (%s): on its rank's GPU, in a lane (a stream) of its own", task->kernel);
   } else if (task->agent >= 0) {
     fprintf(out, "pinned to agent %d by the graph", task->agent);
   } else if (candidates(e, eligible) == 1) {

@@ -11,7 +11,12 @@
 
 enum { TASK_KERNARG_MAX = 256, TASK_NAME_MAX = 64 };
 
-typedef enum task_kind { TASK_KERNEL = 1, TASK_HOST = 2 } task_kind_t;
+/* TASK_STREAM: a call that puts work of its own on a GPU lane's stream (a
+ * NCCL collective), lowered to an AQ_AGENT_DISPATCH_STREAM_CALL packet
+ * whose return_address is its kernarg with its tensors' addresses filled
+ * in, as a kernel's (in the GPU agent's kernarg arena, host memory); GPU
+ * agents only. */
+typedef enum task_kind { TASK_KERNEL = 1, TASK_HOST = 2, TASK_STREAM = 3 } task_kind_t;
 
 /* What an op task means, for aq_graph_backward. */
 typedef enum op_kind {
@@ -49,8 +54,9 @@ typedef struct task {
   uint8_t kernarg[TASK_KERNARG_MAX];
   uint32_t kernarg_size;
   aq_dispatch_shape_t shape;
-  /* host tasks */
+  /* host tasks; stream tasks: stream_fn, with args as arg[1..3] */
   aq_host_call_fn_t fn;
+  aq_stream_call_fn_t stream_fn;
   void *user;
   uint64_t args[3];
   /* tensors, and where their addresses go in the kernarg */

@@ -127,6 +127,30 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   return AQ_OK;
 }
 
+/* A stream call (a NCCL collective on a GPU lane): its kernarg, with its
+ * tensors' addresses, goes to the agent's kernarg arena (host memory: the
+ * queue's packet processor reads it) and the packet points at it. Its
+ * completion is always written: the NCCL watchdog fails it on an abort. */
+static aq_status_t stream_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_agent_dispatch_packet_t *p) {
+  const task_t *task = &e->graph->tasks[t];
+  uint32_t lane = e->plan.tasks[t].lane, a = e->lane_agent[lane];
+  if (e->lane_kind[lane] != AQ_AGENT_KIND_GPU)
+    return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is a GPU stream call, placed on agent %s", task->name,
+                    e->agent_names[a]);
+  e->kernargs[t] = (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a];
+  e->kernarg_used[a] += (exec_kernarg_bytes(e, t) + 63) & ~(size_t)63;
+  fill_kernarg(e, t, e->kernargs[t]);
+  memset(p, 0, sizeof(*p));
+  p->header = exec_packet_header(HSA_PACKET_TYPE_AGENT_DISPATCH, barrier);
+  p->type = AQ_AGENT_DISPATCH_STREAM_CALL;
+  p->return_address = e->kernargs[t];
+  p->arg[0] = (uint64_t)(uintptr_t)task->stream_fn;
+  for (int i = 0; i < 3; ++i) p->arg[i + 1] = task->args[i];
+  p->completion_signal.handle = e->signals[t].handle;
+  p->reserved2 = ((uint64_t)e->serial << 20) | (t + 1);
+  return AQ_OK;
+}
+
 /* The producers on other lanes that task t must wait for. Packets of one
  * queue complete in order (CPU queues, GPU streams), so of the producers on
  * another lane only the last one in that lane counts: a fan-in of n tasks
@@ -201,6 +225,11 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
     for (int i = 0; i < 3; ++i) p.arg[i + 1] = task->args[i];
     p.completion_signal.handle = e->signals[t].handle;
     p.reserved2 = ((uint64_t)e->serial << 20) | (t + 1);
+    return push(st, &p);
+  }
+  if (task->kind == TASK_STREAM) {
+    hsa_agent_dispatch_packet_t p;
+    AQ_RETURN_IF_ERROR(stream_packet(e, t, same_queue, &p));
     return push(st, &p);
   }
   hsa_kernel_dispatch_packet_t p;

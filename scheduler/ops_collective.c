@@ -1,8 +1,10 @@
-/* Collectives as graph ops on CPU agents (collective.h): each is a start
- * task and a completion task, so the agent's other workers keep computing
- * while MPI moves the data. Their state lives with the communicator, which
- * must outlive the execs that run them; one exec of such a graph runs at a
- * time. */
+/* Collectives as graph ops (collective.h). Through MPI, on CPU agents:
+ * each is a start task and a completion task, so the agent's other workers
+ * keep computing while MPI moves the data. Through NCCL, where the
+ * communicator joined a GPU: one stream call on that GPU's lane, ordered
+ * by the lane's barrier packets like its kernels. Their state lives with
+ * the communicator, which must outlive the execs that run them; one exec
+ * of such a graph runs at a time. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@ typedef struct coll {
   size_t total;
   int first_run_only, skip;
   uint64_t runs;
+  uint32_t local; /* NCCL: the local rank (GPU) it runs on */
 } coll_t;
 
 static void coll_start(void *user, void *const *ptrs) {
@@ -55,10 +58,40 @@ static aq_status_t coll_complete(void *user, uint64_t a1, uint64_t a2, uint64_t 
   return AQ_OK;
 }
 
+/* The NCCL form's stream call, on the GPU queue's packet processor: the
+ * tensors (a bucket's) as one NCCL group on the stream. */
+static aq_status_t coll_stream(const hsa_agent_dispatch_packet_t *p, void *stream) {
+  const aq_tensor_call_args_t *a = p->return_address;
+  coll_t *c = a->user;
+  if (c->first_run_only && c->runs++ > 0) return AQ_OK;
+  aq_collective_t x[COLL_TENSORS_MAX];
+  int to_new = c->op.c.kind == AQ_COLLECTIVE_ALLGATHER || c->op.c.kind == AQ_COLLECTIVE_REDUCE_SCATTER;
+  uint32_t n = to_new ? 1 : c->n;
+  for (uint32_t i = 0; i < n; ++i) {
+    x[i] = c->op.c;
+    x[i].send = a->ptrs[i];
+    x[i].recv = to_new ? a->ptrs[c->n] : a->ptrs[i];
+    if (!to_new) x[i].count = c->count[i];
+  }
+  return comm_nccl_stream(c->op.comm, c->local, x, n, stream, p->completion_signal.handle);
+}
+
+/* NCCL carries the communicator's graph collectives where it joined a GPU. */
+static int nccl_form(const aq_comm_t *comm) { return comm->ngpus > 0; }
+
 static aq_status_t check_spec(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s) {
-  if (!comm || !comm->mpi)
+  if (!comm || (!comm->mpi && !comm->ngpus))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: graph collectives need an MPI communicator (aq_comm_create_mpi)",
                     s->name);
+  /* Each local rank would need its replica of the step: not made yet. */
+  if (comm->ngpus > 1)
+    return aq_error(AQ_ERROR_UNAVAILABLE,
+                    "%s: the communicator has %u GPUs of this process, and graph collectives take one; start a "
+                    "process per GPU (mpirun, aq_comm_create_mpi)",
+                    s->name, comm->ngpus);
+  if (nccl_form(comm) && s->local >= comm->ngpus)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: local rank %u, but this process has %u of the communicator's",
+                    s->name, s->local, comm->ngpus);
   if (!s->n || s->n > COLL_TENSORS_MAX)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: %u tensors (1 to %d a collective)", s->name, s->n,
                     COLL_TENSORS_MAX);
@@ -88,9 +121,11 @@ static coll_t *new_coll(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s) {
   snprintf(c->name, sizeof(c->name), "%s", s->name);
   c->n = s->n;
   c->first_run_only = s->first_run_only;
+  c->local = s->local;
   for (uint32_t i = 0; i < s->n; ++i)
     c->count[i] = g->tensors[s->tensors[i]].bytes / sizeof(float), c->total += c->count[i];
-  if (s->n > 1 && !(c->pack = comm_keep(comm, c->total * sizeof(float)))) return NULL;
+  /* MPI takes one buffer a call; NCCL groups the calls instead */
+  if (s->n > 1 && !nccl_form(comm) && !(c->pack = comm_keep(comm, c->total * sizeof(float)))) return NULL;
   c->op.c.count = s->kind == AQ_COLLECTIVE_REDUCE_SCATTER ? g->tensors[s->out].bytes / sizeof(float) : c->total;
   return c;
 }
@@ -111,23 +146,65 @@ static void touch(task_t *t, const coll_spec_t *s, int offsets) {
   }
 }
 
-/* The communicator's last start task is of this graph (a graph made
- * where a destroyed one was has the same address). */
-static int chained(aq_graph_t *g, aq_comm_t *comm) {
+/* The communicator's last start task (or stream call) is of this graph,
+ * and of this local rank (a graph made where a destroyed one was has the
+ * same address). */
+static int chained(aq_graph_t *g, aq_comm_t *comm, uint32_t local) {
   if (comm->chain_graph != g || comm->chain_task >= g->ntasks) return 0;
   const task_t *t = &g->tasks[comm->chain_task];
   aq_tensor_call_args_t a;
   memcpy(&a, t->kernarg, sizeof(a));
-  return t->kind == TASK_KERNEL && t->code_object.handle == comm->call_co.handle && a.fn == coll_start &&
-         ((const coll_t *)a.user)->op.comm == comm;
+  int start = t->kind == TASK_KERNEL && t->code_object.handle == comm->call_co.handle && a.fn == coll_start;
+  int stream = t->kind == TASK_STREAM && t->stream_fn == coll_stream;
+  return (start || stream) && ((const coll_t *)a.user)->op.comm == comm && ((const coll_t *)a.user)->local == local;
+}
+
+/* Every rank must start its collectives in one order: each follows the
+ * communicator's last one in this graph. */
+static aq_status_t chain(aq_graph_t *g, aq_comm_t *comm, uint32_t local, uint32_t task) {
+  pthread_mutex_lock(&comm->keep_lock);
+  aq_task_t prev = {chained(g, comm, local) ? comm->chain_task + 1 : 0};
+  comm->chain_graph = g, comm->chain_task = task;
+  pthread_mutex_unlock(&comm->keep_lock);
+  return prev.id ? aq_graph_add_edge(g, (aq_task_t){task + 1}, AQ_EDGE_AFTER_ALL, &prev, 1) : AQ_OK;
+}
+
+static const char *kind_name(aq_collective_kind_t k) {
+  static const char *names[] = {"collective", "allreduce", "broadcast", "allgather", "reduce_scatter"};
+  return names[(unsigned)k <= 4 ? k : 0];
+}
+
+/* The NCCL form: one stream call, pinned to the local rank's GPU. */
+static aq_status_t add_stream_call(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, coll_t *c, uint32_t *out) {
+  aq_tensor_call_args_t args = {.user = c};
+  task_t call = {.kind = TASK_STREAM,
+                 .stream_fn = coll_stream,
+                 .kernarg_size = sizeof(args),
+                 .agent = (int32_t)comm->gpu_agent[s->local],
+                 .op = OP_OTHER};
+  memcpy(call.kernarg, &args, sizeof(args));
+  snprintf(call.kernel, sizeof(call.kernel), "nccl %s", kind_name(s->kind));
+  snprintf(call.name, sizeof(call.name), "%s", s->name);
+  touch(&call, s, 1);
+  uint32_t id;
+  AQ_RETURN_IF_ERROR(graph_new_task(g, &call, &id));
+  *out = id - 1;
+  return chain(g, comm, s->local, id - 1);
 }
 
 aq_status_t coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, uint32_t *out_start, uint32_t *out_done) {
   AQ_RETURN_IF_ERROR(check_spec(g, comm, s));
-  aq_code_object_t co;
-  AQ_RETURN_IF_ERROR(call_code_object(comm, &co));
   coll_t *c = new_coll(g, comm, s);
   if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: no memory for the collective", s->name);
+  if (nccl_form(comm)) {
+    uint32_t t;
+    AQ_RETURN_IF_ERROR(add_stream_call(g, comm, s, c, &t));
+    if (out_start) *out_start = t;
+    if (out_done) *out_done = t;
+    return AQ_OK;
+  }
+  aq_code_object_t co;
+  AQ_RETURN_IF_ERROR(call_code_object(comm, &co));
   aq_tensor_call_args_t args = {.fn = coll_start, .user = c};
   task_t start = {.kind = TASK_KERNEL,
                   .code_object = co,
@@ -145,11 +222,7 @@ aq_status_t coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, uint3
   uint32_t a, b;
   AQ_RETURN_IF_ERROR(graph_new_task(g, &start, &a));
   AQ_RETURN_IF_ERROR(graph_new_task(g, &done, &b));
-  pthread_mutex_lock(&comm->keep_lock);
-  aq_task_t prev = {chained(g, comm) ? comm->chain_task + 1 : 0};
-  comm->chain_graph = g, comm->chain_task = a - 1;
-  pthread_mutex_unlock(&comm->keep_lock);
-  if (prev.id) AQ_RETURN_IF_ERROR(aq_graph_add_edge(g, (aq_task_t){a}, AQ_EDGE_AFTER_ALL, &prev, 1));
+  AQ_RETURN_IF_ERROR(chain(g, comm, 0, a - 1));
   if (out_start) *out_start = a - 1;
   if (out_done) *out_done = b - 1;
   return AQ_OK;

@@ -109,7 +109,7 @@ static aq_status_t ensure(walk_t *w, uint32_t x, uint32_t d) {
 
 /* Where a task on agent a reads or writes x. */
 static uint32_t domain(const walk_t *w, const task_t *task, uint32_t a, uint32_t x) {
-  if (w->leave[x] || task->kind != TASK_KERNEL) return w->home[x];
+  if (w->leave[x] || task->kind == TASK_HOST) return w->home[x];
   return a;
 }
 

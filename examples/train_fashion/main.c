@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   parallel_t par = {.ranks = 1};
-  if (a.data_parallel && parallel_start(&par)) return 1;
+  if (a.data_parallel && parallel_start(&par, a.t.kernel_agent_kinds)) return 1;
   a.t.comm = par.comm, a.t.rank = par.rank, a.t.ranks = par.ranks;
   size_t nagents;
   aq_agents(NULL, 0, &nagents);

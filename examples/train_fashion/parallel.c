@@ -3,9 +3,10 @@
 
 #include <stdio.h>
 
-int parallel_start(parallel_t *p) {
+int parallel_start(parallel_t *p, uint32_t kernel_agent_kinds) {
   *p = (parallel_t){.ranks = 1};
-  if (aq_comm_create_mpi(NULL, NULL, &p->comm) != AQ_OK) {
+  aq_comm_options_t o = {.no_nccl = kernel_agent_kinds && !(kernel_agent_kinds & (1u << AQ_AGENT_KIND_GPU))};
+  if (aq_comm_create_mpi(NULL, &o, &p->comm) != AQ_OK) {
     fprintf(stderr, "train_fashion: --data-parallel: %s\n", aq_last_error());
     return 1;
   }

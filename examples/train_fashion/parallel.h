@@ -14,10 +14,13 @@ typedef struct parallel {
   uint32_t rank, ranks;
 } parallel_t;
 
-/* Joins the job; prints why not and returns non-zero on failure. Ranks
+/* Joins the job; prints why not and returns non-zero on failure. The
+ * gradients' all-reduces go through NCCL on each rank's GPU unless
+ * kernel_agent_kinds (the --placement) keeps kernels off GPUs: then they
+ * go through MPI from host memory, where the CPU agents computed them. Ranks
  * other than 0 print nothing on stdout from here on (errors still go to
  * stderr, prefixed with their rank by mpirun's --tag-output if asked). */
-int parallel_start(parallel_t *p);
+int parallel_start(parallel_t *p, uint32_t kernel_agent_kinds);
 void parallel_stop(parallel_t *p);
 
 #endif

@@ -111,11 +111,16 @@ aq_status_t aq_comm_run(aq_comm_t *comm, const aq_collective_t *collective);
 aq_status_t aq_comm_enqueue(aq_comm_t *comm, aq_queue_t queue, const aq_collective_t *collective,
                             aq_signal_t completion);
 
-/* ---- collectives as graph ops (CPU agents, MPI communicators) ------------
+/* ---- collectives as graph ops -------------------------------------------
  * fp32 tensors. allreduce and broadcast work in place; allgather and
  * reduce_scatter make a new activation whose first dimension is size times
  * (allgather) or a size-th (reduce_scatter, which needs it divisible) that
- * of x. Each is a start task and a completion task. */
+ * of x. Where the communicator joined this process's GPU (NCCL), each is
+ * one task pinned to that GPU, whose NCCL call goes on a stream beside the
+ * kernels'; the graph's kernels then run on that GPU or on CPU agents, not
+ * on the process's other GPUs. Otherwise (MPI on CPU agents) each is a
+ * start task and a completion task. A GPU communicator of several GPUs has
+ * no graph ops yet. */
 aq_status_t aq_op_allreduce(aq_graph_t *graph, aq_comm_t *comm, aq_tensor_t x, aq_reduce_t reduce);
 aq_status_t aq_op_broadcast(aq_graph_t *graph, aq_comm_t *comm, aq_tensor_t x, uint32_t root);
 aq_status_t aq_op_allgather(aq_graph_t *graph, aq_comm_t *comm, aq_tensor_t x, aq_tensor_t *out);

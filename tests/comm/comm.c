@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "../runtime/common.h"
+#include "runtime/comm.h"
+#include "scheduler/graph_internal.h"
 
 static void setup(void) { AQ_ASSERT_OK(aq_init(NULL)); }
 static void teardown(void) { aq_shut_down(); }
@@ -251,6 +253,27 @@ Test(comm, mpi_data_parallel_matches_one_process, .timeout = 150) {
   cr_assert(strstr(out, "rank 0: contract ok") && strstr(out, "rank 1: contract ok"), "%s", out);
 }
 
+/* Collectives as graph ops through NCCL: stream calls on each rank's GPU
+ * lane, values checked as the MPI ones are. */
+Test(comm, mpi_gpu_graph_ops, .timeout = 150) {
+  int n = cuda_gpus();
+  if (!n) cr_skip_test("skipped: no GPU");
+  if (n < 2) cr_skip_test("skipped: fewer than 2 GPUs");
+  char out[16384];
+  ranks("gpu_graph", "", out, sizeof(out));
+  cr_assert(strstr(out, "rank 0: gpu_graph ok") && strstr(out, "rank 1: gpu_graph ok"), "%s", out);
+}
+
+/* The correctness contract on GPUs, the gradients' buckets through NCCL. */
+Test(comm, mpi_gpu_data_parallel_matches_one_process, .timeout = 150) {
+  int n = cuda_gpus();
+  if (!n) cr_skip_test("skipped: no GPU");
+  if (n < 2) cr_skip_test("skipped: fewer than 2 GPUs");
+  char out[16384];
+  ranks("gpu_contract", "", out, sizeof(out));
+  cr_assert(strstr(out, "rank 0: gpu_contract ok") && strstr(out, "rank 1: gpu_contract ok"), "%s", out);
+}
+
 Test(comm, mpi_gpu_killed_rank_fails_survivor_in_time, .timeout = 150) {
   if (cuda_gpus() < 2) cr_skip_test("skipped: fewer than 2 GPUs");
   char out[16384];
@@ -362,6 +385,82 @@ Test(comm, optimizer_waits_for_its_bucket_only) {
   cr_assert_eq(optimizers, 3);
   cr_assert_eq(all, 7u, "three buckets, one each (0x%x)", all);
   aq_exec_destroy(e);
+  aq_graph_destroy(g);
+  AQ_ASSERT_OK(aq_comm_destroy(c));
+}
+
+/* ---- the NCCL form of graph ops, without a GPU ------------------------------ */
+
+/* A communicator whose one local rank is "joined by NCCL" on agent `agent`
+ * (no NCCL is loaded: only its graph ops are made, never run). */
+static aq_comm_t *fake_nccl_comm(uint32_t agent) {
+  aq_comm_t *c = calloc(1, sizeof(*c));
+  cr_assert(c);
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->keep_lock, NULL);
+  c->size = 2, c->local_ranks = 1, c->ngpus = 1, c->gpu_agent[0] = agent;
+  return c;
+}
+
+static uint32_t cpu_agent_index(void) {
+  aq_agent_info_t info;
+  AQ_ASSERT_OK(aq_agent_get_info(first_cpu_agent(), &info));
+  return info.index;
+}
+
+/* With NCCL, each collective is one stream call pinned to the rank's GPU
+ * (no start and completion pair), chained in the order they were added;
+ * placed anywhere else, the exec refuses it by name. */
+Test(comm, nccl_graph_ops_are_stream_calls_on_their_gpu) {
+  aq_comm_t *c = fake_nccl_comm(cpu_agent_index());
+  aq_graph_t *g;
+  aq_tensor_t x, y, gathered;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){4}, &x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "y", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){4}, &y));
+  AQ_ASSERT_OK(aq_op_allreduce(g, c, x, AQ_REDUCE_MEAN));
+  AQ_ASSERT_OK(aq_op_allgather(g, c, y, &gathered));
+  cr_assert_eq(g->ntasks, 2, "%u tasks for two NCCL collectives", g->ntasks);
+  for (uint32_t t = 0; t < 2; ++t) {
+    cr_assert_eq(g->tasks[t].kind, TASK_STREAM, "task '%s' is no stream call", g->tasks[t].name);
+    cr_assert_eq(g->tasks[t].agent, (int32_t)c->gpu_agent[0]);
+  }
+  cr_assert_str_eq(g->tasks[0].kernel, "nccl allreduce");
+  cr_assert_str_eq(g->tasks[1].kernel, "nccl allgather");
+  cr_assert(g->tasks[1].nafter_all == 1 && g->tasks[1].after_all[0] == 0, "the allgather does not follow the allreduce");
+  aq_exec_t *e = NULL;
+  AQ_ASSERT_FAILS(aq_graph_instantiate(g, NULL, &e), AQ_ERROR_INVALID_GRAPH, "nccl allreduce");
+  AQ_ASSERT_FAILS(aq_graph_instantiate(g, &(aq_exec_options_t){.policy = AQ_SCHED_EAGER}, &e), AQ_ERROR_INVALID_GRAPH,
+                  "allreduce x");
+  /* Several GPUs of this process: each would need a replica of the step. */
+  c->ngpus = c->local_ranks = 2;
+  AQ_ASSERT_FAILS(aq_op_allreduce(g, c, x, AQ_REDUCE_SUM), AQ_ERROR_UNAVAILABLE, "2 GPUs of this process");
+  AQ_ASSERT_FAILS(aq_graph_data_parallel(g, c, NULL), AQ_ERROR_UNAVAILABLE, "a process per GPU");
+  c->ngpus = c->local_ranks = 1;
+  aq_graph_destroy(g);
+  AQ_ASSERT_OK(aq_comm_destroy(c));
+}
+
+/* aq_graph_data_parallel's buckets take the NCCL form too: stream calls
+ * alone, the parameters' broadcast first. */
+Test(comm, nccl_data_parallel_buckets_are_stream_calls) {
+  aq_comm_t *c = fake_nccl_comm(cpu_agent_index());
+  aq_graph_t *g;
+  aq_tensor_t x, labels, w, logits, loss;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){3, 5}, &x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){3}, &labels));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){5, 2}, &w));
+  AQ_ASSERT_OK(aq_op_matmul(g, x, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, labels, &loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  uint32_t before = g->ntasks;
+  AQ_ASSERT_OK(aq_graph_data_parallel(g, c, NULL));
+  cr_assert_eq(g->ntasks, before + 2, "%u tasks added for one broadcast and one bucket", g->ntasks - before);
+  cr_assert(g->tasks[0].kind == TASK_STREAM && !strncmp(g->tasks[0].name, "broadcast params", 16), "first: '%s'",
+            g->tasks[0].name);
+  const task_t *last = &g->tasks[g->ntasks - 1];
+  cr_assert(last->kind == TASK_STREAM && !strncmp(last->name, "allreduce grads", 15), "last: '%s'", last->name);
   aq_graph_destroy(g);
   AQ_ASSERT_OK(aq_comm_destroy(c));
 }

@@ -11,6 +11,10 @@
  *                fail within the timeout, naming rank 1 and the collective;
  *   gpu_collectives  every kind through NCCL on each rank's GPU queue;
  *   gpu_killed   as killed, through NCCL: the watchdog aborts it;
+ *   gpu_graph    the graph ops of collectives, through NCCL: stream calls
+ *                on each rank's GPU lane;
+ *   gpu_contract contract on GPU agents (exact matmuls), the buckets'
+ *                all-reduces through NCCL;
  *   gpus         (without mpirun) the same over this process's GPU agents,
  *                one rank each; "skipped" without GPUs or NCCL. */
 #include <math.h>
@@ -140,11 +144,12 @@ static int graph_run(coll_graph_t *t, int r, int n, size_t m, int round, float *
   return 0;
 }
 
-static int collectives(aq_comm_t *c, int r, int n) {
+/* host: the host-memory calls too (graph ops alone: gpu_graph). */
+static int collectives_of(aq_comm_t *c, int r, int n, int host) {
   float *a = malloc(sizeof(float) * 1001 * (size_t)n), *b = malloc(sizeof(float) * 1001 * (size_t)n);
   EXPECT(a && b, "no memory");
   int rc = 0;
-  for (int i = 0; i < SIZES && !rc; ++i) rc = host_kind(c, r, n, sizes[i], a, b);
+  for (int i = 0; i < SIZES && !rc && host; ++i) rc = host_kind(c, r, n, sizes[i], a, b);
   for (int i = 1; i < SIZES && !rc; ++i) {
     coll_graph_t t = {0};
     rc = build_coll(&t, c, n, (int64_t)sizes[i]);
@@ -156,8 +161,13 @@ static int collectives(aq_comm_t *c, int r, int n) {
   return rc;
 }
 
+static int collectives(aq_comm_t *c, int r, int n) { return collectives_of(c, r, n, 1); }
+
 /* ---- the correctness contract --------------------------------------------- */
 enum { IN = 24, HID = 40, OUT = 5, GLOBAL_BATCH = 32, STEPS = 50, PARAMS = 4 };
+
+/* The contract's execs' options (gpu_contract: GPU agents, exact matmuls). */
+static aq_exec_options_t net_options;
 
 typedef struct net {
   aq_graph_t *g;
@@ -185,7 +195,7 @@ static int build_net(net_t *t, int batch, aq_comm_t *comm) {
     CHECK(aq_graph_gradient(t->g, t->p[i], &grad));
     CHECK(aq_op_sgd(t->g, t->p[i], grad, &(aq_sgd_options_t){.lr = 0.05f, .momentum = 0.9f}));
   }
-  CHECK(aq_graph_instantiate(t->g, NULL, &t->e));
+  CHECK(aq_graph_instantiate(t->g, &net_options, &t->e));
   return 0;
 }
 
@@ -442,6 +452,25 @@ static int gpu_collectives(aq_comm_t *c, int r, int n) {
   return rc;
 }
 
+static int need_nccl(aq_comm_t *c) {
+  aq_comm_info_t info;
+  CHECK(aq_comm_get_info(c, &info));
+  const char *why = "";
+  aq_comm_backend_status("nccl", &why);
+  EXPECT(info.nccl, "the communicator has no NCCL (nccl: %s; every rank needs a GPU agent)", *why ? why : "loaded");
+  return 0;
+}
+
+/* Graph ops through NCCL: stream calls on the rank's GPU lane. */
+static int gpu_graph(aq_comm_t *c, int r, int n) { return need_nccl(c) || collectives_of(c, r, n, 0); }
+
+/* The contract on GPU agents: kernels there (exact, so that batch 32 and
+ * two of 16 differ by rounding alone), buckets through NCCL. */
+static int gpu_contract(aq_comm_t *c, int r, int n) {
+  net_options = (aq_exec_options_t){.kernel_agent_kinds = 1u << AQ_AGENT_KIND_GPU, .flags = AQ_EXEC_EXACT_MATMUL};
+  return need_nccl(c) || contract(c, r, n);
+}
+
 /* Rank 1 dies after one NCCL collective: rank 0's next one must fail
  * within the timeout (the watchdog aborts NCCL), naming the collective. */
 static int gpu_killed(aq_comm_t *c, int r, int n) {
@@ -502,6 +531,8 @@ static int rank_main(const char *name) {
            : !strcmp(name, "killed")          ? killed(c, me)
            : !strcmp(name, "gpu_collectives") ? gpu_collectives(c, me, (int)info.size)
            : !strcmp(name, "gpu_killed")      ? gpu_killed(c, me, (int)info.size)
+           : !strcmp(name, "gpu_graph")       ? gpu_graph(c, me, (int)info.size)
+           : !strcmp(name, "gpu_contract")    ? gpu_contract(c, me, (int)info.size)
                                               : (printf("rank %d: no program '%s'\n", me, name), 2);
   if (!rc) printf("rank %d: %s ok\n", me, name);
   fflush(stdout);
@@ -514,7 +545,8 @@ int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(
         stderr,
-        "usage: mpirun -np N comm-ranks collectives|contract|killed|gpu_collectives|gpu_killed, or comm-ranks gpus\n");
+        "usage: mpirun -np N comm-ranks "
+        "collectives|contract|killed|gpu_collectives|gpu_killed|gpu_graph|gpu_contract, or comm-ranks gpus\n");
     return 2;
   }
   return rank_main(argv[1]);
