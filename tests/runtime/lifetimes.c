@@ -136,3 +136,29 @@ Test(lifetimes, calls_racing_shut_down_fail_cleanly) {
   pthread_join(th, NULL);
   AQ_ASSERT_OK(aq_init(NULL)); /* for the suite's teardown */
 }
+
+/* A kernel that never ends: aq_shut_down gives up within its timeout and
+ * names it, instead of spinning for ever under the init lock. (The kernel
+ * spins on until the test's process exits.) */
+Test(shutdown, with_an_endless_kernel_returns_busy_naming_it) {
+  aq_init_options_t o = {.shutdown_timeout_ms = 300};
+  AQ_ASSERT_OK(aq_init(&o));
+  aq_agent_t a = first_cpu_agent();
+  aq_code_object_t c;
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &c));
+  aq_queue_t q;
+  AQ_ASSERT_OK(aq_queue_create(a, NULL, &q));
+  aq_kernel_info_t k = test_kernel(c, a, "busy");
+  static _Atomic int started;
+  static busy_flag_args_t args = {&started, UINT64_MAX};
+  hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, &args, 1, 1, (aq_signal_t){0});
+  AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+  while (!atomic_load(&started)) sched_yield();
+  cr_assert_eq(aq_shut_down(), AQ_ERROR_BUSY, "%s", aq_last_error());
+  const char *m = aq_last_error();
+  cr_assert(strstr(m, "kernel 'busy'") && strstr(m, "agent cpu") && strstr(m, "after 300 ms"), "%s", m);
+  /* The runtime is still up and usable. */
+  aq_signal_t s;
+  AQ_ASSERT_OK(aq_signal_create(0, &s));
+  AQ_ASSERT_OK(aq_signal_destroy(s));
+}
