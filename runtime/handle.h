@@ -80,7 +80,9 @@ static inline aq_handle_slot_t *aq_handle_slot(aq_handle_table_t *t, uint32_t in
 /* The live object behind a handle, or NULL for a null, stale or foreign one. */
 static inline void *aq_handle_get(aq_handle_table_t *t, uint64_t handle) {
   uint32_t index = aq_handle_index1(handle);
-  if (index == 0 || aq_handle_tag(handle) != t->tag || index > AQ_HANDLE_CHUNK * AQ_HANDLE_CHUNKS) return 0;
+  if (index == 0 || aq_handle_tag(handle) != __atomic_load_n(&t->tag, __ATOMIC_RELAXED) ||
+      index > AQ_HANDLE_CHUNK * AQ_HANDLE_CHUNKS)
+    return 0;
   aq_handle_slot_t *s = aq_handle_slot(t, index - 1);
   if (!s || !aq_handle_gen_matches(atomic_load_explicit(&s->generation, memory_order_acquire), handle))
     return 0;
@@ -91,7 +93,9 @@ static inline void *aq_handle_get(aq_handle_table_t *t, uint64_t handle) {
  * released (and the object freed) until aq_handle_put. NULL if none. */
 static inline void *aq_handle_acquire(aq_handle_table_t *t, uint64_t handle) {
   uint32_t index = aq_handle_index1(handle);
-  if (index == 0 || aq_handle_tag(handle) != t->tag || index > AQ_HANDLE_CHUNK * AQ_HANDLE_CHUNKS) return 0;
+  if (index == 0 || aq_handle_tag(handle) != __atomic_load_n(&t->tag, __ATOMIC_RELAXED) ||
+      index > AQ_HANDLE_CHUNK * AQ_HANDLE_CHUNKS)
+    return 0;
   aq_handle_slot_t *s = aq_handle_slot(t, index - 1);
   if (!s) return 0;
   atomic_fetch_add(&s->refs, 1);

@@ -1084,7 +1084,7 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
   }
   int seen = atomic_load(&e->in_flight); /* -1 while starting: of two threads running it at once, one gets BUSY */
   if (seen < 0 || !finished(e) || !atomic_compare_exchange_strong(&e->in_flight, &seen, -1))
-    return aq_error(AQ_ERROR_BUSY, "the exec is being run by another thread (run %llu)", (unsigned long long)e->runs);
+    return aq_error(AQ_ERROR_BUSY, "the exec is being started by another thread, or still runs");
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_store(e->signals[t], 1));
   for (uint32_t a = 0; a < e->nlanes; ++a)
     if (e->streams[a].done.handle) AQ_RETURN_IF_ERROR(aq_signal_store(e->streams[a].done, 1));
