@@ -1071,8 +1071,7 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
 AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_run: exec is NULL");
   if (!finished(e))
-    return aq_error(AQ_ERROR_BUSY, "the exec's previous run is still in flight (run %llu); wait for it first",
-                    (unsigned long long)e->runs);
+    return aq_error(AQ_ERROR_BUSY, "the exec's previous run is still in flight; wait for it first");
   aq_graph_t *g = e->graph;
   if (e->unbound) {
     for (uint32_t x = 1; x < g->ntensors; ++x)
