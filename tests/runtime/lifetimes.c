@@ -90,14 +90,21 @@ typedef struct {
   _Atomic int bad;
 } submitter_t;
 
+/* One packet at a time, waited for, so that the destroyer often finds the
+ * queue idle while producers are still at it. */
 static void *submit_loop(void *arg) {
   submitter_t *t = arg;
-  hsa_kernel_dispatch_packet_t p = dispatch_packet(&t->k, NULL, 1, 1, (aq_signal_t){0});
+  aq_signal_t done;
+  if (aq_signal_create(1, &done) != AQ_OK) return NULL;
+  hsa_kernel_dispatch_packet_t p = dispatch_packet(&t->k, NULL, 1, 1, done);
   while (!atomic_load(&t->stop)) {
+    aq_signal_store(done, 1);
     aq_status_t s = aq_queue_submit(t->q, &p, SEC, NULL);
     if (s == AQ_ERROR_INVALID_HANDLE) break; /* destroyed: what a late producer gets */
-    if (s != AQ_OK) atomic_store(&t->bad, s);
+    if (s != AQ_OK || aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL) != AQ_OK)
+      atomic_store(&t->bad, s ? s : AQ_ERROR_TIMEOUT);
   }
+  aq_signal_destroy(done);
   return NULL;
 }
 

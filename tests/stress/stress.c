@@ -217,14 +217,20 @@ static void signal_ping_pong(uint32_t n) {
 /* A queue destroyed while two threads submit to it: each submit succeeds
  * or finds the handle dead; nothing touches the freed queue. */
 typedef struct { aq_queue_t q; _Atomic int stop, bad; } submitters_t;
+/* One packet at a time, waited for: the queue is often idle, so the
+ * destroyer's check passes while producers are still at it. */
 static void *submit_until_gone(void *arg) {
   submitters_t *t = arg;
-  hsa_kernel_dispatch_packet_t p = packet(&k_noop, NULL, 1, 1, (aq_signal_t){0});
+  aq_signal_t done;
+  if (aq_signal_create(1, &done) != AQ_OK) return NULL;
+  hsa_kernel_dispatch_packet_t p = packet(&k_noop, NULL, 1, 1, done);
   while (!atomic_load(&t->stop)) {
+    aq_signal_store(done, 1);
     aq_status_t s = aq_queue_submit(t->q, &p, 30 * SEC, NULL);
     if (s == AQ_ERROR_INVALID_HANDLE) break;
-    if (s != AQ_OK) atomic_store(&t->bad, s);
+    if (s != AQ_OK || aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 30 * SEC, NULL) != AQ_OK) atomic_store(&t->bad, s ? s : AQ_ERROR_TIMEOUT);
   }
+  aq_signal_destroy(done);
   return NULL;
 }
 static void destroy_under_submitters(uint32_t rounds) {
