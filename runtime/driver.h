@@ -64,6 +64,11 @@ typedef struct aq_driver {
   aq_status_t (*advise)(aq_region_impl_t *region, const void *ptr, size_t size, int advice,
                         aq_agent_impl_t *agent);
 
+  /* Optional: whether a packet is running on one of the driver's agents
+   * now; if so, what (kernel, agent, queue, packet) into what. aq_shut_down
+   * waits for none to be, a bounded time. */
+  int (*running)(char *what, size_t size);
+
   /* Optional: records what the driver still holds for the trace and hands
    * profile sinks what they are owed (GPU times of finished kernels that it
    * has not read back yet). Any thread. */

@@ -21,7 +21,7 @@ void aq_handle_table_init(aq_handle_table_t *t, const char *kind) {
   if (!t->kind) pthread_mutex_init(&t->mutex, NULL);
   pthread_mutex_lock(&t->mutex);
   t->kind = kind;
-  t->tag = aq_handle_new_tag();
+  __atomic_store_n(&t->tag, aq_handle_new_tag(), __ATOMIC_RELAXED);
   t->count = t->free_head = t->live = 0;
   pthread_mutex_unlock(&t->mutex);
 }
@@ -34,7 +34,7 @@ void aq_handle_table_deinit(aq_handle_table_t *t) {
     if (gen & 1) atomic_store(&s->generation, gen + 1);
     atomic_store(&s->object, NULL);
   }
-  t->tag = 0; /* no handle has tag 0: every lookup fails until init */
+  __atomic_store_n(&t->tag, 0, __ATOMIC_RELAXED); /* no handle has tag 0: every lookup fails until init */
   t->count = t->free_head = t->live = 0;
   pthread_mutex_unlock(&t->mutex);
 }

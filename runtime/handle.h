@@ -77,11 +77,18 @@ static inline aq_handle_slot_t *aq_handle_slot(aq_handle_table_t *t, uint32_t in
   return chunk ? &chunk[index % AQ_HANDLE_CHUNK] : 0;
 }
 
+/* The slot a handle of this table names (live or not), or NULL. */
+static inline aq_handle_slot_t *aq_handle_slot_of(aq_handle_table_t *t, uint64_t handle) {
+  uint32_t index = aq_handle_index1(handle);
+  if (index == 0 || aq_handle_tag(handle) != __atomic_load_n(&t->tag, __ATOMIC_RELAXED) ||
+      index > AQ_HANDLE_CHUNK * AQ_HANDLE_CHUNKS)
+    return 0;
+  return aq_handle_slot(t, index - 1);
+}
+
 /* The live object behind a handle, or NULL for a null, stale or foreign one. */
 static inline void *aq_handle_get(aq_handle_table_t *t, uint64_t handle) {
-  uint32_t index = aq_handle_index1(handle);
-  if (index == 0 || aq_handle_tag(handle) != t->tag || index > AQ_HANDLE_CHUNK * AQ_HANDLE_CHUNKS) return 0;
-  aq_handle_slot_t *s = aq_handle_slot(t, index - 1);
+  aq_handle_slot_t *s = aq_handle_slot_of(t, handle);
   if (!s || !aq_handle_gen_matches(atomic_load_explicit(&s->generation, memory_order_acquire), handle))
     return 0;
   return atomic_load_explicit(&s->object, memory_order_acquire);
@@ -90,9 +97,7 @@ static inline void *aq_handle_get(aq_handle_table_t *t, uint64_t handle) {
 /* The live object behind a handle, referenced: the handle cannot be
  * released (and the object freed) until aq_handle_put. NULL if none. */
 static inline void *aq_handle_acquire(aq_handle_table_t *t, uint64_t handle) {
-  uint32_t index = aq_handle_index1(handle);
-  if (index == 0 || aq_handle_tag(handle) != t->tag || index > AQ_HANDLE_CHUNK * AQ_HANDLE_CHUNKS) return 0;
-  aq_handle_slot_t *s = aq_handle_slot(t, index - 1);
+  aq_handle_slot_t *s = aq_handle_slot_of(t, handle);
   if (!s) return 0;
   atomic_fetch_add(&s->refs, 1);
   /* Checked after the reference is taken: a release that marked the slot

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/code_object.h"
 #include "runtime/driver.h"
@@ -278,6 +279,27 @@ AQ_API aq_status_t aq_init(const aq_init_options_t *options) {
   return AQ_OK;
 }
 
+/* Running packets end before the agents go, within the shutdown timeout:
+ * a kernel that never ends makes aq_shut_down fail (the runtime stays up,
+ * and a later call may succeed) instead of waiting for ever. */
+static aq_status_t wait_until_idle(void) {
+  char what[256];
+  uint64_t t0 = aq_now_ns();
+  for (unsigned i = 0; i < aq_driver_count; ++i) {
+    if (!driver_started[i] || !aq_drivers[i]->running) continue;
+    while (aq_drivers[i]->running(what, sizeof(what))) {
+      if (aq_now_ns() - t0 > config.shutdown_timeout_ns)
+        return aq_error(AQ_ERROR_BUSY,
+                        "aq_shut_down: %s is still running after %llu ms (AQ_SHUTDOWN_TIMEOUT_MS); the runtime "
+                        "stays up",
+                        what, (unsigned long long)(config.shutdown_timeout_ns / 1000000));
+      struct timespec ms = {0, 1000000};
+      nanosleep(&ms, NULL);
+    }
+  }
+  return AQ_OK;
+}
+
 AQ_API aq_status_t aq_shut_down(void) {
   pthread_mutex_lock(&init_mutex);
   if (atomic_load(&aq_runtime_refs) == 0) {
@@ -285,6 +307,11 @@ AQ_API aq_status_t aq_shut_down(void) {
     return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_shut_down without a matching aq_init");
   }
   if (atomic_load(&aq_runtime_refs) == 1) {
+    aq_status_t s = wait_until_idle();
+    if (s != AQ_OK) {
+      pthread_mutex_unlock(&init_mutex);
+      return s;
+    }
     aq_trace_shutdown();
     teardown();
     aq_trace_release();

@@ -37,7 +37,7 @@ aq_status_t aq_signal_pool_init(uint32_t capacity) {
     mapped_slots = capacity;
   }
   aq_signal_pool.capacity = capacity;
-  aq_signal_pool.tag = aq_handle_new_tag();
+  __atomic_store_n(&aq_signal_pool.tag, aq_handle_new_tag(), __ATOMIC_RELAXED);
   free_head = used = live = 0;
   pthread_mutex_unlock(&pool_mutex);
   return AQ_OK;
@@ -45,7 +45,7 @@ aq_status_t aq_signal_pool_init(uint32_t capacity) {
 
 void aq_signal_pool_deinit(void) {
   pthread_mutex_lock(&pool_mutex);
-  aq_signal_pool.tag = 0; /* no handle has tag 0 */
+  __atomic_store_n(&aq_signal_pool.tag, 0, __ATOMIC_RELAXED); /* no handle has tag 0 */
   for (uint32_t i = 0; i < used; ++i) {
     aq_signal_slot_t *s = &aq_signal_pool.slots[i];
     uint32_t gen = atomic_load(&s->generation);

@@ -47,7 +47,9 @@ uint32_t aq_signal_pool_live(void);
 
 static inline aq_signal_slot_t *aq_signal_slot(uint64_t handle) {
   uint32_t index = aq_handle_index1(handle);
-  if (index == 0 || index > aq_signal_pool.capacity || aq_handle_tag(handle) != aq_signal_pool.tag) return NULL;
+  if (index == 0 || index > aq_signal_pool.capacity ||
+      aq_handle_tag(handle) != __atomic_load_n(&aq_signal_pool.tag, __ATOMIC_RELAXED))
+    return NULL;
   aq_signal_slot_t *s = &aq_signal_pool.slots[index - 1];
   return aq_handle_gen_matches(atomic_load_explicit(&s->generation, memory_order_acquire), handle) ? s : NULL;
 }

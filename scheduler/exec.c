@@ -148,8 +148,7 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
 AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_run: exec is NULL");
   if (!exec_finished(e))
-    return aq_error(AQ_ERROR_BUSY, "the exec's previous run is still in flight (run %llu); wait for it first",
-                    (unsigned long long)e->runs);
+    return aq_error(AQ_ERROR_BUSY, "the exec's previous run is still in flight; wait for it first");
   aq_graph_t *g = e->graph;
   if (e->unbound) {
     for (uint32_t x = 1; x < g->ntensors; ++x)
@@ -159,12 +158,12 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
                         "before the first run",
                         g->tensors[x].name, g->tasks[e->first_reader[x]].name);
   }
-  if (e->runs == 0) AQ_RETURN_IF_ERROR(graph_check_parameters(e->user_graph, e->given));
-  /* Of two threads running the exec at once, one gets BUSY. */
+  /* Of two threads running the exec at once, one gets BUSY; the claim
+   * comes first, so nothing below is read by two threads at once. */
   int seen = atomic_load(&e->in_flight);
   if (seen < 0 || !exec_finished(e) || !atomic_compare_exchange_strong(&e->in_flight, &seen, -1))
-    return aq_error(AQ_ERROR_BUSY, "the exec is being run by another thread (run %llu)", (unsigned long long)e->runs);
-  aq_status_t s = AQ_OK;
+    return aq_error(AQ_ERROR_BUSY, "the exec is being started by another thread, or still runs");
+  aq_status_t s = e->runs == 0 ? graph_check_parameters(e->user_graph, e->given) : AQ_OK;
   for (uint32_t t = 0; s == AQ_OK && t < g->ntasks; ++t) s = aq_signal_store(e->signals[t], 1);
   for (uint32_t a = 0; s == AQ_OK && a < e->nlanes; ++a)
     if (e->streams[a].done.handle) s = aq_signal_store(e->streams[a].done, 1);

@@ -47,6 +47,8 @@ typedef struct cpu_queue {
   _Atomic int detaching;           /* its queue is being destroyed */
   _Atomic uint32_t refs;           /* workers looking at it */
   _Atomic(cpu_dispatch_t *) active;/* a dispatch others may help with */
+  _Atomic(const char *) running;   /* the kernel running now, for aq_shut_down */
+  _Atomic uint64_t running_packet;
   cpu_dispatch_t dispatch;
   struct cpu_queue *next_free;
 } cpu_queue_t;

@@ -230,7 +230,24 @@ static void cpu_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   pthread_mutex_unlock(&ca->queue_mutex);
 }
 
+static int cpu_running(char *what, size_t size) {
+  for (uint32_t a = 0; a < cpu_agent_count; ++a) {
+    cpu_agent_t *ca = cpu_agents[a];
+    for (uint32_t i = 0; i < atomic_load(&ca->queue_slots); ++i) {
+      cpu_queue_t *cq = atomic_load(&ca->queues[i]);
+      const char *k = cq ? atomic_load(&cq->running) : NULL;
+      aq_queue_impl_t *q = cq ? cq->queue : NULL;
+      if (!k || !q) continue;
+      snprintf(what, size, "kernel '%s' on agent %s, queue %u, packet %llu", k, ca->agent->info.name, q->id,
+               (unsigned long long)atomic_load(&cq->running_packet));
+      return 1;
+    }
+  }
+  return 0;
+}
+
 const aq_driver_t aq_driver_cpu = {
+    .running = cpu_running,
     .name = "cpu",
     .start = cpu_start,
     .stop = cpu_stop,

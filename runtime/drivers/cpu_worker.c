@@ -112,7 +112,10 @@ static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index
                                 const hsa_kernel_dispatch_packet_t *p) {
   const cpu_kernel_t *k = cpu_kernel_acquire(p->kernel_object);
   if (!k) return invalid(w, cq, index, "kernel_object is not a loaded CPU kernel (unloaded, or foreign)");
+  atomic_store(&cq->running_packet, index);
+  atomic_store(&cq->running, k->desc->name);
   uint32_t fault = run_dispatch(cq, w, index, p, k);
+  atomic_store(&cq->running, NULL);
   cpu_kernel_put(p->kernel_object);
   return fault;
 }

@@ -1,4 +1,5 @@
 /* Code objects: loading, lookup, and every way a file can be wrong. */
+#include <dirent.h>
 #include <elf.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,4 +301,25 @@ Test(code_object, a_corrupt_dynamic_section_is_refused) {
   cr_assert_eq(patched, 2);
   load_expect(write_tmp("dynamic", b, size), AQ_ERROR_INVALID_CODE_OBJECT, "corrupt");
   free(b);
+}
+
+/* The code-object fuzzer's findings, and hand-made hostile files: each is a
+ * clean error (make fuzz-code-object seeds from them). */
+Test(code_object, every_hostile_file_of_the_corpus_is_a_clean_error) {
+  const char *dir = "tests/co-corpus";
+  DIR *d = opendir(dir);
+  cr_assert(d, "%s: run from the repository root", dir);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    aq_code_object_t co;
+    aq_status_t s = aq_code_object_load(path, &co);
+    cr_assert(s == AQ_ERROR_INVALID_CODE_OBJECT || s == AQ_ERROR_INCOMPATIBLE, "%s: %s: %s", path,
+              aq_status_string(s), aq_last_error());
+    n++;
+  }
+  closedir(d);
+  cr_assert_geq(n, 3);
 }

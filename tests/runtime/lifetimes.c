@@ -90,14 +90,21 @@ typedef struct {
   _Atomic int bad;
 } submitter_t;
 
+/* One packet at a time, waited for, so that the destroyer often finds the
+ * queue idle while producers are still at it. */
 static void *submit_loop(void *arg) {
   submitter_t *t = arg;
-  hsa_kernel_dispatch_packet_t p = dispatch_packet(&t->k, NULL, 1, 1, (aq_signal_t){0});
+  aq_signal_t done;
+  if (aq_signal_create(1, &done) != AQ_OK) return NULL;
+  hsa_kernel_dispatch_packet_t p = dispatch_packet(&t->k, NULL, 1, 1, done);
   while (!atomic_load(&t->stop)) {
+    aq_signal_store(done, 1);
     aq_status_t s = aq_queue_submit(t->q, &p, SEC, NULL);
     if (s == AQ_ERROR_INVALID_HANDLE) break; /* destroyed: what a late producer gets */
-    if (s != AQ_OK) atomic_store(&t->bad, s);
+    if (s != AQ_OK || aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL) != AQ_OK)
+      atomic_store(&t->bad, s ? s : AQ_ERROR_TIMEOUT);
   }
+  aq_signal_destroy(done);
   return NULL;
 }
 
@@ -135,4 +142,30 @@ Test(lifetimes, calls_racing_shut_down_fail_cleanly) {
   AQ_ASSERT_OK(aq_shut_down());
   pthread_join(th, NULL);
   AQ_ASSERT_OK(aq_init(NULL)); /* for the suite's teardown */
+}
+
+/* A kernel that never ends: aq_shut_down gives up within its timeout and
+ * names it, instead of spinning for ever under the init lock. (The kernel
+ * spins on until the test's process exits.) */
+Test(shutdown, with_an_endless_kernel_returns_busy_naming_it) {
+  aq_init_options_t o = {.shutdown_timeout_ms = 300};
+  AQ_ASSERT_OK(aq_init(&o));
+  aq_agent_t a = first_cpu_agent();
+  aq_code_object_t c;
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &c));
+  aq_queue_t q;
+  AQ_ASSERT_OK(aq_queue_create(a, NULL, &q));
+  aq_kernel_info_t k = test_kernel(c, a, "busy");
+  static _Atomic int started;
+  static busy_flag_args_t args = {&started, UINT64_MAX};
+  hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, &args, 1, 1, (aq_signal_t){0});
+  AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+  while (!atomic_load(&started)) sched_yield();
+  cr_assert_eq(aq_shut_down(), AQ_ERROR_BUSY, "%s", aq_last_error());
+  const char *m = aq_last_error();
+  cr_assert(strstr(m, "kernel 'busy'") && strstr(m, "agent cpu") && strstr(m, "after 300 ms"), "%s", m);
+  /* The runtime is still up and usable. */
+  aq_signal_t s;
+  AQ_ASSERT_OK(aq_signal_create(0, &s));
+  AQ_ASSERT_OK(aq_signal_destroy(s));
 }

@@ -3,6 +3,7 @@
  * it as it is; `make tsan` runs it instrumented. Each scenario checks its own
  * results; the last line says how many passed and failed. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,6 +214,114 @@ static void signal_ping_pong(uint32_t n) {
   aq_signal_destroy(pp.b);
 }
 
+/* A queue destroyed while two threads submit to it: each submit succeeds
+ * or finds the handle dead; nothing touches the freed queue. */
+typedef struct { aq_queue_t q; _Atomic int stop, bad; } submitters_t;
+/* One packet at a time, waited for: the queue is often idle, so the
+ * destroyer's check passes while producers are still at it. */
+static void *submit_until_gone(void *arg) {
+  submitters_t *t = arg;
+  aq_signal_t done;
+  if (aq_signal_create(1, &done) != AQ_OK) return NULL;
+  hsa_kernel_dispatch_packet_t p = packet(&k_noop, NULL, 1, 1, done);
+  while (!atomic_load(&t->stop)) {
+    aq_signal_store(done, 1);
+    aq_status_t s = aq_queue_submit(t->q, &p, 30 * SEC, NULL);
+    if (s == AQ_ERROR_INVALID_HANDLE) break;
+    if (s != AQ_OK || aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 30 * SEC, NULL) != AQ_OK) atomic_store(&t->bad, s ? s : AQ_ERROR_TIMEOUT);
+  }
+  aq_signal_destroy(done);
+  return NULL;
+}
+static void destroy_under_submitters(uint32_t rounds) {
+  for (uint32_t r = 0; r < rounds; ++r) {
+    submitters_t t = {0};
+    OK(aq_queue_create(agent, NULL, &t.q));
+    pthread_t th[2];
+    for (int i = 0; i < 2; ++i) pthread_create(&th[i], NULL, submit_until_gone, &t);
+    aq_status_t s;
+    while ((s = aq_queue_destroy(t.q)) == AQ_ERROR_BUSY) sched_yield();
+    atomic_store(&t.stop, 1);
+    for (int i = 0; i < 2; ++i) pthread_join(th[i], NULL);
+    EXPECT(s == AQ_OK, "destroy: %s", aq_last_error());
+    EXPECT(atomic_load(&t.bad) == 0, "a submit failed with %s", aq_status_string(atomic_load(&t.bad)));
+  }
+}
+
+/* Three threads start one exec at once, round after round: exactly one
+ * run starts each time and its wait returns. */
+typedef struct { aq_exec_t *e; pthread_barrier_t *go; _Atomic int ok, bad; } racer_t;
+static void *race_run(void *arg) {
+  racer_t *r = arg;
+  pthread_barrier_wait(r->go);
+  aq_status_t s = aq_exec_run(r->e);
+  if (s == AQ_OK) atomic_fetch_add(&r->ok, 1);
+  else if (s != AQ_ERROR_BUSY) atomic_store(&r->bad, s);
+  return NULL;
+}
+static void exec_runs_from_threads(uint32_t rounds) {
+  aq_graph_t *g;
+  OK(aq_graph_create(NULL, &g));
+  aq_tensor_t x, y;
+  OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){256}, &x));
+  aq_tensor_t in = x;
+  for (int i = 0; i < 32; ++i) {
+    OK(aq_op_relu(g, x, &y));
+    x = y;
+  }
+  aq_exec_t *e;
+  OK(aq_graph_instantiate(g, NULL, &e));
+  float zeros[256] = {0};
+  OK(aq_exec_write(e, in, zeros, sizeof(zeros)));
+  for (uint32_t r = 0; r < rounds; ++r) {
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 3);
+    racer_t rc = {e, &go, 0, 0};
+    pthread_t th[3];
+    for (int i = 0; i < 3; ++i) pthread_create(&th[i], NULL, race_run, &rc);
+    for (int i = 0; i < 3; ++i) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&go);
+    EXPECT(atomic_load(&rc.bad) == 0, "a run failed with %s", aq_status_string(atomic_load(&rc.bad)));
+    EXPECT(atomic_load(&rc.ok) >= 1, "no run started");
+    OK(aq_exec_wait(e, 30 * SEC));
+  }
+  OK(aq_exec_destroy(e));
+  OK(aq_graph_destroy(g));
+}
+
+/* aq_shut_down while another thread keeps calling: its calls fail cleanly
+ * (not initialized, or a dead handle) and the runtime starts again. */
+typedef struct { aq_signal_t s; aq_queue_t q; _Atomic int bad; } caller_t;
+static void *call_until_down(void *arg) {
+  caller_t *c = arg;
+  for (;;) {
+    aq_signal_value_t v;
+    aq_queue_info_t info;
+    aq_status_t a = aq_signal_load(c->s, &v), b = aq_queue_get_info(c->q, &info);
+    if ((a != AQ_OK && a != AQ_ERROR_NOT_INITIALIZED && a != AQ_ERROR_INVALID_HANDLE) ||
+        (b != AQ_OK && b != AQ_ERROR_NOT_INITIALIZED && b != AQ_ERROR_INVALID_HANDLE)) {
+      atomic_store(&c->bad, a != AQ_OK ? a : b);
+      return NULL;
+    }
+    if (a != AQ_OK && b != AQ_OK) return NULL;
+  }
+}
+static void shutdown_against_callers(uint32_t rounds) {
+  for (uint32_t r = 0; r < rounds; ++r) {
+    caller_t c = {0};
+    OK(aq_signal_create(1, &c.s));
+    OK(aq_queue_create(agent, NULL, &c.q));
+    pthread_t th;
+    pthread_create(&th, NULL, call_until_down, &c);
+    OK(aq_shut_down());
+    pthread_join(th, NULL);
+    OK(aq_init(NULL));
+    size_t n;
+    OK(aq_agents(&agent, 1, &n));
+    EXPECT(atomic_load(&c.bad) == 0, "a call racing aq_shut_down got %s", aq_status_string(atomic_load(&c.bad)));
+  }
+}
+
 int main(int argc, char **argv) {
   /* --quick: fewer rounds (sanitized builds are 5-15x slower). */
   uint32_t scale = argc > 1 && !strcmp(argv[1], "--quick") ? 1 : 4;
@@ -234,8 +343,11 @@ int main(int argc, char **argv) {
       {"ping_pong_barriers", ping_pong_barriers},
       {"queue_churn", queue_churn},
       {"signal_ping_pong", signal_ping_pong},
+      {"destroy_under_submitters", destroy_under_submitters},
+      {"exec_runs_from_threads", exec_runs_from_threads},
+      {"shutdown_against_callers", shutdown_against_callers}, /* last: it restarts the runtime */
   };
-  uint32_t sizes[] = {50 * scale, 500 * scale, 50 * scale, 5000 * scale};
+  uint32_t sizes[] = {50 * scale, 500 * scale, 50 * scale, 5000 * scale, 20 * scale, 50 * scale, 10 * scale};
   int passed = 0, failed = 0;
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) + 1; ++i) {
     int before = failures;
