@@ -14,6 +14,7 @@
 #include "runtime/wake.h"
 #include "scheduler/calibrate.h"
 #include "scheduler/exec_internal.h"
+#include "scheduler/live.h"
 
 /* AQ_EXEC_EXACT_MATMUL, or AQ_MATMUL_PRECISION=exact: FFMA products on GPUs. */
 static aq_status_t matmul_precision(aq_exec_t *e) {
@@ -40,6 +41,8 @@ static void trace_edges(aq_exec_t *e) {
   free(edges);
 }
 
+static live_set_t live_execs = LIVE_SET_INIT; /* destroying one twice is an error, not a double free */
+
 AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *options, aq_exec_t **out) {
   if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_instantiate: graph and out are required");
   if (options && (options->policy < 0 || options->policy > AQ_SCHED_HEFT))
@@ -50,7 +53,10 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (options && options->queue_size & (options->queue_size - 1))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "queue_size %u is not a power of two", options->queue_size);
   aq_exec_t *e = calloc(1, sizeof(*e));
-  if (!e) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
+  if (!e || !live_add(&live_execs, e)) {
+    free(e);
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
+  }
   uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
   e->graph = e->user_graph = g;
   static _Atomic uint32_t serials;
@@ -116,7 +122,12 @@ int exec_finished(aq_exec_t *e) {
 
 AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_destroy: exec is NULL");
-  if (!exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "the exec's run is still in flight; wait for it first");
+  if (!live_remove(&live_execs, e))
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_destroy: %p is not a live exec (destroyed twice?)", (void *)e);
+  if (!exec_finished(e)) {
+    live_add(&live_execs, e); /* it was there a moment ago: its slot is free */
+    return aq_error(AQ_ERROR_BUSY, "the exec's run is still in flight; wait for it first");
+  }
   for (uint32_t a = 0; a < EXEC_LANES_MAX; ++a) {
     if (e->streams[a].queue.handle) aq_queue_destroy(e->streams[a].queue);
     free(e->streams[a].packets);

@@ -1,44 +1,16 @@
 /* Graphs: tensors, tasks and explicit edges, as the user declares them. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/status.h"
 #include "scheduler/graph_internal.h"
+#include "scheduler/live.h"
 
-/* Live graphs, so that destroying one twice is an error rather than a
- * double free (nothing else looks here: graph calls stay lock-free). */
-static pthread_mutex_t live_mutex = PTHREAD_MUTEX_INITIALIZER;
-static aq_graph_t **live_graphs;
-static size_t nlive, cap_live;
+static live_set_t live_graphs = LIVE_SET_INIT;
 
-static int graph_remember(aq_graph_t *g) {
-  pthread_mutex_lock(&live_mutex);
-  if (nlive == cap_live) {
-    size_t cap = cap_live ? 2 * cap_live : 16;
-    aq_graph_t **n = realloc(live_graphs, cap * sizeof(*n));
-    if (!n) {
-      pthread_mutex_unlock(&live_mutex);
-      return 0;
-    }
-    live_graphs = n, cap_live = cap;
-  }
-  live_graphs[nlive++] = g;
-  pthread_mutex_unlock(&live_mutex);
-  return 1;
-}
-
-/* Whether g was live; it no longer is. */
-static int graph_forget(aq_graph_t *g) {
-  pthread_mutex_lock(&live_mutex);
-  size_t i = 0;
-  while (i < nlive && live_graphs[i] != g) ++i;
-  int found = i < nlive;
-  if (found) live_graphs[i] = live_graphs[--nlive];
-  pthread_mutex_unlock(&live_mutex);
-  return found;
-}
+static int graph_remember(aq_graph_t *g) { return live_add(&live_graphs, g); }
+static int graph_forget(aq_graph_t *g) { return live_remove(&live_graphs, g); }
 
 AQ_API aq_status_t aq_graph_create(const aq_graph_options_t *options, aq_graph_t **out_graph) {
   if (!out_graph) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_create: out_graph is NULL");

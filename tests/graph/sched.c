@@ -672,3 +672,19 @@ Test(sched, explain_gives_each_task_its_agent_estimates_and_reason, .init = perf
   AQ_ASSERT_OK(aq_exec_destroy(e));
   AQ_ASSERT_OK(aq_graph_destroy(g));
 }
+
+/* Destroying an exec twice is refused, not a double free. */
+Test(sched, an_exec_destroyed_twice_is_refused) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t a, b;
+  AQ_ASSERT_OK(aq_tensor_create(g, "a", AQ_DTYPE_F32, AQ_ROLE_CONSTANT, 2, (int64_t[]){8, 8}, &a));
+  AQ_ASSERT_OK(aq_op_relu(g, a, &b));
+  aq_exec_t *e;
+  aq_exec_options_t o = {.policy = AQ_SCHED_EAGER};
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &o, &e));
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  cr_assert_eq(aq_exec_destroy(e), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "not a live exec"), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
