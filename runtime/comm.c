@@ -8,6 +8,7 @@
 
 #include "runtime/comm.h"
 #include "runtime/runtime.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 enum { DEFAULT_TIMEOUT_MS = 300000 };
@@ -29,14 +30,7 @@ static void finalize_at_exit(void) {
 
 static aq_status_t timeout_of(const aq_comm_options_t *o, uint64_t *out_ns) {
   uint64_t ms = o ? o->timeout_ms : 0;
-  const char *env = getenv("AQ_COMM_TIMEOUT_MS");
-  if (!ms && env && *env) {
-    char *end;
-    unsigned long long v = strtoull(env, &end, 10);
-    if (*end || *env == '-' || v == 0)
-      return aq_error(AQ_ERROR_INVALID_ARGUMENT, "AQ_COMM_TIMEOUT_MS='%s': expected a whole number of ms above 0", env);
-    ms = v;
-  }
+  if (!ms) ms = aq_setting_u64(AQ_SET_COMM_TIMEOUT_MS);
   *out_ns = (ms ? ms : DEFAULT_TIMEOUT_MS) * 1000000ull;
   return AQ_OK;
 }

@@ -18,7 +18,6 @@ typedef struct aq_runtime_config {
   char cpu_agents[32];      /* "numa", "package", "machine" or a count */
   char drivers[64];         /* "" = all */
   char sched[32];           /* the graphs' default placement: one of AQ_SCHED_NAMES */
-  char memory_limit[256];   /* AQ_MEMORY_LIMIT: "" or "[agent=]size,..." */
   uint64_t shutdown_timeout_ns;
 } aq_runtime_config_t;
 

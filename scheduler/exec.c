@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "runtime/runtime.h"
+#include "runtime/settings.h"
 #include "runtime/trace.h"
 #include "runtime/wake.h"
 #include "scheduler/calibrate.h"
@@ -17,11 +18,7 @@
 
 /* AQ_EXEC_EXACT_MATMUL, or AQ_MATMUL_PRECISION=exact: FFMA products on GPUs. */
 static aq_status_t matmul_precision(aq_exec_t *e) {
-  const char *env = getenv("AQ_MATMUL_PRECISION");
-  if (env && strcmp(env, "default") && strcmp(env, "exact"))
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
-                    "AQ_MATMUL_PRECISION=%s: expected default (3xTF32 on tensor-core GPUs) or exact (FFMA)", env);
-  e->exact_matmul = (e->flags & AQ_EXEC_EXACT_MATMUL) || (env && !strcmp(env, "exact"));
+  e->exact_matmul = (e->flags & AQ_EXEC_EXACT_MATMUL) || aq_setting_u64(AQ_SET_MATMUL_PRECISION) == AQ_PRECISION_EXACT;
   return AQ_OK;
 }
 

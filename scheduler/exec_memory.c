@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/memory.h"
+#include "runtime/settings.h"
 #include "scheduler/exec_internal.h"
 #include "scheduler/memplan.h"
 
@@ -120,8 +121,7 @@ aq_status_t exec_plan_memory(aq_exec_t *e) {
   size_t ptotal[EXEC_AGENTS_MAX] = {0};
   uint32_t *domain = malloc(g->ntensors * sizeof(uint32_t));
   uint8_t *reusable = calloc(g->ntensors, 1);
-  const char *reuse_env = getenv("AQ_MEMORY_REUSE");
-  int no_reuse = (e->flags & AQ_EXEC_NO_MEMORY_REUSE) || (reuse_env && !strcmp(reuse_env, "0"));
+  int no_reuse = (e->flags & AQ_EXEC_NO_MEMORY_REUSE) || !aq_setting_u64(AQ_SET_MEMORY_REUSE);
   if (s == AQ_OK && (!domain || !reusable)) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
   for (uint32_t i = 0; s == AQ_OK && i < g->ntensors; ++i) {
     if (home[i] == UINT32_MAX) home[i] = 0;
@@ -152,10 +152,9 @@ aq_status_t exec_plan_memory(aq_exec_t *e) {
     /* On a GPU: device memory, or managed memory under AQ_MEMORY=unified
      * (host-accessible, but every host touch migrates pages back and forth).
      * The host reaches device memory through aq_exec_read / aq_exec_write. */
-    const char *mem = getenv("AQ_MEMORY");
-    uint32_t flag = e->agent_kind[a] != AQ_AGENT_KIND_GPU       ? AQ_REGION_COARSE_GRAINED
-                    : mem && !strcmp(mem, "unified")            ? AQ_REGION_MANAGED
-                                                                 : AQ_REGION_DEVICE;
+    uint32_t flag = e->agent_kind[a] != AQ_AGENT_KIND_GPU                ? AQ_REGION_COARSE_GRAINED
+                    : aq_setting_u64(AQ_SET_MEMORY) == AQ_MEMORY_UNIFIED ? AQ_REGION_MANAGED
+                                                                          : AQ_REGION_DEVICE;
     s = region_of(e->agents[a], flag, &region);
     if (s == AQ_OK) s = aq_memory_allocate(region, total[a], &e->arenas[a]);
     if (s == AQ_OK) s = zero(e->arenas[a], total[a]);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/runtime.h"
+#include "runtime/settings.h"
 #include "scheduler/calibrate.h"
 #include "scheduler/exec_internal.h"
 #include "scheduler/linkcal.h"
@@ -199,10 +200,8 @@ aq_status_t exec_heft_links(aq_exec_t *e, double **out) {
  * extra arrays cost the GEMM about what the pass it saves did). Off with
  * AQ_EXEC_NO_FUSION or AQ_FUSION=0. */
 aq_status_t exec_fuse(aq_exec_t *e) {
-  const char *env = getenv("AQ_FUSION");
-  if (env && strcmp(env, "0") && strcmp(env, "1"))
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "AQ_FUSION=%s: expected 0 (no fusion) or 1 (on CPU agents too)", env);
-  int off = (e->flags & AQ_EXEC_NO_FUSION) || (env && !strcmp(env, "0")), cpu = env && !strcmp(env, "1");
+  uint64_t fusion = aq_setting_u64(AQ_SET_FUSION);
+  int off = (e->flags & AQ_EXEC_NO_FUSION) || fusion == AQ_FUSION_OFF, cpu = fusion == AQ_FUSION_ON;
   uint8_t fuses[EXEC_AGENTS_MAX];
   for (uint32_t a = 0; a < e->nagents; ++a) {
     int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 typedef struct stats {
@@ -98,7 +99,7 @@ static model_t *find(const perf_key_t *k, int create) {
 }
 
 const char *perf_path(char *buf, size_t size) {
-  const char *dir = getenv("AQ_PERF_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  const char *dir = aq_setting_text(AQ_SET_PERF_DIR), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   if (dir && *dir) snprintf(buf, size, "%s/models.tsv", dir);
   else if (xdg && *xdg) snprintf(buf, size, "%s/aquila/models.tsv", xdg);
   else if (home && *home) snprintf(buf, size, "%s/.cache/aquila/models.tsv", home);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "aquila/ops.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 typedef struct walk {
@@ -174,13 +175,13 @@ void replica_free(replica_out_t *out) {
 }
 
 int replica_wanted(int replicate_flag, const uint8_t *agent_gpu, uint32_t nagents, uint8_t *gpus, uint8_t *prefetch) {
-  const char *mem = getenv("AQ_MEMORY");
+  uint64_t mem = aq_setting_u64(AQ_SET_MEMORY);
   uint32_t ncpu = 0, ngpu = 0;
   for (uint32_t a = 0; a < nagents; ++a) agent_gpu[a] ? ++ngpu : ++ncpu;
-  *prefetch = mem && !strcmp(mem, "unified") && ncpu && ngpu;
+  *prefetch = mem == AQ_MEMORY_UNIFIED && ncpu && ngpu;
   *gpus = 0;
   if (*prefetch) return 1;
-  if (!(replicate_flag || (mem && !strcmp(mem, "replicate")))) return 0;
+  if (!(replicate_flag || mem == AQ_MEMORY_REPLICATE)) return 0;
   *gpus = ncpu && ngpu;
   return ncpu > 1 || *gpus;
 }

@@ -14,6 +14,7 @@
 #include "runtime/drivers/cpu.h"
 #include "runtime/drivers/cpu_guard.h"
 #include "runtime/fault.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 
@@ -46,7 +47,7 @@ static uint32_t group_fault(cpu_worker_t *w, cpu_queue_t *cq, const cpu_dispatch
 static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) {
   const aq_kernel_desc_t *k = d->kernel->desc;
   aq_dispatch_ctx_t ctx = {.dims = d->dims, .worker_index = w->index,
-                           .worker_count = w->agent->worker_count};
+                           .worker_count = w->agent->worker_count, .settings = aq_kernel_settings()};
   memcpy(ctx.workgroup_size, d->workgroup, sizeof(ctx.workgroup_size));
   memcpy(ctx.grid_size, d->grid, sizeof(ctx.grid_size));
   memcpy(ctx.group_count, d->groups, sizeof(ctx.group_count));

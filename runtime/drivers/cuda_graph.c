@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "runtime/drivers/cuda.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 enum {
@@ -84,15 +85,9 @@ static int same_packet(const uint8_t *a, const uint8_t *b) {
 
 /* 0: off, 1: on, 2: on in traced runs too, -1: a bad value (why says). */
 static int wanted(char *why, size_t size) {
-  const char *v = getenv("AQ_CUDA_GRAPHS");
-  if (!v || !*v || !strcmp(v, "1")) return 1;
-  if (!strcmp(v, "0")) return 0;
-  if (!strcmp(v, "traced")) return 2;
-  snprintf(why, size,
-           "AQ_CUDA_GRAPHS='%s': expected 0 (launch every kernel), 1 (repeating stretches as CUDA graphs) or traced "
-           "(graphs in traced runs too)",
-           v);
-  return -1;
+  (void)why, (void)size; /* aq_init refused any other value */
+  uint64_t v = aq_setting_u64(AQ_SET_CUDA_GRAPHS);
+  return v == AQ_CUDA_GRAPHS_OFF ? 0 : v == AQ_CUDA_GRAPHS_ON ? 1 : 2;
 }
 
 aq_status_t cuda_graph_init(cuda_queue_t *cq) {

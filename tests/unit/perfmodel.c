@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "aquila/aquila.h"
+#include "runtime/settings.h"
 #include "scheduler/perfmodel.h"
 
 static char dir[64], path[128];
@@ -18,6 +19,7 @@ static void setup(void) {
   cr_assert(mkdtemp(dir));
   snprintf(path, sizeof(path), "%s/models.tsv", dir);
   setenv("AQ_PERF_DIR", dir, 1);
+  cr_assert_eq(aq_settings_load(NULL), AQ_OK); /* what aq_init does */
   perf_reset();
 }
 
