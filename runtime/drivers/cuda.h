@@ -161,6 +161,8 @@ aq_status_t cuda_advise(aq_region_impl_t *region, const void *ptr, size_t size, 
 
 /* Makes the agent's context current on this thread. */
 int cuda_bind(cuda_agent_t *a);
+uint32_t cuda_agent_count(void);
+cuda_agent_t *cuda_agent_at(uint32_t index);
 
 int cuda_co_recognizes(const void *bytes, size_t size);
 aq_status_t cuda_co_load(const char *path, const void *bytes, size_t size, void **out_module,
