@@ -40,7 +40,7 @@ static aq_status_t zero(void *p, size_t n) {
   return s;
 }
 
-aq_status_t exec_memory_hint(aq_status_t s) { /* a GPU without prefetch and advice still runs, by faults */
+aq_status_t aq_exec_memory_hint(aq_status_t s) { /* a GPU without prefetch and advice still runs, by faults */
   return s == AQ_ERROR_UNAVAILABLE ? AQ_OK : s;
 }
 
@@ -50,8 +50,8 @@ aq_status_t exec_memory_hint(aq_status_t s) { /* a GPU without prefetch and advi
 static aq_status_t settle_managed(aq_exec_t *e, uint32_t a, size_t size) {
   e->managed_size[a] = size;
   AQ_RETURN_IF_ERROR(
-      exec_memory_hint(aq_memory_advise(e->arenas[a], size, AQ_ADVICE_PREFERRED_LOCATION, e->agents[a])));
-  return exec_memory_hint(aq_memory_prefetch(e->arenas[a], size, e->agents[a], (aq_signal_t){0}));
+      aq_exec_memory_hint(aq_memory_advise(e->arenas[a], size, AQ_ADVICE_PREFERRED_LOCATION, e->agents[a])));
+  return aq_exec_memory_hint(aq_memory_prefetch(e->arenas[a], size, e->agents[a], (aq_signal_t){0}));
 }
 
 /* Whether agent a's kernels reach GPU agent b's device memory in place (a
@@ -67,7 +67,7 @@ static int device_reaches(const aq_exec_t *e, uint32_t a, uint32_t b) {
 /* Every tensor lives on the node of the agent that touches it first, in
  * one arena per agent (one allocation, not one per tensor: instantiation
  * stays cheap), zeroed so optimizer state starts at zero. */
-aq_status_t exec_plan_memory(aq_exec_t *e) {
+aq_status_t aq_exec_plan_memory(aq_exec_t *e) {
   aq_graph_t *g = e->graph;
   uint32_t *home = malloc(g->ntensors * sizeof(uint32_t));
   size_t *offset = malloc(g->ntensors * sizeof(size_t)), total[EXEC_AGENTS_MAX] = {0};
@@ -129,13 +129,13 @@ aq_status_t exec_plan_memory(aq_exec_t *e) {
     reusable[i] = i && !no_reuse && g->tensors[i].role == AQ_ROLE_ACTIVATION;
   }
   memplan_t mp;
-  if (s == AQ_OK) s = memplan_build(&mp, g, &e->plan, domain, 2 * e->nagents, reusable);
+  if (s == AQ_OK) s = aq_memplan_build(&mp, g, &e->plan, domain, 2 * e->nagents, reusable);
   if (s == AQ_OK) {
     for (uint32_t i = 1; i < g->ntensors; ++i) offset[i] = mp.offset[i];
     for (uint32_t a = 0; a < e->nagents; ++a) total[a] = mp.total[2 * a], ptotal[a] = mp.total[2 * a + 1];
     e->reused_by = mp.reused_by;
     mp.reused_by = NULL;
-    memplan_free(&mp);
+    aq_memplan_free(&mp);
   }
   free(domain), free(reusable);
   for (uint32_t a = 0; s == AQ_OK && a < e->nagents; ++a) {
@@ -169,18 +169,18 @@ aq_status_t exec_plan_memory(aq_exec_t *e) {
 
 /* The bytes of task t's kernarg: a fused consumer's is the fused kernel's,
  * an absorbed product has none. */
-size_t exec_kernarg_bytes(const aq_exec_t *e, uint32_t t) {
+size_t aq_exec_kernarg_bytes(const aq_exec_t *e, uint32_t t) {
   if (e->graph->tasks[t].kind != TASK_KERNEL || e->fusion.absorbed[t]) return 0;
   uint32_t product = e->fusion.product[t];
-  return product != UINT32_MAX ? fuse_kernarg_size(e->graph, product) : e->graph->tasks[t].kernarg_size;
+  return product != UINT32_MAX ? aq_fuse_kernarg_size(e->graph, product) : e->graph->tasks[t].kernarg_size;
 }
 
 /* One kernarg arena per agent, sized for the tasks placed on it. */
-aq_status_t exec_plan_kernargs(aq_exec_t *e) {
+aq_status_t aq_exec_plan_kernargs(aq_exec_t *e) {
   aq_graph_t *g = e->graph;
   size_t total[EXEC_AGENTS_MAX] = {0};
   for (uint32_t t = 0; t < g->ntasks; ++t)
-    total[e->lane_agent[e->plan.tasks[t].lane]] += (exec_kernarg_bytes(e, t) + 63) & ~(size_t)63;
+    total[e->lane_agent[e->plan.tasks[t].lane]] += (aq_exec_kernarg_bytes(e, t) + 63) & ~(size_t)63;
   for (uint32_t a = 0; a < e->nagents; ++a) {
     if (!total[a]) continue;
     aq_region_t region;

@@ -49,7 +49,7 @@ static void fill_fused_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
   uint8_t mine[TASK_KERNARG_MAX], product[TASK_KERNARG_MAX];
   fill_kernarg(e, t, mine);
   fill_kernarg(e, e->fusion.product[t], product);
-  fuse_kernarg(e->graph, t, e->fusion.product[t], mine, product, dst);
+  aq_fuse_kernarg(e->graph, t, e->fusion.product[t], mine, product, dst);
 }
 
 static int is_matmul(const char *kernel) {
@@ -79,7 +79,7 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
    * kernargs. The op library's GPU build may have a variant per class of
    * shapes. */
   const task_t *body = fused != UINT32_MAX ? &g->tasks[fused] : task;
-  const char *base = fused != UINT32_MAX ? fuse_kernel(g, fused) : task->kernel;
+  const char *base = fused != UINT32_MAX ? aq_fuse_kernel(g, fused) : task->kernel;
   const char *name = gpu && !task->code_object.handle ? gpu_kernel(e, base, body->kernarg) : base;
   aq_kernel_info_t k;
   if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
@@ -92,7 +92,7 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
     snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", name);
   }
   k = e->last_kernel;
-  size_t bytes = exec_kernarg_bytes(e, t);
+  size_t bytes = aq_exec_kernarg_bytes(e, t);
   if (bytes < k.kernarg_size)
     return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': kernel '%s' takes %u bytes of kernargs, the task gives %zu",
                     task->name, name, k.kernarg_size, bytes);
@@ -208,12 +208,12 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
   return push(st, &p);
 }
 
-aq_status_t exec_lower(aq_exec_t *e, uint32_t queue_size) {
+aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size) {
   aq_graph_t *g = e->graph;
   e->kernargs = calloc(g->ntasks, sizeof(void *));
   e->signals = calloc(g->ntasks, sizeof(aq_signal_t));
   if (!e->kernargs || !e->signals) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
-  AQ_RETURN_IF_ERROR(exec_plan_kernargs(e));
+  AQ_RETURN_IF_ERROR(aq_exec_plan_kernargs(e));
   e->watched = calloc(g->ntasks, 1);
   if (!e->watched) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
   /* watched: a producer another lane waits for, or an after-any edge
@@ -271,7 +271,7 @@ aq_status_t exec_lower(aq_exec_t *e, uint32_t queue_size) {
     AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, &none, 0, st->done));
     e->barriers--; /* bookkeeping, not an edge */
     e->packets += st->npackets;
-    if (e->stamps && e->lane_kind[a] == AQ_AGENT_KIND_CPU) AQ_RETURN_IF_ERROR(exec_profile_stream(e, st));
+    if (e->stamps && e->lane_kind[a] == AQ_AGENT_KIND_CPU) AQ_RETURN_IF_ERROR(aq_exec_profile_stream(e, st));
     uint32_t need = st->nprof > st->npackets ? st->nprof : st->npackets;
     uint32_t size = queue_size ? queue_size : 64;
     while (size < need) size *= 2;

@@ -41,14 +41,14 @@ static void coll_start(void *user, void *const *ptrs) {
     c->op.c.send = c->addr[0];
     c->op.c.recv = c->out ? c->out : c->addr[0];
   }
-  comm_op_start(&c->op);
+  aq_comm_op_start(&c->op);
 }
 
 static aq_status_t coll_complete(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
   (void)a1, (void)a2, (void)a3;
   coll_t *c = user;
   if (c->skip) return AQ_OK;
-  AQ_RETURN_IF_ERROR(comm_op_complete(&c->op));
+  AQ_RETURN_IF_ERROR(aq_comm_op_complete(&c->op));
   size_t at = 0;
   for (uint32_t i = 0; c->pack && i < c->n; ++i)
     memcpy(c->addr[i], c->pack + at, c->count[i] * sizeof(float)), at += c->count[i];
@@ -64,13 +64,13 @@ static aq_status_t check_spec(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t 
                     COLL_TENSORS_MAX);
   for (uint32_t i = 0; i < s->n + (s->out != 0); ++i) {
     uint32_t x = i < s->n ? s->tensors[i] : s->out;
-    tensor_t *t = graph_tensor(g, (aq_tensor_t){x});
+    tensor_t *t = aq_graph_tensor(g, (aq_tensor_t){x});
     if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: tensor %u is not one of this graph", s->name, x);
     if (t->dtype != AQ_DTYPE_F32)
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: tensor '%s' is not f32 (collectives move f32)", s->name, t->name);
   }
   aq_collective_t probe = {.kind = s->kind, .reduce = s->reduce, .root = s->root};
-  return comm_check(comm, &probe, s->name);
+  return aq_comm_check(comm, &probe, s->name);
 }
 
 static aq_status_t call_code_object(aq_comm_t *comm, aq_code_object_t *out) {
@@ -82,7 +82,7 @@ static aq_status_t call_code_object(aq_comm_t *comm, aq_code_object_t *out) {
 }
 
 static coll_t *new_coll(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s) {
-  coll_t *c = comm_keep(comm, sizeof(coll_t));
+  coll_t *c = aq_comm_keep(comm, sizeof(coll_t));
   if (!c) return NULL;
   c->op = (comm_op_t){.comm = comm, .c = {.kind = s->kind, .reduce = s->reduce, .root = s->root}, .name = c->name};
   snprintf(c->name, sizeof(c->name), "%s", s->name);
@@ -90,7 +90,7 @@ static coll_t *new_coll(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s) {
   c->first_run_only = s->first_run_only;
   for (uint32_t i = 0; i < s->n; ++i)
     c->count[i] = g->tensors[s->tensors[i]].bytes / sizeof(float), c->total += c->count[i];
-  if (s->n > 1 && !(c->pack = comm_keep(comm, c->total * sizeof(float)))) return NULL;
+  if (s->n > 1 && !(c->pack = aq_comm_keep(comm, c->total * sizeof(float)))) return NULL;
   c->op.c.count = s->kind == AQ_COLLECTIVE_REDUCE_SCATTER ? g->tensors[s->out].bytes / sizeof(float) : c->total;
   return c;
 }
@@ -122,7 +122,7 @@ static int chained(aq_graph_t *g, aq_comm_t *comm) {
          ((const coll_t *)a.user)->op.comm == comm;
 }
 
-aq_status_t coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, uint32_t *out_start, uint32_t *out_done) {
+aq_status_t aq_coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, uint32_t *out_start, uint32_t *out_done) {
   AQ_RETURN_IF_ERROR(check_spec(g, comm, s));
   aq_code_object_t co;
   AQ_RETURN_IF_ERROR(call_code_object(comm, &co));
@@ -143,8 +143,8 @@ aq_status_t coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, uint3
   snprintf(done.name, sizeof(done.name), "%s", s->name);
   touch(&done, s, 0);
   uint32_t a, b;
-  AQ_RETURN_IF_ERROR(graph_new_task(g, &start, &a));
-  AQ_RETURN_IF_ERROR(graph_new_task(g, &done, &b));
+  AQ_RETURN_IF_ERROR(aq_graph_new_task(g, &start, &a));
+  AQ_RETURN_IF_ERROR(aq_graph_new_task(g, &done, &b));
   pthread_mutex_lock(&comm->keep_lock);
   aq_task_t prev = {chained(g, comm) ? comm->chain_task + 1 : 0};
   comm->chain_graph = g, comm->chain_task = a - 1;
@@ -158,11 +158,11 @@ aq_status_t coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, uint3
 static aq_status_t in_place(aq_graph_t *g, aq_comm_t *comm, aq_tensor_t x, aq_collective_kind_t kind,
                             aq_reduce_t reduce, uint32_t root, const char *op) {
   if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: graph is NULL", op);
-  tensor_t *t = graph_tensor(g, x);
+  tensor_t *t = aq_graph_tensor(g, x);
   char name[TASK_NAME_MAX];
   snprintf(name, sizeof(name), "%s %.40s", op + 6, t ? t->name : "?");
   coll_spec_t s = {.name = name, .kind = kind, .reduce = reduce, .root = root, .n = 1, .tensors = &x.id};
-  return coll_add(g, comm, &s, NULL, NULL);
+  return aq_coll_add(g, comm, &s, NULL, NULL);
 }
 
 AQ_API aq_status_t aq_op_allreduce(aq_graph_t *g, aq_comm_t *comm, aq_tensor_t x, aq_reduce_t reduce) {
@@ -178,7 +178,7 @@ AQ_API aq_status_t aq_op_broadcast(aq_graph_t *g, aq_comm_t *comm, aq_tensor_t x
 static aq_status_t to_new(aq_graph_t *g, aq_comm_t *comm, aq_tensor_t x, aq_collective_kind_t kind, aq_reduce_t reduce,
                           aq_tensor_t *out, const char *op) {
   if (!g || !out || !comm) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: graph, comm and out are required", op);
-  tensor_t *t = graph_tensor(g, x);
+  tensor_t *t = aq_graph_tensor(g, x);
   if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: x is tensor %u, not one of this graph", op, x.id);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, t->dims, sizeof(dims));
@@ -189,9 +189,9 @@ static aq_status_t to_new(aq_graph_t *g, aq_comm_t *comm, aq_tensor_t x, aq_coll
   char name[TASK_NAME_MAX];
   snprintf(name, sizeof(name), "%s(%.40s)", op + 6, t->name);
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, t->rank, dims, &id));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, t->rank, dims, &id));
   coll_spec_t s = {.name = name, .kind = kind, .reduce = reduce, .n = 1, .tensors = &x.id, .out = id};
-  AQ_RETURN_IF_ERROR(coll_add(g, comm, &s, NULL, NULL));
+  AQ_RETURN_IF_ERROR(aq_coll_add(g, comm, &s, NULL, NULL));
   out->id = id;
   return AQ_OK;
 }

@@ -6,10 +6,10 @@
 
 #include "runtime/symbols.h"
 
-cuda_api_t cu;
+cuda_api_t aq_cu;
 static void *lib;
 
-int cuda_api_load(char *why, size_t size) {
+int aq_cuda_api_load(char *why, size_t size) {
   if (lib) return 0;
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!h) {
@@ -23,14 +23,14 @@ int cuda_api_load(char *why, size_t size) {
 #undef CUDA_API_NONE_
 #undef CUDA_API_SYM_
   };
-  const char *missing = aq_symbols_resolve(h, required, sizeof(required) / sizeof(required[0]), &cu);
+  const char *missing = aq_symbols_resolve(h, required, sizeof(required) / sizeof(required[0]), &aq_cu);
   if (missing) {
     snprintf(why, size, "libcuda.so.1 lacks %s (driver too old; CUDA 12.4 or newer needed)", missing);
     dlclose(h);
     return -1;
   }
 #define CUDA_API_NONE_(field, symbol, params)
-#define CUDA_API_OPT_(field, symbol, params) *(void **)&cu.field = dlsym(h, symbol);
+#define CUDA_API_OPT_(field, symbol, params) *(void **)&aq_cu.field = dlsym(h, symbol);
   CUDA_API_LIST(CUDA_API_NONE_, CUDA_API_OPT_)
 #undef CUDA_API_OPT_
 #undef CUDA_API_NONE_
@@ -38,10 +38,10 @@ int cuda_api_load(char *why, size_t size) {
   return 0;
 }
 
-const char *cuda_error(CUresult r) {
+const char *aq_cuda_error(CUresult r) {
   static _Thread_local char buf[160];
   const char *s = NULL;
-  if (cu.cuGetErrorString) cu.cuGetErrorString(r, &s);
+  if (aq_cu.cuGetErrorString) aq_cu.cuGetErrorString(r, &s);
   snprintf(buf, sizeof(buf), "CUDA error %d%s%s", r, s ? ": " : "", s ? s : "");
   return buf;
 }

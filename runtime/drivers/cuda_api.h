@@ -119,11 +119,11 @@ typedef struct cuda_api {
 #undef CUDA_API_FIELD_
 } cuda_api_t;
 
-extern cuda_api_t cu;
+extern cuda_api_t aq_cu;
 
-/* dlopens libcuda.so.1 and resolves cu; 0 on success, else -1 with why. */
-int cuda_api_load(char *why, size_t size);
+/* dlopens libcuda.so.1 and resolves aq_cu; 0 on success, else -1 with why. */
+int aq_cuda_api_load(char *why, size_t size);
 /* "CUDA_ERROR_...: text" for a result. */
-const char *cuda_error(CUresult r);
+const char *aq_cuda_error(CUresult r);
 
 #endif
