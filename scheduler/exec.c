@@ -80,13 +80,14 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK) s = aq_exec_find_inputs(e);
   if (s == AQ_OK) s = aq_exec_plan_memory(e);
   uint64_t t_lower = t0 ? aq_now_ns() : 0;
-  if (s == AQ_OK) s = aq_exec_lower(e, options ? options->queue_size : 0);
+  if (s == AQ_OK && (s = aq_exec_lower(e, options ? options->queue_size : 0)) != AQ_OK) aq_error_annotate(s, "lower");
   if (s == AQ_OK) s = aq_graph_write_initial_values(e, e->user_graph);
   if (s != AQ_OK) {
-    char msg[512];
-    snprintf(msg, sizeof(msg), "%s", aq_last_error());
+    aq_error_saved_t first;
+    aq_error_save(&first);
     aq_exec_destroy(e);
-    return aq_error(s, "%s", msg);
+    aq_error_restore(s, &first);
+    return aq_error_annotate(s, "instantiate");
   }
   if (t0) {
     aq_trace_event_t ev = {.name = "instantiate", .category = "runtime", .ready_ns = t0, .start_ns = t0,

@@ -85,8 +85,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
     e->last_kernel_co = 0;
     if (aq_code_object_find_kernel(co, name, e->agents[a], &e->last_kernel) != AQ_OK)
-      return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is placed on agent %s, which lacks kernel '%s': %s",
-                      task->name, e->agent_names[a], name, aq_last_error());
+      return aq_error_annotate(AQ_ERROR_INVALID_GRAPH, "placed on agent %s, which lacks kernel '%s'",
+                               e->agent_names[a], name);
     /* remembered only once found (the names are at most 63 characters) */
     e->last_kernel_co = co.handle, e->last_kernel_agent = a;
     snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", name);
@@ -94,8 +94,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   k = e->last_kernel;
   size_t bytes = aq_exec_kernarg_bytes(e, t);
   if (bytes < k.kernarg_size)
-    return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': kernel '%s' takes %u bytes of kernargs, the task gives %zu",
-                    task->name, name, k.kernarg_size, bytes);
+    return aq_error(AQ_ERROR_INVALID_GRAPH, "kernel '%s' takes %u bytes of kernargs, the task gives %zu", name,
+                    k.kernarg_size, bytes);
   e->kernargs[t] = (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a];
   e->kernarg_used[a] += (bytes + 63) & ~(size_t)63;
   uint8_t *ka = e->kernargs[t];
@@ -186,7 +186,7 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
   if (nd) AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
   if (task->nafter_any) {
     if (task->nafter_any > 5)
-      return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': an after-any edge of %u tasks (at most 5)", task->name,
+      return aq_error(AQ_ERROR_INVALID_GRAPH, "an after-any edge of %u tasks (at most 5)",
                       task->nafter_any);
     for (uint32_t j = 0; j < task->nafter_any; ++j) deps[j] = e->signals[task->after_any[j]];
     AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_OR, deps, task->nafter_any, none));
@@ -233,7 +233,8 @@ aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size) {
   memset(e->covered, 0, (size_t)e->nlanes * e->nlanes * sizeof(uint32_t));
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->signals[t]));
   for (uint32_t k = 0; k < e->plan.ntasks; ++k)
-    if (!e->fusion.absorbed[e->plan.order[k]]) AQ_RETURN_IF_ERROR(lower_task(e, e->plan.order[k]));
+    if (!e->fusion.absorbed[e->plan.order[k]])
+      AQ_RETURN_IF_ERROR_CTX(lower_task(e, e->plan.order[k]), "task '%s'", g->tasks[e->plan.order[k]].name);
   aq_signal_t none = {0};
   /* One lane ends with barriers over every other lane's end: its done
    * signal is the run's (aq_exec_completion_signal). The lane of the plan's
