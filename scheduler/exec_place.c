@@ -90,7 +90,7 @@ uint8_t *aq_exec_eligibility(aq_exec_t *e, uint32_t kinds) {
 
 aq_sched_policy_t aq_exec_policy_from(const aq_exec_options_t *o) {
   if (o && o->policy) return o->policy;
-  /* AQ_SCHED, checked at aq_init (runtime.h's AQ_SCHED_NAMES), else heft. */
+  /* AQ_SCHED, checked at aq_init against settings.h's list, else heft. */
   const char *name = aq_runtime_config()->sched;
   static const struct { const char *name; aq_sched_policy_t policy; } by_name[] = {
       {"eager", AQ_SCHED_EAGER},     {"round-robin", AQ_SCHED_ROUND_ROBIN}, {"pinned", AQ_SCHED_PINNED},
