@@ -138,6 +138,7 @@ TEST_DATA :=
 -include tests/data.mk
 
 test: all $(TEST_BINS) $(STRESS_BIN) $(TEST_DATA)
+	@tools/check-symbols.sh $(BUILD)
 	@AQ_BUILD_DIR=$(BUILD) AQ_BUILD_SAN=$(SAN) tools/run-tests.sh $(BUILD) $(TEST_BINS) $(STRESS_BIN)
 
 # Sanitizer runs: ASan (+UBSan) runs every suite; TSan runs the thread

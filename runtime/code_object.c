@@ -16,6 +16,7 @@
 
 #include "runtime/driver.h"
 #include "runtime/handle.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 typedef struct code_object {
@@ -136,8 +137,8 @@ static aq_status_t find_file(const char *name, char *out, size_t size) {
   }
   char searched[1024] = "";
   aq_status_t refused = AQ_OK;
-  const char *env = getenv("AQ_CODE_OBJECT_PATH");
-  if (env) {
+  const char *env = aq_setting_text(AQ_SET_CODE_OBJECT_PATH);
+  if (*env) {
     char *copy = strdup(env), *save = NULL;
     if (!copy) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for AQ_CODE_OBJECT_PATH");
     for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {

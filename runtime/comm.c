@@ -8,6 +8,7 @@
 
 #include "runtime/comm.h"
 #include "runtime/runtime.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 enum { DEFAULT_TIMEOUT_MS = 300000 };
@@ -29,14 +30,7 @@ static void finalize_at_exit(void) {
 
 static aq_status_t timeout_of(const aq_comm_options_t *o, uint64_t *out_ns) {
   uint64_t ms = o ? o->timeout_ms : 0;
-  const char *env = getenv("AQ_COMM_TIMEOUT_MS");
-  if (!ms && env && *env) {
-    char *end;
-    unsigned long long v = strtoull(env, &end, 10);
-    if (*end || *env == '-' || v == 0)
-      return aq_error(AQ_ERROR_INVALID_ARGUMENT, "AQ_COMM_TIMEOUT_MS='%s': expected a whole number of ms above 0", env);
-    ms = v;
-  }
+  if (!ms) ms = aq_setting_u64(AQ_SET_COMM_TIMEOUT_MS);
   *out_ns = (ms ? ms : DEFAULT_TIMEOUT_MS) * 1000000ull;
   return AQ_OK;
 }
@@ -58,7 +52,7 @@ static aq_status_t new_comm(const aq_comm_options_t *o, aq_comm_t **user_out, aq
 }
 
 static aq_status_t init_mpi(void) {
-  AQ_RETURN_IF_ERROR(comm_mpi_load());
+  AQ_RETURN_IF_ERROR(aq_comm_mpi_load());
   int up = 0, provided = 0;
   aq_mpi.Initialized(&up);
   if (up) {
@@ -72,7 +66,7 @@ static aq_status_t init_mpi(void) {
     return AQ_OK;
   }
   int rc = aq_mpi.Init_thread(NULL, NULL, AQ_MPI_THREAD_MULTIPLE, &provided);
-  if (rc != 0) return aq_error(AQ_ERROR_UNAVAILABLE, "MPI_Init_thread failed: %s", comm_mpi_error(rc));
+  if (rc != 0) return aq_error(AQ_ERROR_UNAVAILABLE, "MPI_Init_thread failed: %s", aq_comm_mpi_error(rc));
   if (!atomic_exchange(&we_initialized, 1)) atexit(finalize_at_exit);
   return AQ_OK;
 }
@@ -83,8 +77,8 @@ static aq_status_t all_agree(aq_comm_t *c, int mine, int *out_all) {
   float v = mine ? 1.0f : 0.0f;
   comm_op_t op = {
       .comm = c, .c = {.kind = AQ_COLLECTIVE_ALLREDUCE, .send = &v, .recv = &v, .count = 1}, .name = "agree on NCCL"};
-  comm_op_start(&op);
-  AQ_RETURN_IF_ERROR(comm_op_complete(&op));
+  aq_comm_op_start(&op);
+  AQ_RETURN_IF_ERROR(aq_comm_op_complete(&op));
   *out_all = v == (float)c->size;
   return AQ_OK;
 }
@@ -110,13 +104,13 @@ AQ_API aq_status_t aq_comm_create_mpi(void *mpi_comm, const aq_comm_options_t *o
     if (!rc) rc = aq_mpi.Comm_set_errhandler(c->mpi, (MPI_Errhandler)aq_mpi.ompi_mpi_errors_return);
     if (!rc) rc = aq_mpi.Comm_rank(c->mpi, &rank);
     if (!rc) rc = aq_mpi.Comm_size(c->mpi, &size);
-    if (rc) s = aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_comm_create_mpi: %s", comm_mpi_error(rc));
+    if (rc) s = aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_comm_create_mpi: %s", aq_comm_mpi_error(rc));
   }
   c->rank = (uint32_t)rank, c->size = (uint32_t)size, c->local_ranks = 1;
   int nccl = 0;
   if (s == AQ_OK && c->size > 1 && !(options && options->no_nccl))
-    s = all_agree(c, have_gpu() && comm_nccl_load() == AQ_OK, &nccl);
-  if (s == AQ_OK && nccl) s = comm_nccl_join_mpi(c);
+    s = all_agree(c, have_gpu() && aq_comm_nccl_load() == AQ_OK, &nccl);
+  if (s == AQ_OK && nccl) s = aq_comm_nccl_join_mpi(c);
   if (s != AQ_OK) {
     aq_comm_destroy(c);
     return s;
@@ -128,8 +122,8 @@ AQ_API aq_status_t aq_comm_create_mpi(void *mpi_comm, const aq_comm_options_t *o
 AQ_API aq_status_t aq_comm_create_gpus(const aq_comm_options_t *options, aq_comm_t **out) {
   aq_comm_t *c;
   AQ_RETURN_IF_ERROR(new_comm(options, out, &c));
-  aq_status_t s = comm_nccl_load();
-  if (s == AQ_OK) s = comm_nccl_join_gpus(c);
+  aq_status_t s = aq_comm_nccl_load();
+  if (s == AQ_OK) s = aq_comm_nccl_join_gpus(c);
   if (s != AQ_OK) {
     aq_comm_destroy(c);
     return s;
@@ -143,7 +137,7 @@ AQ_API aq_status_t aq_comm_destroy(aq_comm_t *c) {
   if (!c) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_comm_destroy: comm is NULL");
   int broken = atomic_load(&c->broken);
   if (broken) atomic_store(&any_broken, 1);
-  comm_nccl_leave(c, broken);
+  aq_comm_nccl_leave(c, broken);
   /* A communicator with a collective stuck in it cannot be freed. */
   if (c->mpi && !broken) aq_mpi.Comm_free(&c->mpi);
   for (struct comm_kept *k = c->kept, *next; k; k = next) next = k->next, free(k);
@@ -154,7 +148,7 @@ AQ_API aq_status_t aq_comm_destroy(aq_comm_t *c) {
   return AQ_OK;
 }
 
-void *comm_keep(aq_comm_t *c, size_t bytes) {
+void *aq_comm_keep(aq_comm_t *c, size_t bytes) {
   struct comm_kept *k = calloc(1, sizeof(*k) + bytes);
   if (!k) return NULL;
   pthread_mutex_lock(&c->keep_lock);
@@ -164,7 +158,7 @@ void *comm_keep(aq_comm_t *c, size_t bytes) {
   return k->data;
 }
 
-aq_status_t comm_lib_load(comm_lib_t *l) {
+aq_status_t aq_comm_lib_load(comm_lib_t *l) {
   pthread_mutex_lock(&l->lock);
   if (!l->loaded) {
     void *h = dlopen(l->soname, l->dlopen_flags);
@@ -196,18 +190,18 @@ AQ_API aq_status_t aq_comm_backend_status(const char *backend, const char **mess
   if (!backend || !message)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_comm_backend_status: backend and message are required");
   if (!strcmp(backend, "mpi")) {
-    comm_mpi_load();
-    *message = comm_mpi_status();
+    aq_comm_mpi_load();
+    *message = aq_comm_mpi_status();
   } else if (!strcmp(backend, "nccl")) {
-    comm_nccl_load();
-    *message = comm_nccl_status();
+    aq_comm_nccl_load();
+    *message = aq_comm_nccl_status();
   } else {
     return aq_error(AQ_ERROR_NOT_FOUND, "no collective backend called '%s' (mpi, nccl)", backend);
   }
   return AQ_OK;
 }
 
-aq_status_t comm_check(const aq_comm_t *c, const aq_collective_t *x, const char *what) {
+aq_status_t aq_comm_check(const aq_comm_t *c, const aq_collective_t *x, const char *what) {
   if (!c || !x) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: comm and collective are required", what);
   if (x->kind < AQ_COLLECTIVE_ALLREDUCE || x->kind > AQ_COLLECTIVE_REDUCE_SCATTER)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: unknown collective kind %d", what, x->kind);
@@ -224,19 +218,19 @@ aq_status_t comm_check(const aq_comm_t *c, const aq_collective_t *x, const char 
 }
 
 AQ_API aq_status_t aq_comm_run(aq_comm_t *c, const aq_collective_t *x) {
-  AQ_RETURN_IF_ERROR(comm_check(c, x, "aq_comm_run"));
+  AQ_RETURN_IF_ERROR(aq_comm_check(c, x, "aq_comm_run"));
   if (!c->mpi)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT,
                     "aq_comm_run: a GPU communicator's collectives go on queues (aq_comm_enqueue)");
   comm_op_t op = {.comm = c, .c = *x, .name = "aq_comm_run"};
-  comm_op_start(&op);
-  return comm_op_complete(&op);
+  aq_comm_op_start(&op);
+  return aq_comm_op_complete(&op);
 }
 
 AQ_API aq_status_t aq_comm_enqueue(aq_comm_t *c, aq_queue_t queue, const aq_collective_t *x, aq_signal_t completion) {
-  AQ_RETURN_IF_ERROR(comm_check(c, x, "aq_comm_enqueue"));
+  AQ_RETURN_IF_ERROR(aq_comm_check(c, x, "aq_comm_enqueue"));
   if (!c->ngpus)
     return aq_error(AQ_ERROR_UNAVAILABLE, "aq_comm_enqueue: the communicator has no GPU agents joined by NCCL (%s)",
-                    *comm_nccl_status() ? comm_nccl_status() : "no GPU agent");
-  return comm_nccl_enqueue(c, queue, x, completion);
+                    *aq_comm_nccl_status() ? aq_comm_nccl_status() : "no GPU agent");
+  return aq_comm_nccl_enqueue(c, queue, x, completion);
 }

@@ -102,18 +102,18 @@ typedef struct comm_lib {
   int loaded;
   char why_not[256];
 } comm_lib_t;
-aq_status_t comm_lib_load(comm_lib_t *lib);
+aq_status_t aq_comm_lib_load(comm_lib_t *lib);
 #define COMM_LIB(soname, label, hint, flags, resolve) \
   {soname, label, hint, flags, resolve, PTHREAD_MUTEX_INITIALIZER, 0, "not loaded yet"}
 
 /* Load the library once; AQ_OK, or AQ_ERROR_UNAVAILABLE saying why. */
-aq_status_t comm_mpi_load(void);
-aq_status_t comm_nccl_load(void);
+aq_status_t aq_comm_mpi_load(void);
+aq_status_t aq_comm_nccl_load(void);
 /* "" once loaded, else why not (after a load was tried). */
-const char *comm_mpi_status(void);
-const char *comm_nccl_status(void);
+const char *aq_comm_mpi_status(void);
+const char *aq_comm_nccl_status(void);
 /* libmpi's message for an error code. */
-const char *comm_mpi_error(int code);
+const char *aq_comm_mpi_error(int code);
 
 enum { COMM_GPUS_MAX = 16 };
 
@@ -145,7 +145,7 @@ struct aq_comm {
 };
 
 /* Zeroed memory that lives as long as the communicator. */
-void *comm_keep(aq_comm_t *comm, size_t bytes);
+void *aq_comm_keep(aq_comm_t *comm, size_t bytes);
 
 /* A collective in flight: what graph tasks start and complete. */
 typedef struct comm_op {
@@ -160,33 +160,33 @@ typedef struct comm_op {
 } comm_op_t;
 
 /* Starts op->c (MPI, nonblocking). A failure is kept in op and reported by
- * comm_op_complete, so the starter (a kernel) never fails. */
-void comm_op_start(comm_op_t *op);
+ * aq_comm_op_complete, so the starter (a kernel) never fails. */
+void aq_comm_op_start(comm_op_t *op);
 /* Drives op to its end, up to the communicator's timeout. */
-aq_status_t comm_op_complete(comm_op_t *op);
+aq_status_t aq_comm_op_complete(comm_op_t *op);
 /* Checks a collective's arguments against comm (sizes, root, kind). */
-aq_status_t comm_check(const aq_comm_t *comm, const aq_collective_t *c, const char *what);
+aq_status_t aq_comm_check(const aq_comm_t *comm, const aq_collective_t *c, const char *what);
 
 /* NCCL halves (comm_nccl.c). */
-aq_status_t comm_nccl_join_mpi(aq_comm_t *comm);
-aq_status_t comm_nccl_join_gpus(aq_comm_t *comm);
-void comm_nccl_leave(aq_comm_t *comm, int abort);
+aq_status_t aq_comm_nccl_join_mpi(aq_comm_t *comm);
+aq_status_t aq_comm_nccl_join_gpus(aq_comm_t *comm);
+void aq_comm_nccl_leave(aq_comm_t *comm, int abort);
 
 /* The NCCL watchdog (comm_watch.c): started once the NCCL communicators
  * exist, stopped before they go. A local rank's calls go between lock and
  * unlock (the abort takes the same lock); issued records one that went on
  * the stream, with its completion signal (0: none). */
-aq_status_t comm_watch_start(aq_comm_t *comm);
-void comm_watch_stop(aq_comm_t *comm);
-void comm_watch_lock(aq_comm_t *comm, uint32_t local);
-void comm_watch_unlock(aq_comm_t *comm, uint32_t local);
-void comm_watch_issued(aq_comm_t *comm, uint32_t local, void *stream, uint64_t completion, uint32_t kind,
+aq_status_t aq_comm_watch_start(aq_comm_t *comm);
+void aq_comm_watch_stop(aq_comm_t *comm);
+void aq_comm_watch_lock(aq_comm_t *comm, uint32_t local);
+void aq_comm_watch_unlock(aq_comm_t *comm, uint32_t local);
+void aq_comm_watch_issued(aq_comm_t *comm, uint32_t local, void *stream, uint64_t completion, uint32_t kind,
                        uint64_t bytes);
-aq_status_t comm_nccl_enqueue(aq_comm_t *comm, aq_queue_t queue, const aq_collective_t *c, aq_signal_t completion);
+aq_status_t aq_comm_nccl_enqueue(aq_comm_t *comm, aq_queue_t queue, const aq_collective_t *c, aq_signal_t completion);
 /* Called on a GPU queue's packet processor (a stream call): n collectives
  * of one kind of local rank `local` onto its stream, as one NCCL group (a
  * bucket's tensors: one launch), watched as one with its completion. */
-aq_status_t comm_nccl_stream(aq_comm_t *comm, uint32_t local, const aq_collective_t *x, uint32_t n, void *stream,
+aq_status_t aq_comm_nccl_stream(aq_comm_t *comm, uint32_t local, const aq_collective_t *x, uint32_t n, void *stream,
                              uint64_t completion);
 
 #endif /* AQ_RUNTIME_COMM_H_ */

@@ -35,10 +35,10 @@ static const char *resolve(void *h, char *why, size_t size) {
 static comm_lib_t lib = COMM_LIB("libmpi.so.40", "MPI", " (Open MPI: apt-get install openmpi-bin)",
                                  RTLD_NOW | RTLD_GLOBAL, resolve);
 
-aq_status_t comm_mpi_load(void) { return comm_lib_load(&lib); }
-const char *comm_mpi_status(void) { return lib.loaded ? "" : lib.why_not; }
+aq_status_t aq_comm_mpi_load(void) { return aq_comm_lib_load(&lib); }
+const char *aq_comm_mpi_status(void) { return lib.loaded ? "" : lib.why_not; }
 
-const char *comm_mpi_error(int code) {
+const char *aq_comm_mpi_error(int code) {
   static _Thread_local char buf[256];
   int len = 0;
   if (!aq_mpi.Error_string || aq_mpi.Error_string(code, buf, &len) != 0)
@@ -80,7 +80,7 @@ static int post(comm_op_t *op, int n) {
   return -1;
 }
 
-void comm_op_start(comm_op_t *op) {
+void aq_comm_op_start(comm_op_t *op) {
   aq_comm_t *c = op->comm;
   op->active = 0;
   op->start_error = AQ_OK;
@@ -102,7 +102,7 @@ void comm_op_start(comm_op_t *op) {
   pthread_mutex_unlock(&c->lock);
   if (rc != 0) {
     op->start_error = AQ_ERROR_IO;
-    snprintf(op->start_why, sizeof(op->start_why), "%s", comm_mpi_error(rc));
+    snprintf(op->start_why, sizeof(op->start_why), "%s", aq_comm_mpi_error(rc));
     return;
   }
   op->active = 1;
@@ -168,7 +168,7 @@ static aq_status_t timed_out(comm_op_t *op) {
   return fail(op, AQ_ERROR_TIMEOUT, why);
 }
 
-aq_status_t comm_op_complete(comm_op_t *op) {
+aq_status_t aq_comm_op_complete(comm_op_t *op) {
   aq_comm_t *c = op->comm;
   if (op->start_error != AQ_OK) return fail(op, op->start_error, op->start_why);
   if (!op->active) return AQ_OK;
@@ -181,7 +181,7 @@ aq_status_t comm_op_complete(comm_op_t *op) {
     pthread_mutex_unlock(&c->lock);
     if (rc != 0) {
       op->active = 0;
-      return fail(op, AQ_ERROR_IO, comm_mpi_error(rc));
+      return fail(op, AQ_ERROR_IO, aq_comm_mpi_error(rc));
     }
     if (done) break;
     uint64_t now = aq_now_ns();

@@ -32,8 +32,8 @@ static const char *resolve(void *h, char *why, size_t size) {
 
 static comm_lib_t lib = COMM_LIB("libnccl.so.2", "NCCL", "", RTLD_NOW | RTLD_LOCAL, resolve);
 
-aq_status_t comm_nccl_load(void) { return comm_lib_load(&lib); }
-const char *comm_nccl_status(void) { return lib.loaded ? "" : lib.why_not; }
+aq_status_t aq_comm_nccl_load(void) { return aq_comm_lib_load(&lib); }
+const char *aq_comm_nccl_status(void) { return lib.loaded ? "" : lib.why_not; }
 
 static aq_status_t nccl_failed(ncclResult_t r, const char *what) {
   return aq_error(AQ_ERROR_IO, "%s: NCCL error %d: %s", what, r, aq_nccl.GetErrorString(r));
@@ -53,7 +53,7 @@ static cuda_agent_t *gpu(uint32_t agent) { return aq_agent_at(agent)->driver_dat
 
 /* One GPU per process: the local rank's (Open MPI says which), of the ones
  * this process sees. Rank 0's unique id reaches the others over MPI. */
-aq_status_t comm_nccl_join_mpi(aq_comm_t *c) {
+aq_status_t aq_comm_nccl_join_mpi(aq_comm_t *c) {
   uint32_t agents[COMM_GPUS_MAX], n = cuda_agents(agents, COMM_GPUS_MAX);
   if (!n) return aq_error(AQ_ERROR_UNAVAILABLE, "NCCL: no GPU agent in this process");
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
@@ -67,30 +67,30 @@ aq_status_t comm_nccl_join_mpi(aq_comm_t *c) {
   comm_op_t op = {.comm = c,
                   .c = {.kind = AQ_COLLECTIVE_BROADCAST, .recv = (float *)(void *)&id, .count = sizeof(id) / 4},
                   .name = "NCCL unique id"};
-  comm_op_start(&op);
-  AQ_RETURN_IF_ERROR(comm_op_complete(&op));
-  cuda_bind(gpu(agents[pick]));
+  aq_comm_op_start(&op);
+  AQ_RETURN_IF_ERROR(aq_comm_op_complete(&op));
+  aq_cuda_bind(gpu(agents[pick]));
   ncclResult_t r = aq_nccl.CommInitRank(&c->nccl[0], (int)c->size, id, (int)c->rank);
   if (r != NCCL_SUCCESS) return nccl_failed(r, "ncclCommInitRank");
   c->gpu_agent[0] = agents[pick];
   c->ngpus = 1;
-  return comm_watch_start(c);
+  return aq_comm_watch_start(c);
 }
 
-aq_status_t comm_nccl_join_gpus(aq_comm_t *c) {
+aq_status_t aq_comm_nccl_join_gpus(aq_comm_t *c) {
   uint32_t agents[COMM_GPUS_MAX], n = cuda_agents(agents, COMM_GPUS_MAX);
   if (!n) return aq_error(AQ_ERROR_UNAVAILABLE, "aq_comm_create_gpus: this process has no CUDA GPU agent");
   int devices[COMM_GPUS_MAX];
   for (uint32_t i = 0; i < n; ++i) devices[i] = gpu(agents[i])->device, c->gpu_agent[i] = agents[i];
-  cuda_bind(gpu(agents[0]));
+  aq_cuda_bind(gpu(agents[0]));
   ncclResult_t r = aq_nccl.CommInitAll(c->nccl, (int)n, devices);
   if (r != NCCL_SUCCESS) return nccl_failed(r, "ncclCommInitAll");
   c->ngpus = n;
-  return comm_watch_start(c);
+  return aq_comm_watch_start(c);
 }
 
-void comm_nccl_leave(aq_comm_t *c, int abort) {
-  comm_watch_stop(c);
+void aq_comm_nccl_leave(aq_comm_t *c, int abort) {
+  aq_comm_watch_stop(c);
   for (uint32_t i = 0; i < c->ngpus; ++i)
     if (c->nccl[i]) (abort ? aq_nccl.CommAbort : aq_nccl.CommDestroy)(c->nccl[i]);
   c->ngpus = 0;
@@ -138,19 +138,19 @@ static void trace_call(aq_comm_t *c, uint32_t local, const aq_collective_t *x, u
   aq_trace_record(&ev);
 }
 
-aq_status_t comm_nccl_stream(aq_comm_t *c, uint32_t local, const aq_collective_t *x, uint32_t n, void *stream,
+aq_status_t aq_comm_nccl_stream(aq_comm_t *c, uint32_t local, const aq_collective_t *x, uint32_t n, void *stream,
                              uint64_t completion) {
   uint64_t bytes = 0;
   for (uint32_t i = 0; i < n; ++i) bytes += x[i].count * 4;
-  comm_watch_lock(c, local);
+  aq_comm_watch_lock(c, local);
   if (atomic_load(&c->broken) || !c->nccl[local]) {
-    comm_watch_unlock(c, local);
+    aq_comm_watch_unlock(c, local);
     return aq_error(AQ_ERROR_UNAVAILABLE, "the communicator failed earlier: %s", c->broken_why);
   }
   uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
   ncclResult_t r = call_group(c->nccl[local], x, n, stream);
-  if (r == NCCL_SUCCESS || r == NCCL_IN_PROGRESS) comm_watch_issued(c, local, stream, completion, x->kind, bytes);
-  comm_watch_unlock(c, local);
+  if (r == NCCL_SUCCESS || r == NCCL_IN_PROGRESS) aq_comm_watch_issued(c, local, stream, completion, x->kind, bytes);
+  aq_comm_watch_unlock(c, local);
   if (r != NCCL_SUCCESS && r != NCCL_IN_PROGRESS) {
     char msg[sizeof(c->broken_why)];
     snprintf(msg, sizeof(msg), "rank %u of %u: NCCL collective %u (%llu bytes): error %d: %s", c->rank + local,
@@ -171,10 +171,10 @@ static aq_status_t stream_collective(const hsa_agent_dispatch_packet_t *p, void 
                        .send = (const float *)(uintptr_t)p->arg[1],
                        .recv = (float *)(uintptr_t)p->arg[2],
                        .count = p->arg[3]};
-  return comm_nccl_stream(p->return_address, (p->reserved0 >> 8) & 255, &x, 1, stream, p->completion_signal.handle);
+  return aq_comm_nccl_stream(p->return_address, (p->reserved0 >> 8) & 255, &x, 1, stream, p->completion_signal.handle);
 }
 
-aq_status_t comm_nccl_enqueue(aq_comm_t *c, aq_queue_t queue, const aq_collective_t *x, aq_signal_t completion) {
+aq_status_t aq_comm_nccl_enqueue(aq_comm_t *c, aq_queue_t queue, const aq_collective_t *x, aq_signal_t completion) {
   aq_queue_impl_t *q;
   AQ_RETURN_IF_ERROR(aq_queue_resolve(queue, &q));
   uint32_t local = 0;

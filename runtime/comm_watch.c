@@ -102,7 +102,7 @@ static void *watch_main(void *arg) {
   return NULL;
 }
 
-aq_status_t comm_watch_start(aq_comm_t *c) {
+aq_status_t aq_comm_watch_start(aq_comm_t *c) {
   struct comm_watch *w = calloc(1, sizeof(*w));
   if (!w) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for the NCCL watchdog");
   w->comm = c;
@@ -122,7 +122,7 @@ aq_status_t comm_watch_start(aq_comm_t *c) {
   return AQ_OK;
 }
 
-void comm_watch_stop(aq_comm_t *c) {
+void aq_comm_watch_stop(aq_comm_t *c) {
   struct comm_watch *w = c->watch;
   if (!w) return;
   atomic_store(&w->running, 0);
@@ -132,14 +132,14 @@ void comm_watch_stop(aq_comm_t *c) {
   c->watch = NULL;
 }
 
-void comm_watch_lock(aq_comm_t *c, uint32_t local) { pthread_mutex_lock(&c->watch->lock[local]); }
-void comm_watch_unlock(aq_comm_t *c, uint32_t local) { pthread_mutex_unlock(&c->watch->lock[local]); }
+void aq_comm_watch_lock(aq_comm_t *c, uint32_t local) { pthread_mutex_lock(&c->watch->lock[local]); }
+void aq_comm_watch_unlock(aq_comm_t *c, uint32_t local) { pthread_mutex_unlock(&c->watch->lock[local]); }
 
-void comm_watch_issued(aq_comm_t *c, uint32_t local, void *stream, uint64_t completion, uint32_t kind, uint64_t bytes) {
+void aq_comm_watch_issued(aq_comm_t *c, uint32_t local, void *stream, uint64_t completion, uint32_t kind, uint64_t bytes) {
   struct comm_watch *w = c->watch;
   uint64_t q = atomic_load(&w->issued[local]) + 1;
   w->ring[local][q % WATCH_RING] = (issued_t){aq_now_ns(), completion, kind, bytes};
   atomic_store(&w->issued[local], q);
   aq_signal_slot_t *d = aq_signal_slot(w->done[local].handle);
-  if (d) cu.cuStreamWriteValue64((CUstream)stream, cuda_signal_address(d), q, 0);
+  if (d) aq_cu.cuStreamWriteValue64((CUstream)stream, aq_cuda_signal_address(d), q, 0);
 }

@@ -12,6 +12,7 @@
 #include "runtime/handle.h"
 #include "runtime/memory.h"
 #include "runtime/queue.h"
+#include "runtime/settings.h"
 #include "runtime/signal.h"
 #include "runtime/status.h"
 
@@ -33,128 +34,16 @@ hwloc_topology_t aq_topology(void) { return topology; }
 uint32_t aq_agent_count(void) { return agent_count; }
 aq_agent_impl_t *aq_agent_at(uint32_t index) { return index < agent_count ? agents[index] : NULL; }
 
-/* Where each setting came from, in the order of the table below. */
-enum { SET_SPIN, SET_GPU_SPIN, SET_SIGNALS, SET_WORKERS, SET_CPU_AGENTS, SET_AGENTS, SET_SCHED, SET_MEMORY_LIMIT,
-       SET_SHUTDOWN, SET_COUNT };
-static const char *setting_source[SET_COUNT];
-
-/* The first numeric setting whose environment value is not a number
- * (validate_options refuses it by name instead of reading "abc" as 0). */
-static const char *bad_number;
-
-static uint64_t pick_u64(int id, const char *env, uint64_t option, uint64_t fallback) {
-  const char *v = getenv(env);
-  setting_source[id] = option ? "options" : v && *v ? "environment" : "default";
-  if (option || !v || !*v) return option ? option : fallback;
-  char *end;
-  uint64_t n = strtoull(v, &end, 0);
-  if (*end || *v == '-') {
-    if (!bad_number) bad_number = env;
-    return fallback;
-  }
-  return n;
-}
-
-static void pick_str(int id, const char *env, const char *option, const char *fallback, char *dst,
-                     size_t size) {
-  const char *v = getenv(env);
-  setting_source[id] = option ? "options" : v && *v ? "environment" : "default";
-  snprintf(dst, size, "%s", option ? option : v && *v ? v : fallback);
-}
-
-static void configure(const aq_init_options_t *o) {
-  aq_init_options_t none = {0};
-  if (!o) o = &none;
-  bad_number = NULL;
-  /* 200 us: a CPU worker idle between a GPU training step's loaders (one
-   * step every 143 us on an H100) catches the next ones without a futex
-   * wake; at 20 us they started 18-35 us into the step, and the one that
-   * copies the batch could decide when the next step began (H100 MLP step,
-   * medians of 6: 144.5 -> 142.5 us, spread 143.0-147.1 -> 142.2-144.3; the
-   * 16-core CPU step alike). */
-  config.spin_ns = pick_u64(SET_SPIN, "AQ_SPIN_US", o->spin_us, 200) * 1000ull;
-  config.gpu_spin_ns = pick_u64(SET_GPU_SPIN, "AQ_GPU_SPIN_US", o->gpu_spin_us, 200) * 1000ull;
-  config.max_signals = (uint32_t)pick_u64(SET_SIGNALS, "AQ_MAX_SIGNALS", o->max_signals, 65536);
-  config.cpu_workers = (uint32_t)pick_u64(SET_WORKERS, "AQ_CPU_WORKERS", o->cpu_workers, 0);
-  pick_str(SET_CPU_AGENTS, "AQ_CPU_AGENTS", o->cpu_agents, "numa", config.cpu_agents,
-           sizeof(config.cpu_agents));
-  pick_str(SET_AGENTS, "AQ_AGENTS", o->drivers, "all", config.drivers, sizeof(config.drivers));
-  pick_str(SET_SCHED, "AQ_SCHED", NULL, "heft", config.sched, sizeof(config.sched));
-  pick_str(SET_MEMORY_LIMIT, "AQ_MEMORY_LIMIT", o->memory_limit, "", config.memory_limit,
-           sizeof(config.memory_limit));
-  config.shutdown_timeout_ns =
-      pick_u64(SET_SHUTDOWN, "AQ_SHUTDOWN_TIMEOUT_MS", o->shutdown_timeout_ms, 5000) * 1000000ull;
-}
-
-/* "2G", "512M", "4096": bytes, or 0 if it is no size. */
-static uint64_t parse_size(const char *s, size_t len) {
-  if (!len || len > 24 || s[0] < '0' || s[0] > '9') return 0;
-  char buf[32];
-  memcpy(buf, s, len);
-  buf[len] = '\0';
-  char *end;
-  unsigned long long v = strtoull(buf, &end, 10);
-  int shift = 0;
-  switch (*end) {
-    case 'K': case 'k': shift = 10, end++; break;
-    case 'M': case 'm': shift = 20, end++; break;
-    case 'G': case 'g': shift = 30, end++; break;
-    case 'T': case 't': shift = 40, end++; break;
-    default: break;
-  }
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end || v == 0 || v > (UINT64_MAX >> shift)) return 0;
-  return (uint64_t)v << shift;
-}
-
-/* The budget AQ_MEMORY_LIMIT gives agent `name` (0: none); with name NULL,
- * whether the whole setting is well formed (1) or not (0). */
-static uint64_t memory_limit_of(const char *name, int *well_formed) {
-  uint64_t all = 0, mine = 0;
-  *well_formed = 1;
-  for (const char *p = config.memory_limit; *p;) {
-    size_t len = strcspn(p, ",");
-    const char *eq = memchr(p, '=', len);
-    uint64_t v = eq ? parse_size(eq + 1, len - (size_t)(eq + 1 - p)) : parse_size(p, len);
-    if (!v || (eq && eq == p)) *well_formed = 0;
-    else if (!eq) all = v;
-    else if (name && strlen(name) == (size_t)(eq - p) && !memcmp(p, name, (size_t)(eq - p))) mine = v;
-    p += len + (p[len] == ',');
-  }
-  return mine ? mine : all;
-}
-
-AQ_API aq_status_t aq_settings(aq_setting_t *out, size_t capacity, size_t *count) {
-  if (!count) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_settings: count is NULL");
-  if (capacity && !out)
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_settings: settings is NULL with capacity %zu", capacity);
-  if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
-  aq_setting_t all[SET_COUNT] = {
-      {"AQ_SPIN_US", "", NULL, "how long a waiter spins before it sleeps (us)"},
-      {"AQ_GPU_SPIN_US", "", NULL, "how long a GPU queue's processor polls after its last work (us)"},
-      {"AQ_MAX_SIGNALS", "", NULL, "signals the process may hold at once"},
-      {"AQ_CPU_WORKERS", "", NULL, "most worker threads per CPU agent (0: one per core)"},
-      {"AQ_CPU_AGENTS", "", NULL, "how cores group into CPU agents: numa, package, machine, N"},
-      {"AQ_AGENTS", "", NULL, "drivers to start: all, or a list of cpu,cuda,rocr"},
-      {"AQ_SCHED", "", NULL, "graphs' placement: heft (measured costs), eager, round-robin, pinned, locality"},
-      {"AQ_MEMORY_LIMIT", "", NULL, "memory budgets: a size for every agent, or agent=size,... (K, M, G, T)"},
-      {"AQ_SHUTDOWN_TIMEOUT_MS", "", NULL, "how long aq_shut_down waits for running packets (ms)"},
-  };
-  snprintf(all[SET_SPIN].value, 64, "%llu", (unsigned long long)(config.spin_ns / 1000));
-  snprintf(all[SET_GPU_SPIN].value, 64, "%llu", (unsigned long long)(config.gpu_spin_ns / 1000));
-  snprintf(all[SET_SIGNALS].value, 64, "%u", config.max_signals);
-  snprintf(all[SET_WORKERS].value, 64, "%u", config.cpu_workers);
-  snprintf(all[SET_CPU_AGENTS].value, 64, "%s", config.cpu_agents);
-  snprintf(all[SET_AGENTS].value, 64, "%s", config.drivers);
-  snprintf(all[SET_SCHED].value, 64, "%s", config.sched);
-  snprintf(all[SET_MEMORY_LIMIT].value, 64, "%s", config.memory_limit[0] ? config.memory_limit : "none");
-  snprintf(all[SET_SHUTDOWN].value, 64, "%llu", (unsigned long long)(config.shutdown_timeout_ns / 1000000));
-  for (size_t i = 0; i < SET_COUNT && i < capacity; ++i) {
-    out[i] = all[i];
-    out[i].source = setting_source[i];
-  }
-  *count = SET_COUNT;
-  return AQ_OK;
+/* The settings the runtime's modules read through aq_runtime_config(). */
+static void configure(void) {
+  config.spin_ns = aq_setting_u64(AQ_SET_SPIN_US) * 1000ull;
+  config.gpu_spin_ns = aq_setting_u64(AQ_SET_GPU_SPIN_US) * 1000ull;
+  config.max_signals = (uint32_t)aq_setting_u64(AQ_SET_MAX_SIGNALS);
+  config.cpu_workers = (uint32_t)aq_setting_u64(AQ_SET_CPU_WORKERS);
+  snprintf(config.cpu_agents, sizeof(config.cpu_agents), "%s", aq_setting_text(AQ_SET_CPU_AGENTS));
+  snprintf(config.drivers, sizeof(config.drivers), "%s", aq_setting_text(AQ_SET_AGENTS));
+  snprintf(config.sched, sizeof(config.sched), "%s", aq_setting_text(AQ_SET_SCHED));
+  config.shutdown_timeout_ns = aq_setting_u64(AQ_SET_SHUTDOWN_TIMEOUT_MS) * 1000000ull;
 }
 
 static int driver_wanted(const char *name) {
@@ -163,37 +52,6 @@ static int driver_wanted(const char *name) {
   for (const char *p = config.drivers; (p = strstr(p, name)); p += n)
     if ((p == config.drivers || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return 1;
   return 0;
-}
-
-static aq_status_t validate_options(const aq_init_options_t *o) {
-  if (bad_number)
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s='%s': expected a whole number", bad_number, getenv(bad_number));
-  if (config.max_signals < 16 || config.max_signals > (1u << 24))
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "max_signals %u: must be in [16, 16777216]",
-                    config.max_signals);
-  const char *c = config.cpu_agents;
-  if (strcmp(c, "numa") && strcmp(c, "package") && strcmp(c, "machine") &&
-      (strspn(c, "0123456789") != strlen(c) || atoi(c) <= 0))
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
-                    "cpu_agents '%s' (AQ_CPU_AGENTS): expected numa, package, machine or a count",
-                    c);
-  static const char *const policies[] = {AQ_SCHED_NAMES};
-  int known = 0;
-  for (size_t i = 0; i < sizeof(policies) / sizeof(policies[0]); ++i) known |= !strcmp(config.sched, policies[i]);
-  if (!known)
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
-                    "AQ_SCHED='%s': expected heft (the default), eager, round-robin, pinned or locality", config.sched);
-  int well_formed;
-  memory_limit_of(NULL, &well_formed);
-  if (!well_formed)
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
-                    "memory_limit '%s' (AQ_MEMORY_LIMIT): expected a size (2G, 512M, 4096) or agent=size,... "
-                    "such as cpu0=2G,cuda0=40G",
-                    config.memory_limit);
-  if (config.shutdown_timeout_ns == 0)
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "AQ_SHUTDOWN_TIMEOUT_MS must be at least 1");
-  (void)o;
-  return AQ_OK;
 }
 
 static aq_status_t load_topology(void) {
@@ -234,9 +92,8 @@ AQ_API aq_status_t aq_init(const aq_init_options_t *options) {
     pthread_mutex_unlock(&init_mutex);
     return AQ_OK;
   }
-  configure(options);
-  aq_status_t s = validate_options(options);
-  if (s == AQ_OK) s = load_topology();
+  aq_status_t s = aq_settings_load(options);
+  if (s == AQ_OK) configure(), s = load_topology();
   if (s == AQ_OK) s = aq_signal_pool_init(config.max_signals);
   if (s != AQ_OK) {
     if (topology) hwloc_topology_destroy(topology);
@@ -331,8 +188,7 @@ aq_status_t aq_agent_register(const aq_driver_t *driver, const aq_agent_info_t *
   a->info.index = agent_count;
   a->driver = driver;
   a->driver_data = driver_data;
-  int well_formed;
-  a->memory_budget = memory_limit_of(a->info.name, &well_formed);
+  a->memory_budget = aq_settings_memory_limit(a->info.name);
   aq_status_t s = aq_handle_alloc(&agents_table, a, &a->handle);
   if (s != AQ_OK) {
     free(a);

@@ -17,14 +17,10 @@ typedef struct aq_runtime_config {
   uint32_t cpu_workers;     /* 0 = one per core */
   char cpu_agents[32];      /* "numa", "package", "machine" or a count */
   char drivers[64];         /* "" = all */
-  char sched[32];           /* the graphs' default placement: one of AQ_SCHED_NAMES */
-  char memory_limit[256];   /* AQ_MEMORY_LIMIT: "" or "[agent=]size,..." */
+  char sched[32];           /* the graphs' default placement: AQ_SCHED (settings.h) */
   uint64_t shutdown_timeout_ns;
 } aq_runtime_config_t;
 
-/* AQ_SCHED's values, the scheduler's policy names (graph.h), the default
- * first: the runtime refuses any other at aq_init. */
-#define AQ_SCHED_NAMES "heft", "eager", "round-robin", "pinned", "locality"
 
 typedef struct aq_region_impl aq_region_impl_t;
 typedef struct aq_queue_impl aq_queue_impl_t;

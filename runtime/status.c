@@ -42,3 +42,21 @@ aq_status_t aq_error(aq_status_t status, const char *fmt, ...) {
 }
 
 void aq_error_clear(void) { last_error[0] = '\0'; }
+
+aq_status_t aq_error_annotate(aq_status_t status, const char *fmt, ...) {
+  char context[256], rest[sizeof(last_error)];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(context, sizeof(context), fmt, ap);
+  va_end(ap);
+  snprintf(rest, sizeof(rest), "%s", last_error);
+  snprintf(last_error, sizeof(last_error), "%s: %s", context, rest);
+  return status;
+}
+
+void aq_error_save(aq_error_saved_t *saved) { snprintf(saved->message, sizeof(saved->message), "%s", last_error); }
+
+aq_status_t aq_error_restore(aq_status_t status, const aq_error_saved_t *saved) {
+  snprintf(last_error, sizeof(last_error), "%s", saved->message);
+  return status;
+}

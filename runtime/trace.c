@@ -25,6 +25,7 @@
 #include "runtime/driver.h"
 #include "runtime/memory.h"
 #include "runtime/runtime.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 #include "runtime/trace_store.h"
 #include "runtime/wake.h"
@@ -211,9 +212,8 @@ static void free_buffers(void) {
 }
 
 static uint64_t budget_chunks(void) {
-  const char *mb = getenv("AQ_TRACE_MAX_MB");
-  unsigned long long v = mb && *mb ? strtoull(mb, NULL, 10) : 0;
-  if (!v) v = 2048;
+  uint64_t v = aq_setting_u64(AQ_SET_TRACE_MAX_MB);
+  if (!v) v = 2048; /* not read yet: a trace started before aq_init */
   uint64_t chunks = (uint64_t)v * (1ull << 20) / sizeof(aq_trace_chunk_t);
   return chunks ? chunks : 1;
 }
@@ -231,12 +231,14 @@ static size_t with_rank(const char *p, char *out, size_t size) {
 }
 
 AQ_API aq_status_t aq_trace_start(const aq_trace_options_t *options) {
+  /* A trace may start before aq_init: it reads the settings itself. */
+  if (!aq_runtime_ready()) AQ_RETURN_IF_ERROR(aq_settings_load(NULL));
   pthread_mutex_lock(&mutex);
   if (atomic_load(&aq_tracing)) {
     pthread_mutex_unlock(&mutex);
     return aq_error(AQ_ERROR_BUSY, "a trace is already being recorded (to %s)", path);
   }
-  const char *p = options && options->path && *options->path ? options->path : getenv("AQ_TRACE");
+  const char *p = options && options->path && *options->path ? options->path : aq_setting_text(AQ_SET_TRACE);
   char want[sizeof(path)];
   if (with_rank(p && *p ? p : "aquila-trace.json", want, sizeof(want)) >= sizeof(want)) {
     pthread_mutex_unlock(&mutex);
@@ -317,8 +319,8 @@ void aq_trace_release(void) {
 }
 
 void aq_trace_init_from_env(void) {
-  const char *p = getenv("AQ_TRACE");
-  if (p && *p && !atomic_load(&aq_tracing) && aq_trace_start(NULL) != AQ_OK)
+  const char *p = aq_setting_text(AQ_SET_TRACE);
+  if (*p && !atomic_load(&aq_tracing) && aq_trace_start(NULL) != AQ_OK)
     fprintf(stderr, "aquila: AQ_TRACE: %s\n", aq_last_error());
 }
 

@@ -22,11 +22,11 @@ static aq_status_t grad_of(bw_t *b, uint32_t x, uint32_t *out) {
   tensor_t *t = &b->g->tensors[x];
   if (!t->grad) {
     char name[48];
-    graph_name(name, sizeof(name), t->role == AQ_ROLE_PARAMETER ? "grad" : "d", t->name, NULL);
+    aq_graph_name(name, sizeof(name), t->role == AQ_ROLE_PARAMETER ? "grad" : "d", t->name, NULL);
     int64_t dims[AQ_MAX_RANK];
     memcpy(dims, t->dims, sizeof(dims));
     uint32_t rank = t->rank, id;
-    AQ_RETURN_IF_ERROR(graph_new_tensor(b->g, name, AQ_DTYPE_F32,
+    AQ_RETURN_IF_ERROR(aq_graph_new_tensor(b->g, name, AQ_DTYPE_F32,
                                         t->role == AQ_ROLE_PARAMETER ? AQ_ROLE_GRADIENT : AQ_ROLE_ACTIVATION, rank,
                                         dims, &id));
     b->g->tensors[x].grad = id;
@@ -50,9 +50,9 @@ static aq_status_t matmul_into(bw_t *b, uint32_t a, int ta, uint32_t bb, int tb,
   slot_t reads[3] = {{a, offsetof(aq_matmul_args_t, a)}, {bb, offsetof(aq_matmul_args_t, b)}, {c, UINT32_MAX}};
   slot_t writes[1] = {{c, offsetof(aq_matmul_args_t, c)}};
   char name[TASK_NAME_MAX];
-  graph_name(name, sizeof(name), "matmul_bwd", g->tensors[c].name, NULL);
+  aq_graph_name(name, sizeof(name), "matmul_bwd", g->tensors[c].name, NULL);
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_MATMUL, &args, sizeof(args), aq_matmul_grid(&args), reads,
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, AQ_KERNEL_MATMUL, &args, sizeof(args), aq_matmul_grid(&args), reads,
                                    accumulate ? 3 : 2, writes, 1, &id));
   b->written[x] = 1;
   return AQ_OK;
@@ -69,9 +69,9 @@ static aq_status_t sum_rows_into(bw_t *b, uint32_t dz, uint32_t bias) {
   slot_t reads[2] = {{dz, offsetof(aq_sum_rows_args_t, x)}, {out, UINT32_MAX}};
   slot_t writes[1] = {{out, offsetof(aq_sum_rows_args_t, out)}};
   char name[TASK_NAME_MAX];
-  graph_name(name, sizeof(name), "sum_rows", g->tensors[out].name, NULL);
+  aq_graph_name(name, sizeof(name), "sum_rows", g->tensors[out].name, NULL);
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_SUM_ROWS, &a, sizeof(a), aq_cols_grid(a.cols), reads,
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, AQ_KERNEL_SUM_ROWS, &a, sizeof(a), aq_cols_grid(a.cols), reads,
                                    accumulate ? 2 : 1, writes, 1, &id));
   b->written[bias] = 1;
   return AQ_OK;
@@ -82,11 +82,11 @@ static aq_status_t sum_rows_into(bw_t *b, uint32_t dz, uint32_t bias) {
 static aq_status_t temp_like(aq_graph_t *g, uint32_t x, const char *what, uint32_t *out) {
   tensor_t *t = &g->tensors[x];
   char name[48];
-  graph_name(name, sizeof(name), what, t->name, NULL);
+  aq_graph_name(name, sizeof(name), what, t->name, NULL);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, t->dims, sizeof(dims));
   uint32_t rank = t->rank;
-  return graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, out);
+  return aq_graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, out);
 }
 
 /* dx = f'(src) * dy with a pointwise backward kernel (src: f's output, or
@@ -97,9 +97,9 @@ static aq_status_t unary_bwd(aq_graph_t *g, const char *kernel, uint32_t src, ui
   slot_t reads[2] = {{src, offsetof(aq_unary_args_t, x)}, {dy, offsetof(aq_unary_args_t, dy)}};
   slot_t writes[1] = {{dx, offsetof(aq_unary_args_t, y)}};
   char name[TASK_NAME_MAX];
-  graph_name(name, sizeof(name), kernel + 3, g->tensors[dx].name, NULL);
+  aq_graph_name(name, sizeof(name), kernel + 3, g->tensors[dx].name, NULL);
   uint32_t id;
-  return graph_op_task(g, name, kernel, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1, &id);
+  return aq_graph_op_task(g, name, kernel, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1, &id);
 }
 
 static aq_status_t relu_bwd(aq_graph_t *g, uint32_t y, uint32_t dy, uint32_t dx) {
@@ -112,7 +112,7 @@ static aq_status_t dropout_bwd(aq_graph_t *g, const task_t *fwd, uint32_t dy, ui
   slot_t reads[1] = {{dy, offsetof(aq_dropout_args_t, x)}};
   slot_t writes[1] = {{dx, offsetof(aq_dropout_args_t, y)}};
   uint32_t id;
-  return graph_op_task(g, "dropout_bwd", AQ_KERNEL_DROPOUT_BWD, &a, sizeof(a), aq_elementwise_grid(n), reads, 1, writes,
+  return aq_graph_op_task(g, "dropout_bwd", AQ_KERNEL_DROPOUT_BWD, &a, sizeof(a), aq_elementwise_grid(n), reads, 1, writes,
                        1, &id);
 }
 
@@ -134,7 +134,7 @@ static aq_status_t pointwise_into(bw_t *b, const task_t *t, uint32_t dy, uint32_
   slot_t reads[2] = {{target, offsetof(aq_axpby_args_t, x)}, {gx, offsetof(aq_axpby_args_t, y)}};
   slot_t writes[1] = {{gx, offsetof(aq_axpby_args_t, z)}};
   uint32_t id;
-  return graph_op_task(g, "accumulate", AQ_KERNEL_AXPBY, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1,
+  return aq_graph_op_task(g, "accumulate", AQ_KERNEL_AXPBY, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1,
                        &id);
 }
 
@@ -159,7 +159,7 @@ static aq_status_t finish(bw_t *b, uint32_t x, uint32_t target, int first) {
   slot_t reads[2] = {{target, offsetof(aq_axpby_args_t, x)}, {gx, offsetof(aq_axpby_args_t, y)}};
   slot_t writes[1] = {{gx, offsetof(aq_axpby_args_t, z)}};
   uint32_t id;
-  return graph_op_task(g, "accumulate", AQ_KERNEL_AXPBY, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1,
+  return aq_graph_op_task(g, "accumulate", AQ_KERNEL_AXPBY, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1,
                        &id);
 }
 
@@ -174,7 +174,7 @@ static aq_status_t backward_conv2d(bw_t *b, const task_t *t) {
     AQ_RETURN_IF_ERROR(target_for(b, x, &tx, &fx));
     slot_t reads[2] = {{w, offsetof(aq_conv2d_args_t, w)}, {dy, offsetof(aq_conv2d_args_t, dy)}};
     slot_t writes[1] = {{tx, offsetof(aq_conv2d_args_t, dx)}};
-    AQ_RETURN_IF_ERROR(graph_op_task(g, "conv2d_bwd_data", AQ_KERNEL_CONV2D_BWD_DATA, &a, sizeof(a),
+    AQ_RETURN_IF_ERROR(aq_graph_op_task(g, "conv2d_bwd_data", AQ_KERNEL_CONV2D_BWD_DATA, &a, sizeof(a),
                                      aq_planes_grid(a.n * a.c), reads, 2, writes, 1, &id));
     AQ_RETURN_IF_ERROR(finish(b, x, tx, fx));
   }
@@ -183,7 +183,7 @@ static aq_status_t backward_conv2d(bw_t *b, const task_t *t) {
     if (bias) AQ_RETURN_IF_ERROR(target_for(b, bias, &tb, &fb));
     slot_t reads[2] = {{x, offsetof(aq_conv2d_args_t, x)}, {dy, offsetof(aq_conv2d_args_t, dy)}};
     slot_t writes[2] = {{tw, offsetof(aq_conv2d_args_t, dw)}, {tb, offsetof(aq_conv2d_args_t, dbias)}};
-    AQ_RETURN_IF_ERROR(graph_op_task(g, "conv2d_bwd_filter", AQ_KERNEL_CONV2D_BWD_FILTER, &a, sizeof(a),
+    AQ_RETURN_IF_ERROR(aq_graph_op_task(g, "conv2d_bwd_filter", AQ_KERNEL_CONV2D_BWD_FILTER, &a, sizeof(a),
                                      aq_planes_grid(a.k * a.c), reads, 2, writes, bias ? 2 : 1, &id));
     AQ_RETURN_IF_ERROR(finish(b, w, tw, fw));
     if (bias) AQ_RETURN_IF_ERROR(finish(b, bias, tb, fb));
@@ -200,7 +200,7 @@ static aq_status_t backward_pool(bw_t *b, const task_t *t) {
   AQ_RETURN_IF_ERROR(target_for(b, x, &target, &first));
   slot_t reads[2] = {{t->aux, offsetof(aq_pool_args_t, argmax)}, {dy, offsetof(aq_pool_args_t, dy)}};
   slot_t writes[1] = {{target, offsetof(aq_pool_args_t, dx)}};
-  AQ_RETURN_IF_ERROR(graph_op_task(g, "max_pool2d_bwd", AQ_KERNEL_MAX_POOL_BWD, &a, sizeof(a), aq_planes_grid(a.planes),
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, "max_pool2d_bwd", AQ_KERNEL_MAX_POOL_BWD, &a, sizeof(a), aq_planes_grid(a.planes),
                                    reads, 2, writes, 1, &id));
   return finish(b, x, target, first);
 }
@@ -220,7 +220,7 @@ static aq_status_t backward_batch_norm(bw_t *b, const task_t *t) {
                      {dy, offsetof(aq_batch_norm_args_t, dy)}};
   slot_t writes[3] = {{tx, offsetof(aq_batch_norm_args_t, dx)}, {tg, offsetof(aq_batch_norm_args_t, dgamma)},
                       {tb, offsetof(aq_batch_norm_args_t, dbeta)}};
-  AQ_RETURN_IF_ERROR(graph_op_task(g, "batch_norm_bwd", AQ_KERNEL_BATCH_NORM_BWD, &a, sizeof(a), aq_planes_grid(a.c),
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, "batch_norm_bwd", AQ_KERNEL_BATCH_NORM_BWD, &a, sizeof(a), aq_planes_grid(a.c),
                                    reads, 5, writes, 3, &id));
   AQ_RETURN_IF_ERROR(finish(b, x, tx, fx));
   AQ_RETURN_IF_ERROR(finish(b, gamma, tg, fg));
@@ -235,7 +235,7 @@ static aq_status_t backward_reshape(bw_t *b, const task_t *t) {
   aq_copy_args_t a = {.bytes = (int64_t)g->tensors[x].bytes};
   slot_t reads[1] = {{dy, offsetof(aq_copy_args_t, src)}};
   slot_t writes[1] = {{target, offsetof(aq_copy_args_t, dst)}};
-  AQ_RETURN_IF_ERROR(graph_op_task(g, "reshape_bwd", AQ_KERNEL_COPY, &a, sizeof(a), aq_elementwise_grid(a.bytes / 4),
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, "reshape_bwd", AQ_KERNEL_COPY, &a, sizeof(a), aq_elementwise_grid(a.bytes / 4),
                                    reads, 1, writes, 1, &id));
   return finish(b, x, target, first);
 }
@@ -319,7 +319,7 @@ static aq_status_t run_backward(bw_t *b, uint32_t loss) {
 
 AQ_API aq_status_t aq_graph_backward(aq_graph_t *g, aq_tensor_t loss) {
   if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_backward: graph is NULL");
-  if (!graph_tensor(g, loss)) return aq_error(AQ_ERROR_INVALID_HANDLE, "backward: tensor %u is not in this graph", loss.id);
+  if (!aq_graph_tensor(g, loss)) return aq_error(AQ_ERROR_INVALID_HANDLE, "backward: tensor %u is not in this graph", loss.id);
   /* Room for every tensor backward may add: at most a few per task. */
   size_t cap = (size_t)g->ntensors + 8 * (size_t)g->ntasks + 16;
   bw_t b = {g, calloc(cap, 1), calloc(cap, 1)};
@@ -332,7 +332,7 @@ AQ_API aq_status_t aq_graph_backward(aq_graph_t *g, aq_tensor_t loss) {
 
 AQ_API aq_status_t aq_graph_gradient(aq_graph_t *g, aq_tensor_t param, aq_tensor_t *out) {
   if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_gradient: graph and out are required");
-  tensor_t *t = graph_tensor(g, param);
+  tensor_t *t = aq_graph_tensor(g, param);
   if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "tensor %u is not in this graph", param.id);
   if (!t->grad)
     return aq_error(AQ_ERROR_NOT_FOUND, "'%s' has no gradient (not a parameter the loss depends on, or no backward)",

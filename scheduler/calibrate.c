@@ -12,7 +12,7 @@ static const uint64_t CALIBRATION_TIMEOUT_NS = 60000000000ull;
 static const uint64_t WARM_UP_NS = 50000000ull;
 enum { WARM_UP_RUNS_MAX = 1000 };
 
-int perf_calibratable(const aq_graph_t *g, uint32_t t) {
+int aq_perf_calibratable(const aq_graph_t *g, uint32_t t) {
   const task_t *task = &g->tasks[t];
   return task->kind == TASK_KERNEL && !task->code_object.handle;
 }
@@ -30,11 +30,11 @@ static aq_status_t copy_task(aq_graph_t *c, const aq_graph_t *g, uint32_t t, uin
     const tensor_t *src = &g->tensors[*x];
     if (stamp[*x] != t + 1) {
       stamp[*x] = t + 1;
-      AQ_RETURN_IF_ERROR(graph_new_tensor(c, src->name, src->dtype, AQ_ROLE_STATE, src->rank, src->dims, &map[*x]));
+      AQ_RETURN_IF_ERROR(aq_graph_new_tensor(c, src->name, src->dtype, AQ_ROLE_STATE, src->rank, src->dims, &map[*x]));
     }
     *x = map[*x];
   }
-  AQ_RETURN_IF_ERROR(graph_new_task(c, &k, out));
+  AQ_RETURN_IF_ERROR(aq_graph_new_task(c, &k, out));
   return after ? aq_graph_add_edge(c, (aq_task_t){*out}, AQ_EDGE_AFTER_ALL, &(aq_task_t){after}, 1) : AQ_OK;
 }
 
@@ -46,7 +46,7 @@ static aq_status_t copy_task(aq_graph_t *c, const aq_graph_t *g, uint32_t t, uin
 static aq_status_t warm_up(aq_exec_t *e) {
   uint64_t start = aq_now_ns(), last = 0;
   for (int r = 0; r < WARM_UP_RUNS_MAX; ++r) {
-    exec_warm_up_next(e);
+    aq_exec_warm_up_next(e);
     uint64_t t0 = aq_now_ns();
     AQ_RETURN_IF_ERROR(aq_exec_run(e));
     AQ_RETURN_IF_ERROR(aq_exec_wait(e, CALIBRATION_TIMEOUT_NS));
@@ -58,7 +58,7 @@ static aq_status_t warm_up(aq_exec_t *e) {
   return AQ_OK;
 }
 
-aq_status_t perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32_t n, uint32_t agent) {
+aq_status_t aq_perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32_t n, uint32_t agent) {
   aq_graph_t *c;
   AQ_RETURN_IF_ERROR(aq_graph_create(NULL, &c));
   uint32_t *map = calloc(g->ntensors, sizeof(uint32_t)), *stamp = calloc(g->ntensors, sizeof(uint32_t));

@@ -23,13 +23,13 @@
 enum { CALIBRATION_RUNS = 3 }; /* profiled, after a warm-up run */
 
 /* Whether task t may be calibrated apart from its graph. */
-int perf_calibratable(const aq_graph_t *g, uint32_t t);
+int aq_perf_calibratable(const aq_graph_t *g, uint32_t t);
 /* Measures tasks[0..n) of g on agent (an index into aq_agents' usable list,
  * as an exec numbers them). */
-aq_status_t perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32_t n, uint32_t agent);
+aq_status_t aq_perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32_t n, uint32_t agent);
 
 /* exec.c: the exec's next run is not profiled (a warm-up: workers asleep,
  * caches cold, a GPU's first launch of each kernel). */
-void exec_warm_up_next(aq_exec_t *e);
+void aq_exec_warm_up_next(aq_exec_t *e);
 
 #endif

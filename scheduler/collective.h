@@ -30,6 +30,6 @@ typedef struct coll_spec {
 
 /* Appends the pair (or the stream call); *out_start and *out_done (may be
  * NULL) get their task indices (the stream call's both). */
-aq_status_t coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *spec, uint32_t *out_start, uint32_t *out_done);
+aq_status_t aq_coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *spec, uint32_t *out_start, uint32_t *out_done);
 
 #endif

@@ -64,7 +64,7 @@ static aq_status_t buckets(aq_graph_t *g, aq_comm_t *comm, const uint32_t *ids, 
     snprintf(name, sizeof(name), "%s %u", like->name, k);
     coll_spec_t s = *like;
     s.name = name, s.n = end - first, s.tensors = ids + first;
-    AQ_RETURN_IF_ERROR(coll_add(g, comm, &s, NULL, NULL));
+    AQ_RETURN_IF_ERROR(aq_coll_add(g, comm, &s, NULL, NULL));
     first = end;
   }
   return AQ_OK;

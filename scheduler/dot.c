@@ -10,7 +10,7 @@ static const char *dot_kernel(const aq_exec_t *e, uint32_t t) {
   const task_t *task = &e->graph->tasks[t];
   if (task->kind == TASK_HOST) return "host call";
   if (task->kind == TASK_STREAM) return task->kernel; /* the stream work it puts there: "nccl allreduce" */
-  if (e->fusion.product[t] != UINT32_MAX) return fuse_kernel(e->graph, e->fusion.product[t]);
+  if (e->fusion.product[t] != UINT32_MAX) return aq_fuse_kernel(e->graph, e->fusion.product[t]);
   return e->fusion.absorbed[t] ? "fused into its consumer" : task->kernel;
 }
 
@@ -59,8 +59,8 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
       perf_key_t k;
       double bytes;
       uint32_t samples;
-      exec_task_key(e, t, a, &k, &bytes);
-      double ns = perf_estimate(&k, bytes, -1, &samples);
+      aq_exec_task_key(e, t, a, &k, &bytes);
+      double ns = aq_perf_estimate(&k, bytes, -1, &samples);
       char est[48];
       if (samples) snprintf(est, sizeof(est), "est. %.1f us (%u samples)", ns / 1e3, samples);
       else snprintf(est, sizeof(est), "est. ? (no model yet)");

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "runtime/runtime.h"
+#include "runtime/settings.h"
 #include "runtime/trace.h"
 #include "runtime/wake.h"
 #include "scheduler/calibrate.h"
@@ -18,11 +19,7 @@
 
 /* AQ_EXEC_EXACT_MATMUL, or AQ_MATMUL_PRECISION=exact: FFMA products on GPUs. */
 static aq_status_t matmul_precision(aq_exec_t *e) {
-  const char *env = getenv("AQ_MATMUL_PRECISION");
-  if (env && strcmp(env, "default") && strcmp(env, "exact"))
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
-                    "AQ_MATMUL_PRECISION=%s: expected default (3xTF32 on tensor-core GPUs) or exact (FFMA)", env);
-  e->exact_matmul = (e->flags & AQ_EXEC_EXACT_MATMUL) || (env && !strcmp(env, "exact"));
+  e->exact_matmul = (e->flags & AQ_EXEC_EXACT_MATMUL) || aq_setting_u64(AQ_SET_MATMUL_PRECISION) == AQ_PRECISION_EXACT;
   return AQ_OK;
 }
 
@@ -53,7 +50,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (options && options->queue_size & (options->queue_size - 1))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "queue_size %u is not a power of two", options->queue_size);
   aq_exec_t *e = calloc(1, sizeof(*e));
-  if (!e || !live_add(&live_execs, e)) {
+  if (!e || !aq_live_add(&live_execs, e)) {
     free(e);
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
   }
@@ -62,41 +59,42 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   static _Atomic uint32_t serials;
   e->serial = atomic_fetch_add(&serials, 1) & 0xfff;
   atomic_fetch_add(&g->execs, 1);
-  aq_status_t s = exec_pick_agents(e);
+  aq_status_t s = aq_exec_pick_agents(e);
   if (s == AQ_OK) s = aq_code_object_load("kernels-cpu.so", &e->ops);
-  if (s == AQ_OK) s = exec_load_gpu_ops(e);
+  if (s == AQ_OK) s = aq_exec_load_gpu_ops(e);
   e->kinds = options ? options->kernel_agent_kinds : 0;
-  uint8_t *eligible = s == AQ_OK ? exec_eligibility(e, e->kinds) : NULL;
+  uint8_t *eligible = s == AQ_OK ? aq_exec_eligibility(e, e->kinds) : NULL;
   if (s == AQ_OK && !eligible) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
-  e->policy = exec_policy_from(options);
+  e->policy = aq_exec_policy_from(options);
   e->flags = options ? options->flags : 0;
   if (s == AQ_OK) s = matmul_precision(e);
   double *costs = NULL, *links = NULL;
-  if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = exec_heft_costs(e, eligible, &costs);
-  if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = exec_heft_links(e, &links);
+  if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = aq_exec_heft_costs(e, eligible, &costs);
+  if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = aq_exec_heft_links(e, &links);
   if (s == AQ_OK && e->flags & AQ_EXEC_PROFILE) e->profile_left = UINT32_MAX;
   plan_lanes_t lanes = {e->nlanes, e->nagents,  e->lane_agent, e->lane_kind,
                         e->agent_node, eligible, costs,         links,
                         links ? links + (size_t)e->nagents * e->nagents : NULL, e->agent_workers};
   uint64_t t_place = t0 ? aq_now_ns() : 0;
-  if (s == AQ_OK) s = plan_build(&e->plan, g, e->policy, &lanes);
-  if (s == AQ_OK) s = exec_replicate(e, eligible);
-  if (s == AQ_OK) s = exec_fuse(e);
-  if (s == AQ_OK) s = exec_collective_lanes(e);
+  if (s == AQ_OK) s = aq_plan_build(&e->plan, g, e->policy, &lanes);
+  if (s == AQ_OK) s = aq_exec_replicate(e, eligible);
+  if (s == AQ_OK) s = aq_exec_fuse(e);
+  if (s == AQ_OK) s = aq_exec_collective_lanes(e);
   uint64_t t_memory = t0 ? aq_now_ns() : 0;
   free(eligible), free(costs), free(links);
   if (s == AQ_OK && e->profile_left && !(e->stamps = calloc(2 * (size_t)e->graph->ntasks, sizeof(uint64_t))))
     s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
-  if (s == AQ_OK) s = exec_find_inputs(e);
-  if (s == AQ_OK) s = exec_plan_memory(e);
+  if (s == AQ_OK) s = aq_exec_find_inputs(e);
+  if (s == AQ_OK) s = aq_exec_plan_memory(e);
   uint64_t t_lower = t0 ? aq_now_ns() : 0;
-  if (s == AQ_OK) s = exec_lower(e, options ? options->queue_size : 0);
-  if (s == AQ_OK) s = graph_write_initial_values(e, e->user_graph);
+  if (s == AQ_OK && (s = aq_exec_lower(e, options ? options->queue_size : 0)) != AQ_OK) aq_error_annotate(s, "lower");
+  if (s == AQ_OK) s = aq_graph_write_initial_values(e, e->user_graph);
   if (s != AQ_OK) {
-    char msg[512];
-    snprintf(msg, sizeof(msg), "%s", aq_last_error());
+    aq_error_saved_t first;
+    aq_error_save(&first);
     aq_exec_destroy(e);
-    return aq_error(s, "%s", msg);
+    aq_error_restore(s, &first);
+    return aq_error_annotate(s, "instantiate");
   }
   if (t0) {
     aq_trace_event_t ev = {.name = "instantiate", .category = "runtime", .ready_ns = t0, .start_ns = t0,
@@ -111,7 +109,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   return AQ_OK;
 }
 
-int exec_finished(aq_exec_t *e) {
+int aq_exec_finished(aq_exec_t *e) {
   if (!e->in_flight) return 1;
   for (uint32_t a = 0; a < e->nlanes; ++a) {
     aq_signal_value_t v = 0;
@@ -122,10 +120,10 @@ int exec_finished(aq_exec_t *e) {
 
 AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_destroy: exec is NULL");
-  if (!live_remove(&live_execs, e))
+  if (!aq_live_remove(&live_execs, e))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_destroy: %p is not a live exec (destroyed twice?)", (void *)e);
-  if (!exec_finished(e)) {
-    live_add(&live_execs, e); /* it was there a moment ago: its slot is free */
+  if (!aq_exec_finished(e)) {
+    aq_live_add(&live_execs, e); /* it was there a moment ago: its slot is free */
     return aq_error(AQ_ERROR_BUSY, "the exec's run is still in flight; wait for it first");
   }
   for (uint32_t a = 0; a < EXEC_LANES_MAX; ++a) {
@@ -147,10 +145,10 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
   free(e->kernargs), free(e->signals), free(e->buffers), free(e->watched);
   free(e->reused_by), free(e->given), free(e->first_reader), free(e->stamps), free(e->covered);
   for (uint32_t a = 0; a < EXEC_LANES_MAX; ++a) free(e->streams[a].prof);
-  if (e->runs && (e->policy == AQ_SCHED_HEFT || e->flags & AQ_EXEC_PROFILE)) perf_save();
-  plan_free(&e->plan);
-  fusion_free(&e->fusion);
-  replica_free(&e->replicas);
+  if (e->runs && (e->policy == AQ_SCHED_HEFT || e->flags & AQ_EXEC_PROFILE)) aq_perf_save();
+  aq_plan_free(&e->plan);
+  aq_fusion_free(&e->fusion);
+  aq_replica_free(&e->replicas);
   atomic_fetch_sub(&e->user_graph->execs, 1);
   free(e);
   return AQ_OK;
@@ -158,7 +156,7 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
 
 AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_run: exec is NULL");
-  if (!exec_finished(e))
+  if (!aq_exec_finished(e))
     return aq_error(AQ_ERROR_BUSY, "the exec's previous run is still in flight; wait for it first");
   aq_graph_t *g = e->graph;
   if (e->unbound) {
@@ -172,9 +170,9 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
   /* Of two threads running the exec at once, one gets BUSY; the claim
    * comes first, so nothing below is read by two threads at once. */
   int seen = atomic_load(&e->in_flight);
-  if (seen < 0 || !exec_finished(e) || !atomic_compare_exchange_strong(&e->in_flight, &seen, -1))
+  if (seen < 0 || !aq_exec_finished(e) || !atomic_compare_exchange_strong(&e->in_flight, &seen, -1))
     return aq_error(AQ_ERROR_BUSY, "the exec is being started by another thread, or still runs");
-  aq_status_t s = e->runs == 0 ? graph_check_parameters(e->user_graph, e->given) : AQ_OK;
+  aq_status_t s = e->runs == 0 ? aq_graph_check_parameters(e->user_graph, e->given) : AQ_OK;
   for (uint32_t t = 0; s == AQ_OK && t < g->ntasks; ++t) s = aq_signal_store(e->signals[t], 1);
   for (uint32_t a = 0; s == AQ_OK && a < e->nlanes; ++a)
     if (e->streams[a].done.handle) s = aq_signal_store(e->streams[a].done, 1);
@@ -184,7 +182,7 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
   e->profiled = e->profile_left > 0 && e->stamps && !e->warm_up;
   e->warm_up = 0;
   if (e->profiled) memset(e->stamps, 0, 2 * (size_t)g->ntasks * sizeof(uint64_t));
-  if (e->profiled) exec_profile_gpu_lanes(e, 1);
+  if (e->profiled) aq_exec_profile_gpu_lanes(e, 1);
   int tracing = aq_trace_on();
   e->run_started_ns = aq_now_ns();
   /* GPU lanes first: their packet processors need a core to launch, and
@@ -213,7 +211,7 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
   return AQ_OK;
 }
 
-void exec_warm_up_next(aq_exec_t *e) { e->warm_up = 1; }
+void aq_exec_warm_up_next(aq_exec_t *e) { e->warm_up = 1; }
 
 AQ_API aq_status_t aq_exec_completion_signal(aq_exec_t *e, aq_signal_t *out) {
   if (!e || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_completion_signal: exec and out are required");
@@ -258,10 +256,10 @@ AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
   e->in_flight = 0;
   if (e->profiled) {
     e->profiled = 0;
-    exec_profile_gpu_lanes(e, 0);
-    exec_profile_record(e);
+    aq_exec_profile_gpu_lanes(e, 0);
+    aq_exec_profile_record(e);
     if (e->profile_left != UINT32_MAX) e->profile_left--;
-    if (!e->profile_left || e->runs % 16 == 0) perf_save(); /* a cache: a failure to write is not the run's */
+    if (!e->profile_left || e->runs % 16 == 0) aq_perf_save(); /* a cache: a failure to write is not the run's */
   }
   /* Tagged with the run, so the trace gives its packets this dispatch time. */
   if (e->run_started_ns && aq_trace_on())
@@ -277,7 +275,7 @@ AQ_API aq_status_t aq_exec_wait(aq_exec_t *e, uint64_t timeout_ns) {
     if (first == AQ_OK) {
       aq_signal_wait(e->signals[t], AQ_SIGNAL_EQ, 0, 0, NULL); /* brings the fault's message */
       snprintf(msg, sizeof(msg), "task '%s' failed: %s%s", e->graph->tasks[t].name, aq_last_error(),
-               graph_fault_meaning(&e->graph->tasks[t], aq_last_error()));
+               aq_graph_fault_meaning(&e->graph->tasks[t], aq_last_error()));
       first = err;
     }
     aq_signal_get_error(e->signals[t], 1, &err);
@@ -300,7 +298,7 @@ AQ_API aq_status_t aq_exec_set_learning_rate(aq_exec_t *e, float lr) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_set_learning_rate: exec is NULL");
   if (!(lr > 0.0f) || !isfinite(lr))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_set_learning_rate: lr %g is not a finite number > 0", (double)lr);
-  if (!exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_set_learning_rate: a run is in flight; wait for it first");
+  if (!aq_exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_set_learning_rate: a run is in flight; wait for it first");
   aq_graph_t *g = e->graph;
   uint32_t found = 0;
   /* The live kernargs: a GPU's packet processor reads them at each launch
@@ -309,7 +307,7 @@ AQ_API aq_status_t aq_exec_set_learning_rate(aq_exec_t *e, float lr) {
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
     if (task->kind != TASK_KERNEL || task->code_object.handle || !e->kernargs[t]) continue;
-    size_t off = e->fusion.product[t] != UINT32_MAX ? fuse_lr_offset(g, t, e->fusion.product[t])
+    size_t off = e->fusion.product[t] != UINT32_MAX ? aq_fuse_lr_offset(g, t, e->fusion.product[t])
                  : !strcmp(task->kernel, AQ_KERNEL_SGD) ? offsetof(aq_sgd_args_t, lr)
                  : !strcmp(task->kernel, AQ_KERNEL_ADAM) ? offsetof(aq_adam_args_t, lr)
                                                          : SIZE_MAX;

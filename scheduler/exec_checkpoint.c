@@ -163,7 +163,7 @@ static void remove_stale_temps(const char *path) {
 AQ_API aq_status_t aq_exec_save_with(aq_exec_t *e, const char *path, const void *user, size_t user_size) {
   if (!e || !path || !*path) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_save: exec and path are required");
   if (user_size && !user) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_save: user data of %zu bytes is NULL", user_size);
-  if (!exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_save: a run is in flight; wait for it first");
+  if (!aq_exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_save: a run is in flight; wait for it first");
   header_t h = {.magic = CKPT_MAGIC, .version = CKPT_VERSION, .runs = e->runs, .user_bytes = user_size};
   h.file_bytes = sizeof(h) + user_size + CRC_BYTES;
   for (uint32_t x = 1; x < e->user_graph->ntensors; ++x)
@@ -328,7 +328,7 @@ static aq_status_t read_checked(const char *path, uint8_t **buf, header_t *h) {
 
 AQ_API aq_status_t aq_exec_load(aq_exec_t *e, const char *path) {
   if (!e || !path) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_load: exec and path are required");
-  if (!exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_load: a run is in flight; wait for it first");
+  if (!aq_exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_load: a run is in flight; wait for it first");
   uint8_t *buf;
   header_t h;
   AQ_RETURN_IF_ERROR(read_checked(path, &buf, &h));

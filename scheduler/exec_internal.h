@@ -92,42 +92,42 @@ static inline uint16_t exec_packet_header(hsa_packet_type_t type, int barrier) {
 }
 
 /* exec.c */
-int exec_finished(aq_exec_t *e);
+int aq_exec_finished(aq_exec_t *e);
 
 /* exec_place.c */
-aq_status_t exec_pick_agents(aq_exec_t *e);
-aq_status_t exec_load_gpu_ops(aq_exec_t *e);
-uint8_t *exec_eligibility(aq_exec_t *e, uint32_t kinds);
-aq_sched_policy_t exec_policy_from(const aq_exec_options_t *o);
-void exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *bytes);
+aq_status_t aq_exec_pick_agents(aq_exec_t *e);
+aq_status_t aq_exec_load_gpu_ops(aq_exec_t *e);
+uint8_t *aq_exec_eligibility(aq_exec_t *e, uint32_t kinds);
+aq_sched_policy_t aq_exec_policy_from(const aq_exec_options_t *o);
+void aq_exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *bytes);
 /* Task t's estimate on agent a (ns): its model's, or a guess from its
  * work-groups; *samples: what the model rests on (0: a guess). */
-double exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples);
-aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out);
-aq_status_t exec_heft_links(aq_exec_t *e, double **out);
-aq_status_t exec_fuse(aq_exec_t *e);
-aq_status_t exec_collective_lanes(aq_exec_t *e);
+double aq_exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples);
+aq_status_t aq_exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out);
+aq_status_t aq_exec_heft_links(aq_exec_t *e, double **out);
+aq_status_t aq_exec_fuse(aq_exec_t *e);
+aq_status_t aq_exec_collective_lanes(aq_exec_t *e);
 
 /* exec_replica.c */
-aq_status_t exec_replica_copy(void *user, uint64_t dst, uint64_t src, uint64_t bytes);
-aq_status_t exec_replica_prefetch(void *user, uint64_t x, uint64_t agent, uint64_t bytes);
-aq_status_t exec_replicate(aq_exec_t *e, const uint8_t *eligible);
+aq_status_t aq_exec_replica_copy(void *user, uint64_t dst, uint64_t src, uint64_t bytes);
+aq_status_t aq_exec_replica_prefetch(void *user, uint64_t x, uint64_t agent, uint64_t bytes);
+aq_status_t aq_exec_replicate(aq_exec_t *e, const uint8_t *eligible);
 
 /* exec_memory.c */
-aq_status_t exec_memory_hint(aq_status_t s);
-aq_status_t exec_plan_memory(aq_exec_t *e);
-size_t exec_kernarg_bytes(const aq_exec_t *e, uint32_t t);
-aq_status_t exec_plan_kernargs(aq_exec_t *e);
+aq_status_t aq_exec_memory_hint(aq_status_t s);
+aq_status_t aq_exec_plan_memory(aq_exec_t *e);
+size_t aq_exec_kernarg_bytes(const aq_exec_t *e, uint32_t t);
+aq_status_t aq_exec_plan_kernargs(aq_exec_t *e);
 
 /* lower.c */
-aq_status_t exec_lower(aq_exec_t *e, uint32_t queue_size);
+aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size);
 
 /* exec_profile.c */
-aq_status_t exec_profile_stream(aq_exec_t *e, stream_t *st);
-void exec_profile_gpu_lanes(aq_exec_t *e, int on);
-void exec_profile_record(aq_exec_t *e);
+aq_status_t aq_exec_profile_stream(aq_exec_t *e, stream_t *st);
+void aq_exec_profile_gpu_lanes(aq_exec_t *e, int on);
+void aq_exec_profile_record(aq_exec_t *e);
 
 /* exec_io.c */
-aq_status_t exec_find_inputs(aq_exec_t *e);
+aq_status_t aq_exec_find_inputs(aq_exec_t *e);
 
 #endif

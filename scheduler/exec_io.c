@@ -26,12 +26,12 @@ static aq_status_t prefetch_for(aq_exec_t *e, const void *ptr, size_t size, int 
   uint32_t host = 0;
   while (host < e->nagents && e->agent_kind[host] != AQ_AGENT_KIND_CPU) ++host;
   if (!to_gpu && host == e->nagents) return AQ_OK;
-  return exec_memory_hint(aq_memory_prefetch(ptr, size, e->agents[to_gpu ? a : host], (aq_signal_t){0}));
+  return aq_exec_memory_hint(aq_memory_prefetch(ptr, size, e->agents[to_gpu ? a : host], (aq_signal_t){0}));
 }
 
 /* Inputs and constants some task reads before any task of the run writes
  * them: the user must give them data before the first run. */
-aq_status_t exec_find_inputs(aq_exec_t *e) {
+aq_status_t aq_exec_find_inputs(aq_exec_t *e) {
   aq_graph_t *g = e->graph;
   e->given = calloc(g->ntensors, 1);
   e->first_reader = malloc(g->ntensors * sizeof(uint32_t));
@@ -80,12 +80,12 @@ static aq_status_t check_not_reused(aq_exec_t *e, uint32_t x, const char *what) 
 
 static aq_status_t tensor_io(aq_exec_t *e, aq_tensor_t tensor, size_t size, const char *what, void **out) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: exec is NULL", what);
-  tensor_t *t = graph_tensor(e->user_graph, tensor);
+  tensor_t *t = aq_graph_tensor(e->user_graph, tensor);
   if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: tensor %u is not in this exec's graph", what, tensor.id);
   if (size != t->bytes)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: tensor '%s' holds %zu bytes, not %zu", what, t->name, t->bytes,
                     size);
-  if (!exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "%s: a run is in flight; wait for it first", what);
+  if (!aq_exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "%s: a run is in flight; wait for it first", what);
   AQ_RETURN_IF_ERROR(check_not_reused(e, tensor.id, what));
   *out = e->buffers[tensor.id];
   return AQ_OK;
@@ -117,7 +117,7 @@ AQ_API aq_status_t aq_exec_read(aq_exec_t *e, aq_tensor_t tensor, void *dst, siz
 
 AQ_API aq_status_t aq_exec_tensor_data(aq_exec_t *e, aq_tensor_t tensor, void **out) {
   if (!e || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_tensor_data: exec and out are required");
-  tensor_t *t = graph_tensor(e->user_graph, tensor);
+  tensor_t *t = aq_graph_tensor(e->user_graph, tensor);
   if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "tensor %u is not in this exec's graph", tensor.id);
   AQ_RETURN_IF_ERROR(check_not_reused(e, tensor.id, "aq_exec_tensor_data"));
   *out = e->buffers[tensor.id];
@@ -134,7 +134,7 @@ static int agent_reaches(aq_agent_t agent, const void *data, size_t size) {
 
 AQ_API aq_status_t aq_exec_bind(aq_exec_t *e, aq_tensor_t tensor, void *data, size_t size) {
   if (!e || !data) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_bind: exec and data are required");
-  tensor_t *x = graph_tensor(e->user_graph, tensor);
+  tensor_t *x = aq_graph_tensor(e->user_graph, tensor);
   if (!x) return aq_error(AQ_ERROR_INVALID_HANDLE, "aq_exec_bind: tensor %u is not in this exec's graph", tensor.id);
   if (x->role != AQ_ROLE_INPUT && x->role != AQ_ROLE_CONSTANT)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_bind: '%s' is not an input or a constant", x->name);
@@ -143,7 +143,7 @@ AQ_API aq_status_t aq_exec_bind(aq_exec_t *e, aq_tensor_t tensor, void *data, si
                     x->bytes, size);
   if ((uintptr_t)data % 16)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_bind: data for '%s' is not 16-byte aligned", x->name);
-  if (!exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_bind: a run is in flight; wait for it first");
+  if (!aq_exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_bind: a run is in flight; wait for it first");
   aq_graph_t *g = e->graph;
   /* Check every task first, so a refusal changes nothing. */
   for (uint32_t t = 0; t < g->ntasks; ++t) {

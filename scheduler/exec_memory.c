@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/memory.h"
+#include "runtime/settings.h"
 #include "scheduler/exec_internal.h"
 #include "scheduler/memplan.h"
 
@@ -39,7 +40,7 @@ static aq_status_t zero(void *p, size_t n) {
   return s;
 }
 
-aq_status_t exec_memory_hint(aq_status_t s) { /* a GPU without prefetch and advice still runs, by faults */
+aq_status_t aq_exec_memory_hint(aq_status_t s) { /* a GPU without prefetch and advice still runs, by faults */
   return s == AQ_ERROR_UNAVAILABLE ? AQ_OK : s;
 }
 
@@ -49,8 +50,8 @@ aq_status_t exec_memory_hint(aq_status_t s) { /* a GPU without prefetch and advi
 static aq_status_t settle_managed(aq_exec_t *e, uint32_t a, size_t size) {
   e->managed_size[a] = size;
   AQ_RETURN_IF_ERROR(
-      exec_memory_hint(aq_memory_advise(e->arenas[a], size, AQ_ADVICE_PREFERRED_LOCATION, e->agents[a])));
-  return exec_memory_hint(aq_memory_prefetch(e->arenas[a], size, e->agents[a], (aq_signal_t){0}));
+      aq_exec_memory_hint(aq_memory_advise(e->arenas[a], size, AQ_ADVICE_PREFERRED_LOCATION, e->agents[a])));
+  return aq_exec_memory_hint(aq_memory_prefetch(e->arenas[a], size, e->agents[a], (aq_signal_t){0}));
 }
 
 /* Whether agent a's kernels reach GPU agent b's device memory in place (a
@@ -66,7 +67,7 @@ static int device_reaches(const aq_exec_t *e, uint32_t a, uint32_t b) {
 /* Every tensor lives on the node of the agent that touches it first, in
  * one arena per agent (one allocation, not one per tensor: instantiation
  * stays cheap), zeroed so optimizer state starts at zero. */
-aq_status_t exec_plan_memory(aq_exec_t *e) {
+aq_status_t aq_exec_plan_memory(aq_exec_t *e) {
   aq_graph_t *g = e->graph;
   uint32_t *home = malloc(g->ntensors * sizeof(uint32_t));
   size_t *offset = malloc(g->ntensors * sizeof(size_t)), total[EXEC_AGENTS_MAX] = {0};
@@ -120,8 +121,7 @@ aq_status_t exec_plan_memory(aq_exec_t *e) {
   size_t ptotal[EXEC_AGENTS_MAX] = {0};
   uint32_t *domain = malloc(g->ntensors * sizeof(uint32_t));
   uint8_t *reusable = calloc(g->ntensors, 1);
-  const char *reuse_env = getenv("AQ_MEMORY_REUSE");
-  int no_reuse = (e->flags & AQ_EXEC_NO_MEMORY_REUSE) || (reuse_env && !strcmp(reuse_env, "0"));
+  int no_reuse = (e->flags & AQ_EXEC_NO_MEMORY_REUSE) || !aq_setting_u64(AQ_SET_MEMORY_REUSE);
   if (s == AQ_OK && (!domain || !reusable)) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
   for (uint32_t i = 0; s == AQ_OK && i < g->ntensors; ++i) {
     if (home[i] == UINT32_MAX) home[i] = 0;
@@ -129,13 +129,13 @@ aq_status_t exec_plan_memory(aq_exec_t *e) {
     reusable[i] = i && !no_reuse && g->tensors[i].role == AQ_ROLE_ACTIVATION;
   }
   memplan_t mp;
-  if (s == AQ_OK) s = memplan_build(&mp, g, &e->plan, domain, 2 * e->nagents, reusable);
+  if (s == AQ_OK) s = aq_memplan_build(&mp, g, &e->plan, domain, 2 * e->nagents, reusable);
   if (s == AQ_OK) {
     for (uint32_t i = 1; i < g->ntensors; ++i) offset[i] = mp.offset[i];
     for (uint32_t a = 0; a < e->nagents; ++a) total[a] = mp.total[2 * a], ptotal[a] = mp.total[2 * a + 1];
     e->reused_by = mp.reused_by;
     mp.reused_by = NULL;
-    memplan_free(&mp);
+    aq_memplan_free(&mp);
   }
   free(domain), free(reusable);
   for (uint32_t a = 0; s == AQ_OK && a < e->nagents; ++a) {
@@ -152,10 +152,9 @@ aq_status_t exec_plan_memory(aq_exec_t *e) {
     /* On a GPU: device memory, or managed memory under AQ_MEMORY=unified
      * (host-accessible, but every host touch migrates pages back and forth).
      * The host reaches device memory through aq_exec_read / aq_exec_write. */
-    const char *mem = getenv("AQ_MEMORY");
-    uint32_t flag = e->agent_kind[a] != AQ_AGENT_KIND_GPU       ? AQ_REGION_COARSE_GRAINED
-                    : mem && !strcmp(mem, "unified")            ? AQ_REGION_MANAGED
-                                                                 : AQ_REGION_DEVICE;
+    uint32_t flag = e->agent_kind[a] != AQ_AGENT_KIND_GPU                ? AQ_REGION_COARSE_GRAINED
+                    : aq_setting_u64(AQ_SET_MEMORY) == AQ_MEMORY_UNIFIED ? AQ_REGION_MANAGED
+                                                                          : AQ_REGION_DEVICE;
     s = region_of(e->agents[a], flag, &region);
     if (s == AQ_OK) s = aq_memory_allocate(region, total[a], &e->arenas[a]);
     if (s == AQ_OK) s = zero(e->arenas[a], total[a]);
@@ -170,19 +169,19 @@ aq_status_t exec_plan_memory(aq_exec_t *e) {
 
 /* The bytes of task t's kernarg: a fused consumer's is the fused kernel's,
  * an absorbed product has none, a stream call its own (lower.c). */
-size_t exec_kernarg_bytes(const aq_exec_t *e, uint32_t t) {
+size_t aq_exec_kernarg_bytes(const aq_exec_t *e, uint32_t t) {
   if (e->graph->tasks[t].kind == TASK_STREAM) return e->graph->tasks[t].kernarg_size;
   if (e->graph->tasks[t].kind != TASK_KERNEL || e->fusion.absorbed[t]) return 0;
   uint32_t product = e->fusion.product[t];
-  return product != UINT32_MAX ? fuse_kernarg_size(e->graph, product) : e->graph->tasks[t].kernarg_size;
+  return product != UINT32_MAX ? aq_fuse_kernarg_size(e->graph, product) : e->graph->tasks[t].kernarg_size;
 }
 
 /* One kernarg arena per agent, sized for the tasks placed on it. */
-aq_status_t exec_plan_kernargs(aq_exec_t *e) {
+aq_status_t aq_exec_plan_kernargs(aq_exec_t *e) {
   aq_graph_t *g = e->graph;
   size_t total[EXEC_AGENTS_MAX] = {0};
   for (uint32_t t = 0; t < g->ntasks; ++t)
-    total[e->lane_agent[e->plan.tasks[t].lane]] += (exec_kernarg_bytes(e, t) + 63) & ~(size_t)63;
+    total[e->lane_agent[e->plan.tasks[t].lane]] += (aq_exec_kernarg_bytes(e, t) + 63) & ~(size_t)63;
   for (uint32_t a = 0; a < e->nagents; ++a) {
     if (!total[a]) continue;
     aq_region_t region;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/runtime.h"
+#include "runtime/settings.h"
 #include "scheduler/calibrate.h"
 #include "scheduler/exec_internal.h"
 #include "scheduler/linkcal.h"
@@ -14,7 +15,7 @@
 #define STREAM_CALL_NS 10000.0
 #define STREAM_CALL_NS_PER_BYTE 0.01
 
-aq_status_t exec_pick_agents(aq_exec_t *e) {
+aq_status_t aq_exec_pick_agents(aq_exec_t *e) {
   aq_agent_t all[EXEC_AGENTS_MAX];
   size_t n;
   AQ_RETURN_IF_ERROR(aq_agents(all, EXEC_AGENTS_MAX, &n));
@@ -27,7 +28,7 @@ aq_status_t exec_pick_agents(aq_exec_t *e) {
     e->agent_node[e->nagents] = info.numa_node;
     e->agent_kind[e->nagents] = (uint8_t)info.kind;
     e->agent_workers[e->nagents] = info.kind == AQ_AGENT_KIND_CPU ? (info.compute_units ? info.compute_units : 1) : 0;
-    perf_arch(&info, e->agent_arch[e->nagents], PERF_ARCH_MAX);
+    aq_perf_arch(&info, e->agent_arch[e->nagents], PERF_ARCH_MAX);
     /* A lane per CPU worker: independent tasks run side by side. A GPU
      * gets one in-order stream. */
     uint32_t lanes = info.kind == AQ_AGENT_KIND_GPU ? 1 : info.compute_units ? info.compute_units : 1;
@@ -42,7 +43,7 @@ aq_status_t exec_pick_agents(aq_exec_t *e) {
 }
 
 /* The CUDA op library, if some agent is a GPU and the build has it. */
-aq_status_t exec_load_gpu_ops(aq_exec_t *e) {
+aq_status_t aq_exec_load_gpu_ops(aq_exec_t *e) {
   for (uint32_t a = 0; a < e->nagents; ++a)
     if (e->agent_kind[a] == AQ_AGENT_KIND_GPU) {
       if (aq_code_object_load("kernels-cuda.fatbin", &e->gpu_ops) != AQ_OK) e->gpu_ops.handle = 0;
@@ -69,7 +70,7 @@ static int has_kernel(aq_exec_t *e, aq_code_object_t co, const char *name, uint8
 
 /* Per task, the kinds of agent that may run it: host calls on CPUs; a
  * kernel wherever its code object has code and the options allow. */
-uint8_t *exec_eligibility(aq_exec_t *e, uint32_t kinds) {
+uint8_t *aq_exec_eligibility(aq_exec_t *e, uint32_t kinds) {
   aq_graph_t *g = e->graph;
   uint8_t *m = calloc(g->ntasks ? g->ntasks : 1, 1);
   if (!m) return NULL;
@@ -92,9 +93,9 @@ uint8_t *exec_eligibility(aq_exec_t *e, uint32_t kinds) {
   return m;
 }
 
-aq_sched_policy_t exec_policy_from(const aq_exec_options_t *o) {
+aq_sched_policy_t aq_exec_policy_from(const aq_exec_options_t *o) {
   if (o && o->policy) return o->policy;
-  /* AQ_SCHED, checked at aq_init (runtime.h's AQ_SCHED_NAMES), else heft. */
+  /* AQ_SCHED, checked at aq_init against settings.h's list, else heft. */
   const char *name = aq_runtime_config()->sched;
   static const struct { const char *name; aq_sched_policy_t policy; } by_name[] = {
       {"eager", AQ_SCHED_EAGER},     {"round-robin", AQ_SCHED_ROUND_ROBIN}, {"pinned", AQ_SCHED_PINNED},
@@ -106,7 +107,7 @@ aq_sched_policy_t exec_policy_from(const aq_exec_options_t *o) {
 }
 
 /* The model key of task t on agent a, and the bytes it touches. */
-void exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *bytes) {
+void aq_exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *bytes) {
   const task_t *task = &e->graph->tasks[t];
   memset(k, 0, sizeof(*k));
   if (task->kind == TASK_HOST) snprintf(k->kernel, sizeof(k->kernel), "host:%s", task->name);
@@ -119,13 +120,13 @@ void exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *
   for (int d = 0; d < 3; ++d) items *= task->shape.grid[d] ? task->shape.grid[d] : 1;
   for (uint32_t r = 0; r < task->nreads; ++r) b += e->graph->tensors[task->reads[r]].bytes;
   for (uint32_t w = 0; w < task->nwrites; ++w) b += e->graph->tensors[task->writes[w]].bytes;
-  k->shape_class = perf_shape_class(items, b);
+  k->shape_class = aq_perf_shape_class(items, b);
   *bytes = (double)b;
 }
 
 /* Task t's estimate on agent a (ns): its model's, or a rough guess from the
  * work-groups for a kernel never measured; *samples: what the model rests on. */
-double exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
+double aq_exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
   const task_t *task = &e->graph->tasks[t];
   double groups = 1;
   for (int d = 0; d < 3; ++d) {
@@ -136,7 +137,7 @@ double exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
   int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
   perf_key_t k;
   double bytes;
-  exec_task_key(e, t, a, &k, &bytes);
+  aq_exec_task_key(e, t, a, &k, &bytes);
   /* A stream call's guess: a NCCL collective between NVLinked GPUs, a
    * launch plus the bytes at tens of GB/s (the tensors are counted twice,
    * read and written). */
@@ -144,7 +145,7 @@ double exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
                  : task->kind == TASK_STREAM ? STREAM_CALL_NS + bytes * STREAM_CALL_NS_PER_BYTE
                  : gpu                       ? 5000 + 20 * groups
                                              : 1000 * groups;
-  return perf_estimate(&k, bytes, guess, samples);
+  return aq_perf_estimate(&k, bytes, guess, samples);
 }
 
 /* Op-library kernels short of samples on an agent that may run them are
@@ -158,16 +159,16 @@ static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible, uint64_t sk
     if ((skip >> a) & 1) continue;
     uint32_t n = 0, samples;
     for (uint32_t t = 0; t < g->ntasks; ++t) {
-      if (!(eligible[t] & (1u << e->agent_kind[a])) || !perf_calibratable(g, t)) continue;
+      if (!(eligible[t] & (1u << e->agent_kind[a])) || !aq_perf_calibratable(g, t)) continue;
       double bytes;
-      exec_task_key(e, t, a, &keys[n], &bytes);
-      perf_estimate(&keys[n], bytes, 0, &samples);
+      aq_exec_task_key(e, t, a, &keys[n], &bytes);
+      aq_perf_estimate(&keys[n], bytes, 0, &samples);
       int seen = 0;
       for (uint32_t i = 0; i < n && !seen; ++i)
         seen = keys[i].shape_class == keys[n].shape_class && !strcmp(keys[i].kernel, keys[n].kernel);
       if (samples < PERF_MIN_SAMPLES && !seen) pick[n++] = t;
     }
-    if (n) perf_calibrate(g, pick, n, a);
+    if (n) aq_perf_calibrate(g, pick, n, a);
   }
   free(pick), free(keys);
 }
@@ -189,7 +190,7 @@ static uint64_t rank_gpus(const aq_exec_t *e) {
  * with NCCL collectives runs its GPU kernels on its ranks' GPUs only: the
  * process's other GPUs are other ranks' (mpirun starts one process a GPU,
  * and each sees them all). */
-aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out) {
+aq_status_t aq_exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out) {
   aq_graph_t *g = e->graph;
   uint64_t ranks = rank_gpus(e), others = 0;
   for (uint32_t a = 0; ranks && a < e->nagents; ++a)
@@ -202,7 +203,7 @@ aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out)
     for (uint32_t a = 0; a < e->nagents; ++a) {
       double *ct = &c[(size_t)t * e->nagents + a];
       uint32_t n = 0;
-      *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1) ? exec_cost_of(e, t, a, &n) : -1;
+      *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1) ? aq_exec_cost_of(e, t, a, &n) : -1;
       if (*ct >= 0 && n < PERF_MIN_SAMPLES) short_of_samples++;
     }
   if (short_of_samples) e->profile_left = PERF_MIN_SAMPLES;
@@ -212,14 +213,14 @@ aq_status_t exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out)
 
 /* heft's link costs (agent x agent latency, then ns per byte), measured
  * once per process (linkcal.h). */
-aq_status_t exec_heft_links(aq_exec_t *e, double **out) {
+aq_status_t aq_exec_heft_links(aq_exec_t *e, double **out) {
   link_agent_t la[EXEC_AGENTS_MAX];
   for (uint32_t a = 0; a < e->nagents; ++a) la[a] = (link_agent_t){e->agents[a], e->agent_kind[a], e->agent_arch[a]};
   size_t nn = (size_t)e->nagents * e->nagents;
   if (!(*out = malloc(2 * (nn ? nn : 1) * sizeof(double))))
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   uint32_t measured;
-  link_calibrate(la, e->nagents, *out, *out + nn, &measured);
+  aq_link_calibrate(la, e->nagents, *out, *out + nn, &measured);
   return AQ_OK;
 }
 
@@ -228,11 +229,9 @@ aq_status_t exec_heft_links(aq_exec_t *e, double **out) {
  * with AQ_FUSION=1 (there, the MLP step measured no faster: the consumer's
  * extra arrays cost the GEMM about what the pass it saves did). Off with
  * AQ_EXEC_NO_FUSION or AQ_FUSION=0. */
-aq_status_t exec_fuse(aq_exec_t *e) {
-  const char *env = getenv("AQ_FUSION");
-  if (env && strcmp(env, "0") && strcmp(env, "1"))
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "AQ_FUSION=%s: expected 0 (no fusion) or 1 (on CPU agents too)", env);
-  int off = (e->flags & AQ_EXEC_NO_FUSION) || (env && !strcmp(env, "0")), cpu = env && !strcmp(env, "1");
+aq_status_t aq_exec_fuse(aq_exec_t *e) {
+  uint64_t fusion = aq_setting_u64(AQ_SET_FUSION);
+  int off = (e->flags & AQ_EXEC_NO_FUSION) || fusion == AQ_FUSION_OFF, cpu = fusion == AQ_FUSION_ON;
   uint8_t fuses[EXEC_AGENTS_MAX];
   for (uint32_t a = 0; a < e->nagents; ++a) {
     int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
@@ -243,7 +242,7 @@ aq_status_t exec_fuse(aq_exec_t *e) {
                (on && has_kernel(e, co, AQ_KERNEL_SUM_ROWS_SGD, e->agent_kind[a]) ? FUSE_SUM_ROWS_SGD : 0);
   }
   fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, fuses, off};
-  return fuse_plan(&in, &e->plan, &e->fusion);
+  return aq_fuse_plan(&in, &e->plan, &e->fusion);
 }
 
 /* Stream calls (NCCL collectives) move to a lane of their own on their
@@ -252,7 +251,7 @@ aq_status_t exec_fuse(aq_exec_t *e) {
  * DDP's communication stream does, where the kernels' one stream would
  * hold them back until it ended. Barrier packets order the two lanes as
  * they do any two (stream waits on the GPU). Kernels never go there. */
-aq_status_t exec_collective_lanes(aq_exec_t *e) {
+aq_status_t aq_exec_collective_lanes(aq_exec_t *e) {
   uint32_t lane_of[EXEC_AGENTS_MAX], moved = 0;
   for (uint32_t a = 0; a < e->nagents; ++a) lane_of[a] = UINT32_MAX;
   for (uint32_t t = 0; t < e->plan.ntasks; ++t) {
@@ -267,5 +266,5 @@ aq_status_t exec_collective_lanes(aq_exec_t *e) {
     e->plan.tasks[t].lane = lane_of[a];
     moved++;
   }
-  return moved ? plan_number_lanes(&e->plan, e->nlanes) : AQ_OK;
+  return moved ? aq_plan_number_lanes(&e->plan, e->nlanes) : AQ_OK;
 }

@@ -17,7 +17,7 @@ static aq_status_t stamp_call(void *user, uint64_t slot, uint64_t a2, uint64_t a
 /* The lane's stream with each task packet between two stamps (barrier bit
  * set: the end stamp waits for the task). CPU lanes only: a GPU queue runs
  * no host calls. */
-aq_status_t exec_profile_stream(aq_exec_t *e, stream_t *st) {
+aq_status_t aq_exec_profile_stream(aq_exec_t *e, stream_t *st) {
   st->prof = malloc((size_t)st->npackets * 3 * PKT);
   if (!st->prof) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for packets");
   st->nprof = 0;
@@ -58,7 +58,7 @@ static void gpu_stamp(void *user, uint64_t tag, uint64_t start_ns, uint64_t end_
 /* Profiled runs time GPU lanes' kernels on the GPU (CPU lanes have stamp
  * packets); off again once the times are in. A GPU that cannot time them
  * goes unmeasured, its estimates stay guesses. */
-void exec_profile_gpu_lanes(aq_exec_t *e, int on) {
+void aq_exec_profile_gpu_lanes(aq_exec_t *e, int on) {
   e->gpu_sink = (aq_profile_sink_t){gpu_stamp, e};
   for (uint32_t c = 0, flushed = on; c < e->nlanes; ++c) {
     if (e->lane_kind[c] != AQ_AGENT_KIND_GPU || !e->streams[c].npackets) continue;
@@ -69,17 +69,17 @@ void exec_profile_gpu_lanes(aq_exec_t *e, int on) {
 
 /* After a profiled run: each task's time into its model (copies between
  * replicas on the host are not kernels: left out). */
-void exec_profile_record(aq_exec_t *e) {
+void aq_exec_profile_record(aq_exec_t *e) {
   for (uint32_t t = 0; t < e->plan.ntasks; ++t) {
     uint32_t lane = e->plan.tasks[t].lane, a = e->lane_agent[lane];
     aq_host_call_fn_t fn = e->graph->tasks[t].fn;
-    if (fn == exec_replica_copy || fn == exec_replica_prefetch) continue;
+    if (fn == aq_exec_replica_copy || fn == aq_exec_replica_prefetch) continue;
     if (e->fusion.product[t] != UINT32_MAX) continue; /* two ops' time: neither model's sample */
     uint64_t t0 = e->stamps[2 * t], t1 = e->stamps[2 * t + 1];
     if (!t0 || t1 < t0) continue;
     perf_key_t k;
     double bytes;
-    exec_task_key(e, t, a, &k, &bytes);
-    perf_record(&k, bytes, (double)(t1 - t0));
+    aq_exec_task_key(e, t, a, &k, &bytes);
+    aq_perf_record(&k, bytes, (double)(t1 - t0));
   }
 }

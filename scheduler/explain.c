@@ -36,7 +36,7 @@ static void header(aq_exec_t *e, FILE *out) {
     fprintf(out, "\n");
   }
   double *links = NULL;
-  if (e->nagents > 1 && exec_heft_links(e, &links) == AQ_OK) {
+  if (e->nagents > 1 && aq_exec_heft_links(e, &links) == AQ_OK) {
     size_t nn = (size_t)e->nagents * e->nagents;
     fprintf(out, "links (an edge's latency, and bandwidth):");
     for (uint32_t a = 0; a < e->nagents; ++a)
@@ -86,7 +86,7 @@ static void reason(aq_exec_t *e, uint32_t t, uint32_t a, uint8_t eligible, FILE 
 
 AQ_API aq_status_t aq_exec_explain(aq_exec_t *e, FILE *out) {
   if (!e || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_explain: exec and out are required");
-  uint8_t *eligible = exec_eligibility(e, e->kinds);
+  uint8_t *eligible = aq_exec_eligibility(e, e->kinds);
   if (!eligible) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to explain the placement");
   header(e, out);
   fprintf(out, "%-32s %-8s %4s  estimated on:", "task", "agent", "lane");
@@ -102,7 +102,7 @@ AQ_API aq_status_t aq_exec_explain(aq_exec_t *e, FILE *out) {
         fprintf(out, " %11s", "-");
         continue;
       }
-      double ns = exec_cost_of(e, t, b, &samples);
+      double ns = aq_exec_cost_of(e, t, b, &samples);
       char cell[32];
       snprintf(cell, sizeof(cell), "%.1f us%s", ns / 1e3, samples ? "" : "?");
       fprintf(out, " %11s", cell);

@@ -6,7 +6,7 @@
  * intermediate is never stored: one launch and one pass over it fewer. On
  * a GPU that is what pays (the launches); on a CPU the consumer's arrays,
  * read in the GEMM's tile order, cost about what the pass saved, so the
- * exec fuses there only when asked (exec_place.c's exec_fuse).
+ * exec fuses there only when asked (exec_place.c's aq_exec_fuse).
  *
  * A pair fuses only where nothing else can see the product: one writer (a
  * plain matmul of the op library: no bias, activation or batch; or a sum
@@ -169,7 +169,7 @@ static uint32_t fusable(const fuse_in_t *in, const plan_t *plan, const counts_t 
 }
 
 /* Consumer t takes product m in: t also waits for m's predecessors, and
- * m's other successors wait for t (plan_reorder then counts successors). */
+ * m's other successors wait for t (aq_plan_reorder then counts successors). */
 static aq_status_t merge(plan_t *plan, uint32_t t, uint32_t m) {
   aq_status_t s = AQ_OK;
   for (uint32_t j = 0; s == AQ_OK && j < plan->tasks[m].npreds; ++j) s = add_pred(&plan->tasks[t], plan->tasks[m].preds[j]);
@@ -178,7 +178,7 @@ static aq_status_t merge(plan_t *plan, uint32_t t, uint32_t m) {
   return s;
 }
 
-aq_status_t fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *f) {
+aq_status_t aq_fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *f) {
   const aq_graph_t *g = in->graph;
   memset(f, 0, sizeof(*f));
   f->product = malloc((g->ntasks ? g->ntasks : 1) * sizeof(uint32_t));
@@ -201,12 +201,12 @@ aq_status_t fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *f) {
     f->unstored[g->tasks[m].writes[0]] = t;
     f->count++;
   }
-  if (s == AQ_OK && f->count) s = plan_reorder(plan, in->graph, in->nlanes);
+  if (s == AQ_OK && f->count) s = aq_plan_reorder(plan, in->graph, in->nlanes);
   free(c.readers), free(c.writers), free(c.awaited), free(w.stack), free(w.seen);
   return s;
 }
 
-void fusion_free(fusion_t *f) {
+void aq_fusion_free(fusion_t *f) {
   free(f->product), free(f->absorbed), free(f->unstored);
   memset(f, 0, sizeof(*f));
 }
@@ -218,15 +218,15 @@ _Static_assert(offsetof(aq_sum_rows_sgd_args_t, sr) == 0, "sum_rows' offsets mus
 
 static int by_sum_rows(const aq_graph_t *g, uint32_t product) { return library(&g->tasks[product], AQ_KERNEL_SUM_ROWS); }
 
-const char *fuse_kernel(const aq_graph_t *g, uint32_t product) {
+const char *aq_fuse_kernel(const aq_graph_t *g, uint32_t product) {
   return by_sum_rows(g, product) ? AQ_KERNEL_SUM_ROWS_SGD : AQ_KERNEL_MATMUL_FUSED;
 }
 
-size_t fuse_kernarg_size(const aq_graph_t *g, uint32_t product) {
+size_t aq_fuse_kernarg_size(const aq_graph_t *g, uint32_t product) {
   return by_sum_rows(g, product) ? sizeof(aq_sum_rows_sgd_args_t) : sizeof(aq_matmul_fused_args_t);
 }
 
-size_t fuse_lr_offset(const aq_graph_t *g, uint32_t consumer, uint32_t product) {
+size_t aq_fuse_lr_offset(const aq_graph_t *g, uint32_t consumer, uint32_t product) {
   size_t off;
   aq_matmul_fuse_t kind = AQ_MATMUL_FUSE_RELU_MASK;
   consumer_slot(&g->tasks[consumer], &off, &kind);
@@ -234,7 +234,7 @@ size_t fuse_lr_offset(const aq_graph_t *g, uint32_t consumer, uint32_t product) 
   return by_sum_rows(g, product) ? offsetof(aq_sum_rows_sgd_args_t, lr) : offsetof(aq_matmul_fused_args_t, lr);
 }
 
-void fuse_kernarg(const aq_graph_t *g, uint32_t consumer, uint32_t product, const void *consumer_args,
+void aq_fuse_kernarg(const aq_graph_t *g, uint32_t consumer, uint32_t product, const void *consumer_args,
                   const void *product_args, void *out) {
   size_t off;
   aq_matmul_fuse_t kind = AQ_MATMUL_FUSE_RELU_MASK;

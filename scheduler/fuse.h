@@ -36,20 +36,20 @@ typedef struct fuse_in {
  * consumer's predecessor, so what follows the consumer still follows every
  * task that touched the product's operands). The arrays are allocated even
  * when nothing fuses. */
-aq_status_t fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *out);
-void fusion_free(fusion_t *f);
+aq_status_t aq_fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *out);
+void aq_fusion_free(fusion_t *f);
 
 /* For a consumer that took product in: the fused kernel it runs, the bytes
  * of that kernel's arguments, and where in them the learning rate is
  * (SIZE_MAX: no optimizer). */
-const char *fuse_kernel(const aq_graph_t *g, uint32_t product);
-size_t fuse_kernarg_size(const aq_graph_t *g, uint32_t product);
-size_t fuse_lr_offset(const aq_graph_t *g, uint32_t consumer, uint32_t product);
+const char *aq_fuse_kernel(const aq_graph_t *g, uint32_t product);
+size_t aq_fuse_kernarg_size(const aq_graph_t *g, uint32_t product);
+size_t aq_fuse_lr_offset(const aq_graph_t *g, uint32_t consumer, uint32_t product);
 
-/* The fused kernel's arguments, into out (fuse_kernarg_size bytes), from
+/* The fused kernel's arguments, into out (aq_fuse_kernarg_size bytes), from
  * the consumer's and the product's kernargs with their tensor addresses
  * filled in. */
-void fuse_kernarg(const aq_graph_t *g, uint32_t consumer, uint32_t product, const void *consumer_args,
+void aq_fuse_kernarg(const aq_graph_t *g, uint32_t consumer, uint32_t product, const void *consumer_args,
                   const void *product_args, void *out);
 
 #endif

@@ -9,8 +9,8 @@
 
 static live_set_t live_graphs = LIVE_SET_INIT;
 
-static int graph_remember(aq_graph_t *g) { return live_add(&live_graphs, g); }
-static int graph_forget(aq_graph_t *g) { return live_remove(&live_graphs, g); }
+static int graph_remember(aq_graph_t *g) { return aq_live_add(&live_graphs, g); }
+static int graph_forget(aq_graph_t *g) { return aq_live_remove(&live_graphs, g); }
 
 AQ_API aq_status_t aq_graph_create(const aq_graph_options_t *options, aq_graph_t **out_graph) {
   if (!out_graph) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_create: out_graph is NULL");
@@ -44,7 +44,7 @@ AQ_API aq_status_t aq_graph_destroy(aq_graph_t *g) {
   return AQ_OK;
 }
 
-tensor_t *graph_tensor(aq_graph_t *g, aq_tensor_t t) {
+tensor_t *aq_graph_tensor(aq_graph_t *g, aq_tensor_t t) {
   return t.id > 0 && t.id < g->ntensors ? &g->tensors[t.id] : NULL;
 }
 
@@ -58,7 +58,7 @@ static void copy_name(char *dst, size_t size, const char *src) {
 /* A tensor may hold at most 1 TiB: every size product below stays exact. */
 #define TENSOR_BYTES_MAX ((uint64_t)1 << 40)
 
-void graph_fit(char *out, size_t room, const char *src) {
+void aq_graph_fit(char *out, size_t room, const char *src) {
   size_t n = strlen(src);
   if (n <= room || room < 3) {
     n = n < room ? n : room;
@@ -80,17 +80,17 @@ void graph_fit(char *out, size_t room, const char *src) {
   }
 }
 
-void graph_name(char *out, size_t size, const char *fn, const char *a, const char *b) {
+void aq_graph_name(char *out, size_t size, const char *fn, const char *a, const char *b) {
   size_t fl = strlen(fn), room = size - 1 - fl - 2 - (b ? 1 : 0), la = strlen(a), lb = b ? strlen(b) : 0;
   size_t ra = !b ? room : la <= room / 2 ? la : lb <= room / 2 ? room - lb : room / 2;
   char *p = out + fl;
   memcpy(out, fn, fl);
   *p++ = '(';
-  graph_fit(p, ra, a);
+  aq_graph_fit(p, ra, a);
   p += strlen(p);
   if (b) {
     *p++ = ',';
-    graph_fit(p, room - ra, b);
+    aq_graph_fit(p, room - ra, b);
     p += strlen(p);
   }
   *p++ = ')';
@@ -130,14 +130,14 @@ static void make_unique(aq_graph_t *g, char *name, size_t size) {
   snprintf(base, sizeof(base), "%s", name);
   do {
     int n = snprintf(suffix, sizeof(suffix), "#%u", ++g->name_suffix + 1);
-    graph_fit(name, size - 1 - (size_t)n, base);
+    aq_graph_fit(name, size - 1 - (size_t)n, base);
     strcat(name, suffix);
   } while (tensor_named(g, name));
 }
 
 static size_t dtype_size(aq_dtype_t d) { return d == AQ_DTYPE_F32 || d == AQ_DTYPE_I32 ? 4 : 0; }
 
-aq_status_t graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
+aq_status_t aq_graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
                              uint32_t rank, const int64_t *dims, uint32_t *out_id) {
   if (!dtype_size(dtype)) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor '%s': unknown dtype %d", name, dtype);
   if (role < AQ_ROLE_INPUT || role > AQ_ROLE_STATE)
@@ -195,19 +195,19 @@ AQ_API aq_status_t aq_tensor_create(aq_graph_t *g, const char *name, aq_dtype_t 
   if (taken)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor name '%s' is taken (tensor %u): names are unique within a graph",
                     kept, taken);
-  return graph_new_tensor(g, name, dtype, role, rank, dims, &out->id);
+  return aq_graph_new_tensor(g, name, dtype, role, rank, dims, &out->id);
 }
 
 AQ_API aq_status_t aq_tensor_get_info(aq_graph_t *g, aq_tensor_t tensor, aq_tensor_info_t *info) {
   if (!g || !info) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_tensor_get_info: graph and info are required");
-  tensor_t *t = graph_tensor(g, tensor);
+  tensor_t *t = aq_graph_tensor(g, tensor);
   if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "tensor %u is not in this graph", tensor.id);
   *info = (aq_tensor_info_t){t->name, t->dtype, t->role, t->rank, {0}, t->bytes};
   memcpy(info->dims, t->dims, sizeof(info->dims));
   return AQ_OK;
 }
 
-aq_status_t graph_new_task(aq_graph_t *g, const task_t *t, uint32_t *out_id) {
+aq_status_t aq_graph_new_task(aq_graph_t *g, const task_t *t, uint32_t *out_id) {
   if (g->ntasks == g->cap_tasks) {
     task_t *n = realloc(g->tasks, 2 * g->cap_tasks * sizeof(*n));
     if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for task '%s'", t->name);
@@ -251,7 +251,7 @@ static aq_status_t check_tensors(aq_graph_t *g, const char *task, const aq_tenso
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "task '%s': %u tensors %s (at most %d)", task, n, what,
                     AQ_TASK_MAX_TENSORS);
   for (uint32_t i = 0; i < n; ++i)
-    if (!graph_tensor(g, ts[i]))
+    if (!aq_graph_tensor(g, ts[i]))
       return aq_error(AQ_ERROR_INVALID_HANDLE, "task '%s': tensor %u it %s is not in this graph", task, ts[i].id,
                       what);
   return AQ_OK;
@@ -289,7 +289,7 @@ AQ_API aq_status_t aq_graph_add_kernel(aq_graph_t *g, const aq_kernel_task_t *k,
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "task '%s': write offset %u lies outside its %u-byte kernarg",
                       name, t.write_off[i], t.kernarg_size);
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_new_task(g, &t, &id));
+  AQ_RETURN_IF_ERROR(aq_graph_new_task(g, &t, &id));
   if (out) out->id = id;
   return AQ_OK;
 }
@@ -307,7 +307,7 @@ AQ_API aq_status_t aq_graph_add_host(aq_graph_t *g, const aq_host_task_t *h, aq_
   for (uint32_t i = 0; i < h->read_count; ++i) t.reads[i] = h->reads[i].id, t.read_off[i] = UINT32_MAX;
   for (uint32_t i = 0; i < h->write_count; ++i) t.writes[i] = h->writes[i].id, t.write_off[i] = UINT32_MAX;
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_new_task(g, &t, &id));
+  AQ_RETURN_IF_ERROR(aq_graph_new_task(g, &t, &id));
   if (out) out->id = id;
   return AQ_OK;
 }

@@ -91,36 +91,36 @@ struct aq_graph {
 };
 
 /* Appends a tensor / task; the task's id is its index + 1. */
-aq_status_t graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
+aq_status_t aq_graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
                              uint32_t rank, const int64_t *dims, uint32_t *out_id);
-aq_status_t graph_new_task(aq_graph_t *g, const task_t *t, uint32_t *out_id);
-tensor_t *graph_tensor(aq_graph_t *g, aq_tensor_t t); /* NULL if not of g */
+aq_status_t aq_graph_new_task(aq_graph_t *g, const task_t *t, uint32_t *out_id);
+tensor_t *aq_graph_tensor(aq_graph_t *g, aq_tensor_t t); /* NULL if not of g */
 /* A generated name: "fn(a)", or "fn(a,b)" where b is not NULL, in size
  * bytes. An operand too long for its share is cut and its open parentheses
  * closed after "..", so the name stays balanced. A tensor's generated name
- * that another tensor already has gets "#2", "#3", ... (graph_new_tensor). */
-void graph_name(char *out, size_t size, const char *fn, const char *a, const char *b);
-/* src in at most room characters (plus the NUL), cut as graph_name cuts. */
-void graph_fit(char *out, size_t room, const char *src);
+ * that another tensor already has gets "#2", "#3", ... (aq_graph_new_tensor). */
+void aq_graph_name(char *out, size_t size, const char *fn, const char *a, const char *b);
+/* src in at most room characters (plus the NUL), cut as aq_graph_name cuts. */
+void aq_graph_fit(char *out, size_t room, const char *src);
 
 /* Adds a kernel task of the op library, with the tensor slots given. */
 typedef struct slot {
   uint32_t tensor;
   uint32_t offset; /* in the kernarg; UINT32_MAX if not passed */
 } slot_t;
-aq_status_t graph_op_task(aq_graph_t *g, const char *name, const char *kernel, const void *kernarg,
+aq_status_t aq_graph_op_task(aq_graph_t *g, const char *name, const char *kernel, const void *kernarg,
                           uint32_t kernarg_size, aq_dispatch_shape_t shape, const slot_t *reads,
                           uint32_t nreads, const slot_t *writes, uint32_t nwrites, uint32_t *out_task);
 
 /* For a failed op-library task: ": <what its code means>" after a fault
  * message that says "(returned N)", else "". */
-const char *graph_fault_meaning(const task_t *task, const char *fault);
+const char *aq_graph_fault_meaning(const task_t *task, const char *fault);
 
 /* Initial values (init.c): writes every initialised tensor of g into the
  * exec made from it (after its memory is planned); and, before its first
  * run, refuses a parameter some task reads that was neither initialised nor
  * given data (given: per tensor id of g, set by aq_exec_write and the like). */
-aq_status_t graph_write_initial_values(aq_exec_t *e, const aq_graph_t *g);
-aq_status_t graph_check_parameters(const aq_graph_t *g, const uint8_t *given);
+aq_status_t aq_graph_write_initial_values(aq_exec_t *e, const aq_graph_t *g);
+aq_status_t aq_graph_check_parameters(const aq_graph_t *g, const uint8_t *given);
 
 #endif /* AQ_SCHEDULER_GRAPH_INTERNAL_H_ */

@@ -32,7 +32,7 @@ static uint8_t agent_kind(const plan_lanes_t *l, uint32_t agent) {
  * ran 1.8-5x slower than on one GPU. */
 #define EDGE_LATENCY_FACTOR 4.0
 
-double plan_transfer_ns(const plan_lanes_t *l, uint32_t a, uint32_t b, double bytes) {
+double aq_plan_transfer_ns(const plan_lanes_t *l, uint32_t a, uint32_t b, double bytes) {
   if (a == b) return 0;
   size_t ab = (size_t)a * l->nagents + b;
   if (l->link_ns) return EDGE_LATENCY_FACTOR * l->link_ns[ab] + bytes * l->link_ns_per_byte[ab];
@@ -215,7 +215,7 @@ static double home_cost(const placer_t *pl, const task_t *t, uint32_t a) {
   for (uint32_t j = 0; j < t->nreads + t->nwrites; ++j) {
     uint32_t x = j < t->nreads ? t->reads[j] : t->writes[j - t->nreads], h = pl->home[x];
     if (h != UINT32_MAX && h != a && persistent(pl->g->tensors[x].role))
-      ns += plan_transfer_ns(pl->l, h, a, (double)pl->g->tensors[x].bytes);
+      ns += aq_plan_transfer_ns(pl->l, h, a, (double)pl->g->tensors[x].bytes);
   }
   return ns;
 }
@@ -283,7 +283,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
       for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
         uint32_t q = j < pt->npreds ? pt->preds[j] : t->after_any[j - pt->npreds];
         uint32_t aq = l->lane_agent[pl->lane[q]];
-        double hop = pl->lane[q] == c ? 0 : aq == a ? lane_hop_ns(l, a) : plan_transfer_ns(l, aq, a, edge_bytes(g, q, i));
+        double hop = pl->lane[q] == c ? 0 : aq == a ? lane_hop_ns(l, a) : aq_plan_transfer_ns(l, aq, a, edge_bytes(g, q, i));
         double r = pl->finish[q] + hop;
         if (r > ready) ready = r;
       }
@@ -321,7 +321,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   for (uint32_t c = 0; c < l->nlanes; ++c) {
     if (!pl->used[c]) continue;
     uint32_t a = l->lane_agent[c], b = l->lane_agent[join];
-    double end = pl->lane_free[c] + (c == join ? 0 : a == b ? lane_hop_ns(l, a) : plan_transfer_ns(l, a, b, 0));
+    double end = pl->lane_free[c] + (c == join ? 0 : a == b ? lane_hop_ns(l, a) : aq_plan_transfer_ns(l, a, b, 0));
     if (end > makespan) makespan = end;
   }
   return makespan;
@@ -335,7 +335,7 @@ static int by_rank(const void *x, const void *y) {
   return pos_of[a] < pos_of[b] ? -1 : pos_of[a] > pos_of[b];
 }
 
-aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
+aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint32_t n = p->ntasks, na = l->nagents;
   double *mean = calloc(n, sizeof(double)), *rank = calloc(n, sizeof(double));
   uint32_t *pos = malloc(n * sizeof(uint32_t)), *order = malloc(n * sizeof(uint32_t));
@@ -383,9 +383,9 @@ aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   double lat = 0, per_byte = 0;
   for (uint32_t a = 0; a < na; ++a)
     for (uint32_t b = 0; b < na; ++b) {
-      double base = a == b ? (na > 1 ? 0 : lane_hop_ns(l, a)) : plan_transfer_ns(l, a, b, 0);
+      double base = a == b ? (na > 1 ? 0 : lane_hop_ns(l, a)) : aq_plan_transfer_ns(l, a, b, 0);
       lat += base / ((double)na * na);
-      per_byte += (a == b ? 0 : plan_transfer_ns(l, a, b, 1e6) - plan_transfer_ns(l, a, b, 0)) / 1e6 / ((double)na * na);
+      per_byte += (a == b ? 0 : aq_plan_transfer_ns(l, a, b, 1e6) - aq_plan_transfer_ns(l, a, b, 0)) / 1e6 / ((double)na * na);
     }
   /* Upward ranks, in reverse topological order. */
   for (uint32_t k = n; s == AQ_OK && k-- > 0;) {
@@ -436,7 +436,7 @@ aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   p->heft_mixed_ns = best_ms;
   for (uint32_t a = 0; a < na; ++a)
     for (uint32_t b = 0; b < na; ++b)
-      if (a != b && plan_transfer_ns(l, a, b, 0) > margin) margin = plan_transfer_ns(l, a, b, 0);
+      if (a != b && aq_plan_transfer_ns(l, a, b, 0) > margin) margin = aq_plan_transfer_ns(l, a, b, 0);
   double gain = s == AQ_OK && gpu_split(&mixed) ? SPLIT_GAIN_GPU : SPLIT_GAIN;
   for (uint32_t a = 0; s == AQ_OK && na > 1 && a < na; ++a) {
     if (!runs_every_kernel(g, l, a)) continue;

@@ -11,7 +11,7 @@
 
 AQ_API aq_status_t aq_tensor_init(aq_graph_t *g, aq_tensor_t tensor, const aq_initializer_t *o) {
   if (!g || !o) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_tensor_init: graph and options are required");
-  tensor_t *t = graph_tensor(g, tensor);
+  tensor_t *t = aq_graph_tensor(g, tensor);
   if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "aq_tensor_init: tensor %u is not in this graph", tensor.id);
   if (t->dtype != AQ_DTYPE_F32)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_tensor_init: '%s' is not an f32 tensor", t->name);
@@ -73,7 +73,7 @@ static void draw(const tensor_t *t, float *x, size_t n) {
   }
 }
 
-aq_status_t graph_write_initial_values(aq_exec_t *e, const aq_graph_t *g) {
+aq_status_t aq_graph_write_initial_values(aq_exec_t *e, const aq_graph_t *g) {
   for (uint32_t id = 1; id < g->ntensors; ++id) {
     const tensor_t *t = &g->tensors[id];
     if (!t->init.kind) continue;
@@ -91,7 +91,7 @@ aq_status_t graph_write_initial_values(aq_exec_t *e, const aq_graph_t *g) {
   return AQ_OK;
 }
 
-aq_status_t graph_check_parameters(const aq_graph_t *g, const uint8_t *given) {
+aq_status_t aq_graph_check_parameters(const aq_graph_t *g, const uint8_t *given) {
   for (uint32_t k = 0; k < g->ntasks; ++k) {
     const task_t *task = &g->tasks[k];
     for (uint32_t r = 0; r < task->nreads; ++r) {

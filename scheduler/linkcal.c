@@ -229,7 +229,7 @@ static void measure(const link_agent_t *a, const link_agent_t *b, link_t *out, c
   if (dst) aq_memory_free(dst);
 }
 
-/* The CPU agent that GPU pairs are measured through (link_calibrate). */
+/* The CPU agent that GPU pairs are measured through (aq_link_calibrate). */
 static const link_agent_t *via_cpu;
 
 /* A pair's costs, measured the first time. Keyed by the agents' models, but
@@ -261,7 +261,7 @@ static void round_figures(uint8_t ka, uint8_t kb, int same, double *lat, double 
     *lat = LINK_PCIE_NS, *pb = LINK_PCIE_NS_PER_BYTE;
 }
 
-void link_calibrate(const link_agent_t *agents, uint32_t n, double *lat_ns, double *ns_per_byte, uint32_t *measured) {
+void aq_link_calibrate(const link_agent_t *agents, uint32_t n, double *lat_ns, double *ns_per_byte, uint32_t *measured) {
   const link_agent_t *cpu = NULL;
   for (uint32_t a = 0; a < n && !cpu; ++a)
     if (agents[a].kind == AQ_AGENT_KIND_CPU) cpu = &agents[a];

@@ -45,6 +45,6 @@ typedef struct link_agent {
 /* Fills lat_ns[a * n + b] and ns_per_byte[a * n + b] for every ordered
  * pair (a == b: a lane hop, no bytes) and *measured (pairs measured, not
  * round figures). Never fails: what cannot be measured is estimated. */
-void link_calibrate(const link_agent_t *agents, uint32_t n, double *lat_ns, double *ns_per_byte, uint32_t *measured);
+void aq_link_calibrate(const link_agent_t *agents, uint32_t n, double *lat_ns, double *ns_per_byte, uint32_t *measured);
 
 #endif

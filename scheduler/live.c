@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-int live_add(live_set_t *s, void *p) {
+int aq_live_add(live_set_t *s, void *p) {
   pthread_mutex_lock(&s->mutex);
   if (s->n == s->cap) {
     size_t cap = s->cap ? 2 * s->cap : 16;
@@ -19,7 +19,7 @@ int live_add(live_set_t *s, void *p) {
   return 1;
 }
 
-int live_remove(live_set_t *s, void *p) {
+int aq_live_remove(live_set_t *s, void *p) {
   pthread_mutex_lock(&s->mutex);
   size_t i = 0;
   while (i < s->n && s->items[i] != p) ++i;

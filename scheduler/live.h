@@ -16,8 +16,8 @@ typedef struct live_set {
 #define LIVE_SET_INIT {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0}
 
 /* 0 if there is no memory to remember p. */
-int live_add(live_set_t *s, void *p);
+int aq_live_add(live_set_t *s, void *p);
 /* Whether p was live; it no longer is. */
-int live_remove(live_set_t *s, void *p);
+int aq_live_remove(live_set_t *s, void *p);
 
 #endif

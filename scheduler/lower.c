@@ -49,7 +49,7 @@ static void fill_fused_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
   uint8_t mine[TASK_KERNARG_MAX], product[TASK_KERNARG_MAX];
   fill_kernarg(e, t, mine);
   fill_kernarg(e, e->fusion.product[t], product);
-  fuse_kernarg(e->graph, t, e->fusion.product[t], mine, product, dst);
+  aq_fuse_kernarg(e->graph, t, e->fusion.product[t], mine, product, dst);
 }
 
 static int is_matmul(const char *kernel) {
@@ -79,23 +79,23 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
    * kernargs. The op library's GPU build may have a variant per class of
    * shapes. */
   const task_t *body = fused != UINT32_MAX ? &g->tasks[fused] : task;
-  const char *base = fused != UINT32_MAX ? fuse_kernel(g, fused) : task->kernel;
+  const char *base = fused != UINT32_MAX ? aq_fuse_kernel(g, fused) : task->kernel;
   const char *name = gpu && !task->code_object.handle ? gpu_kernel(e, base, body->kernarg) : base;
   aq_kernel_info_t k;
   if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
     e->last_kernel_co = 0;
     if (aq_code_object_find_kernel(co, name, e->agents[a], &e->last_kernel) != AQ_OK)
-      return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is placed on agent %s, which lacks kernel '%s': %s",
-                      task->name, e->agent_names[a], name, aq_last_error());
+      return aq_error_annotate(AQ_ERROR_INVALID_GRAPH, "placed on agent %s, which lacks kernel '%s'",
+                               e->agent_names[a], name);
     /* remembered only once found (the names are at most 63 characters) */
     e->last_kernel_co = co.handle, e->last_kernel_agent = a;
     snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", name);
   }
   k = e->last_kernel;
-  size_t bytes = exec_kernarg_bytes(e, t);
+  size_t bytes = aq_exec_kernarg_bytes(e, t);
   if (bytes < k.kernarg_size)
-    return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': kernel '%s' takes %u bytes of kernargs, the task gives %zu",
-                    task->name, name, k.kernarg_size, bytes);
+    return aq_error(AQ_ERROR_INVALID_GRAPH, "kernel '%s' takes %u bytes of kernargs, the task gives %zu", name,
+                    k.kernarg_size, bytes);
   e->kernargs[t] = (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a];
   e->kernarg_used[a] += (bytes + 63) & ~(size_t)63;
   uint8_t *ka = e->kernargs[t];
@@ -138,7 +138,7 @@ static aq_status_t stream_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_agen
     return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is a GPU stream call, placed on agent %s", task->name,
                     e->agent_names[a]);
   e->kernargs[t] = (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a];
-  e->kernarg_used[a] += (exec_kernarg_bytes(e, t) + 63) & ~(size_t)63;
+  e->kernarg_used[a] += (aq_exec_kernarg_bytes(e, t) + 63) & ~(size_t)63;
   fill_kernarg(e, t, e->kernargs[t]);
   memset(p, 0, sizeof(*p));
   p->header = exec_packet_header(HSA_PACKET_TYPE_AGENT_DISPATCH, barrier);
@@ -210,7 +210,7 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
   if (nd) AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
   if (task->nafter_any) {
     if (task->nafter_any > 5)
-      return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s': an after-any edge of %u tasks (at most 5)", task->name,
+      return aq_error(AQ_ERROR_INVALID_GRAPH, "an after-any edge of %u tasks (at most 5)",
                       task->nafter_any);
     for (uint32_t j = 0; j < task->nafter_any; ++j) deps[j] = e->signals[task->after_any[j]];
     AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_OR, deps, task->nafter_any, none));
@@ -237,12 +237,12 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
   return push(st, &p);
 }
 
-aq_status_t exec_lower(aq_exec_t *e, uint32_t queue_size) {
+aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size) {
   aq_graph_t *g = e->graph;
   e->kernargs = calloc(g->ntasks, sizeof(void *));
   e->signals = calloc(g->ntasks, sizeof(aq_signal_t));
   if (!e->kernargs || !e->signals) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
-  AQ_RETURN_IF_ERROR(exec_plan_kernargs(e));
+  AQ_RETURN_IF_ERROR(aq_exec_plan_kernargs(e));
   e->watched = calloc(g->ntasks, 1);
   if (!e->watched) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
   /* watched: a producer another lane waits for, or an after-any edge
@@ -262,7 +262,8 @@ aq_status_t exec_lower(aq_exec_t *e, uint32_t queue_size) {
   memset(e->covered, 0, (size_t)e->nlanes * e->nlanes * sizeof(uint32_t));
   for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->signals[t]));
   for (uint32_t k = 0; k < e->plan.ntasks; ++k)
-    if (!e->fusion.absorbed[e->plan.order[k]]) AQ_RETURN_IF_ERROR(lower_task(e, e->plan.order[k]));
+    if (!e->fusion.absorbed[e->plan.order[k]])
+      AQ_RETURN_IF_ERROR_CTX(lower_task(e, e->plan.order[k]), "task '%s'", g->tasks[e->plan.order[k]].name);
   aq_signal_t none = {0};
   /* One lane ends with barriers over every other lane's end: its done
    * signal is the run's (aq_exec_completion_signal). The lane of the plan's
@@ -300,7 +301,7 @@ aq_status_t exec_lower(aq_exec_t *e, uint32_t queue_size) {
     AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, &none, 0, st->done));
     e->barriers--; /* bookkeeping, not an edge */
     e->packets += st->npackets;
-    if (e->stamps && e->lane_kind[a] == AQ_AGENT_KIND_CPU) AQ_RETURN_IF_ERROR(exec_profile_stream(e, st));
+    if (e->stamps && e->lane_kind[a] == AQ_AGENT_KIND_CPU) AQ_RETURN_IF_ERROR(aq_exec_profile_stream(e, st));
     uint32_t need = st->nprof > st->npackets ? st->nprof : st->npackets;
     uint32_t size = queue_size ? queue_size : 64;
     while (size < need) size *= 2;

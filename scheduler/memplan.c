@@ -32,12 +32,12 @@ static int touches(const task_t *t, uint32_t x, int *reads) {
   return hit;
 }
 
-void memplan_free(memplan_t *mp) {
+void aq_memplan_free(memplan_t *mp) {
   free(mp->offset), free(mp->total), free(mp->reused_by);
   memset(mp, 0, sizeof(*mp));
 }
 
-aq_status_t memplan_build(memplan_t *mp, const aq_graph_t *g, const plan_t *p, const uint32_t *domain,
+aq_status_t aq_memplan_build(memplan_t *mp, const aq_graph_t *g, const plan_t *p, const uint32_t *domain,
                           uint32_t ndomains, const uint8_t *reusable) {
   memset(mp, 0, sizeof(*mp));
   uint32_t nt = g->ntensors, n = p->ntasks;
@@ -163,6 +163,6 @@ aq_status_t memplan_build(memplan_t *mp, const aq_graph_t *g, const plan_t *p, c
     mp->total[domain[x]] += align_up(g->tensors[x].bytes);
   }
   free(first), free(count), free(base), free(pos), free(donor), free(placed), free(bits), free(slots);
-  if (s != AQ_OK) memplan_free(mp);
+  if (s != AQ_OK) aq_memplan_free(mp);
   return s;
 }

@@ -24,9 +24,9 @@ typedef struct memplan {
 /* domain[t]: the arena of tensor t (t >= 1), < ndomains. reusable[t]: may
  * share (an activation of this exec). Tensors that are never read after
  * their last write (a loss, an output the user reads) are never given
- * away. Fills mp (allocates its arrays; memplan_free frees them). */
-aq_status_t memplan_build(memplan_t *mp, const aq_graph_t *g, const plan_t *p, const uint32_t *domain,
+ * away. Fills mp (allocates its arrays; aq_memplan_free frees them). */
+aq_status_t aq_memplan_build(memplan_t *mp, const aq_graph_t *g, const plan_t *p, const uint32_t *domain,
                           uint32_t ndomains, const uint8_t *reusable);
-void memplan_free(memplan_t *mp);
+void aq_memplan_free(memplan_t *mp);
 
 #endif

@@ -10,7 +10,7 @@
 #include "runtime/status.h"
 #include "scheduler/graph_internal.h"
 
-aq_status_t graph_op_task(aq_graph_t *g, const char *name, const char *kernel, const void *kernarg,
+aq_status_t aq_graph_op_task(aq_graph_t *g, const char *name, const char *kernel, const void *kernarg,
                           uint32_t kernarg_size, aq_dispatch_shape_t shape, const slot_t *reads,
                           uint32_t nreads, const slot_t *writes, uint32_t nwrites, uint32_t *out_task) {
   for (int d = 0; d < 3; ++d)
@@ -25,10 +25,10 @@ aq_status_t graph_op_task(aq_graph_t *g, const char *name, const char *kernel, c
   memcpy(t.kernarg, kernarg, kernarg_size);
   for (uint32_t i = 0; i < nreads; ++i) t.reads[i] = reads[i].tensor, t.read_off[i] = reads[i].offset;
   for (uint32_t i = 0; i < nwrites; ++i) t.writes[i] = writes[i].tensor, t.write_off[i] = writes[i].offset;
-  return graph_new_task(g, &t, out_task);
+  return aq_graph_new_task(g, &t, out_task);
 }
 
-const char *graph_fault_meaning(const task_t *task, const char *fault) {
+const char *aq_graph_fault_meaning(const task_t *task, const char *fault) {
   static _Thread_local char out[128];
   const char *at = strstr(fault, "(returned ");
   const char *what = at && task->kind == TASK_KERNEL && !task->code_object.handle ? aq_op_fault_string(atoi(at + 10))
@@ -40,7 +40,7 @@ const char *graph_fault_meaning(const task_t *task, const char *fault) {
 
 static aq_status_t operand(aq_graph_t *g, const char *op, aq_tensor_t id, const char *what, aq_dtype_t dtype,
                            uint32_t rank, tensor_t **out) {
-  tensor_t *t = graph_tensor(g, id);
+  tensor_t *t = aq_graph_tensor(g, id);
   if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: %s is tensor %u, not one of this graph", op, what, id.id);
   if (t->dtype != dtype || t->rank != rank)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: %s '%s' must be a rank-%u %s tensor (it is rank %u %s)", op,
@@ -73,13 +73,13 @@ AQ_API aq_status_t aq_op_matmul(aq_graph_t *g, aq_tensor_t a, aq_tensor_t b, aq_
   if (act != AQ_ACTIVATION_NONE && act != AQ_ACTIVATION_RELU)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", act);
   char name[TASK_NAME_MAX];
-  graph_name(name, sizeof(name), "matmul", ta->name, tb->name);
+  aq_graph_name(name, sizeof(name), "matmul", ta->name, tb->name);
   int64_t dims[2] = {m, n};
   char oname[48];
-  graph_name(oname, sizeof(oname), "matmul", ta->name, tb->name);
+  aq_graph_name(oname, sizeof(oname), "matmul", ta->name, tb->name);
   uint32_t o;
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, oname, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 2, dims, &o));
-  ta = graph_tensor(g, a), tb = graph_tensor(g, b); /* the table may have moved */
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, oname, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 2, dims, &o));
+  ta = aq_graph_tensor(g, a), tb = aq_graph_tensor(g, b); /* the table may have moved */
   aq_matmul_args_t args = {.m = m, .n = n, .k = k, .lda = ta->dims[1], .ldb = tb->dims[1], .ldc = n, .batch = 1,
                            .alpha = 1.0f, .beta = 0.0f, .trans_a = trans_a, .trans_b = trans_b,
                            .activation = act};
@@ -87,7 +87,7 @@ AQ_API aq_status_t aq_op_matmul(aq_graph_t *g, aq_tensor_t a, aq_tensor_t b, aq_
                      {bias.id, offsetof(aq_matmul_args_t, bias)}};
   slot_t writes[1] = {{o, offsetof(aq_matmul_args_t, c)}};
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_MATMUL, &args, sizeof(args), aq_matmul_grid(&args), reads,
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, AQ_KERNEL_MATMUL, &args, sizeof(args), aq_matmul_grid(&args), reads,
                                    bias.id ? 3 : 2, writes, 1, &id));
   task_t *t = last_task(g);
   t->op = OP_MATMUL;
@@ -101,21 +101,21 @@ AQ_API aq_status_t aq_op_matmul(aq_graph_t *g, aq_tensor_t a, aq_tensor_t b, aq_
 static aq_status_t unary(aq_graph_t *g, aq_tensor_t x, const char *what, const char *kernel, op_kind_t op,
                          const char *bwd_kernel, int bwd_from_input, aq_tensor_t *out) {
   if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_%s: graph and out are required", what);
-  tensor_t *tx = graph_tensor(g, x);
+  tensor_t *tx = aq_graph_tensor(g, x);
   if (!tx) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: tensor %u is not in this graph", what, x.id);
   if (tx->dtype != AQ_DTYPE_F32) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: '%s' is not f32", what, tx->name);
   char name[48];
-  graph_name(name, sizeof(name), what, tx->name, NULL);
+  aq_graph_name(name, sizeof(name), what, tx->name, NULL);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, tx->dims, sizeof(dims));
   uint32_t rank = tx->rank, o;
   int64_t n = (int64_t)(tx->bytes / 4);
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, &o));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, &o));
   aq_unary_args_t args = {.n = n};
   slot_t reads[1] = {{x.id, offsetof(aq_unary_args_t, x)}};
   slot_t writes[1] = {{o, offsetof(aq_unary_args_t, y)}};
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, name, kernel, &args, sizeof(args), aq_elementwise_grid(n), reads, 1, writes, 1,
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, kernel, &args, sizeof(args), aq_elementwise_grid(n), reads, 1, writes, 1,
                                    &id));
   task_t *t = last_task(g);
   t->op = op;
@@ -141,21 +141,21 @@ AQ_API aq_status_t aq_op_gelu(aq_graph_t *g, aq_tensor_t x, aq_tensor_t *out) {
 AQ_API aq_status_t aq_op_dropout(aq_graph_t *g, aq_tensor_t x, float p, uint64_t seed, aq_tensor_t *out) {
   if (!(p >= 0.0f && p < 1.0f)) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "dropout: p = %g is not in [0, 1)", p);
   if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_dropout: graph and out are required");
-  tensor_t *tx = graph_tensor(g, x);
+  tensor_t *tx = aq_graph_tensor(g, x);
   if (!tx || tx->dtype != AQ_DTYPE_F32)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "dropout: tensor %u is not an f32 tensor of this graph", x.id);
   char name[48];
-  graph_name(name, sizeof(name), "dropout", tx->name, NULL);
+  aq_graph_name(name, sizeof(name), "dropout", tx->name, NULL);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, tx->dims, sizeof(dims));
   uint32_t rank = tx->rank, o;
   int64_t n = (int64_t)(tx->bytes / 4);
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, &o));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, &o));
   aq_dropout_args_t a = {.n = n, .seed = seed, .p = p};
   slot_t reads[1] = {{x.id, offsetof(aq_dropout_args_t, x)}};
   slot_t writes[1] = {{o, offsetof(aq_dropout_args_t, y)}};
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_DROPOUT, &a, sizeof(a), aq_elementwise_grid(n), reads, 1, writes,
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, AQ_KERNEL_DROPOUT, &a, sizeof(a), aq_elementwise_grid(n), reads, 1, writes,
                                    1, &id));
   task_t *t = last_task(g);
   t->op = OP_DROPOUT;
@@ -174,16 +174,16 @@ AQ_API aq_status_t aq_op_softmax_xent(aq_graph_t *g, aq_tensor_t logits, aq_tens
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "softmax_xent: %lld rows of logits '%s' but %lld labels in '%s'",
                     (long long)rows, tl->name, (long long)ty->dims[0], ty->name);
   uint32_t probs, losses, loss;
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "xent.probs", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 2, (int64_t[]){rows, classes},
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "xent.probs", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 2, (int64_t[]){rows, classes},
                                       &probs));
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "xent.losses", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){rows}, &losses));
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "loss", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){1}, &loss));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "xent.losses", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){rows}, &losses));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "loss", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){1}, &loss));
   aq_softmax_xent_args_t x = {.rows = rows, .classes = classes};
   slot_t xr[2] = {{logits.id, offsetof(aq_softmax_xent_args_t, logits)},
                   {labels.id, offsetof(aq_softmax_xent_args_t, labels)}};
   slot_t xw[2] = {{probs, offsetof(aq_softmax_xent_args_t, probs)}, {losses, offsetof(aq_softmax_xent_args_t, loss)}};
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, "softmax_xent", AQ_KERNEL_SOFTMAX_XENT, &x, sizeof(x), aq_rows_grid(rows),
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, "softmax_xent", AQ_KERNEL_SOFTMAX_XENT, &x, sizeof(x), aq_rows_grid(rows),
                                    xr, 2, xw, 2, &id));
   task_t *t = last_task(g);
   t->op = OP_XENT;
@@ -191,7 +191,7 @@ AQ_API aq_status_t aq_op_softmax_xent(aq_graph_t *g, aq_tensor_t logits, aq_tens
   aq_mean_args_t m = {.n = rows};
   slot_t mr[1] = {{losses, offsetof(aq_mean_args_t, x)}};
   slot_t mw[1] = {{loss, offsetof(aq_mean_args_t, out)}};
-  AQ_RETURN_IF_ERROR(graph_op_task(g, "mean(loss)", AQ_KERNEL_MEAN, &m, sizeof(m),
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, "mean(loss)", AQ_KERNEL_MEAN, &m, sizeof(m),
                                    (aq_dispatch_shape_t){{1, 1, 1}, {1, 1, 1}}, mr, 1, mw, 1, &id));
   t = last_task(g);
   t->op = OP_MEAN;
@@ -207,7 +207,7 @@ static int in_range(float v, float lo, float hi_excluded) { return v >= lo && v 
 
 AQ_API aq_status_t aq_op_sgd(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad, const aq_sgd_options_t *o) {
   if (!g || !o) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_sgd: graph and options are required");
-  tensor_t *tp = graph_tensor(g, param), *tg = graph_tensor(g, grad);
+  tensor_t *tp = aq_graph_tensor(g, param), *tg = aq_graph_tensor(g, grad);
   if (!tp || !tg) return aq_error(AQ_ERROR_INVALID_HANDLE, "sgd: parameter or gradient is not in this graph");
   if (tp->role != AQ_ROLE_PARAMETER)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "sgd: '%s' is not a parameter", tp->name);
@@ -218,50 +218,50 @@ AQ_API aq_status_t aq_op_sgd(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad,
                     "sgd(%s): lr %g must be finite and > 0, momentum %g and weight_decay %g finite and >= 0",
                     tp->name, (double)o->lr, (double)o->momentum, (double)o->weight_decay);
   char name[48];
-  graph_name(name, sizeof(name), "velocity", tp->name, NULL);
+  aq_graph_name(name, sizeof(name), "velocity", tp->name, NULL);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, tp->dims, sizeof(dims));
   uint32_t rank = tp->rank, v;
   int64_t n = (int64_t)(tp->bytes / 4);
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_STATE, rank, dims, &v));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_STATE, rank, dims, &v));
   aq_sgd_args_t a = {.n = n, .lr = o->lr, .momentum = o->momentum, .weight_decay = o->weight_decay};
   slot_t reads[3] = {{param.id, UINT32_MAX}, {grad.id, offsetof(aq_sgd_args_t, grad)}, {v, UINT32_MAX}};
   slot_t writes[2] = {{param.id, offsetof(aq_sgd_args_t, w)}, {v, offsetof(aq_sgd_args_t, velocity)}};
-  graph_name(name, sizeof(name), "sgd", graph_tensor(g, param)->name, NULL);
+  aq_graph_name(name, sizeof(name), "sgd", aq_graph_tensor(g, param)->name, NULL);
   uint32_t id;
-  return graph_op_task(g, name, AQ_KERNEL_SGD, &a, sizeof(a), aq_elementwise_grid(n), reads, 3, writes, 2, &id);
+  return aq_graph_op_task(g, name, AQ_KERNEL_SGD, &a, sizeof(a), aq_elementwise_grid(n), reads, 3, writes, 2, &id);
 }
 
 AQ_API aq_status_t aq_op_copy(aq_graph_t *g, aq_tensor_t src, aq_tensor_t dst) {
   if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_copy: graph is NULL");
-  tensor_t *ts = graph_tensor(g, src), *td = graph_tensor(g, dst);
+  tensor_t *ts = aq_graph_tensor(g, src), *td = aq_graph_tensor(g, dst);
   if (!ts || !td) return aq_error(AQ_ERROR_INVALID_HANDLE, "copy: source or destination is not in this graph");
   if (ts->bytes != td->bytes)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "copy: '%s' holds %zu bytes, '%s' %zu", ts->name, ts->bytes, td->name,
                     td->bytes);
   char name[TASK_NAME_MAX];
-  graph_name(name, sizeof(name), "copy", ts->name, td->name);
+  aq_graph_name(name, sizeof(name), "copy", ts->name, td->name);
   aq_copy_args_t a = {.bytes = (int64_t)ts->bytes};
   slot_t reads[1] = {{src.id, offsetof(aq_copy_args_t, src)}};
   slot_t writes[1] = {{dst.id, offsetof(aq_copy_args_t, dst)}};
   uint32_t id;
-  return graph_op_task(g, name, AQ_KERNEL_COPY, &a, sizeof(a), aq_elementwise_grid((int64_t)ts->bytes / 4), reads, 1,
+  return aq_graph_op_task(g, name, AQ_KERNEL_COPY, &a, sizeof(a), aq_elementwise_grid((int64_t)ts->bytes / 4), reads, 1,
                        writes, 1, &id);
 }
 
 static aq_status_t state_like(aq_graph_t *g, aq_tensor_t of, const char *what, uint32_t *out) {
-  tensor_t *t = graph_tensor(g, of);
+  tensor_t *t = aq_graph_tensor(g, of);
   char name[48];
-  graph_name(name, sizeof(name), what, t->name, NULL);
+  aq_graph_name(name, sizeof(name), what, t->name, NULL);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, t->dims, sizeof(dims));
   uint32_t rank = t->rank;
-  return graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_STATE, rank, dims, out);
+  return aq_graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_STATE, rank, dims, out);
 }
 
 AQ_API aq_status_t aq_op_adam(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad, const aq_adam_options_t *o) {
   if (!g || !o) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_adam: graph and options are required");
-  tensor_t *tp = graph_tensor(g, param), *tg = graph_tensor(g, grad);
+  tensor_t *tp = aq_graph_tensor(g, param), *tg = aq_graph_tensor(g, grad);
   if (!tp || !tg) return aq_error(AQ_ERROR_INVALID_HANDLE, "adam: parameter or gradient is not in this graph");
   if (tp->role != AQ_ROLE_PARAMETER) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "adam: '%s' is not a parameter", tp->name);
   if (tp->bytes != tg->bytes || tp->dtype != AQ_DTYPE_F32 || tg->dtype != AQ_DTYPE_F32)
@@ -277,21 +277,21 @@ AQ_API aq_status_t aq_op_adam(aq_graph_t *g, aq_tensor_t param, aq_tensor_t grad
   AQ_RETURN_IF_ERROR(state_like(g, param, "adam.m", &m));
   AQ_RETURN_IF_ERROR(state_like(g, param, "adam.v", &v));
   char name[48];
-  graph_name(name, sizeof(name), "adam.steps", graph_tensor(g, param)->name, NULL);
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_STATE, 1, (int64_t[]){1}, &steps));
-  int64_t n = (int64_t)(graph_tensor(g, param)->bytes / 4);
+  aq_graph_name(name, sizeof(name), "adam.steps", aq_graph_tensor(g, param)->name, NULL);
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_STATE, 1, (int64_t[]){1}, &steps));
+  int64_t n = (int64_t)(aq_graph_tensor(g, param)->bytes / 4);
   aq_adam_args_t a = {.n = n, .lr = o->lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = o->weight_decay,
                       .decoupled = o->decoupled ? 1 : 0};
   slot_t reads[5] = {{param.id, UINT32_MAX}, {grad.id, offsetof(aq_adam_args_t, grad)}, {m, UINT32_MAX},
                      {v, UINT32_MAX}, {steps, offsetof(aq_adam_args_t, steps)}};
   slot_t writes[3] = {{param.id, offsetof(aq_adam_args_t, w)}, {m, offsetof(aq_adam_args_t, m)},
                       {v, offsetof(aq_adam_args_t, v)}};
-  graph_name(name, sizeof(name), "adam", graph_tensor(g, param)->name, NULL);
+  aq_graph_name(name, sizeof(name), "adam", aq_graph_tensor(g, param)->name, NULL);
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_ADAM, &a, sizeof(a), aq_elementwise_grid(n), reads, 5, writes,
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, AQ_KERNEL_ADAM, &a, sizeof(a), aq_elementwise_grid(n), reads, 5, writes,
                                    3, &id));
   aq_increment_args_t inc = {0};
   slot_t ir[1] = {{steps, UINT32_MAX}}, iw[1] = {{steps, offsetof(aq_increment_args_t, x)}};
-  return graph_op_task(g, "adam.count", AQ_KERNEL_INCREMENT, &inc, sizeof(inc),
+  return aq_graph_op_task(g, "adam.count", AQ_KERNEL_INCREMENT, &inc, sizeof(inc),
                        (aq_dispatch_shape_t){{1, 1, 1}, {1, 1, 1}}, ir, 1, iw, 1, &id);
 }

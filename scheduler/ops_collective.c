@@ -44,14 +44,14 @@ static void coll_start(void *user, void *const *ptrs) {
     c->op.c.send = c->addr[0];
     c->op.c.recv = c->out ? c->out : c->addr[0];
   }
-  comm_op_start(&c->op);
+  aq_comm_op_start(&c->op);
 }
 
 static aq_status_t coll_complete(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
   (void)a1, (void)a2, (void)a3;
   coll_t *c = user;
   if (c->skip) return AQ_OK;
-  AQ_RETURN_IF_ERROR(comm_op_complete(&c->op));
+  AQ_RETURN_IF_ERROR(aq_comm_op_complete(&c->op));
   size_t at = 0;
   for (uint32_t i = 0; c->pack && i < c->n; ++i)
     memcpy(c->addr[i], c->pack + at, c->count[i] * sizeof(float)), at += c->count[i];
@@ -73,7 +73,7 @@ static aq_status_t coll_stream(const hsa_agent_dispatch_packet_t *p, void *strea
     x[i].recv = to_new ? a->ptrs[c->n] : a->ptrs[i];
     if (!to_new) x[i].count = c->count[i];
   }
-  return comm_nccl_stream(c->op.comm, c->local, x, n, stream, p->completion_signal.handle);
+  return aq_comm_nccl_stream(c->op.comm, c->local, x, n, stream, p->completion_signal.handle);
 }
 
 /* NCCL carries the communicator's graph collectives where it joined a GPU. */
@@ -97,13 +97,13 @@ static aq_status_t check_spec(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t 
                     COLL_TENSORS_MAX);
   for (uint32_t i = 0; i < s->n + (s->out != 0); ++i) {
     uint32_t x = i < s->n ? s->tensors[i] : s->out;
-    tensor_t *t = graph_tensor(g, (aq_tensor_t){x});
+    tensor_t *t = aq_graph_tensor(g, (aq_tensor_t){x});
     if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: tensor %u is not one of this graph", s->name, x);
     if (t->dtype != AQ_DTYPE_F32)
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: tensor '%s' is not f32 (collectives move f32)", s->name, t->name);
   }
   aq_collective_t probe = {.kind = s->kind, .reduce = s->reduce, .root = s->root};
-  return comm_check(comm, &probe, s->name);
+  return aq_comm_check(comm, &probe, s->name);
 }
 
 static aq_status_t call_code_object(aq_comm_t *comm, aq_code_object_t *out) {
@@ -115,7 +115,7 @@ static aq_status_t call_code_object(aq_comm_t *comm, aq_code_object_t *out) {
 }
 
 static coll_t *new_coll(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s) {
-  coll_t *c = comm_keep(comm, sizeof(coll_t));
+  coll_t *c = aq_comm_keep(comm, sizeof(coll_t));
   if (!c) return NULL;
   c->op = (comm_op_t){.comm = comm, .c = {.kind = s->kind, .reduce = s->reduce, .root = s->root}, .name = c->name};
   snprintf(c->name, sizeof(c->name), "%s", s->name);
@@ -125,7 +125,7 @@ static coll_t *new_coll(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s) {
   for (uint32_t i = 0; i < s->n; ++i)
     c->count[i] = g->tensors[s->tensors[i]].bytes / sizeof(float), c->total += c->count[i];
   /* MPI takes one buffer a call; NCCL groups the calls instead */
-  if (s->n > 1 && !nccl_form(comm) && !(c->pack = comm_keep(comm, c->total * sizeof(float)))) return NULL;
+  if (s->n > 1 && !nccl_form(comm) && !(c->pack = aq_comm_keep(comm, c->total * sizeof(float)))) return NULL;
   c->op.c.count = s->kind == AQ_COLLECTIVE_REDUCE_SCATTER ? g->tensors[s->out].bytes / sizeof(float) : c->total;
   return c;
 }
@@ -187,12 +187,12 @@ static aq_status_t add_stream_call(aq_graph_t *g, aq_comm_t *comm, const coll_sp
   snprintf(call.name, sizeof(call.name), "%s", s->name);
   touch(&call, s, 1);
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_new_task(g, &call, &id));
+  AQ_RETURN_IF_ERROR(aq_graph_new_task(g, &call, &id));
   *out = id - 1;
   return chain(g, comm, s->local, id - 1);
 }
 
-aq_status_t coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, uint32_t *out_start, uint32_t *out_done) {
+aq_status_t aq_coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, uint32_t *out_start, uint32_t *out_done) {
   AQ_RETURN_IF_ERROR(check_spec(g, comm, s));
   coll_t *c = new_coll(g, comm, s);
   if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: no memory for the collective", s->name);
@@ -220,8 +220,8 @@ aq_status_t coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, uint3
   snprintf(done.name, sizeof(done.name), "%s", s->name);
   touch(&done, s, 0);
   uint32_t a, b;
-  AQ_RETURN_IF_ERROR(graph_new_task(g, &start, &a));
-  AQ_RETURN_IF_ERROR(graph_new_task(g, &done, &b));
+  AQ_RETURN_IF_ERROR(aq_graph_new_task(g, &start, &a));
+  AQ_RETURN_IF_ERROR(aq_graph_new_task(g, &done, &b));
   AQ_RETURN_IF_ERROR(chain(g, comm, 0, a - 1));
   if (out_start) *out_start = a - 1;
   if (out_done) *out_done = b - 1;
@@ -231,11 +231,11 @@ aq_status_t coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, uint3
 static aq_status_t in_place(aq_graph_t *g, aq_comm_t *comm, aq_tensor_t x, aq_collective_kind_t kind,
                             aq_reduce_t reduce, uint32_t root, const char *op) {
   if (!g) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: graph is NULL", op);
-  tensor_t *t = graph_tensor(g, x);
+  tensor_t *t = aq_graph_tensor(g, x);
   char name[TASK_NAME_MAX];
   snprintf(name, sizeof(name), "%s %.40s", op + 6, t ? t->name : "?");
   coll_spec_t s = {.name = name, .kind = kind, .reduce = reduce, .root = root, .n = 1, .tensors = &x.id};
-  return coll_add(g, comm, &s, NULL, NULL);
+  return aq_coll_add(g, comm, &s, NULL, NULL);
 }
 
 AQ_API aq_status_t aq_op_allreduce(aq_graph_t *g, aq_comm_t *comm, aq_tensor_t x, aq_reduce_t reduce) {
@@ -251,7 +251,7 @@ AQ_API aq_status_t aq_op_broadcast(aq_graph_t *g, aq_comm_t *comm, aq_tensor_t x
 static aq_status_t to_new(aq_graph_t *g, aq_comm_t *comm, aq_tensor_t x, aq_collective_kind_t kind, aq_reduce_t reduce,
                           aq_tensor_t *out, const char *op) {
   if (!g || !out || !comm) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: graph, comm and out are required", op);
-  tensor_t *t = graph_tensor(g, x);
+  tensor_t *t = aq_graph_tensor(g, x);
   if (!t) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: x is tensor %u, not one of this graph", op, x.id);
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, t->dims, sizeof(dims));
@@ -262,9 +262,9 @@ static aq_status_t to_new(aq_graph_t *g, aq_comm_t *comm, aq_tensor_t x, aq_coll
   char name[TASK_NAME_MAX];
   snprintf(name, sizeof(name), "%s(%.40s)", op + 6, t->name);
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, t->rank, dims, &id));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, t->rank, dims, &id));
   coll_spec_t s = {.name = name, .kind = kind, .reduce = reduce, .n = 1, .tensors = &x.id, .out = id};
-  AQ_RETURN_IF_ERROR(coll_add(g, comm, &s, NULL, NULL));
+  AQ_RETURN_IF_ERROR(aq_coll_add(g, comm, &s, NULL, NULL));
   out->id = id;
   return AQ_OK;
 }

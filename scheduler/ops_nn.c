@@ -11,7 +11,7 @@
 static task_t *last_task(aq_graph_t *g) { return &g->tasks[g->ntasks - 1]; }
 
 static aq_status_t f32_of_rank(aq_graph_t *g, const char *op, aq_tensor_t t, uint32_t rank, tensor_t **out) {
-  tensor_t *x = graph_tensor(g, t);
+  tensor_t *x = aq_graph_tensor(g, t);
   if (!x) return aq_error(AQ_ERROR_INVALID_HANDLE, "%s: tensor %u is not in this graph", op, t.id);
   if (x->dtype != AQ_DTYPE_F32 || x->rank != rank)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: '%s' must be a rank-%u f32 tensor", op, x->name, rank);
@@ -48,15 +48,15 @@ AQ_API aq_status_t aq_op_conv2d(aq_graph_t *g, aq_tensor_t x, aq_tensor_t w, aq_
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "conv2d: a %lldx%lld filter leaves no output of a %lldx%lld input",
                     (long long)a.r, (long long)a.s, (long long)a.h, (long long)a.wd);
   char name[TASK_NAME_MAX];
-  graph_name(name, sizeof(name), "conv2d", tx->name, tw->name);
+  aq_graph_name(name, sizeof(name), "conv2d", tx->name, tw->name);
   uint32_t y;
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "conv.out", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 4,
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "conv.out", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 4,
                                       (int64_t[]){a.n, a.k, a.p, a.q}, &y));
   slot_t reads[3] = {{x.id, offsetof(aq_conv2d_args_t, x)}, {w.id, offsetof(aq_conv2d_args_t, w)},
                      {bias.id, offsetof(aq_conv2d_args_t, bias)}};
   slot_t writes[1] = {{y, offsetof(aq_conv2d_args_t, y)}};
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_CONV2D, &a, sizeof(a), aq_planes_grid(a.n * a.k), reads,
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, AQ_KERNEL_CONV2D, &a, sizeof(a), aq_planes_grid(a.n * a.k), reads,
                                    bias.id ? 3 : 2, writes, 1, &id));
   task_t *t = last_task(g);
   t->op = OP_CONV2D;
@@ -82,14 +82,14 @@ AQ_API aq_status_t aq_op_max_pool2d(aq_graph_t *g, aq_tensor_t x, const aq_pool_
   a.p = (a.h + 2 * (int64_t)a.pad_h - a.kh) / a.stride_h + 1, a.q = (a.w + 2 * (int64_t)a.pad_w - a.kw) / a.stride_w + 1;
   int64_t dims[4] = {tx->dims[0], tx->dims[1], a.p, a.q};
   char name[TASK_NAME_MAX];
-  graph_name(name, sizeof(name), "max_pool2d", tx->name, NULL);
+  aq_graph_name(name, sizeof(name), "max_pool2d", tx->name, NULL);
   uint32_t y, arg;
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "pool.out", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 4, dims, &y));
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "pool.argmax", AQ_DTYPE_I32, AQ_ROLE_ACTIVATION, 4, dims, &arg));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "pool.out", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 4, dims, &y));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "pool.argmax", AQ_DTYPE_I32, AQ_ROLE_ACTIVATION, 4, dims, &arg));
   slot_t reads[1] = {{x.id, offsetof(aq_pool_args_t, x)}};
   slot_t writes[2] = {{y, offsetof(aq_pool_args_t, y)}, {arg, offsetof(aq_pool_args_t, argmax)}};
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_MAX_POOL, &a, sizeof(a), aq_planes_grid(a.planes), reads, 1,
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, AQ_KERNEL_MAX_POOL, &a, sizeof(a), aq_planes_grid(a.planes), reads, 1,
                                    writes, 2, &id));
   task_t *t = last_task(g);
   t->op = OP_POOL;
@@ -102,12 +102,12 @@ AQ_API aq_status_t aq_op_batch_norm(aq_graph_t *g, aq_tensor_t x, aq_tensor_t ga
                                     aq_tensor_t running_mean, aq_tensor_t running_var,
                                     const aq_batch_norm_options_t *o, aq_tensor_t *out) {
   if (!g || !o || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_batch_norm: graph, options and out are required");
-  tensor_t *tx = graph_tensor(g, x);
+  tensor_t *tx = aq_graph_tensor(g, x);
   if (!tx || tx->dtype != AQ_DTYPE_F32 || tx->rank < 2)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "batch_norm: x must be an f32 tensor of rank 2 or more of this graph");
   aq_tensor_t per_channel[4] = {gamma, beta, running_mean, running_var};
   for (int i = 0; i < 4; ++i) {
-    tensor_t *t = graph_tensor(g, per_channel[i]);
+    tensor_t *t = aq_graph_tensor(g, per_channel[i]);
     if (!t || t->dtype != AQ_DTYPE_F32 || t->rank != 1 || t->dims[0] != tx->dims[1])
       return aq_error(AQ_ERROR_INVALID_ARGUMENT, "batch_norm: %s must be f32 with %lld entries (the channels of '%s')",
                       (const char *[]){"gamma", "beta", "running_mean", "running_var"}[i], (long long)tx->dims[1],
@@ -121,10 +121,10 @@ AQ_API aq_status_t aq_op_batch_norm(aq_graph_t *g, aq_tensor_t x, aq_tensor_t ga
   memcpy(dims, tx->dims, sizeof(dims));
   uint32_t rank = tx->rank, y, mean, rstd;
   char name[TASK_NAME_MAX];
-  graph_name(name, sizeof(name), "batch_norm", tx->name, NULL);
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "bn.out", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, &y));
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "bn.mean", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){a.c}, &mean));
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, "bn.rstd", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){a.c}, &rstd));
+  aq_graph_name(name, sizeof(name), "batch_norm", tx->name, NULL);
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "bn.out", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, &y));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "bn.mean", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){a.c}, &mean));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "bn.rstd", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){a.c}, &rstd));
   slot_t reads[5] = {{x.id, offsetof(aq_batch_norm_args_t, x)}, {gamma.id, offsetof(aq_batch_norm_args_t, gamma)},
                      {beta.id, offsetof(aq_batch_norm_args_t, beta)},
                      {running_mean.id, offsetof(aq_batch_norm_args_t, running_mean)},
@@ -133,7 +133,7 @@ AQ_API aq_status_t aq_op_batch_norm(aq_graph_t *g, aq_tensor_t x, aq_tensor_t ga
                       {rstd, offsetof(aq_batch_norm_args_t, rstd)}, {running_mean.id, UINT32_MAX},
                       {running_var.id, UINT32_MAX}};
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(g, name, AQ_KERNEL_BATCH_NORM, &a, sizeof(a), aq_planes_grid(a.c), reads, 5, writes,
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, AQ_KERNEL_BATCH_NORM, &a, sizeof(a), aq_planes_grid(a.c), reads, 5, writes,
                                    a.training ? 5 : 3, &id));
   task_t *t = last_task(g);
   t->op = a.training ? OP_BATCH_NORM : OP_OTHER; /* inference is not differentiated */
@@ -144,15 +144,15 @@ AQ_API aq_status_t aq_op_batch_norm(aq_graph_t *g, aq_tensor_t x, aq_tensor_t ga
 
 AQ_API aq_status_t aq_op_reshape(aq_graph_t *g, aq_tensor_t x, uint32_t rank, const int64_t *dims, aq_tensor_t *out) {
   if (!g || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_op_reshape: graph and out are required");
-  tensor_t *tx = graph_tensor(g, x);
+  tensor_t *tx = aq_graph_tensor(g, x);
   if (!tx) return aq_error(AQ_ERROR_INVALID_HANDLE, "reshape: tensor %u is not in this graph", x.id);
   char name[48];
-  graph_fit(name, sizeof(name) - 1 - strlen(".view"), tx->name);
+  aq_graph_fit(name, sizeof(name) - 1 - strlen(".view"), tx->name);
   strcat(name, ".view");
   aq_dtype_t dtype = tx->dtype;
   size_t bytes = tx->bytes;
   uint32_t y;
-  AQ_RETURN_IF_ERROR(graph_new_tensor(g, name, dtype, AQ_ROLE_ACTIVATION, rank, dims, &y));
+  AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, name, dtype, AQ_ROLE_ACTIVATION, rank, dims, &y));
   if (g->tensors[y].bytes != bytes)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "reshape: '%s' holds %zu bytes, the new shape %zu", g->tensors[x.id].name,
                     bytes, g->tensors[y].bytes);

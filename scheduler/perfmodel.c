@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 typedef struct stats {
@@ -42,7 +43,7 @@ static model_t *models;
 static size_t nmodels, cap_models;
 static int loaded;
 
-void perf_arch(const aq_agent_info_t *info, char *out, size_t size) {
+void aq_perf_arch(const aq_agent_info_t *info, char *out, size_t size) {
   int n = snprintf(out, size, "%s/%s/%u/%s", info->driver, info->isa[0] ? info->isa : "any", info->compute_units,
                    info->device[0] ? info->device : "unknown");
   /* the file is whitespace-separated */
@@ -50,7 +51,7 @@ void perf_arch(const aq_agent_info_t *info, char *out, size_t size) {
     if (out[i] == ' ' || out[i] == '\t' || out[i] == '\n') out[i] = '_';
 }
 
-uint32_t perf_shape_class(uint64_t work_items, uint64_t bytes) {
+uint32_t aq_perf_shape_class(uint64_t work_items, uint64_t bytes) {
   uint32_t w = 0, b = 0;
   while (w < 63 && (1ull << w) < work_items) ++w;
   while (b < 63 && (1ull << b) < bytes) ++b;
@@ -97,8 +98,8 @@ static model_t *find(const perf_key_t *k, int create) {
   return m;
 }
 
-const char *perf_path(char *buf, size_t size) {
-  const char *dir = getenv("AQ_PERF_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+const char *aq_perf_path(char *buf, size_t size) {
+  const char *dir = aq_setting_text(AQ_SET_PERF_DIR), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   if (dir && *dir) snprintf(buf, size, "%s/models.tsv", dir);
   else if (xdg && *xdg) snprintf(buf, size, "%s/aquila/models.tsv", xdg);
   else if (home && *home) snprintf(buf, size, "%s/.cache/aquila/models.tsv", home);
@@ -153,10 +154,10 @@ static void ensure_loaded(void) {
   if (loaded) return;
   loaded = 1;
   char path[1024];
-  read_file(perf_path(path, sizeof(path)), load_one);
+  read_file(aq_perf_path(path, sizeof(path)), load_one);
 }
 
-double perf_estimate(const perf_key_t *key, double bytes, double fallback_ns, uint32_t *samples) {
+double aq_perf_estimate(const perf_key_t *key, double bytes, double fallback_ns, uint32_t *samples) {
   pthread_mutex_lock(&lock);
   ensure_loaded();
   model_t *m = find(key, 0);
@@ -182,7 +183,7 @@ static int far_from(double mean, double ns) {
   return ns > mean * PERF_OUTLIER || ns * PERF_OUTLIER < mean;
 }
 
-int perf_record(const perf_key_t *key, double bytes, double ns) {
+int aq_perf_record(const perf_key_t *key, double bytes, double ns) {
   if (!(ns >= 0) || !isfinite(ns)) return 0;
   stats_t one = {1, ns, 0, bytes};
   pthread_mutex_lock(&lock);
@@ -267,10 +268,10 @@ static aq_status_t write_models(const char *path) {
   return AQ_OK;
 }
 
-aq_status_t perf_save(void) {
+aq_status_t aq_perf_save(void) {
   char path[1024], lockpath[1100];
   pthread_mutex_lock(&lock);
-  perf_path(path, sizeof(path));
+  aq_perf_path(path, sizeof(path));
   int fresh = 0;
   for (size_t i = 0; i < nmodels; ++i) fresh |= models[i].fresh.n > 0;
   if (!path[0] || !fresh) {
@@ -298,7 +299,7 @@ aq_status_t perf_save(void) {
   return s;
 }
 
-void perf_reset(void) {
+void aq_perf_reset(void) {
   pthread_mutex_lock(&lock);
   free(models), free(disk);
   models = disk = NULL;

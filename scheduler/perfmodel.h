@@ -46,27 +46,27 @@ typedef struct perf_key {
 } perf_key_t;
 
 /* The model key's architecture for an agent (see above). */
-void perf_arch(const aq_agent_info_t *agent, char *out, size_t size);
+void aq_perf_arch(const aq_agent_info_t *agent, char *out, size_t size);
 
 /* The class of a task with this many work-items touching this many bytes. */
-uint32_t perf_shape_class(uint64_t work_items, uint64_t bytes);
+uint32_t aq_perf_shape_class(uint64_t work_items, uint64_t bytes);
 
 /* The model's estimate in ns for a task of `bytes`; *samples: how many runs
  * it rests on (0: none, the estimate is `fallback_ns`). Loads the file on
  * first use. */
-double perf_estimate(const perf_key_t *key, double bytes, double fallback_ns, uint32_t *samples);
+double aq_perf_estimate(const perf_key_t *key, double bytes, double fallback_ns, uint32_t *samples);
 
-/* Adds one measurement (this process's; saved by perf_save); 0 if it was
+/* Adds one measurement (this process's; saved by aq_perf_save); 0 if it was
  * set aside as an outlier. */
-int perf_record(const perf_key_t *key, double bytes, double ns);
+int aq_perf_record(const perf_key_t *key, double bytes, double ns);
 
 /* Merges this process's new samples into the file. */
-aq_status_t perf_save(void);
+aq_status_t aq_perf_save(void);
 
 /* The file's path (may not exist); "" when there is no place for it. */
-const char *perf_path(char *buf, size_t size);
+const char *aq_perf_path(char *buf, size_t size);
 
 /* Forgets the in-memory table (tests: to re-read the file). */
-void perf_reset(void);
+void aq_perf_reset(void);
 
 #endif

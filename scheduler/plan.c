@@ -6,7 +6,7 @@
 #include "runtime/status.h"
 #include "scheduler/plan.h"
 
-int plan_readable_without_writer(aq_tensor_role_t r) {
+int aq_plan_readable_without_writer(aq_tensor_role_t r) {
   return r == AQ_ROLE_INPUT || r == AQ_ROLE_PARAMETER || r == AQ_ROLE_CONSTANT || r == AQ_ROLE_STATE;
 }
 
@@ -43,7 +43,7 @@ static aq_status_t infer(plan_t *p, aq_graph_t *g) {
     for (uint32_t r = 0; s == AQ_OK && r < t->nreads; ++r) {
       uint32_t x = t->reads[r];
       if (last_writer[x] != UINT32_MAX) s = add_pred(p, stamp, i, last_writer[x]);
-      else if (!plan_readable_without_writer(g->tensors[x].role))
+      else if (!aq_plan_readable_without_writer(g->tensors[x].role))
         s = aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' reads tensor '%s' before any task writes it", t->name,
                      g->tensors[x].name);
       if (s == AQ_OK && nreaders[x] == capr[x]) {
@@ -146,13 +146,13 @@ static aq_status_t order(plan_t *p, aq_graph_t *g, const uint32_t *keep) {
   return s;
 }
 
-aq_status_t plan_reorder(plan_t *p, aq_graph_t *g, uint32_t nlanes) {
+aq_status_t aq_plan_reorder(plan_t *p, aq_graph_t *g, uint32_t nlanes) {
   uint32_t *keep = malloc((p->ntasks ? p->ntasks : 1) * sizeof(uint32_t));
   if (!keep) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
   for (uint32_t k = 0; k < p->ntasks; ++k) keep[p->order[k]] = k;
   aq_status_t s = order(p, g, keep);
   free(keep);
-  return s == AQ_OK ? plan_number_lanes(p, nlanes) : s;
+  return s == AQ_OK ? aq_plan_number_lanes(p, nlanes) : s;
 }
 
 /* What a task costs, in the estimate's units: its work-groups (an empty
@@ -216,7 +216,7 @@ static int32_t data_node(const aq_graph_t *g, uint32_t t, const plan_lanes_t *l,
   return node;
 }
 
-aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const plan_lanes_t *l) {
+aq_status_t aq_plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const plan_lanes_t *l) {
   memset(p, 0, sizeof(*p));
   p->ntasks = g->ntasks;
   p->tasks = calloc(g->ntasks ? g->ntasks : 1, sizeof(plan_task_t));
@@ -232,8 +232,8 @@ aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const
         return aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is pinned to agent %d; only %u agents can run it",
                         g->tasks[i].name, g->tasks[i].agent, l->nagents);
     if (!l->cost_ns) return aq_error(AQ_ERROR_INTERNAL, "heft placement without costs");
-    AQ_RETURN_IF_ERROR(plan_heft(p, g, l));
-    return plan_number_lanes(p, l->nlanes);
+    AQ_RETURN_IF_ERROR(aq_plan_heft(p, g, l));
+    return aq_plan_number_lanes(p, l->nlanes);
   }
   double *free_at = calloc(l->nlanes, sizeof(double));
   /* locality: the agent whose memory each tensor will live in (its first
@@ -289,10 +289,10 @@ aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const
     }
   }
   free(free_at), free(tensor_agent);
-  return plan_number_lanes(p, l->nlanes);
+  return aq_plan_number_lanes(p, l->nlanes);
 }
 
-aq_status_t plan_number_lanes(plan_t *p, uint32_t nlanes) {
+aq_status_t aq_plan_number_lanes(plan_t *p, uint32_t nlanes) {
   uint32_t *next = calloc(nlanes ? nlanes : 1, sizeof(uint32_t));
   if (!next) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
   for (uint32_t k = 0; k < p->ntasks; ++k) {
@@ -303,7 +303,7 @@ aq_status_t plan_number_lanes(plan_t *p, uint32_t nlanes) {
   return AQ_OK;
 }
 
-void plan_free(plan_t *p) {
+void aq_plan_free(plan_t *p) {
   for (uint32_t i = 0; p->tasks && i < p->ntasks; ++i) free(p->tasks[i].preds);
   free(p->tasks);
   free(p->order);

@@ -45,23 +45,23 @@ typedef struct plan_lanes {
 
 /* Whether a run may read a tensor of this role before any task writes it
  * (it holds data from the user or from the last run). */
-int plan_readable_without_writer(aq_tensor_role_t role);
+int aq_plan_readable_without_writer(aq_tensor_role_t role);
 /* Checks the graph (reads before writes, cycles, pinned agents) and places
  * it on lanes. */
-aq_status_t plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const plan_lanes_t *lanes);
-void plan_free(plan_t *p);
+aq_status_t aq_plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const plan_lanes_t *lanes);
+void aq_plan_free(plan_t *p);
 /* HEFT (Topcuoglu et al.): tasks by decreasing upward rank over mean
  * costs, each on the lane where it finishes first, transfers included;
  * rewrites p->order to the rank order (a topological one). Called by
- * plan_build after the dependencies and a first order are known. */
-aq_status_t plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l);
+ * aq_plan_build after the dependencies and a first order are known. */
+aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l);
 /* What moving `bytes` from agent a to agent b costs, in ns (0 on one agent). */
-double plan_transfer_ns(const plan_lanes_t *l, uint32_t a, uint32_t b, double bytes);
+double aq_plan_transfer_ns(const plan_lanes_t *l, uint32_t a, uint32_t b, double bytes);
 /* After edges were added to a planned graph: a topological order as close
  * to the current one as the edges allow (of the ready tasks, the one that
  * came first goes first), successor counts, and lane positions again. */
-aq_status_t plan_reorder(plan_t *p, aq_graph_t *g, uint32_t nlanes);
+aq_status_t aq_plan_reorder(plan_t *p, aq_graph_t *g, uint32_t nlanes);
 /* Numbers each task's position in its lane (seq), following order. */
-aq_status_t plan_number_lanes(plan_t *p, uint32_t nlanes);
+aq_status_t aq_plan_number_lanes(plan_t *p, uint32_t nlanes);
 
 #endif

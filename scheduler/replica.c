@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "aquila/ops.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 typedef struct walk {
@@ -41,7 +42,7 @@ static aq_status_t replica_of(walk_t *w, uint32_t x, uint32_t agent, uint32_t *o
     memcpy(dims, t->dims, sizeof(dims));
     /* A replica is made afresh each run: an activation (its buffer may be
      * shared by lifetime). */
-    AQ_RETURN_IF_ERROR(graph_new_tensor(w->c, name, t->dtype, AQ_ROLE_ACTIVATION, t->rank, dims, r));
+    AQ_RETURN_IF_ERROR(aq_graph_new_tensor(w->c, name, t->dtype, AQ_ROLE_ACTIVATION, t->rank, dims, r));
   }
   *out = *r;
   return AQ_OK;
@@ -55,7 +56,7 @@ static aq_status_t gpu_copy_task(walk_t *w, uint32_t src, uint32_t dst, size_t b
   aq_copy_args_t a = {.bytes = (int64_t)bytes};
   slot_t reads[1] = {{src, offsetof(aq_copy_args_t, src)}}, writes[1] = {{dst, offsetof(aq_copy_args_t, dst)}};
   uint32_t id;
-  AQ_RETURN_IF_ERROR(graph_op_task(w->c, name, AQ_KERNEL_COPY, &a, sizeof(a), aq_elementwise_grid((int64_t)bytes / 4),
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(w->c, name, AQ_KERNEL_COPY, &a, sizeof(a), aq_elementwise_grid((int64_t)bytes / 4),
                                    reads, 1, writes, 1, &id));
   w->c->tasks[id - 1].agent = (int32_t)gpu;
   return AQ_OK;
@@ -86,7 +87,7 @@ static aq_status_t add_copy(walk_t *w, uint32_t x, uint32_t from, uint32_t to) {
   t.agent = (int32_t)(is_gpu(w, to) ? from : to);
   t.op = OP_OTHER;
   snprintf(t.name, sizeof(t.name), "%s", name);
-  return graph_new_task(w->c, &t, &id);
+  return aq_graph_new_task(w->c, &t, &id);
 }
 
 /* Makes x valid on agent d, copying from a valid domain: the home one
@@ -124,7 +125,7 @@ static aq_status_t add_prefetch(walk_t *w, uint32_t x, uint32_t to) {
   /* A tensor not written yet this run that holds nothing from before (an
    * activation, a gradient) has nothing to read: the prefetch only moves
    * its pages ahead of the writer. */
-  t.nreads = w->written[x] || plan_readable_without_writer(w->c->tensors[x].role);
+  t.nreads = w->written[x] || aq_plan_readable_without_writer(w->c->tensors[x].role);
   t.nwrites = 1;
   t.reads[0] = t.writes[0] = x;
   t.read_off[0] = t.write_off[0] = UINT32_MAX;
@@ -133,7 +134,7 @@ static aq_status_t add_prefetch(walk_t *w, uint32_t x, uint32_t to) {
   snprintf(t.name, sizeof(t.name), "prefetch %.22s -> %.16s", w->c->tensors[x].name, w->in->agent_names[to]);
   w->copies++;
   uint32_t id;
-  return graph_new_task(w->c, &t, &id);
+  return aq_graph_new_task(w->c, &t, &id);
 }
 
 /* The pages' place for a task on agent a: the GPU, or the host (any CPU
@@ -167,20 +168,20 @@ static aq_status_t copies_for(walk_t *w, task_t *task, uint32_t a) {
   return AQ_OK;
 }
 
-void replica_free(replica_out_t *out) {
+void aq_replica_free(replica_out_t *out) {
   if (out->graph) aq_graph_destroy(out->graph);
   free(out->final), free(out->origin);
   memset(out, 0, sizeof(*out));
 }
 
-int replica_wanted(int replicate_flag, const uint8_t *agent_gpu, uint32_t nagents, uint8_t *gpus, uint8_t *prefetch) {
-  const char *mem = getenv("AQ_MEMORY");
+int aq_replica_wanted(int replicate_flag, const uint8_t *agent_gpu, uint32_t nagents, uint8_t *gpus, uint8_t *prefetch) {
+  uint64_t mem = aq_setting_u64(AQ_SET_MEMORY);
   uint32_t ncpu = 0, ngpu = 0;
   for (uint32_t a = 0; a < nagents; ++a) agent_gpu[a] ? ++ngpu : ++ncpu;
-  *prefetch = mem && !strcmp(mem, "unified") && ncpu && ngpu;
+  *prefetch = mem == AQ_MEMORY_UNIFIED && ncpu && ngpu;
   *gpus = 0;
   if (*prefetch) return 1;
-  if (!(replicate_flag || (mem && !strcmp(mem, "replicate")))) return 0;
+  if (!(replicate_flag || mem == AQ_MEMORY_REPLICATE)) return 0;
   *gpus = ncpu && ngpu;
   return ncpu > 1 || *gpus;
 }
@@ -250,7 +251,7 @@ static aq_status_t renumber(const aq_graph_t *g, aq_graph_t *c, const uint32_t *
   return AQ_OK;
 }
 
-aq_status_t replica_build(const replica_in_t *in, replica_out_t *out) {
+aq_status_t aq_replica_build(const replica_in_t *in, replica_out_t *out) {
   const aq_graph_t *g = in->graph;
   const plan_t *p = in->plan;
   uint32_t n = p->ntasks, nt = g->ntensors, na = in->nagents;
@@ -280,7 +281,7 @@ aq_status_t replica_build(const replica_in_t *in, replica_out_t *out) {
   for (uint32_t x = 1; s == AQ_OK && x < nt; ++x) {
     const tensor_t *t = &g->tensors[x];
     uint32_t id;
-    s = graph_new_tensor(w.c, t->name, t->dtype, t->role, t->rank, t->dims, &id);
+    s = aq_graph_new_tensor(w.c, t->name, t->dtype, t->role, t->rank, t->dims, &id);
     if (s == AQ_OK) w.c->tensors[id].grad = t->grad;
   }
   if (s == AQ_OK) s = survey(&w, persist);
@@ -293,7 +294,7 @@ aq_status_t replica_build(const replica_in_t *in, replica_out_t *out) {
     task.after_all = task.after_any = NULL;
     task.nafter_all = task.nafter_any = 0;
     task.agent = (int32_t)a;
-    if (s == AQ_OK) s = graph_new_task(w.c, &task, &newid[t]);
+    if (s == AQ_OK) s = aq_graph_new_task(w.c, &task, &newid[t]);
     if (s == AQ_OK) newid[t]--;
   }
   /* The end of the run: what persists goes home; the rest is read where
@@ -319,6 +320,6 @@ aq_status_t replica_build(const replica_in_t *in, replica_out_t *out) {
   out->prefetch = in->prefetch;
   free(w.home), free(w.valid), free(w.touch), free(w.replica), free(w.leave), free(w.written), free(persist),
       free(newid);
-  if (s != AQ_OK) replica_free(out);
+  if (s != AQ_OK) aq_replica_free(out);
   return s;
 }

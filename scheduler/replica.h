@@ -66,8 +66,8 @@ typedef struct replica_out {
  * asked (AQ_EXEC_REPLICATE, AQ_MEMORY=replicate) and there are two CPU
  * agents, or a CPU and a GPU (*gpus); prefetches under AQ_MEMORY=unified
  * when there are both CPU and GPU agents (*prefetch). */
-int replica_wanted(int replicate_flag, const uint8_t *agent_gpu, uint32_t nagents, uint8_t *gpus, uint8_t *prefetch);
-aq_status_t replica_build(const replica_in_t *in, replica_out_t *out);
-void replica_free(replica_out_t *out);
+int aq_replica_wanted(int replicate_flag, const uint8_t *agent_gpu, uint32_t nagents, uint8_t *gpus, uint8_t *prefetch);
+aq_status_t aq_replica_build(const replica_in_t *in, replica_out_t *out);
+void aq_replica_free(replica_out_t *out);
 
 #endif

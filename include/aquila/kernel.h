@@ -40,6 +40,15 @@ typedef enum aq_isa {
 #define AQ_ISA_NATIVE AQ_ISA_NONE
 #endif
 
+/* The settings that concern kernels (the runtime's AQ_* table, read at
+ * aq_init), so that a code object never reads the environment itself. */
+typedef struct aq_kernel_settings {
+  uint32_t cpu_isa;         /* AQ_CPU_ISA: 0 widest, 1 avx512, 2 avx2, 3 generic */
+  uint32_t conv_algo;       /* AQ_CONV_ALGO: 0 measured, 1 gemm, 2 direct */
+  uint32_t gemm_skip_zeros; /* AQ_GEMM_SKIP_ZEROS: 1 on, 0 off */
+  uint32_t reserved_;
+} aq_kernel_settings_t;
+
 /* What one work-group call sees. */
 typedef struct aq_dispatch_ctx {
   uint32_t dims;            /* 1, 2 or 3 */
@@ -54,6 +63,7 @@ typedef struct aq_dispatch_ctx {
                                aligned, private to this call */
   uint32_t group_segment_size;
   uint32_t reserved_;
+  const aq_kernel_settings_t *settings; /* NULL: every setting's default */
 } aq_dispatch_ctx_t;
 
 typedef int (*aq_cpu_kernel_fn_t)(const void *kernarg, const aq_dispatch_ctx_t *ctx);

@@ -40,8 +40,8 @@ static int forced_algo(void) {
   static int cached = -1;
   int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (v < 0) {
-    const char *e = getenv("AQ_CONV_ALGO");
-    v = !e ? ALGO_AUTO : !strcmp(e, "direct") ? ALGO_DIRECT : !strcmp(e, "gemm") ? ALGO_GEMM : ALGO_AUTO;
+    uint32_t a = aq_cpu_settings()->conv_algo; /* AQ_CONV_ALGO: 0 measured, 1 gemm, 2 direct */
+    v = a == 2 ? ALGO_DIRECT : a == 1 ? ALGO_GEMM : ALGO_AUTO;
     __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
   }
   return v;

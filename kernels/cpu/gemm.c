@@ -128,8 +128,7 @@ static int skip_wanted(void) {
   static int cached = -1; /* workers may race here; they compute the same value */
   int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (v < 0) {
-    const char *env = getenv("AQ_GEMM_SKIP_ZEROS");
-    v = !(env && !strcmp(env, "0"));
+    v = aq_cpu_settings()->gemm_skip_zeros != 0;
     __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
   }
   return v;

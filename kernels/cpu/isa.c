@@ -23,11 +23,9 @@ aq_cpu_isa_t aq_cpu_isa(void) {
       __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt"))
     isa = AQ_CPU_ISA_AVX512;
 #endif
-  const char *cap = getenv("AQ_CPU_ISA");
+  uint32_t cap = aq_cpu_settings()->cpu_isa; /* AQ_CPU_ISA: 0 widest, 1 avx512, 2 avx2, 3 generic */
   if (cap) {
-    aq_cpu_isa_t want = !strcmp(cap, "generic") ? AQ_CPU_ISA_GENERIC
-                        : !strcmp(cap, "avx2")  ? AQ_CPU_ISA_AVX2
-                                                : AQ_CPU_ISA_AVX512;
+    aq_cpu_isa_t want = cap == 3 ? AQ_CPU_ISA_GENERIC : cap == 2 ? AQ_CPU_ISA_AVX2 : AQ_CPU_ISA_AVX512;
     if (want < isa) isa = want;
   }
   __atomic_store_n(&cached, (int)isa, __ATOMIC_RELAXED);

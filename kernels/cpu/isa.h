@@ -4,6 +4,8 @@
 #ifndef AQ_KERNELS_CPU_ISA_H_
 #define AQ_KERNELS_CPU_ISA_H_
 
+#include "kernels/cpu/settings.h"
+
 typedef enum aq_cpu_isa {
   AQ_CPU_ISA_GENERIC = 0,
   AQ_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + BMI2 (every AVX2 CPU has the last) */

@@ -20,11 +20,11 @@ typedef struct cpu_kernel {
   uint64_t handle;
 } cpu_kernel_t;
 
-const cpu_kernel_t *cpu_kernel_lookup(uint64_t kernel_object);
+const cpu_kernel_t *aq_cpu_kernel_lookup(uint64_t kernel_object);
 /* The same, referenced while it runs: the code object cannot be unloaded
- * until cpu_kernel_put. */
-const cpu_kernel_t *cpu_kernel_acquire(uint64_t kernel_object);
-void cpu_kernel_put(uint64_t kernel_object);
+ * until aq_cpu_kernel_put. */
+const cpu_kernel_t *aq_cpu_kernel_acquire(uint64_t kernel_object);
+void aq_cpu_kernel_put(uint64_t kernel_object);
 
 /* A kernel dispatch in flight: its work-groups are shared out among the
  * agent's workers through next/done. */
@@ -85,27 +85,27 @@ typedef struct cpu_agent {
   cpu_queue_t *free_queues;
 } cpu_agent_t;
 
-void *cpu_worker_main(void *arg);
+void *aq_cpu_worker_main(void *arg);
 /* Runs the packet at the queue's read index; returns 0 if there was none
  * ready (empty, or a barrier still waiting). */
-int cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w);
+int aq_cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w);
 /* Helps with a dispatch another worker started. */
-int cpu_help_dispatch(cpu_queue_t *cq, cpu_worker_t *w);
+int aq_cpu_help_dispatch(cpu_queue_t *cq, cpu_worker_t *w);
 /* Whether the queue has a packet ready to run. */
-int cpu_queue_ready(cpu_queue_t *cq);
+int aq_cpu_queue_ready(cpu_queue_t *cq);
 
-aq_status_t cpu_regions_register(cpu_agent_t *a);
-aq_status_t cpu_region_allocate(aq_region_impl_t *region, size_t size, void **out_ptr);
-void cpu_region_free(aq_region_impl_t *region, void *ptr, size_t size);
+aq_status_t aq_cpu_regions_register(cpu_agent_t *a);
+aq_status_t aq_cpu_region_allocate(aq_region_impl_t *region, size_t size, void **out_ptr);
+void aq_cpu_region_free(aq_region_impl_t *region, void *ptr, size_t size);
 
-void cpu_code_objects_init(void);
-void cpu_code_objects_deinit(void);
-int cpu_co_recognizes(const void *bytes, size_t size);
-aq_status_t cpu_co_load(const char *path, const void *bytes, size_t size, void **out_module,
+void aq_cpu_code_objects_init(void);
+void aq_cpu_code_objects_deinit(void);
+int aq_cpu_co_recognizes(const void *bytes, size_t size);
+aq_status_t aq_cpu_co_load(const char *path, const void *bytes, size_t size, void **out_module,
                         aq_code_object_info_t *info);
-void cpu_co_unload(void *module);
-const char *cpu_co_busy(void *module);
-aq_status_t cpu_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent,
+void aq_cpu_co_unload(void *module);
+const char *aq_cpu_co_busy(void *module);
+aq_status_t aq_cpu_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent,
                              aq_kernel_info_t *out);
 
 #endif /* AQ_RUNTIME_DRIVERS_CPU_H_ */

@@ -92,7 +92,7 @@ static aq_status_t start_workers(cpu_agent_t *ca, hwloc_topology_t t) {
     hwloc_obj_t core = cores > 0 ? hwloc_get_obj_inside_cpuset_by_type(t, ca->cpuset, HWLOC_OBJ_CORE, i)
                                  : NULL;
     w->cpuset = hwloc_bitmap_dup(core ? core->cpuset : ca->cpuset);
-    if (pthread_create(&w->thread, NULL, cpu_worker_main, w)) {
+    if (pthread_create(&w->thread, NULL, aq_cpu_worker_main, w)) {
       atomic_store(&ca->running, 0);
       ca->worker_count = i;
       return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "cannot start CPU worker thread %u", i);
@@ -127,7 +127,7 @@ static aq_status_t cpu_start(void) {
   uint32_t n = split_cpusets(t, sets, AQ_AGENTS_MAX);
   uint64_t features = cpu_features();
   aq_status_t s = AQ_OK;
-  cpu_code_objects_init();
+  aq_cpu_code_objects_init();
   for (uint32_t i = 0; i < n; ++i) {
     if (s != AQ_OK) {
       hwloc_bitmap_free(sets[i]);
@@ -159,7 +159,7 @@ static aq_status_t cpu_start(void) {
     info.compute_units = cores > 0 ? (uint32_t)cores : 1;
     if (cap && info.compute_units > cap) info.compute_units = cap;
     s = aq_agent_register(&aq_driver_cpu, &info, ca, &ca->agent);
-    if (s == AQ_OK) s = cpu_regions_register(ca);
+    if (s == AQ_OK) s = aq_cpu_regions_register(ca);
     if (s == AQ_OK) s = start_workers(ca, t);
     if (s == AQ_OK || ca->agent) cpu_agents[cpu_agent_count++] = ca;
     else {
@@ -173,7 +173,7 @@ static aq_status_t cpu_start(void) {
 static void cpu_stop(void) {
   for (uint32_t i = 0; i < cpu_agent_count; ++i) stop_agent(cpu_agents[i]);
   cpu_agent_count = 0;
-  cpu_code_objects_deinit();
+  aq_cpu_code_objects_deinit();
 }
 
 static aq_status_t cpu_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
@@ -253,12 +253,12 @@ const aq_driver_t aq_driver_cpu = {
     .stop = cpu_stop,
     .queue_attach = cpu_queue_attach,
     .queue_detach = cpu_queue_detach,
-    .region_allocate = cpu_region_allocate,
-    .region_free = cpu_region_free,
+    .region_allocate = aq_cpu_region_allocate,
+    .region_free = aq_cpu_region_free,
     .copy = NULL,
-    .co_recognizes = cpu_co_recognizes,
-    .co_load = cpu_co_load,
-    .co_unload = cpu_co_unload,
-    .co_busy = cpu_co_busy,
-    .co_kernel_at = cpu_co_kernel_at,
+    .co_recognizes = aq_cpu_co_recognizes,
+    .co_load = aq_cpu_co_load,
+    .co_unload = aq_cpu_co_unload,
+    .co_busy = aq_cpu_co_busy,
+    .co_kernel_at = aq_cpu_co_kernel_at,
 };

@@ -27,25 +27,25 @@ typedef struct cpu_module {
 
 static aq_handle_table_t kernels;
 
-void cpu_code_objects_init(void) { aq_handle_table_init(&kernels, "kernel"); }
-void cpu_code_objects_deinit(void) { aq_handle_table_deinit(&kernels); }
+void aq_cpu_code_objects_init(void) { aq_handle_table_init(&kernels, "kernel"); }
+void aq_cpu_code_objects_deinit(void) { aq_handle_table_deinit(&kernels); }
 
-const cpu_kernel_t *cpu_kernel_lookup(uint64_t kernel_object) {
+const cpu_kernel_t *aq_cpu_kernel_lookup(uint64_t kernel_object) {
   return aq_handle_get(&kernels, kernel_object);
 }
-const cpu_kernel_t *cpu_kernel_acquire(uint64_t kernel_object) {
+const cpu_kernel_t *aq_cpu_kernel_acquire(uint64_t kernel_object) {
   return aq_handle_acquire(&kernels, kernel_object);
 }
-void cpu_kernel_put(uint64_t kernel_object) { aq_handle_put(&kernels, kernel_object); }
+void aq_cpu_kernel_put(uint64_t kernel_object) { aq_handle_put(&kernels, kernel_object); }
 
-const char *cpu_co_busy(void *module) {
+const char *aq_cpu_co_busy(void *module) {
   cpu_module_t *m = module;
   for (uint32_t i = 0; i < m->table->kernel_count; ++i)
     if (aq_handle_refs(&kernels, m->kernels[i].handle)) return m->kernels[i].desc->name;
   return NULL;
 }
 
-int cpu_co_recognizes(const void *bytes, size_t size) {
+int aq_cpu_co_recognizes(const void *bytes, size_t size) {
   /* Any ELF but the GPUs' own (cubins and hsacos belong to their drivers):
    * a CPU ELF for another architecture is refused here, with a reason. */
   if (size < SELFMAG || memcmp(bytes, ELFMAG, SELFMAG)) return 0;
@@ -80,11 +80,11 @@ static aq_status_t check_table(const char *path, const aq_code_object_table_t *t
   return AQ_OK;
 }
 
-aq_status_t cpu_co_load(const char *path, const void *bytes, size_t size, void **out_module,
+aq_status_t aq_cpu_co_load(const char *path, const void *bytes, size_t size, void **out_module,
                         aq_code_object_info_t *info) {
   AQ_RETURN_IF_ERROR(aq_elf_check(path, bytes, size, NATIVE_MACHINE));
   /* Read from the file first: dlopen runs the object's constructors. */
-  AQ_RETURN_IF_ERROR(cpu_elf_check(path, bytes, size));
+  AQ_RETURN_IF_ERROR(aq_cpu_elf_check(path, bytes, size));
   void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!dl) return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cannot be loaded: %s", path, dlerror());
   const aq_code_object_table_t *t = dlsym(dl, AQ_CODE_OBJECT_SYMBOL);
@@ -104,7 +104,7 @@ aq_status_t cpu_co_load(const char *path, const void *bytes, size_t size, void *
     if (m) {
       m->dl = dl;
       m->table = t;
-      cpu_co_unload(m);
+      aq_cpu_co_unload(m);
     } else {
       dlclose(dl);
     }
@@ -119,7 +119,7 @@ aq_status_t cpu_co_load(const char *path, const void *bytes, size_t size, void *
   return AQ_OK;
 }
 
-void cpu_co_unload(void *module) {
+void aq_cpu_co_unload(void *module) {
   cpu_module_t *m = module;
   if (m->kernels)
     for (uint32_t i = 0; i < m->table->kernel_count; ++i)
@@ -129,7 +129,7 @@ void cpu_co_unload(void *module) {
   free(m);
 }
 
-aq_status_t cpu_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent,
+aq_status_t aq_cpu_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent,
                              aq_kernel_info_t *out) {
   (void)agent;
   cpu_module_t *m = module;

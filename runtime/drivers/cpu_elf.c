@@ -241,7 +241,7 @@ static aq_status_t check_kernels(const image_t *im, uint64_t table, uint32_t cou
   return AQ_OK;
 }
 
-aq_status_t cpu_elf_check(const char *path, const void *bytes, size_t size) {
+aq_status_t aq_cpu_elf_check(const char *path, const void *bytes, size_t size) {
   image_t im = {.path = path, .b = bytes, .size = size};
   Elf64_Ehdr eh;
   memcpy(&eh, bytes, sizeof(eh)); /* aq_elf_check has checked the header and where its tables lie */

@@ -9,6 +9,6 @@
 #include "aquila/status.h"
 
 /* bytes: the whole file, its ELF header already checked (aq_elf_check). */
-aq_status_t cpu_elf_check(const char *path, const void *bytes, size_t size);
+aq_status_t aq_cpu_elf_check(const char *path, const void *bytes, size_t size);
 
 #endif

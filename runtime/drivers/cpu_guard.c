@@ -74,7 +74,7 @@ static void install(void) {
   for (int i = 0; i < NCAUGHT; ++i) sigaction(caught[i], &sa, &previous[i]);
 }
 
-int cpu_guard_thread_init(void) {
+int aq_cpu_guard_thread_init(void) {
   size_t size = 64 * 1024;
   alt_stack = malloc(size);
   if (!alt_stack) return 0;
@@ -88,7 +88,7 @@ int cpu_guard_thread_init(void) {
   return 1;
 }
 
-void cpu_guard_thread_deinit(void) {
+void aq_cpu_guard_thread_deinit(void) {
   if (!alt_stack) return;
   stack_t st = {.ss_flags = SS_DISABLE};
   sigaltstack(&st, NULL);
@@ -96,7 +96,7 @@ void cpu_guard_thread_deinit(void) {
   alt_stack = NULL;
 }
 
-int cpu_guard_call(aq_cpu_kernel_fn_t fn, const void *kernarg, const aq_dispatch_ctx_t *ctx,
+int aq_cpu_guard_call(aq_cpu_kernel_fn_t fn, const void *kernarg, const aq_dispatch_ctx_t *ctx,
                    const cpu_guard_site_t *site, int *signo, uintptr_t *addr) {
   if (!alt_stack) return fn(kernarg, ctx);
   sigjmp_buf jb;

@@ -26,13 +26,13 @@ typedef struct cpu_guard_site {
 /* Once per worker thread, before it runs kernels: its alternate stack (and
  * the process's handlers, the first time). Returns 0 on failure: kernels
  * then run unguarded. */
-int cpu_guard_thread_init(void);
-void cpu_guard_thread_deinit(void);
+int aq_cpu_guard_thread_init(void);
+void aq_cpu_guard_thread_deinit(void);
 
 /* Calls fn(kernarg, ctx). If it faults, returns CPU_GUARD_FAULTED and
  * fills signo and addr. */
 enum { CPU_GUARD_FAULTED = -0x7fff0001 };
-int cpu_guard_call(aq_cpu_kernel_fn_t fn, const void *kernarg, const aq_dispatch_ctx_t *ctx,
+int aq_cpu_guard_call(aq_cpu_kernel_fn_t fn, const void *kernarg, const aq_dispatch_ctx_t *ctx,
                    const cpu_guard_site_t *site, int *signo, uintptr_t *addr);
 
 #endif /* AQ_RUNTIME_DRIVERS_CPU_GUARD_H_ */

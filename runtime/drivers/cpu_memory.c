@@ -22,7 +22,7 @@ static uint64_t node_bytes(int node) {
   return o && o->attr ? o->attr->numanode.local_memory : 0;
 }
 
-aq_status_t cpu_regions_register(cpu_agent_t *a) {
+aq_status_t aq_cpu_regions_register(cpu_agent_t *a) {
   aq_region_info_t g = {.flags = AQ_REGION_COARSE_GRAINED | AQ_REGION_HOST_ACCESSIBLE,
                         .numa_node = a->numa_node,
                         .bound = a->bind && node_exists(a->numa_node),
@@ -37,7 +37,7 @@ aq_status_t cpu_regions_register(cpu_agent_t *a) {
   return aq_region_register(a->agent, &k, (void *)(uintptr_t)REGION_KERNARG, NULL);
 }
 
-aq_status_t cpu_region_allocate(aq_region_impl_t *r, size_t size, void **out_ptr) {
+aq_status_t aq_cpu_region_allocate(aq_region_impl_t *r, size_t size, void **out_ptr) {
   void *p = NULL;
   if (r->info.bound) {
     p = numa_alloc_onnode(size, r->info.numa_node);
@@ -49,7 +49,7 @@ aq_status_t cpu_region_allocate(aq_region_impl_t *r, size_t size, void **out_ptr
   return AQ_OK;
 }
 
-void cpu_region_free(aq_region_impl_t *r, void *ptr, size_t size) {
+void aq_cpu_region_free(aq_region_impl_t *r, void *ptr, size_t size) {
   if (r->info.bound) numa_free(ptr, size);
   else free(ptr);
 }

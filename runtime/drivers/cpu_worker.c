@@ -14,6 +14,7 @@
 #include "runtime/drivers/cpu.h"
 #include "runtime/drivers/cpu_guard.h"
 #include "runtime/fault.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 
@@ -46,7 +47,7 @@ static uint32_t group_fault(cpu_worker_t *w, cpu_queue_t *cq, const cpu_dispatch
 static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) {
   const aq_kernel_desc_t *k = d->kernel->desc;
   aq_dispatch_ctx_t ctx = {.dims = d->dims, .worker_index = w->index,
-                           .worker_count = w->agent->worker_count};
+                           .worker_count = w->agent->worker_count, .settings = aq_kernel_settings()};
   memcpy(ctx.workgroup_size, d->workgroup, sizeof(ctx.workgroup_size));
   memcpy(ctx.grid_size, d->grid, sizeof(ctx.grid_size));
   memcpy(ctx.group_count, d->groups, sizeof(ctx.group_count));
@@ -77,7 +78,7 @@ static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) 
     if (!atomic_load_explicit(&d->fault, memory_order_relaxed) && ctx.group_segment_size <= w->scratch_size) {
       int signo = 0;
       uintptr_t addr = 0;
-      int rc = cpu_guard_call(k->fn, d->kernarg, &ctx, &site, &signo, &addr);
+      int rc = aq_cpu_guard_call(k->fn, d->kernarg, &ctx, &site, &signo, &addr);
       if (rc) {
         uint32_t none = 0, f = group_fault(w, cq, d, rc, signo, addr);
         atomic_compare_exchange_strong(&d->fault, &none, f);
@@ -89,7 +90,7 @@ static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) 
   return ran;
 }
 
-int cpu_help_dispatch(cpu_queue_t *cq, cpu_worker_t *w) {
+int aq_cpu_help_dispatch(cpu_queue_t *cq, cpu_worker_t *w) {
   cpu_dispatch_t *d = atomic_load(&cq->active);
   if (!d) return 0;
   atomic_fetch_add(&d->helpers, 1);
@@ -110,13 +111,13 @@ static uint32_t run_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
 /* The kernel is held while it runs: its code object cannot go meanwhile. */
 static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
                                 const hsa_kernel_dispatch_packet_t *p) {
-  const cpu_kernel_t *k = cpu_kernel_acquire(p->kernel_object);
+  const cpu_kernel_t *k = aq_cpu_kernel_acquire(p->kernel_object);
   if (!k) return invalid(w, cq, index, "kernel_object is not a loaded CPU kernel (unloaded, or foreign)");
   atomic_store(&cq->running_packet, index);
   atomic_store(&cq->running, k->desc->name);
   uint32_t fault = run_dispatch(cq, w, index, p, k);
   atomic_store(&cq->running, NULL);
-  cpu_kernel_put(p->kernel_object);
+  aq_cpu_kernel_put(p->kernel_object);
   return fault;
 }
 
@@ -189,7 +190,7 @@ static uint32_t agent_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
                          w->agent->agent->info.name, cq->queue->id, aq_status_string(s), aq_last_error());
 }
 
-int cpu_queue_ready(cpu_queue_t *cq) {
+int aq_cpu_queue_ready(cpu_queue_t *cq) {
   aq_queue_impl_t *q = cq->queue;
   uint64_t index = atomic_load_explicit(&q->read_index, memory_order_relaxed);
   hsa_packet_type_t type = aq_queue_peek(q, index);
@@ -201,7 +202,7 @@ int cpu_queue_ready(cpu_queue_t *cq) {
   return 1;
 }
 
-int cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
+int aq_cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
   aq_queue_impl_t *q = cq->queue;
   uint64_t index = atomic_load_explicit(&q->read_index, memory_order_relaxed);
   hsa_packet_type_t type = aq_queue_peek(q, index);
@@ -221,7 +222,7 @@ int cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
   switch (type) {
     case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
       completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;
-      const cpu_kernel_t *k = cpu_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
+      const cpu_kernel_t *k = aq_cpu_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
       ev.name = k ? k->desc->name : "unknown kernel";
       ev.category = "kernel";
       fault = kernel_dispatch(cq, w, index, (const void *)p);
@@ -283,7 +284,7 @@ static void release_held(cpu_worker_t *w) {
 
 static int drain(cpu_queue_t *cq, cpu_worker_t *w) {
   int n = 0;
-  while (n < DRAIN_BATCH && cpu_process_packet(cq, w)) n++;
+  while (n < DRAIN_BATCH && aq_cpu_process_packet(cq, w)) n++;
   return n;
 }
 
@@ -317,7 +318,7 @@ static void pass_on_wake(cpu_worker_t *w, const cpu_queue_t *taken) {
     cpu_queue_t *cq = atomic_load(&ca->queues[i]);
     if (!cq || cq == taken || atomic_load_explicit(&cq->owner, memory_order_relaxed)) continue;
     atomic_fetch_add(&cq->refs, 1);
-    int ready = atomic_load(&ca->queues[i]) == cq && cpu_queue_ready(cq);
+    int ready = atomic_load(&ca->queues[i]) == cq && aq_cpu_queue_ready(cq);
     atomic_fetch_sub(&cq->refs, 1);
     if (ready) {
       aq_wake_one(&ca->agent->doorbell);
@@ -342,9 +343,9 @@ static int poll_queues(cpu_worker_t *w) {
       continue;
     atomic_fetch_add(&cq->refs, 1);
     if (atomic_load(&ca->queues[i]) == cq) {
-      worked |= cpu_help_dispatch(cq, w);
+      worked |= aq_cpu_help_dispatch(cq, w);
       int expected = 0;
-      if (cpu_queue_ready(cq) && atomic_compare_exchange_strong(&cq->owner, &expected, 1)) {
+      if (aq_cpu_queue_ready(cq) && atomic_compare_exchange_strong(&cq->owner, &expected, 1)) {
         pass_on_wake(w, cq);
         if (drain(cq, w)) {
           worked = 1;
@@ -368,7 +369,7 @@ static int any_ready(cpu_agent_t *ca, int *pending) {
     if (!cq || (atomic_load(&cq->owner) && !atomic_load(&cq->active))) continue;
     atomic_fetch_add(&cq->refs, 1);
     int ready = atomic_load(&ca->queues[i]) == cq &&
-                (atomic_load(&cq->active) || cpu_queue_ready(cq));
+                (atomic_load(&cq->active) || aq_cpu_queue_ready(cq));
     if (atomic_load(&ca->queues[i]) == cq &&
         aq_queue_peek(cq->queue, atomic_load(&cq->queue->read_index)) != HSA_PACKET_TYPE_INVALID)
       *pending = 1;
@@ -378,12 +379,12 @@ static int any_ready(cpu_agent_t *ca, int *pending) {
   return 0;
 }
 
-void *cpu_worker_main(void *arg) {
+void *aq_cpu_worker_main(void *arg) {
   cpu_worker_t *w = arg;
   cpu_agent_t *ca = w->agent;
   aq_wake_t *doorbell = &ca->agent->doorbell;
   bind_worker(w);
-  cpu_guard_thread_init();
+  aq_cpu_guard_thread_init();
   uint64_t spin_ns = aq_runtime_config()->spin_ns, idle_since = 0;
   int relax = 16;
   while (atomic_load_explicit(&ca->running, memory_order_relaxed)) {
@@ -414,6 +415,6 @@ void *cpu_worker_main(void *arg) {
     idle_since = 0;
   }
   release_held(w);
-  cpu_guard_thread_deinit();
+  aq_cpu_guard_thread_deinit();
   return NULL;
 }

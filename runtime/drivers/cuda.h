@@ -42,7 +42,7 @@ typedef struct cuda_kernel {
   _Atomic uint32_t group_limit;
 } cuda_kernel_t;
 
-cuda_kernel_t *cuda_kernel_lookup(uint64_t kernel_object);
+cuda_kernel_t *aq_cuda_kernel_lookup(uint64_t kernel_object);
 
 /* A completion written by the stream but not yet seen: if the GPU faults,
  * the stream never writes it, and the processor fails it instead. */
@@ -79,7 +79,7 @@ typedef struct cuda_timing {
   /* Profiling (runtime/profile.h): every kernel is timed while fn is set. */
   _Atomic(aq_profile_fn) profile_fn;
   void *_Atomic profile_user;
-  /* The gate (cuda_timing_begin): the stream waits for the host to write
+  /* The gate (aq_cuda_timing_begin): the stream waits for the host to write
    * gate_seq here. NULL: no gate, timed kernels include their launch. */
   volatile uint64_t *gate;
   CUdeviceptr gate_dev;
@@ -110,11 +110,11 @@ static inline int cuda_profiling(struct cuda_queue *cq) {
 }
 
 /* The device address of a signal's value (the pool is registered). */
-CUdeviceptr cuda_signal_address(const aq_signal_slot_t *slot);
+CUdeviceptr aq_cuda_signal_address(const aq_signal_slot_t *slot);
 
-void *cuda_queue_main(void *arg);
+void *aq_cuda_queue_main(void *arg);
 /* Launches one kernel dispatch packet on cq->stream; a fault id, 0 if launched. */
-uint32_t cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
+uint32_t aq_cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
 
 /* cuda_graph.c: stretches of kernel dispatches that repeat, replayed as CUDA
  * graphs. init reads AQ_CUDA_GRAPHS (a bad value is an error); the processor
@@ -123,51 +123,53 @@ uint32_t cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
  * in traces) and observe after each packet it
  * processed otherwise (the kernel it launched, NULL for anything else). */
 typedef struct cuda_graphs cuda_graphs_t;
-aq_status_t cuda_graph_init(cuda_queue_t *cq);
-uint32_t cuda_graph_replay(cuda_queue_t *cq, uint64_t index, const char **what, const char **label);
+aq_status_t aq_cuda_graph_init(cuda_queue_t *cq);
+uint32_t aq_cuda_graph_replay(cuda_queue_t *cq, uint64_t index, const char **what, const char **label);
 /* AQ_CUDA_GRAPHS=traced: graphs replay in traced runs too, one slice each. */
-int cuda_graph_traced(const cuda_queue_t *cq);
-void cuda_graph_observe(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
-void cuda_graph_release(cuda_queue_t *cq);
+int aq_cuda_graph_traced(const cuda_queue_t *cq);
+void aq_cuda_graph_observe(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
+void aq_cuda_graph_release(cuda_queue_t *cq);
 
 /* cuda_timing.c: the processor thread brackets a traced kernel with
- * cuda_timing_begin/end; cuda_timing_resolve records those the GPU has
+ * aq_cuda_timing_begin/end; aq_cuda_timing_resolve records those the GPU has
  * finished (all of them, waiting, when block is set) and answers flushes. */
 /* With gate set and the stream idle, the kernel's start event sits behind
- * a gate that cuda_timing_open opens once the kernel is launched (or its
+ * a gate that aq_cuda_timing_open opens once the kernel is launched (or its
  * launch failed): the start event then times the kernel, not its launch. */
-cuda_timed_t *cuda_timing_begin(struct cuda_queue *cq, int gate);
-void cuda_timing_open(struct cuda_queue *cq);
-void cuda_timing_end(struct cuda_queue *cq, cuda_timed_t *t, const aq_trace_event_t *ev);
-int cuda_timing_resolve(struct cuda_queue *cq, int block);
-int cuda_timing_owed(const struct cuda_queue *cq);
-void cuda_timing_track(struct cuda_queue *cq);
-void cuda_timing_release(struct cuda_queue *cq);
+cuda_timed_t *aq_cuda_timing_begin(struct cuda_queue *cq, int gate);
+void aq_cuda_timing_open(struct cuda_queue *cq);
+void aq_cuda_timing_end(struct cuda_queue *cq, cuda_timed_t *t, const aq_trace_event_t *ev);
+int aq_cuda_timing_resolve(struct cuda_queue *cq, int block);
+int aq_cuda_timing_owed(const struct cuda_queue *cq);
+void aq_cuda_timing_track(struct cuda_queue *cq);
+void aq_cuda_timing_release(struct cuda_queue *cq);
 /* From any thread: every queue records what it has timed (bounded wait). */
-void cuda_timing_flush_all(void);
+void aq_cuda_timing_flush_all(void);
 /* cuda_profile.c: a queue's profile sink (runtime/profile.h). */
-aq_status_t cuda_queue_profile(aq_queue_impl_t *queue, const aq_profile_sink_t *sink);
+aq_status_t aq_cuda_queue_profile(aq_queue_impl_t *queue, const aq_profile_sink_t *sink);
 
 /* aquila/unified.h on CUDA memory, and aq_memory_copy (cuda_memory.c). */
-aq_status_t cuda_copy_streams_create(cuda_agent_t *a);
-void cuda_copy_streams_destroy(cuda_agent_t *a);
-aq_status_t cuda_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size);
-aq_status_t cuda_copy_async(aq_region_impl_t *region, void *dst, const void *src, size_t size,
+aq_status_t aq_cuda_copy_streams_create(cuda_agent_t *a);
+void aq_cuda_copy_streams_destroy(cuda_agent_t *a);
+aq_status_t aq_cuda_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size);
+aq_status_t aq_cuda_copy_async(aq_region_impl_t *region, void *dst, const void *src, size_t size,
                             aq_signal_slot_t *const *deps, uint32_t num_deps, aq_signal_slot_t *completion);
-aq_status_t cuda_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,
+aq_status_t aq_cuda_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,
                           aq_signal_slot_t *completion);
-aq_status_t cuda_advise(aq_region_impl_t *region, const void *ptr, size_t size, int advice,
+aq_status_t aq_cuda_advise(aq_region_impl_t *region, const void *ptr, size_t size, int advice,
                         aq_agent_impl_t *agent);
 
 /* Makes the agent's context current on this thread. */
-int cuda_bind(cuda_agent_t *a);
+int aq_cuda_bind(cuda_agent_t *a);
+uint32_t aq_cuda_agent_count(void);
+cuda_agent_t *aq_cuda_agent_at(uint32_t index);
 
-int cuda_co_recognizes(const void *bytes, size_t size);
-aq_status_t cuda_co_load(const char *path, const void *bytes, size_t size, void **out_module,
+int aq_cuda_co_recognizes(const void *bytes, size_t size);
+aq_status_t aq_cuda_co_load(const char *path, const void *bytes, size_t size, void **out_module,
                          aq_code_object_info_t *info);
-void cuda_co_unload(void *module);
-aq_status_t cuda_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent, aq_kernel_info_t *out);
-void cuda_code_objects_init(void);
-void cuda_code_objects_deinit(void);
+void aq_cuda_co_unload(void *module);
+aq_status_t aq_cuda_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent, aq_kernel_info_t *out);
+void aq_cuda_code_objects_init(void);
+void aq_cuda_code_objects_deinit(void);
 
 #endif

@@ -17,18 +17,20 @@ static uint32_t agent_count;
 static CUdeviceptr pool_device;
 static int pool_registered;
 
-CUdeviceptr cuda_signal_address(const aq_signal_slot_t *slot) {
+CUdeviceptr aq_cuda_signal_address(const aq_signal_slot_t *slot) {
   return pool_device + (CUdeviceptr)((const char *)slot - (const char *)aq_signal_pool.slots);
 }
 
-int cuda_bind(cuda_agent_t *a) { return cu.cuCtxSetCurrent(a->context) == CUDA_SUCCESS; }
+int aq_cuda_bind(cuda_agent_t *a) { return aq_cu.cuCtxSetCurrent(a->context) == CUDA_SUCCESS; }
+uint32_t aq_cuda_agent_count(void) { return agent_count; }
+cuda_agent_t *aq_cuda_agent_at(uint32_t index) { return agents[index]; }
 
 /* The NUMA node nearest the GPU, from its PCI address. */
 static int numa_of(CUdevice d) {
   int domain = 0, bus = 0, dev = 0;
-  cu.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d);
-  cu.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d);
-  cu.cuDeviceGetAttribute(&dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d);
+  aq_cu.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d);
+  aq_cu.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d);
+  aq_cu.cuDeviceGetAttribute(&dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d);
   return aq_topology_pci_numa_node((unsigned)domain, (unsigned)bus, (unsigned)dev, 0);
 }
 
@@ -50,50 +52,50 @@ static aq_status_t add_regions(cuda_agent_t *a, size_t total) {
 static aq_status_t register_pool(void) {
   if (pool_registered) return AQ_OK;
   size_t bytes = (size_t)aq_signal_pool.capacity * sizeof(aq_signal_slot_t);
-  CUresult r = cu.cuMemHostRegister(aq_signal_pool.slots, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-  if (r == CUDA_SUCCESS) r = cu.cuMemHostGetDevicePointer(&pool_device, aq_signal_pool.slots, 0);
+  CUresult r = aq_cu.cuMemHostRegister(aq_signal_pool.slots, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+  if (r == CUDA_SUCCESS) r = aq_cu.cuMemHostGetDevicePointer(&pool_device, aq_signal_pool.slots, 0);
   if (r != CUDA_SUCCESS)
-    return aq_error(AQ_ERROR_UNAVAILABLE, "cannot map the signal pool for the GPU: %s", cuda_error(r));
+    return aq_error(AQ_ERROR_UNAVAILABLE, "cannot map the signal pool for the GPU: %s", aq_cuda_error(r));
   pool_registered = 1;
   return AQ_OK;
 }
 
 static aq_status_t add_agent(int ordinal) {
   CUdevice d;
-  CUresult r = cu.cuDeviceGet(&d, ordinal);
+  CUresult r = aq_cu.cuDeviceGet(&d, ordinal);
   cuda_agent_t *a = calloc(1, sizeof(*a));
   if (!a) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a GPU agent");
-  if (r == CUDA_SUCCESS) r = cu.cuDevicePrimaryCtxRetain(&a->context, d);
+  if (r == CUDA_SUCCESS) r = aq_cu.cuDevicePrimaryCtxRetain(&a->context, d);
   if (r != CUDA_SUCCESS) {
     free(a);
-    return aq_error(AQ_ERROR_UNAVAILABLE, "GPU %d: %s", ordinal, cuda_error(r));
+    return aq_error(AQ_ERROR_UNAVAILABLE, "GPU %d: %s", ordinal, aq_cuda_error(r));
   }
   a->device = d;
-  cuda_bind(a);
+  aq_cuda_bind(a);
   int sms = 0, major = 0, minor = 0;
-  cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
-  cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
-  cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
-  cu.cuDeviceGetAttribute(&a->concurrent_managed, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, d);
-  aq_status_t s = cuda_copy_streams_create(a);
+  aq_cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+  aq_cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+  aq_cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+  aq_cu.cuDeviceGetAttribute(&a->concurrent_managed, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, d);
+  aq_status_t s = aq_cuda_copy_streams_create(a);
   if (s != AQ_OK) {
-    cu.cuDevicePrimaryCtxRelease(d);
+    aq_cu.cuDevicePrimaryCtxRelease(d);
     free(a);
     return s;
   }
   size_t free_bytes = 0, total = 0;
-  cu.cuMemGetInfo(&free_bytes, &total);
+  aq_cu.cuMemGetInfo(&free_bytes, &total);
   aq_agent_info_t info = {.kind = AQ_AGENT_KIND_GPU, .numa_node = numa_of(d), .compute_units = (uint32_t)sms,
                           .queue_max_size = 1u << 16, .queues_max = 64, .workgroup_max_size = 1024,
                           .features = AQ_FEATURE_KERNEL_DISPATCH, .usable = 1};
   snprintf(info.name, sizeof(info.name), "cuda%d", ordinal);
-  cu.cuDeviceGetName(info.device, sizeof(info.device), d);
+  aq_cu.cuDeviceGetName(info.device, sizeof(info.device), d);
   snprintf(info.driver, sizeof(info.driver), "cuda");
   snprintf(info.isa, sizeof(info.isa), "sm_%d%d", major, minor);
   s = aq_agent_register(&aq_driver_cuda, &info, a, &a->agent);
   if (s != AQ_OK) {
-    cuda_copy_streams_destroy(a);
-    cu.cuDevicePrimaryCtxRelease(d);
+    aq_cuda_copy_streams_destroy(a);
+    aq_cu.cuDevicePrimaryCtxRelease(d);
     free(a);
     return s;
   }
@@ -111,13 +113,13 @@ static aq_status_t enable_peers(void) {
   for (uint32_t i = 0; i < agent_count; ++i)
     for (uint32_t j = 0; j < agent_count; ++j) {
       int can = 0;
-      if (i == j || cu.cuDeviceCanAccessPeer(&can, agents[i]->device, agents[j]->device) != CUDA_SUCCESS || !can)
+      if (i == j || aq_cu.cuDeviceCanAccessPeer(&can, agents[i]->device, agents[j]->device) != CUDA_SUCCESS || !can)
         continue;
-      cuda_bind(agents[i]);
-      CUresult r = cu.cuCtxEnablePeerAccess(agents[j]->context, 0);
+      aq_cuda_bind(agents[i]);
+      CUresult r = aq_cu.cuCtxEnablePeerAccess(agents[j]->context, 0);
       if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
         return aq_error(AQ_ERROR_UNAVAILABLE, "%s cannot reach %s's memory: %s", agents[i]->agent->info.name,
-                        agents[j]->agent->info.name, cuda_error(r));
+                        agents[j]->agent->info.name, aq_cuda_error(r));
       agents[i]->peers |= 1ull << j;
     }
   return AQ_OK;
@@ -125,13 +127,13 @@ static aq_status_t enable_peers(void) {
 
 static aq_status_t cuda_start(void) {
   char why[256];
-  if (cuda_api_load(why, sizeof(why))) return aq_error(AQ_ERROR_UNAVAILABLE, "%s", why);
-  CUresult r = cu.cuInit(0);
+  if (aq_cuda_api_load(why, sizeof(why))) return aq_error(AQ_ERROR_UNAVAILABLE, "%s", why);
+  CUresult r = aq_cu.cuInit(0);
   int n = 0;
-  if (r == CUDA_SUCCESS) r = cu.cuDeviceGetCount(&n);
-  if (r != CUDA_SUCCESS) return aq_error(AQ_ERROR_UNAVAILABLE, "cuInit: %s", cuda_error(r));
+  if (r == CUDA_SUCCESS) r = aq_cu.cuDeviceGetCount(&n);
+  if (r != CUDA_SUCCESS) return aq_error(AQ_ERROR_UNAVAILABLE, "cuInit: %s", aq_cuda_error(r));
   if (n == 0) return aq_error(AQ_ERROR_UNAVAILABLE, "the CUDA driver sees no GPU");
-  cuda_code_objects_init();
+  aq_cuda_code_objects_init();
   for (int i = 0; i < n && i < 64; ++i) AQ_RETURN_IF_ERROR(add_agent(i));
   AQ_RETURN_IF_ERROR(enable_peers());
   AQ_RETURN_IF_ERROR(register_pool());
@@ -141,16 +143,16 @@ static aq_status_t cuda_start(void) {
 
 static void cuda_stop(void) {
   /* Copies still in flight write signals: finish them before the pool goes. */
-  for (uint32_t i = 0; i < agent_count; ++i) cuda_copy_streams_destroy(agents[i]);
+  for (uint32_t i = 0; i < agent_count; ++i) aq_cuda_copy_streams_destroy(agents[i]);
   atomic_store(&aq_signal_device_writers, 0);
-  if (pool_registered) cu.cuMemHostUnregister(aq_signal_pool.slots);
+  if (pool_registered) aq_cu.cuMemHostUnregister(aq_signal_pool.slots);
   pool_registered = 0;
   for (uint32_t i = 0; i < agent_count; ++i) {
-    cu.cuDevicePrimaryCtxRelease(agents[i]->device);
+    aq_cu.cuDevicePrimaryCtxRelease(agents[i]->device);
     free(agents[i]);
   }
   agent_count = 0;
-  cuda_code_objects_deinit();
+  aq_cuda_code_objects_deinit();
 }
 
 static aq_status_t cuda_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
@@ -159,27 +161,27 @@ static aq_status_t cuda_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *qu
   if (!cq) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a GPU queue");
   cq->queue = queue;
   cq->agent = a;
-  cuda_bind(a);
-  CUresult r = cu.cuStreamCreate(&cq->stream, CU_STREAM_NON_BLOCKING);
+  aq_cuda_bind(a);
+  CUresult r = aq_cu.cuStreamCreate(&cq->stream, CU_STREAM_NON_BLOCKING);
   if (r != CUDA_SUCCESS) {
     free(cq);
-    return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "%s: cannot create a stream: %s", agent->info.name, cuda_error(r));
+    return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "%s: cannot create a stream: %s", agent->info.name, aq_cuda_error(r));
   }
-  aq_status_t s = cuda_graph_init(cq);
+  aq_status_t s = aq_cuda_graph_init(cq);
   if (s != AQ_OK) {
-    cu.cuStreamDestroy(cq->stream);
+    aq_cu.cuStreamDestroy(cq->stream);
     free(cq);
     return s;
   }
   queue->driver_data = cq;
-  s = aq_processor_start(&cq->proc, queue, cuda_queue_main, cq);
+  s = aq_processor_start(&cq->proc, queue, aq_cuda_queue_main, cq);
   if (s != AQ_OK) {
-    cuda_graph_release(cq);
-    cu.cuStreamDestroy(cq->stream);
+    aq_cuda_graph_release(cq);
+    aq_cu.cuStreamDestroy(cq->stream);
     free(cq);
     return s;
   }
-  cuda_timing_track(cq);
+  aq_cuda_timing_track(cq);
   return AQ_OK;
 }
 
@@ -187,49 +189,49 @@ static void cuda_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   (void)agent;
   cuda_queue_t *cq = queue->driver_data;
   aq_processor_stop(&cq->proc);
-  cuda_bind(cq->agent);
-  cuda_timing_release(cq);
-  cu.cuStreamSynchronize(cq->stream);
-  cuda_graph_release(cq);
-  cu.cuStreamDestroy(cq->stream);
+  aq_cuda_bind(cq->agent);
+  aq_cuda_timing_release(cq);
+  aq_cu.cuStreamSynchronize(cq->stream);
+  aq_cuda_graph_release(cq);
+  aq_cu.cuStreamDestroy(cq->stream);
   free(cq);
 }
 
 static aq_status_t cuda_alloc(aq_region_impl_t *region, size_t size, void **out) {
   cuda_agent_t *a = region->agent->driver_data;
-  cuda_bind(a);
+  aq_cuda_bind(a);
   int kind = (int)(uintptr_t)region->driver_data;
   CUresult r;
   CUdeviceptr p = 0;
   if (kind == REGION_PINNED) {
     /* Portable: pinned and mapped for every GPU's context, not just this
      * one's, so a tensor two GPUs touch may live here. */
-    r = cu.cuMemHostAlloc(out, size, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    r = aq_cu.cuMemHostAlloc(out, size, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
   } else {
     if (kind == REGION_MANAGED) {
       /* Never beyond free memory: oversubscribed managed memory can hang
        * the GPU for everyone on the machine. */
       size_t free_bytes = 0, total = 0;
-      cu.cuMemGetInfo(&free_bytes, &total);
+      aq_cu.cuMemGetInfo(&free_bytes, &total);
       if (size > free_bytes / 10 * 9)
         return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: %zu bytes of managed memory asked, %zu free on the GPU",
                         region->info.name, size, free_bytes);
-      r = cu.cuMemAllocManaged(&p, size, CU_MEM_ATTACH_GLOBAL);
+      r = aq_cu.cuMemAllocManaged(&p, size, CU_MEM_ATTACH_GLOBAL);
     } else {
-      r = cu.cuMemAlloc(&p, size);
+      r = aq_cu.cuMemAlloc(&p, size);
     }
     *out = (void *)(uintptr_t)p;
   }
   if (r != CUDA_SUCCESS)
-    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: %zu bytes: %s", region->info.name, size, cuda_error(r));
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: %zu bytes: %s", region->info.name, size, aq_cuda_error(r));
   return AQ_OK;
 }
 
 static void cuda_free(aq_region_impl_t *region, void *ptr, size_t size) {
   (void)size;
-  cuda_bind(region->agent->driver_data);
-  if ((int)(uintptr_t)region->driver_data == REGION_PINNED) cu.cuMemFreeHost(ptr);
-  else cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+  aq_cuda_bind(region->agent->driver_data);
+  if ((int)(uintptr_t)region->driver_data == REGION_PINNED) aq_cu.cuMemFreeHost(ptr);
+  else aq_cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
 }
 
 /* Whether agent's kernels reach region's memory (another GPU's): pinned
@@ -251,117 +253,15 @@ const aq_driver_t aq_driver_cuda = {
     .queue_detach = cuda_queue_detach,
     .region_allocate = cuda_alloc,
     .region_free = cuda_free,
-    .copy = cuda_copy,
-    .co_recognizes = cuda_co_recognizes,
-    .co_load = cuda_co_load,
-    .co_unload = cuda_co_unload,
-    .co_kernel_at = cuda_co_kernel_at,
-    .copy_async = cuda_copy_async,
-    .prefetch = cuda_prefetch,
-    .advise = cuda_advise,
-    .trace_flush = cuda_timing_flush_all,
-    .queue_profile = cuda_queue_profile,
+    .copy = aq_cuda_copy,
+    .co_recognizes = aq_cuda_co_recognizes,
+    .co_load = aq_cuda_co_load,
+    .co_unload = aq_cuda_co_unload,
+    .co_kernel_at = aq_cuda_co_kernel_at,
+    .copy_async = aq_cuda_copy_async,
+    .prefetch = aq_cuda_prefetch,
+    .advise = aq_cuda_advise,
+    .trace_flush = aq_cuda_timing_flush_all,
+    .queue_profile = aq_cuda_queue_profile,
     .region_reachable = cuda_region_reachable,
 };
-
-/* ---- code objects: cubin (ELF, machine EM_CUDA) or fatbin ---------------- */
-
-#include "runtime/handle.h"
-
-typedef struct cuda_module {
-  CUmodule modules[AQ_AGENTS_MAX];
-  uint32_t count; /* kernels per device */
-  cuda_kernel_t *kernels; /* agent_count * count */
-} cuda_module_t;
-
-static aq_handle_table_t kernel_table;
-
-void cuda_code_objects_init(void) { aq_handle_table_init(&kernel_table, "kernel"); }
-void cuda_code_objects_deinit(void) { aq_handle_table_deinit(&kernel_table); }
-
-cuda_kernel_t *cuda_kernel_lookup(uint64_t kernel_object) { return aq_handle_get(&kernel_table, kernel_object); }
-
-int cuda_co_recognizes(const void *bytes, size_t size) {
-  const uint8_t *b = bytes;
-  static const uint8_t fatbin[4] = {0x50, 0xed, 0x55, 0xba};
-  if (size >= 4 && !memcmp(b, fatbin, 4)) return 1;
-  return size >= 20 && !memcmp(b, "\177ELF", 4) && b[18] == 190; /* EM_CUDA */
-}
-
-aq_status_t cuda_co_load(const char *path, const void *bytes, size_t size, void **out, aq_code_object_info_t *info) {
-  (void)size;
-  if (!agent_count) return aq_error(AQ_ERROR_UNAVAILABLE, "%s: a CUDA code object, and no CUDA agent here", path);
-  cuda_module_t *m = calloc(1, sizeof(*m));
-  if (!m) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a code object");
-  aq_status_t s = AQ_OK;
-  for (uint32_t a = 0; s == AQ_OK && a < agent_count; ++a) {
-    cuda_bind(agents[a]);
-    CUresult r = cu.cuModuleLoadData(&m->modules[a], bytes);
-    if (r == CUDA_ERROR_NO_BINARY_FOR_GPU)
-      s = aq_error(AQ_ERROR_INCOMPATIBLE, "%s has no code for %s (%s)", path, agents[a]->agent->info.isa,
-                   agents[a]->agent->info.device);
-    else if (r != CUDA_SUCCESS)
-      s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cuModuleLoadData: %s", path, cuda_error(r));
-    unsigned n = 0;
-    if (s == AQ_OK && cu.cuModuleGetFunctionCount(&n, m->modules[a]) != CUDA_SUCCESS) n = 0;
-    if (s == AQ_OK && a == 0) {
-      m->count = n;
-      m->kernels = calloc((size_t)agent_count * (n ? n : 1), sizeof(cuda_kernel_t));
-      if (!m->kernels) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for kernels");
-    }
-    CUfunction *fns = s == AQ_OK ? calloc(n ? n : 1, sizeof(CUfunction)) : NULL;
-    if (s == AQ_OK && n && cu.cuModuleEnumerateFunctions(fns, n, m->modules[a]) != CUDA_SUCCESS)
-      s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cannot list its kernels", path);
-    for (unsigned i = 0; s == AQ_OK && i < n; ++i) {
-      cuda_kernel_t *k = &m->kernels[a * m->count + i];
-      size_t off = 0, psize = 0;
-      k->function = fns[i];
-      k->agent = agents[a];
-      /* Load every kernel now: under lazy loading (CUDA's default) a
-       * kernel's first launch synchronizes the context, and would wait for
-       * any stream blocked in a barrier's wait on a signal that only this
-       * kernel's completion satisfies: a deadlock. */
-      if (cu.cuFuncLoad && cu.cuFuncLoad(fns[i]) != CUDA_SUCCESS)
-        s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cannot load kernel %u", path, i);
-      if (s != AQ_OK) break;
-      cu.cuFuncGetName(&k->name, fns[i]);
-      if (cu.cuFuncGetParamInfo(fns[i], 0, &off, &psize) == CUDA_SUCCESS) k->kernarg_size = (uint32_t)(off + psize);
-      s = aq_handle_alloc(&kernel_table, k, &k->handle);
-    }
-    free(fns);
-  }
-  if (s != AQ_OK) {
-    cuda_co_unload(m);
-    return s;
-  }
-  snprintf(info->format, sizeof(info->format), "cuda-fatbin");
-  snprintf(info->producer, sizeof(info->producer), "nvcc");
-  info->kernel_count = m->count;
-  *out = m;
-  return AQ_OK;
-}
-
-void cuda_co_unload(void *module) {
-  cuda_module_t *m = module;
-  for (uint32_t i = 0; m->kernels && i < agent_count * m->count; ++i)
-    if (m->kernels[i].handle) aq_handle_release(&kernel_table, m->kernels[i].handle);
-  for (uint32_t a = 0; a < agent_count; ++a)
-    if (m->modules[a]) {
-      cuda_bind(agents[a]);
-      cu.cuModuleUnload(m->modules[a]);
-    }
-  free(m->kernels);
-  free(m);
-}
-
-aq_status_t cuda_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent, aq_kernel_info_t *out) {
-  cuda_module_t *m = module;
-  cuda_agent_t *a = agent->driver_data;
-  uint32_t ai = 0;
-  while (ai < agent_count && agents[ai] != a) ++ai;
-  if (ai == agent_count) return aq_error(AQ_ERROR_INVALID_HANDLE, "not a CUDA agent");
-  const cuda_kernel_t *k = &m->kernels[ai * m->count + index];
-  *out = (aq_kernel_info_t){.name = k->name ? k->name : "", .kernel_object = k->handle,
-                            .kernarg_size = k->kernarg_size, .kernarg_alignment = 8};
-  return AQ_OK;
-}

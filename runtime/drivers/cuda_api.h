@@ -51,71 +51,79 @@ enum {
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 
-/* Every entry point, resolved once by cuda_api_load. */
+/* Every entry point, listed once: REQ(field, symbol, (parameters)) must
+ * resolve or the driver does not start; OPT(...) may be missing (NULL). The
+ * symbol is the versioned name where the API has one, as cuda.h maps it.
+ * The struct below and the loader in cuda_api.c are generated from it. */
+#define CUDA_API_LIST(REQ, OPT)                                                                                       \
+  REQ(cuInit, "cuInit", (unsigned))                                                                                   \
+  REQ(cuGetErrorString, "cuGetErrorString", (CUresult, const char **))                                                \
+  REQ(cuDeviceGetCount, "cuDeviceGetCount", (int *))                                                                  \
+  REQ(cuDeviceGet, "cuDeviceGet", (CUdevice *, int))                                                                  \
+  REQ(cuDeviceGetName, "cuDeviceGetName", (char *, int, CUdevice))                                                    \
+  REQ(cuDeviceGetAttribute, "cuDeviceGetAttribute", (int *, int, CUdevice))                                           \
+  REQ(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))                                  \
+  REQ(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))                                          \
+  REQ(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                                                \
+  REQ(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", (int *, CUdevice, CUdevice))                                    \
+  REQ(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", (CUcontext, unsigned))                                          \
+  REQ(cuMemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                                                          \
+  REQ(cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                                           \
+  REQ(cuMemAllocManaged, "cuMemAllocManaged", (CUdeviceptr *, size_t, unsigned))                                      \
+  REQ(cuMemAllocHost, "cuMemAllocHost_v2", (void **, size_t))                                                         \
+  REQ(cuMemHostAlloc, "cuMemHostAlloc", (void **, size_t, unsigned))                                                  \
+  REQ(cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                                                       \
+  REQ(cuMemFreeHost, "cuMemFreeHost", (void *))                                                                       \
+  REQ(cuMemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned))                                          \
+  REQ(cuMemHostUnregister, "cuMemHostUnregister", (void *))                                                           \
+  REQ(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", (CUdeviceptr *, void *, unsigned))                   \
+  REQ(cuMemcpy, "cuMemcpy", (CUdeviceptr, CUdeviceptr, size_t))                                                       \
+  REQ(cuMemcpyAsync, "cuMemcpyAsync", (CUdeviceptr, CUdeviceptr, size_t, CUstream))                                   \
+  REQ(cuMemPrefetchAsync, "cuMemPrefetchAsync_v2", (CUdeviceptr, size_t, CUmemLocation, unsigned, CUstream))          \
+  REQ(cuMemAdvise, "cuMemAdvise_v2", (CUdeviceptr, size_t, int, CUmemLocation))                                       \
+  REQ(cuStreamCreate, "cuStreamCreate", (CUstream *, unsigned))                                                       \
+  REQ(cuStreamDestroy, "cuStreamDestroy_v2", (CUstream))                                                              \
+  REQ(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                                         \
+  REQ(cuStreamQuery, "cuStreamQuery", (CUstream))                                                                     \
+  REQ(cuStreamWaitValue64, "cuStreamWaitValue64_v2", (CUstream, CUdeviceptr, uint64_t, unsigned))                     \
+  REQ(cuStreamWriteValue64, "cuStreamWriteValue64_v2", (CUstream, CUdeviceptr, uint64_t, unsigned))                   \
+  REQ(cuLaunchKernel, "cuLaunchKernel",                                                                               \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
+  REQ(cuLaunchHostFunc, "cuLaunchHostFunc", (CUstream, CUhostFn, void *))                                             \
+  REQ(cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                                                          \
+  REQ(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                                                 \
+  REQ(cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                                            \
+  REQ(cuEventQuery, "cuEventQuery", (CUevent))                                                                        \
+  REQ(cuEventSynchronize, "cuEventSynchronize", (CUevent))                                                            \
+  REQ(cuEventElapsedTime, "cuEventElapsedTime", (float *, CUevent, CUevent))                                          \
+  REQ(cuModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))                                               \
+  REQ(cuModuleUnload, "cuModuleUnload", (CUmodule))                                                                   \
+  REQ(cuModuleGetFunctionCount, "cuModuleGetFunctionCount", (unsigned *, CUmodule))                                   \
+  REQ(cuModuleEnumerateFunctions, "cuModuleEnumerateFunctions", (CUfunction *, unsigned, CUmodule))                   \
+  REQ(cuFuncGetName, "cuFuncGetName", (const char **, CUfunction))                                                    \
+  REQ(cuFuncGetParamInfo, "cuFuncGetParamInfo", (CUfunction, size_t, size_t *, size_t *))                             \
+  REQ(cuFuncSetAttribute, "cuFuncSetAttribute", (CUfunction, int /* CUfunction_attribute */, int))                    \
+  /* Optional: NULL on drivers before CUDA 12.4. */                                                                   \
+  OPT(cuFuncLoad, "cuFuncLoad", (CUfunction))                                                                         \
+  /* Optional: CUDA graphs (cuda_graph.c); without them, no graphs. */                                                \
+  OPT(cuStreamBeginCapture, "cuStreamBeginCapture_v2", (CUstream, int /* CUstreamCaptureMode */))                     \
+  OPT(cuStreamEndCapture, "cuStreamEndCapture", (CUstream, CUgraph *))                                                \
+  OPT(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", (CUgraphExec *, CUgraph, unsigned long long))       \
+  OPT(cuGraphLaunch, "cuGraphLaunch", (CUgraphExec, CUstream))                                                        \
+  OPT(cuGraphExecDestroy, "cuGraphExecDestroy", (CUgraphExec))                                                        \
+  OPT(cuGraphDestroy, "cuGraphDestroy", (CUgraph))
+
 typedef struct cuda_api {
-  CUresult (*cuInit)(unsigned);
-  CUresult (*cuGetErrorString)(CUresult, const char **);
-  CUresult (*cuDeviceGetCount)(int *);
-  CUresult (*cuDeviceGet)(CUdevice *, int);
-  CUresult (*cuDeviceGetName)(char *, int, CUdevice);
-  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
-  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
-  CUresult (*cuCtxSetCurrent)(CUcontext);
-  CUresult (*cuDeviceCanAccessPeer)(int *, CUdevice, CUdevice);
-  CUresult (*cuCtxEnablePeerAccess)(CUcontext, unsigned);
-  CUresult (*cuMemGetInfo)(size_t *, size_t *);
-  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
-  CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned);
-  CUresult (*cuMemAllocHost)(void **, size_t);
-  CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
-  CUresult (*cuMemFree)(CUdeviceptr);
-  CUresult (*cuMemFreeHost)(void *);
-  CUresult (*cuMemHostRegister)(void *, size_t, unsigned);
-  CUresult (*cuMemHostUnregister)(void *);
-  CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
-  CUresult (*cuMemcpy)(CUdeviceptr, CUdeviceptr, size_t);
-  CUresult (*cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-  CUresult (*cuMemPrefetchAsync)(CUdeviceptr, size_t, CUmemLocation, unsigned, CUstream);
-  CUresult (*cuMemAdvise)(CUdeviceptr, size_t, int, CUmemLocation);
-  CUresult (*cuStreamCreate)(CUstream *, unsigned);
-  CUresult (*cuStreamDestroy)(CUstream);
-  CUresult (*cuStreamSynchronize)(CUstream);
-  CUresult (*cuStreamQuery)(CUstream);
-  CUresult (*cuStreamWaitValue64)(CUstream, CUdeviceptr, uint64_t, unsigned);
-  CUresult (*cuStreamWriteValue64)(CUstream, CUdeviceptr, uint64_t, unsigned);
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             CUstream, void **, void **);
-  CUresult (*cuLaunchHostFunc)(CUstream, CUhostFn, void *);
-  CUresult (*cuEventCreate)(CUevent *, unsigned);
-  CUresult (*cuEventDestroy)(CUevent);
-  CUresult (*cuEventRecord)(CUevent, CUstream);
-  CUresult (*cuEventQuery)(CUevent);
-  CUresult (*cuEventSynchronize)(CUevent);
-  CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
-  CUresult (*cuModuleLoadData)(CUmodule *, const void *);
-  CUresult (*cuModuleUnload)(CUmodule);
-  CUresult (*cuModuleGetFunctionCount)(unsigned *, CUmodule);
-  CUresult (*cuModuleEnumerateFunctions)(CUfunction *, unsigned, CUmodule);
-  CUresult (*cuFuncGetName)(const char **, CUfunction);
-  CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
-  CUresult (*cuFuncSetAttribute)(CUfunction, int /* CUfunction_attribute */, int);
-  /* Optional (NULL on drivers before CUDA 12.4). */
-  CUresult (*cuFuncLoad)(CUfunction);
-  /* Optional: CUDA graphs (cuda_graph.c); without them, no graphs. */
-  CUresult (*cuStreamBeginCapture)(CUstream, int /* CUstreamCaptureMode */);
-  CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
-  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
-  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
-  CUresult (*cuGraphExecDestroy)(CUgraphExec);
-  CUresult (*cuGraphDestroy)(CUgraph);
+#define CUDA_API_FIELD_(field, symbol, params) CUresult(*field) params;
+  CUDA_API_LIST(CUDA_API_FIELD_, CUDA_API_FIELD_)
+#undef CUDA_API_FIELD_
 } cuda_api_t;
 
-extern cuda_api_t cu;
+extern cuda_api_t aq_cu;
 
-/* dlopens libcuda.so.1 and resolves cu; 0 on success, else -1 with why. */
-int cuda_api_load(char *why, size_t size);
+/* dlopens libcuda.so.1 and resolves aq_cu; 0 on success, else -1 with why. */
+int aq_cuda_api_load(char *why, size_t size);
 /* "CUDA_ERROR_...: text" for a result. */
-const char *cuda_error(CUresult r);
+const char *aq_cuda_error(CUresult r);
 
 #endif

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "runtime/drivers/cuda.h"
+#include "runtime/settings.h"
 #include "runtime/status.h"
 
 enum {
@@ -84,36 +85,30 @@ static int same_packet(const uint8_t *a, const uint8_t *b) {
 
 /* 0: off, 1: on, 2: on in traced runs too, -1: a bad value (why says). */
 static int wanted(char *why, size_t size) {
-  const char *v = getenv("AQ_CUDA_GRAPHS");
-  if (!v || !*v || !strcmp(v, "1")) return 1;
-  if (!strcmp(v, "0")) return 0;
-  if (!strcmp(v, "traced")) return 2;
-  snprintf(why, size,
-           "AQ_CUDA_GRAPHS='%s': expected 0 (launch every kernel), 1 (repeating stretches as CUDA graphs) or traced "
-           "(graphs in traced runs too)",
-           v);
-  return -1;
+  (void)why, (void)size; /* aq_init refused any other value */
+  uint64_t v = aq_setting_u64(AQ_SET_CUDA_GRAPHS);
+  return v == AQ_CUDA_GRAPHS_OFF ? 0 : v == AQ_CUDA_GRAPHS_ON ? 1 : 2;
 }
 
-aq_status_t cuda_graph_init(cuda_queue_t *cq) {
+aq_status_t aq_cuda_graph_init(cuda_queue_t *cq) {
   char why[160];
   int on = wanted(why, sizeof(why));
   if (on < 0) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s", why);
-  int api = cu.cuStreamBeginCapture && cu.cuStreamEndCapture && cu.cuGraphInstantiateWithFlags && cu.cuGraphLaunch &&
-            cu.cuGraphExecDestroy && cu.cuGraphDestroy;
+  int api = aq_cu.cuStreamBeginCapture && aq_cu.cuStreamEndCapture && aq_cu.cuGraphInstantiateWithFlags && aq_cu.cuGraphLaunch &&
+            aq_cu.cuGraphExecDestroy && aq_cu.cuGraphDestroy;
   if (on && api) cq->graphs = calloc(1, sizeof(*cq->graphs)); /* no memory: no graphs, no harm */
   if (cq->graphs) cq->graphs->traced = on == 2;
   return AQ_OK;
 }
 
-void cuda_graph_release(cuda_queue_t *cq) {
+void aq_cuda_graph_release(cuda_queue_t *cq) {
   cuda_graphs_t *g = cq->graphs;
   if (!g) return;
   for (int i = 0; i < ENTRIES; ++i) {
-    if (g->entries[i].exec) cu.cuGraphExecDestroy(g->entries[i].exec);
+    if (g->entries[i].exec) aq_cu.cuGraphExecDestroy(g->entries[i].exec);
     free(g->entries[i].s.buf);
   }
-  if (g->capture) cu.cuStreamDestroy(g->capture);
+  if (g->capture) aq_cu.cuStreamDestroy(g->capture);
   free(g->kernargs);
   free(g);
   cq->graphs = NULL;
@@ -124,11 +119,11 @@ void cuda_graph_release(cuda_queue_t *cq) {
 static void build(cuda_queue_t *cq, entry_t *e) {
   cuda_graphs_t *g = cq->graphs;
   e->state = UNGRAPHABLE; /* unless all goes well: not tried again */
-  if (!g->capture && cu.cuStreamCreate(&g->capture, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+  if (!g->capture && aq_cu.cuStreamCreate(&g->capture, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
     g->capture = NULL;
     return;
   }
-  if (cu.cuStreamBeginCapture(g->capture, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return;
+  if (aq_cu.cuStreamBeginCapture(g->capture, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return;
   CUstream stream = cq->stream;
   cq->stream = g->capture;
   uint32_t failed = 0;
@@ -138,16 +133,16 @@ static void build(cuda_queue_t *cq, entry_t *e) {
     memcpy(&p, packet_at(&e->s, i), sizeof(p));
     p.kernarg_address = (void *)ka; /* the bytes as they were: the graph keeps its own copy */
     ka += ksizes(&e->s)[i];
-    failed = cuda_dispatch(cq, &p);
+    failed = aq_cuda_dispatch(cq, &p);
   }
   cq->stream = stream;
   CUgraph graph = NULL;
-  CUresult r = cu.cuStreamEndCapture(g->capture, &graph);
-  if (r == CUDA_SUCCESS && graph && !failed && cu.cuGraphInstantiateWithFlags(&e->exec, graph, 0) == CUDA_SUCCESS)
+  CUresult r = aq_cu.cuStreamEndCapture(g->capture, &graph);
+  if (r == CUDA_SUCCESS && graph && !failed && aq_cu.cuGraphInstantiateWithFlags(&e->exec, graph, 0) == CUDA_SUCCESS)
     e->state = READY;
   else
     e->exec = NULL;
-  if (graph) cu.cuGraphDestroy(graph);
+  if (graph) aq_cu.cuGraphDestroy(graph);
 }
 
 static int same_stretch(const cuda_graphs_t *g, const stretch_t *s) {
@@ -158,7 +153,7 @@ static int same_stretch(const cuda_graphs_t *g, const stretch_t *s) {
 static void describe(entry_t *e) {
   const hsa_kernel_dispatch_packet_t *first = (const void *)packet_at(&e->s, 0),
                                      *last = (const void *)packet_at(&e->s, e->s.n - 1);
-  const cuda_kernel_t *a = cuda_kernel_lookup(first->kernel_object), *b = cuda_kernel_lookup(last->kernel_object);
+  const cuda_kernel_t *a = aq_cuda_kernel_lookup(first->kernel_object), *b = aq_cuda_kernel_lookup(last->kernel_object);
   snprintf(e->what, sizeof(e->what),
            "one of the %u kernels of a CUDA graph ('%s' .. '%s'; AQ_CUDA_GRAPHS=0 launches them one by one)", e->s.n,
            a && a->name ? a->name : "?", b && b->name ? b->name : "?");
@@ -178,7 +173,7 @@ static void remember(cuda_graphs_t *g) {
     if (!buf) return;
     e->s.buf = buf, e->s.cap = need;
   }
-  if (e->exec) cu.cuGraphExecDestroy(e->exec); /* one still running is freed when it ends */
+  if (e->exec) aq_cu.cuGraphExecDestroy(e->exec); /* one still running is freed when it ends */
   e->exec = NULL;
   e->state = SEEN;
   e->used = ++g->clock;
@@ -206,10 +201,10 @@ static void finish(cuda_queue_t *cq) {
   g->n = g->kbytes = 0;
 }
 
-void cuda_graph_observe(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p) {
+void aq_cuda_graph_observe(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p) {
   cuda_graphs_t *g = cq->graphs;
   if (!g) return;
-  const cuda_kernel_t *k = p ? cuda_kernel_lookup(p->kernel_object) : NULL;
+  const cuda_kernel_t *k = p ? aq_cuda_kernel_lookup(p->kernel_object) : NULL;
   if (!k) {
     finish(cq);
     return;
@@ -256,18 +251,18 @@ static int matches(cuda_queue_t *cq, const entry_t *e, uint64_t index) {
   return 1;
 }
 
-int cuda_graph_traced(const cuda_queue_t *cq) { return cq->graphs && cq->graphs->traced; }
+int aq_cuda_graph_traced(const cuda_queue_t *cq) { return cq->graphs && cq->graphs->traced; }
 
-uint32_t cuda_graph_replay(cuda_queue_t *cq, uint64_t index, const char **what, const char **label) {
+uint32_t aq_cuda_graph_replay(cuda_queue_t *cq, uint64_t index, const char **what, const char **label) {
   cuda_graphs_t *g = cq->graphs;
   if (!g || g->n || atomic_load(&cq->agent->faulted)) return 0; /* mid-stretch, or the GPU needs a reset */
   const uint8_t *first = cq->queue->ring + (index & cq->queue->mask) * AQ_PACKET_SIZE;
   for (int i = 0; i < ENTRIES; ++i) {
     entry_t *e = &g->entries[i];
     if (e->state != READY || !same_packet(first, packet_at(&e->s, 0)) || !matches(cq, e, index)) continue;
-    if (cu.cuGraphLaunch(e->exec, cq->stream) != CUDA_SUCCESS) {
+    if (aq_cu.cuGraphLaunch(e->exec, cq->stream) != CUDA_SUCCESS) {
       /* Launched one by one instead, each packet then reports what failed. */
-      cu.cuGraphExecDestroy(e->exec);
+      aq_cu.cuGraphExecDestroy(e->exec);
       e->exec = NULL;
       e->state = UNGRAPHABLE;
       return 0;

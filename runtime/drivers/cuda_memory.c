@@ -17,26 +17,26 @@
 
 enum { TO_GPU = 0, FROM_GPU = 1 };
 
-aq_status_t cuda_copy_streams_create(cuda_agent_t *a) {
-  cuda_bind(a);
+aq_status_t aq_cuda_copy_streams_create(cuda_agent_t *a) {
+  aq_cuda_bind(a);
   for (int i = 0; i < 2; ++i) {
-    CUresult r = cu.cuStreamCreate(&a->copy_streams[i], CU_STREAM_NON_BLOCKING);
+    CUresult r = aq_cu.cuStreamCreate(&a->copy_streams[i], CU_STREAM_NON_BLOCKING);
     if (r != CUDA_SUCCESS) {
-      if (i) cu.cuStreamDestroy(a->copy_streams[0]);
+      if (i) aq_cu.cuStreamDestroy(a->copy_streams[0]);
       a->copy_streams[0] = NULL;
-      return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "cannot create a copy stream: %s", cuda_error(r));
+      return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "cannot create a copy stream: %s", aq_cuda_error(r));
     }
   }
   pthread_mutex_init(&a->copy_mutex, NULL);
   return AQ_OK;
 }
 
-void cuda_copy_streams_destroy(cuda_agent_t *a) {
+void aq_cuda_copy_streams_destroy(cuda_agent_t *a) {
   if (!a->copy_streams[0]) return;
-  cuda_bind(a);
+  aq_cuda_bind(a);
   for (int i = 0; i < 2; ++i) {
-    cu.cuStreamSynchronize(a->copy_streams[i]);
-    cu.cuStreamDestroy(a->copy_streams[i]);
+    aq_cu.cuStreamSynchronize(a->copy_streams[i]);
+    aq_cu.cuStreamDestroy(a->copy_streams[i]);
     a->copy_streams[i] = NULL;
   }
   pthread_mutex_destroy(&a->copy_mutex);
@@ -49,16 +49,16 @@ static void notify_host(void *slot) { aq_signal_slot_notify(slot); }
 static void complete_on(CUstream stream, aq_signal_slot_t *done) {
   if (!done) return;
   int64_t next = atomic_load(&done->value) - 1;
-  cu.cuStreamWriteValue64(stream, cuda_signal_address(done), (uint64_t)next, 0);
-  cu.cuLaunchHostFunc(stream, notify_host, done);
+  aq_cu.cuStreamWriteValue64(stream, aq_cuda_signal_address(done), (uint64_t)next, 0);
+  aq_cu.cuLaunchHostFunc(stream, notify_host, done);
 }
 
 static aq_status_t finish(cuda_agent_t *a, CUstream stream, aq_signal_slot_t *done, const char *what) {
   pthread_mutex_unlock(&a->copy_mutex);
   if (done) return AQ_OK;
-  CUresult r = cu.cuStreamSynchronize(stream);
+  CUresult r = aq_cu.cuStreamSynchronize(stream);
   return r == CUDA_SUCCESS ? AQ_OK
-                           : aq_error(AQ_ERROR_KERNEL_FAULT, "%s on %s: %s", what, a->agent->info.name, cuda_error(r));
+                           : aq_error(AQ_ERROR_KERNEL_FAULT, "%s on %s: %s", what, a->agent->info.name, aq_cuda_error(r));
 }
 
 static aq_status_t usable(cuda_agent_t *a, const char *what) {
@@ -78,21 +78,21 @@ static aq_status_t copy_on_stream(aq_region_impl_t *region, void *dst, const voi
   /* The core passes the GPU side's region: a destination there is inbound. */
   int from_gpu = !(aq_memory_find(dst, &dr, &base, &bytes) && dr == region);
   CUstream stream = a->copy_streams[from_gpu ? FROM_GPU : TO_GPU];
-  cuda_bind(a);
+  aq_cuda_bind(a);
   pthread_mutex_lock(&a->copy_mutex);
   for (uint32_t i = 0; i < num_deps; ++i)
-    cu.cuStreamWaitValue64(stream, cuda_signal_address(deps[i]), 0, CU_STREAM_WAIT_VALUE_EQ);
-  CUresult r = cu.cuMemcpyAsync((CUdeviceptr)d, (CUdeviceptr)(uintptr_t)src, size, stream);
+    aq_cu.cuStreamWaitValue64(stream, aq_cuda_signal_address(deps[i]), 0, CU_STREAM_WAIT_VALUE_EQ);
+  CUresult r = aq_cu.cuMemcpyAsync((CUdeviceptr)d, (CUdeviceptr)(uintptr_t)src, size, stream);
   if (r != CUDA_SUCCESS) {
     pthread_mutex_unlock(&a->copy_mutex);
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s of %zu bytes %p -> %p on %s: %s", what, size, src, dst,
-                    a->agent->info.name, cuda_error(r));
+                    a->agent->info.name, aq_cuda_error(r));
   }
   complete_on(stream, done);
   return finish(a, stream, done, what);
 }
 
-aq_status_t cuda_copy_async(aq_region_impl_t *region, void *dst, const void *src, size_t size,
+aq_status_t aq_cuda_copy_async(aq_region_impl_t *region, void *dst, const void *src, size_t size,
                             aq_signal_slot_t *const *deps, uint32_t num_deps, aq_signal_slot_t *done) {
   return copy_on_stream(region, dst, src, size, deps, num_deps, done, "aq_memory_copy_async");
 }
@@ -102,7 +102,7 @@ aq_status_t cuda_copy_async(aq_region_impl_t *region, void *dst, const void *src
  * launches while it copied (a training step's batch copy held its kernels
  * back 50-80 us on the H100 machine). From pageable memory the stream
  * wait covers the DMA after the staging, so no kernel reads half-old data. */
-aq_status_t cuda_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size) {
+aq_status_t aq_cuda_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size) {
   return copy_on_stream(region, dst, src, size, NULL, 0, NULL, "aq_memory_copy");
 }
 
@@ -121,31 +121,31 @@ static aq_status_t managed_ok(cuda_agent_t *a, const char *what) {
   return AQ_OK;
 }
 
-aq_status_t cuda_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,
+aq_status_t aq_cuda_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,
                           aq_signal_slot_t *done) {
   cuda_agent_t *a = region->agent->driver_data;
   AQ_RETURN_IF_ERROR(managed_ok(a, "aq_memory_prefetch"));
   CUmemLocation loc = location_of(dest);
   CUstream stream = a->copy_streams[loc.type == CU_MEM_LOCATION_TYPE_DEVICE ? TO_GPU : FROM_GPU];
-  cuda_bind(a);
+  aq_cuda_bind(a);
   pthread_mutex_lock(&a->copy_mutex);
-  CUresult r = cu.cuMemPrefetchAsync((CUdeviceptr)(uintptr_t)ptr, size, loc, 0, stream);
+  CUresult r = aq_cu.cuMemPrefetchAsync((CUdeviceptr)(uintptr_t)ptr, size, loc, 0, stream);
   if (r != CUDA_SUCCESS) {
     pthread_mutex_unlock(&a->copy_mutex);
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_prefetch of %zu bytes at %p to %s: %s", size, ptr,
-                    dest->info.name, cuda_error(r));
+                    dest->info.name, aq_cuda_error(r));
   }
   complete_on(stream, done);
   return finish(a, stream, done, "aq_memory_prefetch");
 }
 
-aq_status_t cuda_advise(aq_region_impl_t *region, const void *ptr, size_t size, int advice, aq_agent_impl_t *agent) {
+aq_status_t aq_cuda_advise(aq_region_impl_t *region, const void *ptr, size_t size, int advice, aq_agent_impl_t *agent) {
   cuda_agent_t *a = region->agent->driver_data;
   AQ_RETURN_IF_ERROR(managed_ok(a, "aq_memory_advise"));
-  cuda_bind(a);
+  aq_cuda_bind(a);
   /* aq_memory_advice_t takes CUDA's numbering (CU_MEM_ADVISE_*). */
-  CUresult r = cu.cuMemAdvise((CUdeviceptr)(uintptr_t)ptr, size, advice, location_of(agent));
+  CUresult r = aq_cu.cuMemAdvise((CUdeviceptr)(uintptr_t)ptr, size, advice, location_of(agent));
   return r == CUDA_SUCCESS ? AQ_OK
                            : aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_advise(%p, %zu, %d) for %s: %s", ptr, size,
-                                      advice, agent->info.name, cuda_error(r));
+                                      advice, agent->info.name, aq_cuda_error(r));
 }

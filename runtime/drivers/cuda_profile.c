@@ -4,7 +4,7 @@
  * under, so turning profiling off never loses or misroutes a time. */
 #include "runtime/drivers/cuda.h"
 
-aq_status_t cuda_queue_profile(aq_queue_impl_t *queue, const aq_profile_sink_t *sink) {
+aq_status_t aq_cuda_queue_profile(aq_queue_impl_t *queue, const aq_profile_sink_t *sink) {
   cuda_queue_t *cq = queue->driver_data;
   /* user first: the processor reads fn, then user */
   if (sink) atomic_store_explicit(&cq->timing.profile_user, sink->user, memory_order_relaxed);

@@ -21,7 +21,7 @@ static uint32_t packet_fault(cuda_queue_t *cq, aq_status_t s, const char *what, 
 
 /* A stream's write wakes nobody: host waiters of a GPU-written signal are
  * woken by the processor, which reaps what the stream owes (see
- * cuda_queue_main). Only a completion it cannot track (more than
+ * aq_cuda_queue_main). Only a completion it cannot track (more than
  * CUDA_PENDING_MAX owed) gets a host function queued after the write: CUDA
  * holds the stream behind a host function until its callback thread has run
  * it, 40-50 us on the H100 machine, which a training step's kernels spent
@@ -58,7 +58,7 @@ static void fail_pending(cuda_queue_t *cq, CUresult r) {
   while (cq->pending_count) {
     cuda_pending_t *p = &cq->pending[cq->pending_head];
     if (!stale(p)) { /* a stale one was no packet of the failed stretch */
-      uint32_t f = packet_fault(cq, AQ_ERROR_KERNEL_FAULT, p->what, cuda_error(r));
+      uint32_t f = packet_fault(cq, AQ_ERROR_KERNEL_FAULT, p->what, aq_cuda_error(r));
       aq_signal_slot_fail(p->slot, f);
       aq_signal_slot_store(p->slot, p->next);
     }
@@ -72,7 +72,7 @@ static void fail_pending(cuda_queue_t *cq, CUresult r) {
 static int watch_stream(cuda_queue_t *cq, int check_errors) {
   int n = reap(cq);
   if (!cq->pending_count || !check_errors) return n;
-  CUresult r = cu.cuStreamQuery(cq->stream);
+  CUresult r = aq_cu.cuStreamQuery(cq->stream);
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) fail_pending(cq, r);
   return n;
 }
@@ -95,12 +95,12 @@ static void complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, const 
     break;
   }
   next -= 1;
-  cu.cuStreamWriteValue64(cq->stream, cuda_signal_address(s), (uint64_t)next, 0);
+  aq_cu.cuStreamWriteValue64(cq->stream, aq_cuda_signal_address(s), (uint64_t)next, 0);
   if (cq->pending_count == CUDA_PENDING_MAX) reap(cq);
   if (cq->pending_count < CUDA_PENDING_MAX)
     cq->pending[(cq->pending_head + cq->pending_count++) % CUDA_PENDING_MAX] = (cuda_pending_t){s, next, sets, what};
   else
-    cu.cuLaunchHostFunc(cq->stream, notify_host, s);
+    aq_cu.cuLaunchHostFunc(cq->stream, notify_host, s);
 }
 
 static uint32_t check_agent(cuda_queue_t *cq, CUresult r, const char *kernel) {
@@ -111,7 +111,7 @@ static uint32_t check_agent(cuda_queue_t *cq, CUresult r, const char *kernel) {
     cq->agent->agent->info.usable = 0;
   }
   char detail[200];
-  snprintf(detail, sizeof(detail), "kernel '%s': %s", kernel, cuda_error(r));
+  snprintf(detail, sizeof(detail), "kernel '%s': %s", kernel, aq_cuda_error(r));
   return packet_fault(cq, AQ_ERROR_KERNEL_FAULT, "launch failed", detail);
 }
 
@@ -125,7 +125,7 @@ static uint32_t fit_group_segment(cuda_queue_t *cq, cuda_kernel_t *k, uint32_t b
   if (bytes <= atomic_load_explicit(&k->group_limit, memory_order_acquire)) return 0;
   char detail[240];
   int most = 0;
-  cu.cuDeviceGetAttribute(&most, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cq->agent->device);
+  aq_cu.cuDeviceGetAttribute(&most, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cq->agent->device);
   if ((int64_t)bytes > most) {
     snprintf(detail, sizeof(detail),
              "kernel '%s' asks for %u bytes of group segment a work-group; this GPU offers at most %d", k->name,
@@ -135,18 +135,18 @@ static uint32_t fit_group_segment(cuda_queue_t *cq, cuda_kernel_t *k, uint32_t b
   pthread_mutex_lock(&raising);
   CUresult r = CUDA_SUCCESS;
   if (bytes > atomic_load(&k->group_limit)) { /* never lowered: another queue may have raised it further */
-    r = cu.cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes);
+    r = aq_cu.cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes);
     if (r == CUDA_SUCCESS) atomic_store_explicit(&k->group_limit, bytes, memory_order_release);
   }
   pthread_mutex_unlock(&raising);
   if (r == CUDA_SUCCESS) return 0;
   snprintf(detail, sizeof(detail), "kernel '%s', %u bytes of group segment (its static shared memory counts too): %s",
-           k->name, bytes, cuda_error(r));
+           k->name, bytes, aq_cuda_error(r));
   return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "group_segment_size not available", detail);
 }
 
-uint32_t cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p) {
-  cuda_kernel_t *k = cuda_kernel_lookup(p->kernel_object);
+uint32_t aq_cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p) {
+  cuda_kernel_t *k = aq_cuda_kernel_lookup(p->kernel_object);
   if (!k || k->agent != cq->agent)
     return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "kernel_object is not a kernel loaded for this GPU", NULL);
   if (atomic_load(&cq->agent->faulted))
@@ -164,7 +164,7 @@ uint32_t cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p) 
   size_t size = k->kernarg_size;
   void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, p->kernarg_address, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
-  CUresult r = cu.cuLaunchKernel(k->function, blocks[0], blocks[1], blocks[2], wg[0], wg[1], wg[2],
+  CUresult r = aq_cu.cuLaunchKernel(k->function, blocks[0], blocks[1], blocks[2], wg[0], wg[1], wg[2],
                                  p->group_segment_size, cq->stream, NULL, size ? extra : NULL);
   return check_agent(cq, r, k->name);
 }
@@ -195,7 +195,7 @@ static void settle_on_host(cuda_queue_t *cq, const void *b) {
   reap(cq);
   if (!cq->pending_count && !cq->tail_untracked) return; /* known to have caught up */
   do {
-    CUresult r = cu.cuStreamQuery(cq->stream);
+    CUresult r = aq_cu.cuStreamQuery(cq->stream);
     if (r == CUDA_SUCCESS) {
       cq->tail_untracked = 0;
       return;
@@ -226,7 +226,7 @@ static uint32_t barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b)
       if (!fault) fault = atomic_load(&s->fault);
       continue;
     }
-    cu.cuStreamWaitValue64(cq->stream, cuda_signal_address(s), 0, CU_STREAM_WAIT_VALUE_EQ);
+    aq_cu.cuStreamWaitValue64(cq->stream, aq_cuda_signal_address(s), 0, CU_STREAM_WAIT_VALUE_EQ);
     cq->tail_untracked = 1;
   }
   return fault;
@@ -292,15 +292,15 @@ static int process(cuda_queue_t *cq) {
   /* A stretch of kernels seen before, as one CUDA graph launch (cuda_graph.c):
    * untraced, or traced under AQ_CUDA_GRAPHS=traced (one slice a graph);
    * never while profiling, which needs each kernel's time. */
-  int graphs = !t0 || (cuda_graph_traced(cq) && !cuda_profiling(cq));
+  int graphs = !t0 || (aq_cuda_graph_traced(cq) && !cuda_profiling(cq));
   uint32_t replayed = 0;
   if (type == HSA_PACKET_TYPE_KERNEL_DISPATCH && graphs) {
-    cuda_timed_t *slot = t0 ? cuda_timing_begin(cq, 0) : NULL; /* unused (not counted) if nothing replays */
+    cuda_timed_t *slot = t0 ? aq_cuda_timing_begin(cq, 0) : NULL; /* unused (not counted) if nothing replays */
     const char *label = NULL;
-    replayed = cuda_graph_replay(cq, index, &what, &label);
+    replayed = aq_cuda_graph_replay(cq, index, &what, &label);
     if (replayed && slot) {
       aq_trace_event_t ev = kernel_event(cq, label, t0, index, p);
-      cuda_timing_end(cq, slot, &ev);
+      aq_cuda_timing_end(cq, slot, &ev);
       timed = 1;
     }
   }
@@ -311,14 +311,14 @@ static int process(cuda_queue_t *cq) {
   } else switch (type) {
     case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
       completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;
-      const cuda_kernel_t *k = cuda_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
+      const cuda_kernel_t *k = aq_cuda_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
       what = k && k->name ? k->name : "kernel";
-      cuda_timed_t *slot = t0 ? cuda_timing_begin(cq, 1) : NULL;
-      fault = cuda_dispatch(cq, (const void *)p);
-      cuda_timing_open(cq);
+      cuda_timed_t *slot = t0 ? aq_cuda_timing_begin(cq, 1) : NULL;
+      fault = aq_cuda_dispatch(cq, (const void *)p);
+      aq_cuda_timing_open(cq);
       if (slot && !fault) {
         aq_trace_event_t ev = kernel_event(cq, what, t0, index, p);
-        cuda_timing_end(cq, slot, &ev);
+        aq_cuda_timing_end(cq, slot, &ev);
         timed = 1;
       }
       break;
@@ -352,7 +352,7 @@ static int process(cuda_queue_t *cq) {
     aq_trace_record(&ev);
   }
   if (!replayed)
-    cuda_graph_observe(cq, type == HSA_PACKET_TYPE_KERNEL_DISPATCH && !fault && graphs ? (const void *)p : NULL);
+    aq_cuda_graph_observe(cq, type == HSA_PACKET_TYPE_KERNEL_DISPATCH && !fault && graphs ? (const void *)p : NULL);
   hsa_signal_t done = completion;
   aq_queue_retire(q, index);
   if (fault) {
@@ -373,7 +373,7 @@ static int has_work(void *arg) {
   if (!atomic_load(&cq->proc.running) ||
       aq_queue_peek(cq->queue, atomic_load(&cq->queue->read_index)) != HSA_PACKET_TYPE_INVALID)
     return 1;
-  if (cuda_timing_owed(cq)) return 1;
+  if (aq_cuda_timing_owed(cq)) return 1;
   if (!cq->pending_count) return 0;
   const cuda_pending_t *p = &cq->pending[cq->pending_head];
   return stale(p) || atomic_load(&p->slot->value) <= p->next;
@@ -403,9 +403,9 @@ static int owed_to_a_waiter(const cuda_queue_t *cq) {
  * AQ_GPU_SPIN_US=0 trades that latency for a core (a shared machine's
  * choice): owed completions are looked at after sleeps that grow from 4 to
  * 100 us even while someone waits, and nothing spins. */
-void *cuda_queue_main(void *arg) {
+void *aq_cuda_queue_main(void *arg) {
   cuda_queue_t *cq = arg;
-  cuda_bind(cq->agent);
+  aq_cuda_bind(cq->agent);
   /* Our sleeps are short polls of GPU-written signals: keep them short
    * (Linux lets a 20 us sleep run 50 us late by default). */
   prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
@@ -419,7 +419,7 @@ void *cuda_queue_main(void *arg) {
        * launching a long stretch (a training step's loader waits for the
        * batch copy at the step's head): wake it now, not after the stretch. */
       if (cq->pending_count) reap(cq);
-      if (flush) cuda_timing_resolve(cq, 1);
+      if (flush) aq_cuda_timing_resolve(cq, 1);
       poll = POLL_MIN_NS, active = aq_now_ns();
       continue;
     }
@@ -429,7 +429,7 @@ void *cuda_queue_main(void *arg) {
     int check = now - checked >= ERROR_CHECK_NS;
     if (check) checked = now;
     if (watch_stream(cq, check)) poll = POLL_MIN_NS, active = now;
-    cuda_timing_resolve(cq, flush);
+    aq_cuda_timing_resolve(cq, flush);
     int owed = cq->pending_count || cq->timing.count;
     uint64_t spin = now - active < idle_spin ? idle_spin - (now - active) : 0;
     if (owed && owed_to_a_waiter(cq)) {

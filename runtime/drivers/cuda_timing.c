@@ -29,11 +29,11 @@ static cuda_queue_t *queues;
 
 static int calibrate(cuda_queue_t *cq) {
   cuda_timing_t *t = &cq->timing;
-  int idle = cu.cuStreamQuery(cq->stream) == CUDA_SUCCESS;
+  int idle = aq_cu.cuStreamQuery(cq->stream) == CUDA_SUCCESS;
   if (!idle && t->ref_ns) return 0; /* keep the old one until the stream rests */
-  if (!t->ref && cu.cuEventCreate(&t->ref, 0) != CUDA_SUCCESS) return -1;
+  if (!t->ref && aq_cu.cuEventCreate(&t->ref, 0) != CUDA_SUCCESS) return -1;
   uint64_t before = aq_now_ns();
-  if (cu.cuEventRecord(t->ref, cq->stream) != CUDA_SUCCESS || cu.cuEventSynchronize(t->ref) != CUDA_SUCCESS)
+  if (aq_cu.cuEventRecord(t->ref, cq->stream) != CUDA_SUCCESS || aq_cu.cuEventSynchronize(t->ref) != CUDA_SUCCESS)
     return -1;
   uint64_t after = aq_now_ns();
   /* On an idle stream the GPU reached the event between the two reads; on a
@@ -44,9 +44,9 @@ static int calibrate(cuda_queue_t *cq) {
 
 static int make_events(cuda_timed_t *s) {
   if (s->start) return 0;
-  if (cu.cuEventCreate(&s->start, 0) != CUDA_SUCCESS) return -1;
-  if (cu.cuEventCreate(&s->end, 0) != CUDA_SUCCESS) {
-    cu.cuEventDestroy(s->start);
+  if (aq_cu.cuEventCreate(&s->start, 0) != CUDA_SUCCESS) return -1;
+  if (aq_cu.cuEventCreate(&s->end, 0) != CUDA_SUCCESS) {
+    aq_cu.cuEventDestroy(s->start);
     s->start = NULL;
     return -1;
   }
@@ -55,7 +55,7 @@ static int make_events(cuda_timed_t *s) {
 
 static uint64_t on_host(const cuda_timing_t *t, CUevent e) {
   float ms = 0;
-  if (cu.cuEventElapsedTime(&ms, t->ref, e) != CUDA_SUCCESS) return 0;
+  if (aq_cu.cuEventElapsedTime(&ms, t->ref, e) != CUDA_SUCCESS) return 0;
   return t->ref_ns + (uint64_t)((double)ms * 1e6);
 }
 
@@ -63,54 +63,54 @@ static uint64_t on_host(const cuda_timing_t *t, CUevent e) {
  * launch later (the processor's work and cuLaunchKernel, several us): the
  * H100's MLP kernels were modelled at 2-3x their time in a training step. */
 static void close_gate(cuda_timing_t *t, CUstream stream) {
-  if (!t->gate || t->gate_closed || cu.cuStreamQuery(stream) != CUDA_SUCCESS) return;
-  t->gate_closed = cu.cuStreamWaitValue64(stream, t->gate_dev, t->gate_seq + 1, CU_STREAM_WAIT_VALUE_EQ) ==
+  if (!t->gate || t->gate_closed || aq_cu.cuStreamQuery(stream) != CUDA_SUCCESS) return;
+  t->gate_closed = aq_cu.cuStreamWaitValue64(stream, t->gate_dev, t->gate_seq + 1, CU_STREAM_WAIT_VALUE_EQ) ==
                    CUDA_SUCCESS;
 }
 
-void cuda_timing_open(cuda_queue_t *cq) {
+void aq_cuda_timing_open(cuda_queue_t *cq) {
   cuda_timing_t *t = &cq->timing;
   if (!t->gate_closed) return;
   __atomic_store_n(t->gate, ++t->gate_seq, __ATOMIC_RELEASE);
   t->gate_closed = 0;
 }
 
-cuda_timed_t *cuda_timing_begin(cuda_queue_t *cq, int gate) {
+cuda_timed_t *aq_cuda_timing_begin(cuda_queue_t *cq, int gate) {
   cuda_timing_t *t = &cq->timing;
-  if (t->count == CUDA_TIMED_MAX) cuda_timing_resolve(cq, 0);
+  if (t->count == CUDA_TIMED_MAX) aq_cuda_timing_resolve(cq, 0);
   if (t->count == CUDA_TIMED_MAX) return NULL; /* the GPU is far behind: this one goes untimed */
   /* A reference is taken only where it cannot block: on an idle stream.
    * Without one the kernel is timed all the same (unanchored, see
-   * cuda_timing_resolve): a busy stream is the common case at the first
+   * aq_cuda_timing_resolve): a busy stream is the common case at the first
    * timed kernel after untimed runs (the last run's host-function wake-up
    * is still on the stream when the host has seen its end and starts the
    * next run), and giving up there lost the first profiled run's first
    * kernel, so calibration got 2 samples of it instead of 3. */
   if (!t->count && (!t->ref_ns || aq_now_ns() - t->ref_ns > RECALIBRATE_NS) &&
-      cu.cuStreamQuery(cq->stream) == CUDA_SUCCESS)
+      aq_cu.cuStreamQuery(cq->stream) == CUDA_SUCCESS)
     calibrate(cq); /* a failure leaves the old reference, or none */
   cuda_timed_t *s = &t->ring[(t->head + t->count) % CUDA_TIMED_MAX];
   if (make_events(s)) return NULL;
   if (gate) close_gate(t, cq->stream);
-  if (cu.cuEventRecord(s->start, cq->stream) != CUDA_SUCCESS) return NULL;
+  if (aq_cu.cuEventRecord(s->start, cq->stream) != CUDA_SUCCESS) return NULL;
   s->anchored = t->ref_ns != 0;
   return s;
 }
 
-void cuda_timing_end(cuda_queue_t *cq, cuda_timed_t *s, const aq_trace_event_t *ev) {
-  if (cu.cuEventRecord(s->end, cq->stream) != CUDA_SUCCESS) return;
+void aq_cuda_timing_end(cuda_queue_t *cq, cuda_timed_t *s, const aq_trace_event_t *ev) {
+  if (aq_cu.cuEventRecord(s->end, cq->stream) != CUDA_SUCCESS) return;
   s->ev = *ev;
   s->sink.fn = atomic_load_explicit(&cq->timing.profile_fn, memory_order_acquire);
   s->sink.user = s->sink.fn ? atomic_load_explicit(&cq->timing.profile_user, memory_order_relaxed) : NULL;
   cq->timing.count++;
 }
 
-int cuda_timing_resolve(cuda_queue_t *cq, int block) {
+int aq_cuda_timing_resolve(cuda_queue_t *cq, int block) {
   cuda_timing_t *t = &cq->timing;
   int n = 0;
   while (t->count) {
     cuda_timed_t *s = &t->ring[t->head];
-    CUresult r = block ? cu.cuEventSynchronize(s->end) : cu.cuEventQuery(s->end);
+    CUresult r = block ? aq_cu.cuEventSynchronize(s->end) : aq_cu.cuEventQuery(s->end);
     if (r == CUDA_ERROR_NOT_READY) break;
     if (r == CUDA_SUCCESS) {
       uint64_t start = 0, end = 0;
@@ -121,7 +121,7 @@ int cuda_timing_resolve(cuda_queue_t *cq, int block) {
          * kernel can have started at the earliest (launched, and after the
          * last timed kernel of this in-order stream). */
         float ms = 0;
-        if (cu.cuEventElapsedTime(&ms, s->start, s->end) == CUDA_SUCCESS && ms >= 0) {
+        if (aq_cu.cuEventElapsedTime(&ms, s->start, s->end) == CUDA_SUCCESS && ms >= 0) {
           start = s->ev.ready_ns > t->last_end_ns ? s->ev.ready_ns : t->last_end_ns;
           end = start + (uint64_t)((double)ms * 1e6);
         }
@@ -146,21 +146,21 @@ int cuda_timing_resolve(cuda_queue_t *cq, int block) {
   return n;
 }
 
-int cuda_timing_owed(const cuda_queue_t *cq) {
+int aq_cuda_timing_owed(const cuda_queue_t *cq) {
   const cuda_timing_t *t = &cq->timing;
   if (atomic_load(&t->flush_req) != atomic_load(&t->flush_ack)) return 1;
-  return t->count && cu.cuEventQuery(t->ring[t->head].end) != CUDA_ERROR_NOT_READY;
+  return t->count && aq_cu.cuEventQuery(t->ring[t->head].end) != CUDA_ERROR_NOT_READY;
 }
 
-void cuda_timing_track(cuda_queue_t *cq) {
+void aq_cuda_timing_track(cuda_queue_t *cq) {
   cuda_timing_t *t = &cq->timing;
   void *gate = NULL;
-  if (cu.cuMemHostAlloc(&gate, sizeof(uint64_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS &&
-      cu.cuMemHostGetDevicePointer(&t->gate_dev, gate, 0) == CUDA_SUCCESS) {
+  if (aq_cu.cuMemHostAlloc(&gate, sizeof(uint64_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS &&
+      aq_cu.cuMemHostGetDevicePointer(&t->gate_dev, gate, 0) == CUDA_SUCCESS) {
     t->gate = gate;
     *t->gate = 0;
   } else if (gate) {
-    cu.cuMemFreeHost(gate);
+    aq_cu.cuMemFreeHost(gate);
   }
   pthread_mutex_lock(&queues_mutex);
   cq->next_traced = queues;
@@ -170,7 +170,7 @@ void cuda_timing_track(cuda_queue_t *cq) {
 
 /* After the processor thread has ended: what is still owed is recorded,
  * then the events go. */
-void cuda_timing_release(cuda_queue_t *cq) {
+void aq_cuda_timing_release(cuda_queue_t *cq) {
   pthread_mutex_lock(&queues_mutex);
   for (cuda_queue_t **p = &queues; *p; p = &(*p)->next_traced)
     if (*p == cq) {
@@ -178,16 +178,16 @@ void cuda_timing_release(cuda_queue_t *cq) {
       break;
     }
   pthread_mutex_unlock(&queues_mutex);
-  cuda_timing_resolve(cq, 1);
+  aq_cuda_timing_resolve(cq, 1);
   cuda_timing_t *t = &cq->timing;
   for (uint32_t i = 0; i < CUDA_TIMED_MAX; ++i)
-    if (t->ring[i].start) cu.cuEventDestroy(t->ring[i].start), cu.cuEventDestroy(t->ring[i].end);
-  if (t->ref) cu.cuEventDestroy(t->ref);
-  if (t->gate) cu.cuMemFreeHost((void *)t->gate);
+    if (t->ring[i].start) aq_cu.cuEventDestroy(t->ring[i].start), aq_cu.cuEventDestroy(t->ring[i].end);
+  if (t->ref) aq_cu.cuEventDestroy(t->ref);
+  if (t->gate) aq_cu.cuMemFreeHost((void *)t->gate);
   t->gate = NULL;
 }
 
-void cuda_timing_flush_all(void) {
+void aq_cuda_timing_flush_all(void) {
   pthread_mutex_lock(&queues_mutex);
   for (cuda_queue_t *cq = queues; cq; cq = cq->next_traced) {
     uint64_t req = atomic_fetch_add(&cq->timing.flush_req, 1) + 1;

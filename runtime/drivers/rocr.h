@@ -23,16 +23,16 @@ typedef struct rocr_agent {
 /* The host side, shared by every GPU: fine-grained system memory and the
  * kernarg pool (both from ROCr's CPU agent), and every GPU agent, so host
  * memory can be opened to all of them. */
-typedef struct rocr_host {
+typedef struct aq_rocr_host {
   hsa_agent_t cpu;
   hsa_amd_memory_pool_t fine_pool, kernarg_pool;
   hsa_agent_t gpus[AQ_AGENTS_MAX];
   uint32_t gpu_count;
 } rocr_host_t;
 
-extern rocr_host_t rocr_host;
-extern rocr_agent_t *rocr_agents[AQ_AGENTS_MAX];
-extern uint32_t rocr_agent_count;
+extern rocr_host_t aq_rocr_host;
+extern rocr_agent_t *aq_rocr_agents[AQ_AGENTS_MAX];
+extern uint32_t aq_rocr_agent_count;
 
 enum { ROCR_KERNARG_SLOT = 4096 }; /* the largest kernarg segment forwarded */
 
@@ -56,25 +56,25 @@ typedef struct rocr_kernel {
   uint32_t kernarg_size, kernarg_alignment, group_size, private_size;
 } rocr_kernel_t;
 
-const rocr_kernel_t *rocr_kernel_lookup(uint64_t kernel_object);
+const rocr_kernel_t *aq_rocr_kernel_lookup(uint64_t kernel_object);
 
-aq_status_t rocr_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue);
-void rocr_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue);
+aq_status_t aq_rocr_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue);
+void aq_rocr_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue);
 
-aq_status_t rocr_memory_regions(rocr_agent_t *a);
-aq_status_t rocr_alloc(aq_region_impl_t *region, size_t size, void **out);
-void rocr_free(aq_region_impl_t *region, void *ptr, size_t size);
-aq_status_t rocr_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size);
-aq_status_t rocr_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,
+aq_status_t aq_rocr_memory_regions(rocr_agent_t *a);
+aq_status_t aq_rocr_alloc(aq_region_impl_t *region, size_t size, void **out);
+void aq_rocr_free(aq_region_impl_t *region, void *ptr, size_t size);
+aq_status_t aq_rocr_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size);
+aq_status_t aq_rocr_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,
                           aq_signal_slot_t *completion);
-aq_status_t rocr_advise(aq_region_impl_t *region, const void *ptr, size_t size, int advice, aq_agent_impl_t *agent);
+aq_status_t aq_rocr_advise(aq_region_impl_t *region, const void *ptr, size_t size, int advice, aq_agent_impl_t *agent);
 
-int rocr_co_recognizes(const void *bytes, size_t size);
-aq_status_t rocr_co_load(const char *path, const void *bytes, size_t size, void **out_module,
+int aq_rocr_co_recognizes(const void *bytes, size_t size);
+aq_status_t aq_rocr_co_load(const char *path, const void *bytes, size_t size, void **out_module,
                          aq_code_object_info_t *info);
-void rocr_co_unload(void *module);
-aq_status_t rocr_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent, aq_kernel_info_t *out);
+void aq_rocr_co_unload(void *module);
+aq_status_t aq_rocr_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent, aq_kernel_info_t *out);
 /* Why there is no agent (what aq-info shows), for code-object errors. */
-const char *rocr_unavailable_reason(void);
+const char *aq_rocr_unavailable_reason(void);
 
 #endif

@@ -7,10 +7,10 @@
 
 #include "runtime/symbols.h"
 
-rocr_api_t rocr;
+rocr_api_t aq_rocr;
 static void *lib;
 
-int rocr_api_load(char *why, size_t size) {
+int aq_rocr_api_load(char *why, size_t size) {
   if (lib) return 0;
   /* Never dlclosed: ROCr keeps threads and atexit handlers of its own. */
   void *h = dlopen("libhsa-runtime64.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -23,7 +23,7 @@ int rocr_api_load(char *why, size_t size) {
       ROCR_API(ROCR_SYM)
 #undef ROCR_SYM
   };
-  const char *missing = aq_symbols_resolve(h, syms, sizeof(syms) / sizeof(syms[0]), &rocr);
+  const char *missing = aq_symbols_resolve(h, syms, sizeof(syms) / sizeof(syms[0]), &aq_rocr);
   if (missing) {
     snprintf(why, size, "libhsa-runtime64.so.1 lacks %s (ROCm 5.3 or newer needed)", missing);
     dlclose(h);
@@ -35,10 +35,10 @@ int rocr_api_load(char *why, size_t size) {
 
 /* ROCr's strings run long ("NAME: sentence. More sentences."): the name,
  * the code and the first sentence fit a driver's one-line status. */
-const char *rocr_error(hsa_status_t s) {
+const char *aq_rocr_error(hsa_status_t s) {
   static _Thread_local char buf[200];
   const char *text = NULL;
-  if (rocr.hsa_status_string) rocr.hsa_status_string(s, &text);
+  if (aq_rocr.hsa_status_string) aq_rocr.hsa_status_string(s, &text);
   if (!text) text = "unknown HSA status";
   const char *colon = strstr(text, ": "), *stop = colon ? strstr(colon, ". ") : NULL;
   int name = colon ? (int)(colon - text) : (int)strlen(text);

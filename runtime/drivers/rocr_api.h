@@ -30,12 +30,12 @@ typedef struct rocr_api {
 #undef ROCR_FIELD
 } rocr_api_t;
 
-extern rocr_api_t rocr;
+extern rocr_api_t aq_rocr;
 
-/* dlopens libhsa-runtime64.so.1 and resolves rocr; 0 on success, else -1
+/* dlopens libhsa-runtime64.so.1 and resolves aq_rocr; 0 on success, else -1
  * with why. */
-int rocr_api_load(char *why, size_t size);
+int aq_rocr_api_load(char *why, size_t size);
 /* "HSA_STATUS_...: text (0x...)" for a status. */
-const char *rocr_error(hsa_status_t s);
+const char *aq_rocr_error(hsa_status_t s);
 
 #endif

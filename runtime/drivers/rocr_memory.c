@@ -28,9 +28,9 @@ static hsa_status_t find_pool(hsa_amd_memory_pool_t pool, void *data) {
   hsa_amd_segment_t segment = HSA_AMD_SEGMENT_GROUP;
   uint32_t flags = 0;
   bool alloc = false;
-  rocr.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, &segment);
-  rocr.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS, &flags);
-  rocr.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, &alloc);
+  aq_rocr.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, &segment);
+  aq_rocr.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS, &flags);
+  aq_rocr.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, &alloc);
   if (segment != HSA_AMD_SEGMENT_GLOBAL || !alloc || !(flags & ps->want)) return HSA_STATUS_SUCCESS;
   ps->found = pool;
   return HSA_STATUS_INFO_BREAK;
@@ -38,23 +38,23 @@ static hsa_status_t find_pool(hsa_amd_memory_pool_t pool, void *data) {
 
 static hsa_amd_memory_pool_t pool_of(hsa_agent_t agent, uint32_t flag) {
   pool_search_t ps = {.want = flag};
-  rocr.hsa_amd_agent_iterate_memory_pools(agent, find_pool, &ps);
+  aq_rocr.hsa_amd_agent_iterate_memory_pools(agent, find_pool, &ps);
   return ps.found;
 }
 
-aq_status_t rocr_memory_regions(rocr_agent_t *a) {
-  if (!rocr_host.fine_pool.handle) {
-    rocr_host.fine_pool = pool_of(rocr_host.cpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED);
-    rocr_host.kernarg_pool = pool_of(rocr_host.cpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT);
+aq_status_t aq_rocr_memory_regions(rocr_agent_t *a) {
+  if (!aq_rocr_host.fine_pool.handle) {
+    aq_rocr_host.fine_pool = pool_of(aq_rocr_host.cpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED);
+    aq_rocr_host.kernarg_pool = pool_of(aq_rocr_host.cpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT);
   }
   a->device_pool = pool_of(a->hsa, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED);
-  if (!a->device_pool.handle || !rocr_host.fine_pool.handle || !rocr_host.kernarg_pool.handle)
+  if (!a->device_pool.handle || !aq_rocr_host.fine_pool.handle || !aq_rocr_host.kernarg_pool.handle)
     return aq_error(AQ_ERROR_UNAVAILABLE, "%s: ROCr reports no device, host or kernarg memory pool",
                     a->agent->info.name);
   size_t total = 0;
   bool svm = false;
-  rocr.hsa_amd_memory_pool_get_info(a->device_pool, HSA_AMD_MEMORY_POOL_INFO_SIZE, &total);
-  rocr.hsa_system_get_info((hsa_system_info_t)HSA_AMD_SYSTEM_INFO_SVM_SUPPORTED, &svm);
+  aq_rocr.hsa_amd_memory_pool_get_info(a->device_pool, HSA_AMD_MEMORY_POOL_INFO_SIZE, &total);
+  aq_rocr.hsa_system_get_info((hsa_system_info_t)HSA_AMD_SYSTEM_INFO_SVM_SUPPORTED, &svm);
   static const struct { int kind; const char *suffix; uint32_t flags; } r[] = {
       {REGION_DEVICE, "device", AQ_REGION_DEVICE | AQ_REGION_COARSE_GRAINED},
       {REGION_HOST, "host", AQ_REGION_HOST_ACCESSIBLE | AQ_REGION_FINE_GRAINED | AQ_REGION_KERNARG},
@@ -74,23 +74,23 @@ aq_status_t rocr_memory_regions(rocr_agent_t *a) {
 static hsa_status_t svm_open(void *p, size_t size) {
   hsa_amd_svm_attribute_pair_t attrs[1 + AQ_AGENTS_MAX] = {
       {HSA_AMD_SVM_ATTRIB_GLOBAL_FLAG, HSA_AMD_SVM_GLOBAL_FLAG_COARSE_GRAINED}};
-  for (uint32_t i = 0; i < rocr_host.gpu_count; ++i)
-    attrs[1 + i] = (hsa_amd_svm_attribute_pair_t){HSA_AMD_SVM_ATTRIB_AGENT_ACCESSIBLE, rocr_host.gpus[i].handle};
-  return rocr.hsa_amd_svm_attributes_set(p, size, attrs, 1 + rocr_host.gpu_count);
+  for (uint32_t i = 0; i < aq_rocr_host.gpu_count; ++i)
+    attrs[1 + i] = (hsa_amd_svm_attribute_pair_t){HSA_AMD_SVM_ATTRIB_AGENT_ACCESSIBLE, aq_rocr_host.gpus[i].handle};
+  return aq_rocr.hsa_amd_svm_attributes_set(p, size, attrs, 1 + aq_rocr_host.gpu_count);
 }
 
-aq_status_t rocr_alloc(aq_region_impl_t *region, size_t size, void **out) {
+aq_status_t aq_rocr_alloc(aq_region_impl_t *region, size_t size, void **out) {
   rocr_agent_t *a = region->agent->driver_data;
   hsa_status_t s;
   switch ((int)(uintptr_t)region->driver_data) {
     case REGION_DEVICE:
-      s = rocr.hsa_amd_memory_pool_allocate(a->device_pool, size, 0, out);
+      s = aq_rocr.hsa_amd_memory_pool_allocate(a->device_pool, size, 0, out);
       break;
     case REGION_HOST:
-      s = rocr.hsa_amd_memory_pool_allocate(rocr_host.fine_pool, size, 0, out);
+      s = aq_rocr.hsa_amd_memory_pool_allocate(aq_rocr_host.fine_pool, size, 0, out);
       if (s == HSA_STATUS_SUCCESS) {
-        s = rocr.hsa_amd_agents_allow_access(rocr_host.gpu_count, rocr_host.gpus, NULL, *out);
-        if (s != HSA_STATUS_SUCCESS) rocr.hsa_amd_memory_pool_free(*out);
+        s = aq_rocr.hsa_amd_agents_allow_access(aq_rocr_host.gpu_count, aq_rocr_host.gpus, NULL, *out);
+        if (s != HSA_STATUS_SUCCESS) aq_rocr.hsa_amd_memory_pool_free(*out);
       }
       break;
     default:
@@ -100,43 +100,43 @@ aq_status_t rocr_alloc(aq_region_impl_t *region, size_t size, void **out) {
       if (s != HSA_STATUS_SUCCESS) munmap(*out, size);
   }
   if (s != HSA_STATUS_SUCCESS)
-    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: %zu bytes: %s", region->info.name, size, rocr_error(s));
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: %zu bytes: %s", region->info.name, size, aq_rocr_error(s));
   return AQ_OK;
 }
 
-void rocr_free(aq_region_impl_t *region, void *ptr, size_t size) {
+void aq_rocr_free(aq_region_impl_t *region, void *ptr, size_t size) {
   if ((int)(uintptr_t)region->driver_data == REGION_MANAGED) munmap(ptr, size);
-  else rocr.hsa_amd_memory_pool_free(ptr);
+  else aq_rocr.hsa_amd_memory_pool_free(ptr);
 }
 
-aq_status_t rocr_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size) {
+aq_status_t aq_rocr_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size) {
   (void)region;
-  hsa_status_t s = rocr.hsa_memory_copy(dst, src, size);
+  hsa_status_t s = aq_rocr.hsa_memory_copy(dst, src, size);
   return s == HSA_STATUS_SUCCESS ? AQ_OK
                                  : aq_error(AQ_ERROR_INVALID_ARGUMENT, "GPU copy of %zu bytes %p -> %p: %s", size,
-                                            src, dst, rocr_error(s));
+                                            src, dst, aq_rocr_error(s));
 }
 
 static hsa_agent_t hsa_agent_of(const aq_agent_impl_t *agent) {
-  return agent->driver == &aq_driver_rocr ? ((const rocr_agent_t *)agent->driver_data)->hsa : rocr_host.cpu;
+  return agent->driver == &aq_driver_rocr ? ((const rocr_agent_t *)agent->driver_data)->hsa : aq_rocr_host.cpu;
 }
 
 /* The prefetch is waited for here, then the completion signal is set on the
  * host: simpler than mapping it, and prefetches are rare (a graph's head). */
-aq_status_t rocr_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,
+aq_status_t aq_rocr_prefetch(aq_region_impl_t *region, const void *ptr, size_t size, aq_agent_impl_t *dest,
                           aq_signal_slot_t *completion) {
   (void)region;
   hsa_signal_t done;
-  hsa_status_t s = rocr.hsa_signal_create(1, 0, NULL, &done);
+  hsa_status_t s = aq_rocr.hsa_signal_create(1, 0, NULL, &done);
   if (s == HSA_STATUS_SUCCESS) {
-    s = rocr.hsa_amd_svm_prefetch_async((void *)ptr, size, hsa_agent_of(dest), 0, NULL, done);
+    s = aq_rocr.hsa_amd_svm_prefetch_async((void *)ptr, size, hsa_agent_of(dest), 0, NULL, done);
     if (s == HSA_STATUS_SUCCESS)
-      rocr.hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_LT, 1, UINT64_MAX, HSA_WAIT_STATE_BLOCKED);
-    rocr.hsa_signal_destroy(done);
+      aq_rocr.hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_LT, 1, UINT64_MAX, HSA_WAIT_STATE_BLOCKED);
+    aq_rocr.hsa_signal_destroy(done);
   }
   if (s != HSA_STATUS_SUCCESS)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_prefetch of %zu bytes at %p to %s: %s", size, ptr,
-                    dest->info.name, rocr_error(s));
+                    dest->info.name, aq_rocr_error(s));
   if (completion) aq_signal_slot_subtract(completion, 1);
   return AQ_OK;
 }
@@ -144,7 +144,7 @@ aq_status_t rocr_prefetch(aq_region_impl_t *region, const void *ptr, size_t size
 /* aq_memory_advice_t (CUDA's numbering, 1..6) as SVM attributes: UINT64_MAX
  * stands for the agent, attribute 0 for a gap (SVM has no "no preferred
  * location" to set). */
-aq_status_t rocr_advise(aq_region_impl_t *region, const void *ptr, size_t size, int advice, aq_agent_impl_t *agent) {
+aq_status_t aq_rocr_advise(aq_region_impl_t *region, const void *ptr, size_t size, int advice, aq_agent_impl_t *agent) {
   (void)region;
   static const hsa_amd_svm_attribute_pair_t table[7] = {
       [AQ_ADVICE_READ_MOSTLY] = {HSA_AMD_SVM_ATTRIB_READ_MOSTLY, 1},
@@ -157,8 +157,8 @@ aq_status_t rocr_advise(aq_region_impl_t *region, const void *ptr, size_t size, 
     return aq_error(AQ_ERROR_UNAVAILABLE, "aq_memory_advise: advice %d is not supported on AMD GPUs", advice);
   hsa_amd_svm_attribute_pair_t attr = table[advice];
   if (attr.value == UINT64_MAX) attr.value = hsa_agent_of(agent).handle;
-  hsa_status_t s = rocr.hsa_amd_svm_attributes_set((void *)ptr, size, &attr, 1);
+  hsa_status_t s = aq_rocr.hsa_amd_svm_attributes_set((void *)ptr, size, &attr, 1);
   return s == HSA_STATUS_SUCCESS ? AQ_OK
                                  : aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_memory_advise(%p, %zu, %d) for %s: %s", ptr,
-                                            size, advice, agent->info.name, rocr_error(s));
+                                            size, advice, agent->info.name, aq_rocr_error(s));
 }

@@ -5,7 +5,7 @@
 #include <elf.h>
 #include <string.h>
 
-void rocr_packet_forward(const void *src, void *dst, const rocr_patch_t *patch) {
+void aq_rocr_packet_forward(const void *src, void *dst, const rocr_patch_t *patch) {
   uint32_t word = __atomic_load_n((const uint32_t *)src, __ATOMIC_ACQUIRE);
   union {
     uint8_t bytes[64];
@@ -30,7 +30,7 @@ void rocr_packet_forward(const void *src, void *dst, const rocr_patch_t *patch) 
   __atomic_store_n((uint32_t *)dst, word, __ATOMIC_RELEASE);
 }
 
-int rocr_inflight_acquire(rocr_inflight_table_t *t, uint64_t aq_signal) {
+int aq_rocr_inflight_acquire(rocr_inflight_table_t *t, uint64_t aq_signal) {
   for (uint32_t n = 0; n < t->count; ++n) {
     uint32_t i = (t->next + n) % t->count;
     rocr_inflight_t *e = &t->e[i];
@@ -45,7 +45,7 @@ int rocr_inflight_acquire(rocr_inflight_table_t *t, uint64_t aq_signal) {
   return -1;
 }
 
-int rocr_inflight_find(rocr_inflight_table_t *t, uint64_t aq_signal) {
+int aq_rocr_inflight_find(rocr_inflight_table_t *t, uint64_t aq_signal) {
   int found = -1;
   for (uint32_t i = 0; i < t->count; ++i) {
     if (t->e[i].aq_signal != aq_signal || atomic_load(&t->e[i].state) != ROCR_BUSY) continue;
@@ -55,7 +55,7 @@ int rocr_inflight_find(rocr_inflight_table_t *t, uint64_t aq_signal) {
   return found;
 }
 
-void rocr_inflight_hold(rocr_inflight_table_t *t, int b, int dep) {
+void aq_rocr_inflight_hold(rocr_inflight_table_t *t, int b, int dep) {
   for (int k = 0; k < 5; ++k)
     if (t->e[b].held[k] < 0) {
       t->e[b].held[k] = (int16_t)dep;
@@ -64,19 +64,19 @@ void rocr_inflight_hold(rocr_inflight_table_t *t, int b, int dep) {
     }
 }
 
-int rocr_inflight_claim(rocr_inflight_table_t *t, int i) {
+int aq_rocr_inflight_claim(rocr_inflight_table_t *t, int i) {
   uint32_t busy = ROCR_BUSY;
   return atomic_compare_exchange_strong(&t->e[i].state, &busy, ROCR_DONE);
 }
 
-void rocr_inflight_release(rocr_inflight_table_t *t, int i) {
+void aq_rocr_inflight_release(rocr_inflight_table_t *t, int i) {
   rocr_inflight_t *e = &t->e[i];
   for (int k = 0; k < 5; ++k)
     if (e->held[k] >= 0) atomic_fetch_sub(&t->e[e->held[k]].holds, 1);
   atomic_store_explicit(&e->state, ROCR_FREE, memory_order_release);
 }
 
-uint32_t rocr_inflight_busy(rocr_inflight_table_t *t) {
+uint32_t aq_rocr_inflight_busy(rocr_inflight_table_t *t) {
   uint32_t n = 0;
   for (uint32_t i = 0; i < t->count; ++i) n += atomic_load(&t->e[i].state) != ROCR_FREE;
   return n;
@@ -93,7 +93,7 @@ static int section(const uint8_t *b, size_t size, const Elf64_Ehdr *eh, uint32_t
 
 /* Headers and symbols are copied out, never read in place: the bytes need
  * no alignment and are not read through another type. */
-int rocr_hsaco_kernels(const void *bytes, size_t size, rocr_kd_t *out, int capacity) {
+int aq_rocr_hsaco_kernels(const void *bytes, size_t size, rocr_kd_t *out, int capacity) {
   const uint8_t *b = bytes;
   Elf64_Ehdr eh;
   Elf64_Shdr symtab = {0}, strtab, in;

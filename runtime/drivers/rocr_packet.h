@@ -27,7 +27,7 @@ typedef struct rocr_patch {
 
 /* Writes src (a live 64-byte AQL packet) into dst, a hardware ring slot whose
  * header is INVALID: body first, then header and setup with release. */
-void rocr_packet_forward(const void *src, void *dst, const rocr_patch_t *patch);
+void aq_rocr_packet_forward(const void *src, void *dst, const rocr_patch_t *patch);
 
 enum { ROCR_INFLIGHT_MAX = 256 };
 enum { ROCR_FREE = 0, ROCR_BUSY = 1, ROCR_DONE = 2 };
@@ -51,20 +51,20 @@ typedef struct rocr_inflight_table {
 
 /* Forwarder only. A FREE entry nobody holds, now BUSY for aq_signal; -1 if
  * every entry is busy or held (wait for a completion). */
-int rocr_inflight_acquire(rocr_inflight_table_t *t, uint64_t aq_signal);
+int aq_rocr_inflight_acquire(rocr_inflight_table_t *t, uint64_t aq_signal);
 /* Forwarder only. The one BUSY entry completing aq_signal; -1 if none or
  * several (then its value is not one packet's to decide). */
-int rocr_inflight_find(rocr_inflight_table_t *t, uint64_t aq_signal);
+int aq_rocr_inflight_find(rocr_inflight_table_t *t, uint64_t aq_signal);
 /* The barrier entry b waits on entry dep's HSA signal: dep is not reused
  * until b is released. */
-void rocr_inflight_hold(rocr_inflight_table_t *t, int b, int dep);
+void aq_rocr_inflight_hold(rocr_inflight_table_t *t, int b, int dep);
 /* Any thread: 1 if the caller moved entry i from BUSY to DONE and so must
  * complete its Aquila signal (the GPU's completion and a queue error race). */
-int rocr_inflight_claim(rocr_inflight_table_t *t, int i);
+int aq_rocr_inflight_claim(rocr_inflight_table_t *t, int i);
 /* After a claim: drops the entry's holds and frees it. */
-void rocr_inflight_release(rocr_inflight_table_t *t, int i);
+void aq_rocr_inflight_release(rocr_inflight_table_t *t, int i);
 /* Entries BUSY or DONE now. */
-uint32_t rocr_inflight_busy(rocr_inflight_table_t *t);
+uint32_t aq_rocr_inflight_busy(rocr_inflight_table_t *t);
 
 /* A kernel descriptor's sizes (AMDGPU ABI: bytes 0, 4, 8 of the 64). */
 typedef struct rocr_kd {
@@ -74,6 +74,6 @@ typedef struct rocr_kd {
 
 /* The kernels of an AMDGPU ELF (bounds-checked): how many there are (fills
  * out[0..min(n, capacity))), or -1 if the symbol table is malformed. */
-int rocr_hsaco_kernels(const void *bytes, size_t size, rocr_kd_t *out, int capacity);
+int aq_rocr_hsaco_kernels(const void *bytes, size_t size, rocr_kd_t *out, int capacity);
 
 #endif

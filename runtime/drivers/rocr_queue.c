@@ -45,12 +45,12 @@ static bool on_complete(hsa_signal_value_t value, void *arg) {
   rocr_inflight_t *e = arg;
   rocr_queue_t *rq = e->owner;
   int i = (int)(e - rq->inflight.e);
-  if (rocr_inflight_claim(&rq->inflight, i)) {
+  if (aq_rocr_inflight_claim(&rq->inflight, i)) {
     /* On a dead queue the signal may be ours (release), not the GPU's. */
     uint32_t f = atomic_load(&rq->dead) ? packet_fault(rq, AQ_ERROR_KERNEL_FAULT, e->what ? e->what : "barrier packet",
                                                        "its GPU queue failed") : 0;
     aq_packet_complete((hsa_signal_t){e->aq_signal}, f);
-    rocr_inflight_release(&rq->inflight, i);
+    aq_rocr_inflight_release(&rq->inflight, i);
   }
   atomic_fetch_sub(&rq->handlers, 1); /* the last touch of rq */
   return false; /* one packet per registration */
@@ -67,18 +67,18 @@ static void on_queue_error(hsa_status_t status, hsa_queue_t *source, void *data)
   rq->agent->agent->info.usable = 0;
   for (int i = 0; i < (int)rq->inflight.count; ++i) {
     rocr_inflight_t *e = &rq->inflight.e[i];
-    if (!rocr_inflight_claim(&rq->inflight, i)) continue;
-    uint32_t f = packet_fault(rq, AQ_ERROR_KERNEL_FAULT, e->what ? e->what : "barrier packet", rocr_error(status));
+    if (!aq_rocr_inflight_claim(&rq->inflight, i)) continue;
+    uint32_t f = packet_fault(rq, AQ_ERROR_KERNEL_FAULT, e->what ? e->what : "barrier packet", aq_rocr_error(status));
     aq_packet_complete((hsa_signal_t){e->aq_signal}, f);
     /* Its async handler then fires, finds the entry claimed, deregisters. */
-    rocr.hsa_signal_store_screlease((hsa_signal_t){e->hsa_signal}, 0);
+    aq_rocr.hsa_signal_store_screlease((hsa_signal_t){e->hsa_signal}, 0);
   }
   aq_wake_all(&rq->proc.wake);
 }
 
 static uint32_t prepare_dispatch(rocr_queue_t *rq, const uint8_t *p, rocr_inflight_t *e, rocr_patch_t *patch) {
   const hsa_kernel_dispatch_packet_t *d = (const void *)p;
-  const rocr_kernel_t *k = rocr_kernel_lookup(d->kernel_object);
+  const rocr_kernel_t *k = aq_rocr_kernel_lookup(d->kernel_object);
   if (!k || k->agent != rq->agent)
     return packet_fault(rq, AQ_ERROR_INVALID_PACKET, "kernel_object is not a kernel loaded for this GPU", NULL);
   e->what = k->name;
@@ -114,7 +114,7 @@ static uint32_t prepare_barrier(rocr_queue_t *rq, const uint8_t *p, hsa_packet_t
     int64_t v = atomic_load_explicit(&s->value, memory_order_acquire);
     if (v == 0 && !fault) fault = atomic_load(&s->fault);
     if (v == 0) continue;
-    mapped[i] = v == 1 ? rocr_inflight_find(&rq->inflight, bp->dep_signal[i].handle) : -1;
+    mapped[i] = v == 1 ? aq_rocr_inflight_find(&rq->inflight, bp->dep_signal[i].handle) : -1;
     if (mapped[i] < 0) host = 1;
   }
   if (host) {
@@ -132,7 +132,7 @@ static uint32_t prepare_barrier(rocr_queue_t *rq, const uint8_t *p, hsa_packet_t
   }
   for (int i = 0; i < 5; ++i)
     if (mapped[i] >= 0) {
-      rocr_inflight_hold(&rq->inflight, b, mapped[i]);
+      aq_rocr_inflight_hold(&rq->inflight, b, mapped[i]);
       patch->deps[i] = rq->inflight.e[mapped[i]].hsa_signal;
     }
   return fault;
@@ -149,14 +149,14 @@ static int forward(rocr_queue_t *rq) {
   memcpy(&completion, p + 56, sizeof(completion)); /* last in every format */
   uint32_t fault = 0;
   int b = -1;
-  uint64_t w = rocr.hsa_queue_load_write_index_relaxed(rq->hw);
+  uint64_t w = aq_rocr.hsa_queue_load_write_index_relaxed(rq->hw);
   if (atomic_load(&rq->dead)) {
     fault = packet_fault(rq, AQ_ERROR_KERNEL_FAULT, "the GPU's queue failed earlier; it needs a reset", NULL);
   } else if (type != HSA_PACKET_TYPE_KERNEL_DISPATCH && type != HSA_PACKET_TYPE_BARRIER_AND &&
              type != HSA_PACKET_TYPE_BARRIER_OR) {
     fault = packet_fault(rq, AQ_ERROR_INVALID_PACKET, "GPU agents run kernel dispatch and barrier packets only", NULL);
-  } else if (w - rocr.hsa_queue_load_read_index_scacquire(rq->hw) >= rq->hw->size ||
-             (b = rocr_inflight_acquire(&rq->inflight, completion.handle)) < 0) {
+  } else if (w - aq_rocr.hsa_queue_load_read_index_scacquire(rq->hw) >= rq->hw->size ||
+             (b = aq_rocr_inflight_acquire(&rq->inflight, completion.handle)) < 0) {
     return BLOCKED; /* the GPU drains both on its own */
   }
   rocr_patch_t patch = {0};
@@ -165,17 +165,17 @@ static int forward(rocr_queue_t *rq) {
                                                          : prepare_barrier(rq, p, type, b, &patch);
   if (e && !fault) {
     patch.completion = e->hsa_signal;
-    rocr.hsa_signal_store_relaxed((hsa_signal_t){e->hsa_signal}, 1);
+    aq_rocr.hsa_signal_store_relaxed((hsa_signal_t){e->hsa_signal}, 1);
     atomic_fetch_add(&rq->handlers, 1);
-    hsa_status_t s = rocr.hsa_amd_signal_async_handler((hsa_signal_t){e->hsa_signal}, HSA_SIGNAL_CONDITION_LT, 1,
+    hsa_status_t s = aq_rocr.hsa_amd_signal_async_handler((hsa_signal_t){e->hsa_signal}, HSA_SIGNAL_CONDITION_LT, 1,
                                                        on_complete, e);
     if (s != HSA_STATUS_SUCCESS) {
       atomic_fetch_sub(&rq->handlers, 1);
-      fault = packet_fault(rq, AQ_ERROR_OUT_OF_RESOURCES, "no async signal handler", rocr_error(s));
+      fault = packet_fault(rq, AQ_ERROR_OUT_OF_RESOURCES, "no async signal handler", aq_rocr_error(s));
     }
   }
   if (fault) {
-    if (e && rocr_inflight_claim(&rq->inflight, b)) rocr_inflight_release(&rq->inflight, b);
+    if (e && aq_rocr_inflight_claim(&rq->inflight, b)) aq_rocr_inflight_release(&rq->inflight, b);
     aq_queue_retire(q, index);
     char msg[8];
     aq_queue_note_failure(q, aq_fault_message(fault, msg, sizeof(msg)), fault);
@@ -184,9 +184,9 @@ static int forward(rocr_queue_t *rq) {
   }
   /* HSA order: reserve the slot, write the body, the header last, then the
    * doorbell. This thread is the ring's only producer (a SINGLE queue). */
-  rocr.hsa_queue_store_write_index_relaxed(rq->hw, w + 1);
-  rocr_packet_forward(p, (uint8_t *)rq->hw->base_address + (w % rq->hw->size) * AQ_PACKET_SIZE, &patch);
-  rocr.hsa_signal_store_screlease(rq->hw->doorbell_signal, (hsa_signal_value_t)w);
+  aq_rocr.hsa_queue_store_write_index_relaxed(rq->hw, w + 1);
+  aq_rocr_packet_forward(p, (uint8_t *)rq->hw->base_address + (w % rq->hw->size) * AQ_PACKET_SIZE, &patch);
+  aq_rocr.hsa_signal_store_screlease(rq->hw->doorbell_signal, (hsa_signal_value_t)w);
   aq_queue_retire(q, index);
   return FORWARDED;
 }
@@ -224,19 +224,19 @@ static void release(rocr_queue_t *rq) {
   for (int tries = 0;; ++tries) {
     int dead = atomic_load(&rq->dead);
     for (uint32_t i = 0; dead && i < rq->inflight.count; ++i)
-      rocr.hsa_signal_store_screlease((hsa_signal_t){rq->inflight.e[i].hsa_signal}, 0);
-    if ((dead || !rocr_inflight_busy(&rq->inflight)) && !atomic_load(&rq->handlers)) break;
+      aq_rocr.hsa_signal_store_screlease((hsa_signal_t){rq->inflight.e[i].hsa_signal}, 0);
+    if ((dead || !aq_rocr_inflight_busy(&rq->inflight)) && !atomic_load(&rq->handlers)) break;
     if (tries == 100000) return;
     usleep(100);
   }
-  if (rq->hw) rocr.hsa_queue_destroy(rq->hw);
+  if (rq->hw) aq_rocr.hsa_queue_destroy(rq->hw);
   for (uint32_t i = 0; i < rq->inflight.count; ++i)
-    if (rq->inflight.e[i].hsa_signal) rocr.hsa_signal_destroy((hsa_signal_t){rq->inflight.e[i].hsa_signal});
-  if (rq->kernargs) rocr.hsa_amd_memory_pool_free(rq->kernargs);
+    if (rq->inflight.e[i].hsa_signal) aq_rocr.hsa_signal_destroy((hsa_signal_t){rq->inflight.e[i].hsa_signal});
+  if (rq->kernargs) aq_rocr.hsa_amd_memory_pool_free(rq->kernargs);
   free(rq);
 }
 
-aq_status_t rocr_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
+aq_status_t aq_rocr_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   rocr_agent_t *a = agent->driver_data;
   if (atomic_load(&a->faulted))
     return aq_error(AQ_ERROR_UNAVAILABLE, "%s faulted earlier and needs a reset", agent->info.name);
@@ -246,16 +246,16 @@ aq_status_t rocr_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   rq->agent = a;
   uint32_t size = queue->size < HW_QUEUE_MIN ? HW_QUEUE_MIN : queue->size;
   if (size > agent->info.queue_max_size) size = agent->info.queue_max_size;
-  hsa_status_t s = rocr.hsa_queue_create(a->hsa, size, HSA_QUEUE_TYPE_SINGLE, on_queue_error, rq, UINT32_MAX,
+  hsa_status_t s = aq_rocr.hsa_queue_create(a->hsa, size, HSA_QUEUE_TYPE_SINGLE, on_queue_error, rq, UINT32_MAX,
                                          UINT32_MAX, &rq->hw);
   if (s == HSA_STATUS_SUCCESS)
-    s = rocr.hsa_amd_memory_pool_allocate(rocr_host.kernarg_pool, (size_t)QUEUE_INFLIGHT * ROCR_KERNARG_SLOT, 0,
+    s = aq_rocr.hsa_amd_memory_pool_allocate(aq_rocr_host.kernarg_pool, (size_t)QUEUE_INFLIGHT * ROCR_KERNARG_SLOT, 0,
                                           &rq->kernargs);
-  if (s == HSA_STATUS_SUCCESS) s = rocr.hsa_amd_agents_allow_access(1, &a->hsa, NULL, rq->kernargs);
+  if (s == HSA_STATUS_SUCCESS) s = aq_rocr.hsa_amd_agents_allow_access(1, &a->hsa, NULL, rq->kernargs);
   for (uint32_t i = 0; s == HSA_STATUS_SUCCESS && i < QUEUE_INFLIGHT; ++i) {
     rocr_inflight_t *e = &rq->inflight.e[i];
     hsa_signal_t sig;
-    s = rocr.hsa_signal_create(1, 0, NULL, &sig);
+    s = aq_rocr.hsa_signal_create(1, 0, NULL, &sig);
     if (s != HSA_STATUS_SUCCESS) break;
     e->hsa_signal = sig.handle;
     e->kernarg = (uint8_t *)rq->kernargs + (size_t)i * ROCR_KERNARG_SLOT;
@@ -265,7 +265,7 @@ aq_status_t rocr_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   if (s != HSA_STATUS_SUCCESS) {
     release(rq);
     return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "%s: cannot create a hardware queue of %u packets: %s",
-                    agent->info.name, size, rocr_error(s));
+                    agent->info.name, size, aq_rocr_error(s));
   }
   queue->driver_data = rq;
   aq_status_t st = aq_processor_start(&rq->proc, queue, forward_main, rq);
@@ -273,7 +273,7 @@ aq_status_t rocr_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   return st;
 }
 
-void rocr_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
+void aq_rocr_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   (void)agent;
   rocr_queue_t *rq = queue->driver_data;
   aq_processor_stop(&rq->proc);

@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t *b = malloc(size ? size : 1);
   if (!b) return 0;
   memcpy(b, data, size);
-  if (aq_elf_check("fuzz.so", b, size, EM_X86_64) == AQ_OK) (void)cpu_elf_check("fuzz.so", b, size);
+  if (aq_elf_check("fuzz.so", b, size, EM_X86_64) == AQ_OK) (void)aq_cpu_elf_check("fuzz.so", b, size);
   free(b);
   return 0;
 }

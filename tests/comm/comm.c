@@ -43,9 +43,7 @@ Test(comm, backend_status) {
 Test(comm, bad_arguments) {
   aq_comm_t *c;
   AQ_ASSERT_FAILS(aq_comm_create_mpi(NULL, NULL, NULL), AQ_ERROR_INVALID_ARGUMENT, "out_comm");
-  setenv("AQ_COMM_TIMEOUT_MS", "soon", 1);
-  AQ_ASSERT_FAILS(aq_comm_create_mpi(NULL, NULL, &c), AQ_ERROR_INVALID_ARGUMENT, "AQ_COMM_TIMEOUT_MS");
-  unsetenv("AQ_COMM_TIMEOUT_MS");
+  (void)c; /* a bad AQ_COMM_TIMEOUT_MS is refused by aq_init: tests/runtime/settings.c */
   AQ_ASSERT_FAILS(aq_comm_run(NULL, &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE}), AQ_ERROR_INVALID_ARGUMENT,
                   "comm");
   AQ_ASSERT_FAILS(aq_comm_destroy(NULL), AQ_ERROR_INVALID_ARGUMENT, "comm");

@@ -268,9 +268,11 @@ Test(gpu, a_small_result_nothing_reads_is_in_pinned_memory) {
  * training as in device memory. */
 Test(gpu, a_training_graph_in_unified_memory_matches_device_memory) {
   float in_device = train_loss(1u << AQ_AGENT_KIND_GPU, 20);
-  setenv("AQ_MEMORY", "unified", 1);
+  restart_with("AQ_MEMORY", "unified");
+  gpu = first_agent(AQ_AGENT_KIND_GPU), cpu = first_agent(AQ_AGENT_KIND_CPU);
   float unified = train_loss(1u << AQ_AGENT_KIND_GPU, 20);
-  unsetenv("AQ_MEMORY");
+  restart_with("AQ_MEMORY", NULL);
+  gpu = first_agent(AQ_AGENT_KIND_GPU), cpu = first_agent(AQ_AGENT_KIND_CPU);
   cr_assert(fabsf(in_device - unified) < 1e-5f * (1 + in_device), "loss after 20 steps: device %g, unified %g",
             in_device, unified);
   aq_region_info_t ri;

@@ -52,11 +52,22 @@ static void *managed(size_t size) {
   return NULL;
 }
 
+/* AQ_CUDA_GRAPHS as `graphs` (NULL: unset), which aq_init reads: the
+ * runtime starts again when it changes, with nothing of the test's alive. */
+static void graphs_setting(const char *graphs) {
+  static const char *now; /* the suite starts with it unset */
+  if (graphs == now || (graphs && now && !strcmp(graphs, now))) return;
+  now = graphs;
+  restart_with("AQ_CUDA_GRAPHS", graphs);
+  gpu = first_agent(AQ_AGENT_KIND_GPU);
+  cpu = first_agent(AQ_AGENT_KIND_CPU);
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels-gpu.fatbin", &co));
+}
+
 static aq_queue_t gpu_queue(const char *graphs) {
-  if (graphs) setenv("AQ_CUDA_GRAPHS", graphs, 1);
+  graphs_setting(graphs);
   aq_queue_t q;
   AQ_ASSERT_OK(aq_queue_create(gpu, NULL, &q));
-  unsetenv("AQ_CUDA_GRAPHS");
   return q;
 }
 
@@ -201,14 +212,17 @@ Test(gpu_graphs, traced_runs_keep_graphs_only_when_asked_and_a_graph_is_one_slic
 }
 
 Test(gpu_graphs, a_bad_setting_is_refused_by_name) {
+  aq_shut_down();
   setenv("AQ_CUDA_GRAPHS", "yes", 1);
-  aq_queue_t q;
-  aq_status_t s = aq_queue_create(gpu, NULL, &q);
+  aq_status_t s = aq_init(NULL);
   unsetenv("AQ_CUDA_GRAPHS");
   cr_assert_eq(s, AQ_ERROR_INVALID_ARGUMENT, "%s", aq_status_string(s));
   cr_assert(strstr(aq_last_error(), "AQ_CUDA_GRAPHS='yes'") && strstr(aq_last_error(), "traced"), "%s",
             aq_last_error());
-  AQ_ASSERT_OK(aq_queue_create(gpu, NULL, &q)); /* and the runtime goes on */
+  AQ_ASSERT_OK(aq_init(NULL)); /* and the runtime starts with a good value */
+  gpu = first_agent(AQ_AGENT_KIND_GPU);
+  aq_queue_t q;
+  AQ_ASSERT_OK(aq_queue_create(gpu, NULL, &q));
   AQ_ASSERT_OK(aq_queue_destroy(q));
 }
 
@@ -272,7 +286,7 @@ static float lcg(unsigned *seed) { return (float)((*seed = *seed * 1664525u + 10
 
 /* A small training step on the GPU, its loss after each of steps runs. */
 static void train_losses(const char *graphs, int steps, float *losses) {
-  if (graphs) setenv("AQ_CUDA_GRAPHS", graphs, 1);
+  graphs_setting(graphs);
   aq_graph_t *g;
   AQ_ASSERT_OK(aq_graph_create(NULL, &g));
   aq_tensor_t x, y, w1, b1, w2, b2, h, logits, loss;
@@ -298,7 +312,6 @@ static void train_losses(const char *graphs, int steps, float *losses) {
   aq_exec_t *e;
   aq_exec_options_t eo = {.kernel_agent_kinds = 1u << AQ_AGENT_KIND_GPU};
   AQ_ASSERT_OK(aq_graph_instantiate(g, &eo, &e));
-  unsetenv("AQ_CUDA_GRAPHS");
   static float xs[B * IN], w1s[IN * H], w2s[H * C];
   int32_t ys[B];
   unsigned seed = 7;

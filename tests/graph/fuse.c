@@ -201,38 +201,37 @@ Test(fuse, an_input_a_fused_product_reads_can_be_bound_in_place) {
 }
 
 Test(fuse, aq_fusion_0_and_the_flag_keep_every_task) {
-  mlp_t m;
-  build(&m, AQ_ROLE_INPUT);
-  setenv("AQ_FUSION", "0", 1);
-  aq_exec_t *e = instantiate(&m, 0);
   static char dot[1 << 16];
-  read_dot(e, dot, sizeof(dot));
-  cr_assert_eq(count(dot, "fused into its consumer"), 0);
-  AQ_ASSERT_OK(aq_exec_destroy(e));
-  unsetenv("AQ_FUSION");
-  e = instantiate(&m, 0); /* unset: CPU agents do not fuse */
-  read_dot(e, dot, sizeof(dot));
-  cr_assert_eq(count(dot, "fused into its consumer"), 0);
-  AQ_ASSERT_OK(aq_exec_destroy(e));
-  AQ_ASSERT_OK(aq_graph_destroy(m.g));
+  const char *values[] = {"0", NULL}; /* unset: CPU agents do not fuse */
+  for (int i = 0; i < 2; ++i) {
+    restart_with("AQ_FUSION", values[i]);
+    mlp_t m;
+    build(&m, AQ_ROLE_INPUT);
+    aq_exec_t *e = instantiate(&m, 0);
+    read_dot(e, dot, sizeof(dot));
+    cr_assert_eq(count(dot, "fused into its consumer"), 0, "AQ_FUSION=%s", values[i] ? values[i] : "(unset)");
+    AQ_ASSERT_OK(aq_exec_destroy(e));
+    AQ_ASSERT_OK(aq_graph_destroy(m.g));
+  }
 }
 
-/* A setting's bad value is refused at instantiation, naming it, and no exec is made. */
-static void refused(mlp_t *m, const char *name, const char *value) {
+/* A setting's bad value is refused by aq_init, naming it; the runtime then
+ * starts with a good one. */
+static void refused(const char *name, const char *value) {
+  aq_shut_down();
   setenv(name, value, 1);
-  aq_exec_t *e = NULL;
-  cr_assert_eq(aq_graph_instantiate(m->g, NULL, &e), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert_eq(aq_init(NULL), AQ_ERROR_INVALID_ARGUMENT);
   char want[96];
-  snprintf(want, sizeof(want), "%s=%s", name, value);
+  snprintf(want, sizeof(want), "%s='%s'", name, value);
   cr_assert(strstr(aq_last_error(), want), "%s", aq_last_error());
-  cr_assert_null(e);
 }
 
 Test(fuse, a_bad_aq_fusion_is_refused_by_name) {
+  refused("AQ_FUSION", "yes");
+  setenv("AQ_FUSION", "1", 1);
+  AQ_ASSERT_OK(aq_init(NULL));
   mlp_t m;
   build(&m, AQ_ROLE_INPUT);
-  refused(&m, "AQ_FUSION", "yes");
-  setenv("AQ_FUSION", "1", 1); /* the graph is still good */
   aq_exec_t *e = instantiate(&m, 0);
   float *x = fill(B * IN, 3, 1.0f);
   AQ_ASSERT_OK(aq_exec_write(e, m.x, x, B * IN * 4));
@@ -246,7 +245,7 @@ Test(fuse, a_bad_aq_fusion_is_refused_by_name) {
  * each, and the step trains as the unfused one does. */
 Test(fuse, a_gpu_fuses_by_default) {
   if (!first_agent(AQ_AGENT_KIND_GPU).handle) cr_skip_test("skipped: no GPU");
-  unsetenv("AQ_FUSION");
+  restart_with("AQ_FUSION", NULL);
   mlp_t m;
   build(&m, AQ_ROLE_INPUT);
   aq_exec_t *fused = instantiate_on(&m, 0, AQ_AGENT_KIND_GPU);
@@ -267,15 +266,16 @@ Test(fuse, a_gpu_fuses_by_default) {
 }
 
 /* AQ_MATMUL_PRECISION: a value other than default or exact is refused by
- * name, leaving the graph usable; on CPU agents, whose products are always
+ * name at aq_init; on CPU agents, whose products are always
  * one fp32 multiply-add a term, exact changes nothing, bit for bit. */
 Test(fuse, aq_matmul_precision_is_checked_and_exact_on_cpus_changes_nothing) {
+  refused("AQ_MATMUL_PRECISION", "fast");
+  setenv("AQ_MATMUL_PRECISION", "exact", 1);
+  AQ_ASSERT_OK(aq_init(NULL));
+  restart_with("AQ_MATMUL_PRECISION", NULL);
   mlp_t m;
   build(&m, AQ_ROLE_INPUT);
-  refused(&m, "AQ_MATMUL_PRECISION", "fast");
-  setenv("AQ_MATMUL_PRECISION", "exact", 1);
-  aq_exec_t *exact = instantiate(&m, 0);
-  unsetenv("AQ_MATMUL_PRECISION");
+  aq_exec_t *exact = instantiate(&m, AQ_EXEC_EXACT_MATMUL); /* what AQ_MATMUL_PRECISION=exact sets */
   aq_exec_t *plain = instantiate(&m, 0);
   for (int s = 0; s < 3; ++s) {
     feed(&m, exact, plain, 200 + s);

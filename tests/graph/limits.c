@@ -138,3 +138,23 @@ Test(limits, a_pooling_window_larger_than_its_input_is_refused) {
   EXPECT_REFUSED(aq_op_conv2d(g, x, w5, (aq_tensor_t){0}, &(aq_conv2d_options_t){.stride_h = 3, .stride_w = 3}, &y),
                  "leaves no output");
 }
+
+/* A failure deep in instantiation reaches the user with each layer's
+ * context: instantiate, then lowering, then the task, then the cause. */
+Test(limits, a_lowering_failure_names_each_layer_and_the_task) {
+  aq_code_object_t co;
+  AQ_ASSERT_OK(aq_code_object_load("kernels-cpu.so", &co));
+  aq_tensor_t x;
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){16}, &x));
+  uint64_t kernarg = 0; /* far too short for a matmul's arguments */
+  aq_kernel_task_t k = {.name = "short(x)", .code_object = co, .kernel = "aq_matmul_f32", .kernarg = &kernarg,
+                        .kernarg_size = sizeof(kernarg), .shape = {.grid = {1, 1, 1}, .workgroup = {1, 1, 1}},
+                        .read_count = 1, .reads = {x}, .read_offsets = {0}, .agent = -1};
+  AQ_ASSERT_OK(aq_graph_add_kernel(g, &k, NULL));
+  aq_exec_t *e = NULL;
+  cr_assert_eq(aq_graph_instantiate(g, NULL, &e), AQ_ERROR_INVALID_GRAPH, "%s", aq_last_error());
+  cr_assert_null(e);
+  const char *want = "instantiate: lower: task 'short(x)': kernel 'aq_matmul_f32' takes";
+  cr_assert(!strncmp(aq_last_error(), want, strlen(want)), "%s", aq_last_error());
+  AQ_ASSERT_OK(aq_code_object_unload(co));
+}

@@ -90,9 +90,11 @@ Test(gpu_replicas, training_with_gpu_replicas_or_prefetches_matches_the_default_
   train(0, plain, &ip, NULL);
   train(AQ_EXEC_REPLICATE, repl, &ir, "/tmp/aq-replicas-gpu.dot");
   char *dot = slurp("/tmp/aq-replicas-gpu.dot");
-  setenv("AQ_MEMORY", "unified", 1);
+  restart_with("AQ_MEMORY", "unified");
+  gpu = first_agent(AQ_AGENT_KIND_GPU);
   train(0, unified, &iu, NULL);
-  unsetenv("AQ_MEMORY");
+  restart_with("AQ_MEMORY", NULL);
+  gpu = first_agent(AQ_AGENT_KIND_GPU);
   /* round-robin deals tasks to a CPU lane and every GPU */
   cr_assert_geq(ip.agents_used, 2, "the placement uses the CPU and a GPU");
   cr_assert_eq(ip.queues, ip.agents_used, "one CPU lane and each GPU's (%u)", ip.queues);
@@ -193,9 +195,11 @@ Test(gpu_replicas, a_cpu_task_reading_a_gpu_result_gets_exactly_the_copies_it_ne
 
 Test(gpu_replicas, under_unified_memory_a_cpu_task_reading_a_gpu_result_gets_prefetches) {
   char *dot;
-  setenv("AQ_MEMORY", "unified", 1);
+  restart_with("AQ_MEMORY", "unified");
+  gpu = first_agent(AQ_AGENT_KIND_GPU);
   uint32_t unified = cpu_reads_gpu_result(0, "/tmp/aq-replicas-count.dot", &dot);
-  unsetenv("AQ_MEMORY");
+  restart_with("AQ_MEMORY", NULL);
+  gpu = first_agent(AQ_AGENT_KIND_GPU);
   cr_assert_eq(unified, 8, "four prefetches, not %u", unified - 4);
   cr_assert_eq(count(dot, "label=\"prefetch "), 4, "%s", dot);
   cr_assert(strstr(dot, "prefetch relu(a) -> cpu0") && strstr(dot, "prefetch relu(a) -> cuda0"), "%s", dot);

@@ -153,8 +153,7 @@ static char perf_dir[64];
 static void perf_setup(void) {
   snprintf(perf_dir, sizeof(perf_dir), "/tmp/aq-perf-test-XXXXXX");
   cr_assert(mkdtemp(perf_dir));
-  setenv("AQ_PERF_DIR", perf_dir, 1);
-  setup();
+  restart_with("AQ_PERF_DIR", perf_dir); /* the suite's aq_init read the default */
 }
 static void perf_teardown(void) {
   teardown();

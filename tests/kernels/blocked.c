@@ -155,12 +155,12 @@ static void conv_shapes(void) {
 }
 
 Test(blocked, conv2d_gemm_path_matches_the_definition) {
-  setenv("AQ_CONV_ALGO", "gemm", 1);
+  kernels_restart_with("AQ_CONV_ALGO", "gemm");
   conv_shapes();
 }
 
 Test(blocked, conv2d_direct_path_matches_the_definition) {
-  setenv("AQ_CONV_ALGO", "direct", 1);
+  kernels_restart_with("AQ_CONV_ALGO", "direct");
   conv_shapes();
 }
 
@@ -217,14 +217,14 @@ Test(blocked, conv2d_forward_sums_in_order_bit_for_bit_on_avx2) {
 
 Test(blocked, conv2d_gemm_path_on_avx2_and_generic_isas) {
   setenv("AQ_CONV_ALGO", "gemm", 1);
-  setenv("AQ_CPU_ISA", rand() & 1 ? "avx2" : "generic", 1); /* one per process; either must agree */
+  kernels_restart_with("AQ_CPU_ISA", rand() & 1 ? "avx2" : "generic"); /* one per process; either must agree */
   check_conv(2, 4, 15, 16, 20, 3, 3, 1, 1, 1);
 }
 
 Test(blocked, conv2d_data_gradient_chunks_a_large_image) {
   /* 9 x 9 taps x 16 channels x 400 pixels exceeds the column buffer's
    * chunk, so the data gradient goes in pixel chunks and channel blocks. */
-  setenv("AQ_CONV_ALGO", "gemm", 1);
+  kernels_restart_with("AQ_CONV_ALGO", "gemm");
   check_conv(1, 16, 40, 40, 12, 9, 9, 1, 4, 1);
 }
 

@@ -13,14 +13,24 @@ static aq_code_object_t co;
 static aq_queue_t queue;
 static aq_signal_t done;
 
-static void setup(void) {
-  AQ_ASSERT_OK(aq_init(NULL));
+static void open_objects(void) {
   agent = first_cpu_agent();
   AQ_ASSERT_OK(aq_code_object_load("kernels-cpu.so", &co));
   AQ_ASSERT_OK(aq_queue_create(agent, NULL, &queue));
   AQ_ASSERT_OK(aq_signal_create(0, &done));
 }
+static void setup(void) {
+  AQ_ASSERT_OK(aq_init(NULL));
+  open_objects();
+}
 static void teardown(void) { aq_shut_down(); }
+
+/* The kernels read settings from their dispatch context, which the runtime
+ * fills from what aq_init read: set one and start everything again. */
+static inline void kernels_restart_with(const char *name, const char *value) {
+  restart_with(name, value);
+  open_objects();
+}
 
 /* One kernel through the CPU agent's queue, as the scheduler dispatches it. */
 static aq_status_t run(const char *name, const void *args, aq_dispatch_shape_t s) {

@@ -56,9 +56,9 @@ Test(ops, matmul_epilogue_beta_and_batch) {
 Test(ops, matmul_every_isa_path) {
   const char *isas[] = {"generic", "avx2"};
   for (int i = 0; i < 2; ++i) {
-    setenv("AQ_CPU_ISA", isas[i], 1);
     /* The ISA is picked once per process; only the first setting applies, so
      * the sandboxed test process sees just this one. */
+    kernels_restart_with("AQ_CPU_ISA", isas[i]);
     check_matmul(13, 40, 33, 0, 0, 1, 1, 0.0f, 1);
   }
 }

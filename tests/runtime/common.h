@@ -4,6 +4,7 @@
 #define AQ_TESTS_RUNTIME_COMMON_H_
 
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "aquila/aquila.h"
@@ -99,5 +100,14 @@ typedef struct { uint64_t ns; } spin_args_t;
 typedef struct { _Atomic uint64_t *items; } tally_args_t;
 typedef struct { volatile int *where; } poke_args_t;
 typedef struct { _Atomic int *started; uint64_t ns; } busy_flag_args_t;
+
+/* Settings are read at aq_init: set (value NULL: unset) one and start the
+ * runtime again, from a test that holds one aq_init. */
+static inline void restart_with(const char *name, const char *value) {
+  aq_shut_down();
+  if (value) setenv(name, value, 1);
+  else unsetenv(name);
+  AQ_ASSERT_OK(aq_init(NULL));
+}
 
 #endif

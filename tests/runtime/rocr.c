@@ -141,28 +141,28 @@ Test(rocr_packet, hsaco_kernel_descriptors) {
   uint64_t words[HSACO_SIZE / 8];
   size_t size = make_hsaco(words);
   rocr_kd_t kds[4];
-  cr_assert_eq(rocr_hsaco_kernels(words, size, kds, 4), 2);
+  cr_assert_eq(aq_rocr_hsaco_kernels(words, size, kds, 4), 2);
   cr_assert_str_eq(kds[0].name, "vadd");
   cr_assert_eq(kds[0].group_size, 256);
   cr_assert_eq(kds[0].private_size, 16);
   cr_assert_eq(kds[0].kernarg_size, 24);
   cr_assert_str_eq(kds[1].name, "scale");
   cr_assert_eq(kds[1].kernarg_size, 8);
-  cr_assert_eq(rocr_hsaco_kernels(words, size, NULL, 0), 2, "counting needs no room");
+  cr_assert_eq(aq_rocr_hsaco_kernels(words, size, NULL, 0), 2, "counting needs no room");
   uint8_t *odd = malloc(size + 1);
   memcpy(odd + 1, words, size);
-  cr_assert_eq(rocr_hsaco_kernels(odd + 1, size, kds, 4), 2, "any alignment");
+  cr_assert_eq(aq_rocr_hsaco_kernels(odd + 1, size, kds, 4), 2, "any alignment");
   free(odd);
   /* Truncated before its section headers, a descriptor past its section,
    * a symbol table linked to no string table: malformed, not a crash. */
-  cr_assert_eq(rocr_hsaco_kernels(words, SH_OFF + 100, kds, 4), -1);
+  cr_assert_eq(aq_rocr_hsaco_kernels(words, SH_OFF + 100, kds, 4), -1);
   Elf64_Sym *vadd = (Elf64_Sym *)((uint8_t *)words + SYM_OFF) + 1;
   vadd->st_value = 0x1070;
-  cr_assert_eq(rocr_hsaco_kernels(words, size, kds, 4), -1);
+  cr_assert_eq(aq_rocr_hsaco_kernels(words, size, kds, 4), -1);
   make_hsaco(words);
   ((Elf64_Shdr *)((uint8_t *)words + SH_OFF))[3].sh_link = 9;
-  cr_assert_eq(rocr_hsaco_kernels(words, size, kds, 4), -1);
-  cr_assert_eq(rocr_hsaco_kernels("\177ELF", 4, kds, 4), -1);
+  cr_assert_eq(aq_rocr_hsaco_kernels(words, size, kds, 4), -1);
+  cr_assert_eq(aq_rocr_hsaco_kernels("\177ELF", 4, kds, 4), -1);
 }
 
 static uint8_t ring[4][64] __attribute__((aligned(64)));
@@ -181,7 +181,7 @@ Test(rocr_packet, dispatch_forwarded_unchanged_but_signal_and_kernarg) {
   p.completion_signal.handle = 0x500000001ull; /* an Aquila handle */
   for (int i = 0; i < 4; ++i) *(uint32_t *)ring[i] = HSA_PACKET_TYPE_INVALID;
   rocr_patch_t patch = {.completion = 0x7777, .kernarg = copy, .min_group = 512, .min_private = 48};
-  rocr_packet_forward(&p, ring[2], &patch);
+  aq_rocr_packet_forward(&p, ring[2], &patch);
   hsa_kernel_dispatch_packet_t out;
   memcpy(&out, ring[2], sizeof(out));
   cr_assert_eq(out.header, p.header);
@@ -200,7 +200,7 @@ Test(rocr_packet, dispatch_forwarded_unchanged_but_signal_and_kernarg) {
   cr_assert_eq(*(uint32_t *)ring[3], HSA_PACKET_TYPE_INVALID);
   /* No kernarg copy (a kernel without arguments): the address stays. */
   patch.kernarg = NULL;
-  rocr_packet_forward(&p, ring[0], &patch);
+  aq_rocr_packet_forward(&p, ring[0], &patch);
   cr_assert_eq(((hsa_kernel_dispatch_packet_t *)ring[0])->kernarg_address, args);
 }
 
@@ -211,7 +211,7 @@ Test(rocr_packet, barrier_deps_replaced) {
   for (int i = 0; i < 5; ++i) b.dep_signal[i].handle = 0x100000001ull + (uint64_t)i;
   b.completion_signal.handle = 0x900000001ull;
   rocr_patch_t patch = {.completion = 0x42, .deps = {0xa, 0, 0, 0xb, 0}};
-  rocr_packet_forward(&b, ring[1], &patch);
+  aq_rocr_packet_forward(&b, ring[1], &patch);
   hsa_barrier_or_packet_t out;
   memcpy(&out, ring[1], sizeof(out));
   cr_assert_eq(out.header, b.header);
@@ -225,27 +225,27 @@ Test(rocr_packet, inflight_table) {
   t.count = 4;
   int e[4];
   for (int i = 0; i < 4; ++i) {
-    e[i] = rocr_inflight_acquire(&t, 0x10 + (uint64_t)(i == 3 ? 0 : i)); /* entries 0 and 3 share a signal */
+    e[i] = aq_rocr_inflight_acquire(&t, 0x10 + (uint64_t)(i == 3 ? 0 : i)); /* entries 0 and 3 share a signal */
     cr_assert_geq(e[i], 0);
     for (int j = 0; j < i; ++j) cr_assert_neq(e[i], e[j]);
   }
-  cr_assert_eq(rocr_inflight_acquire(&t, 0x99), -1, "full");
-  cr_assert_eq(rocr_inflight_busy(&t), 4);
-  cr_assert_eq(rocr_inflight_find(&t, 0x11), e[1]);
-  cr_assert_eq(rocr_inflight_find(&t, 0x10), -1, "two packets decide it: not one signal's to map");
-  cr_assert_eq(rocr_inflight_find(&t, 0x55), -1);
+  cr_assert_eq(aq_rocr_inflight_acquire(&t, 0x99), -1, "full");
+  cr_assert_eq(aq_rocr_inflight_busy(&t), 4);
+  cr_assert_eq(aq_rocr_inflight_find(&t, 0x11), e[1]);
+  cr_assert_eq(aq_rocr_inflight_find(&t, 0x10), -1, "two packets decide it: not one signal's to map");
+  cr_assert_eq(aq_rocr_inflight_find(&t, 0x55), -1);
   /* The GPU's completion and a queue error race: one of them wins. */
-  cr_assert_eq(rocr_inflight_claim(&t, e[1]), 1);
-  cr_assert_eq(rocr_inflight_claim(&t, e[1]), 0);
-  cr_assert_eq(rocr_inflight_find(&t, 0x11), -1, "claimed: no longer in flight");
+  cr_assert_eq(aq_rocr_inflight_claim(&t, e[1]), 1);
+  cr_assert_eq(aq_rocr_inflight_claim(&t, e[1]), 0);
+  cr_assert_eq(aq_rocr_inflight_find(&t, 0x11), -1, "claimed: no longer in flight");
   /* Barrier e[2] waits on e[1]'s signal: e[1] is not reused until e[2] ends. */
-  rocr_inflight_hold(&t, e[2], e[1]);
-  rocr_inflight_release(&t, e[1]);
-  cr_assert_eq(rocr_inflight_busy(&t), 3);
-  cr_assert_eq(rocr_inflight_acquire(&t, 0x99), -1, "free but held");
-  cr_assert_eq(rocr_inflight_claim(&t, e[2]), 1);
-  rocr_inflight_release(&t, e[2]);
-  int a = rocr_inflight_acquire(&t, 0x99), c = rocr_inflight_acquire(&t, 0x98);
+  aq_rocr_inflight_hold(&t, e[2], e[1]);
+  aq_rocr_inflight_release(&t, e[1]);
+  cr_assert_eq(aq_rocr_inflight_busy(&t), 3);
+  cr_assert_eq(aq_rocr_inflight_acquire(&t, 0x99), -1, "free but held");
+  cr_assert_eq(aq_rocr_inflight_claim(&t, e[2]), 1);
+  aq_rocr_inflight_release(&t, e[2]);
+  int a = aq_rocr_inflight_acquire(&t, 0x99), c = aq_rocr_inflight_acquire(&t, 0x98);
   cr_assert(a >= 0 && c >= 0 && a != c);
   cr_assert((a == e[1] || a == e[2]) && (c == e[1] || c == e[2]));
   cr_assert_eq(t.e[a].aq_signal, 0x99);
@@ -258,7 +258,7 @@ static _Atomic int race_wins[2];
 static void *race_claim(void *arg) {
   int me = (int)(intptr_t)arg;
   for (int i = 0; i < ROCR_INFLIGHT_MAX; ++i)
-    if (rocr_inflight_claim(&race_table, i)) atomic_fetch_add(&race_wins[me], 1);
+    if (aq_rocr_inflight_claim(&race_table, i)) atomic_fetch_add(&race_wins[me], 1);
   return NULL;
 }
 
@@ -266,7 +266,7 @@ Test(rocr_packet, claim_race_completes_once) {
   for (int round = 0; round < 200; ++round) {
     memset(&race_table, 0, sizeof(race_table));
     race_table.count = ROCR_INFLIGHT_MAX;
-    for (int i = 0; i < ROCR_INFLIGHT_MAX; ++i) cr_assert_geq(rocr_inflight_acquire(&race_table, 1), 0);
+    for (int i = 0; i < ROCR_INFLIGHT_MAX; ++i) cr_assert_geq(aq_rocr_inflight_acquire(&race_table, 1), 0);
     race_wins[0] = race_wins[1] = 0;
     pthread_t t[2];
     for (intptr_t k = 0; k < 2; ++k) pthread_create(&t[k], NULL, race_claim, (void *)k);

@@ -1,6 +1,6 @@
 /* Epilogue fusion's choice of pairs (scheduler/fuse.c) on its own: graphs
  * built through the public API and planned on lanes of one CPU agent, then
- * fuse_plan with the forms each agent runs. Which pairs fuse, which stay
+ * aq_fuse_plan with the forms each agent runs. Which pairs fuse, which stay
  * apart and why, and the plan still an order the packets can follow. */
 #include <stddef.h>
 #include <stdint.h>
@@ -53,13 +53,13 @@ static void fuse_on(aq_graph_t *g, uint32_t nlanes, const uint32_t *lane_agent, 
   AQ_ASSERT_OK(units_plan(g, nlanes, &out->plan));
   if (product_task != UINT32_MAX) out->plan.tasks[product_task].lane = product_lane;
   fuse_in_t in = {g, nlanes, lane_agent ? lane_agent : one_agent, fuses, off};
-  AQ_ASSERT_OK(fuse_plan(&in, &out->plan, &out->f));
+  AQ_ASSERT_OK(aq_fuse_plan(&in, &out->plan, &out->f));
   assert_topological(&out->plan);
 }
 
 static void fused_free(fused_t *x, aq_graph_t *g) {
-  fusion_free(&x->f);
-  plan_free(&x->plan);
+  aq_fusion_free(&x->f);
+  aq_plan_free(&x->plan);
   AQ_ASSERT_OK(aq_graph_destroy(g));
 }
 
@@ -86,9 +86,9 @@ Test(fuse_pairs, a_weight_gradient_runs_in_its_update) {
   cr_assert_eq(x.f.product[sgd], mm);
   cr_assert(x.f.absorbed[mm] && !x.f.absorbed[sgd]);
   cr_assert_eq(x.f.unstored[gw.id], sgd, "the gradient is never stored: the update takes it in");
-  cr_assert_str_eq(fuse_kernel(g, mm), AQ_KERNEL_MATMUL_FUSED);
-  cr_assert_eq(fuse_kernarg_size(g, mm), sizeof(aq_matmul_fused_args_t));
-  cr_assert_eq(fuse_lr_offset(g, sgd, mm), offsetof(aq_matmul_fused_args_t, lr));
+  cr_assert_str_eq(aq_fuse_kernel(g, mm), AQ_KERNEL_MATMUL_FUSED);
+  cr_assert_eq(aq_fuse_kernarg_size(g, mm), sizeof(aq_matmul_fused_args_t));
+  cr_assert_eq(aq_fuse_lr_offset(g, sgd, mm), offsetof(aq_matmul_fused_args_t, lr));
   fused_free(&x, g);
 }
 
@@ -100,7 +100,7 @@ Test(fuse_pairs, nothing_fuses_off_or_where_the_agent_lacks_the_form) {
   cr_assert_eq(x.f.count, 0, "off: AQ_EXEC_NO_FUSION or AQ_FUSION=0");
   for (uint32_t t = 0; t < g->ntasks; ++t) cr_assert(x.f.product[t] == UINT32_MAX && !x.f.absorbed[t]);
   cr_assert_eq(x.f.unstored[gw.id], UINT32_MAX);
-  fusion_free(&x.f), plan_free(&x.plan);
+  aq_fusion_free(&x.f), aq_plan_free(&x.plan);
   fuse_on(g, 2, NULL, FUSE_MATMUL_RELU_MASK | FUSE_SUM_ROWS_SGD, 0, UINT32_MAX, 0, &x);
   cr_assert_eq(x.f.count, 0, "the agent runs no matmul-into-SGD kernel");
   fused_free(&x, g);

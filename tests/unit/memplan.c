@@ -92,7 +92,7 @@ static uint32_t plan_and_check(hand_t *h, uint32_t lanes, const uint32_t *domain
   uint8_t reusable[MAXT] = {0};
   for (uint32_t x = 1; x < h->g.ntensors; ++x) reusable[x] = h->tensors[x].role == AQ_ROLE_ACTIVATION;
   AQ_ASSERT_OK(units_plan(&h->g, lanes, p));
-  AQ_ASSERT_OK(memplan_build(mp, &h->g, p, domain ? domain : one, domain ? ndomains : 1, reusable));
+  AQ_ASSERT_OK(aq_memplan_build(mp, &h->g, p, domain ? domain : one, domain ? ndomains : 1, reusable));
   const uint32_t *dom = domain ? domain : one;
   uint8_t(*anc)[MAXT] = ancestors(p);
   uint32_t reuses = 0;
@@ -115,8 +115,8 @@ static uint32_t plan_and_check(hand_t *h, uint32_t lanes, const uint32_t *domain
 }
 
 static void hand_free(hand_t *h, memplan_t *mp, plan_t *p) {
-  memplan_free(mp);
-  plan_free(p);
+  aq_memplan_free(mp);
+  aq_plan_free(p);
   free(h);
 }
 

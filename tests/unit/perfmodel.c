@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "aquila/aquila.h"
+#include "runtime/settings.h"
 #include "scheduler/perfmodel.h"
 
 static char dir[64], path[128];
@@ -18,7 +19,8 @@ static void setup(void) {
   cr_assert(mkdtemp(dir));
   snprintf(path, sizeof(path), "%s/models.tsv", dir);
   setenv("AQ_PERF_DIR", dir, 1);
-  perf_reset();
+  cr_assert_eq(aq_settings_load(NULL), AQ_OK); /* what aq_init does */
+  aq_perf_reset();
 }
 
 static void teardown(void) {
@@ -26,7 +28,7 @@ static void teardown(void) {
   snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
   cr_expect_eq(system(cmd), 0);
   unsetenv("AQ_PERF_DIR");
-  perf_reset();
+  aq_perf_reset();
 }
 TestSuite(perfmodel, .init = setup, .fini = teardown);
 
@@ -41,7 +43,7 @@ static perf_key_t key(const char *kernel) {
 
 static double estimate(const char *kernel, uint32_t *samples) {
   perf_key_t k = key(kernel);
-  return perf_estimate(&k, 0, -1, samples);
+  return aq_perf_estimate(&k, 0, -1, samples);
 }
 
 static void write_file(const char *text) {
@@ -63,13 +65,13 @@ static char *read_all(void) {
 
 Test(perfmodel, a_spike_is_set_aside_and_a_lasting_change_replaces_the_model) {
   perf_key_t k = key("spiky");
-  for (int i = 0; i < 5; ++i) cr_expect(perf_record(&k, 0, 1000 + i));
-  cr_expect(!perf_record(&k, 0, 500000), "a 500x spike is not a sample");
+  for (int i = 0; i < 5; ++i) cr_expect(aq_perf_record(&k, 0, 1000 + i));
+  cr_expect(!aq_perf_record(&k, 0, 500000), "a 500x spike is not a sample");
   uint32_t n;
   double est = estimate("spiky", &n);
   cr_expect(est > 900 && est < 1100 && n == 5, "the model still says %.0f ns over %u samples", est, n);
   /* The agent got slower for good: after a run of alike samples, they are the model. */
-  for (int i = 0; i < PERF_OUTLIER_RUN; ++i) perf_record(&k, 0, 20000);
+  for (int i = 0; i < PERF_OUTLIER_RUN; ++i) aq_perf_record(&k, 0, 20000);
   est = estimate("spiky", &n);
   cr_expect(est > 19000 && est < 21000, "the model follows the change: %.0f ns", est);
 }
@@ -80,16 +82,16 @@ Test(perfmodel, the_identity_of_an_agent_names_its_models) {
   snprintf(a.isa, sizeof(a.isa), "sm_90");
   snprintf(a.device, sizeof(a.device), "NVIDIA H100 80GB HBM3");
   char arch[PERF_ARCH_MAX];
-  perf_arch(&a, arch, sizeof(arch));
+  aq_perf_arch(&a, arch, sizeof(arch));
   cr_expect_str_eq(arch, "cuda/sm_90/132/NVIDIA_H100_80GB_HBM3");
 }
 
 Test(perfmodel, models_survive_a_save_and_reload) {
   perf_key_t k = key("saved");
-  for (int i = 0; i < 3; ++i) perf_record(&k, 0, 2000);
-  cr_assert_eq(perf_save(), AQ_OK, "%s", aq_last_error());
+  for (int i = 0; i < 3; ++i) aq_perf_record(&k, 0, 2000);
+  cr_assert_eq(aq_perf_save(), AQ_OK, "%s", aq_last_error());
   cr_expect(strstr(read_all(), "# aquila performance models v2 aquila="), "%s", read_all());
-  perf_reset();
+  aq_perf_reset();
   uint32_t n;
   double est = estimate("saved", &n);
   cr_expect(n == 3 && est == 2000, "%u samples, %.0f ns", n, est);
@@ -101,8 +103,8 @@ Test(perfmodel, a_foreign_file_is_ignored_and_never_overwritten) {
   estimate("anything", &n);
   cr_expect_eq(n, 0);
   perf_key_t k = key("mine");
-  perf_record(&k, 0, 100);
-  cr_expect_eq(perf_save(), AQ_ERROR_IO);
+  aq_perf_record(&k, 0, 100);
+  cr_expect_eq(aq_perf_save(), AQ_ERROR_IO);
   cr_expect(strstr(aq_last_error(), "not an Aquila performance-model file"), "%s", aq_last_error());
   cr_expect_str_eq(read_all(), "name,age\nalice,3\n");
 }
@@ -114,8 +116,8 @@ Test(perfmodel, another_versions_file_is_ignored_and_rewritten) {
   estimate("old", &n);
   cr_expect_eq(n, 0, "the old version's models are not used");
   perf_key_t k = key("new");
-  perf_record(&k, 0, 100);
-  cr_assert_eq(perf_save(), AQ_OK, "%s", aq_last_error());
+  aq_perf_record(&k, 0, 100);
+  cr_assert_eq(aq_perf_save(), AQ_OK, "%s", aq_last_error());
   cr_expect(!strstr(read_all(), "old "), "%s", read_all());
   cr_expect(strstr(read_all(), "new "), "%s", read_all());
 }
@@ -142,13 +144,13 @@ Test(perfmodel, two_processes_saving_at_once_lose_nothing) {
     pids[p] = fork();
     cr_assert(pids[p] >= 0);
     if (pids[p] == 0) {
-      perf_reset();
+      aq_perf_reset();
       for (int round = 0; round < 20; ++round) {
         char name[32];
         snprintf(name, sizeof(name), "p%d_%d", p, round);
         perf_key_t k = key(name);
-        perf_record(&k, 0, 100 + round);
-        if (perf_save() != AQ_OK) _exit(1);
+        aq_perf_record(&k, 0, 100 + round);
+        if (aq_perf_save() != AQ_OK) _exit(1);
       }
       _exit(0);
     }

@@ -1,4 +1,4 @@
-/* HEFT's decisions on synthetic cost tables: plan_build with made-up
+/* HEFT's decisions on synthetic cost tables: aq_plan_build with made-up
  * agents, task costs and link costs, so the choice between one agent and a
  * split cannot regress silently whatever machine runs the tests. Agent 0 is
  * a CPU agent of one worker (lane 0), agents 1.. are GPUs (a lane each). */
@@ -39,9 +39,9 @@ static void place(aq_graph_t *g, const table_t *t, uint32_t *lane) {
   }
   plan_lanes_t l = {na, na, lane_agent, lane_kind, node, eligible, cost, lat, pb, workers};
   plan_t p;
-  cr_assert_eq(plan_build(&p, g, AQ_SCHED_HEFT, &l), AQ_OK, "%s", aq_last_error());
+  cr_assert_eq(aq_plan_build(&p, g, AQ_SCHED_HEFT, &l), AQ_OK, "%s", aq_last_error());
   for (uint32_t i = 0; i < g->ntasks; ++i) lane[i] = p.tasks[i].lane;
-  plan_free(&p);
+  aq_plan_free(&p);
 }
 
 static aq_tensor_t tensor(aq_graph_t *g, const char *name, aq_tensor_role_t role) {

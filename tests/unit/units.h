@@ -1,7 +1,7 @@
 /* What the suites that drive the scheduler's pure parts directly share
  * (memplan.c, fuse_pairs.c; this program links the static library, whose
  * internal symbols are reachable). Graphs are built by hand or through the
- * public API, and planned by plan_build on lanes of one CPU agent, as an
+ * public API, and planned by aq_plan_build on lanes of one CPU agent, as an
  * exec would. */
 #ifndef AQ_TESTS_UNIT_UNITS_H_
 #define AQ_TESTS_UNIT_UNITS_H_
@@ -25,7 +25,7 @@ static inline aq_status_t units_plan(aq_graph_t *g, uint32_t nlanes, plan_t *p) 
   memset(eligible, 1u << AQ_AGENT_KIND_CPU, g->ntasks);
   plan_lanes_t lanes = {.nlanes = nlanes, .nagents = 1, .lane_agent = lane_agent, .lane_kind = lane_kind,
                         .agent_node = &node, .eligible = eligible};
-  aq_status_t s = plan_build(p, g, AQ_SCHED_EAGER, &lanes);
+  aq_status_t s = aq_plan_build(p, g, AQ_SCHED_EAGER, &lanes);
   free(eligible);
   return s;
 }

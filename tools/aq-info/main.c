@@ -100,8 +100,6 @@ static void list_code_objects(void) {
       printf("  %-24s %s\n", ours[i], aq_last_error());
     }
   }
-  const char *path = getenv("AQ_CODE_OBJECT_PATH");
-  if (path) printf("  AQ_CODE_OBJECT_PATH=%s\n", path);
 }
 
 int main(int argc, char **argv) {
@@ -156,12 +154,7 @@ int main(int argc, char **argv) {
   aq_settings(set, 32, &ns);
   printf("\nSettings\n");
   for (size_t i = 0; i < ns && i < 32; ++i)
-    printf("  %-16s = %-10s (%s)  %s\n", set[i].name, set[i].value, set[i].source, set[i].help);
-  const char *extra[] = {"AQ_SCHED",      "AQ_TRACE",        "AQ_TRACE_MAX_MB",
-                         "AQ_MEMORY",     "AQ_MEMORY_REUSE", "AQ_FUSION",       "AQ_PERF_DIR",     "AQ_CONV_ALGO",    "AQ_GEMM_SKIP_ZEROS", "AQ_CUDA_GRAPHS",
-                         "AQ_CODE_OBJECT_PATH"};
-  for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); ++i)
-    if (getenv(extra[i])) printf("  %-16s = %s (environment)\n", extra[i], getenv(extra[i]));
+    printf("  %-22s = %-10s (%s)  %s\n", set[i].name, set[i].value, set[i].source, set[i].help);
   aq_shut_down();
   return 0;
 }
