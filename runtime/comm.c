@@ -40,7 +40,7 @@ static aq_status_t new_comm(const aq_comm_options_t *o, aq_comm_t **user_out, aq
   if (!user_out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_comm_create: out_comm is NULL");
   *user_out = NULL;
   if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
-  uint64_t timeout;
+  uint64_t timeout = 0;
   AQ_RETURN_IF_ERROR(timeout_of(o, &timeout));
   aq_comm_t *c = calloc(1, sizeof(*c));
   if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a communicator");
