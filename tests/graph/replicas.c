@@ -32,6 +32,16 @@ static void teardown(void) {
 }
 TestSuite(gpu_replicas, .init = setup, .fini = teardown);
 
+/* AQ_MEMORY is read at aq_init: the runtime starts again with it, and with
+ * the suite's one worker (round-robin must still reach the GPU). */
+static void memory_setting(const char *value) {
+  aq_shut_down();
+  if (value) setenv("AQ_MEMORY", value, 1);
+  else unsetenv("AQ_MEMORY");
+  AQ_ASSERT_OK(aq_init(&(aq_init_options_t){.cpu_workers = 1}));
+  gpu = first_agent(AQ_AGENT_KIND_GPU);
+}
+
 /* A small MLP trained a few steps with its tasks dealt to CPU and GPU in
  * turn (round-robin): most tensors cross between them, parameters too. */
 enum { B = 64, IN = 32, H = 96, OUT = 10, STEPS = 5 };
@@ -90,11 +100,9 @@ Test(gpu_replicas, training_with_gpu_replicas_or_prefetches_matches_the_default_
   train(0, plain, &ip, NULL);
   train(AQ_EXEC_REPLICATE, repl, &ir, "/tmp/aq-replicas-gpu.dot");
   char *dot = slurp("/tmp/aq-replicas-gpu.dot");
-  restart_with("AQ_MEMORY", "unified");
-  gpu = first_agent(AQ_AGENT_KIND_GPU);
+  memory_setting("unified");
   train(0, unified, &iu, NULL);
-  restart_with("AQ_MEMORY", NULL);
-  gpu = first_agent(AQ_AGENT_KIND_GPU);
+  memory_setting(NULL);
   /* round-robin deals tasks to a CPU lane and every GPU */
   cr_assert_geq(ip.agents_used, 2, "the placement uses the CPU and a GPU");
   cr_assert_eq(ip.queues, ip.agents_used, "one CPU lane and each GPU's (%u)", ip.queues);
@@ -195,11 +203,9 @@ Test(gpu_replicas, a_cpu_task_reading_a_gpu_result_gets_exactly_the_copies_it_ne
 
 Test(gpu_replicas, under_unified_memory_a_cpu_task_reading_a_gpu_result_gets_prefetches) {
   char *dot;
-  restart_with("AQ_MEMORY", "unified");
-  gpu = first_agent(AQ_AGENT_KIND_GPU);
+  memory_setting("unified");
   uint32_t unified = cpu_reads_gpu_result(0, "/tmp/aq-replicas-count.dot", &dot);
-  restart_with("AQ_MEMORY", NULL);
-  gpu = first_agent(AQ_AGENT_KIND_GPU);
+  memory_setting(NULL);
   cr_assert_eq(unified, 8, "four prefetches, not %u", unified - 4);
   cr_assert_eq(count(dot, "label=\"prefetch "), 4, "%s", dot);
   cr_assert(strstr(dot, "prefetch relu(a) -> cpu0") && strstr(dot, "prefetch relu(a) -> cuda0"), "%s", dot);
