@@ -319,7 +319,7 @@ static aq_status_t match_all(aq_exec_t *e, const char *path, const uint8_t *buf,
 }
 
 static aq_status_t read_checked(const char *path, uint8_t **buf, header_t *h) {
-  size_t size;
+  size_t size = 0;
   AQ_RETURN_IF_ERROR(read_whole(path, buf, &size));
   aq_status_t s = check_file(path, *buf, size, h);
   if (s != AQ_OK) free(*buf);

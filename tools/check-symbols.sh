@@ -13,8 +13,9 @@ for lib in "$build/lib/libaquila.a" "$build/lib/libaquila.so"; do
   [ -e "$lib" ] || { echo "check-symbols: no $lib"; status=1; continue; }
   if [ "${lib##*.}" = so ]; then list=$(nm -D --defined-only "$lib"); else list=$(nm -g --defined-only "$lib"); fi
   bad=$(awk 'NF == 3 && $3 !~ /^aq_/ && $2 !~ /^[wWvV]$/ { print $3 }' <<<"$list" | sort -u)
-  # The loader's and the toolchain's own (_init, _fini, __bss_start...).
-  bad=$(grep -v -E '^(_init|_fini|_edata|_end|__bss_start)$' <<<"$bad" || true)
+  # The loader's and the toolchain's own (_init, _fini, __bss_start...),
+  # and what a sanitizer build adds beside each global (__odr_asan.aq_...).
+  bad=$(grep -v -E '^(_init|_fini|_edata|_end|__bss_start)$|^__(odr_asan|asan|tsan|ubsan)' <<<"$bad" || true)
   if [ -n "$bad" ]; then
     echo "check-symbols: $lib defines $(wc -l <<<"$bad") globals without the aq_ prefix:"
     sed 's/^/  /' <<<"$bad"
