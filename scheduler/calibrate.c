@@ -40,9 +40,9 @@ static aq_status_t copy_task(aq_graph_t *c, const aq_graph_t *g, uint32_t t, uin
 
 /* Unprofiled runs until the agent runs at its steady speed: at least
  * WARM_UP_NS of them and two in a row within 10% of each other. An idle
- * GPU's clocks take milliseconds to rise: calibrated cold, the H100's MLP
- * kernels measured 2.5-3x their time in a training step, and heft sent
- * work to the CPU for it. */
+ * GPU's clocks take milliseconds to rise: calibrated cold, its kernels are
+ * modelled well above their time in a training step, and heft sends work
+ * elsewhere for it. */
 static aq_status_t warm_up(aq_exec_t *e) {
   uint64_t start = aq_now_ns(), last = 0;
   for (int r = 0; r < WARM_UP_RUNS_MAX; ++r) {

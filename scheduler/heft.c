@@ -27,9 +27,9 @@ static uint8_t agent_kind(const plan_lanes_t *l, uint32_t agent) {
 /* An edge between agents costs a run more than the idle ping that measures
  * its latency: the consumer's GPU stream waits on host memory and loses
  * the CUDA graph its stretch would replay as, a CPU worker wakes, and a
- * tensor two kinds of agent touch is read over the host link. On the
- * H100 machines MLP steps split on measured latencies (3-10 us an edge)
- * ran 1.8-5x slower than on one GPU. */
+ * tensor two kinds of agent touch is read over the host link. Taken at
+ * face value, the measured latencies made splits of a training step look
+ * cheap that ran several times slower than one GPU. */
 #define EDGE_LATENCY_FACTOR 4.0
 
 double aq_plan_transfer_ns(const plan_lanes_t *l, uint32_t a, uint32_t b, double bytes) {
@@ -74,10 +74,10 @@ static double edge_bytes(const aq_graph_t *g, uint32_t q, uint32_t t) {
  * single CUDA graph, a split's launches one by one); what the edges cost
  * beyond the ping is EDGE_LATENCY_FACTOR's. */
 #define SPLIT_GAIN 0.10
-/* The same where the split involves a GPU (CPU and GPU, or two GPUs): on
- * the H100 machines such splits estimated 18-34% faster than one GPU ran
- * 4.5-12x slower, the GPU's kernels modelled at about twice their time in
- * a training step and the split's costs beyond its edges left out. */
+/* The same where the split involves a GPU (CPU and GPU, or two GPUs):
+ * the GPU's kernels are modelled above their time in a training step (one
+ * at a time, not replayed as a graph), which flatters a split, and what a
+ * split costs beyond its edges is left out. */
 #define SPLIT_GAIN_GPU 0.50
 
 /* Task t's work-groups on a CPU (a host call: 1). A CPU dispatch splits

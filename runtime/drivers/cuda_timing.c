@@ -60,8 +60,8 @@ static uint64_t on_host(const cuda_timing_t *t, CUevent e) {
 }
 
 /* On an idle stream a start event fires at once, and the kernel arrives a
- * launch later (the processor's work and cuLaunchKernel, several us): the
- * H100's MLP kernels were modelled at 2-3x their time in a training step. */
+ * launch later (the processor's work and cuLaunchKernel): without the gate
+ * a short kernel's time is mostly its launch's. */
 static void close_gate(cuda_timing_t *t, CUstream stream) {
   if (!t->gate || t->gate_closed || aq_cu.cuStreamQuery(stream) != CUDA_SUCCESS) return;
   t->gate_closed = aq_cu.cuStreamWaitValue64(stream, t->gate_dev, t->gate_seq + 1, CU_STREAM_WAIT_VALUE_EQ) ==
