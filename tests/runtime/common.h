@@ -110,4 +110,17 @@ static inline void restart_with(const char *name, const char *value) {
   AQ_ASSERT_OK(aq_init(NULL));
 }
 
+/* The suite most runtime tests share: the runtime up, its first CPU agent
+ * in `agent` and the test kernels (test-kernels.so) in `co`. */
+#define TEST_KERNELS_SUITE(name)                                  \
+  static aq_agent_t agent;                                        \
+  static aq_code_object_t co;                                     \
+  static void setup(void) {                                       \
+    AQ_ASSERT_OK(aq_init(NULL));                                  \
+    agent = first_cpu_agent();                                    \
+    AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));    \
+  }                                                               \
+  static void teardown(void) { aq_shut_down(); }                  \
+  TestSuite(name, .init = setup, .fini = teardown)
+
 #endif

@@ -9,16 +9,7 @@
 
 #include "common.h"
 
-static aq_agent_t agent;
-static aq_code_object_t co;
-
-static void setup(void) {
-  AQ_ASSERT_OK(aq_init(NULL));
-  agent = first_cpu_agent();
-  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
-}
-static void teardown(void) { aq_shut_down(); }
-TestSuite(faults, .init = setup, .fini = teardown);
+TEST_KERNELS_SUITE(faults);
 
 static aq_status_t run(aq_queue_t q, const char *kernel, const void *args, uint32_t grid, uint16_t wg) {
   aq_kernel_info_t k = test_kernel(co, agent, kernel);

@@ -5,16 +5,7 @@
 
 #include "common.h"
 
-static aq_agent_t agent;
-static aq_code_object_t co;
-
-static void setup(void) {
-  AQ_ASSERT_OK(aq_init(NULL));
-  agent = first_cpu_agent();
-  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
-}
-static void teardown(void) { aq_shut_down(); }
-TestSuite(limits, .init = setup, .fini = teardown);
+TEST_KERNELS_SUITE(limits);
 
 Test(limits, a_grid_of_2_32_minus_1_runs_every_work_item) {
   aq_queue_t q;

@@ -6,16 +6,7 @@
 
 #include "common.h"
 
-static aq_agent_t agent;
-static aq_code_object_t co;
-
-static void setup(void) {
-  AQ_ASSERT_OK(aq_init(NULL));
-  agent = first_cpu_agent();
-  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
-}
-static void teardown(void) { aq_shut_down(); }
-TestSuite(queue, .init = setup, .fini = teardown);
+TEST_KERNELS_SUITE(queue);
 
 static aq_queue_t make_queue(uint32_t size) {
   aq_queue_t q;

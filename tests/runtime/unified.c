@@ -6,16 +6,7 @@
 
 #include "common.h"
 
-static aq_agent_t agent;
-static aq_code_object_t co;
-
-static void setup(void) {
-  AQ_ASSERT_OK(aq_init(NULL));
-  agent = first_cpu_agent();
-  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
-}
-static void teardown(void) { aq_shut_down(); }
-TestSuite(unified, .init = setup, .fini = teardown);
+TEST_KERNELS_SUITE(unified);
 
 static aq_region_t cpu_region(void) {
   aq_region_t r[8];
