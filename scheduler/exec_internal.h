@@ -95,6 +95,10 @@ static inline uint16_t exec_packet_header(hsa_packet_type_t type, int barrier) {
 int aq_exec_finished(aq_exec_t *e);
 
 /* exec_place.c */
+/* The op library's code object for CPU or GPU agents, loaded at the first
+ * call of each runtime (op_library.c); the execs share it and never unload it. */
+typedef enum aq_op_library { AQ_OP_LIBRARY_CPU = 0, AQ_OP_LIBRARY_GPU = 1 } aq_op_library_t;
+aq_status_t aq_op_library(aq_op_library_t which, aq_code_object_t *out);
 aq_status_t aq_exec_pick_agents(aq_exec_t *e);
 aq_status_t aq_exec_load_gpu_ops(aq_exec_t *e);
 uint8_t *aq_exec_eligibility(aq_exec_t *e, uint32_t kinds);
