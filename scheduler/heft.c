@@ -259,6 +259,35 @@ static int gpu_split(const placer_t *pl) {
   return several && gpu;
 }
 
+/* The agent all of pl's kernels went to, or -1 (several, or none). */
+static int32_t kernels_on_one_agent(const placer_t *pl) {
+  int32_t on = -1;
+  for (uint32_t i = 0; i < pl->p->ntasks; ++i) {
+    if (pl->hot[i].kind == TASK_HOST) continue;
+    int32_t a = (int32_t)pl->l->lane_agent[pl->lane[i]];
+    if (on >= 0 && a != on) return -1;
+    on = a;
+  }
+  return on;
+}
+
+/* A lower bound on any placement of g's kernels on agent a alone: their
+ * work spread evenly over its lanes (a CPU's lanes share its workers, and
+ * a kernel measured at full width does at least its cost in worker time;
+ * a GPU lane runs one kernel at a time, each at least a launch). */
+static double work_bound(const hot_task_t *hot, const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
+  uint32_t lanes = 0, gpu = agent_kind(l, a) == AQ_AGENT_KIND_GPU, workers = workers_of(l, a);
+  for (uint32_t c = 0; c < l->nlanes; ++c) lanes += l->lane_agent[c] == a;
+  if (workers > lanes) lanes = workers;
+  double work = 0;
+  for (uint32_t i = 0; i < g->ntasks; ++i) {
+    if (hot[i].kind == TASK_HOST) continue;
+    double c = l->cost_ns[(size_t)i * l->nagents + a];
+    work += gpu && c < GPU_LAUNCH_NS ? GPU_LAUNCH_NS : c;
+  }
+  return lanes ? work / lanes : 0;
+}
+
 /* Whether agent a may run every kernel of g (host calls run on CPU lanes
  * whatever the placement: a batch loader beside a GPU's training step). */
 static int runs_every_kernel(const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
@@ -460,8 +489,20 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
     for (uint32_t b = 0; b < na; ++b)
       if (a != b && aq_plan_transfer_ns(l, a, b, 0) > margin) margin = aq_plan_transfer_ns(l, a, b, 0);
   double gain = s == AQ_OK && gpu_split(&mixed) ? SPLIT_GAIN_GPU : SPLIT_GAIN;
-  for (uint32_t a = 0; s == AQ_OK && na > 1 && a < na; ++a) {
+  int32_t mixed_on = s == AQ_OK ? kernels_on_one_agent(&mixed) : -1;
+  /* Where every kernel went to one agent, that agent's placement is the
+   * one just made (tried first, so it is still in `mixed`); an agent whose
+   * least possible makespan is already too slow to be kept is not tried
+   * (ms >= bound, so ms > best_ms + fmax(margin, gain * ms)). Placing is
+   * the dear part of instantiating a big graph. */
+  for (uint32_t k = 0; s == AQ_OK && na > 1 && k < na; ++k) {
+    uint32_t a = mixed_on >= 0 ? ((uint32_t)mixed_on + k) % na : k;
     if (!runs_every_kernel(g, l, a)) continue;
+    if ((int32_t)a == mixed_on) {
+      single_ms = best_ms, single_agent = mixed_on;
+      continue;
+    }
+    if (work_bound(mixed.hot, g, l, a) * (1 - gain) > best_ms + margin) continue;
     double ms = place(&single, (int32_t)a, &fail);
     if (ms < 0 || (single_ms >= 0 && ms >= single_ms)) continue;
     single_ms = ms, single_agent = (int32_t)a;

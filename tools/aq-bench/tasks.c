@@ -6,7 +6,7 @@
  *   memory plan, lowering; then the run) and re-runs are reported apart,
  *   each a median over --reps; the program's own graph construction is
  *   build_us_per_task on the first-run line. The placement is AQ_SCHED's
- *   (eager by default; AQ_SCHED=heft to measure HEFT).
+ *   (heft, the default, unless AQ_SCHED names another).
  *   metg: Task Bench's minimum effective task granularity: the smallest
  *   busy-wait duration at which a 1-D stencil (width = cores) still runs at
  *   50% efficiency.
