@@ -182,18 +182,35 @@ static int same_cost(const task_t *x, const task_t *y) {
          !strcmp(x->kind == TASK_HOST ? x->name : x->kernel, y->kind == TASK_HOST ? y->name : y->kernel);
 }
 
+/* What the memo needs of a task, computed once a task (not once an agent
+ * and pass): its tensors' bytes and a hash of its name with them. */
+typedef struct task_sig {
+  uint64_t bytes, hash;
+} task_sig_t;
+
+static task_sig_t *task_sigs(const aq_graph_t *g) {
+  task_sig_t *s = malloc((g->ntasks ? g->ntasks : 1) * sizeof(*s));
+  for (uint32_t t = 0; s && t < g->ntasks; ++t) {
+    const task_t *task = &g->tasks[t];
+    uint64_t b = task_bytes(g, task), h = b * 0x9e3779b97f4a7c15ull;
+    for (const char *c = task->kind == TASK_HOST ? task->name : task->kernel; *c; ++c) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    s[t] = (task_sig_t){b, h};
+  }
+  return s;
+}
+
 /* *fresh: not found, looked up now. */
-static double memo_cost(aq_exec_t *e, cost_memo_t *memo, uint32_t t, uint32_t a, uint32_t *samples, int *fresh) {
+static double memo_cost(aq_exec_t *e, cost_memo_t *memo, const task_sig_t *sig, uint32_t t, uint32_t a,
+                        uint32_t *samples, int *fresh) {
   const task_t *task = &e->graph->tasks[t];
-  uint64_t bytes = task_bytes(e->graph, task), h = bytes * 0x9e3779b97f4a7c15ull ^ a;
-  for (const char *c = task->kind == TASK_HOST ? task->name : task->kernel; *c; ++c) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+  uint64_t h = sig->hash ^ a;
   cost_memo_t *m = &memo[(h ^ h >> 29) % COST_MEMO];
-  *fresh = !(m->like && m->agent == a && m->bytes == bytes && same_cost(m->like, task));
+  *fresh = !(m->like && m->agent == a && m->bytes == sig->bytes && same_cost(m->like, task));
   if (!*fresh) {
     *samples = m->samples;
     return m->ns;
   }
-  *m = (cost_memo_t){task, a, 0, bytes, 0};
+  *m = (cost_memo_t){task, a, 0, sig->bytes, 0};
   m->ns = aq_exec_cost_of(e, t, a, &m->samples);
   *samples = m->samples;
   return m->ns;
@@ -202,7 +219,8 @@ static double memo_cost(aq_exec_t *e, cost_memo_t *memo, uint32_t t, uint32_t a,
 /* Op-library kernels short of samples on an agent that may run them are
  * measured there first, one task per model (calibrate.h); a failure leaves
  * the guesses. */
-static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible, uint64_t skip, cost_memo_t *memo) {
+static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible, uint64_t skip, cost_memo_t *memo,
+                              const task_sig_t *sigs) {
   aq_graph_t *g = e->graph;
   uint32_t *pick = malloc((g->ntasks ? g->ntasks : 1) * sizeof(uint32_t));
   perf_key_t *keys = malloc((g->ntasks ? g->ntasks : 1) * sizeof(perf_key_t));
@@ -212,7 +230,7 @@ static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible, uint64_t sk
     for (uint32_t t = 0; t < g->ntasks; ++t) {
       if (!(eligible[t] & (1u << e->agent_kind[a])) || !aq_perf_calibratable(g, t)) continue;
       int fresh;
-      memo_cost(e, memo, t, a, &samples, &fresh);
+      memo_cost(e, memo, &sigs[t], t, a, &samples, &fresh);
       if (!fresh || samples >= PERF_MIN_SAMPLES) continue; /* a task like it was seen */
       double bytes;
       aq_exec_task_key(e, t, a, &keys[n], &bytes);
@@ -251,18 +269,24 @@ aq_status_t aq_exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **o
     if (e->agent_kind[a] == AQ_AGENT_KIND_GPU && !((ranks >> a) & 1)) others |= 1ull << a;
   cost_memo_t memo[COST_MEMO];
   memset(memo, 0, sizeof(memo));
-  calibrate_missing(e, eligible, others, memo);
-  double *c = malloc((size_t)g->ntasks * e->nagents * sizeof(double));
-  if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  task_sig_t *sigs = task_sigs(g);
+  double *c = sigs ? malloc((size_t)g->ntasks * e->nagents * sizeof(double)) : NULL;
+  if (!c) {
+    free(sigs);
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  }
+  calibrate_missing(e, eligible, others, memo, sigs);
   uint32_t short_of_samples = 0;
   for (uint32_t t = 0; t < g->ntasks; ++t)
     for (uint32_t a = 0; a < e->nagents; ++a) {
       double *ct = &c[(size_t)t * e->nagents + a];
       uint32_t n = 0;
       int fresh;
-      *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1) ? memo_cost(e, memo, t, a, &n, &fresh) : -1;
+      *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1) ? memo_cost(e, memo, &sigs[t], t, a, &n, &fresh)
+                                                                          : -1;
       if (*ct >= 0 && n < PERF_MIN_SAMPLES) short_of_samples++;
     }
+  free(sigs);
   if (short_of_samples) e->profile_left = PERF_MIN_SAMPLES;
   *out = c;
   return AQ_OK;

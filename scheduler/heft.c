@@ -124,6 +124,8 @@ typedef struct placer {
   uint32_t *lane;                           /* per task: the result */
   double *finish, *cost;
   uint32_t *home;                           /* per tensor: where a persistent one lives (home_cost) */
+  uint32_t *agent_lanes, *first_lane;       /* each agent's lanes: agent_lanes[first_lane[a]..first_lane[a+1]) */
+  uint32_t *cand, *cand_stamp;              /* per lane: the lanes a task is tried on (place) */
 } placer_t;
 
 static uint32_t workers_of(const plan_lanes_t *l, uint32_t a) {
@@ -151,15 +153,22 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
   pl->finish = malloc(n * sizeof(double));
   pl->cost = malloc(n * sizeof(double));
   pl->home = malloc((g->ntensors ? g->ntensors : 1) * sizeof(uint32_t));
+  uint32_t nl = l->nlanes ? l->nlanes : 1;
+  pl->agent_lanes = malloc(nl * sizeof(uint32_t)), pl->first_lane = calloc(l->nagents + 2, sizeof(uint32_t));
+  pl->cand = malloc(nl * sizeof(uint32_t)), pl->cand_stamp = malloc(nl * sizeof(uint32_t));
   if (!pl->lane_free || !pl->worker_free || !pl->sorted || !pl->taken || !pl->used || !pl->lane || !pl->finish ||
-      !pl->cost || !pl->home)
+      !pl->cost || !pl->home || !pl->agent_lanes || !pl->first_lane || !pl->cand || !pl->cand_stamp)
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  for (uint32_t c = 0; c < l->nlanes; ++c) pl->first_lane[l->lane_agent[c] + 2]++;
+  for (uint32_t a = 0; a < l->nagents; ++a) pl->first_lane[a + 2] += pl->first_lane[a + 1];
+  for (uint32_t c = 0; c < l->nlanes; ++c) pl->agent_lanes[pl->first_lane[l->lane_agent[c] + 1]++] = c;
   return AQ_OK;
 }
 
 static void placer_free(placer_t *pl) {
   free(pl->lane_free), free(pl->worker_free), free(pl->sorted), free(pl->taken), free(pl->used), free(pl->first_worker);
   free(pl->lane), free(pl->finish), free(pl->cost), free(pl->home);
+  free(pl->agent_lanes), free(pl->first_lane), free(pl->cand), free(pl->cand_stamp);
   memset(pl, 0, sizeof(*pl));
 }
 
@@ -301,6 +310,40 @@ static int runs_every_kernel(const aq_graph_t *g, const plan_lanes_t *l, uint32_
   return 1;
 }
 
+/* The lanes worth trying task i (k-th in order) on, ascending: of each
+ * agent that may run it, the lane free first and the lanes of its
+ * predecessors. Another lane of the agent is never better than the one
+ * free first (the same hops from every predecessor, the same workers), and
+ * trying every lane of a 16-worker CPU made placing a task cost a
+ * microsecond. */
+static uint32_t candidates(placer_t *pl, uint32_t i, uint32_t k, int32_t only) {
+  const plan_lanes_t *l = pl->l;
+  const hot_task_t *t = &pl->hot[i];
+  const plan_task_t *pt = &pl->p->tasks[i];
+  uint32_t n = 0;
+  for (uint32_t a = 0; a < l->nagents; ++a) {
+    if (l->cost_ns[(size_t)i * l->nagents + a] < 0 || (t->agent >= 0 && a != (uint32_t)t->agent) ||
+        (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST))
+      continue;
+    uint32_t first = UINT32_MAX;
+    for (uint32_t j = pl->first_lane[a]; j < pl->first_lane[a + 1]; ++j) {
+      uint32_t c = pl->agent_lanes[j];
+      if (first == UINT32_MAX || pl->lane_free[c] < pl->lane_free[first]) first = c;
+    }
+    if (first != UINT32_MAX && pl->cand_stamp[first] != k + 1) pl->cand_stamp[first] = k + 1, pl->cand[n++] = first;
+  }
+  for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
+    uint32_t q = j < pt->npreds ? pt->preds[j] : pl->g->tasks[i].after_any[j - pt->npreds], c = pl->lane[q];
+    if (pl->cand_stamp[c] != k + 1) pl->cand_stamp[c] = k + 1, pl->cand[n++] = c;
+  }
+  for (uint32_t x = 1; x < n; ++x) /* ascending: ties go to the lowest lane, as trying all did */
+    for (uint32_t y = x; y > 0 && pl->cand[y - 1] > pl->cand[y]; --y) {
+      uint32_t tmp = pl->cand[y];
+      pl->cand[y] = pl->cand[y - 1], pl->cand[y - 1] = tmp;
+    }
+  return n;
+}
+
 /* Places the tasks in p->order, each where it finishes first (every kernel
  * on agent `only` if >= 0: a single-agent placement, as a user's
  * --placement gpu would be); the makespan, or -1 with *fail the task that
@@ -314,14 +357,16 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->lane_free[c] = 0, pl->used[c] = 0;
   for (uint32_t w = 0; w < pl->first_worker[na]; ++w) pl->worker_free[w] = 0;
   for (uint32_t x = 0; x < g->ntensors; ++x) pl->home[x] = UINT32_MAX;
+  for (uint32_t c = 0; c < l->nlanes; ++c) pl->cand_stamp[c] = 0;
   for (uint32_t k = 0; k < p->ntasks; ++k) {
     uint32_t i = p->order[k];
     const hot_task_t *t = &pl->hot[i];
     const plan_task_t *pt = &p->tasks[i];
     uint32_t best = UINT32_MAX, cached = UINT32_MAX, nsorted = 0, best_width_ = 1;
     double best_finish = 0, best_start = 0, best_cost = 0, groups = t->groups;
-    for (uint32_t c = 0; c < l->nlanes; ++c) {
-      uint32_t a = l->lane_agent[c];
+    uint32_t ncand = candidates(pl, i, k, only);
+    for (uint32_t ci = 0; ci < ncand; ++ci) {
+      uint32_t c = pl->cand[ci], a = l->lane_agent[c];
       double cost = l->cost_ns[(size_t)i * na + a];
       if (cost < 0 || !(l->eligible[i] & (1u << l->lane_kind[c]))) continue;
       if (t->agent >= 0 && a != (uint32_t)t->agent) continue;

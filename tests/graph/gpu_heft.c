@@ -104,6 +104,8 @@ Test(gpu_heft, profiled_runs_time_gpu_kernels_on_the_gpu) {
   cr_assert_eq(n[0], 4, "a sample per profiled run (%g)", n[0]);
   cr_assert(mean[0] > 100 && mean[0] < 2e6, "%g ns", mean[0]);
   cr_assert_eq(gpu_models("aq_relu_f32", n, mean), 1);
-  cr_assert_eq(n[0], 4, "%g", n[0]);
+  /* a kernel of a few us: its fourth run may spike past PERF_OUTLIER and
+   * be set aside, as the models mean to (perfmodel.h) */
+  cr_assert(n[0] == 4 || n[0] == 3, "%g", n[0]);
   AQ_ASSERT_OK(aq_graph_destroy(g));
 }
