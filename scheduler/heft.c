@@ -126,6 +126,8 @@ typedef struct placer {
   uint32_t *home;                           /* per tensor: where a persistent one lives (home_cost) */
   uint32_t *agent_lanes, *first_lane;       /* each agent's lanes: agent_lanes[first_lane[a]..first_lane[a+1]) */
   uint32_t *cand, *cand_stamp;              /* per lane: the lanes a task is tried on (place) */
+  const double *pred_bytes;                 /* per task, per predecessor: edge_bytes (from pred_at) */
+  const uint32_t *pred_at;
 } placer_t;
 
 static uint32_t workers_of(const plan_lanes_t *l, uint32_t a) {
@@ -177,18 +179,21 @@ static void placer_swap(placer_t *a, placer_t *b) {
   *a = *b, *b = t;
 }
 
-/* The free times of agent a's workers, earliest first, into pl->sorted;
- * how many. */
-static uint32_t sort_workers(placer_t *pl, uint32_t a) {
-  uint32_t f = pl->first_worker[a], n = pl->first_worker[a + 1] - f;
+/* The `need` earliest free times of agent a's workers, earliest first,
+ * into pl->sorted; how many (a task of g work-groups looks at no more than
+ * g of them: one, for most tasks, whatever the worker count). */
+static uint32_t sort_workers(placer_t *pl, uint32_t a, uint32_t need) {
+  uint32_t f = pl->first_worker[a], n = pl->first_worker[a + 1] - f, k = 0;
   double *v = pl->sorted;
+  if (need > n) need = n;
   for (uint32_t i = 0; i < n; ++i) {
     double x = pl->worker_free[f + i];
-    uint32_t j = i;
+    if (k == need && !(x < v[k - 1])) continue;
+    uint32_t j = k < need ? k++ : k - 1;
     for (; j > 0 && v[j - 1] > x; --j) v[j] = v[j - 1];
     v[j] = x;
   }
-  return n;
+  return k;
 }
 
 /* The width (workers) at which a task of `groups` work-groups, costing
@@ -376,14 +381,15 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
       for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
         uint32_t q = j < pt->npreds ? pt->preds[j] : g->tasks[i].after_any[j - pt->npreds];
         uint32_t aq = l->lane_agent[pl->lane[q]];
-        double hop = pl->lane[q] == c ? 0 : aq == a ? lane_hop_ns(l, a) : aq_plan_transfer_ns(l, aq, a, edge_bytes(g, q, i));
+        double bytes = aq == a ? 0 : j < pt->npreds ? pl->pred_bytes[pl->pred_at[i] + j] : edge_bytes(g, q, i);
+        double hop = pl->lane[q] == c ? 0 : aq == a ? lane_hop_ns(l, a) : aq_plan_transfer_ns(l, aq, a, bytes);
         double r = pl->finish[q] + hop;
         if (r > ready) ready = r;
       }
       double start = pl->lane_free[c] > ready ? pl->lane_free[c] : ready, finish = start + cost;
       uint32_t width = 1;
       if (pl->first_worker[a + 1] > pl->first_worker[a]) {
-        if (cached != a) cached = a, nsorted = sort_workers(pl, a);
+        if (cached != a) cached = a, nsorted = sort_workers(pl, a, groups < UINT32_MAX ? (uint32_t)ceil(groups) : UINT32_MAX);
         width = best_width(pl->sorted, nsorted, groups, start, cost, &start, &finish);
       }
       if (t->home) finish += home_cost(pl, &g->tasks[i], a);
@@ -511,14 +517,24 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
    * edge and SPLIT_GAIN of the time (a split whose gain is within the
    * models' error costs edges and a second agent's noise for nothing). */
   hot_task_t *hot = s == AQ_OK ? malloc((n ? n : 1) * sizeof(*hot)) : NULL;
-  if (s == AQ_OK && !hot) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  uint32_t *pred_at = s == AQ_OK ? malloc((n + 1) * sizeof(uint32_t)) : NULL;
+  double *pred_bytes = NULL;
+  if (s == AQ_OK && (!hot || !pred_at)) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i) hot[i] = hot_of(g, &g->tasks[i]);
+  /* each edge's bytes once, in task order, for every placement tried */
+  if (s == AQ_OK) pred_at[0] = 0;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) pred_at[i + 1] = pred_at[i] + p->tasks[i].npreds;
+  if (s == AQ_OK) pred_bytes = malloc((pred_at[n] ? pred_at[n] : 1) * sizeof(double));
+  if (s == AQ_OK && !pred_bytes) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
+    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) pred_bytes[pred_at[i] + j] = edge_bytes(g, p->tasks[i].preds[j], i);
   placer_t mixed = {0}, single = {0};
   uint32_t fail = UINT32_MAX;
   double best_ms = -1, single_ms = -1, margin = 0;
   int32_t single_agent = -1;
   if (s == AQ_OK) s = placer_init(&mixed, p, g, l, hot);
   if (s == AQ_OK && na > 1) s = placer_init(&single, p, g, l, hot);
+  mixed.pred_bytes = single.pred_bytes = pred_bytes, mixed.pred_at = single.pred_at = pred_at;
   if (s == AQ_OK) {
     best_ms = place(&mixed, -1, &fail);
     if (best_ms < 0) {
@@ -562,6 +578,6 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
     p->tasks[i].cost_ns = mixed.cost[i];
   }
   placer_free(&mixed), placer_free(&single);
-  free(hot), free(mean), free(rank), free(pos), free(order), free(start), free(fill), free(succ);
+  free(hot), free(pred_at), free(pred_bytes), free(mean), free(rank), free(pos), free(order), free(start), free(fill), free(succ);
   return s;
 }
