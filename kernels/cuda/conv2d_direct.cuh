@@ -36,8 +36,11 @@ __device__ __forceinline__ float ld(const uint16_t *p) { return __uint_as_float(
 template <typename T>
 __device__ void forward(const aq_conv2d_args_t &a, const T *xs, const T *ws) {
   const int64_t total = a.n * a.k * a.p * a.q, plane = a.h * a.wd;
+  const bool nr = narrow_items(total);
   for (int64_t o = grid_thread(); o < total; o += grid_threads()) {
-    const int64_t q = o % a.q, p = (o / a.q) % a.p, k = (o / (a.p * a.q)) % a.k, n = o / (a.p * a.q * a.k);
+    int64_t nk, p, q, n;
+    plane_coords(o, a.p, a.q, nr, nk, p, q);
+    const int64_t k = div_mod(nk, a.k, nr, n);
     const int64_t h0 = p * a.stride_h - a.pad_h, w0 = q * a.stride_w - a.pad_w;
     float acc = a.bias ? a.bias[k] : 0.0f;
     const T *x = xs + n * a.c * plane, *w = ws + k * a.c * a.r * a.s;
@@ -57,20 +60,21 @@ __device__ void forward(const aq_conv2d_args_t &a, const T *xs, const T *ws) {
 template <typename T>
 __device__ void backward_data(const aq_conv2d_args_t &a, const T *ws, const T *dys) {
   const int64_t total = a.n * a.c * a.h * a.wd, oplane = a.p * a.q;
+  const bool nr = narrow_items(total + a.pad_h + a.pad_w); /* ih + pad_h, iw + pad_w too */
   for (int64_t i = grid_thread(); i < total; i += grid_threads()) {
-    const int64_t iw = i % a.wd, ih = (i / a.wd) % a.h, c = (i / (a.h * a.wd)) % a.c, n = i / (a.h * a.wd * a.c);
+    int64_t nc, ih, iw, n;
+    plane_coords(i, a.h, a.wd, nr, nc, ih, iw);
+    const int64_t c = div_mod(nc, a.c, nr, n);
     float acc = 0.0f;
     for (int64_t r = 0; r < a.r; ++r) {
       /* p * stride_h = ih + pad_h - r * dil_h */
       const int64_t ph = ih + a.pad_h - r * a.dil_h;
-      if (ph < 0 || ph % a.stride_h) continue;
-      const int64_t p = ph / a.stride_h;
-      if (p >= a.p) continue;
+      int64_t p;
+      if (ph < 0 || div_mod(ph, a.stride_h, nr, p) || p >= a.p) continue;
       for (int64_t s = 0; s < a.s; ++s) {
         const int64_t qw = iw + a.pad_w - s * a.dil_w;
-        if (qw < 0 || qw % a.stride_w) continue;
-        const int64_t q = qw / a.stride_w;
-        if (q >= a.q) continue;
+        int64_t q;
+        if (qw < 0 || div_mod(qw, a.stride_w, nr, q) || q >= a.q) continue;
         const T *dy = dys + n * a.k * oplane + p * a.q + q, *w = ws + (c * a.r + r) * a.s + s;
         for (int64_t k = 0; k < a.k; ++k) acc = fmaf(ld(w + k * a.c * a.r * a.s), ld(dy + k * oplane), acc);
       }
@@ -136,7 +140,7 @@ __device__ void backward_filter(const aq_conv2d_args_t &a, const T *xs, const T 
 // first block adds them in rank order after a cluster barrier, so results
 // depend on the shape and launch, never on timing, and no workspace is
 // needed. Without clusters (sm_80, HIP) the first block of each cluster's
-// worth takes the whole batch. Planes of 2^31 elements or more take the
+// worth takes the whole batch. Planes of 2^30 elements or more take the
 // warp-per-weight loop above.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(AQ_HIP)
 #define AQ_CONV_CLUSTERS 1
