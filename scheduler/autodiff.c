@@ -207,7 +207,7 @@ static aq_status_t backward_pool(bw_t *b, const task_t *t) {
 
 static aq_status_t backward_batch_norm(bw_t *b, const task_t *t) {
   aq_graph_t *g = b->g;
-  uint32_t x = t->in[0], gamma = t->in[1], beta = t->in[2], dy = g->tensors[t->out].grad, tx, tg, tb, id;
+  uint32_t x = t->in[0], gamma = t->in[1], beta = t->in[2], dy = g->tensors[t->out].grad, tx, tg, tb, partial, id;
   int fx, fg, fb;
   aq_batch_norm_args_t a;
   memcpy(&a, t->kernarg, sizeof(a));
@@ -215,13 +215,20 @@ static aq_status_t backward_batch_norm(bw_t *b, const task_t *t) {
   AQ_RETURN_IF_ERROR(target_for(b, x, &tx, &fx));
   AQ_RETURN_IF_ERROR(target_for(b, gamma, &tg, &fg));
   AQ_RETURN_IF_ERROR(target_for(b, beta, &tb, &fb));
-  slot_t reads[5] = {{x, offsetof(aq_batch_norm_args_t, x)}, {gamma, offsetof(aq_batch_norm_args_t, gamma)},
+  /* Two kernels, as the forward: the sums over slices, then dx. */
+  AQ_RETURN_IF_ERROR(aq_batch_norm_partial(g, a.c, a.slices, "bn.dpartial", &partial));
+  slot_t sreads[3] = {{x, offsetof(aq_batch_norm_args_t, x)}, {t->aux, offsetof(aq_batch_norm_args_t, mean)},
+                      {dy, offsetof(aq_batch_norm_args_t, dy)}};
+  slot_t swrites[1] = {{partial, offsetof(aq_batch_norm_args_t, partial)}};
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, "batch_norm_bwd_stats", AQ_KERNEL_BATCH_NORM_BWD_STATS, &a, sizeof(a),
+                                      aq_planes_grid(a.c * a.slices), sreads, 3, swrites, 1, &id));
+  slot_t reads[6] = {{x, offsetof(aq_batch_norm_args_t, x)}, {gamma, offsetof(aq_batch_norm_args_t, gamma)},
                      {t->aux, offsetof(aq_batch_norm_args_t, mean)}, {t->aux + 1, offsetof(aq_batch_norm_args_t, rstd)},
-                     {dy, offsetof(aq_batch_norm_args_t, dy)}};
+                     {dy, offsetof(aq_batch_norm_args_t, dy)}, {partial, offsetof(aq_batch_norm_args_t, partial)}};
   slot_t writes[3] = {{tx, offsetof(aq_batch_norm_args_t, dx)}, {tg, offsetof(aq_batch_norm_args_t, dgamma)},
                       {tb, offsetof(aq_batch_norm_args_t, dbeta)}};
-  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, "batch_norm_bwd", AQ_KERNEL_BATCH_NORM_BWD, &a, sizeof(a), aq_planes_grid(a.c),
-                                   reads, 5, writes, 3, &id));
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, "batch_norm_bwd", AQ_KERNEL_BATCH_NORM_BWD_APPLY, &a, sizeof(a),
+                                      aq_planes_grid(a.c * a.slices), reads, 6, writes, 3, &id));
   AQ_RETURN_IF_ERROR(finish(b, x, tx, fx));
   AQ_RETURN_IF_ERROR(finish(b, gamma, tg, fg));
   return finish(b, beta, tb, fb);

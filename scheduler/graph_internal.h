@@ -94,6 +94,8 @@ struct aq_graph {
 aq_status_t aq_graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
                              uint32_t rank, const int64_t *dims, uint32_t *out_id);
 aq_status_t aq_graph_new_task(aq_graph_t *g, const task_t *t, uint32_t *out_id);
+/* The partial sums a batch norm pass's two kernels pass on (ops_nn.c). */
+aq_status_t aq_batch_norm_partial(aq_graph_t *g, int64_t channels, int32_t slices, const char *name, uint32_t *out);
 tensor_t *aq_graph_tensor(aq_graph_t *g, aq_tensor_t t); /* NULL if not of g */
 /* A generated name: "fn(a)", or "fn(a,b)" where b is not NULL, in size
  * bytes. An operand too long for its share is cut and its open parentheses

@@ -98,6 +98,12 @@ AQ_API aq_status_t aq_op_max_pool2d(aq_graph_t *g, aq_tensor_t x, const aq_pool_
   return AQ_OK;
 }
 
+/* A batch norm pass's partial sums: two doubles a slice of a channel (ops.h),
+ * as an f32 tensor of twice the elements. */
+aq_status_t aq_batch_norm_partial(aq_graph_t *g, int64_t channels, int32_t slices, const char *name, uint32_t *out) {
+  return aq_graph_new_tensor(g, name, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){channels * slices * 4}, out);
+}
+
 AQ_API aq_status_t aq_op_batch_norm(aq_graph_t *g, aq_tensor_t x, aq_tensor_t gamma, aq_tensor_t beta,
                                     aq_tensor_t running_mean, aq_tensor_t running_var,
                                     const aq_batch_norm_options_t *o, aq_tensor_t *out) {
@@ -116,25 +122,34 @@ AQ_API aq_status_t aq_op_batch_norm(aq_graph_t *g, aq_tensor_t x, aq_tensor_t ga
   int64_t hw = 1;
   for (uint32_t d = 2; d < tx->rank; ++d) hw *= tx->dims[d];
   aq_batch_norm_args_t a = {.n = tx->dims[0], .c = tx->dims[1], .hw = hw, .eps = o->eps > 0 ? o->eps : 1e-5f,
-                            .momentum = o->momentum > 0 ? o->momentum : 0.1f, .training = o->training ? 1 : 0};
+                            .momentum = o->momentum > 0 ? o->momentum : 0.1f, .training = o->training ? 1 : 0,
+                            .slices = aq_batch_norm_slices(tx->dims[0], tx->dims[1], hw)};
   int64_t dims[AQ_MAX_RANK];
   memcpy(dims, tx->dims, sizeof(dims));
-  uint32_t rank = tx->rank, y, mean, rstd;
+  uint32_t rank = tx->rank, y, mean, rstd, partial = 0, id;
   char name[TASK_NAME_MAX];
-  aq_graph_name(name, sizeof(name), "batch_norm", tx->name, NULL);
   AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "bn.out", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, rank, dims, &y));
   AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "bn.mean", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){a.c}, &mean));
   AQ_RETURN_IF_ERROR(aq_graph_new_tensor(g, "bn.rstd", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){a.c}, &rstd));
-  slot_t reads[5] = {{x.id, offsetof(aq_batch_norm_args_t, x)}, {gamma.id, offsetof(aq_batch_norm_args_t, gamma)},
+  if (a.training) { /* the statistics' first kernel: sums over slices of the channels */
+    AQ_RETURN_IF_ERROR(aq_batch_norm_partial(g, a.c, a.slices, "bn.partial", &partial));
+    aq_graph_name(name, sizeof(name), "batch_norm_stats", tx->name, NULL);
+    slot_t sreads[1] = {{x.id, offsetof(aq_batch_norm_args_t, x)}};
+    slot_t swrites[1] = {{partial, offsetof(aq_batch_norm_args_t, partial)}};
+    AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, AQ_KERNEL_BATCH_NORM_STATS, &a, sizeof(a),
+                                        aq_planes_grid(a.c * a.slices), sreads, 1, swrites, 1, &id));
+  }
+  aq_graph_name(name, sizeof(name), "batch_norm", tx->name, NULL);
+  slot_t reads[6] = {{x.id, offsetof(aq_batch_norm_args_t, x)}, {gamma.id, offsetof(aq_batch_norm_args_t, gamma)},
                      {beta.id, offsetof(aq_batch_norm_args_t, beta)},
                      {running_mean.id, offsetof(aq_batch_norm_args_t, running_mean)},
-                     {running_var.id, offsetof(aq_batch_norm_args_t, running_var)}};
+                     {running_var.id, offsetof(aq_batch_norm_args_t, running_var)},
+                     {partial, offsetof(aq_batch_norm_args_t, partial)}};
   slot_t writes[5] = {{y, offsetof(aq_batch_norm_args_t, y)}, {mean, offsetof(aq_batch_norm_args_t, mean)},
                       {rstd, offsetof(aq_batch_norm_args_t, rstd)}, {running_mean.id, UINT32_MAX},
                       {running_var.id, UINT32_MAX}};
-  uint32_t id;
-  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, AQ_KERNEL_BATCH_NORM, &a, sizeof(a), aq_planes_grid(a.c), reads, 5, writes,
-                                   a.training ? 5 : 3, &id));
+  AQ_RETURN_IF_ERROR(aq_graph_op_task(g, name, AQ_KERNEL_BATCH_NORM_APPLY, &a, sizeof(a), aq_planes_grid(a.c * a.slices),
+                                      reads, a.training ? 6 : 5, writes, a.training ? 5 : 3, &id));
   task_t *t = last_task(g);
   t->op = a.training ? OP_BATCH_NORM : OP_OTHER; /* inference is not differentiated */
   t->in[0] = x.id, t->in[1] = gamma.id, t->in[2] = beta.id, t->out = y, t->aux = mean;

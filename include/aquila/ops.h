@@ -334,9 +334,28 @@ typedef struct aq_pool_args {
 /* Batch norm over (n, h, w) per channel. Training: y = (x - mean) rstd gamma
  * + beta with the batch's statistics (saved), running_mean/var updated with
  * momentum; inference (training == 0): the running statistics. Backward:
- * dx, dgamma, dbeta. Grid: aq_planes_grid(c), one per channel. */
+ * dx, dgamma, dbeta. Grid: aq_planes_grid(c), one per channel.
+ *
+ * The graph runs each pass as two kernels instead, so that a channel's
+ * values spread over many work-groups (a GPU has far more SMs than a CNN
+ * has channels): each channel's n * hw values, in (n, h, w) order, are cut
+ * into `slices` even slices (aq_batch_norm_slices), and
+ *  - _stats writes each slice's sums into partial[(ch * slices + s) * 2 ..]:
+ *    forward, of x - shift and of its square, shift being the channel's
+ *    first value x[ch * hw] (one pass, no cancellation); backward, of dy and
+ *    of dy (x - mean);
+ *  - _apply adds a channel's partials in slice order (so every slice sees
+ *    the same statistics, and the results depend on the shape only), then
+ *    normalises its slice (y; training: slice 0 also writes mean, rstd and
+ *    the running statistics) or, backward, computes its slice's dx (slice 0
+ *    also dgamma and dbeta). Inference needs only _apply.
+ * Grid of both: aq_planes_grid(c * slices), an item a slice. */
 #define AQ_KERNEL_BATCH_NORM "aq_batch_norm_f32"
 #define AQ_KERNEL_BATCH_NORM_BWD "aq_batch_norm_bwd_f32"
+#define AQ_KERNEL_BATCH_NORM_STATS "aq_batch_norm_stats_f32"
+#define AQ_KERNEL_BATCH_NORM_APPLY "aq_batch_norm_apply_f32"
+#define AQ_KERNEL_BATCH_NORM_BWD_STATS "aq_batch_norm_bwd_stats_f32"
+#define AQ_KERNEL_BATCH_NORM_BWD_APPLY "aq_batch_norm_bwd_apply_f32"
 typedef struct aq_batch_norm_args {
   const float *x, *gamma, *beta;
   float *y, *mean, *rstd, *running_mean, *running_var;
@@ -345,8 +364,20 @@ typedef struct aq_batch_norm_args {
   int64_t n, c, hw;
   float eps, momentum;
   int32_t training;
-  int32_t reserved_;
+  int32_t slices;  /* the two-kernel passes: slices of a channel, >= 1 */
+  double *partial; /* the two-kernel passes: c * slices * 2 sums */
 } aq_batch_norm_args_t;
+
+/* Slices a channel enough for some 4 work-groups per SM of a large GPU
+ * (528: an H100's 132), none of fewer than AQ_BATCH_NORM_SLICE_MIN values. */
+#define AQ_BATCH_NORM_SLICE_MIN 2048
+#define AQ_BATCH_NORM_FILL 528
+static inline int32_t aq_batch_norm_slices(int64_t n, int64_t c, int64_t hw) {
+  int64_t m = n * hw, want = c > 0 ? (AQ_BATCH_NORM_FILL + c - 1) / c : 1;
+  int64_t most = (m + AQ_BATCH_NORM_SLICE_MIN - 1) / AQ_BATCH_NORM_SLICE_MIN;
+  int64_t s = want < most ? want : most;
+  return (int32_t)(s < 1 ? 1 : s);
+}
 
 /* z = alpha * x + beta * y (y may be NULL: z = alpha * x). */
 #define AQ_KERNEL_AXPBY "aq_axpby_f32"

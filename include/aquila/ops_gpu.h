@@ -62,8 +62,10 @@ static inline uint32_t aq_gpu_op_group_segment(const char *kernel, const void *k
  * the shape it runs best with, and falls back on aq_gpu_shape for the rest:
  *  - conv2d forward / backward data, pooling: 256-thread blocks, a thread
  *    per output (forward) or input element (backward data, pool backward);
- *  - conv2d backward filter: a warp per weight and per bias entry;
- *  - batch norm: a 256-thread block per channel;
+ *  - conv2d backward filter: a 256-thread block (or a cluster of them) per
+ *    item (above);
+ *  - batch norm: a 256-thread block per channel, or per slice of a channel
+ *    (the two-kernel passes);
  *  - sum over rows: a 256-thread block per AQ_GPU_SUM_ROWS_WIDTH columns. */
 #define AQ_GPU_BLOCK 256
 #define AQ_GPU_SUM_ROWS_WIDTH 8
@@ -194,6 +196,54 @@ static inline const char *aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build_t b, 
   return names[fused != 0][i];
 }
 
+/* ---- fp32 conv2d backward filter: two builds --------------------------------
+ * aq_conv2d_bwd_filter_f32 sums over the batch's output positions for each
+ * item: a run of at most AQ_GPU_CONV2D_BWD_FILTER_WIDTH of a filter's r * s
+ * weights dw[k, c, ...], or a dbias entry. A block takes an item; the
+ * _split build (sm_90) has a cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT
+ * blocks split the positions and sum their partials through distributed
+ * shared memory in rank order (deterministic, no workspace). Small filters
+ * (a LeNet's 1 -> 6 and 6 -> 16) have too few items to fill a GPU, so the
+ * runs get narrower and the split build takes them; aq_gpu_op_kernel picks
+ * it where the weight items number fewer than 2 blocks an SM. The grid's x
+ * of the split build must be a multiple of the cluster (as its shape's is);
+ * the plain build takes any launch. */
+#define AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT "aq_conv2d_bwd_filter_f32_split"
+#define AQ_GPU_CONV2D_BWD_FILTER_WIDTH 16
+#define AQ_GPU_CONV2D_BWD_FILTER_SPLIT 8
+#define AQ_GPU_CONV2D_BWD_FILTER_FILL 264 /* 2 blocks for each of an H100's SMs */
+
+/* The weights an item takes: up to the width, fewer where the (k, c)
+ * filters split 8 ways would not fill the GPU. */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bwd_filter_width(const aq_conv2d_args_t *a) {
+  const int64_t rs = a->r * a->s, pairs = a->k * a->c, w = AQ_GPU_CONV2D_BWD_FILTER_WIDTH;
+  if (rs <= 1 || pairs <= 0) return 1;
+  int64_t chunks = (rs + w - 1) / w, split = pairs * AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
+  const int64_t want = (AQ_GPU_CONV2D_BWD_FILTER_FILL + split - 1) / split;
+  if (want > chunks) chunks = want < rs ? want : rs;
+  return (int)((rs + chunks - 1) / chunks);
+}
+
+/* The items over weights (*weight_items) and in all, dbias included. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bwd_filter_items(const aq_conv2d_args_t *a, int64_t *weight_items) {
+  const int64_t rs = a->r * a->s > 0 ? a->r * a->s : 1, width = aq_conv2d_bwd_filter_width(a);
+  const int64_t pairs = a->k * a->c > 0 ? a->k * a->c : 0, w = pairs * ((rs + width - 1) / width);
+  if (weight_items) *weight_items = w;
+  return w + (a->dbias && a->k > 0 ? a->k : 0);
+}
+
+/* 1 (the plain build) or AQ_GPU_CONV2D_BWD_FILTER_SPLIT. */
+static inline int aq_conv2d_bwd_filter_split(const aq_conv2d_args_t *a) {
+  int64_t w;
+  aq_conv2d_bwd_filter_items(a, &w);
+  return w < AQ_GPU_CONV2D_BWD_FILTER_FILL ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT : 1;
+}
+
+static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d_args_t *a, int split) {
+  int64_t items = aq_conv2d_bwd_filter_items(a, NULL);
+  return aq_gpu_threads_shape((items > 0 ? items : 1) * split * AQ_GPU_BLOCK);
+}
+
 /* ---- bf16 conv2d on tensor cores --------------------------------------------
  * aq_conv2d_f32's three passes with its kernarg struct (same checks, same
  * index conventions), except that the tensors a pass reads are bf16
@@ -254,6 +304,8 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_gpu_shape(const aq_conv2d_args_
 /* The GPU build of an op kernel that suits these kernargs: one of a GPU's
  * variants, or the op's own name. */
 static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kernarg) {
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_bwd_filter_split((const aq_conv2d_args_t *)kernarg) > 1)
+    return AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT;
   if (!strcmp(kernel, AQ_KERNEL_MATMUL))
     return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build((const aq_matmul_args_t *)kernarg), 0);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED)) /* the fused args start with the product's */
@@ -272,8 +324,10 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
     if (!strcmp(kernel, AQ_KERNEL_CONV2D)) return aq_gpu_threads_shape(a->n * a->k * a->p * a->q);
     if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA)) return aq_gpu_threads_shape(a->n * a->c * a->h * a->wd);
-    return aq_gpu_threads_shape(32 * (a->k * a->c * a->r * a->s + (a->dbias ? a->k : 0)));
+    return aq_conv2d_bwd_filter_gpu_shape(a, aq_conv2d_bwd_filter_split(a));
   }
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT))
+    return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
   if (!strcmp(kernel, AQ_KERNEL_MAX_POOL) || !strcmp(kernel, AQ_KERNEL_AVG_POOL))
     return aq_gpu_threads_shape(((const aq_pool_args_t *)kernarg)->planes * ((const aq_pool_args_t *)kernarg)->p *
                                 ((const aq_pool_args_t *)kernarg)->q);
@@ -282,6 +336,11 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
                                 ((const aq_pool_args_t *)kernarg)->w);
   if (!strcmp(kernel, AQ_KERNEL_BATCH_NORM) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD))
     return aq_gpu_threads_shape(((const aq_batch_norm_args_t *)kernarg)->c * AQ_GPU_BLOCK);
+  if (!strcmp(kernel, AQ_KERNEL_BATCH_NORM_STATS) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_APPLY) ||
+      !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD_STATS) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD_APPLY)) {
+    const aq_batch_norm_args_t *a = (const aq_batch_norm_args_t *)kernarg;
+    return aq_gpu_threads_shape(a->c * (a->slices > 1 ? a->slices : 1) * AQ_GPU_BLOCK);
+  }
   if (!strcmp(kernel, AQ_KERNEL_SUM_ROWS) || !strcmp(kernel, AQ_KERNEL_SUM_ROWS_SGD)) /* 8 columns x 32 row slices a block */
     return aq_gpu_threads_shape((((const aq_sum_rows_args_t *)kernarg)->cols + AQ_GPU_SUM_ROWS_WIDTH - 1) /
                                 AQ_GPU_SUM_ROWS_WIDTH * AQ_GPU_BLOCK);

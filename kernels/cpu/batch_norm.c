@@ -1,7 +1,10 @@
 /* Batch norm per channel over (n, h, w): training (batch statistics, running
- * statistics updated), inference, and the backward. A channel is n planes of
- * hw contiguous floats; each plane goes through a loop vectorised per ISA
- * (simd.h), partial sums in 16 lanes, plane totals added in double. */
+ * statistics updated), inference, and the backward; each pass whole (an
+ * item a channel) or as the graph runs it, in two kernels over slices of
+ * the channels (ops.h: _stats, then _apply). A channel is n planes of hw
+ * contiguous floats; each plane, or the part of it in a slice, goes through
+ * a loop vectorised per ISA (simd.h), partial sums in 16 lanes, plane totals
+ * added in double. */
 #include <math.h>
 
 #include "aquila/ops.h"
@@ -29,6 +32,25 @@ AQ_INLINE void plane_sum_body(const float *x, int64_t n, float shift, int square
 AQ_VECTORISE(plane_sum, (const float *x, int64_t n, float shift, int squares, double *out),
              (x, n, shift, squares, out))
 
+/* out[0] += sum(x - shift), out[1] += sum((x - shift)^2). */
+AQ_INLINE void plane_moments_body(const float *x, int64_t n, float shift, double *out) {
+  float s[16] = {0}, ss[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int t = 0; t < 16; ++t) {
+      float d = x[i + t] - shift;
+      s[t] += d, ss[t] += d * d;
+    }
+  double a = 0, b = 0;
+  for (int t = 0; t < 16; ++t) a += s[t], b += ss[t];
+  for (; i < n; ++i) {
+    double d = (double)x[i] - shift;
+    a += d, b += d * d;
+  }
+  out[0] += a, out[1] += b;
+}
+AQ_VECTORISE(plane_moments, (const float *x, int64_t n, float shift, double *out), (x, n, shift, out))
+
 /* out[0] += sum(dy), out[1] += sum(dy (x - mean)). */
 AQ_INLINE void plane_dsum_body(const float *dy, const float *x, int64_t n, float mean, double *out) {
   float s[16] = {0}, sx[16] = {0};
@@ -55,6 +77,32 @@ AQ_INLINE void plane_dx_body(const float *dy, const float *x, float *dx, int64_t
 AQ_VECTORISE(plane_dx, (const float *dy, const float *x, float *dx, int64_t n, float k_dy, float k_x, float k),
              (dy, x, dx, n, k_dy, k_x, k))
 
+/* Training: the batch's statistics of channel c saved, the running ones
+ * updated (the running variance unbiased). */
+static void store_stats(const aq_batch_norm_args_t *a, int64_t c, double mean, double var) {
+  double m = (double)(a->n * a->hw);
+  a->mean[c] = (float)mean, a->rstd[c] = (float)(1.0 / sqrt(var + a->eps));
+  a->running_mean[c] = (1.0f - a->momentum) * a->running_mean[c] + a->momentum * (float)mean;
+  a->running_var[c] = (1.0f - a->momentum) * a->running_var[c] + a->momentum * (float)(var * m / (m > 1 ? m - 1 : 1));
+}
+
+/* y = p x + q normalises channel c. */
+static void affine(const aq_batch_norm_args_t *a, int64_t c, double mean, double var, float *p, float *q) {
+  float rstd = (float)(1.0 / sqrt(var + a->eps)), g = a->gamma ? a->gamma[c] : 1.0f, b = a->beta ? a->beta[c] : 0.0f;
+  *p = rstd * g, *q = b - (float)mean * rstd * g;
+}
+
+/* dx = k[0] dy + k[1] x + k[2] for channel c, from sum(dy) and sum(dy xhat);
+ * dgamma and dbeta written where `grads`. */
+static void dx_terms(const aq_batch_norm_args_t *a, int64_t c, double sdy, double sdyx, int grads, float k[3]) {
+  double m = (double)(a->n * a->hw);
+  float mean = a->mean[c], rstd = a->rstd[c], g = a->gamma ? a->gamma[c] : 1.0f;
+  if (grads) a->dgamma[c] = (float)sdyx, a->dbeta[c] = (float)sdy;
+  double kg = (double)g * rstd;
+  k[0] = (float)kg, k[1] = (float)(-kg * rstd * sdyx / m);
+  k[2] = (float)(-kg * sdy / m + kg * rstd * sdyx / m * mean);
+}
+
 static int batch_norm(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   const aq_batch_norm_args_t *a = kernarg;
   if (!a->x || !a->y || !a->running_mean || !a->running_var || a->n <= 0 || a->c <= 0 || a->hw <= 0) return 1;
@@ -70,14 +118,12 @@ static int batch_norm(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
       mean = s / m;
       for (int64_t n = 0; n < a->n; ++n) plane_sum(a->x + (n * a->c + c) * a->hw, a->hw, (float)mean, 1, &ss);
       var = ss / m;
-      a->mean[c] = (float)mean, a->rstd[c] = (float)(1.0 / sqrt(var + a->eps));
-      a->running_mean[c] = (1.0f - a->momentum) * a->running_mean[c] + a->momentum * (float)mean;
-      a->running_var[c] = (1.0f - a->momentum) * a->running_var[c] + a->momentum * (float)(var * m / (m > 1 ? m - 1 : 1));
+      store_stats(a, c, mean, var);
     } else {
       mean = a->running_mean[c], var = a->running_var[c];
     }
-    float rstd = (float)(1.0 / sqrt(var + a->eps)), g = a->gamma ? a->gamma[c] : 1.0f, b = a->beta ? a->beta[c] : 0.0f;
-    float p = rstd * g, q = b - (float)mean * rstd * g;
+    float p, q;
+    affine(a, c, mean, var, &p, &q);
     for (int64_t n = 0; n < a->n; ++n) {
       int64_t o = (n * a->c + c) * a->hw;
       plane_affine(a->x + o, a->y + o, a->hw, p, q);
@@ -95,22 +141,125 @@ static int batch_norm_bwd(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
     return 1;
   int64_t lo, hi;
   if (!aq_group_range(ctx, a->c, &lo, &hi)) return 0;
-  double m = (double)(a->n * a->hw);
   for (int64_t c = lo; c < hi; ++c) {
-    float mean = a->mean[c], rstd = a->rstd[c], g = a->gamma ? a->gamma[c] : 1.0f;
     double sums[2] = {0, 0};
     for (int64_t n = 0; n < a->n; ++n) {
       int64_t o = (n * a->c + c) * a->hw;
-      plane_dsum(a->dy + o, a->x + o, a->hw, mean, sums);
+      plane_dsum(a->dy + o, a->x + o, a->hw, a->mean[c], sums);
     }
-    double sdy = sums[0], sdyx = sums[1] * rstd; /* sum(dy xhat) */
-    a->dgamma[c] = (float)sdyx, a->dbeta[c] = (float)sdy;
-    double kg = (double)g * rstd;
-    float k_dy = (float)kg, k_x = (float)(-kg * rstd * sdyx / m);
-    float k = (float)(-kg * sdy / m + kg * rstd * sdyx / m * mean);
+    float k[3];
+    dx_terms(a, c, sums[0], sums[1] * a->rstd[c], 1, k); /* sums[1] rstd: sum(dy xhat) */
     for (int64_t n = 0; n < a->n; ++n) {
       int64_t o = (n * a->c + c) * a->hw;
-      plane_dx(a->dy + o, a->x + o, a->dx + o, a->hw, k_dy, k_x, k);
+      plane_dx(a->dy + o, a->x + o, a->dx + o, a->hw, k[0], k[1], k[2]);
+    }
+  }
+  return 0;
+}
+
+/* ---- the two-kernel passes (ops.h): an item a slice of a channel ---- */
+
+static int sliced(const aq_batch_norm_args_t *a) {
+  return a->n > 0 && a->c > 0 && a->hw > 0 && a->slices >= 1;
+}
+
+/* Item it's channel, and its slice's [lo, hi) of the channel's values. */
+static int64_t slice_of(const aq_batch_norm_args_t *a, int64_t it, int64_t *lo, int64_t *hi) {
+  int64_t m = a->n * a->hw, s = it % a->slices;
+  *lo = s * m / a->slices, *hi = (s + 1) * m / a->slices;
+  return it / a->slices;
+}
+
+/* The run of channel c's values from i (< hi) within one plane: its offset
+ * in the tensor, its length in *len. */
+static int64_t run_at(const aq_batch_norm_args_t *a, int64_t c, int64_t i, int64_t hi, int64_t *len) {
+  int64_t n = i / a->hw, end = (n + 1) * a->hw < hi ? (n + 1) * a->hw : hi;
+  *len = end - i;
+  return (n * a->c + c) * a->hw + i % a->hw;
+}
+
+/* Channel c's partial sums added in slice order. */
+static void channel_sums(const aq_batch_norm_args_t *a, int64_t c, double out[2]) {
+  const double *p = a->partial + c * a->slices * 2;
+  out[0] = out[1] = 0;
+  for (int64_t s = 0; s < a->slices; ++s) out[0] += p[2 * s], out[1] += p[2 * s + 1];
+}
+
+/* Item it's slice sums into the partial buffer: of x - shift and its square
+ * (shift: the channel's first value), or backward of dy and dy (x - mean). */
+static void slice_sums(const aq_batch_norm_args_t *a, int64_t it, int backward) {
+  int64_t b, e, c = slice_of(a, it, &b, &e);
+  double sums[2] = {0, 0};
+  for (int64_t i = b, len; i < e; i += len) {
+    int64_t o = run_at(a, c, i, e, &len);
+    if (backward) plane_dsum(a->dy + o, a->x + o, len, a->mean[c], sums);
+    else plane_moments(a->x + o, len, a->x[c * a->hw], sums);
+  }
+  a->partial[2 * it] = sums[0], a->partial[2 * it + 1] = sums[1];
+}
+
+static int batch_norm_stats(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
+  const aq_batch_norm_args_t *a = kernarg;
+  if (!a->x || !a->partial || !sliced(a)) return 1;
+  int64_t lo, hi;
+  if (!aq_group_range(ctx, a->c * a->slices, &lo, &hi)) return 0;
+  for (int64_t it = lo; it < hi; ++it) slice_sums(a, it, 0);
+  return 0;
+}
+
+static int batch_norm_apply(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
+  const aq_batch_norm_args_t *a = kernarg;
+  if (!a->x || !a->y || !a->running_mean || !a->running_var || !sliced(a)) return 1;
+  if (a->training && (!a->mean || !a->rstd || !a->partial)) return 1;
+  int64_t lo, hi;
+  if (!aq_group_range(ctx, a->c * a->slices, &lo, &hi)) return 0;
+  double m = (double)(a->n * a->hw);
+  for (int64_t it = lo; it < hi; ++it) {
+    int64_t b, e, c = slice_of(a, it, &b, &e);
+    double mean, var;
+    if (a->training) { /* the running statistics are slice 0's to update */
+      double sums[2];
+      channel_sums(a, c, sums);
+      mean = sums[0] / m, var = sums[1] / m - mean * mean, mean += a->x[c * a->hw];
+      if (var < 0) var = 0;
+      if (it % a->slices == 0) store_stats(a, c, mean, var);
+    } else {
+      mean = a->running_mean[c], var = a->running_var[c];
+    }
+    float p, q;
+    affine(a, c, mean, var, &p, &q);
+    for (int64_t i = b, len; i < e; i += len) {
+      int64_t o = run_at(a, c, i, e, &len);
+      plane_affine(a->x + o, a->y + o, len, p, q);
+    }
+  }
+  return 0;
+}
+
+static int batch_norm_bwd_stats(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
+  const aq_batch_norm_args_t *a = kernarg;
+  if (!a->x || !a->dy || !a->mean || !a->partial || !sliced(a)) return 1;
+  int64_t lo, hi;
+  if (!aq_group_range(ctx, a->c * a->slices, &lo, &hi)) return 0;
+  for (int64_t it = lo; it < hi; ++it) slice_sums(a, it, 1);
+  return 0;
+}
+
+static int batch_norm_bwd_apply(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
+  const aq_batch_norm_args_t *a = kernarg;
+  if (!a->x || !a->dy || !a->dx || !a->mean || !a->rstd || !a->dgamma || !a->dbeta || !a->partial || !sliced(a))
+    return 1;
+  int64_t lo, hi;
+  if (!aq_group_range(ctx, a->c * a->slices, &lo, &hi)) return 0;
+  for (int64_t it = lo; it < hi; ++it) {
+    int64_t b, e, c = slice_of(a, it, &b, &e);
+    double sums[2];
+    float k[3];
+    channel_sums(a, c, sums);
+    dx_terms(a, c, sums[0], sums[1] * a->rstd[c], it % a->slices == 0, k);
+    for (int64_t i = b, len; i < e; i += len) {
+      int64_t o = run_at(a, c, i, e, &len);
+      plane_dx(a->dy + o, a->x + o, a->dx + o, len, k[0], k[1], k[2]);
     }
   }
   return 0;
@@ -119,3 +268,11 @@ static int batch_norm_bwd(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
 const aq_kernel_desc_t aq_cpu_batch_norm_desc = {AQ_KERNEL_BATCH_NORM, batch_norm, sizeof(aq_batch_norm_args_t), 8, 0, 0};
 const aq_kernel_desc_t aq_cpu_batch_norm_bwd_desc = {AQ_KERNEL_BATCH_NORM_BWD, batch_norm_bwd,
                                                      sizeof(aq_batch_norm_args_t), 8, 0, 0};
+const aq_kernel_desc_t aq_cpu_batch_norm_stats_desc = {AQ_KERNEL_BATCH_NORM_STATS, batch_norm_stats,
+                                                       sizeof(aq_batch_norm_args_t), 8, 0, 0};
+const aq_kernel_desc_t aq_cpu_batch_norm_apply_desc = {AQ_KERNEL_BATCH_NORM_APPLY, batch_norm_apply,
+                                                       sizeof(aq_batch_norm_args_t), 8, 0, 0};
+const aq_kernel_desc_t aq_cpu_batch_norm_bwd_stats_desc = {AQ_KERNEL_BATCH_NORM_BWD_STATS, batch_norm_bwd_stats,
+                                                           sizeof(aq_batch_norm_args_t), 8, 0, 0};
+const aq_kernel_desc_t aq_cpu_batch_norm_bwd_apply_desc = {AQ_KERNEL_BATCH_NORM_BWD_APPLY, batch_norm_bwd_apply,
+                                                           sizeof(aq_batch_norm_args_t), 8, 0, 0};

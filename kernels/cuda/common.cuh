@@ -39,6 +39,31 @@ __device__ inline int64_t grid_blocks() { return (int64_t)gridDim.x * gridDim.y 
 __device__ inline int block_thread() { return (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x; }
 __device__ inline int block_threads() { return blockDim.x * blockDim.y * blockDim.z; }
 
+// Index arithmetic of the grid-stride loops: 64-bit division takes tens of
+// instructions, 32-bit a few, so where a loop's items number under 2^32
+// (`narrow`) its indices divide in 32 bits.
+__device__ inline bool narrow_items(int64_t items) { return items <= (int64_t)0xffffffff; }
+
+// q = t / d, and t % d returned, for 0 <= t and 0 < d; both under 2^32
+// where narrow.
+__device__ __forceinline__ int64_t div_mod(int64_t t, int64_t d, bool narrow, int64_t &q) {
+  if (narrow) {
+    const uint32_t u = (uint32_t)t, v = (uint32_t)d, w = u / v;
+    q = w;
+    return u - w * v;
+  }
+  q = t / d;
+  return t - q * d;
+}
+
+// Item o of planes x rows x cols (row-major) as (plane, row, col).
+__device__ __forceinline__ void plane_coords(int64_t o, int64_t rows, int64_t cols, bool narrow, int64_t &plane,
+                                             int64_t &row, int64_t &col) {
+  int64_t t;
+  col = div_mod(o, cols, narrow, t);
+  row = div_mod(t, rows, narrow, plane);
+}
+
 // Sum over a warp (every lane gets it).
 template <typename T>
 __device__ inline T warp_sum(T v) {

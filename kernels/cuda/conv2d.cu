@@ -15,5 +15,12 @@ AQ_KERNEL void aq_conv2d_bwd_data_f32(aq_conv2d_args_t a) {
 
 AQ_KERNEL void aq_conv2d_bwd_filter_f32(aq_conv2d_args_t a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-  conv::backward_filter(a, a.x, a.dy);
+  conv::backward_filter_fast<float, 1>(a, a.x, a.dy);
+}
+
+// The same, the batch split over a cluster (ops_gpu.h: the grid's x a
+// multiple of the cluster).
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) aq_conv2d_bwd_filter_f32_split(aq_conv2d_args_t a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+  conv::backward_filter_fast<float, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a, a.x, a.dy);
 }

@@ -14,8 +14,10 @@ __device__ inline bool valid(const aq_pool_args_t &a) {
 
 __device__ inline void forward(const aq_pool_args_t &a, bool max) {
   const int64_t total = a.planes * a.p * a.q;
+  const bool nr = narrow_items(total);
   for (int64_t o = grid_thread(); o < total; o += grid_threads()) {
-    const int64_t q = o % a.q, p = (o / a.q) % a.p, pl = o / (a.p * a.q);
+    int64_t pl, p, q;
+    plane_coords(o, a.p, a.q, nr, pl, p, q);
     const float *x = a.x + pl * a.h * a.w;
     float best = -3.402823466e38f, sum = 0.0f;
     int32_t arg = -1;
@@ -36,22 +38,26 @@ __device__ inline void forward(const aq_pool_args_t &a, bool max) {
 }
 
 // Outputs along one axis whose window covers input i: lo..hi inclusive.
-__device__ inline void covering(int64_t i, int64_t pad, int32_t k, int32_t stride, int64_t outs, int64_t &lo,
-                                int64_t &hi) {
+// Divides in 32 bits where narrow and t + stride is under 2^32.
+__device__ inline void covering(int64_t i, int64_t pad, int32_t k, int32_t stride, int64_t outs, bool narrow,
+                                int64_t &lo, int64_t &hi) {
   const int64_t t = i + pad; /* o * stride <= t <= o * stride + k - 1 */
-  lo = t - k + 1 <= 0 ? 0 : (t - k + 1 + stride - 1) / stride;
-  hi = t / stride;
+  narrow = narrow && narrow_items(t + stride);
+  lo = 0;
+  if (t - k + 1 > 0) div_mod(t - k + 1 + stride - 1, stride, narrow, lo);
+  div_mod(t, stride, narrow, hi);
   if (hi > outs - 1) hi = outs - 1;
 }
 
 __device__ inline void backward(const aq_pool_args_t &a, bool max) {
   const int64_t total = a.planes * a.h * a.w;
   const float inv = 1.0f / (float)(a.kh * a.kw);
+  const bool nr = narrow_items(total);
   for (int64_t e = grid_thread(); e < total; e += grid_threads()) {
-    const int64_t iw = e % a.w, ih = (e / a.w) % a.h, pl = e / (a.h * a.w);
-    int64_t p0, p1, q0, q1;
-    covering(ih, a.pad_h, a.kh, a.stride_h, a.p, p0, p1);
-    covering(iw, a.pad_w, a.kw, a.stride_w, a.q, q0, q1);
+    int64_t pl, ih, iw, p0, p1, q0, q1;
+    plane_coords(e, a.h, a.w, nr, pl, ih, iw);
+    covering(ih, a.pad_h, a.kh, a.stride_h, a.p, nr, p0, p1);
+    covering(iw, a.pad_w, a.kw, a.stride_w, a.q, nr, q0, q1);
     const int32_t me = (int32_t)(ih * a.w + iw);
     float g = 0.0f;
     for (int64_t p = p0; p <= p1; ++p)

@@ -14,9 +14,17 @@ static const conv_case_t conv_cases[] = {
     {2, 3, 7, 9, 4, 3, 2, 2, 1, 1, 0, 1, 2},
     {3, 5, 33, 17, 7, 5, 5, 1, 1, 2, 2, 1, 1},
     {2, 4, 12, 10, 3, 3, 3, 3, 2, 2, 1, 2, 1},
+    {1, 3, 9, 11, 2, 3, 3, 2, 2, 1, 1, 1, 1},  /* batch 1, stride 2, padding */
+    {2, 2, 9, 9, 3, 7, 7, 1, 1, 3, 3, 1, 1},   /* 49 weights a filter: runs of the backward filter */
+    {5, 1, 13, 13, 1, 1, 1, 1, 1, 0, 0, 1, 1}, /* 1x1 */
+    {64, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2, 1, 1}, /* the Fashion-MNIST CNN's (split backward filter) */
+    {64, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0, 1, 1},
+    {3, 64, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1}, /* enough filters for the plain backward filter */
 };
 
-static void conv_case(const conv_case_t *t, int cpu_grid) {
+/* launch: 0 the scheduler's build and shape, 1 the CPU grid, 2 the split
+ * backward filter. */
+static void conv_case(const conv_case_t *t, int launch) {
   aq_conv2d_args_t a = {0};
   a.n = t->n, a.c = t->c, a.h = t->h, a.wd = t->w, a.k = t->k, a.r = t->r, a.s = t->s;
   a.stride_h = t->sh, a.stride_w = t->sw, a.pad_h = t->ph, a.pad_w = t->pw, a.dil_h = t->dh, a.dil_w = t->dw;
@@ -51,8 +59,10 @@ static void conv_case(const conv_case_t *t, int cpu_grid) {
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
-    if (cpu_grid) gk_op(names[i], &a, cpu);
-    else gk_run(names[i], &a, aq_gpu_op_shape(names[i], &a, cpu));
+    if (launch == 1) gk_op(names[i], &a, cpu);
+    else if (launch == 2 && i == 2)
+      gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, &a, cpu));
+    else gk_run(aq_gpu_op_kernel(names[i], &a), &a, aq_gpu_op_shape(names[i], &a, cpu)); /* as the scheduler */
   }
   gk_expect_close("conv2d y", y, ry, (size_t)ny, 1e-4f);
   gk_expect_close("conv2d dx", dx, rdx, (size_t)nx, 1e-4f);
@@ -65,6 +75,11 @@ static void conv_case(const conv_case_t *t, int cpu_grid) {
 
 Test(gpu_conv, conv2d_forward_and_backwards_stride_padding_dilation) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 0);
+}
+/* The backward filter's split build (sm_90 clusters) on every case, even
+ * those the picker gives the plain build. */
+Test(gpu_conv, conv2d_bwd_filter_split_build) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 2);
 }
 Test(gpu_conv, conv2d_under_the_cpu_grid) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 1);
@@ -132,22 +147,36 @@ Test(gpu_conv, max_and_avg_pool_forward_backward) {
   }
 }
 
-static void bn_case(int64_t n, int64_t c, int64_t hw, int cpu_grid) {
+/* launch: 0 the whole passes with their GPU shapes, 1 under the CPU grid;
+ * 2 the graph's two-kernel passes (stats, apply) over `slices` slices with
+ * their GPU shapes, 3 under their CPU grid. */
+static void bn_case(int64_t n, int64_t c, int64_t hw, int launch, int32_t slices) {
   const int64_t total = n * c * hw;
   float *x = gk_random((size_t)total, 7), *y = gk_floats((size_t)total), *dy = gk_random((size_t)total, 8);
   float *dx = gk_floats((size_t)total), *gamma = gk_random((size_t)c, 9), *beta = gk_random((size_t)c, 10);
   float *mean = gk_floats((size_t)c), *rstd = gk_floats((size_t)c), *rm = gk_random((size_t)c, 11), *rv = gk_floats((size_t)c);
   float *dg = gk_floats((size_t)c), *dbt = gk_floats((size_t)c);
+  double *partial = gk_alloc((size_t)(c * slices * 2), sizeof(double));
   for (int64_t i = 0; i < total; ++i) x[i] = x[i] * 3.0f + 0.5f; /* a mean and a variance away from 0 and 1 */
   for (int64_t i = 0; i < c; ++i) rv[i] = 1.0f + 0.1f * (float)i;
   float *rm0 = malloc((size_t)c * 4), *rv0 = malloc((size_t)c * 4);
   memcpy(rm0, rm, (size_t)c * 4), memcpy(rv0, rv, (size_t)c * 4);
-  aq_batch_norm_args_t a = {x, gamma, beta, y, mean, rstd, rm, rv, dy, dx, dg, dbt, n, c, hw, 1e-5f, 0.1f, 1, 0};
+  aq_batch_norm_args_t a = {x, gamma, beta, y, mean, rstd, rm, rv, dy, dx, dg, dbt, n, c, hw, 1e-5f, 0.1f, 1, 0, NULL};
+  const char *fwd = AQ_KERNEL_BATCH_NORM, *bwd = AQ_KERNEL_BATCH_NORM_BWD;
   aq_dispatch_shape_t cpu = aq_planes_grid(c);
-  if (cpu_grid) gk_op(AQ_KERNEL_BATCH_NORM, &a, cpu), gk_op(AQ_KERNEL_BATCH_NORM_BWD, &a, cpu);
-  else
-    gk_run(AQ_KERNEL_BATCH_NORM, &a, aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM, &a, cpu)),
-        gk_run(AQ_KERNEL_BATCH_NORM_BWD, &a, aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM_BWD, &a, cpu));
+  if (launch >= 2) {
+    a.slices = slices, a.partial = partial, cpu = aq_planes_grid(c * slices);
+    const char *k[4] = {AQ_KERNEL_BATCH_NORM_STATS, AQ_KERNEL_BATCH_NORM_APPLY, AQ_KERNEL_BATCH_NORM_BWD_STATS,
+                        AQ_KERNEL_BATCH_NORM_BWD_APPLY};
+    for (int i = 0; i < 4; ++i)
+      if (launch == 3) gk_op(k[i], &a, cpu);
+      else gk_run(k[i], &a, aq_gpu_op_shape(k[i], &a, cpu));
+    fwd = AQ_KERNEL_BATCH_NORM_APPLY;
+  } else if (launch == 1) {
+    gk_op(fwd, &a, cpu), gk_op(bwd, &a, cpu);
+  } else {
+    gk_run(fwd, &a, aq_gpu_op_shape(fwd, &a, cpu)), gk_run(bwd, &a, aq_gpu_op_shape(bwd, &a, cpu));
+  }
   const double m = (double)(n * hw);
   for (int64_t ch = 0; ch < c; ++ch) {
     double s = 0, ss = 0, sdy = 0, sdyx = 0;
@@ -177,8 +206,8 @@ static void bn_case(int64_t n, int64_t c, int64_t hw, int cpu_grid) {
     }
   }
   /* Inference uses the running statistics (now updated). */
-  a.training = 0;
-  gk_run(AQ_KERNEL_BATCH_NORM, &a, aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM, &a, cpu));
+  a.training = 0, a.partial = NULL;
+  gk_run(fwd, &a, aq_gpu_op_shape(fwd, &a, cpu));
   for (int64_t i = 0; i < total; ++i) {
     int64_t ch = (i / hw) % c;
     float want = (float)((x[i] - rm[ch]) / sqrt(rv[ch] + 1e-5) * gamma[ch] + beta[ch]);
@@ -186,15 +215,31 @@ static void bn_case(int64_t n, int64_t c, int64_t hw, int cpu_grid) {
   }
   aq_memory_free(x), aq_memory_free(y), aq_memory_free(dy), aq_memory_free(dx), aq_memory_free(gamma);
   aq_memory_free(beta), aq_memory_free(mean), aq_memory_free(rstd), aq_memory_free(rm), aq_memory_free(rv);
-  aq_memory_free(dg), aq_memory_free(dbt);
+  aq_memory_free(dg), aq_memory_free(dbt), aq_memory_free(partial);
   free(rm0), free(rv0);
 }
 
 Test(gpu_conv, batch_norm_training_inference_backward) {
   for (int g = 0; g < 2; ++g) {
-    bn_case(1, 1, 1, g);
-    bn_case(7, 3, 33, g);
-    bn_case(4, 5, 257, g);
-    bn_case(32, 2, 1000, g); /* more values than a block has threads, many times over */
+    bn_case(1, 1, 1, g, 1);
+    bn_case(7, 3, 33, g, 1);
+    bn_case(4, 5, 257, g, 1);
+    bn_case(32, 2, 1000, g, 1); /* more values than a block has threads, many times over */
+  }
+}
+
+/* The graph's two-kernel passes: the slices it picks, slices that cut
+ * planes, more slices than values, and the Fashion-MNIST CNN's shapes. */
+Test(gpu_conv, batch_norm_in_slices) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {1, 3, 7}, {7, 3, 33}, {4, 5, 257}, {32, 2, 1000}, {1, 1, 70001},
+                               {256, 6, 784}, {256, 16, 196}};
+  for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); ++i) {
+    int64_t n = shapes[i][0], c = shapes[i][1], hw = shapes[i][2];
+    bn_case(n, c, hw, 2, aq_batch_norm_slices(n, c, hw));
+    if (n * hw < 100000) {
+      bn_case(n, c, hw, 3, aq_batch_norm_slices(n, c, hw));
+      bn_case(n, c, hw, 2, 7);
+      bn_case(n, c, hw, 3, (int32_t)(n * hw + 3));
+    }
   }
 }

@@ -317,6 +317,82 @@ Test(graph, gradients_through_conv_batch_norm_pool_and_reshape) {
   AQ_ASSERT_OK(aq_graph_destroy(g));
 }
 
+/* Batch norm on channels of many values runs in slices (two tasks a pass,
+ * several work-groups a channel): its gradients still match finite
+ * differences, and every slice normalises with the channel's statistics. */
+Test(graph, batch_norm_in_slices_has_the_right_gradients) {
+  enum { NB = 8, C = 2, HW = 40, CLS = 3, F = C * HW * HW };
+  cr_assert_gt(aq_batch_norm_slices(NB, C, HW * HW), 4, "the case needs several slices a channel");
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t x, y, gam, bet, rm, rv, wf, bn, flat, logits, loss;
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 4, (int64_t[]){NB, C, HW, HW}, &x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "y", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){NB}, &y));
+  AQ_ASSERT_OK(aq_tensor_create(g, "gamma", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){C}, &gam));
+  AQ_ASSERT_OK(aq_tensor_create(g, "beta", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){C}, &bet));
+  AQ_ASSERT_OK(aq_tensor_create(g, "rmean", AQ_DTYPE_F32, AQ_ROLE_STATE, 1, (int64_t[]){C}, &rm));
+  AQ_ASSERT_OK(aq_tensor_create(g, "rvar", AQ_DTYPE_F32, AQ_ROLE_STATE, 1, (int64_t[]){C}, &rv));
+  AQ_ASSERT_OK(aq_tensor_create(g, "wf", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){F, CLS}, &wf));
+  aq_batch_norm_options_t bo = {.training = 1};
+  AQ_ASSERT_OK(aq_op_batch_norm(g, x, gam, bet, rm, rv, &bo, &bn));
+  AQ_ASSERT_OK(aq_op_reshape(g, bn, 2, (int64_t[]){NB, F}, &flat));
+  AQ_ASSERT_OK(aq_op_matmul(g, flat, wf, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, y, &loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  aq_tensor_t gx, gg, gb;
+  AQ_ASSERT_OK(aq_graph_gradient(g, x, &gx));
+  AQ_ASSERT_OK(aq_graph_gradient(g, gam, &gg));
+  AQ_ASSERT_OK(aq_graph_gradient(g, bet, &gb));
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  float *xs = malloc(sizeof(float) * NB * F), *wfs = malloc(sizeof(float) * F * CLS), *gxs = malloc(sizeof(float) * NB * F);
+  float gs[C] = {1.0f, 0.7f}, bs[C] = {0.1f, -0.2f}, ggs[C], gbs[C], rms[C] = {0, 0}, rvs[C] = {1, 1};
+  int32_t ys[NB] = {0, 2, 1, 1, 0, 2, 2, 1};
+  fill(xs, (size_t)NB * F, 5, 2.0f), fill(wfs, (size_t)F * CLS, 6, 0.05f);
+  for (int i = 0; i < NB * F; ++i) xs[i] += 1.5f; /* a mean away from 0 */
+  AQ_ASSERT_OK(aq_exec_write(e, x, xs, sizeof(float) * NB * F));
+  AQ_ASSERT_OK(aq_exec_write(e, y, ys, sizeof(ys)));
+  AQ_ASSERT_OK(aq_exec_write(e, gam, gs, sizeof(gs)));
+  AQ_ASSERT_OK(aq_exec_write(e, bet, bs, sizeof(bs)));
+  AQ_ASSERT_OK(aq_exec_write(e, rm, rms, sizeof(rms)));
+  AQ_ASSERT_OK(aq_exec_write(e, rv, rvs, sizeof(rvs)));
+  AQ_ASSERT_OK(aq_exec_write(e, wf, wfs, sizeof(float) * F * CLS));
+  mlp_t m = {.g = g, .loss = loss};
+  run_loss(e, &m);
+  AQ_ASSERT_OK(aq_exec_read(e, gx, gxs, sizeof(float) * NB * F));
+  AQ_ASSERT_OK(aq_exec_read(e, gg, ggs, sizeof(ggs)));
+  AQ_ASSERT_OK(aq_exec_read(e, gb, gbs, sizeof(gbs)));
+  /* the running mean moved by momentum towards each channel's mean */
+  AQ_ASSERT_OK(aq_exec_read(e, rm, rms, sizeof(rms)));
+  for (int ch = 0; ch < C; ++ch) {
+    double s = 0;
+    for (int n = 0; n < NB; ++n)
+      for (int i = 0; i < HW * HW; ++i) s += xs[(n * C + ch) * HW * HW + i];
+    cr_assert(fabs(rms[ch] - 0.1 * s / (NB * HW * HW)) < 1e-5, "running mean[%d] %g, want %g", ch, rms[ch],
+              0.1 * s / (NB * HW * HW));
+  }
+  struct { aq_tensor_t t; float *v; int n, step; float *grad; const char *name; } ps[3] = {
+      {x, xs, NB * F, 997, gxs, "x"}, {gam, gs, C, 1, ggs, "gamma"}, {bet, bs, C, 1, gbs, "beta"}};
+  for (int p = 0; p < 3; ++p)
+    for (int j = 0; j < ps[p].n; j += ps[p].step) {
+      float keep = ps[p].v[j], hh = p ? 2e-3f : 5e-2f;
+      ps[p].v[j] = keep + hh;
+      AQ_ASSERT_OK(aq_exec_write(e, ps[p].t, ps[p].v, (size_t)ps[p].n * 4));
+      double up = run_loss(e, &m);
+      ps[p].v[j] = keep - hh;
+      AQ_ASSERT_OK(aq_exec_write(e, ps[p].t, ps[p].v, (size_t)ps[p].n * 4));
+      double down = run_loss(e, &m);
+      ps[p].v[j] = keep;
+      AQ_ASSERT_OK(aq_exec_write(e, ps[p].t, ps[p].v, (size_t)ps[p].n * 4));
+      double fd = (up - down) / (2 * hh);
+      cr_assert(fabs(fd - ps[p].grad[j]) < 2e-4 + 0.05 * fabs(fd), "%s[%d]: backward %g, finite difference %g",
+                ps[p].name, j, ps[p].grad[j], fd);
+    }
+  free(xs), free(wfs), free(gxs);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
 Test(graph, host_tasks_and_explicit_edges) {
   aq_graph_t *g;
   AQ_ASSERT_OK(aq_graph_create(NULL, &g));

@@ -469,11 +469,81 @@ static double bn_loss(const float *x, const float *dy, int n, int c, int hw, con
   return l;
 }
 
+/* |got - want| <= tol (1 + |want|) over n floats. */
+static void expect_close(const char *what, const float *got, const float *want, int64_t n, float tol) {
+  for (int64_t i = 0; i < n; ++i)
+    cr_assert(fabsf(got[i] - want[i]) <= tol * (1 + fabsf(want[i])), "%s[%lld]: %.8g, the whole pass %.8g", what,
+              (long long)i, got[i], want[i]);
+}
+
+/* One shape: the two-kernel passes the graph runs (stats, apply), over
+ * `slices` slices and a grid of `wg`-item groups, against the whole passes
+ * (training, backward, inference). */
+static void bn_sliced_case(int64_t n, int64_t c, int64_t hw, int32_t slices, uint16_t wg) {
+  int64_t total = n * c * hw;
+  float *x = rnd((size_t)total, 120), *g = rnd((size_t)c, 121), *b = rnd((size_t)c, 122), *dy = rnd((size_t)total, 123);
+  for (int64_t i = 0; i < total; ++i) x[i] = 3 * x[i] + 2; /* a mean well away from 0 */
+  float *buf = calloc((size_t)(4 * total + 16 * c), sizeof(float));
+  float *y = buf, *dx = y + total, *y2 = dx + total, *dx2 = y2 + total, *pc = dx2 + total; /* 8 per-channel arrays */
+  double *partial = calloc((size_t)(c * slices * 2), sizeof(double));
+  for (int64_t i = 0; i < c; ++i) pc[3 * c + i] = pc[11 * c + i] = 1.0f; /* running variances */
+  aq_batch_norm_args_t whole = {x, g, b, y, pc, pc + c, pc + 2 * c, pc + 3 * c, dy, dx, pc + 4 * c, pc + 5 * c, n, c, hw,
+                                1e-5f, 0.1f, 1, 0, NULL};
+  aq_batch_norm_args_t two = {x, g, b, y2, pc + 8 * c, pc + 9 * c, pc + 10 * c, pc + 11 * c, dy, dx2, pc + 12 * c,
+                              pc + 13 * c, n, c, hw, 1e-5f, 0.1f, 1, slices, partial};
+  int64_t items = c * slices;
+  aq_dispatch_shape_t grid = {{aq_grid_items(items), 1, 1}, {wg, 1, 1}};
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM, &whole, aq_planes_grid(c)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_BWD, &whole, aq_planes_grid(c)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_STATS, &two, grid));
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_APPLY, &two, grid));
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_BWD_STATS, &two, grid));
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_BWD_APPLY, &two, grid));
+  const char *names[6] = {"mean", "rstd", "running_mean", "running_var", "dgamma", "dbeta"};
+  for (int k = 0; k < 6; ++k) expect_close(names[k], pc + (8 + k) * c, pc + k * c, c, 1e-5f);
+  expect_close("y", y2, y, total, 1e-5f);
+  expect_close("dx", dx2, dx, total, 1e-4f);
+  whole.training = two.training = 0; /* inference: _apply alone */
+  two.running_mean = whole.running_mean, two.running_var = whole.running_var, two.partial = NULL;
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM, &whole, aq_planes_grid(c)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_APPLY, &two, grid));
+  expect_close("inference y", y2, y, total, 1e-6f);
+  free(x), free(g), free(b), free(dy), free(buf), free(partial);
+}
+
+Test(ops, batch_norm_in_slices_matches_the_whole_pass) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {1, 3, 7}, {5, 2, 33}, {3, 6, 2000}, {7, 1, 4096}, {2, 16, 196}};
+  for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); ++i) {
+    int64_t n = shapes[i][0], c = shapes[i][1], hw = shapes[i][2];
+    int32_t picked = aq_batch_norm_slices(n, c, hw);
+    cr_assert(picked >= 1 && (picked == 1 || n * hw / picked >= AQ_BATCH_NORM_SLICE_MIN / 2), "%d slices", picked);
+    bn_sliced_case(n, c, hw, picked, 1);
+    bn_sliced_case(n, c, hw, 7, 3);                     /* slices cut planes; groups of 3 items */
+    bn_sliced_case(n, c, hw, (int32_t)(n * hw + 2), 64); /* more slices than values: some empty */
+  }
+}
+
+Test(ops, batch_norm_in_slices_refuses_a_missing_buffer_or_slices) {
+  enum { N = 2, C = 2, HW = 5 };
+  float x[N * C * HW] = {0}, y[N * C * HW], dy[N * C * HW] = {0}, dx[N * C * HW], pc[8 * C] = {0};
+  double partial[C * 2 * 2];
+  aq_batch_norm_args_t a = {x, NULL, NULL, y, pc, pc + C, pc + 2 * C, pc + 3 * C, dy, dx, pc + 4 * C, pc + 5 * C, N, C, HW,
+                            1e-5f, 0.1f, 1, 2, NULL};
+  aq_dispatch_shape_t grid = aq_planes_grid(C * 2);
+  const char *k[4] = {AQ_KERNEL_BATCH_NORM_STATS, AQ_KERNEL_BATCH_NORM_APPLY, AQ_KERNEL_BATCH_NORM_BWD_STATS,
+                      AQ_KERNEL_BATCH_NORM_BWD_APPLY};
+  for (int i = 0; i < 4; ++i) cr_assert_eq(run(k[i], &a, grid), AQ_ERROR_KERNEL_FAULT, "%s without partial", k[i]);
+  a.partial = partial, a.slices = 0;
+  for (int i = 0; i < 4; ++i) cr_assert_eq(run(k[i], &a, grid), AQ_ERROR_KERNEL_FAULT, "%s with 0 slices", k[i]);
+  a.slices = 2;
+  for (int i = 0; i < 4; ++i) AQ_ASSERT_OK(run(k[i], &a, grid));
+}
+
 Test(ops, batch_norm_training_inference_and_backward) {
   enum { N = 4, C = 3, HW = 10 };
   float *x = rnd(N * C * HW, 110), *g = rnd(C, 111), *b = rnd(C, 112), *dy = rnd(N * C * HW, 113);
   float y[N * C * HW], mean[C], rstd[C], rm[C] = {0}, rv[C] = {1, 1, 1}, dx[N * C * HW], dg[C], db[C];
-  aq_batch_norm_args_t a = {x, g, b, y, mean, rstd, rm, rv, dy, dx, dg, db, N, C, HW, 1e-5f, 0.1f, 1, 0};
+  aq_batch_norm_args_t a = {x, g, b, y, mean, rstd, rm, rv, dy, dx, dg, db, N, C, HW, 1e-5f, 0.1f, 1, 0, NULL};
   AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM, &a, aq_planes_grid(C)));
   for (int ch = 0; ch < C; ++ch) cr_assert(fabsf(rm[ch] - 0.1f * mean[ch]) < 1e-6, "running mean moves by momentum");
   AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_BWD, &a, aq_planes_grid(C)));

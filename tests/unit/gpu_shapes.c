@@ -1,0 +1,74 @@
+/* The GPU builds' work plans (ops_gpu.h), checked where no GPU runs them:
+ * every weight of a filter in exactly one run of the backward filter, the
+ * split build's grid a whole number of clusters, and the split taken where
+ * the plain build would leave an H100's SMs idle. */
+#include <criterion/criterion.h>
+
+#include "aquila/ops_gpu.h"
+
+TestSuite(gpu_shapes);
+
+static aq_conv2d_args_t conv(int64_t n, int64_t c, int64_t k, int64_t r, int64_t s, int bias) {
+  static float b;
+  aq_conv2d_args_t a = {.n = n, .c = c, .h = 28, .wd = 28, .k = k, .r = r, .s = s, .p = 28, .q = 28};
+  a.dbias = bias ? &b : NULL;
+  return a;
+}
+
+Test(gpu_shapes, conv2d_bwd_filter_runs_cover_each_filter) {
+  const int64_t rs[][2] = {{1, 1}, {3, 3}, {5, 5}, {7, 7}, {1, 17}, {11, 11}};
+  const int64_t kc[][2] = {{1, 1}, {6, 1}, {16, 6}, {64, 64}, {3, 500}};
+  for (size_t i = 0; i < sizeof(rs) / sizeof(rs[0]); ++i)
+    for (size_t j = 0; j < sizeof(kc) / sizeof(kc[0]); ++j) {
+      aq_conv2d_args_t a = conv(8, kc[j][1], kc[j][0], rs[i][0], rs[i][1], 1);
+      int64_t w, width = aq_conv2d_bwd_filter_width(&a), runs = (a.r * a.s + width - 1) / width;
+      int64_t items = aq_conv2d_bwd_filter_items(&a, &w);
+      cr_assert(width >= 1 && width <= AQ_GPU_CONV2D_BWD_FILTER_WIDTH, "width %lld", (long long)width);
+      cr_assert_eq(w, a.k * a.c * runs);
+      cr_assert_eq(items, w + a.k, "one item a bias entry");
+      cr_assert((runs - 1) * width < a.r * a.s, "no empty run: %lld runs of %lld for %lld weights", (long long)runs,
+                (long long)width, (long long)(a.r * a.s));
+      int split = aq_conv2d_bwd_filter_split(&a);
+      cr_assert(split == 1 || split == AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
+      aq_dispatch_shape_t sh = aq_gpu_op_shape(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &a), &a, aq_planes_grid(1));
+      cr_assert_eq(sh.workgroup[0], AQ_GPU_BLOCK);
+      cr_assert_eq(sh.grid[0], (uint32_t)(items * split * AQ_GPU_BLOCK));
+      cr_assert_eq(sh.grid[0] % (AQ_GPU_BLOCK * AQ_GPU_CONV2D_BWD_FILTER_SPLIT) == 0 || split == 1, 1);
+    }
+}
+
+Test(gpu_shapes, conv2d_bwd_filter_splits_the_small_filters) {
+  aq_conv2d_args_t lenet1 = conv(256, 1, 6, 5, 5, 1), lenet2 = conv(256, 6, 16, 5, 5, 1), wide = conv(32, 64, 64, 3, 3, 0);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &lenet1), AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &lenet2), AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &wide), AQ_KERNEL_CONV2D_BWD_FILTER);
+  /* 1 -> 6 channels: narrower runs, so that the clusters fill an H100 */
+  int64_t w;
+  aq_conv2d_bwd_filter_items(&lenet1, &w);
+  cr_assert_geq(w * AQ_GPU_CONV2D_BWD_FILTER_SPLIT, 200, "%lld weight items", (long long)w);
+  /* the split build's own shape is the split one whatever the picker says */
+  aq_dispatch_shape_t sh = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, &wide, aq_planes_grid(1));
+  cr_assert_eq(sh.grid[0], (uint32_t)(aq_conv2d_bwd_filter_items(&wide, NULL) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK));
+}
+
+/* Batch norm's two-kernel passes: a block a slice, enough slices to fill an
+ * H100 for a CNN's few channels, none smaller than the floor. */
+Test(gpu_shapes, batch_norm_slices_fill_the_gpu) {
+  const int64_t shapes[][3] = {{256, 6, 784}, {256, 16, 196}, {1, 1, 1}, {8, 512, 49}, {1, 3, 100000}};
+  for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); ++i) {
+    int64_t n = shapes[i][0], c = shapes[i][1], hw = shapes[i][2];
+    aq_batch_norm_args_t a = {.n = n, .c = c, .hw = hw, .slices = aq_batch_norm_slices(n, c, hw)};
+    cr_assert_geq(a.slices, 1);
+    cr_assert(a.slices == 1 || n * hw / a.slices >= AQ_BATCH_NORM_SLICE_MIN / 2, "%d slices of %lld values", a.slices,
+              (long long)(n * hw));
+    if (n * hw >= (int64_t)AQ_BATCH_NORM_SLICE_MIN * 132 / c)
+      cr_assert_geq(c * a.slices, 132, "%lld x %d blocks", (long long)c, a.slices);
+    const char *k[4] = {AQ_KERNEL_BATCH_NORM_STATS, AQ_KERNEL_BATCH_NORM_APPLY, AQ_KERNEL_BATCH_NORM_BWD_STATS,
+                        AQ_KERNEL_BATCH_NORM_BWD_APPLY};
+    for (int j = 0; j < 4; ++j) {
+      aq_dispatch_shape_t sh = aq_gpu_op_shape(k[j], &a, aq_planes_grid(c * a.slices));
+      cr_assert_eq(sh.grid[0], (uint32_t)(c * a.slices * AQ_GPU_BLOCK), "%s", k[j]);
+      cr_assert_eq(sh.workgroup[0], AQ_GPU_BLOCK);
+    }
+  }
+}
