@@ -164,10 +164,10 @@ __device__ __forceinline__ void block_sums(const float (&acc)[BWD_W], int nw, fl
         if ((t & 31) == 0) red[t >> 5][j] = v;
       }
     __syncthreads();
-    if (t < nw) {
+    for (int j = t; j < nw; j += nt) {
       float s = 0.0f;
-      for (int w = 0; w < nt / 32; ++w) s += red[w][t];
-      part[t] = s;
+      for (int w = 0; w < nt / 32; ++w) s += red[w][j];
+      part[j] = s;
     }
     return;
   }
@@ -246,18 +246,18 @@ __device__ void backward_filter_items(const aq_conv2d_args_t &a, const T *xs, co
 #ifdef AQ_CONV_CLUSTERS
     if (S > 1) {
       cluster.sync();
-      if (rank == 0 && t < nw) {
+      for (int j = t; rank == 0 && j < nw; j += block_threads()) {
         float s = 0.0f;
 #pragma unroll
-        for (int r = 0; r < S; ++r) s += cluster.map_shared_rank(part, r)[t];
-        out[t] = s;
+        for (int r = 0; r < S; ++r) s += cluster.map_shared_rank(part, r)[j];
+        out[j] = s;
       }
       cluster.sync();
       continue;
     }
 #endif
     __syncthreads();
-    if (t < nw) out[t] = part[t];
+    for (int j = t; j < nw; j += block_threads()) out[j] = part[j]; /* a block may have fewer threads than weights */
     __syncthreads();
   }
 }
