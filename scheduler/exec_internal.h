@@ -10,6 +10,7 @@
 #include "runtime/profile.h"
 #include "runtime/status.h"
 #include "scheduler/fuse.h"
+#include "scheduler/oplib.h"
 #include "scheduler/perfmodel.h"
 #include "scheduler/plan.h"
 #include "scheduler/replica.h"
@@ -32,7 +33,10 @@ typedef struct stream {
 struct aq_exec {
   aq_graph_t *graph;
   plan_t plan;
-  aq_code_object_t ops; /* the op library */
+  aq_code_object_t ops; /* the op library's CPU code object (lib.co) */
+  oplib_t lib;          /* the op library and its description */
+  uint32_t *lr_offset;  /* per task: its learning rate in its live kernarg, or AQ_OP_FIELD_NONE (made at the first
+                           aq_exec_set_learning_rate) */
   uint32_t nagents;
   aq_agent_t agents[EXEC_AGENTS_MAX];
   char agent_names[EXEC_AGENTS_MAX][AQ_NAME_MAX];

@@ -1,0 +1,94 @@
+/* The op library's description, indexed (oplib.h). */
+#include "scheduler/oplib.h"
+
+#include <string.h>
+
+#include "aquila/runtime.h"
+#include "runtime/status.h"
+
+/* The one file the scheduler knows by name: everything else about the op
+ * library, its other builds included, comes from its description. */
+#define OPLIB_CODE_OBJECT "kernels-cpu.so"
+
+static uint32_t hash(const char *s) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  while (*s) h = (h ^ (uint8_t)*s++) * 16777619u;
+  return h;
+}
+
+/* The entry for kernel, made if absent; NULL once the index is full. */
+static oplib_entry_t *entry(oplib_t *lib, const char *kernel) {
+  uint32_t i = hash(kernel) & (OPLIB_SLOTS - 1);
+  for (; lib->slots[i]; i = (i + 1) & (OPLIB_SLOTS - 1))
+    if (!strcmp(lib->entries[lib->slots[i] - 1].kernel, kernel)) return &lib->entries[lib->slots[i] - 1];
+  if (lib->nentries == OPLIB_ENTRIES_MAX) return NULL;
+  oplib_entry_t *e = &lib->entries[lib->nentries++];
+  *e = (oplib_entry_t){.kernel = kernel};
+  lib->slots[i] = (uint8_t)lib->nentries;
+  return e;
+}
+
+static aq_status_t full(void) {
+  return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "op library %s describes more than %d kernels", OPLIB_CODE_OBJECT,
+                  OPLIB_ENTRIES_MAX);
+}
+
+static aq_status_t index_table(oplib_t *lib) {
+  const aq_op_table_t *t = lib->table;
+  if (t->fusion_count > 32)
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "op library %s: %u fusions (at most 32)", OPLIB_CODE_OBJECT,
+                    t->fusion_count);
+  for (uint32_t i = 0; i < t->op_count; ++i) {
+    oplib_entry_t *e = entry(lib, t->ops[i].kernel);
+    if (!e) return full();
+    e->op = &t->ops[i];
+  }
+  for (uint32_t r = 0; r < t->fusion_count; ++r) {
+    oplib_entry_t *e = entry(lib, t->fusions[r].consumer);
+    if (!e) return full();
+    e->consumes |= 1u << r;
+  }
+  return AQ_OK;
+}
+
+aq_status_t aq_oplib_open(oplib_t *lib) {
+  memset(lib, 0, sizeof(*lib));
+  AQ_RETURN_IF_ERROR(aq_code_object_load(OPLIB_CODE_OBJECT, &lib->co));
+  if (aq_code_object_op_table(lib->co, &lib->table) != AQ_OK) {
+    lib->table = NULL; /* a library without a description: nothing to index */
+    aq_error_clear();
+    return AQ_OK;
+  }
+  aq_status_t s = index_table(lib);
+  if (s != AQ_OK) aq_oplib_close(lib);
+  return s;
+}
+
+void aq_oplib_close(oplib_t *lib) {
+  if (lib->co.handle) aq_code_object_unload(lib->co);
+  memset(lib, 0, sizeof(*lib));
+}
+
+const oplib_entry_t *aq_oplib_find(const oplib_t *lib, const char *kernel) {
+  if (!lib->nentries) return NULL;
+  for (uint32_t i = hash(kernel) & (OPLIB_SLOTS - 1); lib->slots[i]; i = (i + 1) & (OPLIB_SLOTS - 1))
+    if (!strcmp(lib->entries[lib->slots[i] - 1].kernel, kernel)) return &lib->entries[lib->slots[i] - 1];
+  return NULL;
+}
+
+uint32_t aq_oplib_lr_offset(const oplib_t *lib, const char *kernel) {
+  const oplib_entry_t *e = aq_oplib_find(lib, kernel);
+  return e && e->op && (e->op->flags & AQ_OP_OPTIMIZER) ? e->op->lr_offset : AQ_OP_FIELD_NONE;
+}
+
+uint32_t aq_oplib_precision_offset(const oplib_t *lib, const char *kernel) {
+  const oplib_entry_t *e = aq_oplib_find(lib, kernel);
+  return e && e->op && (e->op->flags & AQ_OP_MATMUL) ? e->op->precision_offset : AQ_OP_FIELD_NONE;
+}
+
+const char *aq_oplib_build(const oplib_t *lib, uint32_t agent_kind) {
+  if (agent_kind == AQ_AGENT_KIND_CPU) return OPLIB_CODE_OBJECT;
+  for (uint32_t i = 0; lib->table && i < lib->table->build_count; ++i)
+    if (lib->table->builds[i].agent_kind == agent_kind) return lib->table->builds[i].code_object;
+  return NULL;
+}

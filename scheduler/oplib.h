@@ -1,0 +1,45 @@
+/* The op library as the scheduler sees it: its code object and the
+ * description it ships (kernel.h's aq_op_table_t), indexed by kernel name
+ * once, so that placing, fusing, lowering and setting a learning rate ask
+ * it rather than know any op. */
+#ifndef AQ_SCHEDULER_OPLIB_H_
+#define AQ_SCHEDULER_OPLIB_H_
+
+#include <stdint.h>
+
+#include "aquila/code_object.h"
+#include "aquila/kernel.h"
+
+enum { OPLIB_ENTRIES_MAX = 128, OPLIB_SLOTS = 256 };
+
+/* A kernel the description says something of: its op entry (or NULL),
+ * and as bits the fusion rules it is the consumer of. */
+typedef struct oplib_entry {
+  const char *kernel;
+  const aq_op_desc_t *op;
+  uint32_t consumes;
+} oplib_entry_t;
+
+typedef struct oplib {
+  aq_code_object_t co;        /* the CPU code object, the library's entry */
+  const aq_op_table_t *table; /* NULL: it describes nothing (no fusion, no fields set) */
+  uint32_t nentries;
+  oplib_entry_t entries[OPLIB_ENTRIES_MAX];
+  uint8_t slots[OPLIB_SLOTS]; /* open addressing over kernel names: entry + 1, 0 empty */
+} oplib_t;
+
+/* Loads the op library and indexes its description; aq_oplib_close
+ * unloads it. */
+aq_status_t aq_oplib_open(oplib_t *lib);
+void aq_oplib_close(oplib_t *lib);
+
+/* The entry of a kernel, or NULL: one hash and one compare. */
+const oplib_entry_t *aq_oplib_find(const oplib_t *lib, const char *kernel);
+/* Fields of an op's kernarg (AQ_OP_FIELD_NONE where it has none). */
+uint32_t aq_oplib_lr_offset(const oplib_t *lib, const char *kernel);
+uint32_t aq_oplib_precision_offset(const oplib_t *lib, const char *kernel);
+/* The library's code object for agents of a kind (aq_agent_kind_t), or
+ * NULL where it has none. */
+const char *aq_oplib_build(const oplib_t *lib, uint32_t agent_kind);
+
+#endif
