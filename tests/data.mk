@@ -26,8 +26,8 @@ $(TEST_DATA_DIR)/not-aquila.so: tests/data/not_aquila.c
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -fPIC -shared -o $@ $<
 
-# The data-loader tests link the example's loader itself.
-$(BUILD)/tests/examples: $(OBJDIR)/examples/train_fashion/fashion_data.o
+# The data-loader tests link the training library's loader itself.
+$(BUILD)/tests/examples: $(TRAIN_LIB)
 
 # The GPU tests' own kernels (a planted faulting kernel among them), where
 # the CUDA toolkit is.
