@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "aquila/ops_gpu.h"
 #include "scheduler/exec_internal.h"
 
 static aq_status_t push(stream_t *st, const void *packet) {
@@ -68,11 +67,11 @@ static void set_exact(uint8_t *kernarg, uint32_t off) {
  * reads of either. */
 static const char *gpu_kernel(const aq_exec_t *e, const char *base, const void *kernarg) {
   uint32_t off = precision_field(e, base);
-  if (off == AQ_OP_FIELD_NONE) return aq_gpu_op_kernel(base, kernarg);
+  if (off == AQ_OP_FIELD_NONE) return aq_oplib_launch_kernel(&e->lib, AQ_AGENT_KIND_GPU, base, kernarg);
   uint8_t exact[TASK_KERNARG_MAX];
   memcpy(exact, kernarg, sizeof(exact));
   set_exact(exact, off);
-  return aq_gpu_op_kernel(base, exact);
+  return aq_oplib_launch_kernel(&e->lib, AQ_AGENT_KIND_GPU, base, exact);
 }
 
 static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kernel_dispatch_packet_t *p) {
@@ -117,14 +116,14 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
   /* GPUs get each kernel's own launch shape (conv, pool and batch norm would
    * leave a GPU nearly idle under their CPU grids of one item per plane). */
-  aq_dispatch_shape_t sh = gpu ? aq_gpu_op_shape(base, ka, body->shape) : body->shape;
+  aq_dispatch_shape_t sh = gpu ? aq_oplib_launch_shape(&e->lib, AQ_AGENT_KIND_GPU, base, ka, body->shape) : body->shape;
   p->workgroup_size_x = sh.workgroup[0] ? sh.workgroup[0] : 1;
   p->workgroup_size_y = sh.workgroup[1] ? sh.workgroup[1] : 1;
   p->workgroup_size_z = sh.workgroup[2] ? sh.workgroup[2] : 1;
   p->grid_size_x = sh.grid[0] ? sh.grid[0] : 1;
   p->grid_size_y = sh.grid[1] ? sh.grid[1] : 1;
   p->grid_size_z = sh.grid[2] ? sh.grid[2] : 1;
-  p->group_segment_size = gpu ? aq_gpu_op_group_segment(name, ka) : 0; /* staged tiles past 48 KB */
+  p->group_segment_size = gpu ? aq_oplib_group_segment(&e->lib, AQ_AGENT_KIND_GPU, name, ka) : 0; /* staged tiles past 48 KB */
   p->kernel_object = k.kernel_object;
   p->kernarg_address = ka;
   p->reserved2 = ((uint64_t)e->serial << 20) | (t + 1); /* the run goes in at each run */

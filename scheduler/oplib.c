@@ -86,9 +86,35 @@ uint32_t aq_oplib_precision_offset(const oplib_t *lib, const char *kernel) {
   return e && e->op && (e->op->flags & AQ_OP_MATMUL) ? e->op->precision_offset : AQ_OP_FIELD_NONE;
 }
 
+static const aq_op_build_t *build_for(const oplib_t *lib, uint32_t agent_kind) {
+  for (uint32_t i = 0; lib->table && i < lib->table->build_count; ++i)
+    if (lib->table->builds[i].agent_kind == agent_kind) return &lib->table->builds[i];
+  return NULL;
+}
+
 const char *aq_oplib_build(const oplib_t *lib, uint32_t agent_kind) {
   if (agent_kind == AQ_AGENT_KIND_CPU) return OPLIB_CODE_OBJECT;
-  for (uint32_t i = 0; lib->table && i < lib->table->build_count; ++i)
-    if (lib->table->builds[i].agent_kind == agent_kind) return lib->table->builds[i].code_object;
-  return NULL;
+  const aq_op_build_t *b = build_for(lib, agent_kind);
+  return b ? b->code_object : NULL;
+}
+
+const char *aq_oplib_launch_kernel(const oplib_t *lib, uint32_t agent_kind, const char *kernel, const void *kernarg) {
+  const aq_op_build_t *b = build_for(lib, agent_kind);
+  return b && b->kernel ? b->kernel(kernel, kernarg) : kernel;
+}
+
+aq_dispatch_shape_t aq_oplib_launch_shape(const oplib_t *lib, uint32_t agent_kind, const char *kernel,
+                                          const void *kernarg, aq_dispatch_shape_t cpu) {
+  const aq_op_build_t *b = build_for(lib, agent_kind);
+  if (!b || !b->shape) return cpu;
+  uint32_t grid[3], wg[3];
+  for (int d = 0; d < 3; ++d) grid[d] = cpu.grid[d], wg[d] = cpu.workgroup[d];
+  b->shape(kernel, kernarg, grid, wg);
+  for (int d = 0; d < 3; ++d) cpu.grid[d] = grid[d], cpu.workgroup[d] = (uint16_t)wg[d];
+  return cpu;
+}
+
+uint32_t aq_oplib_group_segment(const oplib_t *lib, uint32_t agent_kind, const char *build, const void *kernarg) {
+  const aq_op_build_t *b = build_for(lib, agent_kind);
+  return b && b->group_segment ? b->group_segment(build, kernarg) : 0;
 }

@@ -9,6 +9,7 @@
 
 #include "aquila/code_object.h"
 #include "aquila/kernel.h"
+#include "aquila/ops.h"
 
 enum { OPLIB_ENTRIES_MAX = 128, OPLIB_SLOTS = 256 };
 
@@ -41,5 +42,13 @@ uint32_t aq_oplib_precision_offset(const oplib_t *lib, const char *kernel);
 /* The library's code object for agents of a kind (aq_agent_kind_t), or
  * NULL where it has none. */
 const char *aq_oplib_build(const oplib_t *lib, uint32_t agent_kind);
+/* How a kernel launches on agents of a kind, by that build's rules: the
+ * variant that suits its kernargs, its shape (cpu: the task's CPU one), the
+ * group segment a packet of the variant asks for. Without rules: the
+ * kernel itself, the CPU shape, 0. */
+const char *aq_oplib_launch_kernel(const oplib_t *lib, uint32_t agent_kind, const char *kernel, const void *kernarg);
+aq_dispatch_shape_t aq_oplib_launch_shape(const oplib_t *lib, uint32_t agent_kind, const char *kernel,
+                                          const void *kernarg, aq_dispatch_shape_t cpu);
+uint32_t aq_oplib_group_segment(const oplib_t *lib, uint32_t agent_kind, const char *build, const void *kernarg);
 
 #endif

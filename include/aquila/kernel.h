@@ -146,11 +146,19 @@ typedef struct aq_op_fusion {
 } aq_op_fusion_t;
 
 /* The library's code object for another kind of agent (aq_agent_kind_t),
- * by file name (searched as aq_code_object_load does). */
+ * by file name (searched as aq_code_object_load does), and how its kernels
+ * launch there, where that differs from the CPU build (each hook may be
+ * NULL: the kernel's own name, the CPU grid, no group segment). */
 typedef struct aq_op_build {
   uint32_t agent_kind;
   uint32_t reserved_;
   const char *code_object;
+  /* The build of kernel that suits these kernargs (a variant's name, or kernel). */
+  const char *(*kernel)(const char *kernel, const void *kernarg);
+  /* The launch shape in work-items, in place of the CPU one given. */
+  void (*shape)(const char *kernel, const void *kernarg, uint32_t grid[3], uint32_t workgroup[3]);
+  /* The group segment (bytes) a packet of the build must ask for. */
+  uint32_t (*group_segment)(const char *build, const void *kernarg);
 } aq_op_build_t;
 
 typedef struct aq_op_table {

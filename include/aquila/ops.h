@@ -301,7 +301,7 @@ typedef struct aq_conv2d_args {
  * conv2d, pooling and batch norm on CPUs. (A group per plane would have a
  * CPU agent call the kernel thousands of times per dispatch for a batch of
  * images, to little purpose: the GEMM-based conv2d cuts its work by worker
- * anyway. GPU builds launch with aq_gpu_op_shape, ops_gpu.h.) */
+ * anyway. GPU builds launch by kernels/cuda/launch.h.) */
 #define AQ_PLANES_MAX_GROUPS 64
 static inline aq_dispatch_shape_t aq_planes_grid(int64_t planes) {
   int64_t p = planes > 0 ? planes : 1, wg = (p + AQ_PLANES_MAX_GROUPS - 1) / AQ_PLANES_MAX_GROUPS;

@@ -1,6 +1,7 @@
 /* The op library's description of itself (kernel.h's aq_op_table_t): its
  * optimizers and products, the kernarg fields the scheduler may set, the
- * epilogue fusions its fused kernels run, and its builds for other agents.
+ * epilogue fusions its fused kernels run, and its builds for other agents
+ * with their launch rules.
  * The kernarg layouts are the ops' own (ops.h), the same in every build,
  * so this one description serves the CUDA build too. */
 #include <stddef.h>
@@ -9,6 +10,7 @@
 #include "aquila/kernel.h"
 #include "aquila/ops.h"
 #include "aquila/runtime.h"
+#include "kernels/cuda/launch.h"
 
 #define NONE AQ_OP_FIELD_NONE
 
@@ -94,6 +96,16 @@ static const aq_op_fusion_t fusions[] = {
      sum_rows_sgd_merge},
 };
 
-static const aq_op_build_t builds[] = {{AQ_AGENT_KIND_GPU, 0, "kernels-cuda.fatbin"}};
+/* The CUDA build's launch rules (kernels/cuda/launch.h), for the scheduler:
+ * the fatbin carries device code only. */
+static void cuda_shape(const char *kernel, const void *kernarg, uint32_t grid[3], uint32_t workgroup[3]) {
+  aq_dispatch_shape_t s;
+  for (int d = 0; d < 3; ++d) s.grid[d] = grid[d], s.workgroup[d] = (uint16_t)workgroup[d];
+  s = aq_gpu_op_shape(kernel, kernarg, s);
+  for (int d = 0; d < 3; ++d) grid[d] = s.grid[d], workgroup[d] = s.workgroup[d];
+}
+
+static const aq_op_build_t builds[] = {
+    {AQ_AGENT_KIND_GPU, 0, "kernels-cuda.fatbin", aq_gpu_op_kernel, cuda_shape, aq_gpu_op_group_segment}};
 
 AQ_DEFINE_OP_TABLE(ops, fusions, builds);

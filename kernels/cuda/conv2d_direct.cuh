@@ -6,7 +6,7 @@
 // tiles do not take.
 //
 // Every loop walks its outputs with a grid-stride loop, so any launch shape
-// is correct (aq_gpu_op_shape in ops_gpu.h gives the efficient one):
+// is correct (aq_gpu_op_shape in launch.h gives the efficient one):
 //  - forward: a thread per output element y[n,k,p,q] (consecutive threads
 //    along q read consecutive x; w is the same across a warp);
 //  - backward data: a thread per input element dx[n,c,h,w], gathering the

@@ -3,6 +3,7 @@
  * fusion rules by consumer, the other builds by agent kind. */
 #include <stddef.h>
 
+#include "kernels/cuda/launch.h"
 #include "scheduler/oplib.h"
 
 #include "units.h"
@@ -51,5 +52,35 @@ Test(oplib, every_fusion_rule_names_kernels_the_library_has) {
     AQ_ASSERT_OK(aq_code_object_find_kernel(lib.co, f->product, agents[0], &k));
     cr_assert_geq(f->kernarg_size, k.kernarg_size, "rule %u: the fused kernarg starts with %s's", r, f->product);
   }
+  aq_oplib_close(&lib);
+}
+
+/* The GPU build's launch rules reach the scheduler through the
+ * description, as kernels/cuda/launch.h states them: the same variant,
+ * shape and group segment, with no GPU needed to ask. */
+Test(oplib, the_gpu_builds_launch_rules_come_from_the_description) {
+  oplib_t lib;
+  AQ_ASSERT_OK(aq_oplib_open(&lib));
+  aq_matmul_args_t wide = {.m = 4096, .n = 4096, .k = 4096, .lda = 4096, .ldb = 4096, .ldc = 4096, .alpha = 1},
+                   skinny = {.m = 256, .n = 10, .k = 1024, .lda = 1024, .ldb = 10, .ldc = 10, .alpha = 1};
+  aq_matmul_args_t *cases[] = {&wide, &skinny};
+  for (int i = 0; i < 2; ++i) {
+    const char *want = aq_gpu_op_kernel(AQ_KERNEL_MATMUL, cases[i]);
+    cr_assert_str_eq(aq_oplib_launch_kernel(&lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_MATMUL, cases[i]), want);
+    aq_dispatch_shape_t cpu = aq_matmul_grid(cases[i]), a = aq_gpu_op_shape(AQ_KERNEL_MATMUL, cases[i], cpu);
+    aq_dispatch_shape_t b = aq_oplib_launch_shape(&lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_MATMUL, cases[i], cpu);
+    cr_assert_arr_eq(a.grid, b.grid, sizeof(a.grid));
+    cr_assert_arr_eq(a.workgroup, b.workgroup, sizeof(a.workgroup));
+  }
+  cr_assert_str_neq(aq_oplib_launch_kernel(&lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_MATMUL, &skinny), AQ_KERNEL_MATMUL,
+                    "a skinny product takes a variant");
+  cr_assert_eq(aq_oplib_group_segment(&lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_MATMUL_BF16, &wide),
+               AQ_GPU_MATMUL_BF16_GROUP_SEGMENT);
+  cr_assert_eq(aq_oplib_group_segment(&lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_MATMUL, &wide), 0);
+  /* CPU agents launch every kernel as the task says */
+  cr_assert_str_eq(aq_oplib_launch_kernel(&lib, AQ_AGENT_KIND_CPU, AQ_KERNEL_MATMUL, &skinny), AQ_KERNEL_MATMUL);
+  aq_dispatch_shape_t cpu = aq_matmul_grid(&wide), same = aq_oplib_launch_shape(&lib, AQ_AGENT_KIND_CPU,
+                                                                                 AQ_KERNEL_MATMUL, &wide, cpu);
+  cr_assert_arr_eq(cpu.grid, same.grid, sizeof(cpu.grid));
   aq_oplib_close(&lib);
 }
