@@ -285,21 +285,35 @@ AQ_API aq_status_t aq_code_object_op_table(aq_code_object_t c, const aq_op_table
   return *out ? AQ_OK : aq_error(AQ_ERROR_NOT_FOUND, "code object %s ships no op table", co->info.path);
 }
 
+/* The kernel named `name` into *out, *found 1; *found 0 if the object has
+ * none (no error recorded: eligibility asks it of every task). */
+static aq_status_t lookup(code_object_t *co, const char *name, aq_agent_t agent, aq_kernel_info_t *out, int *found) {
+  aq_agent_impl_t *a;
+  *found = 0;
+  for (uint32_t i = 0; i < co->info.kernel_count && !*found; ++i) {
+    aq_kernel_info_t k;
+    AQ_RETURN_IF_ERROR(kernel_at(co, i, agent, &a, &k));
+    if (!strcmp(k.name, name)) *out = k, *found = 1;
+  }
+  return AQ_OK;
+}
+
 AQ_API aq_status_t aq_code_object_find_kernel(aq_code_object_t c, const char *name,
                                               aq_agent_t agent, aq_kernel_info_t *out) {
   code_object_t *co;
-  aq_agent_impl_t *a;
+  int found;
   if (!name || !out)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_code_object_find_kernel: name and out are required");
   AQ_RETURN_IF_ERROR(resolve(c, &co));
-  for (uint32_t i = 0; i < co->info.kernel_count; ++i) {
-    aq_kernel_info_t k;
-    AQ_RETURN_IF_ERROR(kernel_at(co, i, agent, &a, &k));
-    if (!strcmp(k.name, name)) {
-      *out = k;
-      return AQ_OK;
-    }
-  }
-  return aq_error(AQ_ERROR_NOT_FOUND, "no kernel '%s' in code object %s (%u kernels)", name,
-                  co->info.path, co->info.kernel_count);
+  AQ_RETURN_IF_ERROR(lookup(co, name, agent, out, &found));
+  return found ? AQ_OK
+               : aq_error(AQ_ERROR_NOT_FOUND, "no kernel '%s' in code object %s (%u kernels)", name, co->info.path,
+                          co->info.kernel_count);
+}
+
+int aq_code_object_has_kernel(aq_code_object_t c, const char *name, aq_agent_t agent, aq_kernel_info_t *out) {
+  code_object_t *co;
+  int found = 0;
+  return name && out && aq_handle_resolve(&objects, c.handle, (void **)&co) == AQ_OK &&
+         lookup(co, name, agent, out, &found) == AQ_OK && found;
 }

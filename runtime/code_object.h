@@ -12,6 +12,10 @@ void aq_code_object_module_init(void);
 extern const char aq_install_code_object_dir[];
 void aq_code_object_module_deinit(void);
 
+/* Whether the code object has kernel `name` for agent (into *out): as
+ * aq_code_object_find_kernel, without recording an error for a miss. */
+int aq_code_object_has_kernel(aq_code_object_t c, const char *name, aq_agent_t agent, aq_kernel_info_t *out);
+
 /* Checks an ELF image before it is mapped: class, byte order, machine,
  * type, and that every header it names lies inside the file. */
 aq_status_t aq_elf_check(const char *path, const void *bytes, size_t size,

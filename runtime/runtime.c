@@ -17,6 +17,9 @@
 #include "runtime/status.h"
 
 _Atomic int aq_runtime_refs;
+static _Atomic uint64_t epoch;
+
+uint64_t aq_runtime_epoch(void) { return atomic_load_explicit(&epoch, memory_order_acquire); }
 
 #include "runtime/trace.h"
 
@@ -105,6 +108,7 @@ AQ_API aq_status_t aq_init(const aq_init_options_t *options) {
   aq_queue_module_init();
   aq_memory_module_init();
   aq_code_object_module_init();
+  atomic_fetch_add(&epoch, 1);
   /* Signals and queues need the runtime to look ready while drivers start. */
   atomic_store(&aq_runtime_refs, 1);
   for (unsigned i = 0; i < aq_driver_count; ++i) {

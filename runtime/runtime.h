@@ -45,6 +45,9 @@ static inline int aq_runtime_ready(void) {
   return atomic_load_explicit(&aq_runtime_refs, memory_order_acquire) > 0;
 }
 const aq_runtime_config_t *aq_runtime_config(void);
+/* Which aq_init this is (1, 2, ... after each shut-down and init again):
+ * what a module caches of one runtime's objects (handles) is stale in the next. */
+uint64_t aq_runtime_epoch(void);
 hwloc_topology_t aq_topology(void);
 /* The NUMA node (OS index) nearest a PCI device, such as a GPU, from
  * hwloc's I/O objects; -1 where hwloc cannot tell (runtime/topology.c). */

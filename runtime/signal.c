@@ -69,10 +69,8 @@ static aq_status_t resolve(aq_signal_t signal, aq_signal_slot_t **out) {
   return AQ_OK;
 }
 
-AQ_API aq_status_t aq_signal_create(aq_signal_value_t initial, aq_signal_t *out_signal) {
-  if (!out_signal) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_signal_create: out_signal is NULL");
-  if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
-  pthread_mutex_lock(&pool_mutex);
+/* A free slot, made live with `initial`, into *out; pool_mutex held. */
+static int take_slot(aq_signal_value_t initial, aq_signal_t *out) {
   uint32_t index;
   if (free_head) {
     index = free_head - 1;
@@ -80,10 +78,7 @@ AQ_API aq_status_t aq_signal_create(aq_signal_value_t initial, aq_signal_t *out_
   } else if (used < aq_signal_pool.capacity) {
     index = used++;
   } else {
-    pthread_mutex_unlock(&pool_mutex);
-    return aq_error(AQ_ERROR_OUT_OF_RESOURCES,
-                    "all %u signals are in use (raise aq_init_options_t.max_signals or AQ_MAX_SIGNALS)",
-                    aq_signal_pool.capacity);
+    return 0;
   }
   aq_signal_slot_t *s = &aq_signal_pool.slots[index];
   atomic_store(&s->value, initial);
@@ -92,20 +87,14 @@ AQ_API aq_status_t aq_signal_create(aq_signal_value_t initial, aq_signal_t *out_
   uint32_t gen = atomic_load(&s->generation) + 1;
   atomic_store(&s->generation, gen);
   live++;
-  pthread_mutex_unlock(&pool_mutex);
-  out_signal->handle = aq_handle_make(aq_signal_pool.tag, gen, index);
-  return AQ_OK;
+  out->handle = aq_handle_make(aq_signal_pool.tag, gen, index);
+  return 1;
 }
 
-AQ_API aq_status_t aq_signal_destroy(aq_signal_t signal) {
-  aq_signal_slot_t *s;
-  AQ_RETURN_IF_ERROR(resolve(signal, &s));
-  pthread_mutex_lock(&pool_mutex);
-  if (!aq_handle_gen_matches(atomic_load(&s->generation), signal.handle)) {
-    pthread_mutex_unlock(&pool_mutex);
-    return aq_error(AQ_ERROR_INVALID_HANDLE, "signal 0x%llx was destroyed twice",
-                    (unsigned long long)signal.handle);
-  }
+/* Makes a live signal's slot free again; pool_mutex held. 0 if it was not live. */
+static int give_slot(aq_signal_t signal) {
+  aq_signal_slot_t *s = aq_signal_slot(signal.handle);
+  if (!s || !aq_handle_gen_matches(atomic_load(&s->generation), signal.handle)) return 0;
   atomic_fetch_add(&s->generation, 1);
   /* Anyone still asleep on it wakes, re-checks and finds it stale. */
   aq_wake_all(&s->wake);
@@ -113,8 +102,48 @@ AQ_API aq_status_t aq_signal_destroy(aq_signal_t signal) {
   s->next_free = free_head;
   free_head = index + 1;
   live--;
+  return 1;
+}
+
+static aq_status_t out_of_signals(void) {
+  return aq_error(AQ_ERROR_OUT_OF_RESOURCES,
+                  "all %u signals are in use (raise aq_init_options_t.max_signals or AQ_MAX_SIGNALS)",
+                  aq_signal_pool.capacity);
+}
+
+AQ_API aq_status_t aq_signal_create(aq_signal_value_t initial, aq_signal_t *out_signal) {
+  return aq_signal_create_many(initial, 1, out_signal);
+}
+
+aq_status_t aq_signal_create_many(aq_signal_value_t initial, uint32_t n, aq_signal_t *out) {
+  if (!out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_signal_create: out_signal is NULL");
+  if (!aq_runtime_ready()) return aq_error(AQ_ERROR_NOT_INITIALIZED, "aq_init has not been called");
+  pthread_mutex_lock(&pool_mutex);
+  uint32_t k = 0;
+  while (k < n && take_slot(initial, &out[k])) ++k;
+  if (k < n)
+    while (k > 0) give_slot(out[--k]), out[k].handle = 0;
   pthread_mutex_unlock(&pool_mutex);
-  return AQ_OK;
+  return k == n ? AQ_OK : out_of_signals();
+}
+
+AQ_API aq_status_t aq_signal_destroy(aq_signal_t signal) {
+  aq_signal_slot_t *s;
+  AQ_RETURN_IF_ERROR(resolve(signal, &s));
+  pthread_mutex_lock(&pool_mutex);
+  int was_live = give_slot(signal);
+  pthread_mutex_unlock(&pool_mutex);
+  return was_live ? AQ_OK
+                  : aq_error(AQ_ERROR_INVALID_HANDLE, "signal 0x%llx was destroyed twice",
+                             (unsigned long long)signal.handle);
+}
+
+void aq_signal_destroy_many(const aq_signal_t *signals, uint32_t n) {
+  if (!aq_runtime_ready()) return;
+  pthread_mutex_lock(&pool_mutex);
+  for (uint32_t i = 0; i < n; ++i)
+    if (signals[i].handle) give_slot(signals[i]);
+  pthread_mutex_unlock(&pool_mutex);
 }
 
 AQ_API aq_status_t aq_signal_load(aq_signal_t signal, aq_signal_value_t *out_value) {

@@ -45,6 +45,12 @@ aq_status_t aq_signal_pool_init(uint32_t capacity);
 void aq_signal_pool_deinit(void);
 uint32_t aq_signal_pool_live(void);
 
+/* n signals at once, under one lock (an exec has one a task): all, or
+ * none and an error. */
+aq_status_t aq_signal_create_many(aq_signal_value_t initial, uint32_t n, aq_signal_t *out);
+/* Destroys the live ones among n signals (a handle of 0 is skipped). */
+void aq_signal_destroy_many(const aq_signal_t *signals, uint32_t n);
+
 static inline aq_signal_slot_t *aq_signal_slot(uint64_t handle) {
   uint32_t index = aq_handle_index1(handle);
   if (index == 0 || index > aq_signal_pool.capacity ||

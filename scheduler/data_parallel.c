@@ -25,13 +25,12 @@ static int is_optimizer(const oplib_t *lib, const task_t *t) {
 
 /* The first optimizer task of g, or UINT32_MAX. */
 static aq_status_t first_optimizer(const aq_graph_t *g, uint32_t *out) {
-  oplib_t lib;
+  const oplib_t *lib;
   *out = UINT32_MAX;
   if (!g->ntasks) return AQ_OK;
-  AQ_RETURN_IF_ERROR(aq_oplib_open(&lib));
+  AQ_RETURN_IF_ERROR(aq_op_library_ops(&lib));
   for (uint32_t i = 0; i < g->ntasks && *out == UINT32_MAX; ++i)
-    if (is_optimizer(&lib, &g->tasks[i])) *out = i;
-  aq_oplib_close(&lib);
+    if (is_optimizer(lib, &g->tasks[i])) *out = i;
   return AQ_OK;
 }
 

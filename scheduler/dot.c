@@ -46,7 +46,7 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
     const char *variant = task->kind == TASK_HOST     ? "host"
                           : task->kind == TASK_STREAM ? "stream call"
                           : task->code_object.handle  ? "user code object"
-                          : aq_oplib_build(&e->lib, e->agent_kind[a]) ? aq_oplib_build(&e->lib, e->agent_kind[a])
+                          : aq_oplib_build(e->lib, e->agent_kind[a]) ? aq_oplib_build(e->lib, e->agent_kind[a])
                                                                         : "op library";
     if (e->policy == AQ_SCHED_HEFT)
       fprintf(f, "  t%u [label=\"%s\\n%s [%s]\\non %s, lane %u\\nest. %.1f us, finish %.1f us\", fillcolor=\"%s\"];\n", t,

@@ -11,6 +11,7 @@
 
 #include "runtime/runtime.h"
 #include "runtime/settings.h"
+#include "runtime/signal.h"
 #include "runtime/trace.h"
 #include "runtime/wake.h"
 #include "scheduler/calibrate.h"
@@ -60,8 +61,8 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   e->serial = atomic_fetch_add(&serials, 1) & 0xfff;
   atomic_fetch_add(&g->execs, 1);
   aq_status_t s = aq_exec_pick_agents(e);
-  if (s == AQ_OK) s = aq_oplib_open(&e->lib);
-  e->ops = e->lib.co;
+  if (s == AQ_OK) s = aq_op_library_ops(&e->lib);
+  if (s == AQ_OK) s = aq_op_library(AQ_OP_LIBRARY_CPU, &e->ops);
   if (s == AQ_OK) s = aq_exec_load_gpu_ops(e);
   e->kinds = options ? options->kernel_agent_kinds : 0;
   uint8_t *eligible = s == AQ_OK ? aq_exec_eligibility(e, e->kinds) : NULL;
@@ -134,8 +135,7 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
     free(e->streams[a].packets);
   }
   aq_graph_t *g = e->graph;
-  for (uint32_t t = 0; t < g->ntasks; ++t)
-    if (e->signals && e->signals[t].handle) aq_signal_destroy(e->signals[t]);
+  if (e->signals) aq_signal_destroy_many(e->signals, g->ntasks);
   for (uint32_t a = 0; a < EXEC_AGENTS_MAX; ++a) {
     if (e->arenas[a]) aq_memory_free(e->arenas[a]);
     if (e->pinned_arenas[a]) aq_memory_free(e->pinned_arenas[a]);
@@ -143,8 +143,6 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
   }
   for (uint32_t a = 0; a < EXEC_LANES_MAX; ++a)
     if (e->streams[a].done.handle) aq_signal_destroy(e->streams[a].done);
-  if (e->gpu_ops.handle) aq_code_object_unload(e->gpu_ops);
-  aq_oplib_close(&e->lib);
   free(e->lr_offset);
   free(e->kernargs), free(e->signals), free(e->buffers), free(e->watched);
   free(e->reused_by), free(e->given), free(e->first_reader), free(e->stamps), free(e->covered);
@@ -321,7 +319,7 @@ static aq_status_t lr_offsets(aq_exec_t *e) {
     e->lr_offset[t] = task->kind != TASK_KERNEL          ? AQ_OP_FIELD_NONE
                       : e->fusion.product[t] != UINT32_MAX ? (fused == SIZE_MAX ? AQ_OP_FIELD_NONE : (uint32_t)fused)
                       : task->code_object.handle           ? user_lr_offset(task)
-                                                           : aq_oplib_lr_offset(&e->lib, task->kernel);
+                                                           : aq_oplib_lr_offset(e->lib, task->kernel);
   }
   return AQ_OK;
 }

@@ -33,8 +33,8 @@ typedef struct stream {
 struct aq_exec {
   aq_graph_t *graph;
   plan_t plan;
-  aq_code_object_t ops; /* the op library's CPU code object (lib.co) */
-  oplib_t lib;          /* the op library and its description */
+  aq_code_object_t ops; /* the op library's CPU code object */
+  const oplib_t *lib;   /* its description, indexed (op_library.c: shared, once a runtime) */
   uint32_t *lr_offset;  /* per task: its learning rate in its live kernarg, or AQ_OP_FIELD_NONE (made at the first
                            aq_exec_set_learning_rate) */
   uint32_t nagents;

@@ -24,13 +24,15 @@ static aq_status_t region_of(aq_agent_t agent, uint32_t flag, aq_region_t *out) 
   return aq_error(AQ_ERROR_NOT_FOUND, "agent has no region with flag 0x%x", flag);
 }
 
-/* Zeroes memory the host may not be able to touch (a GPU's). */
+/* Zeroes memory the host may not be able to touch (a GPU's); nothing to do
+ * where the region's allocations start zeroed (fresh pages: writing them
+ * would only fault them all in now). */
 static aq_status_t zero(void *p, size_t n) {
   aq_region_t r;
   aq_region_info_t info;
   if (aq_memory_lookup(p, &r, NULL, NULL) == AQ_OK && aq_region_get_info(r, &info) == AQ_OK &&
-      (info.flags & AQ_REGION_HOST_ACCESSIBLE)) {
-    memset(p, 0, n);
+      (info.flags & (AQ_REGION_HOST_ACCESSIBLE | AQ_REGION_ZEROED))) {
+    if (!(info.flags & AQ_REGION_ZEROED)) memset(p, 0, n);
     return AQ_OK;
   }
   void *z = calloc(1, n);

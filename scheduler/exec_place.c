@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/code_object.h"
 #include "runtime/runtime.h"
 #include "runtime/settings.h"
 #include "scheduler/calibrate.h"
@@ -46,27 +47,35 @@ aq_status_t aq_exec_pick_agents(aq_exec_t *e) {
 aq_status_t aq_exec_load_gpu_ops(aq_exec_t *e) {
   for (uint32_t a = 0; a < e->nagents; ++a)
     if (e->agent_kind[a] == AQ_AGENT_KIND_GPU) {
-      const char *build = aq_oplib_build(&e->lib, AQ_AGENT_KIND_GPU);
-      if (!build || aq_code_object_load(build, &e->gpu_ops) != AQ_OK) e->gpu_ops.handle = 0;
+      if (aq_op_library(AQ_OP_LIBRARY_GPU, &e->gpu_ops) != AQ_OK) e->gpu_ops.handle = 0;
       break;
     }
   return AQ_OK;
 }
 
 static int has_kernel(aq_exec_t *e, aq_code_object_t co, const char *name, uint8_t kind) {
-  /* Graphs repeat a few kernels many times: remember the last answer. */
-  static _Thread_local struct { uint64_t co; uint8_t kind; char name[64]; int yes; } last;
-  if (last.co == co.handle && last.kind == kind && !strcmp(last.name, name)) return last.yes;
+  /* Graphs repeat a few kernels many times: remember the last answer per
+   * kind of agent (eligibility asks for each kind in turn). */
+  static _Thread_local struct { uint64_t co; char name[64]; int yes, valid; } last[AQ_AGENT_KIND_GPU + 1];
+  if (kind > AQ_AGENT_KIND_GPU) return 0;
+  if (last[kind].valid && last[kind].co == co.handle && !strcmp(last[kind].name, name)) return last[kind].yes;
   int yes = 0;
   for (uint32_t a = 0; a < e->nagents; ++a) {
     if (e->agent_kind[a] != kind) continue;
     aq_kernel_info_t k;
-    yes = co.handle && aq_code_object_find_kernel(co, name, e->agents[a], &k) == AQ_OK;
+    yes = co.handle && aq_code_object_has_kernel(co, name, e->agents[a], &k);
     break;
   }
-  last.co = co.handle, last.kind = kind, last.yes = yes;
-  snprintf(last.name, sizeof(last.name), "%s", name);
+  last[kind].co = co.handle, last[kind].yes = yes, last[kind].valid = 1;
+  snprintf(last[kind].name, sizeof(last[kind].name), "%s", name);
   return yes;
+}
+
+/* The kinds of agent this exec has (1 << kind). */
+static uint32_t kinds_present(const aq_exec_t *e) {
+  uint32_t m = 0;
+  for (uint32_t a = 0; a < e->nagents; ++a) m |= 1u << e->agent_kind[a];
+  return m;
 }
 
 /* Per task, the kinds of agent that may run it: host calls on CPUs; a
@@ -75,6 +84,7 @@ uint8_t *aq_exec_eligibility(aq_exec_t *e, uint32_t kinds) {
   aq_graph_t *g = e->graph;
   uint8_t *m = calloc(g->ntasks ? g->ntasks : 1, 1);
   if (!m) return NULL;
+  uint32_t present = kinds_present(e);
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
     if (task->kind == TASK_HOST || task->kind == TASK_STREAM) {
@@ -84,7 +94,7 @@ uint8_t *aq_exec_eligibility(aq_exec_t *e, uint32_t kinds) {
       continue;
     }
     for (uint8_t kind = AQ_AGENT_KIND_CPU; kind <= AQ_AGENT_KIND_GPU; ++kind) {
-      if (kinds && !(kinds & (1u << kind))) continue;
+      if ((kinds && !(kinds & (1u << kind))) || !(present & (1u << kind))) continue;
       aq_code_object_t co = task->code_object.handle ? task->code_object
                             : kind == AQ_AGENT_KIND_GPU ? e->gpu_ops
                                                         : e->ops;
@@ -149,10 +159,50 @@ double aq_exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) 
   return aq_perf_estimate(&k, bytes, guess, samples);
 }
 
+/* Graphs repeat a few kernels over a few shapes: heft's cost matrix looks
+ * each (task kind, kernel or host-call name, agent, grid, bytes) up once,
+ * not once a task (a model key is three formatted strings and a lock). */
+enum { COST_MEMO = 64 };
+typedef struct cost_memo {
+  const task_t *like; /* a task it was computed for; NULL: empty */
+  uint32_t agent, samples;
+  uint64_t bytes;
+  double ns;
+} cost_memo_t;
+
+static uint64_t task_bytes(const aq_graph_t *g, const task_t *t) {
+  uint64_t b = 0;
+  for (uint32_t r = 0; r < t->nreads; ++r) b += g->tensors[t->reads[r]].bytes;
+  for (uint32_t w = 0; w < t->nwrites; ++w) b += g->tensors[t->writes[w]].bytes;
+  return b;
+}
+
+static int same_cost(const task_t *x, const task_t *y) {
+  return x->kind == y->kind && !memcmp(&x->shape, &y->shape, sizeof(x->shape)) &&
+         !strcmp(x->kind == TASK_HOST ? x->name : x->kernel, y->kind == TASK_HOST ? y->name : y->kernel);
+}
+
+/* *fresh: not found, looked up now. */
+static double memo_cost(aq_exec_t *e, cost_memo_t *memo, uint32_t t, uint32_t a, uint32_t *samples, int *fresh) {
+  const task_t *task = &e->graph->tasks[t];
+  uint64_t bytes = task_bytes(e->graph, task), h = bytes * 0x9e3779b97f4a7c15ull ^ a;
+  for (const char *c = task->kind == TASK_HOST ? task->name : task->kernel; *c; ++c) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+  cost_memo_t *m = &memo[(h ^ h >> 29) % COST_MEMO];
+  *fresh = !(m->like && m->agent == a && m->bytes == bytes && same_cost(m->like, task));
+  if (!*fresh) {
+    *samples = m->samples;
+    return m->ns;
+  }
+  *m = (cost_memo_t){task, a, 0, bytes, 0};
+  m->ns = aq_exec_cost_of(e, t, a, &m->samples);
+  *samples = m->samples;
+  return m->ns;
+}
+
 /* Op-library kernels short of samples on an agent that may run them are
  * measured there first, one task per model (calibrate.h); a failure leaves
  * the guesses. */
-static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible, uint64_t skip) {
+static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible, uint64_t skip, cost_memo_t *memo) {
   aq_graph_t *g = e->graph;
   uint32_t *pick = malloc((g->ntasks ? g->ntasks : 1) * sizeof(uint32_t));
   perf_key_t *keys = malloc((g->ntasks ? g->ntasks : 1) * sizeof(perf_key_t));
@@ -161,17 +211,20 @@ static void calibrate_missing(aq_exec_t *e, const uint8_t *eligible, uint64_t sk
     uint32_t n = 0, samples;
     for (uint32_t t = 0; t < g->ntasks; ++t) {
       if (!(eligible[t] & (1u << e->agent_kind[a])) || !aq_perf_calibratable(g, t)) continue;
+      int fresh;
+      memo_cost(e, memo, t, a, &samples, &fresh);
+      if (!fresh || samples >= PERF_MIN_SAMPLES) continue; /* a task like it was seen */
       double bytes;
       aq_exec_task_key(e, t, a, &keys[n], &bytes);
-      aq_perf_estimate(&keys[n], bytes, 0, &samples);
       int seen = 0;
       for (uint32_t i = 0; i < n && !seen; ++i)
         seen = keys[i].shape_class == keys[n].shape_class && !strcmp(keys[i].kernel, keys[n].kernel);
-      if (samples < PERF_MIN_SAMPLES && !seen) pick[n++] = t;
+      if (!seen) pick[n++] = t;
     }
     if (n) aq_perf_calibrate(g, pick, n, a);
   }
   free(pick), free(keys);
+  memset(memo, 0, COST_MEMO * sizeof(*memo)); /* the models have changed */
 }
 
 /* The GPU agents that stream calls are pinned to (a NCCL communicator's
@@ -196,7 +249,9 @@ aq_status_t aq_exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **o
   uint64_t ranks = rank_gpus(e), others = 0;
   for (uint32_t a = 0; ranks && a < e->nagents; ++a)
     if (e->agent_kind[a] == AQ_AGENT_KIND_GPU && !((ranks >> a) & 1)) others |= 1ull << a;
-  calibrate_missing(e, eligible, others);
+  cost_memo_t memo[COST_MEMO];
+  memset(memo, 0, sizeof(memo));
+  calibrate_missing(e, eligible, others, memo);
   double *c = malloc((size_t)g->ntasks * e->nagents * sizeof(double));
   if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   uint32_t short_of_samples = 0;
@@ -204,7 +259,8 @@ aq_status_t aq_exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **o
     for (uint32_t a = 0; a < e->nagents; ++a) {
       double *ct = &c[(size_t)t * e->nagents + a];
       uint32_t n = 0;
-      *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1) ? aq_exec_cost_of(e, t, a, &n) : -1;
+      int fresh;
+      *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1) ? memo_cost(e, memo, t, a, &n, &fresh) : -1;
       if (*ct >= 0 && n < PERF_MIN_SAMPLES) short_of_samples++;
     }
   if (short_of_samples) e->profile_left = PERF_MIN_SAMPLES;
@@ -234,7 +290,7 @@ aq_status_t aq_exec_fuse(aq_exec_t *e) {
   uint64_t fusion = aq_setting_u64(AQ_SET_FUSION);
   int off = (e->flags & AQ_EXEC_NO_FUSION) || fusion == AQ_FUSION_OFF, cpu = fusion == AQ_FUSION_ON;
   uint32_t fuses[EXEC_AGENTS_MAX];
-  const aq_op_table_t *lib = e->lib.table;
+  const aq_op_table_t *lib = e->lib->table;
   for (uint32_t a = 0; a < e->nagents; ++a) {
     int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
     aq_code_object_t co = gpu ? e->gpu_ops : e->ops;
@@ -243,7 +299,7 @@ aq_status_t aq_exec_fuse(aq_exec_t *e) {
     for (uint32_t r = 0; on && r < lib->fusion_count; ++r)
       if (has_kernel(e, co, lib->fusions[r].fused, e->agent_kind[a])) fuses[a] |= 1u << r;
   }
-  fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, &e->lib, fuses, off};
+  fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, e->lib, fuses, off};
   return aq_fuse_plan(&in, &e->plan, &e->fusion);
 }
 

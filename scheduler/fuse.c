@@ -70,15 +70,7 @@ static int has_pred(const plan_task_t *pt, uint32_t q) {
 }
 
 static aq_status_t add_pred(plan_task_t *pt, uint32_t q) {
-  if (has_pred(pt, q)) return AQ_OK;
-  if (pt->npreds == pt->cap_preds) {
-    uint32_t cap = pt->cap_preds ? 2 * pt->cap_preds : 4;
-    uint32_t *n = realloc(pt->preds, cap * sizeof(uint32_t));
-    if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan fusion");
-    pt->preds = n, pt->cap_preds = cap;
-  }
-  pt->preds[pt->npreds++] = q;
-  return AQ_OK;
+  return has_pred(pt, q) ? AQ_OK : aq_plan_append_pred(pt, q);
 }
 
 /* Per tensor, how many tasks read and write it; per task, whether an

@@ -102,10 +102,22 @@ static double task_groups(const task_t *t) {
  * that finishes first. So two 1024^3 matmuls on two lanes of one agent
  * take twice one's time, as they do, not one's; eight 2-group ones on 16
  * workers run side by side. */
+/* What place() reads of each task, gathered once in index order: it walks
+ * the tasks in rank order, where each big task_t and tensor_t would be a
+ * cache miss, once per placement tried. */
+typedef struct hot_task {
+  double groups;
+  int32_t agent;
+  uint32_t nafter_any;
+  uint8_t kind;
+  uint8_t home; /* touches a persistent tensor (home_cost) */
+} hot_task_t;
+
 typedef struct placer {
   plan_t *p;
   aq_graph_t *g;
   const plan_lanes_t *l;
+  const hot_task_t *hot;
   double *lane_free, *worker_free, *sorted; /* per lane; per worker of all agents; scratch */
   uint32_t *first_worker;                   /* per agent (+1): its workers in worker_free */
   uint8_t *taken, *used;                    /* scratch, per worker; per lane: has a task */
@@ -118,9 +130,9 @@ static uint32_t workers_of(const plan_lanes_t *l, uint32_t a) {
   return l->agent_workers && agent_kind(l, a) == AQ_AGENT_KIND_CPU ? l->agent_workers[a] : 0;
 }
 
-static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
+static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const plan_lanes_t *l, const hot_task_t *hot) {
   memset(pl, 0, sizeof(*pl));
-  pl->p = p, pl->g = g, pl->l = l;
+  pl->p = p, pl->g = g, pl->l = l, pl->hot = hot;
   pl->first_worker = calloc(l->nagents + 1, sizeof(uint32_t));
   if (!pl->first_worker) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   uint32_t most = 1;
@@ -227,6 +239,13 @@ static void take_home(placer_t *pl, const task_t *t, uint32_t a) {
   }
 }
 
+static hot_task_t hot_of(const aq_graph_t *g, const task_t *t) {
+  hot_task_t h = {task_groups(t), t->agent, t->nafter_any, (uint8_t)t->kind, 0};
+  for (uint32_t j = 0; j < t->nreads + t->nwrites && !h.home; ++j)
+    h.home = persistent(g->tensors[j < t->nreads ? t->reads[j] : t->writes[j - t->nreads]].role);
+  return h;
+}
+
 /* Whether placement pl puts kernels on two agents or more, a GPU among them. */
 static int gpu_split(const placer_t *pl) {
   int32_t first = -1, gpu = 0, several = 0;
@@ -268,10 +287,10 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   for (uint32_t x = 0; x < g->ntensors; ++x) pl->home[x] = UINT32_MAX;
   for (uint32_t k = 0; k < p->ntasks; ++k) {
     uint32_t i = p->order[k];
-    const task_t *t = &g->tasks[i];
+    const hot_task_t *t = &pl->hot[i];
     const plan_task_t *pt = &p->tasks[i];
     uint32_t best = UINT32_MAX, cached = UINT32_MAX, nsorted = 0, best_width_ = 1;
-    double best_finish = 0, best_start = 0, best_cost = 0, groups = task_groups(t);
+    double best_finish = 0, best_start = 0, best_cost = 0, groups = t->groups;
     for (uint32_t c = 0; c < l->nlanes; ++c) {
       uint32_t a = l->lane_agent[c];
       double cost = l->cost_ns[(size_t)i * na + a];
@@ -281,7 +300,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
       if (l->lane_kind[c] == AQ_AGENT_KIND_GPU && cost < GPU_LAUNCH_NS) cost = GPU_LAUNCH_NS;
       double ready = 0;
       for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
-        uint32_t q = j < pt->npreds ? pt->preds[j] : t->after_any[j - pt->npreds];
+        uint32_t q = j < pt->npreds ? pt->preds[j] : g->tasks[i].after_any[j - pt->npreds];
         uint32_t aq = l->lane_agent[pl->lane[q]];
         double hop = pl->lane[q] == c ? 0 : aq == a ? lane_hop_ns(l, a) : aq_plan_transfer_ns(l, aq, a, edge_bytes(g, q, i));
         double r = pl->finish[q] + hop;
@@ -293,7 +312,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
         if (cached != a) cached = a, nsorted = sort_workers(pl, a);
         width = best_width(pl->sorted, nsorted, groups, start, cost, &start, &finish);
       }
-      finish += home_cost(pl, t, a);
+      if (t->home) finish += home_cost(pl, &g->tasks[i], a);
       if (best == UINT32_MAX || finish < best_finish)
         best = c, best_finish = finish, best_start = start, best_cost = finish - start, best_width_ = width;
     }
@@ -303,7 +322,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
     }
     uint32_t a = l->lane_agent[best];
     if (pl->first_worker[a + 1] > pl->first_worker[a]) take_workers(pl, a, best_width_, best_start, best_finish);
-    take_home(pl, t, a);
+    if (t->home) take_home(pl, &g->tasks[i], a);
     pl->lane[i] = best;
     pl->finish[i] = best_finish;
     pl->cost[i] = best_cost;
@@ -417,12 +436,15 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
    * its estimate beats the best single agent's by more than a cross-agent
    * edge and SPLIT_GAIN of the time (a split whose gain is within the
    * models' error costs edges and a second agent's noise for nothing). */
+  hot_task_t *hot = s == AQ_OK ? malloc((n ? n : 1) * sizeof(*hot)) : NULL;
+  if (s == AQ_OK && !hot) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) hot[i] = hot_of(g, &g->tasks[i]);
   placer_t mixed = {0}, single = {0};
   uint32_t fail = UINT32_MAX;
   double best_ms = -1, single_ms = -1, margin = 0;
   int32_t single_agent = -1;
-  if (s == AQ_OK) s = placer_init(&mixed, p, g, l);
-  if (s == AQ_OK && na > 1) s = placer_init(&single, p, g, l);
+  if (s == AQ_OK) s = placer_init(&mixed, p, g, l, hot);
+  if (s == AQ_OK && na > 1) s = placer_init(&single, p, g, l, hot);
   if (s == AQ_OK) {
     best_ms = place(&mixed, -1, &fail);
     if (best_ms < 0) {
@@ -454,6 +476,6 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
     p->tasks[i].cost_ns = mixed.cost[i];
   }
   placer_free(&mixed), placer_free(&single);
-  free(mean), free(rank), free(pos), free(order), free(start), free(fill), free(succ);
+  free(hot), free(mean), free(rank), free(pos), free(order), free(start), free(fill), free(succ);
   return s;
 }

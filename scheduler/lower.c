@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/signal.h"
 #include "scheduler/exec_internal.h"
 
 static aq_status_t push(stream_t *st, const void *packet) {
@@ -53,7 +54,7 @@ static void fill_fused_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
 
 /* Where an exact exec sets a library kernel's precision, or AQ_OP_FIELD_NONE. */
 static uint32_t precision_field(const aq_exec_t *e, const char *kernel) {
-  return e->exact_matmul ? aq_oplib_precision_offset(&e->lib, kernel) : AQ_OP_FIELD_NONE;
+  return e->exact_matmul ? aq_oplib_precision_offset(e->lib, kernel) : AQ_OP_FIELD_NONE;
 }
 
 static void set_exact(uint8_t *kernarg, uint32_t off) {
@@ -67,11 +68,11 @@ static void set_exact(uint8_t *kernarg, uint32_t off) {
  * reads of either. */
 static const char *gpu_kernel(const aq_exec_t *e, const char *base, const void *kernarg) {
   uint32_t off = precision_field(e, base);
-  if (off == AQ_OP_FIELD_NONE) return aq_oplib_launch_kernel(&e->lib, AQ_AGENT_KIND_GPU, base, kernarg);
+  if (off == AQ_OP_FIELD_NONE) return aq_oplib_launch_kernel(e->lib, AQ_AGENT_KIND_GPU, base, kernarg);
   uint8_t exact[TASK_KERNARG_MAX];
   memcpy(exact, kernarg, sizeof(exact));
   set_exact(exact, off);
-  return aq_oplib_launch_kernel(&e->lib, AQ_AGENT_KIND_GPU, base, exact);
+  return aq_oplib_launch_kernel(e->lib, AQ_AGENT_KIND_GPU, base, exact);
 }
 
 static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kernel_dispatch_packet_t *p) {
@@ -116,14 +117,14 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
   /* GPUs get each kernel's own launch shape (conv, pool and batch norm would
    * leave a GPU nearly idle under their CPU grids of one item per plane). */
-  aq_dispatch_shape_t sh = gpu ? aq_oplib_launch_shape(&e->lib, AQ_AGENT_KIND_GPU, base, ka, body->shape) : body->shape;
+  aq_dispatch_shape_t sh = gpu ? aq_oplib_launch_shape(e->lib, AQ_AGENT_KIND_GPU, base, ka, body->shape) : body->shape;
   p->workgroup_size_x = sh.workgroup[0] ? sh.workgroup[0] : 1;
   p->workgroup_size_y = sh.workgroup[1] ? sh.workgroup[1] : 1;
   p->workgroup_size_z = sh.workgroup[2] ? sh.workgroup[2] : 1;
   p->grid_size_x = sh.grid[0] ? sh.grid[0] : 1;
   p->grid_size_y = sh.grid[1] ? sh.grid[1] : 1;
   p->grid_size_z = sh.grid[2] ? sh.grid[2] : 1;
-  p->group_segment_size = gpu ? aq_oplib_group_segment(&e->lib, AQ_AGENT_KIND_GPU, name, ka) : 0; /* staged tiles past 48 KB */
+  p->group_segment_size = gpu ? aq_oplib_group_segment(e->lib, AQ_AGENT_KIND_GPU, name, ka) : 0; /* staged tiles past 48 KB */
   p->kernel_object = k.kernel_object;
   p->kernarg_address = ka;
   p->reserved2 = ((uint64_t)e->serial << 20) | (t + 1); /* the run goes in at each run */
@@ -194,18 +195,50 @@ static uint32_t other_lane_producers(aq_exec_t *e, uint32_t t, uint32_t *out, in
   return n;
 }
 
+/* Per task in plan order (k): the producers on other lanes it waits for
+ * (producers[start[k]..start[k+1])) and whether one shares its lane. */
+typedef struct waits {
+  uint32_t *start, *producers;
+  uint8_t *same_queue;
+} waits_t;
+
+static aq_status_t find_waits(aq_exec_t *e, waits_t *w) {
+  aq_graph_t *g = e->graph;
+  size_t edges = 0;
+  for (uint32_t t = 0; t < e->plan.ntasks; ++t) edges += e->plan.tasks[t].npreds;
+  w->start = malloc((e->plan.ntasks + 1) * sizeof(uint32_t));
+  w->producers = malloc((edges ? edges : 1) * sizeof(uint32_t));
+  w->same_queue = calloc(e->plan.ntasks ? e->plan.ntasks : 1, 1);
+  if (!w->start || !w->producers || !w->same_queue) {
+    free(w->start), free(w->producers), free(w->same_queue);
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
+  }
+  uint32_t at = 0;
+  for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
+    uint32_t t = e->plan.order[k], n = 0;
+    w->start[k] = at;
+    if (e->fusion.absorbed[t]) continue;
+    int same;
+    n = other_lane_producers(e, t, w->producers + at, &same);
+    w->same_queue[k] = (uint8_t)same;
+    for (uint32_t j = 0; j < n; ++j) e->watched[w->producers[at + j]] = 1;
+    for (uint32_t j = 0; j < g->tasks[t].nafter_any; ++j) e->watched[g->tasks[t].after_any[j]] = 1;
+    at += n;
+  }
+  w->start[e->plan.ntasks] = at;
+  return AQ_OK;
+}
+
 /* Packets for one task: barrier-AND packets over its producers on other
  * queues (five at a time: consecutive barriers in one queue AND together),
  * a barrier-OR for its after-any edge, then the task itself. */
-static aq_status_t lower_task(aq_exec_t *e, uint32_t t) {
+static aq_status_t lower_task(aq_exec_t *e, uint32_t t, const uint32_t *producers, uint32_t nprod, int same_queue) {
   aq_graph_t *g = e->graph;
   const task_t *task = &g->tasks[t];
   const plan_task_t *pt = &e->plan.tasks[t];
   stream_t *st = &e->streams[pt->lane];
   aq_signal_t deps[5], none = {0};
-  uint32_t nd = 0, producers[EXEC_LANES_MAX];
-  int same_queue = 0;
-  uint32_t nprod = other_lane_producers(e, t, producers, &same_queue);
+  uint32_t nd = 0;
   for (uint32_t j = 0; j < nprod; ++j) {
     deps[nd++] = e->signals[producers[j]];
     if (nd == 5) {
@@ -255,21 +288,20 @@ aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size) {
    * points at (a GPU writes only those completion signals). */
   e->covered = calloc((size_t)e->nlanes * e->nlanes, sizeof(uint32_t));
   if (!e->covered) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to lower the graph");
-  /* The same walk as lowering's (plan order), to know the watched ones
+  AQ_RETURN_IF_ERROR(aq_signal_create_many(0, g->ntasks, e->signals));
+  /* Each task's waits (plan order), first: the watched tasks must be known
    * before any packet is written. */
-  for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
-    uint32_t t = e->plan.order[k], producers[EXEC_LANES_MAX];
+  waits_t w;
+  AQ_RETURN_IF_ERROR(find_waits(e, &w));
+  aq_status_t s = AQ_OK;
+  for (uint32_t k = 0; s == AQ_OK && k < e->plan.ntasks; ++k) {
+    uint32_t t = e->plan.order[k];
     if (e->fusion.absorbed[t]) continue;
-    int same;
-    uint32_t n = other_lane_producers(e, t, producers, &same);
-    for (uint32_t j = 0; j < n; ++j) e->watched[producers[j]] = 1;
-    for (uint32_t j = 0; j < g->tasks[t].nafter_any; ++j) e->watched[g->tasks[t].after_any[j]] = 1;
+    s = lower_task(e, t, w.producers + w.start[k], w.start[k + 1] - w.start[k], w.same_queue[k]);
+    if (s != AQ_OK) aq_error_annotate(s, "task '%s'", g->tasks[t].name);
   }
-  memset(e->covered, 0, (size_t)e->nlanes * e->nlanes * sizeof(uint32_t));
-  for (uint32_t t = 0; t < g->ntasks; ++t) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->signals[t]));
-  for (uint32_t k = 0; k < e->plan.ntasks; ++k)
-    if (!e->fusion.absorbed[e->plan.order[k]])
-      AQ_RETURN_IF_ERROR_CTX(lower_task(e, e->plan.order[k]), "task '%s'", g->tasks[e->plan.order[k]].name);
+  free(w.start), free(w.producers), free(w.same_queue);
+  AQ_RETURN_IF_ERROR(s);
   aq_signal_t none = {0};
   /* One lane ends with barriers over every other lane's end: its done
    * signal is the run's (aq_exec_completion_signal). The lane of the plan's

@@ -6,10 +6,6 @@
 #include "aquila/runtime.h"
 #include "runtime/status.h"
 
-/* The one file the scheduler knows by name: everything else about the op
- * library, its other builds included, comes from its description. */
-#define OPLIB_CODE_OBJECT "kernels-cpu.so"
-
 static uint32_t hash(const char *s) {
   uint32_t h = 2166136261u; /* FNV-1a */
   while (*s) h = (h ^ (uint8_t)*s++) * 16777619u;
@@ -51,22 +47,17 @@ static aq_status_t index_table(oplib_t *lib) {
   return AQ_OK;
 }
 
-aq_status_t aq_oplib_open(oplib_t *lib) {
+aq_status_t aq_oplib_index(oplib_t *lib, aq_code_object_t co) {
   memset(lib, 0, sizeof(*lib));
-  AQ_RETURN_IF_ERROR(aq_code_object_load(OPLIB_CODE_OBJECT, &lib->co));
-  if (aq_code_object_op_table(lib->co, &lib->table) != AQ_OK) {
+  lib->co = co;
+  if (aq_code_object_op_table(co, &lib->table) != AQ_OK) {
     lib->table = NULL; /* a library without a description: nothing to index */
     aq_error_clear();
     return AQ_OK;
   }
   aq_status_t s = index_table(lib);
-  if (s != AQ_OK) aq_oplib_close(lib);
+  if (s != AQ_OK) memset(lib, 0, sizeof(*lib));
   return s;
-}
-
-void aq_oplib_close(oplib_t *lib) {
-  if (lib->co.handle) aq_code_object_unload(lib->co);
-  memset(lib, 0, sizeof(*lib));
 }
 
 const oplib_entry_t *aq_oplib_find(const oplib_t *lib, const char *kernel) {

@@ -29,10 +29,22 @@ typedef struct oplib {
   uint8_t slots[OPLIB_SLOTS]; /* open addressing over kernel names: entry + 1, 0 empty */
 } oplib_t;
 
-/* Loads the op library and indexes its description; aq_oplib_close
- * unloads it. */
-aq_status_t aq_oplib_open(oplib_t *lib);
-void aq_oplib_close(oplib_t *lib);
+/* The one file the scheduler knows by name: everything else about the op
+ * library, its other builds included, comes from its description. */
+#define OPLIB_CODE_OBJECT "kernels-cpu.so"
+
+/* Indexes the description code object co ships (none: lib describes
+ * nothing). */
+aq_status_t aq_oplib_index(oplib_t *lib, aq_code_object_t co);
+
+/* The op library's code object for CPU or GPU agents, loaded at the first
+ * call of each runtime (op_library.c); the execs share it and never unload
+ * it. The GPU one is the file the CPU one's description names. */
+typedef enum aq_op_library { AQ_OP_LIBRARY_CPU = 0, AQ_OP_LIBRARY_GPU = 1 } aq_op_library_t;
+aq_status_t aq_op_library(aq_op_library_t which, aq_code_object_t *out);
+/* The op library's description, indexed once a runtime beside its code
+ * object (valid until aq_shut_down). */
+aq_status_t aq_op_library_ops(const oplib_t **out);
 
 /* The entry of a kernel, or NULL: one hash and one compare. */
 const oplib_entry_t *aq_oplib_find(const oplib_t *lib, const char *kernel);

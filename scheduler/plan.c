@@ -10,62 +10,84 @@ int aq_plan_readable_without_writer(aq_tensor_role_t r) {
   return r == AQ_ROLE_INPUT || r == AQ_ROLE_PARAMETER || r == AQ_ROLE_CONSTANT || r == AQ_ROLE_STATE;
 }
 
-/* stamp[pred] == task + 1 once pred is in task's list: a task with many
- * predecessors (a fan-in) stays linear, not quadratic. Tasks get their
- * predecessors in one go, in the order they were added. */
-static aq_status_t add_pred(plan_t *p, uint32_t *stamp, uint32_t task, uint32_t pred) {
-  plan_task_t *t = &p->tasks[task];
-  if (stamp[pred] == task + 1) return AQ_OK;
-  stamp[pred] = task + 1;
-  if (t->npreds == t->cap_preds) {
-    uint32_t cap = t->cap_preds ? 2 * t->cap_preds : 4;
-    uint32_t *n = realloc(t->preds, cap * sizeof(*n));
+/* Dependencies as they are inferred: every task's predecessors, one after
+ * another in one pool (tasks get theirs in one go, in the order they were
+ * added); stamp[pred] == task + 1 once pred is in task's list, so a fan-in
+ * stays linear, not quadratic. */
+typedef struct preds_pool {
+  uint32_t *v, n, cap;
+  uint32_t *stamp;
+} preds_pool_t;
+
+static aq_status_t add_pred(plan_t *p, preds_pool_t *pool, uint32_t task, uint32_t pred) {
+  if (pool->stamp[pred] == task + 1) return AQ_OK;
+  pool->stamp[pred] = task + 1;
+  if (pool->n == pool->cap) {
+    uint32_t cap = pool->cap ? 2 * pool->cap : 1024;
+    uint32_t *n = realloc(pool->v, cap * sizeof(*n));
     if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for dependencies");
-    t->preds = n;
-    t->cap_preds = cap;
+    pool->v = n, pool->cap = cap;
+  }
+  pool->v[pool->n++] = pred;
+  p->tasks[task].npreds++;
+  return AQ_OK;
+}
+
+aq_status_t aq_plan_append_pred(plan_task_t *t, uint32_t pred) {
+  if (!t->cap_preds || t->npreds == t->cap_preds) {
+    /* a list in the plan's pool is copied out before it grows */
+    uint32_t cap = t->cap_preds ? 2 * t->cap_preds : t->npreds + 4;
+    uint32_t *n = t->cap_preds ? realloc(t->preds, cap * sizeof(*n)) : malloc(cap * sizeof(*n));
+    if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for dependencies");
+    if (!t->cap_preds && t->npreds) memcpy(n, t->preds, t->npreds * sizeof(*n));
+    t->preds = n, t->cap_preds = cap;
   }
   t->preds[t->npreds++] = pred;
   return AQ_OK;
 }
 
 /* RAW, WAR and WAW edges in the order tasks were added, and the check that
- * nothing is read before it is written. */
+ * nothing is read before it is written. A tensor's readers since its last
+ * write are a chain through the read slots (head per tensor, next per
+ * slot): a few arrays for the whole graph, not one a tensor. */
 static aq_status_t infer(plan_t *p, aq_graph_t *g) {
-  uint32_t *last_writer = malloc(g->ntensors * sizeof(uint32_t));
-  uint32_t **readers = calloc(g->ntensors, sizeof(uint32_t *));
-  uint32_t *nreaders = calloc(g->ntensors, sizeof(uint32_t)), *capr = calloc(g->ntensors, sizeof(uint32_t));
-  uint32_t *stamp = calloc(g->ntasks, sizeof(uint32_t));
-  aq_status_t s = last_writer && readers && nreaders && capr && stamp ? AQ_OK
-                                                             : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
-  for (uint32_t i = 0; s == AQ_OK && i < g->ntensors; ++i) last_writer[i] = UINT32_MAX;
-  for (uint32_t i = 0; s == AQ_OK && i < g->ntasks; ++i) {
+  uint32_t slots = 0;
+  for (uint32_t i = 0; i < g->ntasks; ++i) slots += g->tasks[i].nreads;
+  uint32_t *last_writer = malloc(g->ntensors * sizeof(uint32_t)), *head = malloc(g->ntensors * sizeof(uint32_t));
+  uint32_t *tail = malloc(g->ntensors * sizeof(uint32_t));
+  uint32_t *next = malloc((slots ? slots : 1) * sizeof(uint32_t)), *reader = malloc((slots ? slots : 1) * sizeof(uint32_t));
+  preds_pool_t pool = {NULL, 0, 0, calloc(g->ntasks ? g->ntasks : 1, sizeof(uint32_t))};
+  aq_status_t s = last_writer && head && tail && next && reader && pool.stamp
+                      ? AQ_OK
+                      : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
+  for (uint32_t i = 0; s == AQ_OK && i < g->ntensors; ++i) last_writer[i] = head[i] = UINT32_MAX;
+  for (uint32_t i = 0, slot = 0; s == AQ_OK && i < g->ntasks; ++i) {
     const task_t *t = &g->tasks[i];
-    for (uint32_t r = 0; s == AQ_OK && r < t->nreads; ++r) {
+    for (uint32_t r = 0; s == AQ_OK && r < t->nreads; ++r, ++slot) {
       uint32_t x = t->reads[r];
-      if (last_writer[x] != UINT32_MAX) s = add_pred(p, stamp, i, last_writer[x]);
+      if (last_writer[x] != UINT32_MAX) s = add_pred(p, &pool, i, last_writer[x]);
       else if (!aq_plan_readable_without_writer(g->tensors[x].role))
         s = aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' reads tensor '%s' before any task writes it", t->name,
                      g->tensors[x].name);
-      if (s == AQ_OK && nreaders[x] == capr[x]) {
-        capr[x] = capr[x] ? 2 * capr[x] : 4;
-        uint32_t *n = realloc(readers[x], capr[x] * sizeof(uint32_t));
-        if (!n) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan");
-        else readers[x] = n;
-      }
-      if (s == AQ_OK) readers[x][nreaders[x]++] = i;
+      /* in reading order: the edges come out as they always did */
+      reader[slot] = i, next[slot] = UINT32_MAX;
+      if (head[x] == UINT32_MAX) head[x] = slot;
+      else next[tail[x]] = slot;
+      tail[x] = slot;
     }
     for (uint32_t w = 0; s == AQ_OK && w < t->nwrites; ++w) {
       uint32_t x = t->writes[w];
-      if (last_writer[x] != UINT32_MAX && last_writer[x] != i) s = add_pred(p, stamp, i, last_writer[x]);
-      for (uint32_t r = 0; s == AQ_OK && r < nreaders[x]; ++r)
-        if (readers[x][r] != i) s = add_pred(p, stamp, i, readers[x][r]);
-      nreaders[x] = 0;
+      if (last_writer[x] != UINT32_MAX && last_writer[x] != i) s = add_pred(p, &pool, i, last_writer[x]);
+      for (uint32_t r = head[x]; s == AQ_OK && r != UINT32_MAX; r = next[r])
+        if (reader[r] != i) s = add_pred(p, &pool, i, reader[r]);
+      head[x] = UINT32_MAX;
       last_writer[x] = i;
     }
-    for (uint32_t e = 0; s == AQ_OK && e < t->nafter_all; ++e) s = add_pred(p, stamp, i, t->after_all[e]);
+    for (uint32_t e = 0; s == AQ_OK && e < t->nafter_all; ++e) s = add_pred(p, &pool, i, t->after_all[e]);
   }
-  for (uint32_t i = 0; i < g->ntensors && readers; ++i) free(readers[i]);
-  free(readers), free(nreaders), free(capr), free(last_writer), free(stamp);
+  p->pred_pool = pool.v;
+  for (uint32_t i = 0, at = 0; s == AQ_OK && i < g->ntasks; at += p->tasks[i++].npreds) p->tasks[i].preds = pool.v + at;
+  free(last_writer), free(head), free(tail), free(next), free(reader), free(pool.stamp);
   return s;
 }
 
@@ -304,7 +326,9 @@ aq_status_t aq_plan_number_lanes(plan_t *p, uint32_t nlanes) {
 }
 
 void aq_plan_free(plan_t *p) {
-  for (uint32_t i = 0; p->tasks && i < p->ntasks; ++i) free(p->tasks[i].preds);
+  for (uint32_t i = 0; p->tasks && i < p->ntasks; ++i)
+    if (p->tasks[i].cap_preds) free(p->tasks[i].preds);
+  free(p->pred_pool);
   free(p->tasks);
   free(p->order);
   memset(p, 0, sizeof(*p));

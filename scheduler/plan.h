@@ -7,7 +7,9 @@
 #include "scheduler/graph_internal.h"
 
 typedef struct plan_task {
-  uint32_t *preds, npreds, cap_preds; /* task indices it must follow (all of) */
+  /* task indices it must follow (all of): in the plan's pred_pool, or
+   * (cap_preds > 0) an array of its own once an edge was appended */
+  uint32_t *preds, npreds, cap_preds;
   uint32_t nsuccs;
   uint32_t lane;                      /* index into the exec's lanes */
   uint32_t seq;                       /* position in its lane's stream (plan order) */
@@ -19,6 +21,7 @@ typedef struct plan {
   plan_task_t *tasks;
   uint32_t ntasks;
   uint32_t *order; /* topological */
+  uint32_t *pred_pool;
   /* heft: the estimated makespan (ns) of the placement kept, of the best
    * over all agents, and of the best single agent (which; -1: none ran
    * everything, or there is one agent) */
@@ -50,6 +53,8 @@ int aq_plan_readable_without_writer(aq_tensor_role_t role);
  * it on lanes. */
 aq_status_t aq_plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const plan_lanes_t *lanes);
 void aq_plan_free(plan_t *p);
+/* Adds an edge to a planned task (fusion's). */
+aq_status_t aq_plan_append_pred(plan_task_t *t, uint32_t pred);
 /* HEFT (Topcuoglu et al.): tasks by decreasing upward rank over mean
  * costs, each on the lane where it finishes first, transfers included;
  * rewrites p->order to the rank order (a topological one). Called by

@@ -28,6 +28,7 @@ typedef struct aq_region { uint64_t handle; } aq_region_t;
 #define AQ_REGION_HOST_ACCESSIBLE (1u << 3)/* the host may read and write it */
 #define AQ_REGION_DEVICE (1u << 4)         /* GPU memory */
 #define AQ_REGION_MANAGED (1u << 5)        /* unified: migrates on demand */
+#define AQ_REGION_ZEROED (1u << 6)         /* a new allocation reads as zeros */
 
 typedef struct aq_region_info {
   char name[AQ_NAME_MAX];      /* "cpu0.global", "cuda0.device" */

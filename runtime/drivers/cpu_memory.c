@@ -28,10 +28,11 @@ aq_status_t aq_cpu_regions_register(cpu_agent_t *a) {
                         .bound = a->bind && node_exists(a->numa_node),
                         .size = a->numa_node >= 0 ? node_bytes(a->numa_node) : 0,
                         .alignment = 64};
+  if (g.bound) g.flags |= AQ_REGION_ZEROED; /* numa_alloc_onnode maps fresh pages */
   snprintf(g.name, sizeof(g.name), "%s.global", a->agent->info.name);
   AQ_RETURN_IF_ERROR(aq_region_register(a->agent, &g, (void *)(uintptr_t)REGION_GLOBAL, NULL));
   aq_region_info_t k = g;
-  k.flags = AQ_REGION_FINE_GRAINED | AQ_REGION_KERNARG | AQ_REGION_HOST_ACCESSIBLE;
+  k.flags = AQ_REGION_FINE_GRAINED | AQ_REGION_KERNARG | AQ_REGION_HOST_ACCESSIBLE; /* posix_memalign'd */
   k.bound = 0;
   snprintf(k.name, sizeof(k.name), "%s.kernarg", a->agent->info.name);
   return aq_region_register(a->agent, &k, (void *)(uintptr_t)REGION_KERNARG, NULL);

@@ -14,26 +14,23 @@
 enum { B = 32, IN = 40, H = 48, OUT = 10 };
 
 /* The op library's description, as an exec reads it. */
-static oplib_t lib;
+static const oplib_t *lib;
 static void setup(void) {
   AQ_ASSERT_OK(aq_init(NULL));
-  AQ_ASSERT_OK(aq_oplib_open(&lib));
+  AQ_ASSERT_OK(aq_op_library_ops(&lib));
 }
-static void teardown(void) {
-  aq_oplib_close(&lib);
-  aq_shut_down();
-}
+static void teardown(void) { aq_shut_down(); }
 TestSuite(fuse_pairs, .init = setup, .fini = teardown);
 
 /* The bit of the library's rule fusing product into consumer. */
 static uint32_t rule(const char *product, const char *consumer) {
-  for (uint32_t r = 0; r < lib.table->fusion_count; ++r)
-    if (!strcmp(lib.table->fusions[r].product, product) && !strcmp(lib.table->fusions[r].consumer, consumer))
+  for (uint32_t r = 0; r < lib->table->fusion_count; ++r)
+    if (!strcmp(lib->table->fusions[r].product, product) && !strcmp(lib->table->fusions[r].consumer, consumer))
       return 1u << r;
   cr_assert_fail("the op library fuses no %s into %s", product, consumer);
   return 0;
 }
-#define ALL_FORMS ((1u << lib.table->fusion_count) - 1)
+#define ALL_FORMS ((1u << lib->table->fusion_count) - 1)
 
 static aq_tensor_t make(aq_graph_t *g, const char *name, aq_tensor_role_t role, int64_t rows, int64_t cols) {
   aq_tensor_t t;
@@ -72,7 +69,7 @@ static void fuse_on(aq_graph_t *g, uint32_t nlanes, const uint32_t *lane_agent, 
   uint32_t fuses[2] = {forms, forms};
   AQ_ASSERT_OK(units_plan(g, nlanes, &out->plan));
   if (product_task != UINT32_MAX) out->plan.tasks[product_task].lane = product_lane;
-  fuse_in_t in = {g, nlanes, lane_agent ? lane_agent : one_agent, &lib, fuses, off};
+  fuse_in_t in = {g, nlanes, lane_agent ? lane_agent : one_agent, lib, fuses, off};
   AQ_ASSERT_OK(aq_fuse_plan(&in, &out->plan, &out->f));
   assert_topological(&out->plan);
 }

@@ -35,11 +35,11 @@ static void print_regions(aq_agent_t agent) {
   for (size_t i = 0; i < n && i < 8; ++i) {
     aq_region_info_t ri;
     if (aq_region_get_info(r[i], &ri) != AQ_OK) continue;
-    printf("    region %-18s %s%s%s%s%s%s node %d%s, %.1f GiB, in use %llu B in %llu allocations (peak %llu B)\n",
+    printf("    region %-18s %s%s%s%s%s%s%s node %d%s, %.1f GiB, in use %llu B in %llu allocations (peak %llu B)\n",
            ri.name, ri.flags & AQ_REGION_COARSE_GRAINED ? "coarse " : "",
            ri.flags & AQ_REGION_FINE_GRAINED ? "fine " : "", ri.flags & AQ_REGION_KERNARG ? "kernarg " : "",
            ri.flags & AQ_REGION_DEVICE ? "device " : "", ri.flags & AQ_REGION_MANAGED ? "managed " : "",
-           ri.flags & AQ_REGION_HOST_ACCESSIBLE ? "host-accessible" : "", ri.numa_node,
+           ri.flags & AQ_REGION_ZEROED ? "zeroed " : "", ri.flags & AQ_REGION_HOST_ACCESSIBLE ? "host-accessible" : "", ri.numa_node,
            ri.bound ? " (bound)" : "", (double)ri.size / (1024.0 * 1024 * 1024),
            (unsigned long long)ri.in_use, (unsigned long long)ri.allocations, (unsigned long long)ri.peak);
   }
