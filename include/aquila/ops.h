@@ -515,29 +515,6 @@ typedef struct aq_mean_args {
   int64_t n;
 } aq_mean_args_t;
 
-/* ---- GPU launch shapes -----------------------------------------------------
- * The shapes above are the CPU kernels' (a work-group is a tile or a slice
- * one worker runs). GPU kernels count threads: matmul runs 64x64 tiles on
- * 16x16-thread blocks, the others at most 256 threads a block. */
-#define AQ_GPU_MATMUL_TILE 64
-static inline aq_dispatch_shape_t aq_gpu_shape(const char *kernel, const void *kernarg, aq_dispatch_shape_t cpu) {
-  const char *m = AQ_KERNEL_MATMUL;
-  int is_matmul = 1;
-  for (int i = 0; m[i] || kernel[i]; ++i)
-    if (m[i] != kernel[i]) { is_matmul = 0; break; }
-  if (is_matmul) {
-    const aq_matmul_args_t *a = (const aq_matmul_args_t *)kernarg;
-    uint32_t tn = (uint32_t)((a->n + AQ_GPU_MATMUL_TILE - 1) / AQ_GPU_MATMUL_TILE);
-    uint32_t tm = (uint32_t)((a->m + AQ_GPU_MATMUL_TILE - 1) / AQ_GPU_MATMUL_TILE);
-    aq_dispatch_shape_t s = {{tn * 16, tm * 16, (uint32_t)(a->batch > 0 ? a->batch : 1)}, {16, 16, 1}};
-    return s;
-  }
-  for (int d = 0; d < 3; ++d)
-    if (cpu.workgroup[d] > 256) cpu.workgroup[d] = 256;
-  if (cpu.grid[0] == 1 && cpu.grid[1] == 1 && cpu.grid[2] == 1) cpu.workgroup[0] = 256; /* a reduction block */
-  return cpu;
-}
-
 #ifdef __cplusplus
 }
 #endif

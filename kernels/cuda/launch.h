@@ -18,6 +18,29 @@
 extern "C" {
 #endif
 
+/* ---- GPU launch shapes -----------------------------------------------------
+ * ops.h's shapes are the CPU kernels' (a work-group is a tile or a slice
+ * one worker runs). GPU kernels count threads: matmul runs 64x64 tiles on
+ * 16x16-thread blocks, the others at most 256 threads a block. */
+#define AQ_GPU_MATMUL_TILE 64
+static inline aq_dispatch_shape_t aq_gpu_shape(const char *kernel, const void *kernarg, aq_dispatch_shape_t cpu) {
+  const char *m = AQ_KERNEL_MATMUL;
+  int is_matmul = 1;
+  for (int i = 0; m[i] || kernel[i]; ++i)
+    if (m[i] != kernel[i]) { is_matmul = 0; break; }
+  if (is_matmul) {
+    const aq_matmul_args_t *a = (const aq_matmul_args_t *)kernarg;
+    uint32_t tn = (uint32_t)((a->n + AQ_GPU_MATMUL_TILE - 1) / AQ_GPU_MATMUL_TILE);
+    uint32_t tm = (uint32_t)((a->m + AQ_GPU_MATMUL_TILE - 1) / AQ_GPU_MATMUL_TILE);
+    aq_dispatch_shape_t s = {{tn * 16, tm * 16, (uint32_t)(a->batch > 0 ? a->batch : 1)}, {16, 16, 1}};
+    return s;
+  }
+  for (int d = 0; d < 3; ++d)
+    if (cpu.workgroup[d] > 256) cpu.workgroup[d] = 256;
+  if (cpu.grid[0] == 1 && cpu.grid[1] == 1 && cpu.grid[2] == 1) cpu.workgroup[0] = 256; /* a reduction block */
+  return cpu;
+}
+
 /* bf16 matmul: one AQ_GPU_MATMUL_BF16_THREADS block per 128x256 tile of C
  * per batch entry (the kernel walks tiles grid-stride, so a smaller grid is
  * correct too). */

@@ -19,7 +19,7 @@
 // leading dimensions and pointers allow it, with scalar, bounds-checked
 // fallbacks at the edges, so every shape (1, 7, 33, 257, ...) is exact.
 //
-// Launch: any grid, blocks of 256 threads (ops.h's aq_gpu_shape gives 16x16
+// Launch: any grid, blocks of 256 threads (launch.h's aq_gpu_shape gives 16x16
 // blocks over 64x64 tiles: the extra blocks find no tile and return). Blocks
 // walk the 128x128 tiles of every batch entry in a grouped order (8 tile-rows
 // at a time) so neighbouring blocks share A and B in L2. A block of any other
