@@ -66,7 +66,7 @@ TOOL_BINS := $(TOOLS:%=$(BINDIR)/%)
 EX_BINS   := $(EXAMPLES:%=$(BUILD)/examples/%)
 TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 
-ALL := $(LIB_SO) $(LIB_A) $(KCPU_SO) $(TOOL_BINS) $(EX_BINS) $(LIBDIR)/pkgconfig/aquila.pc
+ALL := $(LIB_SO) $(LIB_A) $(KCPU_SO) $(LIBDIR)/libaquila-train.a $(TOOL_BINS) $(EX_BINS) $(LIBDIR)/pkgconfig/aquila.pc
 .PHONY: all test demo tsan tsan-run asan install clean deps
 all: $(ALL)
 
@@ -98,11 +98,21 @@ $(KCPU_SO): $(KCPU_OBJS)
 
 $(OBJDIR)/kernels/%.o: CFLAGS += -O3 -fvisibility=hidden
 
-# One program per folder: tools/aq-info/*.c -> bin/aq-info, and so on.
+# The training library (scheduler/train): a static library on the public
+# API that the training example, aq-bench and the tests link.
+TRAIN_SRCS := $(sort $(wildcard scheduler/train/*.c))
+TRAIN_LIB  := $(LIBDIR)/libaquila-train.a
+$(TRAIN_LIB): $(TRAIN_SRCS:%.c=$(OBJDIR)/%.o)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/examples/train_fashion: $(TRAIN_LIB)
+
+# One program per folder: tools/aq-info/*.c -> bin/aq-info, and so on; a
+# static library among its prerequisites is linked before libaquila.
 define program
 $(1): $$(patsubst %.c,$(OBJDIR)/%.o,$$(wildcard $(2)/*.c)) $(LIB_SO)
 	@mkdir -p $$(@D)
-	$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) -L$(LIBDIR) -laquila $(RPATH) $(3) $$(EXTRA_LIBS)
+	$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o %.a,$$^) -L$(LIBDIR) -laquila $(RPATH) $(3) $$(EXTRA_LIBS)
 endef
 $(foreach t,$(TOOLS),$(eval $(call program,$(BINDIR)/$(t),tools/$(t),$$(PKG_LIBS) $$(BLAS_LIBS) $$(ZLIB_LIBS))))
 $(foreach e,$(EXAMPLES),$(eval $(call program,$(BUILD)/examples/$(e),examples/$(e),$$(PKG_LIBS) $$(ZLIB_LIBS))))

@@ -277,6 +277,14 @@ AQ_API aq_status_t aq_code_object_kernel_at(aq_code_object_t c, uint32_t index, 
   return kernel_at(co, index, agent, &a, out);
 }
 
+AQ_API aq_status_t aq_code_object_op_table(aq_code_object_t c, const aq_op_table_t **out) {
+  code_object_t *co;
+  if (!out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_code_object_op_table: out is NULL");
+  AQ_RETURN_IF_ERROR(resolve(c, &co));
+  *out = co->driver->co_op_table ? co->driver->co_op_table(co->module) : NULL;
+  return *out ? AQ_OK : aq_error(AQ_ERROR_NOT_FOUND, "code object %s ships no op table", co->info.path);
+}
+
 /* The kernel named `name` into *out, *found 1; *found 0 if the object has
  * none (no error recorded: eligibility asks it of every task). */
 static aq_status_t lookup(code_object_t *co, const char *name, aq_agent_t agent, aq_kernel_info_t *out, int *found) {

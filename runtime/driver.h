@@ -50,6 +50,9 @@ typedef struct aq_driver {
   const char *(*co_busy)(void *module);
   aq_status_t (*co_kernel_at)(void *module, uint32_t index, aq_agent_impl_t *agent,
                               aq_kernel_info_t *out);
+  /* Optional: the module's op description (kernel.h's aq_op_table_t, checked
+   * at load), else NULL. */
+  const aq_op_table_t *(*co_op_table)(void *module);
 
   /* Optional: asynchronous work on the driver's own allocations (region is
    * the one holding the side the driver acts for; aquila/unified.h). A NULL

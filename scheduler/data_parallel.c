@@ -12,13 +12,26 @@
 #include "runtime/comm.h"
 #include "runtime/status.h"
 #include "scheduler/collective.h"
+#include "scheduler/oplib.h"
 
 enum { DEFAULT_BUCKET_BYTES = 25u << 20 };
 
-static int is_optimizer(const task_t *t) {
-  return t->kind == TASK_KERNEL && !t->code_object.handle &&
-         (!strcmp(t->kernel, AQ_KERNEL_SGD) || !strcmp(t->kernel, AQ_KERNEL_ADAM) ||
-          !strcmp(t->kernel, AQ_KERNEL_SUM_ROWS_SGD));
+/* An optimizer of the op library, as its description says. */
+static int is_optimizer(const oplib_t *lib, const task_t *t) {
+  if (t->kind != TASK_KERNEL || t->code_object.handle) return 0;
+  const oplib_entry_t *e = aq_oplib_find(lib, t->kernel);
+  return e && e->op && (e->op->flags & AQ_OP_OPTIMIZER);
+}
+
+/* The first optimizer task of g, or UINT32_MAX. */
+static aq_status_t first_optimizer(const aq_graph_t *g, uint32_t *out) {
+  const oplib_t *lib;
+  *out = UINT32_MAX;
+  if (!g->ntasks) return AQ_OK;
+  AQ_RETURN_IF_ERROR(aq_op_library_ops(&lib));
+  for (uint32_t i = 0; i < g->ntasks && *out == UINT32_MAX; ++i)
+    if (is_optimizer(lib, &g->tasks[i])) *out = i;
+  return AQ_OK;
 }
 
 typedef struct param {
@@ -101,11 +114,12 @@ static aq_status_t check(aq_graph_t *g, aq_comm_t *comm, const aq_data_parallel_
   if (o && o->root >= comm->size)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_data_parallel: root %u, but the communicator has %u ranks",
                     o->root, comm->size);
-  for (uint32_t i = 0; i < g->ntasks; ++i)
-    if (is_optimizer(&g->tasks[i]))
-      return aq_error(AQ_ERROR_INVALID_GRAPH,
-                      "aq_graph_data_parallel: optimizer task '%s' is already there; call it before the optimizer ops",
-                      g->tasks[i].name);
+  uint32_t i;
+  AQ_RETURN_IF_ERROR(first_optimizer(g, &i));
+  if (i != UINT32_MAX)
+    return aq_error(AQ_ERROR_INVALID_GRAPH,
+                    "aq_graph_data_parallel: optimizer task '%s' is already there; call it before the optimizer ops",
+                    g->tasks[i].name);
   return AQ_OK;
 }
 

@@ -10,7 +10,7 @@ static const char *dot_kernel(const aq_exec_t *e, uint32_t t) {
   const task_t *task = &e->graph->tasks[t];
   if (task->kind == TASK_HOST) return "host call";
   if (task->kind == TASK_STREAM) return task->kernel; /* the stream work it puts there: "nccl allreduce" */
-  if (e->fusion.product[t] != UINT32_MAX) return aq_fuse_kernel(e->graph, e->fusion.product[t]);
+  if (e->fusion.product[t] != UINT32_MAX) return aq_fuse_kernel(&e->fusion, t);
   return e->fusion.absorbed[t] ? "fused into its consumer" : task->kernel;
 }
 
@@ -43,12 +43,11 @@ AQ_API aq_status_t aq_exec_write_dot(aq_exec_t *e, const char *path) {
     const task_t *task = &g->tasks[t];
     const plan_task_t *pt = &e->plan.tasks[t];
     uint32_t a = e->lane_agent[pt->lane];
-    int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
     const char *variant = task->kind == TASK_HOST     ? "host"
                           : task->kind == TASK_STREAM ? "stream call"
                           : task->code_object.handle  ? "user code object"
-                          : gpu                      ? "kernels-cuda.fatbin"
-                                                     : "kernels-cpu.so";
+                          : aq_oplib_build(e->lib, e->agent_kind[a]) ? aq_oplib_build(e->lib, e->agent_kind[a])
+                                                                        : "op library";
     if (e->policy == AQ_SCHED_HEFT)
       fprintf(f, "  t%u [label=\"%s\\n%s [%s]\\non %s, lane %u\\nest. %.1f us, finish %.1f us\", fillcolor=\"%s\"];\n", t,
               task->name, dot_kernel(e, t), variant, e->agent_names[a], pt->lane, pt->cost_ns / 1e3, pt->finish / 1e3,

@@ -61,6 +61,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   e->serial = atomic_fetch_add(&serials, 1) & 0xfff;
   atomic_fetch_add(&g->execs, 1);
   aq_status_t s = aq_exec_pick_agents(e);
+  if (s == AQ_OK) s = aq_op_library_ops(&e->lib);
   if (s == AQ_OK) s = aq_op_library(AQ_OP_LIBRARY_CPU, &e->ops);
   if (s == AQ_OK) s = aq_exec_load_gpu_ops(e);
   e->kinds = options ? options->kernel_agent_kinds : 0;
@@ -142,6 +143,7 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
   }
   for (uint32_t a = 0; a < EXEC_LANES_MAX; ++a)
     if (e->streams[a].done.handle) aq_signal_destroy(e->streams[a].done);
+  free(e->lr_offset);
   free(e->kernargs), free(e->signals), free(e->buffers), free(e->watched);
   free(e->reused_by), free(e->given), free(e->first_reader), free(e->stamps), free(e->covered);
   for (uint32_t a = 0; a < EXEC_LANES_MAX; ++a) free(e->streams[a].prof);
@@ -294,25 +296,48 @@ AQ_API aq_status_t aq_exec_get_info(aq_exec_t *e, aq_exec_info_t *info) {
   return AQ_OK;
 }
 
+/* The learning rate of a user's kernel, from its code object's own
+ * description, if it ships one that names the kernel an optimizer. */
+static uint32_t user_lr_offset(const task_t *task) {
+  const aq_op_table_t *t;
+  if (aq_code_object_op_table(task->code_object, &t) != AQ_OK) return aq_error_clear(), AQ_OP_FIELD_NONE;
+  for (uint32_t i = 0; i < t->op_count; ++i)
+    if (!strcmp(t->ops[i].kernel, task->kernel))
+      return t->ops[i].flags & AQ_OP_OPTIMIZER ? t->ops[i].lr_offset : AQ_OP_FIELD_NONE;
+  return AQ_OP_FIELD_NONE;
+}
+
+/* Per task, where its learning rate sits in its kernarg, as the op
+ * libraries describe their optimizers: looked up once per exec. */
+static aq_status_t lr_offsets(aq_exec_t *e) {
+  aq_graph_t *g = e->graph;
+  if (!(e->lr_offset = malloc((g->ntasks ? g->ntasks : 1) * sizeof(uint32_t))))
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "aq_exec_set_learning_rate: no memory");
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    const task_t *task = &g->tasks[t];
+    size_t fused = e->fusion.product[t] != UINT32_MAX ? aq_fuse_lr_offset(&e->fusion, t) : SIZE_MAX;
+    e->lr_offset[t] = task->kind != TASK_KERNEL          ? AQ_OP_FIELD_NONE
+                      : e->fusion.product[t] != UINT32_MAX ? (fused == SIZE_MAX ? AQ_OP_FIELD_NONE : (uint32_t)fused)
+                      : task->code_object.handle           ? user_lr_offset(task)
+                                                           : aq_oplib_lr_offset(e->lib, task->kernel);
+  }
+  return AQ_OK;
+}
+
 AQ_API aq_status_t aq_exec_set_learning_rate(aq_exec_t *e, float lr) {
   if (!e) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_set_learning_rate: exec is NULL");
   if (!(lr > 0.0f) || !isfinite(lr))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_set_learning_rate: lr %g is not a finite number > 0", (double)lr);
   if (!aq_exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_set_learning_rate: a run is in flight; wait for it first");
+  if (!e->lr_offset) AQ_RETURN_IF_ERROR(lr_offsets(e));
   aq_graph_t *g = e->graph;
   uint32_t found = 0;
   /* The live kernargs: a GPU's packet processor reads them at each launch
    * (a CUDA graph that captured the old ones sees them differ and is made
    * again), a CPU worker at each dispatch. */
   for (uint32_t t = 0; t < g->ntasks; ++t) {
-    const task_t *task = &g->tasks[t];
-    if (task->kind != TASK_KERNEL || task->code_object.handle || !e->kernargs[t]) continue;
-    size_t off = e->fusion.product[t] != UINT32_MAX ? aq_fuse_lr_offset(g, t, e->fusion.product[t])
-                 : !strcmp(task->kernel, AQ_KERNEL_SGD) ? offsetof(aq_sgd_args_t, lr)
-                 : !strcmp(task->kernel, AQ_KERNEL_ADAM) ? offsetof(aq_adam_args_t, lr)
-                                                         : SIZE_MAX;
-    if (off == SIZE_MAX) continue;
-    memcpy((uint8_t *)e->kernargs[t] + off, &lr, sizeof(lr));
+    if (e->lr_offset[t] == AQ_OP_FIELD_NONE || !e->kernargs[t]) continue;
+    memcpy((uint8_t *)e->kernargs[t] + e->lr_offset[t], &lr, sizeof(lr));
     ++found;
   }
   return found ? AQ_OK : aq_error(AQ_ERROR_NOT_FOUND, "aq_exec_set_learning_rate: the exec has no optimizer task");

@@ -10,6 +10,7 @@
 #include "runtime/profile.h"
 #include "runtime/status.h"
 #include "scheduler/fuse.h"
+#include "scheduler/oplib.h"
 #include "scheduler/perfmodel.h"
 #include "scheduler/plan.h"
 #include "scheduler/replica.h"
@@ -32,7 +33,10 @@ typedef struct stream {
 struct aq_exec {
   aq_graph_t *graph;
   plan_t plan;
-  aq_code_object_t ops; /* the op library */
+  aq_code_object_t ops; /* the op library's CPU code object */
+  const oplib_t *lib;   /* its description, indexed (op_library.c: shared, once a runtime) */
+  uint32_t *lr_offset;  /* per task: its learning rate in its live kernarg, or AQ_OP_FIELD_NONE (made at the first
+                           aq_exec_set_learning_rate) */
   uint32_t nagents;
   aq_agent_t agents[EXEC_AGENTS_MAX];
   char agent_names[EXEC_AGENTS_MAX][AQ_NAME_MAX];
@@ -95,10 +99,6 @@ static inline uint16_t exec_packet_header(hsa_packet_type_t type, int barrier) {
 int aq_exec_finished(aq_exec_t *e);
 
 /* exec_place.c */
-/* The op library's code object for CPU or GPU agents, loaded at the first
- * call of each runtime (op_library.c); the execs share it and never unload it. */
-typedef enum aq_op_library { AQ_OP_LIBRARY_CPU = 0, AQ_OP_LIBRARY_GPU = 1 } aq_op_library_t;
-aq_status_t aq_op_library(aq_op_library_t which, aq_code_object_t *out);
 aq_status_t aq_exec_pick_agents(aq_exec_t *e);
 aq_status_t aq_exec_load_gpu_ops(aq_exec_t *e);
 uint8_t *aq_exec_eligibility(aq_exec_t *e, uint32_t kinds);

@@ -175,7 +175,7 @@ size_t aq_exec_kernarg_bytes(const aq_exec_t *e, uint32_t t) {
   if (e->graph->tasks[t].kind == TASK_STREAM) return e->graph->tasks[t].kernarg_size;
   if (e->graph->tasks[t].kind != TASK_KERNEL || e->fusion.absorbed[t]) return 0;
   uint32_t product = e->fusion.product[t];
-  return product != UINT32_MAX ? aq_fuse_kernarg_size(e->graph, product) : e->graph->tasks[t].kernarg_size;
+  return product != UINT32_MAX ? aq_fuse_kernarg_size(&e->fusion, t) : e->graph->tasks[t].kernarg_size;
 }
 
 /* One kernarg arena per agent, sized for the tasks placed on it. */

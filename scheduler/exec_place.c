@@ -313,16 +313,17 @@ aq_status_t aq_exec_heft_links(aq_exec_t *e, double **out) {
 aq_status_t aq_exec_fuse(aq_exec_t *e) {
   uint64_t fusion = aq_setting_u64(AQ_SET_FUSION);
   int off = (e->flags & AQ_EXEC_NO_FUSION) || fusion == AQ_FUSION_OFF, cpu = fusion == AQ_FUSION_ON;
-  uint8_t fuses[EXEC_AGENTS_MAX];
+  uint32_t fuses[EXEC_AGENTS_MAX];
+  const aq_op_table_t *lib = e->lib->table;
   for (uint32_t a = 0; a < e->nagents; ++a) {
     int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
     aq_code_object_t co = gpu ? e->gpu_ops : e->ops;
-    int on = (gpu || cpu) && co.handle;
-    fuses[a] = (on && has_kernel(e, co, AQ_KERNEL_MATMUL_FUSED, e->agent_kind[a]) ? FUSE_MATMUL_RELU_MASK | FUSE_MATMUL_SGD
-                                                                                   : 0) |
-               (on && has_kernel(e, co, AQ_KERNEL_SUM_ROWS_SGD, e->agent_kind[a]) ? FUSE_SUM_ROWS_SGD : 0);
+    int on = (gpu || cpu) && co.handle && lib;
+    fuses[a] = 0;
+    for (uint32_t r = 0; on && r < lib->fusion_count; ++r)
+      if (has_kernel(e, co, lib->fusions[r].fused, e->agent_kind[a])) fuses[a] |= 1u << r;
   }
-  fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, fuses, off};
+  fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, e->lib, fuses, off};
   return aq_fuse_plan(&in, &e->plan, &e->fusion);
 }
 

@@ -1,12 +1,15 @@
-/* Epilogue fusion: after placement, a matmul whose one consumer is an
- * elementwise op it can apply in its write-back (relu's backward, an SGD
- * update) runs as one kernel, aq_matmul_fused_f32, at the consumer's place
- * in the plan, and a bias gradient (a sum over rows) with its SGD update as
- * aq_sum_rows_sgd_f32; the product's own task gets no packet. */
+/* Epilogue fusion: after placement, a product whose one consumer is an op
+ * it can apply in its write-back runs with it as one kernel at the
+ * consumer's place in the plan; the product's own task gets no packet.
+ * Which pairs fuse, into what, and how their kernargs merge is the op
+ * library's to say (kernel.h's aq_op_fusion_t): in Aquila's, a matmul with
+ * relu's backward or an SGD update (aq_matmul_fused_f32), a bias gradient
+ * (a sum over rows) with its SGD update (aq_sum_rows_sgd_f32). */
 #ifndef AQ_SCHEDULER_FUSE_H_
 #define AQ_SCHEDULER_FUSE_H_
 
 #include "aquila/ops.h"
+#include "scheduler/oplib.h"
 #include "scheduler/plan.h"
 
 typedef struct fusion {
@@ -14,19 +17,19 @@ typedef struct fusion {
   uint8_t *absorbed;  /* per task: 1 when its work runs in its consumer's kernel */
   uint32_t *unstored; /* per tensor: the consumer task whose kernel takes it in
                          instead of storing it, or UINT32_MAX */
+  uint8_t *rule;      /* per task: 1 + the library's rule its fused kernel follows, or 0 */
+  const aq_op_fusion_t *rules; /* the library's rules */
   uint32_t count;
 } fusion_t;
-
-/* The fused forms, as bits of fuse_in_t.agent_fuses. */
-enum { FUSE_MATMUL_RELU_MASK = 1u << 0, FUSE_MATMUL_SGD = 1u << 1, FUSE_SUM_ROWS_SGD = 1u << 2 };
 
 typedef struct fuse_in {
   aq_graph_t *graph;
   uint32_t nlanes;
   const uint32_t *lane_agent; /* lane -> agent index */
-  /* agent -> the FUSE_* forms it runs: where the fused kernel exists, and
-   * fusing measured faster there */
-  const uint8_t *agent_fuses;
+  const oplib_t *lib;         /* the fusion rules */
+  /* agent -> the rules it runs, bit r for lib's fusion r: where the fused
+   * kernel exists, and fusing measured faster there */
+  const uint32_t *agent_fuses;
   int off; /* AQ_EXEC_NO_FUSION or AQ_FUSION=0: plan no fusion */
 } fuse_in_t;
 
@@ -39,17 +42,17 @@ typedef struct fuse_in {
 aq_status_t aq_fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *out);
 void aq_fusion_free(fusion_t *f);
 
-/* For a consumer that took product in: the fused kernel it runs, the bytes
- * of that kernel's arguments, and where in them the learning rate is
+/* For a consumer that took its product in: the fused kernel it runs, the
+ * bytes of that kernel's arguments, and where in them the learning rate is
  * (SIZE_MAX: no optimizer). */
-const char *aq_fuse_kernel(const aq_graph_t *g, uint32_t product);
-size_t aq_fuse_kernarg_size(const aq_graph_t *g, uint32_t product);
-size_t aq_fuse_lr_offset(const aq_graph_t *g, uint32_t consumer, uint32_t product);
+const char *aq_fuse_kernel(const fusion_t *f, uint32_t consumer);
+size_t aq_fuse_kernarg_size(const fusion_t *f, uint32_t consumer);
+size_t aq_fuse_lr_offset(const fusion_t *f, uint32_t consumer);
 
 /* The fused kernel's arguments, into out (aq_fuse_kernarg_size bytes), from
  * the consumer's and the product's kernargs with their tensor addresses
  * filled in. */
-void aq_fuse_kernarg(const aq_graph_t *g, uint32_t consumer, uint32_t product, const void *consumer_args,
-                  const void *product_args, void *out);
+void aq_fuse_kernarg(const fusion_t *f, uint32_t consumer, const void *consumer_args, const void *product_args,
+                     void *out);
 
 #endif

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "aquila/ops_gpu.h"
 #include "runtime/signal.h"
 #include "scheduler/exec_internal.h"
 
@@ -50,11 +49,17 @@ static void fill_fused_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
   uint8_t mine[TASK_KERNARG_MAX], product[TASK_KERNARG_MAX];
   fill_kernarg(e, t, mine);
   fill_kernarg(e, e->fusion.product[t], product);
-  aq_fuse_kernarg(e->graph, t, e->fusion.product[t], mine, product, dst);
+  aq_fuse_kernarg(&e->fusion, t, mine, product, dst);
 }
 
-static int is_matmul(const char *kernel) {
-  return !strcmp(kernel, AQ_KERNEL_MATMUL) || !strcmp(kernel, AQ_KERNEL_MATMUL_FUSED);
+/* Where an exact exec sets a library kernel's precision, or AQ_OP_FIELD_NONE. */
+static uint32_t precision_field(const aq_exec_t *e, const char *kernel) {
+  return e->exact_matmul ? aq_oplib_precision_offset(e->lib, kernel) : AQ_OP_FIELD_NONE;
+}
+
+static void set_exact(uint8_t *kernarg, uint32_t off) {
+  int32_t exact = AQ_MATMUL_PRECISION_EXACT;
+  memcpy(kernarg + off, &exact, sizeof(exact));
 }
 
 /* The GPU build of a task's op: an exact exec's products take the FFMA
@@ -62,11 +67,12 @@ static int is_matmul(const char *kernel) {
  * product's own (a fused kernarg starts with it), which is all the picker
  * reads of either. */
 static const char *gpu_kernel(const aq_exec_t *e, const char *base, const void *kernarg) {
-  if (!e->exact_matmul || !is_matmul(base)) return aq_gpu_op_kernel(base, kernarg);
-  aq_matmul_args_t mm;
-  memcpy(&mm, kernarg, sizeof(mm));
-  mm.precision = AQ_MATMUL_PRECISION_EXACT;
-  return aq_gpu_op_kernel(base, &mm);
+  uint32_t off = precision_field(e, base);
+  if (off == AQ_OP_FIELD_NONE) return aq_oplib_launch_kernel(e->lib, AQ_AGENT_KIND_GPU, base, kernarg);
+  uint8_t exact[TASK_KERNARG_MAX];
+  memcpy(exact, kernarg, sizeof(exact));
+  set_exact(exact, off);
+  return aq_oplib_launch_kernel(e->lib, AQ_AGENT_KIND_GPU, base, exact);
 }
 
 static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kernel_dispatch_packet_t *p) {
@@ -80,7 +86,7 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
    * kernargs. The op library's GPU build may have a variant per class of
    * shapes. */
   const task_t *body = fused != UINT32_MAX ? &g->tasks[fused] : task;
-  const char *base = fused != UINT32_MAX ? aq_fuse_kernel(g, fused) : task->kernel;
+  const char *base = fused != UINT32_MAX ? aq_fuse_kernel(&e->fusion, t) : task->kernel;
   const char *name = gpu && !task->code_object.handle ? gpu_kernel(e, base, body->kernarg) : base;
   aq_kernel_info_t k;
   if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
@@ -104,21 +110,21 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
     fill_fused_kernarg(e, t, ka);
   else
     fill_kernarg(e, t, ka);
-  if (gpu && e->exact_matmul && !task->code_object.handle && is_matmul(base))
-    ((aq_matmul_args_t *)ka)->precision = AQ_MATMUL_PRECISION_EXACT;
+  uint32_t precision = gpu && !task->code_object.handle ? precision_field(e, base) : AQ_OP_FIELD_NONE;
+  if (precision != AQ_OP_FIELD_NONE) set_exact(ka, precision);
   memset(p, 0, sizeof(*p));
   p->header = exec_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, barrier);
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
   /* GPUs get each kernel's own launch shape (conv, pool and batch norm would
    * leave a GPU nearly idle under their CPU grids of one item per plane). */
-  aq_dispatch_shape_t sh = gpu ? aq_gpu_op_shape(base, ka, body->shape) : body->shape;
+  aq_dispatch_shape_t sh = gpu ? aq_oplib_launch_shape(e->lib, AQ_AGENT_KIND_GPU, base, ka, body->shape) : body->shape;
   p->workgroup_size_x = sh.workgroup[0] ? sh.workgroup[0] : 1;
   p->workgroup_size_y = sh.workgroup[1] ? sh.workgroup[1] : 1;
   p->workgroup_size_z = sh.workgroup[2] ? sh.workgroup[2] : 1;
   p->grid_size_x = sh.grid[0] ? sh.grid[0] : 1;
   p->grid_size_y = sh.grid[1] ? sh.grid[1] : 1;
   p->grid_size_z = sh.grid[2] ? sh.grid[2] : 1;
-  p->group_segment_size = gpu ? aq_gpu_op_group_segment(name, ka) : 0; /* staged tiles past 48 KB */
+  p->group_segment_size = gpu ? aq_oplib_group_segment(e->lib, AQ_AGENT_KIND_GPU, name, ka) : 0; /* staged tiles past 48 KB */
   p->kernel_object = k.kernel_object;
   p->kernarg_address = ka;
   p->reserved2 = ((uint64_t)e->serial << 20) | (t + 1); /* the run goes in at each run */

@@ -2,7 +2,8 @@
 # ABI version this runtime does not load.
 TEST_DATA_DIR := $(BUILD)/tests/data
 TEST_DATA += $(TEST_DATA_DIR)/test-kernels.so $(TEST_DATA_DIR)/test-kernels-v99.so \
-             $(TEST_DATA_DIR)/not-aquila.so
+             $(TEST_DATA_DIR)/not-aquila.so $(TEST_DATA_DIR)/test-kernels-no-ops.so \
+             $(TEST_DATA_DIR)/test-kernels-bad-ops.so $(TEST_DATA_DIR)/test-kernels-bad-lr.so
 
 $(TEST_DATA_DIR)/test-kernels.so: tests/data/test_kernels.c include/aquila/kernel.h
 	@mkdir -p $(@D)
@@ -10,13 +11,23 @@ $(TEST_DATA_DIR)/test-kernels.so: tests/data/test_kernels.c include/aquila/kerne
 $(TEST_DATA_DIR)/test-kernels-v99.so: tests/data/test_kernels.c include/aquila/kernel.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -std=c11 -O2 -fPIC -shared -fvisibility=hidden -DTEST_ABI_VERSION=99 -o $@ $<
+# The same without an op table, and with op tables the loader refuses.
+$(TEST_DATA_DIR)/test-kernels-no-ops.so: tests/data/test_kernels.c include/aquila/kernel.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -std=c11 -O2 -fPIC -shared -fvisibility=hidden -DTEST_OP_TABLE=0 -o $@ $<
+$(TEST_DATA_DIR)/test-kernels-bad-ops.so: tests/data/test_kernels.c include/aquila/kernel.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -std=c11 -O2 -fPIC -shared -fvisibility=hidden -DTEST_OP_TABLE=2 -o $@ $<
+$(TEST_DATA_DIR)/test-kernels-bad-lr.so: tests/data/test_kernels.c include/aquila/kernel.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -std=c11 -O2 -fPIC -shared -fvisibility=hidden -DTEST_OP_TABLE=3 -o $@ $<
 # A valid shared object that is not an Aquila code object.
 $(TEST_DATA_DIR)/not-aquila.so: tests/data/not_aquila.c
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -fPIC -shared -o $@ $<
 
-# The data-loader tests link the example's loader itself.
-$(BUILD)/tests/examples: $(OBJDIR)/examples/train_fashion/fashion_data.o
+# The data-loader tests link the training library's loader itself.
+$(BUILD)/tests/examples: $(TRAIN_LIB)
 
 # The GPU tests' own kernels (a planted faulting kernel among them), where
 # the CUDA toolkit is.

@@ -26,14 +26,14 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "fashion_data.h"
 #include "parallel.h"
 #include "report.h"
+#include "scheduler/train/fashion_data.h"
+#include "scheduler/train/trainer.h"
 #include "tools/common/cli.h"
-#include "trainer.h"
 
 typedef struct args {
-  trainer_options_t t;
+  aq_trainer_options_t t;
   int epochs, data_parallel, explain, resume;
   uint32_t steps; /* per epoch; 0: the whole training set */
   const char *data, *out, *dot, *trace, *placement, *checkpoint;
@@ -54,7 +54,7 @@ static const cli_option_t options[] = {
      "auto: the library's default placement; cpu, gpu: the same over that kind of agent only; else a policy "
      "(default auto)",
      0, 0},
-    {"data", 0, CLI_TEXT, "DIR", "Fashion-MNIST files (default " FASHION_DEFAULT_DIR ")", 0, 0},
+    {"data", 0, CLI_TEXT, "DIR", "Fashion-MNIST files (default " AQ_FASHION_DEFAULT_DIR ")", 0, 0},
     {"out", 0, CLI_TEXT, "DIR", "where metrics.csv and training.svg go (default fashion-run)", 0, 0},
     {"dot", 0, CLI_TEXT, "FILE", "the placed training step as a DOT graph", 0, 0},
     {"explain", 0, CLI_FLAG, NULL, "print why each task of the training step runs where it does", 0, 0},
@@ -77,7 +77,7 @@ static double now_s(void) {
  * cpu and gpu over that kind of agent only; the others name a policy. The
  * loader is a host task and runs on a CPU agent in any case. The one place
  * its values get their meaning. */
-static void set_placement(const char *p, trainer_options_t *t) {
+static void set_placement(const char *p, aq_trainer_options_t *t) {
   static const struct { const char *name; aq_sched_policy_t policy; uint32_t kinds; } placements[] = {
       {"auto", AQ_SCHED_DEFAULT, 0},
       {"cpu", AQ_SCHED_DEFAULT, 1u << AQ_AGENT_KIND_CPU},
@@ -105,7 +105,7 @@ static int has_gpu_agent(void) {
 /* --checkpoint DIR: the file each epoch replaces; with --resume, the
  * epochs it holds are done (*first is the next). Returns 0, or -1 having
  * said why not. */
-static int open_checkpoints(const args_t *a, trainer_t *t, report_epoch_t *hist, char *path, size_t size, int *first) {
+static int open_checkpoints(const args_t *a, aq_trainer_t *t, report_epoch_t *hist, char *path, size_t size, int *first) {
   snprintf(path, size, "%s/last.ckpt", a->checkpoint);
   if (mkdir(a->checkpoint, 0755) && errno != EEXIST) {
     fprintf(stderr, "train_fashion: --checkpoint %s: %s\n", a->checkpoint, strerror(errno));
@@ -113,9 +113,9 @@ static int open_checkpoints(const args_t *a, trainer_t *t, report_epoch_t *hist,
   }
   if (!a->resume) return 0;
   uint32_t done;
-  aq_status_t s = trainer_resume(t, path, &done, hist, (size_t)a->epochs * sizeof(*hist), NULL);
+  aq_status_t s = aq_trainer_resume(t, path, &done, hist, (size_t)a->epochs * sizeof(*hist), NULL);
   if (s != AQ_OK) {
-    fprintf(stderr, "train_fashion: --resume: %s\n", trainer_error(s));
+    fprintf(stderr, "train_fashion: --resume: %s\n", aq_trainer_error(s));
     return -1;
   }
   fprintf(stderr, "train_fashion: resuming from %s after epoch %u\n", path, done);
@@ -127,13 +127,13 @@ static void parse(int argc, char **argv, args_t *a) {
   cli_t c = {.program = "train_fashion", .options = options, .count = sizeof(options) / sizeof(options[0]),
              .about = "Trains on Fashion-MNIST on whatever agents exist; prints the test accuracy after each epoch."};
   cli_parse(&c, argc, argv);
-  a->t = (trainer_options_t){.model = cli_text(&c, "model", "mlp"), .optimizer = cli_text(&c, "optimizer", "sgd"),
+  a->t = (aq_trainer_options_t){.model = cli_text(&c, "model", "mlp"), .optimizer = cli_text(&c, "optimizer", "sgd"),
                              .batch = (uint32_t)cli_int(&c, "batch", 256), .hidden = (uint32_t)cli_int(&c, "hidden", 1024),
                              .lr = (float)cli_real(&c, "lr", 0.1), .momentum = (float)cli_real(&c, "momentum", 0.9),
                              .seed = (uint64_t)cli_int(&c, "seed", 1),
                              .flip = !strcmp(cli_text(&c, "augment", "none"), "flip")};
   a->epochs = (int)cli_int(&c, "epochs", 10);
-  a->data = cli_text(&c, "data", FASHION_DEFAULT_DIR);
+  a->data = cli_text(&c, "data", AQ_FASHION_DEFAULT_DIR);
   a->out = cli_text(&c, "out", "fashion-run");
   a->dot = cli_text(&c, "dot", NULL);
   a->explain = cli_text(&c, "explain", NULL) != NULL;
@@ -158,8 +158,8 @@ int main(int argc, char **argv) {
   args_t a;
   parse(argc, argv, &a);
   char err[512];
-  fashion_set_t train, test;
-  if (fashion_load(a.data, "train", &train, err, sizeof(err)) || fashion_load(a.data, "t10k", &test, err, sizeof(err))) {
+  aq_fashion_set_t train, test;
+  if (aq_fashion_load(a.data, "train", &train, err, sizeof(err)) || aq_fashion_load(a.data, "t10k", &test, err, sizeof(err))) {
     fprintf(stderr, "train_fashion: %s\n", err);
     return 1;
   }
@@ -188,37 +188,37 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  trainer_t *t;
+  aq_trainer_t *t;
   double t0 = now_s();
-  s = trainer_create(&a.t, &train, &test, &t);
+  s = aq_trainer_create(&a.t, &train, &test, &t);
   if (s != AQ_OK) {
-    fprintf(stderr, "train_fashion: %s\n", trainer_error(s));
+    fprintf(stderr, "train_fashion: %s\n", aq_trainer_error(s));
     if (a.trace && aq_trace_stop() == AQ_OK) remove(a.trace); /* a trace of nothing would only mislead */
     return 1;
   }
   char shape[64];
   if (!strcmp(a.t.model, "cnn")) snprintf(shape, sizeof(shape), "LeNet-5-like (2 conv+bn+pool, 400-120-84-10)");
-  else snprintf(shape, sizeof(shape), "784-%u-%u-%d", a.t.hidden, a.t.hidden, FASHION_CLASSES);
+  else snprintf(shape, sizeof(shape), "784-%u-%u-%d", a.t.hidden, a.t.hidden, AQ_FASHION_CLASSES);
   fprintf(stderr, "train_fashion: %s %s on %zu agent%s, batch %u, %u steps/epoch (built in %.2f s)\n", a.t.model,
-          shape, nagents, nagents == 1 ? "" : "s", a.t.batch, trainer_steps_per_epoch(t), now_s() - t0);
+          shape, nagents, nagents == 1 ? "" : "s", a.t.batch, aq_trainer_steps_per_epoch(t), now_s() - t0);
   if (a.dot) {
-    if (aq_exec_write_dot(trainer_exec(t), a.dot) == AQ_OK) fprintf(stderr, "train_fashion: graph in %s\n", a.dot);
+    if (aq_exec_write_dot(aq_trainer_exec(t), a.dot) == AQ_OK) fprintf(stderr, "train_fashion: graph in %s\n", a.dot);
     else fprintf(stderr, "train_fashion: --dot: %s\n", aq_last_error());
   }
-  if (a.explain && par.rank == 0 && aq_exec_explain(trainer_exec(t), stdout) != AQ_OK)
+  if (a.explain && par.rank == 0 && aq_exec_explain(aq_trainer_exec(t), stdout) != AQ_OK)
     fprintf(stderr, "train_fashion: --explain: %s\n", aq_last_error());
   report_epoch_t *hist = calloc((size_t)a.epochs, sizeof(*hist));
-  uint32_t steps = trainer_steps_per_epoch(t);
+  uint32_t steps = aq_trainer_steps_per_epoch(t);
   if (a.steps && a.steps < steps) steps = a.steps;
   char ckpt[1100] = "";
   int first = 0;
   if (a.checkpoint && open_checkpoints(&a, t, hist, ckpt, sizeof(ckpt), &first)) return 1;
   for (int ep = first; ep < a.epochs && s == AQ_OK; ++ep) {
-    trainer_begin_epoch(t, (uint32_t)ep);
+    aq_trainer_begin_epoch(t, (uint32_t)ep);
     double start = now_s(), loss_sum = 0;
     float loss = 0;
     for (uint32_t i = 0; i < steps && s == AQ_OK; ++i) {
-      s = trainer_step(t, &loss);
+      s = aq_trainer_step(t, &loss);
       loss_sum += loss;
       double el = now_s() - start;
       if (par.rank == 0) report_progress(ep + 1, a.epochs, i + 1, steps, (i + 1) / (el > 0 ? el : 1e-9), loss_sum / (i + 1));
@@ -226,17 +226,17 @@ int main(int argc, char **argv) {
     if (par.rank == 0) report_progress_done();
     if (s != AQ_OK) break;
     double secs = now_s() - start, acc = 0;
-    s = trainer_evaluate(t, &acc);
+    s = aq_trainer_evaluate(t, &acc);
     hist[ep] = (report_epoch_t){ep + 1, loss_sum / steps, acc, secs * 1e6 / steps, secs};
     /* Saved before the epoch is reported: an epoch printed is an epoch kept. */
-    if (s == AQ_OK && ckpt[0] && par.rank == 0) s = trainer_save(t, ckpt, (uint32_t)ep + 1, hist, (size_t)(ep + 1) * sizeof(*hist));
+    if (s == AQ_OK && ckpt[0] && par.rank == 0) s = aq_trainer_save(t, ckpt, (uint32_t)ep + 1, hist, (size_t)(ep + 1) * sizeof(*hist));
     if (s != AQ_OK) break;
     printf("epoch %d: loss %.4f, test accuracy %.2f%%, %.0f us/step, %.1f s\n", ep + 1, hist[ep].train_loss,
            100 * acc, hist[ep].us_per_step, secs);
     fflush(stdout);
   }
   if (s != AQ_OK) {
-    fprintf(stderr, "train_fashion: training failed: %s\n", trainer_error(s));
+    fprintf(stderr, "train_fashion: training failed: %s\n", aq_trainer_error(s));
     return 1;
   }
   if (par.rank != 0) goto done;
@@ -257,10 +257,10 @@ done:
     if (aq_trace_stop() == AQ_OK) printf("trace: %s (aq-trace summary %s)\n", a.trace, a.trace);
     else fprintf(stderr, "train_fashion: --trace: %s\n", aq_last_error());
   }
-  trainer_destroy(t);
+  aq_trainer_destroy(t);
   parallel_stop(&par);
-  fashion_free(&train);
-  fashion_free(&test);
+  aq_fashion_free(&train);
+  aq_fashion_free(&test);
   aq_shut_down();
   return 0;
 }

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "aquila/kernel.h"
 #include "aquila/runtime.h"
 
 #ifdef __cplusplus
@@ -57,6 +58,10 @@ aq_status_t aq_code_object_get_info(aq_code_object_t code_object,
 /* The kernel called name, as dispatched on agent. */
 aq_status_t aq_code_object_find_kernel(aq_code_object_t code_object, const char *name,
                                        aq_agent_t agent, aq_kernel_info_t *out_kernel);
+/* The op description the code object ships beside its kernel table
+ * (kernel.h's aq_op_table_t, checked at load; valid while it is loaded):
+ * AQ_ERROR_NOT_FOUND where it has none. */
+aq_status_t aq_code_object_op_table(aq_code_object_t code_object, const aq_op_table_t **out_table);
 /* The index-th kernel, for listing. */
 aq_status_t aq_code_object_kernel_at(aq_code_object_t code_object, uint32_t index,
                                      aq_agent_t agent, aq_kernel_info_t *out_kernel);

@@ -98,6 +98,87 @@ typedef struct aq_code_object_table {
       (uint32_t)(sizeof(kernels_) / sizeof((kernels_)[0])), (kernels_),       \
       (producer_)}
 
+/* ---- An op library's description of itself ------------------------------
+ * Beside its kernel table, an op library (Aquila's own, or anyone's built
+ * the same way) exports AQ_OP_TABLE_SYMBOL: what the scheduler may know of
+ * its kernels and do with them. The scheduler knows ops only through it, so
+ * a new op, a new optimizer or a new fused build is a change to the library
+ * alone. Kernarg layouts are the op's, the same in every build (CPU, CUDA),
+ * so the description shipped in the CPU code object holds for all of them;
+ * which builds exist on an agent is still asked of its code object. */
+#define AQ_OP_TABLE_MAGIC 0x504F5141u /* "AQOP" little-endian */
+#define AQ_OP_TABLE_VERSION 1u
+#define AQ_OP_TABLE_SYMBOL "aq_op_table"
+#define AQ_OP_FIELD_NONE 0xFFFFFFFFu /* the kernel has no such field */
+
+/* What a kernel is, as bits of aq_op_desc_t.flags. */
+enum {
+  AQ_OP_OPTIMIZER = 1u << 0, /* updates parameters from gradients: a float learning rate at lr_offset */
+  AQ_OP_MATMUL = 1u << 1,    /* a product whose int32 aq_matmul_precision_t sits at precision_offset */
+};
+
+typedef struct aq_op_desc {
+  const char *kernel;        /* a name of the kernel table */
+  uint32_t flags;            /* AQ_OP_* */
+  uint32_t lr_offset;        /* the float aq_exec_set_learning_rate rewrites, or AQ_OP_FIELD_NONE */
+  uint32_t precision_offset; /* the int32 an exact exec sets to exact, or AQ_OP_FIELD_NONE */
+  uint32_t reserved_;
+} aq_op_desc_t;
+
+/* Both take kernargs as a dispatch would see them: tensor slots filled in
+ * (with some non-null address while the scheduler only plans). */
+typedef int (*aq_op_fuse_accepts_fn)(const void *product_args, const void *consumer_args);
+typedef void (*aq_op_fuse_merge_fn)(const void *product_args, const void *consumer_args, void *fused_args);
+
+/* An epilogue fusion: a task of `product` whose one output only a task of
+ * `consumer` reads (at consumer_slot of its kernarg) may run with it as one
+ * `fused` kernel, where accepts says so. The fused kernarg starts with the
+ * product's (its offsets hold there) and has the product's grid; merge
+ * writes it from both. */
+typedef struct aq_op_fusion {
+  const char *product, *consumer, *fused;
+  uint32_t consumer_slot;   /* where the consumer's kernarg points at the product's output */
+  uint32_t kernarg_size;    /* the fused kernel's kernarg bytes */
+  uint32_t lr_offset;       /* the learning rate in the fused kernarg, or AQ_OP_FIELD_NONE */
+  uint32_t reserved_;
+  aq_op_fuse_accepts_fn accepts;
+  aq_op_fuse_merge_fn merge;
+} aq_op_fusion_t;
+
+/* The library's code object for another kind of agent (aq_agent_kind_t),
+ * by file name (searched as aq_code_object_load does), and how its kernels
+ * launch there, where that differs from the CPU build (each hook may be
+ * NULL: the kernel's own name, the CPU grid, no group segment). */
+typedef struct aq_op_build {
+  uint32_t agent_kind;
+  uint32_t reserved_;
+  const char *code_object;
+  /* The build of kernel that suits these kernargs (a variant's name, or kernel). */
+  const char *(*kernel)(const char *kernel, const void *kernarg);
+  /* The launch shape in work-items, in place of the CPU one given. */
+  void (*shape)(const char *kernel, const void *kernarg, uint32_t grid[3], uint32_t workgroup[3]);
+  /* The group segment (bytes) a packet of the build must ask for. */
+  uint32_t (*group_segment)(const char *build, const void *kernarg);
+} aq_op_build_t;
+
+typedef struct aq_op_table {
+  uint32_t magic;           /* AQ_OP_TABLE_MAGIC */
+  uint32_t version;         /* AQ_OP_TABLE_VERSION */
+  uint32_t op_count, fusion_count;
+  const aq_op_desc_t *ops;
+  const aq_op_fusion_t *fusions;
+  uint32_t build_count, reserved_;
+  const aq_op_build_t *builds;
+} aq_op_table_t;
+
+#define AQ_OP_COUNT_(a_) ((uint32_t)(sizeof(a_) / sizeof((a_)[0])))
+/* Defines the exported description from arrays of aq_op_desc_t,
+ * aq_op_fusion_t and aq_op_build_t (each at least one entry). */
+#define AQ_DEFINE_OP_TABLE(ops_, fusions_, builds_)                                           \
+  __attribute__((visibility("default")))                                                   \
+  const aq_op_table_t aq_op_table = {AQ_OP_TABLE_MAGIC, AQ_OP_TABLE_VERSION, AQ_OP_COUNT_(ops_), \
+                                     AQ_OP_COUNT_(fusions_), (ops_), (fusions_), AQ_OP_COUNT_(builds_), 0, (builds_)}
+
 #ifdef __cplusplus
 }
 #endif

@@ -301,7 +301,7 @@ typedef struct aq_conv2d_args {
  * conv2d, pooling and batch norm on CPUs. (A group per plane would have a
  * CPU agent call the kernel thousands of times per dispatch for a batch of
  * images, to little purpose: the GEMM-based conv2d cuts its work by worker
- * anyway. GPU builds launch with aq_gpu_op_shape, ops_gpu.h.) */
+ * anyway. GPU builds launch by kernels/cuda/launch.h.) */
 #define AQ_PLANES_MAX_GROUPS 64
 static inline aq_dispatch_shape_t aq_planes_grid(int64_t planes) {
   int64_t p = planes > 0 ? planes : 1, wg = (p + AQ_PLANES_MAX_GROUPS - 1) / AQ_PLANES_MAX_GROUPS;
@@ -545,29 +545,6 @@ typedef struct aq_mean_args {
   float *out;
   int64_t n;
 } aq_mean_args_t;
-
-/* ---- GPU launch shapes -----------------------------------------------------
- * The shapes above are the CPU kernels' (a work-group is a tile or a slice
- * one worker runs). GPU kernels count threads: matmul runs 64x64 tiles on
- * 16x16-thread blocks, the others at most 256 threads a block. */
-#define AQ_GPU_MATMUL_TILE 64
-static inline aq_dispatch_shape_t aq_gpu_shape(const char *kernel, const void *kernarg, aq_dispatch_shape_t cpu) {
-  const char *m = AQ_KERNEL_MATMUL;
-  int is_matmul = 1;
-  for (int i = 0; m[i] || kernel[i]; ++i)
-    if (m[i] != kernel[i]) { is_matmul = 0; break; }
-  if (is_matmul) {
-    const aq_matmul_args_t *a = (const aq_matmul_args_t *)kernarg;
-    uint32_t tn = (uint32_t)((a->n + AQ_GPU_MATMUL_TILE - 1) / AQ_GPU_MATMUL_TILE);
-    uint32_t tm = (uint32_t)((a->m + AQ_GPU_MATMUL_TILE - 1) / AQ_GPU_MATMUL_TILE);
-    aq_dispatch_shape_t s = {{tn * 16, tm * 16, (uint32_t)(a->batch > 0 ? a->batch : 1)}, {16, 16, 1}};
-    return s;
-  }
-  for (int d = 0; d < 3; ++d)
-    if (cpu.workgroup[d] > 256) cpu.workgroup[d] = 256;
-  if (cpu.grid[0] == 1 && cpu.grid[1] == 1 && cpu.grid[2] == 1) cpu.workgroup[0] = 256; /* a reduction block */
-  return cpu;
-}
 
 #ifdef __cplusplus
 }

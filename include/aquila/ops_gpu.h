@@ -1,13 +1,13 @@
-/* GPU-only op kernels of Aquila's CUDA code object (kernels-cuda.fatbin),
- * and the launch shapes of the GPU builds where they differ from the CPU
- * kernels' (see aq_gpu_shape in ops.h for the shared ones).
+/* GPU-only op kernels of Aquila's CUDA code object (kernels-cuda.fatbin):
+ * their names, kernarg conventions and launch contracts. Which build suits
+ * which product, and each build's launch shape, are the op library's
+ * choice: the scheduler asks its description (kernel.h's aq_op_build_t,
+ * in kernels-cpu.so's aq_op_table); kernels/cuda/launch.h holds the rules.
  *
  * Same conventions as ops.h: a kernel takes its kernarg struct by value as
  * its one parameter; grids count work-items, work-groups are CUDA blocks. */
 #ifndef AQUILA_OPS_GPU_H_
 #define AQUILA_OPS_GPU_H_
-
-#include <string.h>
 
 #include "aquila/ops.h"
 
@@ -21,60 +21,16 @@ extern "C" {
  * bf16 values (uint16_t, see aq_f32_to_bf16); products accumulate in fp32
  * and C and bias are fp32. Fast path: a, b 16-byte aligned with lda, ldb
  * (and batch strides) multiples of 8; any other layout is still exact, just
- * slower. Grid: aq_matmul_bf16_gpu_shape (one 384-thread block per 128x256
- * tile of C per batch entry; the kernel walks tiles grid-stride, so a
+ * slower. Grid: a 384-thread block per tile of C per batch entry (the op
+ * library's launch rule; the kernel walks tiles grid-stride, so a
  * smaller grid is correct too); a block of another size traps. Its stages
  * live in dynamic shared memory: the packet's group_segment_size must be at
- * least AQ_GPU_MATMUL_BF16_GROUP_SEGMENT (aq_gpu_op_group_segment), or it
- * traps. H100s run it on wgmma, A100s on mma.sync (kernels/cuda/
+ * least AQ_GPU_MATMUL_BF16_GROUP_SEGMENT, or it traps. H100s run it on wgmma, A100s on mma.sync (kernels/cuda/
  * matmul_bf16.cu); a GPU offering a block less shared memory (sm_86 / sm_89:
  * 99 KB) fails the packet, saying so. */
 #define AQ_KERNEL_MATMUL_BF16 "aq_matmul_bf16"
-#define AQ_GPU_MATMUL_BF16_TILE_M 128
-#define AQ_GPU_MATMUL_BF16_TILE_N 256
 #define AQ_GPU_MATMUL_BF16_THREADS 384
 #define AQ_GPU_MATMUL_BF16_GROUP_SEGMENT (3 * 48 * 1024 + 2048) /* 146 KB: 3 stages, barriers, alignment */
-
-static inline aq_dispatch_shape_t aq_matmul_bf16_gpu_shape(const aq_matmul_args_t *a) {
-  uint32_t tn = (uint32_t)((a->n + AQ_GPU_MATMUL_BF16_TILE_N - 1) / AQ_GPU_MATMUL_BF16_TILE_N);
-  uint32_t tm = (uint32_t)((a->m + AQ_GPU_MATMUL_BF16_TILE_M - 1) / AQ_GPU_MATMUL_BF16_TILE_M);
-  aq_dispatch_shape_t s = {{(tn ? tn : 1) * AQ_GPU_MATMUL_BF16_THREADS, tm ? tm : 1, (uint32_t)(a->batch > 0 ? a->batch : 1)},
-                           {AQ_GPU_MATMUL_BF16_THREADS, 1, 1}};
-  return s;
-}
-
-/* The group segment (dynamic shared memory, bytes) a GPU kernel's packet
- * must ask for: 0 for all but those that stage tiles beyond the 48 KB a
- * block gets by default. */
-static inline uint32_t aq_gpu_op_group_segment(const char *kernel, const void *kernarg) {
-  (void)kernarg;
-  return !strcmp(kernel, AQ_KERNEL_MATMUL_BF16) ? AQ_GPU_MATMUL_BF16_GROUP_SEGMENT : 0;
-}
-
-/* ---- launch shapes of the other GPU op kernels ---------------------------------
- * The matmul, conv2d, pooling, batch norm, broadcasting binary and
- * reduce-over-axes kernels walk their work with grid-stride loops, so any
- * shape is correct, the CPU grids of ops.h included (through aq_gpu_shape);
- * the pointwise and row-wise kernels take a thread per element or row, as
- * aq_gpu_shape over their CPU grids gives. The CPU
- * grids of conv2d, pooling and batch norm give one work-item per plane,
- * though, which leaves a GPU nearly idle; aq_gpu_op_shape gives each kernel
- * the shape it runs best with, and falls back on aq_gpu_shape for the rest:
- *  - conv2d forward / backward data, pooling: 256-thread blocks, a thread
- *    per output (forward) or input element (backward data, pool backward);
- *  - conv2d backward filter: a 256-thread block (or a cluster of them) per
- *    item (above);
- *  - batch norm: a 256-thread block per channel, or per slice of a channel
- *    (the two-kernel passes);
- *  - sum over rows: a 256-thread block per AQ_GPU_SUM_ROWS_WIDTH columns. */
-#define AQ_GPU_BLOCK 256
-#define AQ_GPU_SUM_ROWS_WIDTH 8
-static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
-  const int64_t cap = (int64_t)1 << 30; /* past it, the grid-stride loops take over */
-  int64_t t = threads < 1 ? 1 : threads > cap ? cap : threads;
-  aq_dispatch_shape_t s = {{(uint32_t)t, 1, 1}, {AQ_GPU_BLOCK, 1, 1}};
-  return s;
-}
 
 /* ---- fp32 matmul on GPUs: nine builds --------------------------------------------
  * The GPU builds of aq_matmul_f32 take its kernarg struct and check it as
@@ -104,16 +60,20 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
  *    1024 took 25), at 0.58-0.69x the speed of 64x64 tiles split 2.
  * At either precision:
  *  - aq_matmul_f32_rows: a few rows of C a block, warps and lanes splitting k, for at most
- *    AQ_GPU_MATMUL_F32_SKINNY_N columns and a deep k (a classifier's logits
+ *    a few columns and a deep k (a classifier's logits
  *    and their gradients), which tiles would leave mostly empty.
- * The grid's x must be a multiple of the cluster, as the grid below is.
- * aq_gpu_op_kernel names the build for a product, aq_gpu_op_shape its grid:
+ * The grid's x must be a multiple of the cluster. The op library's launch
+ * rules (kernels/cuda/launch.h) name the build for a product and its grid:
  * a block a tile, or a warp a row. */
+/* ---- fp32 conv2d backward filter, split (sm_90) -------------------------------
+ * aq_conv2d_bwd_filter_f32's build for small filters (a LeNet's): a cluster
+ * of blocks splits each run of weights' sum over the batch's output
+ * positions (kernels/cuda/launch.h picks it and its grid, whose x must be
+ * a multiple of the cluster); the same kernarg struct and results. */
+#define AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT "aq_conv2d_bwd_filter_f32_split"
+
 #define AQ_KERNEL_MATMUL_F32_TILE64 "aq_matmul_f32_tile64"
 #define AQ_KERNEL_MATMUL_F32_ROWS "aq_matmul_f32_rows"
-#define AQ_GPU_MATMUL_F32_BIG_TILES 132 /* an H100's SMs */
-#define AQ_GPU_MATMUL_F32_SKINNY_N 16
-#define AQ_GPU_MATMUL_F32_MIN_SLICE 64 /* the least k a split block takes */
 #define AQ_KERNEL_MATMUL_F32_SPLIT2 "aq_matmul_f32_split2"
 #define AQ_KERNEL_MATMUL_F32_TILE64_SPLIT2 "aq_matmul_f32_tile64_split2"
 #define AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4 "aq_matmul_f32_tile64_split4"
@@ -130,120 +90,6 @@ static inline aq_dispatch_shape_t aq_gpu_threads_shape(int64_t threads) {
 #define AQ_KERNEL_MATMUL_FUSED_X3_SPLIT2 "aq_matmul_fused_f32_x3_split2"
 #define AQ_KERNEL_MATMUL_FUSED_X3_SPLIT4 "aq_matmul_fused_f32_x3_split4"
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define AQ_GPU_HOST_DEVICE __host__ __device__
-#else
-#define AQ_GPU_HOST_DEVICE
-#endif
-
-/* aq_matmul_f32_rows: the rows of C a 256-thread block takes. A warp a
- * row when A is stored k x m (trans_a); otherwise its 8 warps split k and a
- * block takes 1, 2 or 4 rows, enough blocks to fill a GPU. */
-static inline AQ_GPU_HOST_DEVICE int aq_matmul_f32_rows_per_block(const aq_matmul_args_t *a) {
-  return a->trans_a ? 8 : a->m >= 1024 ? 4 : a->m >= 256 ? 2 : 1;
-}
-
-/* The build for a product: tile edge (128 or 64; 0: the rows build), how
- * many blocks split k (1: none), and whether on tensor cores. Splits are
- * taken when the unsplit tiles leave SMs idle and the split ones fill 3 in
- * 4, with every slice AQ_GPU_MATMUL_F32_MIN_SLICE deep. */
-typedef struct {
-  int tile, split, x3; /* x3: the 64x64 tensor-core (3xTF32) tiles */
-} aq_matmul_f32_gpu_build_t;
-
-static inline aq_matmul_f32_gpu_build_t aq_matmul_f32_gpu_build(const aq_matmul_args_t *a) {
-  const int64_t batch = a->batch > 1 ? a->batch : 1, fill = AQ_GPU_MATMUL_F32_BIG_TILES * 3 / 4;
-  const int64_t big = (a->m + 127) / 128 * ((a->n + 127) / 128) * batch, small = (a->m + 63) / 64 * ((a->n + 63) / 64) * batch;
-  const aq_matmul_f32_gpu_build_t rows = {0, 1, 0}, t128 = {128, 1, 0}, t64 = {64, 1, 0};
-  if (a->n <= AQ_GPU_MATMUL_F32_SKINNY_N && a->k >= 64) return rows;
-  if (a->precision != AQ_MATMUL_PRECISION_EXACT) {
-    const int split = small >= AQ_GPU_MATMUL_F32_BIG_TILES || a->k < 2 * AQ_GPU_MATMUL_F32_MIN_SLICE ? 1
-                      : small * 2 >= fill || a->k < 4 * AQ_GPU_MATMUL_F32_MIN_SLICE                      ? 2
-                                                                                                         : 4;
-    return (aq_matmul_f32_gpu_build_t){64, split, 1};
-  }
-  if (big >= AQ_GPU_MATMUL_F32_BIG_TILES) return t128;
-  if (a->k < 2 * AQ_GPU_MATMUL_F32_MIN_SLICE) return t64;
-  if (big * 2 >= fill) return (aq_matmul_f32_gpu_build_t){128, 2, 0};
-  if (small >= AQ_GPU_MATMUL_F32_BIG_TILES) return t64;
-  if (small * 2 >= fill || a->k < 4 * AQ_GPU_MATMUL_F32_MIN_SLICE) return (aq_matmul_f32_gpu_build_t){64, 2, 0};
-  return (aq_matmul_f32_gpu_build_t){64, 4, 0};
-}
-
-static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t *a) {
-  const aq_matmul_f32_gpu_build_t b = aq_matmul_f32_gpu_build(a);
-  const int64_t batch = a->batch > 0 ? a->batch : 1;
-  if (!b.tile) {
-    int64_t rows = aq_matmul_f32_rows_per_block(a), m = a->m > 0 ? a->m : 1;
-    return aq_gpu_threads_shape((m + rows - 1) / rows * batch * 256);
-  }
-  uint32_t tn = (uint32_t)((a->n + b.tile - 1) / b.tile), tm = (uint32_t)((a->m + b.tile - 1) / b.tile);
-  aq_dispatch_shape_t s = {{(tn ? tn : 1) * 16 * (uint32_t)b.split, (tm ? tm : 1) * 16, (uint32_t)batch}, {16, 16, 1}};
-  return s;
-}
-
-/* The kernel of a build, of aq_matmul_f32 or (fused) aq_matmul_fused_f32. */
-static inline const char *aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build_t b, int fused) {
-  static const char *const names[2][9] = {
-      {AQ_KERNEL_MATMUL, AQ_KERNEL_MATMUL_F32_SPLIT2, AQ_KERNEL_MATMUL_F32_TILE64, AQ_KERNEL_MATMUL_F32_TILE64_SPLIT2,
-       AQ_KERNEL_MATMUL_F32_TILE64_SPLIT4, AQ_KERNEL_MATMUL_F32_ROWS, AQ_KERNEL_MATMUL_F32_X3,
-       AQ_KERNEL_MATMUL_F32_X3_SPLIT2, AQ_KERNEL_MATMUL_F32_X3_SPLIT4},
-      {AQ_KERNEL_MATMUL_FUSED, AQ_KERNEL_MATMUL_FUSED_SPLIT2, AQ_KERNEL_MATMUL_FUSED_TILE64,
-       AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT2, AQ_KERNEL_MATMUL_FUSED_TILE64_SPLIT4, AQ_KERNEL_MATMUL_FUSED_ROWS,
-       AQ_KERNEL_MATMUL_FUSED_X3, AQ_KERNEL_MATMUL_FUSED_X3_SPLIT2, AQ_KERNEL_MATMUL_FUSED_X3_SPLIT4}};
-  const int split = b.split > 2 ? 2 : b.split > 1 ? 1 : 0;
-  const int i = !b.tile ? 5 : b.x3 ? 6 + split : b.tile == 128 ? (split ? 1 : 0) : 2 + split;
-  return names[fused != 0][i];
-}
-
-/* ---- fp32 conv2d backward filter: two builds --------------------------------
- * aq_conv2d_bwd_filter_f32 sums over the batch's output positions for each
- * item: a run of at most AQ_GPU_CONV2D_BWD_FILTER_WIDTH of a filter's r * s
- * weights dw[k, c, ...], or a dbias entry. A block takes an item; the
- * _split build (sm_90) has a cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT
- * blocks split the positions and sum their partials through distributed
- * shared memory in rank order (deterministic, no workspace). Small filters
- * (a LeNet's 1 -> 6 and 6 -> 16) have too few items to fill a GPU, so the
- * runs get narrower and the split build takes them; aq_gpu_op_kernel picks
- * it where the weight items number fewer than 2 blocks an SM. The grid's x
- * of the split build must be a multiple of the cluster (as its shape's is);
- * the plain build takes any launch. */
-#define AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT "aq_conv2d_bwd_filter_f32_split"
-#define AQ_GPU_CONV2D_BWD_FILTER_WIDTH 16
-#define AQ_GPU_CONV2D_BWD_FILTER_SPLIT 8
-#define AQ_GPU_CONV2D_BWD_FILTER_FILL 264 /* 2 blocks for each of an H100's SMs */
-
-/* The weights an item takes: up to the width, fewer where the (k, c)
- * filters split 8 ways would not fill the GPU. */
-static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bwd_filter_width(const aq_conv2d_args_t *a) {
-  const int64_t rs = a->r * a->s, pairs = a->k * a->c, w = AQ_GPU_CONV2D_BWD_FILTER_WIDTH;
-  if (rs <= 1 || pairs <= 0) return 1;
-  int64_t chunks = (rs + w - 1) / w, split = pairs * AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
-  const int64_t want = (AQ_GPU_CONV2D_BWD_FILTER_FILL + split - 1) / split;
-  if (want > chunks) chunks = want < rs ? want : rs;
-  return (int)((rs + chunks - 1) / chunks);
-}
-
-/* The items over weights (*weight_items) and in all, dbias included. */
-static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bwd_filter_items(const aq_conv2d_args_t *a, int64_t *weight_items) {
-  const int64_t rs = a->r * a->s > 0 ? a->r * a->s : 1, width = aq_conv2d_bwd_filter_width(a);
-  const int64_t pairs = a->k * a->c > 0 ? a->k * a->c : 0, w = pairs * ((rs + width - 1) / width);
-  if (weight_items) *weight_items = w;
-  return w + (a->dbias && a->k > 0 ? a->k : 0);
-}
-
-/* 1 (the plain build) or AQ_GPU_CONV2D_BWD_FILTER_SPLIT. */
-static inline int aq_conv2d_bwd_filter_split(const aq_conv2d_args_t *a) {
-  int64_t w;
-  aq_conv2d_bwd_filter_items(a, &w);
-  return w < AQ_GPU_CONV2D_BWD_FILTER_FILL ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT : 1;
-}
-
-static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d_args_t *a, int split) {
-  int64_t items = aq_conv2d_bwd_filter_items(a, NULL);
-  return aq_gpu_threads_shape((items > 0 ? items : 1) * split * AQ_GPU_BLOCK);
-}
-
 /* ---- bf16 conv2d on tensor cores --------------------------------------------
  * aq_conv2d_f32's three passes with its kernarg struct (same checks, same
  * index conventions), except that the tensors a pass reads are bf16
@@ -256,13 +102,13 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d
  * Each pass is an implicit GEMM on mma.sync tiles, rows x columns over a
  * depth: forward (n,p,q) x k over (c,r,s); backward data (n,h,w) x c over
  * (k,r,s); backward filter (c,r,s) x k over (n,p,q). Tiles
- * (aq_conv2d_bf16_gpu_tiles): 128x128, or 256x64 where there are at most
- * AQ_GPU_CONV2D_BF16_NARROW columns; 64x64 (two warp groups splitting the
- * depth) where those would be fewer than AQ_GPU_CONV2D_BF16_FEW_TILES, and
+ * (kernels/cuda/launch.h): 128x128, or 256x64 where there are few
+ * columns; 64x64 (two warp groups splitting the depth) where those would
+ * leave SMs idle, and
  * always for the backward filter, which runs one block per tile of dw over
  * the whole depth (there is no workspace to split it across blocks
  * deterministically, so a dw of few tiles leaves most of a GPU idle).
- * Grid: aq_conv2d_bf16_gpu_shape, a 256-thread block a tile (plus one per 8
+ * Grid: a 256-thread block a tile (plus one per 8
  * dbias entries), walked grid-stride, so any grid is correct. Blocks of
  * another size, tensors of 2^31 elements or more, and AMD GPUs take an
  * exact direct path instead (a thread an output, as the fp32 kernels). */
@@ -270,82 +116,6 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d
 #define AQ_KERNEL_CONV2D_BWD_DATA_BF16 "aq_conv2d_bwd_data_bf16"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16 "aq_conv2d_bwd_filter_bf16"
 #define AQ_GPU_CONV2D_BF16_THREADS 256
-#define AQ_GPU_CONV2D_BF16_NARROW 64
-#define AQ_GPU_CONV2D_BF16_FEW_TILES 132 /* an H100's SMs */
-
-/* The kernels choose their tiles with AQ_GPU_HOST_DEVICE functions too. */
-
-/* 0 forward, 1 backward data, 2 backward filter; -1: not a bf16 conv2d. */
-static inline int aq_conv2d_bf16_pass(const char *kernel) {
-  return !strcmp(kernel, AQ_KERNEL_CONV2D_BF16)              ? 0
-         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16)   ? 1
-         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) ? 2
-                                                             : -1;
-}
-
-/* A pass's tile (rows x columns of its GEMM), and how many tiles it has. */
-static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_gpu_tiles(const aq_conv2d_args_t *a, int pass, int *tm, int *tn) {
-  int64_t rows = pass == 0 ? a->n * a->p * a->q : pass == 1 ? a->n * a->h * a->wd : a->c * a->r * a->s;
-  int64_t cols = pass == 1 ? a->c : a->k;
-  rows = rows > 0 ? rows : 1, cols = cols > 0 ? cols : 1;
-  *tm = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 256 : 128, *tn = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 64 : 128;
-  int64_t tiles = (rows + *tm - 1) / *tm * ((cols + *tn - 1) / *tn);
-  if (pass == 2 || tiles < AQ_GPU_CONV2D_BF16_FEW_TILES) *tm = *tn = 64, tiles = (rows + 63) / 64 * ((cols + 63) / 64);
-  return tiles;
-}
-
-static inline aq_dispatch_shape_t aq_conv2d_bf16_gpu_shape(const aq_conv2d_args_t *a, int pass) {
-  int tm, tn;
-  int64_t blocks = aq_conv2d_bf16_gpu_tiles(a, pass, &tm, &tn);
-  if (pass == 2 && a->dbias && a->k > 0) blocks += (a->k + 7) / 8;
-  return aq_gpu_threads_shape(blocks * AQ_GPU_CONV2D_BF16_THREADS);
-}
-
-/* The GPU build of an op kernel that suits these kernargs: one of a GPU's
- * variants, or the op's own name. */
-static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kernarg) {
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_bwd_filter_split((const aq_conv2d_args_t *)kernarg) > 1)
-    return AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT;
-  if (!strcmp(kernel, AQ_KERNEL_MATMUL))
-    return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build((const aq_matmul_args_t *)kernarg), 0);
-  if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED)) /* the fused args start with the product's */
-    return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build(&((const aq_matmul_fused_args_t *)kernarg)->mm), 1);
-  return kernel;
-}
-
-static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void *kernarg, aq_dispatch_shape_t cpu) {
-  if (!strcmp(kernel, AQ_KERNEL_MATMUL)) return aq_matmul_f32_gpu_shape((const aq_matmul_args_t *)kernarg);
-  if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED))
-    return aq_matmul_f32_gpu_shape(&((const aq_matmul_fused_args_t *)kernarg)->mm);
-  if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return aq_matmul_bf16_gpu_shape((const aq_matmul_args_t *)kernarg);
-  if (aq_conv2d_bf16_pass(kernel) >= 0) return aq_conv2d_bf16_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_bf16_pass(kernel));
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) ||
-      !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) {
-    const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
-    if (!strcmp(kernel, AQ_KERNEL_CONV2D)) return aq_gpu_threads_shape(a->n * a->k * a->p * a->q);
-    if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA)) return aq_gpu_threads_shape(a->n * a->c * a->h * a->wd);
-    return aq_conv2d_bwd_filter_gpu_shape(a, aq_conv2d_bwd_filter_split(a));
-  }
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT))
-    return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
-  if (!strcmp(kernel, AQ_KERNEL_MAX_POOL) || !strcmp(kernel, AQ_KERNEL_AVG_POOL))
-    return aq_gpu_threads_shape(((const aq_pool_args_t *)kernarg)->planes * ((const aq_pool_args_t *)kernarg)->p *
-                                ((const aq_pool_args_t *)kernarg)->q);
-  if (!strcmp(kernel, AQ_KERNEL_MAX_POOL_BWD) || !strcmp(kernel, AQ_KERNEL_AVG_POOL_BWD))
-    return aq_gpu_threads_shape(((const aq_pool_args_t *)kernarg)->planes * ((const aq_pool_args_t *)kernarg)->h *
-                                ((const aq_pool_args_t *)kernarg)->w);
-  if (!strcmp(kernel, AQ_KERNEL_BATCH_NORM) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD))
-    return aq_gpu_threads_shape(((const aq_batch_norm_args_t *)kernarg)->c * AQ_GPU_BLOCK);
-  if (!strcmp(kernel, AQ_KERNEL_BATCH_NORM_STATS) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_APPLY) ||
-      !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD_STATS) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD_APPLY)) {
-    const aq_batch_norm_args_t *a = (const aq_batch_norm_args_t *)kernarg;
-    return aq_gpu_threads_shape(a->c * (a->slices > 1 ? a->slices : 1) * AQ_GPU_BLOCK);
-  }
-  if (!strcmp(kernel, AQ_KERNEL_SUM_ROWS) || !strcmp(kernel, AQ_KERNEL_SUM_ROWS_SGD)) /* 8 columns x 32 row slices a block */
-    return aq_gpu_threads_shape((((const aq_sum_rows_args_t *)kernarg)->cols + AQ_GPU_SUM_ROWS_WIDTH - 1) /
-                                AQ_GPU_SUM_ROWS_WIDTH * AQ_GPU_BLOCK);
-  return aq_gpu_shape(kernel, kernarg, cpu);
-}
 
 #ifdef __cplusplus
 }

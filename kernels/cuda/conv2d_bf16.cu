@@ -39,7 +39,7 @@
 // split the backward filter's depth over a cluster of blocks summed through
 // distributed shared memory (as aq_matmul_f32_split does), and split a
 // strided backward data by output phase so it skips the zeros.
-#include "aquila/ops_gpu.h"
+#include "launch.h"
 #include "conv2d_direct.cuh"
 #include "mma_bf16.cuh"
 
@@ -64,11 +64,11 @@ struct Tile {
   static_assert(SMEM <= 48 * 1024, "static shared memory");
   static_assert((WK - 1) * BM * BN * 4 <= 2 * STAGE, "the groups' partial tiles fit in the stages");
 };
-/* The tiles aq_conv2d_bf16_gpu_tiles (ops_gpu.h) chooses among. */
+/* The tiles aq_conv2d_bf16_gpu_tiles (launch.h) chooses among. */
 typedef Tile<128, 128, 2, 4, 1, 4, 4> Wide;   /* more than AQ_GPU_CONV2D_BF16_NARROW columns */
 typedef Tile<256, 64, 4, 2, 1, 4, 4> Narrow;  /* at most that many: 64 columns, twice the rows */
 typedef Tile<64, 64, 2, 2, 2, 2, 4> Small;    /* few tiles, and the backward filter: depth split in two */
-static_assert(Narrow::BN == AQ_GPU_CONV2D_BF16_NARROW, "ops_gpu.h's shape counts these tiles");
+static_assert(Narrow::BN == AQ_GPU_CONV2D_BF16_NARROW, "launch.h's shape counts these tiles");
 
 __host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 

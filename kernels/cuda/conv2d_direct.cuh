@@ -6,7 +6,7 @@
 // tiles do not take.
 //
 // Every loop walks its outputs with a grid-stride loop, so any launch shape
-// is correct (aq_gpu_op_shape in ops_gpu.h gives the efficient one):
+// is correct (aq_gpu_op_shape in launch.h gives the efficient one):
 //  - forward: a thread per output element y[n,k,p,q] (consecutive threads
 //    along q read consecutive x; w is the same across a warp);
 //  - backward data: a thread per input element dx[n,c,h,w], gathering the
@@ -18,7 +18,7 @@
 //    a fixed order.
 #pragma once
 #include "common.cuh"
-#include "aquila/ops_gpu.h"
+#include "launch.h"
 #if !defined(AQ_HIP)
 #include <cooperative_groups.h>
 #endif
@@ -129,7 +129,7 @@ __device__ void backward_filter(const aq_conv2d_args_t &a, const T *xs, const T 
   }
 }
 
-// Backward filter in items (ops_gpu.h, aq_conv2d_bwd_filter_width): an item
+// Backward filter in items (launch.h, aq_conv2d_bwd_filter_width): an item
 // is a run of at most AQ_GPU_CONV2D_BWD_FILTER_WIDTH of one filter's r * s
 // weights dw[k, c, ...] (or one dbias[k]), taken by a block, or by a
 // cluster of S blocks (sm_90) each summing an S-th of the batch's output

@@ -10,7 +10,7 @@
 // products of at most 16 columns take a warp a row (matmul_skinny). Each
 // way is its own kernel (aq_matmul_f32, _tile64, _split2, _tile64_split2,
 // _tile64_split4, _rows; every one correct for any shape and grid), and
-// ops_gpu.h's aq_gpu_op_kernel picks for the scheduler. The k loop is
+// launch.h's aq_gpu_op_kernel picks for the scheduler. The k loop is
 // double-buffered: the next slice of A and B comes from global memory
 // into registers while the current one is multiplied, and lands in the other
 // shared buffer, one barrier per slice. A is kept k-major in shared memory
@@ -19,13 +19,13 @@
 // leading dimensions and pointers allow it, with scalar, bounds-checked
 // fallbacks at the edges, so every shape (1, 7, 33, 257, ...) is exact.
 //
-// Launch: any grid, blocks of 256 threads (ops.h's aq_gpu_shape gives 16x16
+// Launch: any grid, blocks of 256 threads (launch.h's aq_gpu_shape gives 16x16
 // blocks over 64x64 tiles: the extra blocks find no tile and return). Blocks
 // walk the 128x128 tiles of every batch entry in a grouped order (8 tile-rows
 // at a time) so neighbouring blocks share A and B in L2. A block of any other
 // size is a launch bug: the kernel traps, so the fault names it.
 #include "matmul_f32.cuh"
-#include "aquila/ops_gpu.h" /* AQ_GPU_MATMUL_F32_SKINNY_N, _SPLIT */
+#include "launch.h" /* AQ_GPU_MATMUL_F32_SKINNY_N, _SPLIT */
 
 // Every .cu is one translation unit of the fatbin: names stay in a namespace per file.
 namespace mm_f32 {
@@ -214,7 +214,7 @@ __device__ void matmul_tiles(const aq_matmul_args_t &p, Tile<Q, BK> &t, const Fu
 // them over the cluster's partials, always in rank order, and writes them
 // back through the epilogue. Results depend on the shape and S only, never
 // on timing, and no global workspace is needed. Clusters stay small (see
-// ops_gpu.h: 16 clusters of 8 took two waves on an H100). Without clusters
+// launch.h: 16 clusters of 8 took two waves on an H100). Without clusters
 // (sm_80, HIP) the first block of each cluster's worth computes the whole
 // tile and the others return.
 constexpr int PHASE = 64; /* rows of the partial tile exchanged at a time */

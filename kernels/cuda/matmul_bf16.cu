@@ -19,7 +19,7 @@
 // element, still exact. On AMD (HIP) a plain exact loop stands in.
 //
 // Both need AQ_GPU_MATMUL_BF16_GROUP_SEGMENT bytes of dynamic shared memory
-// (ops_gpu.h: aq_gpu_op_group_segment), the packet's group_segment_size;
+// (launch.h: aq_gpu_op_group_segment), the packet's group_segment_size;
 // less, or a block of other than AQ_GPU_MATMUL_BF16_THREADS threads, traps
 // (a launch bug, reported with this kernel's name).
 //
@@ -36,7 +36,7 @@
 #include "matmul_common.cuh"
 #include "mma_bf16.cuh"
 #include "wgmma.cuh"
-#include "aquila/ops_gpu.h"
+#include "launch.h"
 
 #ifndef AQ_HIP
 extern __shared__ __align__(1024) uint8_t mm_bf16_smem[];
@@ -560,7 +560,7 @@ typedef Config<256, 4> Wide4;              /* a fourth stage: 194 KB, H100 only 
 typedef Config<256, 3, 1, 2> WideNoMath;   /* measurement: the copies alone */
 static_assert(Wide::THREADS == AQ_GPU_MATMUL_BF16_THREADS && Wide::SMEM <= AQ_GPU_MATMUL_BF16_GROUP_SEGMENT &&
                   Wide::BN == AQ_GPU_MATMUL_BF16_TILE_N && Wide::BM == AQ_GPU_MATMUL_BF16_TILE_M,
-              "ops_gpu.h's launch rule");
+              "launch.h's launch rule");
 
 }  // namespace wgp
 }  // namespace mm_bf16

@@ -1,6 +1,6 @@
 // Reductions: column sums (bias gradients) and the mean of a vector.
 #include "common.cuh"
-#include "aquila/ops_gpu.h" /* AQ_GPU_SUM_ROWS_WIDTH */
+#include "launch.h" /* AQ_GPU_SUM_ROWS_WIDTH */
 
 // A block takes AQ_GPU_SUM_ROWS_WIDTH (8) columns at a time and splits the
 // rows among 32 slices of its threads, so a 256-row bias gradient is one

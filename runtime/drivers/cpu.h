@@ -104,6 +104,7 @@ int aq_cpu_co_recognizes(const void *bytes, size_t size);
 aq_status_t aq_cpu_co_load(const char *path, const void *bytes, size_t size, void **out_module,
                         aq_code_object_info_t *info);
 void aq_cpu_co_unload(void *module);
+const aq_op_table_t *aq_cpu_co_op_table(void *module);
 const char *aq_cpu_co_busy(void *module);
 aq_status_t aq_cpu_co_kernel_at(void *module, uint32_t index, aq_agent_impl_t *agent,
                              aq_kernel_info_t *out);

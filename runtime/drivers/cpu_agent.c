@@ -261,4 +261,5 @@ const aq_driver_t aq_driver_cpu = {
     .co_unload = aq_cpu_co_unload,
     .co_busy = aq_cpu_co_busy,
     .co_kernel_at = aq_cpu_co_kernel_at,
+    .co_op_table = aq_cpu_co_op_table,
 };

@@ -22,6 +22,7 @@
 typedef struct cpu_module {
   void *dl;
   const aq_code_object_table_t *table;
+  const aq_op_table_t *ops; /* NULL: the object does not describe its kernels */
   cpu_kernel_t *kernels;
 } cpu_module_t;
 
@@ -80,6 +81,65 @@ static aq_status_t check_table(const char *path, const aq_code_object_table_t *t
   return AQ_OK;
 }
 
+static const aq_kernel_desc_t *kernel_named(const aq_code_object_table_t *t, const char *name) {
+  for (uint32_t i = 0; name && i < t->kernel_count; ++i)
+    if (!strcmp(t->kernels[i].name, name)) return &t->kernels[i];
+  return NULL;
+}
+
+/* A field the scheduler writes lies inside its kernel's kernarg. */
+static aq_status_t check_field(const char *path, const char *kernel, const char *field, uint32_t off,
+                               uint32_t size) {
+  if (off == AQ_OP_FIELD_NONE || ((uint64_t)off + 4 <= size && !(off & 3))) return AQ_OK;
+  return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: op '%s': %s offset %u does not fit its %u bytes of kernargs",
+                  path, kernel, field, off, size);
+}
+
+static aq_status_t check_op(const char *path, const aq_code_object_table_t *t, const aq_op_desc_t *o) {
+  const aq_kernel_desc_t *k = kernel_named(t, o->kernel);
+  if (!k)
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: the op table describes '%s', which the kernel table lacks",
+                    path, o->kernel ? o->kernel : "(null)");
+  if ((o->flags & AQ_OP_OPTIMIZER) && o->lr_offset == AQ_OP_FIELD_NONE)
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: optimizer op '%s' has no learning-rate offset", path, o->kernel);
+  if ((o->flags & AQ_OP_MATMUL) && o->precision_offset == AQ_OP_FIELD_NONE)
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: matmul op '%s' has no precision offset", path, o->kernel);
+  AQ_RETURN_IF_ERROR(check_field(path, o->kernel, "learning-rate", o->lr_offset, k->kernarg_size));
+  return check_field(path, o->kernel, "precision", o->precision_offset, k->kernarg_size);
+}
+
+static aq_status_t check_fusion(const char *path, const aq_code_object_table_t *t, const aq_op_fusion_t *f) {
+  const aq_kernel_desc_t *p = kernel_named(t, f->product), *c = kernel_named(t, f->consumer);
+  const aq_kernel_desc_t *z = kernel_named(t, f->fused);
+  if (!p || !c || !z || !f->accepts || !f->merge)
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT,
+                    "%s: a fusion of '%s' into '%s' names a kernel the table lacks or has no accepts/merge", path,
+                    f->product ? f->product : "(null)", f->consumer ? f->consumer : "(null)");
+  if (f->kernarg_size < p->kernarg_size || (uint64_t)f->consumer_slot + sizeof(void *) > c->kernarg_size)
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT,
+                    "%s: fusion '%s': %u kernarg bytes cannot start with the product's %u, or slot %u lies outside "
+                    "'%s''s kernargs", path, f->fused, f->kernarg_size, p->kernarg_size, f->consumer_slot, f->consumer);
+  return check_field(path, f->fused, "learning-rate", f->lr_offset, f->kernarg_size);
+}
+
+/* The optional op description: what the scheduler will trust of it. */
+static aq_status_t check_ops(const char *path, const aq_code_object_table_t *t, const aq_op_table_t *o) {
+  if (o->magic != AQ_OP_TABLE_MAGIC)
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: %s has a bad magic number 0x%08x", path, AQ_OP_TABLE_SYMBOL,
+                    o->magic);
+  if (o->version != AQ_OP_TABLE_VERSION)
+    return aq_error(AQ_ERROR_INCOMPATIBLE, "%s: op table version %u; this runtime reads version %u", path, o->version,
+                    AQ_OP_TABLE_VERSION);
+  if ((o->op_count && !o->ops) || (o->fusion_count && !o->fusions) || (o->build_count && !o->builds))
+    return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: the op table counts entries it does not point at", path);
+  for (uint32_t i = 0; i < o->op_count; ++i) AQ_RETURN_IF_ERROR(check_op(path, t, &o->ops[i]));
+  for (uint32_t i = 0; i < o->fusion_count; ++i) AQ_RETURN_IF_ERROR(check_fusion(path, t, &o->fusions[i]));
+  for (uint32_t i = 0; i < o->build_count; ++i)
+    if (!o->builds[i].code_object || !o->builds[i].code_object[0])
+      return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: op table build %u names no code object", path, i);
+  return AQ_OK;
+}
+
 aq_status_t aq_cpu_co_load(const char *path, const void *bytes, size_t size, void **out_module,
                         aq_code_object_info_t *info) {
   AQ_RETURN_IF_ERROR(aq_elf_check(path, bytes, size, NATIVE_MACHINE));
@@ -91,6 +151,8 @@ aq_status_t aq_cpu_co_load(const char *path, const void *bytes, size_t size, voi
   aq_status_t s = t ? check_table(path, t)
                     : aq_error(AQ_ERROR_INVALID_CODE_OBJECT,
                                "%s: exports no '%s': not an Aquila code object", path, AQ_CODE_OBJECT_SYMBOL);
+  const aq_op_table_t *ops = s == AQ_OK ? dlsym(dl, AQ_OP_TABLE_SYMBOL) : NULL;
+  if (ops) s = check_ops(path, t, ops);
   cpu_module_t *m = NULL;
   if (s == AQ_OK && !(m = calloc(1, sizeof(*m))))
     s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a code object");
@@ -112,12 +174,15 @@ aq_status_t aq_cpu_co_load(const char *path, const void *bytes, size_t size, voi
   }
   m->dl = dl;
   m->table = t;
+  m->ops = ops;
   snprintf(info->format, sizeof(info->format), "cpu-elf");
   snprintf(info->producer, sizeof(info->producer), "%s", t->producer ? t->producer : "");
   info->kernel_count = t->kernel_count;
   *out_module = m;
   return AQ_OK;
 }
+
+const aq_op_table_t *aq_cpu_co_op_table(void *module) { return ((cpu_module_t *)module)->ops; }
 
 void aq_cpu_co_unload(void *module) {
   cpu_module_t *m = module;

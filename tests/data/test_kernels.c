@@ -1,5 +1,6 @@
 /* Kernels the runtime tests dispatch: a CPU code object like any user's. */
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -8,6 +9,11 @@
 
 #ifndef TEST_ABI_VERSION
 #define TEST_ABI_VERSION AQ_CODE_OBJECT_VERSION
+#endif
+/* The op table it ships: 1 a good one, 0 none, 2 one naming a kernel it
+ * lacks, 3 one whose learning rate lies past the kernarg. */
+#ifndef TEST_OP_TABLE
+#define TEST_OP_TABLE 1
 #endif
 
 static int noop(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
@@ -106,6 +112,17 @@ static int die(const void *kernarg, const aq_dispatch_ctx_t *c) {
   abort();
 }
 
+/* An optimizer as a user would write one: w -= lr, each step (a gradient
+ * of ones); its op table entry says where lr is, for
+ * aq_exec_set_learning_rate. */
+typedef struct { float *w; int64_t n; float lr; int32_t reserved_; } descend_args_t;
+static int descend(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  const descend_args_t *a = kernarg;
+  if (c->group_id[0] == 0)
+    for (int64_t i = 0; i < a->n; ++i) a->w[i] -= a->lr;
+  return 0;
+}
+
 static const aq_kernel_desc_t kernels[] = {
     {"noop", noop, 0, 0, 0, 0},
     {"count", count, sizeof(count_args_t), 8, 0, 0},
@@ -117,7 +134,19 @@ static const aq_kernel_desc_t kernels[] = {
     {"poke", poke, sizeof(poke_args_t), 8, 0, 0},
     {"busy", busy, sizeof(busy_args_t), 8, 0, 0},
     {"abort", die, 0, 0, 0, 0},
+    {"descend", descend, sizeof(descend_args_t), 8, 0, 0},
 };
+
+#if TEST_OP_TABLE
+static const aq_op_desc_t ops[] = {
+    {TEST_OP_TABLE == 2 ? "no_such_kernel" : "descend", AQ_OP_OPTIMIZER,
+     TEST_OP_TABLE == 3 ? (uint32_t)sizeof(descend_args_t) : (uint32_t)offsetof(descend_args_t, lr),
+     AQ_OP_FIELD_NONE, 0},
+};
+/* no fusions, no builds for other agents */
+__attribute__((visibility("default"))) const aq_op_table_t aq_op_table = {
+    AQ_OP_TABLE_MAGIC, AQ_OP_TABLE_VERSION, sizeof(ops) / sizeof(ops[0]), 0, ops, NULL, 0, 0, NULL};
+#endif
 
 __attribute__((visibility("default"))) const aq_code_object_table_t aq_code_object_table = {
     AQ_CODE_OBJECT_MAGIC, TEST_ABI_VERSION, AQ_ISA_NATIVE,

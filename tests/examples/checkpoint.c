@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "examples/train_fashion/fashion_data.h"
+#include "scheduler/train/fashion_data.h"
 
 static char root[64];
 
@@ -43,7 +43,7 @@ static pid_t start(const char *name, const char *more, int *out_fd) {
   snprintf(prog, sizeof(prog), "%s/../examples/train_fashion", dirname(exe));
   snprintf(dir, sizeof(dir), "%s/%s", root, name);
   snprintf(err, sizeof(err), "%s/%s.err", root, name);
-  const char *data = getenv("AQ_FASHION_DATA") ? getenv("AQ_FASHION_DATA") : FASHION_DEFAULT_DIR;
+  const char *data = getenv("AQ_FASHION_DATA") ? getenv("AQ_FASHION_DATA") : AQ_FASHION_DEFAULT_DIR;
   snprintf(cmd, sizeof(cmd),
            "exec %s --hidden 64 --epochs 4 --steps 20 --placement cpu --data %s --checkpoint %s --out %s %s 2>%s",
            prog, data, dir, dir, more, err);

@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "examples/train_fashion/fashion_data.h"
+#include "scheduler/train/fashion_data.h"
 
 static char dir[256];
 
@@ -51,28 +51,28 @@ static void write_set(uint32_t images, uint32_t labels, uint32_t data_images, ui
 }
 
 static void expect_error(const char *phrase) {
-  fashion_set_t s;
+  aq_fashion_set_t s;
   char err[512] = "";
-  cr_assert_eq(fashion_load(dir, "train", &s, err, sizeof(err)), -1);
+  cr_assert_eq(aq_fashion_load(dir, "train", &s, err, sizeof(err)), -1);
   cr_assert(strstr(err, phrase), "message '%s' lacks '%s'", err, phrase);
 }
 
 Test(fashion_data, the_real_dataset_loads) {
-  fashion_set_t train, test;
+  aq_fashion_set_t train, test;
   char err[512];
   /* Debian's dataset-fashion-mnist, which the build installs; a machine that
    * keeps the files elsewhere says where in AQ_FASHION_DATA. */
-  const char *where = getenv("AQ_FASHION_DATA") ? getenv("AQ_FASHION_DATA") : FASHION_DEFAULT_DIR;
-  cr_assert_eq(fashion_load(where, "train", &train, err, sizeof(err)), 0, "%s", err);
-  cr_assert_eq(fashion_load(where, "t10k", &test, err, sizeof(err)), 0, "%s", err);
+  const char *where = getenv("AQ_FASHION_DATA") ? getenv("AQ_FASHION_DATA") : AQ_FASHION_DEFAULT_DIR;
+  cr_assert_eq(aq_fashion_load(where, "train", &train, err, sizeof(err)), 0, "%s", err);
+  cr_assert_eq(aq_fashion_load(where, "t10k", &test, err, sizeof(err)), 0, "%s", err);
   cr_assert_eq(train.count, 60000);
   cr_assert_eq(test.count, 10000);
   cr_assert(train.rows == 28 && train.cols == 28);
-  uint32_t per_class[FASHION_CLASSES] = {0};
+  uint32_t per_class[AQ_FASHION_CLASSES] = {0};
   for (uint32_t i = 0; i < test.count; ++i) per_class[test.labels[i]]++;
-  for (int c = 0; c < FASHION_CLASSES; ++c) cr_assert_eq(per_class[c], 1000, "class %d", c);
-  fashion_free(&train);
-  fashion_free(&test);
+  for (int c = 0; c < AQ_FASHION_CLASSES; ++c) cr_assert_eq(per_class[c], 1000, "class %d", c);
+  aq_fashion_free(&train);
+  aq_fashion_free(&test);
 }
 
 Test(fashion_data, missing_files, .init = make_dir, .fini = remove_dir) {

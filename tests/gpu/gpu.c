@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "../runtime/common.h"
+#include "kernels/cuda/launch.h"
 
 static aq_agent_t gpu, cpu;
 

@@ -10,7 +10,7 @@
 
 #include "../runtime/common.h"
 #include "aquila/ops.h"
-#include "aquila/ops_gpu.h"
+#include "kernels/cuda/launch.h"
 
 static aq_agent_t gk_gpu;
 static aq_code_object_t gk_co;

@@ -114,3 +114,53 @@ Test(optim, a_rate_set_while_a_run_is_in_flight_is_refused) {
   for (int i = 0; i < N; ++i) cr_assert_eq(w[i], (float)i - 1.0f, "w[%d] after two steps at 0.5: %g", i, (double)w[i]);
   destroy(&s);
 }
+
+/* A user's code object describes its own optimizer (test_kernels.c's
+ * "descend", w -= lr): the exec finds the rate where the description says,
+ * and a code object that describes nothing has no rate to set. */
+static void descend_graph(const char *object, aq_code_object_t *co, aq_graph_t **g, aq_exec_t **e, aq_tensor_t *w) {
+  AQ_ASSERT_OK(aq_code_object_load(object, co));
+  AQ_ASSERT_OK(aq_graph_create(NULL, g));
+  AQ_ASSERT_OK(aq_tensor_create(*g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){N}, w));
+  struct { float *w; int64_t n; float lr; int32_t reserved_; } args = {NULL, N, 0.25f, 0};
+  aq_kernel_task_t t = {.name = "descend", .code_object = *co, .kernel = "descend", .kernarg = &args,
+                        .kernarg_size = sizeof(args), .shape = {{1, 1, 1}, {1, 1, 1}}, .read_count = 1,
+                        .write_count = 1, .reads = {*w}, .writes = {*w}, .read_offsets = {UINT32_MAX},
+                        .write_offsets = {0}, .agent = -1};
+  AQ_ASSERT_OK(aq_graph_add_kernel(*g, &t, NULL));
+  AQ_ASSERT_OK(aq_graph_instantiate(*g, NULL, e));
+  float zeros[N] = {0};
+  AQ_ASSERT_OK(aq_exec_write(*e, *w, zeros, sizeof(zeros)));
+}
+
+static float descend_step(aq_exec_t *e, aq_tensor_t w) {
+  float out[N];
+  AQ_ASSERT_OK(aq_exec_run(e));
+  AQ_ASSERT_OK(aq_exec_wait(e, 10ull * 1000000000ull));
+  AQ_ASSERT_OK(aq_exec_read(e, w, out, sizeof(out)));
+  return out[N - 1];
+}
+
+Test(optim, a_user_optimizer_described_by_its_code_object_gets_the_new_rate) {
+  aq_code_object_t co;
+  aq_graph_t *g;
+  aq_exec_t *e;
+  aq_tensor_t w;
+  descend_graph("test-kernels.so", &co, &g, &e, &w);
+  float w1 = descend_step(e, w);
+  cr_assert_float_eq(w1, -0.25f, 1e-6f);
+  AQ_ASSERT_OK(aq_exec_set_learning_rate(e, 0.5f));
+  float w2 = descend_step(e, w);
+  cr_assert_float_eq(w2, -0.75f, 1e-6f);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+  AQ_ASSERT_OK(aq_code_object_unload(co));
+
+  descend_graph("test-kernels-no-ops.so", &co, &g, &e, &w);
+  cr_assert_eq(aq_exec_set_learning_rate(e, 0.5f), AQ_ERROR_NOT_FOUND);
+  float w3 = descend_step(e, w);
+  cr_assert_float_eq(w3, -0.25f, 1e-6f);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+  AQ_ASSERT_OK(aq_code_object_unload(co));
+}

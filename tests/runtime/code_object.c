@@ -61,7 +61,7 @@ Test(code_object, loads_by_name_and_lists_kernels) {
   AQ_ASSERT_OK(aq_code_object_get_info(co, &info));
   cr_assert_str_eq(info.format, "cpu-elf");
   cr_assert_str_eq(info.producer, "aquila tests");
-  cr_assert_eq(info.kernel_count, 10);
+  cr_assert_eq(info.kernel_count, 11);
   aq_agent_t a = first_cpu_agent();
   aq_kernel_info_t k;
   AQ_ASSERT_OK(aq_code_object_find_kernel(co, "count", a, &k));
@@ -70,7 +70,7 @@ Test(code_object, loads_by_name_and_lists_kernels) {
   cr_assert_eq(k.kernarg_alignment, 8);
   AQ_ASSERT_OK(aq_code_object_kernel_at(co, 0, a, &k));
   cr_assert_str_eq(k.name, "noop");
-  cr_assert_eq(aq_code_object_kernel_at(co, 10, a, &k), AQ_ERROR_NOT_FOUND);
+  cr_assert_eq(aq_code_object_kernel_at(co, 11, a, &k), AQ_ERROR_NOT_FOUND);
   cr_assert_eq(aq_code_object_find_kernel(co, "nope", a, &k), AQ_ERROR_NOT_FOUND);
   cr_assert(strstr(aq_last_error(), "no kernel 'nope'"), "%s", aq_last_error());
   AQ_ASSERT_OK(aq_code_object_unload(co));
@@ -149,6 +149,35 @@ Test(code_object, an_hsaco_without_an_amd_gpu) {
   aq_code_object_t co;
   AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
   aq_code_object_unload(co);
+}
+
+/* The op table beside the kernel table: what the scheduler is told. */
+Test(code_object, an_op_table_is_read_and_its_absence_said) {
+  aq_code_object_t co, bare;
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+  const aq_op_table_t *t = NULL;
+  AQ_ASSERT_OK(aq_code_object_op_table(co, &t));
+  cr_assert_eq(t->op_count, 1);
+  cr_assert_str_eq(t->ops[0].kernel, "descend");
+  cr_assert_eq(t->ops[0].flags, AQ_OP_OPTIMIZER);
+  cr_assert_eq(t->ops[0].lr_offset, 16);
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels-no-ops.so", &bare));
+  cr_assert_eq(aq_code_object_op_table(bare, &t), AQ_ERROR_NOT_FOUND);
+  cr_assert(strstr(aq_last_error(), "ships no op table"), "%s", aq_last_error());
+  cr_assert_eq(aq_code_object_op_table(co, NULL), AQ_ERROR_INVALID_ARGUMENT);
+  AQ_ASSERT_OK(aq_code_object_unload(bare));
+  AQ_ASSERT_OK(aq_code_object_unload(co));
+  cr_assert_eq(aq_code_object_op_table(co, &t), AQ_ERROR_INVALID_HANDLE);
+}
+
+/* An op table the scheduler could not trust is refused at load, by name. */
+Test(code_object, an_op_table_that_lies_is_refused_by_name) {
+  load_expect("test-kernels-bad-ops.so", AQ_ERROR_INVALID_CODE_OBJECT, "'no_such_kernel', which the kernel table lacks");
+  load_expect("test-kernels-bad-lr.so", AQ_ERROR_INVALID_CODE_OBJECT,
+              "op 'descend': learning-rate offset 24 does not fit its 24 bytes");
+  aq_code_object_t co;
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+  AQ_ASSERT_OK(aq_code_object_unload(co));
 }
 
 Test(code_object, wrong_version) {

@@ -1,7 +1,8 @@
 /* Epilogue fusion's choice of pairs (scheduler/fuse.c) on its own: graphs
  * built through the public API and planned on lanes of one CPU agent, then
- * aq_fuse_plan with the forms each agent runs. Which pairs fuse, which stay
- * apart and why, and the plan still an order the packets can follow. */
+ * aq_fuse_plan with the op library's rules and those each agent runs. Which
+ * pairs fuse, which stay apart and why, and the plan still an order the
+ * packets can follow. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -11,9 +12,25 @@
 #include "units.h"
 
 enum { B = 32, IN = 40, H = 48, OUT = 10 };
-enum { ALL_FORMS = FUSE_MATMUL_RELU_MASK | FUSE_MATMUL_SGD | FUSE_SUM_ROWS_SGD };
 
-TestSuite(fuse_pairs);
+/* The op library's description, as an exec reads it. */
+static const oplib_t *lib;
+static void setup(void) {
+  AQ_ASSERT_OK(aq_init(NULL));
+  AQ_ASSERT_OK(aq_op_library_ops(&lib));
+}
+static void teardown(void) { aq_shut_down(); }
+TestSuite(fuse_pairs, .init = setup, .fini = teardown);
+
+/* The bit of the library's rule fusing product into consumer. */
+static uint32_t rule(const char *product, const char *consumer) {
+  for (uint32_t r = 0; r < lib->table->fusion_count; ++r)
+    if (!strcmp(lib->table->fusions[r].product, product) && !strcmp(lib->table->fusions[r].consumer, consumer))
+      return 1u << r;
+  cr_assert_fail("the op library fuses no %s into %s", product, consumer);
+  return 0;
+}
+#define ALL_FORMS ((1u << lib->table->fusion_count) - 1)
 
 static aq_tensor_t make(aq_graph_t *g, const char *name, aq_tensor_role_t role, int64_t rows, int64_t cols) {
   aq_tensor_t t;
@@ -46,13 +63,13 @@ typedef struct fused {
 
 /* g planned on nlanes lanes, then fused; lane_agent: NULL for one agent,
  * and product_lane moves task product_task to a lane first (UINT32_MAX: no). */
-static void fuse_on(aq_graph_t *g, uint32_t nlanes, const uint32_t *lane_agent, uint8_t forms, int off,
+static void fuse_on(aq_graph_t *g, uint32_t nlanes, const uint32_t *lane_agent, uint32_t forms, int off,
                     uint32_t product_task, uint32_t product_lane, fused_t *out) {
   static const uint32_t one_agent[UNITS_LANES_MAX] = {0};
-  uint8_t fuses[2] = {forms, forms};
+  uint32_t fuses[2] = {forms, forms};
   AQ_ASSERT_OK(units_plan(g, nlanes, &out->plan));
   if (product_task != UINT32_MAX) out->plan.tasks[product_task].lane = product_lane;
-  fuse_in_t in = {g, nlanes, lane_agent ? lane_agent : one_agent, fuses, off};
+  fuse_in_t in = {g, nlanes, lane_agent ? lane_agent : one_agent, lib, fuses, off};
   AQ_ASSERT_OK(aq_fuse_plan(&in, &out->plan, &out->f));
   assert_topological(&out->plan);
 }
@@ -86,9 +103,9 @@ Test(fuse_pairs, a_weight_gradient_runs_in_its_update) {
   cr_assert_eq(x.f.product[sgd], mm);
   cr_assert(x.f.absorbed[mm] && !x.f.absorbed[sgd]);
   cr_assert_eq(x.f.unstored[gw.id], sgd, "the gradient is never stored: the update takes it in");
-  cr_assert_str_eq(aq_fuse_kernel(g, mm), AQ_KERNEL_MATMUL_FUSED);
-  cr_assert_eq(aq_fuse_kernarg_size(g, mm), sizeof(aq_matmul_fused_args_t));
-  cr_assert_eq(aq_fuse_lr_offset(g, sgd, mm), offsetof(aq_matmul_fused_args_t, lr));
+  cr_assert_str_eq(aq_fuse_kernel(&x.f, sgd), AQ_KERNEL_MATMUL_FUSED);
+  cr_assert_eq(aq_fuse_kernarg_size(&x.f, sgd), sizeof(aq_matmul_fused_args_t));
+  cr_assert_eq(aq_fuse_lr_offset(&x.f, sgd), offsetof(aq_matmul_fused_args_t, lr));
   fused_free(&x, g);
 }
 
@@ -101,7 +118,8 @@ Test(fuse_pairs, nothing_fuses_off_or_where_the_agent_lacks_the_form) {
   for (uint32_t t = 0; t < g->ntasks; ++t) cr_assert(x.f.product[t] == UINT32_MAX && !x.f.absorbed[t]);
   cr_assert_eq(x.f.unstored[gw.id], UINT32_MAX);
   aq_fusion_free(&x.f), aq_plan_free(&x.plan);
-  fuse_on(g, 2, NULL, FUSE_MATMUL_RELU_MASK | FUSE_SUM_ROWS_SGD, 0, UINT32_MAX, 0, &x);
+  fuse_on(g, 2, NULL, rule(AQ_KERNEL_MATMUL, AQ_KERNEL_RELU_BWD) | rule(AQ_KERNEL_SUM_ROWS, AQ_KERNEL_SGD), 0,
+          UINT32_MAX, 0, &x);
   cr_assert_eq(x.f.count, 0, "the agent runs no matmul-into-SGD kernel");
   fused_free(&x, g);
 }

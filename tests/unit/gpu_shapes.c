@@ -4,7 +4,7 @@
  * the plain build would leave an H100's SMs idle. */
 #include <criterion/criterion.h>
 
-#include "aquila/ops_gpu.h"
+#include "kernels/cuda/launch.h"
 
 TestSuite(gpu_shapes);
 

@@ -25,7 +25,7 @@
 
 #include "aquila/aquila.h"
 #include "aquila/ops.h"
-#include "aquila/ops_gpu.h"
+#include "kernels/cuda/launch.h"
 #include "bench.h"
 
 int aq_bench_conv_gpu(int argc, char **argv);

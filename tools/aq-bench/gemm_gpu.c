@@ -29,7 +29,7 @@
 
 #include "aquila/aquila.h"
 #include "aquila/ops.h"
-#include "aquila/ops_gpu.h"
+#include "kernels/cuda/launch.h"
 #include "bench.h"
 
 typedef int (*cublas_create_t)(void **);

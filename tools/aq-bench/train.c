@@ -1,5 +1,5 @@
-/* aq-bench train: the Fashion-MNIST training step of examples/train_fashion,
- * timed. One JSON line per epoch plus a summary line with the median step
+/* aq-bench train: the Fashion-MNIST training step of the training library
+ * (scheduler/train, the one examples/train_fashion runs), timed. One JSON line per epoch plus a summary line with the median step
  * time over all epochs' steps after the first (warm-up) epoch's first steps.
  * The peer, PyTorch eager, runs from shared/reference/torch_fashion_mlp.py in
  * the same device call (aq-bench does not embed Python).
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../examples/train_fashion/trainer.h"
+#include "scheduler/train/trainer.h"
 #include "bench.h"
 #include "train_ranks.h"
 
@@ -21,7 +21,7 @@ static const cli_option_t train_options[] = {
     {"epochs", 0, CLI_INT, "N", "epochs (default 1)", 1, 1e6},
     {"batch", 0, CLI_INT, "N", "batch size (default 256)", 1, 1 << 20},
     {"steps", 0, CLI_INT, "N", "at most N steps an epoch (default: the whole epoch)", 1, 1e9},
-    {"data", 0, CLI_TEXT, "DIR", "Fashion-MNIST files (default " FASHION_DEFAULT_DIR ")", 0, 0},
+    {"data", 0, CLI_TEXT, "DIR", "Fashion-MNIST files (default " AQ_FASHION_DEFAULT_DIR ")", 0, 0},
     {"dot", 0, CLI_TEXT, "FILE", "the placed step as a DOT graph", 0, 0},
     {"explain", 0, CLI_INT, "0|1", "1: why each task of the step runs where it does, on stderr", 0, 1},
     {"threads", 0, CLI_INT, "N", "ignored: workers come from AQ_CPU_WORKERS", 1, 1 << 20},
@@ -34,7 +34,7 @@ int aq_bench_train(int argc, char **argv) {
   int epochs = (int)bench_arg_int("epochs", 1);
   const char *data = bench_arg("data");
   long cap = bench_arg_int("steps", 0);
-  trainer_options_t o = {.model = "mlp", .optimizer = "sgd", .batch = (uint32_t)bench_arg_int("batch", 256),
+  aq_trainer_options_t o = {.model = "mlp", .optimizer = "sgd", .batch = (uint32_t)bench_arg_int("batch", 256),
                          .hidden = (uint32_t)bench_arg_int("hidden", 1024), .lr = 0.1f, .momentum = 0.9f, .seed = 1, .policy = AQ_SCHED_DEFAULT};
   const char *model = bench_arg("model");
   if (model && strcmp(model, "mlp") && strcmp(model, "cnn")) {
@@ -47,10 +47,10 @@ int aq_bench_train(int argc, char **argv) {
   o.kernel_agent_kinds = !strcmp(placement, "cpu") ? 1u << AQ_AGENT_KIND_CPU
                          : !strcmp(placement, "gpu") ? 1u << AQ_AGENT_KIND_GPU
                                                      : 0;
-  fashion_set_t train, test;
+  aq_fashion_set_t train, test;
   char err[512];
-  if (fashion_load(data ? data : FASHION_DEFAULT_DIR, "train", &train, err, sizeof(err)) ||
-      fashion_load(data ? data : FASHION_DEFAULT_DIR, "t10k", &test, err, sizeof(err))) {
+  if (aq_fashion_load(data ? data : AQ_FASHION_DEFAULT_DIR, "train", &train, err, sizeof(err)) ||
+      aq_fashion_load(data ? data : AQ_FASHION_DEFAULT_DIR, "t10k", &test, err, sizeof(err))) {
     fprintf(stderr, "aq-bench train: %s\n", err);
     return 1;
   }
@@ -60,7 +60,7 @@ int aq_bench_train(int argc, char **argv) {
   }
   if (bench_arg("ranks")) {
     int rc = aq_bench_train_ranks(&o, placement, &train, &test);
-    fashion_free(&train), fashion_free(&test);
+    aq_fashion_free(&train), aq_fashion_free(&test);
     aq_shut_down();
     return rc;
   }
@@ -69,32 +69,32 @@ int aq_bench_train(int argc, char **argv) {
   aq_agents(&agent, 1, &n);
   aq_agent_info_t info;
   aq_agent_get_info(agent, &info);
-  trainer_t *t;
-  aq_status_t s = trainer_create(&o, &train, &test, &t);
+  aq_trainer_t *t;
+  aq_status_t s = aq_trainer_create(&o, &train, &test, &t);
   if (s != AQ_OK) {
-    fprintf(stderr, "aq-bench train: %s\n", trainer_error(s));
+    fprintf(stderr, "aq-bench train: %s\n", aq_trainer_error(s));
     return 1;
   }
   const char *dot = bench_arg("dot"); /* the placed step, to see where each task went */
-  if (dot && aq_exec_write_dot(trainer_exec(t), dot) != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
-  if (bench_arg_int("explain", 0) && aq_exec_explain(trainer_exec(t), stderr) != AQ_OK) /* stdout is JSON's */
+  if (dot && aq_exec_write_dot(aq_trainer_exec(t), dot) != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
+  if (bench_arg_int("explain", 0) && aq_exec_explain(aq_trainer_exec(t), stderr) != AQ_OK) /* stdout is JSON's */
     fprintf(stderr, "aq-bench train: %s\n", aq_last_error());
-  uint32_t steps = trainer_steps_per_epoch(t);
+  uint32_t steps = aq_trainer_steps_per_epoch(t);
   if (cap > 0 && (uint32_t)cap < steps) steps = (uint32_t)cap;
   double *us = calloc((size_t)steps * (size_t)epochs, sizeof(double));
   size_t nus = 0;
   for (int ep = 0; ep < epochs && s == AQ_OK; ++ep) {
-    trainer_begin_epoch(t, (uint32_t)ep);
+    aq_trainer_begin_epoch(t, (uint32_t)ep);
     float loss = 0;
     double *ep_us = calloc(steps, sizeof(double));
     for (uint32_t i = 0; i < steps && s == AQ_OK; ++i) {
       uint64_t t0 = bench_now_ns();
-      s = trainer_step(t, &loss);
+      s = aq_trainer_step(t, &loss);
       ep_us[i] = (double)(bench_now_ns() - t0) / 1e3;
       if (ep > 0 || i >= 5) us[nus++] = ep_us[i]; /* the first steps warm up */
     }
     double acc = 0;
-    if (s == AQ_OK) s = trainer_evaluate(t, &acc);
+    if (s == AQ_OK) s = aq_trainer_evaluate(t, &acc);
     if (s != AQ_OK) break;
     bench_json_t j;
     bench_json_begin(&j, "train", "aquila");
@@ -110,10 +110,10 @@ int aq_bench_train(int argc, char **argv) {
     bench_json_end(&j);
     free(ep_us);
   }
-  if (s != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", trainer_error(s));
+  if (s != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", aq_trainer_error(s));
   free(us);
-  trainer_destroy(t);
-  fashion_free(&train), fashion_free(&test);
+  aq_trainer_destroy(t);
+  aq_fashion_free(&train), aq_fashion_free(&test);
   aq_shut_down();
   return s == AQ_OK ? 0 : 1;
 }

@@ -23,32 +23,32 @@ typedef struct scale_run {
   double us_per_step, samples_per_s;
 } scale_run_t;
 
-static int time_steps(trainer_options_t *o, const fashion_set_t *train, const fashion_set_t *test, long steps,
+static int time_steps(aq_trainer_options_t *o, const aq_fashion_set_t *train, const aq_fashion_set_t *test, long steps,
                       scale_run_t *out) {
-  trainer_t *t;
-  aq_status_t s = trainer_create(o, train, test, &t);
+  aq_trainer_t *t;
+  aq_status_t s = aq_trainer_create(o, train, test, &t);
   if (s != AQ_OK) {
-    fprintf(stderr, "aq-bench train: %s\n", trainer_error(s));
+    fprintf(stderr, "aq-bench train: %s\n", aq_trainer_error(s));
     return 1;
   }
   double *us = calloc((size_t)steps, sizeof(double));
-  trainer_begin_epoch(t, 0);
+  aq_trainer_begin_epoch(t, 0);
   for (long i = 0; i < WARMUP + steps && s == AQ_OK; ++i) {
     uint64_t t0 = bench_now_ns();
-    s = trainer_step(t, NULL);
+    s = aq_trainer_step(t, NULL);
     if (i >= WARMUP) us[i - WARMUP] = (double)(bench_now_ns() - t0) / 1e3;
   }
-  if (s != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", trainer_error(s));
+  if (s != AQ_OK) fprintf(stderr, "aq-bench train: %s\n", aq_trainer_error(s));
   out->us_per_step = bench_median(us, (size_t)steps);
   out->samples_per_s = (double)o->batch / (out->us_per_step * 1e-6);
   free(us);
-  trainer_destroy(t);
+  aq_trainer_destroy(t);
   return s != AQ_OK;
 }
 
 /* The gradients' floats: the model's parameters (trainer.h keeps them
  * private, so counted from the MLP's shape; the CNN's are few). */
-static size_t gradient_floats(const trainer_options_t *o) {
+static size_t gradient_floats(const aq_trainer_options_t *o) {
   size_t h = o->hidden;
   return !strcmp(o->model, "mlp") ? 784 * h + h + h * h + h + h * 10 + 10 : 62006;
 }
@@ -107,7 +107,7 @@ static double nccl_allreduce_us(aq_comm_t *c, size_t n) {
   return bench_median(us, 20);
 }
 
-static void line(const trainer_options_t *o, const char *placement, uint32_t ranks, const scale_run_t *r, double base,
+static void line(const aq_trainer_options_t *o, const char *placement, uint32_t ranks, const scale_run_t *r, double base,
                  double ar_us, double nccl_us, long reps) {
   bench_json_t j;
   bench_json_begin(&j, "train", "aquila");
@@ -126,8 +126,8 @@ static void line(const trainer_options_t *o, const char *placement, uint32_t ran
   bench_json_end(&j);
 }
 
-int aq_bench_train_ranks(trainer_options_t *o, const char *placement,
-                         const fashion_set_t *train, const fashion_set_t *test) {
+int aq_bench_train_ranks(aq_trainer_options_t *o, const char *placement,
+                         const aq_fashion_set_t *train, const aq_fashion_set_t *test) {
   long want = bench_arg_int("ranks", 1), steps = bench_arg_int("steps", 50);
   o->hidden = (uint32_t)bench_arg_int("hidden", 1024);
   if (steps < 1) steps = 50;
@@ -147,7 +147,7 @@ int aq_bench_train_ranks(trainer_options_t *o, const char *placement,
   float base = (float)one.samples_per_s;
   BENCH_CHECK("train", aq_comm_run(c, &(aq_collective_t){.kind = AQ_COLLECTIVE_BROADCAST, .recv = &base, .count = 1}));
   if (info.rank == 0 && !rc) line(o, placement, 1, &one, base, -1, -1, steps);
-  trainer_options_t dp = *o;
+  aq_trainer_options_t dp = *o;
   dp.comm = c, dp.rank = info.rank, dp.ranks = info.size, dp.batch = o->batch * info.size;
   if (!rc) rc = time_steps(&dp, train, test, steps, &all);
   double ar = rc ? 0 : allreduce_us(c, gradient_floats(o)), nccl = rc ? -1 : nccl_allreduce_us(c, gradient_floats(o));

@@ -3,10 +3,10 @@
 #ifndef AQ_BENCH_TRAIN_RANKS_H_
 #define AQ_BENCH_TRAIN_RANKS_H_
 
-#include "../../examples/train_fashion/trainer.h"
+#include "scheduler/train/trainer.h"
 
 /* o: the suite's options (--batch is per rank); prints rank 0's lines. */
-int aq_bench_train_ranks(trainer_options_t *o, const char *placement,
-                         const fashion_set_t *train, const fashion_set_t *test);
+int aq_bench_train_ranks(aq_trainer_options_t *o, const char *placement,
+                         const aq_fashion_set_t *train, const aq_fashion_set_t *test);
 
 #endif

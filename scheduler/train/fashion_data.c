@@ -1,5 +1,5 @@
 /* The idx reader and the Fashion-MNIST loader. */
-#include "fashion_data.h"
+#include "scheduler/train/fashion_data.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@ static uint32_t be32(const uint8_t b[4]) {
   return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
-int fashion_read_idx(const char *path, uint32_t expect_magic, uint32_t dims[3], uint8_t **data,
+int aq_fashion_read_idx(const char *path, uint32_t expect_magic, uint32_t dims[3], uint8_t **data,
                      size_t *size, char *err, size_t err_size) {
   *data = NULL;
   FILE *probe = fopen(path, "rb");
@@ -91,27 +91,27 @@ int fashion_read_idx(const char *path, uint32_t expect_magic, uint32_t dims[3], 
   return 0;
 }
 
-int fashion_load(const char *dir, const char *split, fashion_set_t *out, char *err, size_t err_size) {
+int aq_fashion_load(const char *dir, const char *split, aq_fashion_set_t *out, char *err, size_t err_size) {
   char path[1024];
   uint32_t idims[3], ldims[3];
   size_t isize, lsize;
   memset(out, 0, sizeof(*out));
   snprintf(path, sizeof(path), "%s/%s-images-idx3-ubyte.gz", dir, split);
-  if (fashion_read_idx(path, 0x803, idims, &out->images, &isize, err, err_size)) return -1;
+  if (aq_fashion_read_idx(path, 0x803, idims, &out->images, &isize, err, err_size)) return -1;
   snprintf(path, sizeof(path), "%s/%s-labels-idx1-ubyte.gz", dir, split);
-  if (fashion_read_idx(path, 0x801, ldims, &out->labels, &lsize, err, err_size)) {
-    fashion_free(out);
+  if (aq_fashion_read_idx(path, 0x801, ldims, &out->labels, &lsize, err, err_size)) {
+    aq_fashion_free(out);
     return -1;
   }
   if (idims[0] != ldims[0]) {
     snprintf(err, err_size, "%s/%s: %u images but %u labels", dir, split, idims[0], ldims[0]);
-    fashion_free(out);
+    aq_fashion_free(out);
     return -1;
   }
   for (uint32_t i = 0; i < ldims[0]; ++i)
-    if (out->labels[i] >= FASHION_CLASSES) {
+    if (out->labels[i] >= AQ_FASHION_CLASSES) {
       snprintf(err, err_size, "%s: label %u of image %u is not a class (0-9)", path, out->labels[i], i);
-      fashion_free(out);
+      aq_fashion_free(out);
       return -1;
     }
   out->count = idims[0];
@@ -120,7 +120,7 @@ int fashion_load(const char *dir, const char *split, fashion_set_t *out, char *e
   return 0;
 }
 
-void fashion_free(fashion_set_t *set) {
+void aq_fashion_free(aq_fashion_set_t *set) {
   free(set->images);
   free(set->labels);
   memset(set, 0, sizeof(*set));

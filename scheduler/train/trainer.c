@@ -1,8 +1,8 @@
-/* The MLP (784-H-H-10, relu) on Fashion-MNIST as two task graphs: the
- * training step (load batch -> forward -> softmax cross-entropy -> backward
- * -> SGD with momentum) and a forward-only evaluation graph that gets the
- * trained parameters copied in. */
-#include "trainer.h"
+/* The MLP (784-H-H-10, relu) or the CNN on Fashion-MNIST as two task
+ * graphs: the training step (load batch -> forward -> softmax
+ * cross-entropy -> backward -> SGD with momentum or AdamW) and a
+ * forward-only evaluation graph that gets the trained parameters copied in. */
+#include "scheduler/train/trainer.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -29,14 +29,14 @@ static aq_status_t fail(aq_status_t s, const char *msg) {
   return s;
 }
 
-const char *trainer_error(aq_status_t s) {
+const char *aq_trainer_error(aq_status_t s) {
   (void)s;
   return own_error[0] ? own_error : aq_last_error();
 }
 
-struct trainer {
-  trainer_options_t o;
-  const fashion_set_t *train, *test;
+struct aq_trainer {
+  aq_trainer_options_t o;
+  const aq_fashion_set_t *train, *test;
   aq_graph_t *g, *eg;
   aq_exec_t *e, *ee;
   aq_tensor_t x, y, loss, params[MAX_PARAMS];
@@ -80,13 +80,13 @@ typedef struct spec {
   int running; /* a running statistic, not trained */
 } spec_t;
 
-static uint32_t model_specs(const trainer_options_t *o, spec_t *s) {
+static uint32_t model_specs(const aq_trainer_options_t *o, spec_t *s) {
   int64_t h = o->hidden;
   if (!strcmp(o->model, "mlp")) {
     spec_t mlp[] = {{"w1", 2, {PIXELS, h}, PIXELS, INIT_UNIFORM, 0}, {"b1", 1, {h}, PIXELS, INIT_UNIFORM, 0},
                     {"w2", 2, {h, h}, h, INIT_UNIFORM, 0},           {"b2", 1, {h}, h, INIT_UNIFORM, 0},
-                    {"w3", 2, {h, FASHION_CLASSES}, h, INIT_UNIFORM, 0},
-                    {"b3", 1, {FASHION_CLASSES}, h, INIT_UNIFORM, 0}};
+                    {"w3", 2, {h, AQ_FASHION_CLASSES}, h, INIT_UNIFORM, 0},
+                    {"b3", 1, {AQ_FASHION_CLASSES}, h, INIT_UNIFORM, 0}};
     memcpy(s, mlp, sizeof(mlp));
     return sizeof(mlp) / sizeof(mlp[0]);
   }
@@ -100,13 +100,13 @@ static uint32_t model_specs(const trainer_options_t *o, spec_t *s) {
                   {"bn2.mean", 1, {16}, 1, INIT_ZEROS, 1},             {"bn2.var", 1, {16}, 1, INIT_ONES, 1},
                   {"fc1.w", 2, {400, 120}, 400, INIT_UNIFORM, 0},      {"fc1.b", 1, {120}, 400, INIT_UNIFORM, 0},
                   {"fc2.w", 2, {120, 84}, 120, INIT_UNIFORM, 0},       {"fc2.b", 1, {84}, 120, INIT_UNIFORM, 0},
-                  {"fc3.w", 2, {84, FASHION_CLASSES}, 84, INIT_UNIFORM, 0},
-                  {"fc3.b", 1, {FASHION_CLASSES}, 84, INIT_UNIFORM, 0}};
+                  {"fc3.w", 2, {84, AQ_FASHION_CLASSES}, 84, INIT_UNIFORM, 0},
+                  {"fc3.b", 1, {AQ_FASHION_CLASSES}, 84, INIT_UNIFORM, 0}};
   memcpy(s, cnn, sizeof(cnn));
   return sizeof(cnn) / sizeof(cnn[0]);
 }
 
-static aq_status_t make_params(aq_graph_t *g, const trainer_options_t *o, int training, aq_tensor_t *p,
+static aq_status_t make_params(aq_graph_t *g, const aq_trainer_options_t *o, int training, aq_tensor_t *p,
                                uint32_t *count) {
   spec_t s[MAX_PARAMS];
   uint32_t n = model_specs(o, s);
@@ -152,7 +152,7 @@ static aq_status_t forward_cnn(aq_graph_t *g, aq_tensor_t x, const aq_tensor_t *
   return aq_op_matmul(g, h2, p[16], p[17], 0, 0, AQ_ACTIVATION_NONE, logits);
 }
 
-static aq_status_t forward(trainer_t *t, aq_graph_t *g, aq_tensor_t x, const aq_tensor_t *p, int training,
+static aq_status_t forward(aq_trainer_t *t, aq_graph_t *g, aq_tensor_t x, const aq_tensor_t *p, int training,
                            aq_tensor_t *logits) {
   return !strcmp(t->o.model, "cnn") ? forward_cnn(g, x, p, training, logits) : forward_mlp(g, x, p, logits);
 }
@@ -185,7 +185,7 @@ static void to_unit_floats(const uint8_t *img, float *x) {
 /* Augmentation: whether row r of batch `step` this epoch is mirrored. A
  * hash of the seed and the position, not a shared random stream, so the
  * loaders need no order among themselves and a seed repeats bit for bit. */
-static int mirrored(const trainer_t *t, uint32_t step, uint32_t r) {
+static int mirrored(const aq_trainer_t *t, uint32_t step, uint32_t r) {
   uint64_t h = (t->o.seed + 0x632be59bd9b4e019ull) ^ ((uint64_t)t->epoch << 40 | (uint64_t)step << 16 | r);
   h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ull, h ^= h >> 33;
   return (int)(h & 1);
@@ -201,7 +201,7 @@ static void mirror(float *img) {
 
 /* Normalises rows [r0, r1) of batch `step` of the epoch's order into its
  * buffers (or the staging ones). */
-static void load_rows(trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) {
+static void load_rows(aq_trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) {
   float *x = t->stage_x ? t->stage_x : t->xbuf[step % 2];
   int32_t *y = t->stage_y ? t->stage_y : t->ybuf[step % 2];
   uint32_t b = t->o.batch, first = t->o.rank * t->batch; /* this rank's shard */
@@ -222,7 +222,7 @@ static void load_rows(trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) {
 /* With a GPU, the staged batch goes over in two copies, images and labels:
  * a copy of the loaders' rows each (eight a step) took 100 us a loader on
  * the H100 machine, their DMAs queued one behind another. */
-static aq_status_t stage_out(trainer_t *t, uint32_t step) {
+static aq_status_t stage_out(aq_trainer_t *t, uint32_t step) {
   if (!t->stage_x) return AQ_OK;
   TRY(aq_memory_copy(t->xbuf[step % 2], t->stage_x, (size_t)t->batch * PIXELS * sizeof(float)));
   return aq_memory_copy(t->ybuf[step % 2], t->stage_y, (size_t)t->batch * sizeof(int32_t));
@@ -233,7 +233,7 @@ static aq_status_t stage_out(trainer_t *t, uint32_t step) {
  * this step's. */
 static aq_status_t load_share(void *user, uint64_t share, uint64_t a2, uint64_t a3) {
   (void)a2, (void)a3;
-  trainer_t *t = user;
+  aq_trainer_t *t = user;
   uint32_t b = t->batch;
   load_rows(t, t->step + 1, (uint32_t)(b * share / LOADERS), (uint32_t)(b * (share + 1) / LOADERS));
   /* The last loader to finish sends the batch (the count's ordering makes
@@ -243,7 +243,7 @@ static aq_status_t load_share(void *user, uint64_t share, uint64_t a2, uint64_t 
 
 /* The second buffer of an input, where the exec put the first (in the
  * region its readers reach, returned in r). */
-static aq_status_t second_buffer(trainer_t *t, aq_tensor_t x, void **first, void **second, aq_region_t *r) {
+static aq_status_t second_buffer(aq_trainer_t *t, aq_tensor_t x, void **first, void **second, aq_region_t *r) {
   aq_tensor_info_t info;
   TRY(aq_tensor_get_info(t->g, x, &info));
   TRY(aq_exec_tensor_data(t->e, x, first));
@@ -253,7 +253,7 @@ static aq_status_t second_buffer(trainer_t *t, aq_tensor_t x, void **first, void
 
 /* The batch buffers; with them on a GPU, the loaders stage the batch in
  * pinned host memory (the GPU agent's host region) and copy it over. */
-static aq_status_t find_buffers(trainer_t *t) {
+static aq_status_t find_buffers(aq_trainer_t *t) {
   aq_region_t r, ry;
   aq_region_info_t info;
   TRY(second_buffer(t, t->x, (void **)&t->xbuf[0], (void **)&t->xbuf[1], &r));
@@ -273,7 +273,7 @@ static aq_status_t find_buffers(trainer_t *t) {
   return t->stage_x ? AQ_OK : fail(AQ_ERROR_UNAVAILABLE, "no pinned host memory to stage batches for the GPU");
 }
 
-static aq_status_t build_train(trainer_t *t) {
+static aq_status_t build_train(aq_trainer_t *t) {
   aq_graph_t *g;
   TRY(aq_graph_create(NULL, &g));
   t->g = g;
@@ -311,7 +311,7 @@ static aq_status_t build_train(trainer_t *t) {
   return aq_graph_instantiate(g, &eo, &t->e);
 }
 
-static aq_status_t build_eval(trainer_t *t) {
+static aq_status_t build_eval(aq_trainer_t *t) {
   aq_graph_t *g;
   TRY(aq_graph_create(NULL, &g));
   t->eg = g;
@@ -326,7 +326,7 @@ static aq_status_t build_eval(trainer_t *t) {
 
 /* PyTorch's defaults: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and
  * biases; batch norm's gamma 1, beta 0, running mean 0, variance 1. */
-static aq_status_t init_params(trainer_t *t) {
+static aq_status_t init_params(aq_trainer_t *t) {
   uint64_t state = t->o.seed * 2654435761ull + 1;
   spec_t specs[MAX_PARAMS];
   model_specs(&t->o, specs);
@@ -345,9 +345,11 @@ static aq_status_t init_params(trainer_t *t) {
   return AQ_OK;
 }
 
-aq_status_t trainer_create(const trainer_options_t *o, const fashion_set_t *train, const fashion_set_t *test,
-                           trainer_t **out) {
+aq_status_t aq_trainer_create(const aq_trainer_options_t *o, const aq_fashion_set_t *train, const aq_fashion_set_t *test,
+                           aq_trainer_t **out) {
   own_error[0] = '\0';
+  if (!o || !train || !test || !out || !o->model)
+    return fail(AQ_ERROR_INVALID_ARGUMENT, "aq_trainer_create: options (with a model), both sets and out are required");
   if (strcmp(o->model, "mlp") && strcmp(o->model, "cnn"))
     return fail(AQ_ERROR_INVALID_ARGUMENT, "--model must be mlp or cnn");
   if (o->optimizer && strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam"))
@@ -359,7 +361,7 @@ aq_status_t trainer_create(const trainer_options_t *o, const fashion_set_t *trai
     return fail(AQ_ERROR_INVALID_ARGUMENT, "--batch (the global batch) must be a multiple of the ranks");
   if (train->rows * train->cols != PIXELS || test->rows * test->cols != PIXELS || test->count % EVAL_BATCH)
     return fail(AQ_ERROR_INVALID_ARGUMENT, "expected 28x28 images and a test set in thousands");
-  trainer_t *t = calloc(1, sizeof(*t));
+  aq_trainer_t *t = calloc(1, sizeof(*t));
   if (!t) return fail(AQ_ERROR_OUT_OF_MEMORY, "no memory for the trainer");
   t->o = *o;
   t->train = train;
@@ -374,14 +376,14 @@ aq_status_t trainer_create(const trainer_options_t *o, const fashion_set_t *trai
   if (s == AQ_OK) s = build_eval(t);
   if (s == AQ_OK) s = init_params(t);
   if (s != AQ_OK) {
-    trainer_destroy(t);
+    aq_trainer_destroy(t);
     return s;
   }
   *out = t;
   return AQ_OK;
 }
 
-void trainer_destroy(trainer_t *t) {
+void aq_trainer_destroy(aq_trainer_t *t) {
   if (!t) return;
   if (t->stage_x) aq_memory_free(t->stage_x);
   if (t->stage_y) aq_memory_free(t->stage_y);
@@ -395,10 +397,10 @@ void trainer_destroy(trainer_t *t) {
   free(t);
 }
 
-uint32_t trainer_steps_per_epoch(const trainer_t *t) { return t->steps; }
-aq_exec_t *trainer_exec(trainer_t *t) { return t->e; }
+uint32_t aq_trainer_steps_per_epoch(const aq_trainer_t *t) { return t->steps; }
+aq_exec_t *aq_trainer_exec(aq_trainer_t *t) { return t->e; }
 
-void trainer_begin_epoch(trainer_t *t, uint32_t epoch) {
+void aq_trainer_begin_epoch(aq_trainer_t *t, uint32_t epoch) {
   uint64_t state = (t->o.seed + 1) * 0x9e3779b97f4a7c15ull + epoch;
   t->epoch = epoch;
   if (t->o.cosine_epochs) {
@@ -419,7 +421,7 @@ void trainer_begin_epoch(trainer_t *t, uint32_t epoch) {
   if (s != AQ_OK) fprintf(stderr, "train_fashion: loading the first batch: %s\n", aq_last_error());
 }
 
-aq_status_t trainer_step(trainer_t *t, float *out_loss) {
+aq_status_t aq_trainer_step(aq_trainer_t *t, float *out_loss) {
   uint32_t s2 = t->step % 2;
   TRY(aq_exec_bind(t->e, t->x, t->xbuf[s2], (size_t)t->batch * PIXELS * sizeof(float)));
   TRY(aq_exec_bind(t->e, t->y, t->ybuf[s2], (size_t)t->batch * sizeof(int32_t)));
@@ -431,7 +433,7 @@ aq_status_t trainer_step(trainer_t *t, float *out_loss) {
   return out_loss ? aq_exec_read(t->e, t->loss, out_loss, sizeof(float)) : AQ_OK;
 }
 
-aq_status_t trainer_evaluate(trainer_t *t, double *out_accuracy) {
+aq_status_t aq_trainer_evaluate(aq_trainer_t *t, double *out_accuracy) {
   /* The trained parameters and running statistics into the evaluation graph
    * (wherever each lives). */
   for (uint32_t i = 0; i < t->nparams; ++i) {
@@ -444,7 +446,7 @@ aq_status_t trainer_evaluate(trainer_t *t, double *out_accuracy) {
     free(w);
     TRY(s);
   }
-  size_t xbytes = (size_t)EVAL_BATCH * PIXELS * sizeof(float), lbytes = (size_t)EVAL_BATCH * FASHION_CLASSES * 4;
+  size_t xbytes = (size_t)EVAL_BATCH * PIXELS * sizeof(float), lbytes = (size_t)EVAL_BATCH * AQ_FASHION_CLASSES * 4;
   float *x = malloc(xbytes), *logits = malloc(lbytes);
   if (!x || !logits) {
     free(x), free(logits);
@@ -460,9 +462,9 @@ aq_status_t trainer_evaluate(trainer_t *t, double *out_accuracy) {
     if (s == AQ_OK) s = aq_exec_wait(t->ee, 600ull * 1000000000ull);
     if (s == AQ_OK) s = aq_exec_read(t->ee, t->elogits, logits, lbytes);
     for (uint32_t r = 0; s == AQ_OK && r < EVAL_BATCH; ++r) {
-      const float *l = logits + (size_t)r * FASHION_CLASSES;
+      const float *l = logits + (size_t)r * AQ_FASHION_CLASSES;
       int best = 0;
-      for (int c = 1; c < FASHION_CLASSES; ++c)
+      for (int c = 1; c < AQ_FASHION_CLASSES; ++c)
         if (l[c] > l[best]) best = c;
       correct += best == t->test->labels[b0 + r];
     }
@@ -483,7 +485,7 @@ typedef struct ckpt_head {
   uint32_t batch, ranks;
 } ckpt_head_t;
 
-aq_status_t trainer_save(trainer_t *t, const char *path, uint32_t epochs_done, const void *extra, size_t extra_size) {
+aq_status_t aq_trainer_save(aq_trainer_t *t, const char *path, uint32_t epochs_done, const void *extra, size_t extra_size) {
   ckpt_head_t h = {.magic = CKPT_MAGIC, .epochs_done = epochs_done, .count = t->train->count, .seed = t->o.seed,
                    .batch = t->o.batch, .ranks = t->o.batch / t->batch};
   size_t order = (size_t)h.count * sizeof(uint32_t), size = sizeof(h) + order + extra_size;
@@ -499,7 +501,7 @@ aq_status_t trainer_save(trainer_t *t, const char *path, uint32_t epochs_done, c
 }
 
 /* Whether a checkpoint's head continues this run; else why not, in own_error. */
-static aq_status_t check_head(const trainer_t *t, const char *path, const ckpt_head_t *h, size_t size) {
+static aq_status_t check_head(const aq_trainer_t *t, const char *path, const ckpt_head_t *h, size_t size) {
   char why[160] = "";
   if (size < sizeof(*h) || memcmp(h->magic, CKPT_MAGIC, 8))
     snprintf(why, sizeof(why), "it is not a train_fashion checkpoint");
@@ -516,7 +518,7 @@ static aq_status_t check_head(const trainer_t *t, const char *path, const ckpt_h
   return AQ_ERROR_INCOMPATIBLE;
 }
 
-aq_status_t trainer_resume(trainer_t *t, const char *path, uint32_t *out_epochs_done, void *extra, size_t room,
+aq_status_t aq_trainer_resume(aq_trainer_t *t, const char *path, uint32_t *out_epochs_done, void *extra, size_t room,
                            size_t *out_extra_size) {
   own_error[0] = '\0';
   size_t size;
