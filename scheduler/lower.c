@@ -110,7 +110,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
   /* GPUs get each kernel's own launch shape (conv, pool and batch norm would
    * leave a GPU nearly idle under their CPU grids of one item per plane). */
-  aq_dispatch_shape_t sh = gpu ? aq_gpu_op_shape(base, ka, body->shape) : body->shape;
+  aq_dispatch_shape_t sh = body->shape;
+  if (gpu && !task->code_object.handle) AQ_RETURN_IF_ERROR(aq_graph_gpu_shape(task->name, base, ka, &sh));
   p->workgroup_size_x = sh.workgroup[0] ? sh.workgroup[0] : 1;
   p->workgroup_size_y = sh.workgroup[1] ? sh.workgroup[1] : 1;
   p->workgroup_size_z = sh.workgroup[2] ? sh.workgroup[2] : 1;

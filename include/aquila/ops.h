@@ -520,6 +520,13 @@ typedef struct aq_mean_args {
  * one worker runs). GPU kernels count threads: matmul runs 64x64 tiles on
  * 16x16-thread blocks, the others at most 256 threads a block. */
 #define AQ_GPU_MATMUL_TILE 64
+/* Tiles of edge tile along n elements (at least one), without the
+ * overflow of n + tile - 1; past 2^40 it stops counting, as a grid that
+ * large saturates to AQ_GRID_TOO_LARGE anyway. */
+static inline int64_t aq_gpu_tiles(int64_t n, int64_t tile) {
+  const int64_t cap = (int64_t)1 << 40;
+  return n < 1 ? 1 : n > cap * tile ? cap : (n - 1) / tile + 1;
+}
 static inline aq_dispatch_shape_t aq_gpu_shape(const char *kernel, const void *kernarg, aq_dispatch_shape_t cpu) {
   const char *m = AQ_KERNEL_MATMUL;
   int is_matmul = 1;
@@ -527,9 +534,9 @@ static inline aq_dispatch_shape_t aq_gpu_shape(const char *kernel, const void *k
     if (m[i] != kernel[i]) { is_matmul = 0; break; }
   if (is_matmul) {
     const aq_matmul_args_t *a = (const aq_matmul_args_t *)kernarg;
-    uint32_t tn = (uint32_t)((a->n + AQ_GPU_MATMUL_TILE - 1) / AQ_GPU_MATMUL_TILE);
-    uint32_t tm = (uint32_t)((a->m + AQ_GPU_MATMUL_TILE - 1) / AQ_GPU_MATMUL_TILE);
-    aq_dispatch_shape_t s = {{tn * 16, tm * 16, (uint32_t)(a->batch > 0 ? a->batch : 1)}, {16, 16, 1}};
+    aq_dispatch_shape_t s = {{aq_grid_items(aq_gpu_tiles(a->n, AQ_GPU_MATMUL_TILE) * 16),
+                              aq_grid_items(aq_gpu_tiles(a->m, AQ_GPU_MATMUL_TILE) * 16), aq_grid_items(a->batch)},
+                             {16, 16, 1}};
     return s;
   }
   for (int d = 0; d < 3; ++d)

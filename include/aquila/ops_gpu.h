@@ -36,9 +36,8 @@ extern "C" {
 #define AQ_GPU_MATMUL_BF16_GROUP_SEGMENT (3 * 48 * 1024 + 2048) /* 146 KB: 3 stages, barriers, alignment */
 
 static inline aq_dispatch_shape_t aq_matmul_bf16_gpu_shape(const aq_matmul_args_t *a) {
-  uint32_t tn = (uint32_t)((a->n + AQ_GPU_MATMUL_BF16_TILE_N - 1) / AQ_GPU_MATMUL_BF16_TILE_N);
-  uint32_t tm = (uint32_t)((a->m + AQ_GPU_MATMUL_BF16_TILE_M - 1) / AQ_GPU_MATMUL_BF16_TILE_M);
-  aq_dispatch_shape_t s = {{(tn ? tn : 1) * AQ_GPU_MATMUL_BF16_THREADS, tm ? tm : 1, (uint32_t)(a->batch > 0 ? a->batch : 1)},
+  aq_dispatch_shape_t s = {{aq_grid_items(aq_gpu_tiles(a->n, AQ_GPU_MATMUL_BF16_TILE_N) * AQ_GPU_MATMUL_BF16_THREADS),
+                            aq_grid_items(aq_gpu_tiles(a->m, AQ_GPU_MATMUL_BF16_TILE_M)), aq_grid_items(a->batch)},
                            {AQ_GPU_MATMUL_BF16_THREADS, 1, 1}};
   return s;
 }
@@ -175,8 +174,9 @@ static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t
     int64_t rows = aq_matmul_f32_rows_per_block(a), m = a->m > 0 ? a->m : 1;
     return aq_gpu_threads_shape((m + rows - 1) / rows * batch * 256);
   }
-  uint32_t tn = (uint32_t)((a->n + b.tile - 1) / b.tile), tm = (uint32_t)((a->m + b.tile - 1) / b.tile);
-  aq_dispatch_shape_t s = {{(tn ? tn : 1) * 16 * (uint32_t)b.split, (tm ? tm : 1) * 16, (uint32_t)batch}, {16, 16, 1}};
+  aq_dispatch_shape_t s = {{aq_grid_items(aq_gpu_tiles(a->n, b.tile) * 16 * b.split),
+                            aq_grid_items(aq_gpu_tiles(a->m, b.tile) * 16), aq_grid_items(batch)},
+                           {16, 16, 1}};
   return s;
 }
 

@@ -115,6 +115,11 @@ CUdeviceptr aq_cuda_signal_address(const aq_signal_slot_t *slot);
 void *aq_cuda_queue_main(void *arg);
 /* Launches one kernel dispatch packet on cq->stream; a fault id, 0 if launched. */
 uint32_t aq_cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
+/* A dispatch packet's blocks and block size for cuLaunchKernel; non-zero,
+ * with why, where CUDA could not launch it (a zero size, more blocks than
+ * 2^31 - 1 along x or 65535 along y or z). */
+int aq_cuda_launch_shape(const hsa_kernel_dispatch_packet_t *p, uint32_t blocks[3], uint32_t wg[3], char *why,
+                         size_t room);
 
 /* cuda_graph.c: stretches of kernel dispatches that repeat, replayed as CUDA
  * graphs. init reads AQ_CUDA_GRAPHS (a bad value is an error); the processor

@@ -145,20 +145,37 @@ static uint32_t fit_group_segment(cuda_queue_t *cq, cuda_kernel_t *k, uint32_t b
   return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "group_segment_size not available", detail);
 }
 
+int aq_cuda_launch_shape(const hsa_kernel_dispatch_packet_t *p, uint32_t blocks[3], uint32_t wg[3], char *why,
+                         size_t room) {
+  static const uint64_t max[3] = {2147483647u, 65535u, 65535u}; /* CUDA's launch limits, in blocks */
+  const uint32_t size[3] = {p->workgroup_size_x, p->workgroup_size_y, p->workgroup_size_z};
+  const uint32_t grid[3] = {p->grid_size_x, p->grid_size_y, p->grid_size_z};
+  uint32_t dims = (p->setup >> HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS) & 3;
+  for (uint32_t i = 0; i < 3; ++i) {
+    uint64_t items = i < dims ? grid[i] : 1;
+    wg[i] = i < dims ? size[i] : 1;
+    if (!wg[i] || !items) return snprintf(why, room, "a zero grid or work-group size along %c", "xyz"[i]), 1;
+    /* 64-bit: a grid near 2^32 would wrap to a handful of blocks */
+    uint64_t b = (items + wg[i] - 1) / wg[i];
+    if (b > max[i])
+      return snprintf(why, room, "%llu blocks along %c, past CUDA's %llu", (unsigned long long)b, "xyz"[i],
+                      (unsigned long long)max[i]),
+             1;
+    blocks[i] = (uint32_t)b;
+  }
+  return 0;
+}
+
 uint32_t aq_cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p) {
   cuda_kernel_t *k = aq_cuda_kernel_lookup(p->kernel_object);
   if (!k || k->agent != cq->agent)
     return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "kernel_object is not a kernel loaded for this GPU", NULL);
   if (atomic_load(&cq->agent->faulted))
     return packet_fault(cq, AQ_ERROR_KERNEL_FAULT, "the GPU faulted earlier and needs a reset", k->name);
-  uint32_t wg[3] = {p->workgroup_size_x, p->workgroup_size_y, p->workgroup_size_z};
-  uint32_t grid[3] = {p->grid_size_x, p->grid_size_y, p->grid_size_z}, blocks[3];
-  uint32_t dims = (p->setup >> HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS) & 3;
-  for (uint32_t i = 0; i < 3; ++i) {
-    if (i >= dims) wg[i] = grid[i] = 1;
-    if (!wg[i] || !grid[i]) return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "a zero grid or work-group size", k->name);
-    blocks[i] = (grid[i] + wg[i] - 1) / wg[i];
-  }
+  uint32_t wg[3], blocks[3];
+  char why[160];
+  if (aq_cuda_launch_shape(p, blocks, wg, why, sizeof(why)))
+    return packet_fault(cq, AQ_ERROR_INVALID_PACKET, why, k->name);
   uint32_t fault = p->group_segment_size ? fit_group_segment(cq, k, p->group_segment_size) : 0;
   if (fault) return fault;
   size_t size = k->kernarg_size;
