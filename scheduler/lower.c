@@ -96,7 +96,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   if (bytes < k.kernarg_size)
     return aq_error(AQ_ERROR_INVALID_GRAPH, "kernel '%s' takes %u bytes of kernargs, the task gives %zu", name,
                     k.kernarg_size, bytes);
-  e->kernargs[t] = (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a];
+  /* No arena where no task of the agent takes kernargs (not NULL + 0). */
+  e->kernargs[t] = e->kernarg_arenas[a] ? (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a] : NULL;
   e->kernarg_used[a] += (bytes + 63) & ~(size_t)63;
   uint8_t *ka = e->kernargs[t];
   if (fused != UINT32_MAX)

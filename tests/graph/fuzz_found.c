@@ -48,3 +48,27 @@ Test(fuzz_found, graph_frozen_while_an_exec_lives) {
   AQ_ASSERT_OK(aq_op_relu(g, y, &z));
   AQ_ASSERT_OK(aq_graph_destroy(g));
 }
+
+/* A kernel task without kernargs, on an agent where no task takes any,
+ * was given NULL + 0 as its kernarg address (undefined behaviour). */
+Test(fuzz_found, a_task_without_kernargs_on_an_agent_without_an_arena) {
+  aq_code_object_t co;
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_kernel_task_t k = {.name = "noop", .code_object = co, .kernel = "noop", .agent = -1,
+                        .shape = {{1, 1, 1}, {1, 1, 1}}};
+  aq_task_t t;
+  AQ_ASSERT_OK(aq_graph_add_kernel(g, &k, &t));
+  AQ_ASSERT_OK(aq_graph_add_kernel(g, &k, &t));
+  aq_exec_options_t o = {.policy = AQ_SCHED_ROUND_ROBIN};
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &o, &e));
+  for (int i = 0; i < 3; ++i) {
+    AQ_ASSERT_OK(aq_exec_run(e));
+    AQ_ASSERT_OK(aq_exec_wait(e, 10 * SEC));
+  }
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+  AQ_ASSERT_OK(aq_code_object_unload(co));
+}
