@@ -49,7 +49,7 @@ static aq_tensor_t canary_x, canary_y;
 static FILE *devnull;
 static int canary_due;
 /* What the inputs reached (printed at exit with GRAPH_FUZZ_STATS=1). */
-static int verbose; /* GRAPH_FUZZ_STATS=2: every failure's message too */
+static int verbose; /* GRAPH_FUZZ_STATS=2: every failure's message too; 3: every call */
 static unsigned long n_inputs, n_calls, n_failed, n_instantiated, n_runs, n_run_faults;
 static double t_canary, t_instantiate, t_run;
 static double now_s(void) {
@@ -98,9 +98,10 @@ static void canary_check(void) {
  * a message, never AQ_ERROR_INTERNAL, and leave the runtime working. */
 static aq_status_t check(const char *call, aq_status_t s) {
   ++n_calls;
+  if (verbose > 2) fprintf(stderr, "graph_fuzz: %s: %s\n", call, aq_status_string(s));
   if (s == AQ_OK) return s;
   ++n_failed;
-  if (verbose) fprintf(stderr, "graph_fuzz: %s: %s: %s\n", call, aq_status_string(s), aq_last_error());
+  if (verbose > 1) fprintf(stderr, "graph_fuzz: %s: %s: %s\n", call, aq_status_string(s), aq_last_error());
   if ((int)s < 0 || s >= AQ_STATUS_COUNT_) die(call, s);
   if (s == AQ_ERROR_INTERNAL) die(call, s);
   if (!aq_last_error()[0]) die(call, s);
@@ -125,7 +126,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   if ((s = aq_code_object_load("test-kernels.so", &test_co)) != AQ_OK) die("load test-kernels.so", s);
   devnull = fopen("/dev/null", "w");
   const char *stats = getenv("GRAPH_FUZZ_STATS");
-  if (stats) atexit(print_stats), verbose = atoi(stats) > 1;
+  if (stats) atexit(print_stats), verbose = atoi(stats);
   if ((s = aq_graph_create(NULL, &canary_graph)) != AQ_OK) die("canary graph", s);
   s = aq_tensor_create(canary_graph, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){32}, &canary_x);
   if (s == AQ_OK) s = aq_op_relu(canary_graph, canary_x, &canary_y);
@@ -146,6 +147,7 @@ typedef struct st {
   aq_task_t k[MAX_TASKS];
   uint32_t nk;
   int unrunnable; /* a raw task whose kernel may touch any memory */
+  aq_comm_t *comm; /* outlives the graph's execs */
   int in_group;
 } st_t;
 
@@ -360,8 +362,14 @@ static void do_add_kernel(st_t *s) {
   static const int32_t agents[] = {-1, -1, 0, 1, 99, -7};
   k.agent = agents[u8(&s->in) % 6];
   aq_task_t t = {0};
+  if (verbose > 2)
+    fprintf(stderr, "graph_fuzz: kernel %s size %u grid %u %u %u wg %u %u %u reads %u writes %u agent %d\n",
+            kernel ? kernel : "(null)", k.kernarg_size, k.shape.grid[0], k.shape.grid[1], k.shape.grid[2],
+            k.shape.workgroup[0], k.shape.workgroup[1], k.shape.workgroup[2], k.read_count, k.write_count, k.agent);
   if (CALL(aq_graph_add_kernel(s->g, (b & 0xf0) == 0xf0 ? NULL : &k, &t)) == AQ_OK) {
-    if (!is_noop) s->unrunnable = 1;
+    /* Billions of noop work-items are a long run, not a hang. */
+    double items = (double)k.shape.grid[0] * k.shape.grid[1] * k.shape.grid[2];
+    if (!is_noop || items > 65536) s->unrunnable = 1;
     if (s->nk < MAX_TASKS) s->k[s->nk++] = t;
   }
 }
@@ -392,6 +400,7 @@ static void do_edge(st_t *s) {
   uint32_t n = b % 7;
   for (uint32_t i = 0; i < n && i < 6; ++i) after[i] = pick_task(s);
   aq_task_t t = pick_task(s);
+  if (verbose > 2) fprintf(stderr, "graph_fuzz: edge kind %d: task %u after %u tasks (first %u)\n", (b >> 3) % 3, t.id, n, n ? after[0].id : 0);
   CALL(aq_graph_add_edge(s->g, t, (aq_edge_kind_t)((b >> 3) % 3), (b & 0x80) ? NULL : after, n));
 }
 
@@ -428,11 +437,14 @@ static void do_instantiate(st_t *s) {
     s->e = NULL;
   }
   if (!graph_small(s)) return;
-  static const uint32_t qsizes[] = {0, 0, 1, 2, 3, 64, 1000, 1u << 20};
+  static const uint32_t qsizes[] = {0, 0, 1, 2, 3, 64, 1000, 1u << 14}; /* 2^20 takes a second an exec */
   aq_exec_options_t o = {.policy = (aq_sched_policy_t)(b % 7), .queue_size = qsizes[(b >> 3) & 7]};
   uint8_t kinds = u8(&s->in);
   o.kernel_agent_kinds = (kinds & 1) ? 0 : 1u << (kinds >> 1) % 4;
   o.flags = u8(&s->in) & 0x3f;
+  if (verbose > 2)
+    fprintf(stderr, "graph_fuzz: instantiate policy %d queue %u kinds %#x flags %#x\n", o.policy, o.queue_size,
+            o.kernel_agent_kinds, o.flags);
   double t0 = now_s();
   if (CALL(aq_graph_instantiate(s->g, (b & 0xc0) == 0xc0 ? NULL : &o, &s->e)) == AQ_OK) ++n_instantiated;
   t_instantiate += now_s() - t0;
@@ -508,6 +520,62 @@ static void do_io(st_t *s) {
   free(buf);
 }
 
+/* Collectives and data parallelism (a communicator of this process's GPUs:
+ * none here, so refused), binding, checkpoints (and a checkpoint file made
+ * of the input's bytes). */
+static void do_extra(st_t *s) {
+  static _Alignas(64) uint8_t bound[1 << 16];
+  uint8_t b = u8(&s->in);
+  char path[4096];
+  const char *dir = getenv("GRAPH_FUZZ_ARTIFACTS");
+  snprintf(path, sizeof(path), "%s/checkpoint-%d", dir ? dir : ".", (int)getpid());
+  switch (b % 5) {
+    case 0: {
+      if (s->comm) return;
+      if (CALL(aq_comm_create_gpus(NULL, &s->comm)) != AQ_OK) {
+        s->comm = NULL;
+        aq_tensor_t out = {0};
+        CALL(aq_op_allreduce(s->g, NULL, pick_tensor(s), AQ_REDUCE_SUM));
+        CALL(aq_op_allgather(s->g, NULL, pick_tensor(s), &out));
+        CALL(aq_graph_data_parallel(s->g, NULL, NULL));
+        return;
+      }
+      aq_data_parallel_options_t o;
+      memset(&o, 0, sizeof(o));
+      CALL(aq_graph_data_parallel(s->g, s->comm, (b & 8) ? &o : NULL));
+      return;
+    }
+    case 1: {
+      if (!s->e) return;
+      aq_tensor_t t = pick_tensor(s);
+      aq_tensor_info_t info;
+      size_t size = aq_tensor_get_info(s->g, t, &info) == AQ_OK ? info.bytes : 16;
+      aq_error_clear();
+      if (size > sizeof(bound)) return;
+      CALL(aq_exec_bind(s->e, t, bound + ((b & 8) ? 4 : 0), (b & 16) ? size + 4 : size));
+      return;
+    }
+    case 2:
+      if (!s->e) return;
+      if (CALL(aq_exec_save_with(s->e, path, &b, 1)) == AQ_OK) CALL(aq_exec_load(s->e, path));
+      return;
+    default: {
+      if (!s->e) return;
+      /* The rest of the input as a checkpoint file, after a real header
+       * half the time. */
+      FILE *f = fopen(path, "wb");
+      if (!f) return;
+      if (b & 8) fwrite("AQCKPT\n\x1a\x01\0\0\0", 1, 12, f);
+      fwrite(s->in.p, 1, s->in.n, f);
+      fclose(f);
+      s->in.n = 0;
+      CALL(aq_exec_load(s->e, path));
+      size_t user = 0;
+      CALL(aq_checkpoint_user_data(path, NULL, 0, &user));
+    }
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   st_t s;
   memset(&s, 0, sizeof(s));
@@ -516,7 +584,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ++n_inputs;
   if (CALL(aq_graph_create(NULL, &s.g)) != AQ_OK) die("graph create", AQ_ERROR_INTERNAL);
   for (int call = 0; call < MAX_CALLS && s.in.n; ++call) {
-    switch (u8(&s.in) % 14) {
+    switch (u8(&s.in) % 15) {
       case 0:
       case 1: do_tensor_create(&s); break;
       case 2: do_tensor_init(&s); break;
@@ -530,7 +598,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       case 10: do_group(&s); break;
       case 11: do_instantiate(&s); break;
       case 12: do_run(&s); break;
-      default: do_io(&s); break;
+      case 13: do_io(&s); break;
+      default: do_extra(&s); break;
     }
   }
   if (s.e) {
@@ -541,6 +610,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (CALL(aq_exec_destroy(s.e)) == AQ_OK) die("exec destroyed twice", AQ_ERROR_INTERNAL);
   }
   if (CALL(aq_graph_destroy(s.g)) != AQ_OK) die("graph destroy", AQ_ERROR_INTERNAL);
+  if (s.comm && CALL(aq_comm_destroy(s.comm)) != AQ_OK) die("comm destroy", AQ_ERROR_INTERNAL);
   canary_if_due();
   return 0;
 }
