@@ -36,6 +36,7 @@ static aq_status_t push_barrier(aq_exec_t *e, stream_t *st, hsa_packet_type_t ty
  * its tensors filled in. */
 static void fill_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
   const task_t *task = &e->graph->tasks[t];
+  if (!task->kernarg_size) return; /* dst may be NULL then: no arena */
   memcpy(dst, task->kernarg, task->kernarg_size);
   for (uint32_t r = 0; r < task->nreads; ++r)
     if (task->read_off[r] != UINT32_MAX) memcpy(dst + task->read_off[r], &e->buffers[task->reads[r]], sizeof(void *));
