@@ -129,7 +129,6 @@ static uint32_t complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, co
   return 0;
 }
 
-
 /* A packet's group_segment_size is the group memory (CUDA: dynamic shared
  * memory) each work-group gets. CUDA launches a block with at most 48 KB
  * unless the function's limit was raised, up to the device's opt-in

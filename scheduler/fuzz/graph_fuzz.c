@@ -428,15 +428,27 @@ static int graph_small(st_t *s) {
   return 1;
 }
 
+static void fill_inputs(st_t *s, aq_exec_t *e);
+static void wait_run(aq_exec_t *e);
+
 static void do_instantiate(st_t *s) {
   canary_if_due();
   uint8_t b = u8(&s->in);
+  if (!graph_small(s)) return;
+  if (s->e && (b & 0x20)) { /* a second exec of the graph beside the first, run once */
+    aq_exec_t *other = NULL;
+    aq_exec_options_t eager = {.policy = AQ_SCHED_EAGER};
+    if (CALL(aq_graph_instantiate(s->g, &eager, &other)) != AQ_OK) return;
+    fill_inputs(s, other);
+    if (!s->unrunnable && CALL(aq_exec_run(other)) == AQ_OK) wait_run(other);
+    if (CALL(aq_exec_destroy(other)) != AQ_OK) die("second exec destroy", AQ_ERROR_INTERNAL);
+    return;
+  }
   if (s->e) {
     CALL(aq_graph_destroy(s->g)); /* busy: an exec lives */
     CALL(aq_exec_destroy(s->e));
     s->e = NULL;
   }
-  if (!graph_small(s)) return;
   static const uint32_t qsizes[] = {0, 0, 1, 2, 3, 64, 1000, 1u << 14}; /* 2^20 takes a second an exec */
   aq_exec_options_t o = {.policy = (aq_sched_policy_t)(b % 7), .queue_size = qsizes[(b >> 3) & 7]};
   uint8_t kinds = u8(&s->in);
@@ -451,7 +463,7 @@ static void do_instantiate(st_t *s) {
 }
 
 /* Gives every tensor the user must fill a value; sometimes leaves one out. */
-static void fill_inputs(st_t *s) {
+static void fill_inputs(st_t *s, aq_exec_t *e) {
   uint8_t b = u8(&s->in);
   for (uint32_t id = 1; id < 4 * MAX_TENSORS; ++id) {
     aq_tensor_info_t info;
@@ -464,26 +476,34 @@ static void fill_inputs(st_t *s) {
       for (size_t i = 0; i < info.bytes / 4; ++i) ((float *)v)[i] = (float)((i * 7 + id) % 5) * 0.25f - 0.5f;
     else if (b & 0x40)
       for (size_t i = 0; i < info.bytes / 4; ++i) ((int32_t *)v)[i] = (int32_t)(i * 2654435761u);
-    CALL(aq_exec_write(s->e, (aq_tensor_t){id}, v, info.bytes));
+    CALL(aq_exec_write(e, (aq_tensor_t){id}, v, info.bytes));
     free(v);
   }
   aq_error_clear();
+}
+
+static void wait_run(aq_exec_t *e) {
+  aq_error_clear();
+  aq_status_t r = aq_exec_wait(e, 30 * SEC);
+  if (r == AQ_ERROR_TIMEOUT) die("a run of a small graph took 30 s", r);
+  ++n_runs;
+  if (check("aq_exec_wait", r) != AQ_OK) ++n_run_faults;
 }
 
 static void do_run(st_t *s) {
   canary_if_due();
   if (!s->e) return;
   uint8_t b = u8(&s->in);
-  if (b & 1) fill_inputs(s);
+  if (b & 1) fill_inputs(s, s->e);
   if (s->unrunnable) return;
   double t0 = now_s();
   if (CALL(aq_exec_run(s->e)) != AQ_OK) return;
   if (b & 2) CALL(aq_exec_run(s->e)); /* busy */
-  aq_error_clear();
-  aq_status_t r = aq_exec_wait(s->e, 30 * SEC);
-  if (r == AQ_ERROR_TIMEOUT) die("a run of a small graph took 30 s", r);
-  ++n_runs;
-  if (check("aq_exec_wait", r) != AQ_OK) ++n_run_faults;
+  if ((b & 12) == 12 && CALL(aq_exec_destroy(s->e)) == AQ_OK) { /* busy, unless the run was that quick */
+    s->e = NULL;
+    return;
+  }
+  wait_run(s->e);
   t_run += now_s() - t0;
 }
 
