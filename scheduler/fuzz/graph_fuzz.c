@@ -368,7 +368,8 @@ static void do_add_kernel(st_t *s) {
             k.shape.workgroup[0], k.shape.workgroup[1], k.shape.workgroup[2], k.read_count, k.write_count, k.agent);
   if (CALL(aq_graph_add_kernel(s->g, (b & 0xf0) == 0xf0 ? NULL : &k, &t)) == AQ_OK) {
     /* Billions of noop work-items are a long run, not a hang. */
-    double items = (double)k.shape.grid[0] * k.shape.grid[1] * k.shape.grid[2];
+    double items = 1; /* a 0 is lowered as 1 */
+    for (int d = 0; d < 3; ++d) items *= k.shape.grid[d] ? k.shape.grid[d] : 1;
     if (!is_noop || items > 65536) s->unrunnable = 1;
     if (s->nk < MAX_TASKS) s->k[s->nk++] = t;
   }
