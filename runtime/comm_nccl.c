@@ -69,7 +69,7 @@ aq_status_t aq_comm_nccl_join_mpi(aq_comm_t *c) {
                   .name = "NCCL unique id"};
   aq_comm_op_start(&op);
   AQ_RETURN_IF_ERROR(aq_comm_op_complete(&op));
-  aq_cuda_bind(gpu(agents[pick]));
+  AQ_RETURN_IF_ERROR(aq_cuda_bind(gpu(agents[pick])));
   ncclResult_t r = aq_nccl.CommInitRank(&c->nccl[0], (int)c->size, id, (int)c->rank);
   if (r != NCCL_SUCCESS) return nccl_failed(r, "ncclCommInitRank");
   c->gpu_agent[0] = agents[pick];
@@ -82,7 +82,7 @@ aq_status_t aq_comm_nccl_join_gpus(aq_comm_t *c) {
   if (!n) return aq_error(AQ_ERROR_UNAVAILABLE, "aq_comm_create_gpus: this process has no CUDA GPU agent");
   int devices[COMM_GPUS_MAX];
   for (uint32_t i = 0; i < n; ++i) devices[i] = gpu(agents[i])->device, c->gpu_agent[i] = agents[i];
-  aq_cuda_bind(gpu(agents[0]));
+  AQ_RETURN_IF_ERROR(aq_cuda_bind(gpu(agents[0])));
   ncclResult_t r = aq_nccl.CommInitAll(c->nccl, (int)n, devices);
   if (r != NCCL_SUCCESS) return nccl_failed(r, "ncclCommInitAll");
   c->ngpus = n;

@@ -141,5 +141,8 @@ void aq_comm_watch_issued(aq_comm_t *c, uint32_t local, void *stream, uint64_t c
   w->ring[local][q % WATCH_RING] = (issued_t){aq_now_ns(), completion, kind, bytes};
   atomic_store(&w->issued[local], q);
   aq_signal_slot_t *d = aq_signal_slot(w->done[local].handle);
-  if (d) aq_cu.cuStreamWriteValue64((CUstream)stream, aq_cuda_signal_address(d), q, 0);
+  /* Unwritten, the watchdog would take the collective for hung: say why. */
+  if (d && !aq_cuda_checked(aq_cu.cuStreamWriteValue64((CUstream)stream, aq_cuda_signal_address(d), q, 0),
+                            "cuStreamWriteValue64", "NCCL watchdog: a collective's end marker"))
+    return;
 }

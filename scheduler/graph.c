@@ -137,8 +137,19 @@ static void make_unique(aq_graph_t *g, char *name, size_t size) {
 
 static size_t dtype_size(aq_dtype_t d) { return d == AQ_DTYPE_F32 || d == AQ_DTYPE_I32 ? 4 : 0; }
 
+/* An exec sizes its per-tensor and per-task tables when it is made and
+ * keeps using the graph's tasks: a tensor, task or edge added afterwards
+ * would be read past those tables. */
+static aq_status_t check_unfrozen(const aq_graph_t *g, const char *what, const char *name) {
+  int live = atomic_load(&g->execs);
+  if (!live) return AQ_OK;
+  return aq_error(AQ_ERROR_BUSY, "%s '%s': the graph has %d live exec%s made from it; destroy %s first",
+                  what, name ? name : "", live, live > 1 ? "s" : "", live > 1 ? "them" : "it");
+}
+
 aq_status_t aq_graph_new_tensor(aq_graph_t *g, const char *name, aq_dtype_t dtype, aq_tensor_role_t role,
                              uint32_t rank, const int64_t *dims, uint32_t *out_id) {
+  AQ_RETURN_IF_ERROR(check_unfrozen(g, "tensor", name));
   if (!dtype_size(dtype)) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor '%s': unknown dtype %d", name, dtype);
   if (role < AQ_ROLE_INPUT || role > AQ_ROLE_STATE)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "tensor '%s': unknown role %d", name, role);
@@ -208,6 +219,7 @@ AQ_API aq_status_t aq_tensor_get_info(aq_graph_t *g, aq_tensor_t tensor, aq_tens
 }
 
 aq_status_t aq_graph_new_task(aq_graph_t *g, const task_t *t, uint32_t *out_id) {
+  AQ_RETURN_IF_ERROR(check_unfrozen(g, "task", t->name));
   if (g->ntasks == g->cap_tasks) {
     task_t *n = realloc(g->tasks, 2 * g->cap_tasks * sizeof(*n));
     if (!n) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for task '%s'", t->name);
@@ -320,6 +332,7 @@ AQ_API aq_status_t aq_graph_add_edge(aq_graph_t *g, aq_task_t task, aq_edge_kind
   if (kind != AQ_EDGE_AFTER_ALL && kind != AQ_EDGE_AFTER_ANY)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_add_edge: unknown edge kind %d", kind);
   task_t *t = &g->tasks[task.id - 1];
+  AQ_RETURN_IF_ERROR(check_unfrozen(g, "edge to task", t->name));
   for (uint32_t i = 0; i < count; ++i) {
     if (after[i].id == 0 || after[i].id > g->ntasks)
       return aq_error(AQ_ERROR_INVALID_HANDLE, "task '%s': edge to task %u, which is not in this graph", t->name,

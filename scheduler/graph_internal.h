@@ -114,6 +114,13 @@ aq_status_t aq_graph_op_task(aq_graph_t *g, const char *name, const char *kernel
                           uint32_t kernarg_size, aq_dispatch_shape_t shape, const slot_t *reads,
                           uint32_t nreads, const slot_t *writes, uint32_t nwrites, uint32_t *out_task);
 
+/* A GPU launch shape (the op library's, for kernel of task) refused
+ * (AQ_ERROR_INVALID_GRAPH, naming the task and the limit) where CUDA could
+ * not launch it: 2^31 - 1 blocks along x, 65535 along y and z, and a grid
+ * of 2^32 work-items or more along any (AQ_GRID_TOO_LARGE). A product of 5
+ * million rows would otherwise launch wrong. */
+aq_status_t aq_graph_check_gpu_grid(const char *task, const char *kernel, aq_dispatch_shape_t shape);
+
 /* For a failed op-library task: ": <what its code means>" after a fault
  * message that says "(returned N)", else "". */
 const char *aq_graph_fault_meaning(const task_t *task, const char *fault);

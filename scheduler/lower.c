@@ -36,6 +36,7 @@ static aq_status_t push_barrier(aq_exec_t *e, stream_t *st, hsa_packet_type_t ty
  * its tensors filled in. */
 static void fill_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
   const task_t *task = &e->graph->tasks[t];
+  if (!task->kernarg_size) return; /* dst may be NULL then: no arena */
   memcpy(dst, task->kernarg, task->kernarg_size);
   for (uint32_t r = 0; r < task->nreads; ++r)
     if (task->read_off[r] != UINT32_MAX) memcpy(dst + task->read_off[r], &e->buffers[task->reads[r]], sizeof(void *));
@@ -103,7 +104,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   if (bytes < k.kernarg_size)
     return aq_error(AQ_ERROR_INVALID_GRAPH, "kernel '%s' takes %u bytes of kernargs, the task gives %zu", name,
                     k.kernarg_size, bytes);
-  e->kernargs[t] = (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a];
+  /* No arena where no task of the agent takes kernargs (not NULL + 0). */
+  e->kernargs[t] = e->kernarg_arenas[a] ? (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a] : NULL;
   e->kernarg_used[a] += (bytes + 63) & ~(size_t)63;
   uint8_t *ka = e->kernargs[t];
   if (fused != UINT32_MAX)
@@ -118,6 +120,7 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   /* GPUs get each kernel's own launch shape (conv, pool and batch norm would
    * leave a GPU nearly idle under their CPU grids of one item per plane). */
   aq_dispatch_shape_t sh = gpu ? aq_oplib_launch_shape(e->lib, AQ_AGENT_KIND_GPU, base, ka, body->shape) : body->shape;
+  if (gpu) AQ_RETURN_IF_ERROR(aq_graph_check_gpu_grid(task->name, name, sh));
   p->workgroup_size_x = sh.workgroup[0] ? sh.workgroup[0] : 1;
   p->workgroup_size_y = sh.workgroup[1] ? sh.workgroup[1] : 1;
   p->workgroup_size_z = sh.workgroup[2] ? sh.workgroup[2] : 1;

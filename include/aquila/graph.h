@@ -74,7 +74,9 @@ typedef struct aq_graph_options {
 } aq_graph_options_t;
 
 aq_status_t aq_graph_create(const aq_graph_options_t *options, aq_graph_t **out_graph);
-/* AQ_ERROR_BUSY while an exec made from the graph lives. */
+/* AQ_ERROR_BUSY while an exec made from the graph lives. So is adding a
+ * tensor, a task (an op, a kernel, a host function, a backward pass) or an
+ * edge: an exec is the graph as it was instantiated. */
 aq_status_t aq_graph_destroy(aq_graph_t *graph);
 
 aq_status_t aq_tensor_create(aq_graph_t *graph, const char *name, aq_dtype_t dtype,

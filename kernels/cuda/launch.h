@@ -23,6 +23,13 @@ extern "C" {
  * one worker runs). GPU kernels count threads: matmul runs 64x64 tiles on
  * 16x16-thread blocks, the others at most 256 threads a block. */
 #define AQ_GPU_MATMUL_TILE 64
+/* Tiles of edge tile along n elements (at least one), without the
+ * overflow of n + tile - 1; past 2^40 it stops counting, as a grid that
+ * large saturates to AQ_GRID_TOO_LARGE anyway. */
+static inline int64_t aq_gpu_tiles(int64_t n, int64_t tile) {
+  const int64_t cap = (int64_t)1 << 40;
+  return n < 1 ? 1 : n > cap * tile ? cap : (n - 1) / tile + 1;
+}
 static inline aq_dispatch_shape_t aq_gpu_shape(const char *kernel, const void *kernarg, aq_dispatch_shape_t cpu) {
   const char *m = AQ_KERNEL_MATMUL;
   int is_matmul = 1;
@@ -30,9 +37,9 @@ static inline aq_dispatch_shape_t aq_gpu_shape(const char *kernel, const void *k
     if (m[i] != kernel[i]) { is_matmul = 0; break; }
   if (is_matmul) {
     const aq_matmul_args_t *a = (const aq_matmul_args_t *)kernarg;
-    uint32_t tn = (uint32_t)((a->n + AQ_GPU_MATMUL_TILE - 1) / AQ_GPU_MATMUL_TILE);
-    uint32_t tm = (uint32_t)((a->m + AQ_GPU_MATMUL_TILE - 1) / AQ_GPU_MATMUL_TILE);
-    aq_dispatch_shape_t s = {{tn * 16, tm * 16, (uint32_t)(a->batch > 0 ? a->batch : 1)}, {16, 16, 1}};
+    aq_dispatch_shape_t s = {{aq_grid_items(aq_gpu_tiles(a->n, AQ_GPU_MATMUL_TILE) * 16),
+                              aq_grid_items(aq_gpu_tiles(a->m, AQ_GPU_MATMUL_TILE) * 16), aq_grid_items(a->batch)},
+                             {16, 16, 1}};
     return s;
   }
   for (int d = 0; d < 3; ++d)
@@ -48,9 +55,8 @@ static inline aq_dispatch_shape_t aq_gpu_shape(const char *kernel, const void *k
 #define AQ_GPU_MATMUL_BF16_TILE_N 256
 
 static inline aq_dispatch_shape_t aq_matmul_bf16_gpu_shape(const aq_matmul_args_t *a) {
-  uint32_t tn = (uint32_t)((a->n + AQ_GPU_MATMUL_BF16_TILE_N - 1) / AQ_GPU_MATMUL_BF16_TILE_N);
-  uint32_t tm = (uint32_t)((a->m + AQ_GPU_MATMUL_BF16_TILE_M - 1) / AQ_GPU_MATMUL_BF16_TILE_M);
-  aq_dispatch_shape_t s = {{(tn ? tn : 1) * AQ_GPU_MATMUL_BF16_THREADS, tm ? tm : 1, (uint32_t)(a->batch > 0 ? a->batch : 1)},
+  aq_dispatch_shape_t s = {{aq_grid_items(aq_gpu_tiles(a->n, AQ_GPU_MATMUL_BF16_TILE_N) * AQ_GPU_MATMUL_BF16_THREADS),
+                            aq_grid_items(aq_gpu_tiles(a->m, AQ_GPU_MATMUL_BF16_TILE_M)), aq_grid_items(a->batch)},
                            {AQ_GPU_MATMUL_BF16_THREADS, 1, 1}};
   return s;
 }
@@ -140,8 +146,9 @@ static inline aq_dispatch_shape_t aq_matmul_f32_gpu_shape(const aq_matmul_args_t
     int64_t rows = aq_matmul_f32_rows_per_block(a), m = a->m > 0 ? a->m : 1;
     return aq_gpu_threads_shape((m + rows - 1) / rows * batch * 256);
   }
-  uint32_t tn = (uint32_t)((a->n + b.tile - 1) / b.tile), tm = (uint32_t)((a->m + b.tile - 1) / b.tile);
-  aq_dispatch_shape_t s = {{(tn ? tn : 1) * 16 * (uint32_t)b.split, (tm ? tm : 1) * 16, (uint32_t)batch}, {16, 16, 1}};
+  aq_dispatch_shape_t s = {{aq_grid_items(aq_gpu_tiles(a->n, b.tile) * 16 * b.split),
+                            aq_grid_items(aq_gpu_tiles(a->m, b.tile) * 16), aq_grid_items(batch)},
+                           {16, 16, 1}};
   return s;
 }
 

@@ -115,6 +115,11 @@ CUdeviceptr aq_cuda_signal_address(const aq_signal_slot_t *slot);
 void *aq_cuda_queue_main(void *arg);
 /* Launches one kernel dispatch packet on cq->stream; a fault id, 0 if launched. */
 uint32_t aq_cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
+/* A dispatch packet's blocks and block size for cuLaunchKernel; non-zero,
+ * with why, where CUDA could not launch it (a zero size, more blocks than
+ * 2^31 - 1 along x or 65535 along y or z). */
+int aq_cuda_launch_shape(const hsa_kernel_dispatch_packet_t *p, uint32_t blocks[3], uint32_t wg[3], char *why,
+                         size_t room);
 
 /* cuda_graph.c: stretches of kernel dispatches that repeat, replayed as CUDA
  * graphs. init reads AQ_CUDA_GRAPHS (a bad value is an error); the processor
@@ -150,7 +155,7 @@ aq_status_t aq_cuda_queue_profile(aq_queue_impl_t *queue, const aq_profile_sink_
 
 /* aquila/unified.h on CUDA memory, and aq_memory_copy (cuda_memory.c). */
 aq_status_t aq_cuda_copy_streams_create(cuda_agent_t *a);
-void aq_cuda_copy_streams_destroy(cuda_agent_t *a);
+void aq_cuda_copy_streams_destroy(cuda_agent_t *a, const char *name);
 aq_status_t aq_cuda_copy(aq_region_impl_t *region, void *dst, const void *src, size_t size);
 aq_status_t aq_cuda_copy_async(aq_region_impl_t *region, void *dst, const void *src, size_t size,
                             aq_signal_slot_t *const *deps, uint32_t num_deps, aq_signal_slot_t *completion);
@@ -160,7 +165,7 @@ aq_status_t aq_cuda_advise(aq_region_impl_t *region, const void *ptr, size_t siz
                         aq_agent_impl_t *agent);
 
 /* Makes the agent's context current on this thread. */
-int aq_cuda_bind(cuda_agent_t *a);
+aq_status_t aq_cuda_bind(cuda_agent_t *a);
 uint32_t aq_cuda_agent_count(void);
 cuda_agent_t *aq_cuda_agent_at(uint32_t index);
 

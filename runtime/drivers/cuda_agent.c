@@ -21,17 +21,47 @@ CUdeviceptr aq_cuda_signal_address(const aq_signal_slot_t *slot) {
   return pool_device + (CUdeviceptr)((const char *)slot - (const char *)aq_signal_pool.slots);
 }
 
-int aq_cuda_bind(cuda_agent_t *a) { return aq_cu.cuCtxSetCurrent(a->context) == CUDA_SUCCESS; }
+aq_status_t aq_cuda_bind(cuda_agent_t *a) {
+  CUresult r = aq_cu.cuCtxSetCurrent(a->context);
+  return r == CUDA_SUCCESS ? AQ_OK
+                           : aq_error(AQ_ERROR_UNAVAILABLE, "%s: cuCtxSetCurrent: %s", a->agent->info.name, aq_cuda_error(r));
+}
 uint32_t aq_cuda_agent_count(void) { return agent_count; }
 cuda_agent_t *aq_cuda_agent_at(uint32_t index) { return agents[index]; }
 
-/* The NUMA node nearest the GPU, from its PCI address. */
-static int numa_of(CUdevice d) {
+/* The NUMA node nearest the GPU, from its PCI address; -1 (unknown) if the
+ * driver cannot say. */
+static int numa_of(CUdevice d, const char *name) {
   int domain = 0, bus = 0, dev = 0;
-  aq_cu.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d);
-  aq_cu.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d);
-  aq_cu.cuDeviceGetAttribute(&dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d);
+  if (!aq_cuda_checked(aq_cu.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d),
+                       "cuDeviceGetAttribute(PCI domain)", name) ||
+      !aq_cuda_checked(aq_cu.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d),
+                       "cuDeviceGetAttribute(PCI bus)", name) ||
+      !aq_cuda_checked(aq_cu.cuDeviceGetAttribute(&dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d),
+                       "cuDeviceGetAttribute(PCI device)", name))
+    return -1;
   return aq_topology_pci_numa_node((unsigned)domain, (unsigned)bus, (unsigned)dev, 0);
+}
+
+/* What an agent is made from: without any of it, no agent. */
+static aq_status_t describe(cuda_agent_t *a, int ordinal, int *sms, int *major, int *minor, size_t *total) {
+  static const struct { int attr; const char *what; } q[] = {
+      {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "multiprocessor count"},
+      {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability"},
+      {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "compute capability"},
+      {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, "concurrent managed access"},
+  };
+  int *out[] = {sms, major, minor, &a->concurrent_managed};
+  CUresult r = aq_cu.cuCtxSetCurrent(a->context);
+  if (r != CUDA_SUCCESS) return aq_error(AQ_ERROR_UNAVAILABLE, "GPU %d: cuCtxSetCurrent: %s", ordinal, aq_cuda_error(r));
+  for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); ++i)
+    if ((r = aq_cu.cuDeviceGetAttribute(out[i], q[i].attr, a->device)) != CUDA_SUCCESS)
+      return aq_error(AQ_ERROR_UNAVAILABLE, "GPU %d: cuDeviceGetAttribute(%s): %s", ordinal, q[i].what,
+                      aq_cuda_error(r));
+  size_t free_bytes = 0;
+  if ((r = aq_cu.cuMemGetInfo(&free_bytes, total)) != CUDA_SUCCESS)
+    return aq_error(AQ_ERROR_UNAVAILABLE, "GPU %d: cuMemGetInfo: %s", ordinal, aq_cuda_error(r));
+  return AQ_OK;
 }
 
 static aq_status_t add_regions(cuda_agent_t *a, size_t total) {
@@ -71,31 +101,24 @@ static aq_status_t add_agent(int ordinal) {
     return aq_error(AQ_ERROR_UNAVAILABLE, "GPU %d: %s", ordinal, aq_cuda_error(r));
   }
   a->device = d;
-  aq_cuda_bind(a);
   int sms = 0, major = 0, minor = 0;
-  aq_cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
-  aq_cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
-  aq_cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
-  aq_cu.cuDeviceGetAttribute(&a->concurrent_managed, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, d);
-  aq_status_t s = aq_cuda_copy_streams_create(a);
-  if (s != AQ_OK) {
-    aq_cu.cuDevicePrimaryCtxRelease(d);
-    free(a);
-    return s;
-  }
-  size_t free_bytes = 0, total = 0;
-  aq_cu.cuMemGetInfo(&free_bytes, &total);
-  aq_agent_info_t info = {.kind = AQ_AGENT_KIND_GPU, .numa_node = numa_of(d), .compute_units = (uint32_t)sms,
-                          .queue_max_size = 1u << 16, .queues_max = 64, .workgroup_max_size = 1024,
-                          .features = AQ_FEATURE_KERNEL_DISPATCH, .usable = 1};
+  size_t total = 0;
+  aq_agent_info_t info = {.kind = AQ_AGENT_KIND_GPU, .queue_max_size = 1u << 16, .queues_max = 64,
+                          .workgroup_max_size = 1024, .features = AQ_FEATURE_KERNEL_DISPATCH, .usable = 1};
   snprintf(info.name, sizeof(info.name), "cuda%d", ordinal);
-  aq_cu.cuDeviceGetName(info.device, sizeof(info.device), d);
-  snprintf(info.driver, sizeof(info.driver), "cuda");
-  snprintf(info.isa, sizeof(info.isa), "sm_%d%d", major, minor);
-  s = aq_agent_register(&aq_driver_cuda, &info, a, &a->agent);
+  aq_status_t s = describe(a, ordinal, &sms, &major, &minor, &total);
+  if (s == AQ_OK) s = aq_cuda_copy_streams_create(a);
+  if (s == AQ_OK) {
+    info.numa_node = numa_of(d, info.name), info.compute_units = (uint32_t)sms;
+    if (!aq_cuda_checked(aq_cu.cuDeviceGetName(info.device, sizeof(info.device), d), "cuDeviceGetName", info.name))
+      snprintf(info.device, sizeof(info.device), "NVIDIA GPU %d", ordinal);
+    snprintf(info.driver, sizeof(info.driver), "cuda");
+    snprintf(info.isa, sizeof(info.isa), "sm_%d%d", major, minor);
+    s = aq_agent_register(&aq_driver_cuda, &info, a, &a->agent);
+    if (s != AQ_OK) aq_cuda_copy_streams_destroy(a, info.name);
+  }
   if (s != AQ_OK) {
-    aq_cuda_copy_streams_destroy(a);
-    aq_cu.cuDevicePrimaryCtxRelease(d);
+    aq_cuda_checked(aq_cu.cuDevicePrimaryCtxRelease(d), "cuDevicePrimaryCtxRelease", info.name);
     free(a);
     return s;
   }
@@ -115,7 +138,7 @@ static aq_status_t enable_peers(void) {
       int can = 0;
       if (i == j || aq_cu.cuDeviceCanAccessPeer(&can, agents[i]->device, agents[j]->device) != CUDA_SUCCESS || !can)
         continue;
-      aq_cuda_bind(agents[i]);
+      AQ_RETURN_IF_ERROR(aq_cuda_bind(agents[i]));
       CUresult r = aq_cu.cuCtxEnablePeerAccess(agents[j]->context, 0);
       if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
         return aq_error(AQ_ERROR_UNAVAILABLE, "%s cannot reach %s's memory: %s", agents[i]->agent->info.name,
@@ -143,12 +166,14 @@ static aq_status_t cuda_start(void) {
 
 static void cuda_stop(void) {
   /* Copies still in flight write signals: finish them before the pool goes. */
-  for (uint32_t i = 0; i < agent_count; ++i) aq_cuda_copy_streams_destroy(agents[i]);
+  for (uint32_t i = 0; i < agent_count; ++i) aq_cuda_copy_streams_destroy(agents[i], agents[i]->agent->info.name);
   atomic_store(&aq_signal_device_writers, 0);
-  if (pool_registered) aq_cu.cuMemHostUnregister(aq_signal_pool.slots);
+  if (pool_registered)
+    aq_cuda_checked(aq_cu.cuMemHostUnregister(aq_signal_pool.slots), "cuMemHostUnregister", "the signal pool");
   pool_registered = 0;
   for (uint32_t i = 0; i < agent_count; ++i) {
-    aq_cu.cuDevicePrimaryCtxRelease(agents[i]->device);
+    aq_cuda_checked(aq_cu.cuDevicePrimaryCtxRelease(agents[i]->device), "cuDevicePrimaryCtxRelease",
+                    agents[i]->agent->info.name);
     free(agents[i]);
   }
   agent_count = 0;
@@ -161,23 +186,20 @@ static aq_status_t cuda_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *qu
   if (!cq) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a GPU queue");
   cq->queue = queue;
   cq->agent = a;
-  aq_cuda_bind(a);
-  CUresult r = aq_cu.cuStreamCreate(&cq->stream, CU_STREAM_NON_BLOCKING);
+  CUresult r = aq_cu.cuCtxSetCurrent(a->context);
+  if (r == CUDA_SUCCESS) r = aq_cu.cuStreamCreate(&cq->stream, CU_STREAM_NON_BLOCKING);
   if (r != CUDA_SUCCESS) {
     free(cq);
     return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "%s: cannot create a stream: %s", agent->info.name, aq_cuda_error(r));
   }
   aq_status_t s = aq_cuda_graph_init(cq);
-  if (s != AQ_OK) {
-    aq_cu.cuStreamDestroy(cq->stream);
-    free(cq);
-    return s;
+  if (s == AQ_OK) {
+    queue->driver_data = cq;
+    s = aq_processor_start(&cq->proc, queue, aq_cuda_queue_main, cq);
+    if (s != AQ_OK) aq_cuda_graph_release(cq);
   }
-  queue->driver_data = cq;
-  s = aq_processor_start(&cq->proc, queue, aq_cuda_queue_main, cq);
   if (s != AQ_OK) {
-    aq_cuda_graph_release(cq);
-    aq_cu.cuStreamDestroy(cq->stream);
+    aq_cuda_checked(aq_cu.cuStreamDestroy(cq->stream), "cuStreamDestroy", agent->info.name);
     free(cq);
     return s;
   }
@@ -189,17 +211,19 @@ static void cuda_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   (void)agent;
   cuda_queue_t *cq = queue->driver_data;
   aq_processor_stop(&cq->proc);
-  aq_cuda_bind(cq->agent);
+  char where[64];
+  snprintf(where, sizeof(where), "%s, queue %u", cq->agent->agent->info.name, queue->id);
+  aq_cuda_checked(aq_cu.cuCtxSetCurrent(cq->agent->context), "cuCtxSetCurrent", where);
   aq_cuda_timing_release(cq);
-  aq_cu.cuStreamSynchronize(cq->stream);
+  aq_cuda_checked(aq_cu.cuStreamSynchronize(cq->stream), "cuStreamSynchronize", where);
   aq_cuda_graph_release(cq);
-  aq_cu.cuStreamDestroy(cq->stream);
+  aq_cuda_checked(aq_cu.cuStreamDestroy(cq->stream), "cuStreamDestroy", where);
   free(cq);
 }
 
 static aq_status_t cuda_alloc(aq_region_impl_t *region, size_t size, void **out) {
   cuda_agent_t *a = region->agent->driver_data;
-  aq_cuda_bind(a);
+  AQ_RETURN_IF_ERROR(aq_cuda_bind(a));
   int kind = (int)(uintptr_t)region->driver_data;
   CUresult r;
   CUdeviceptr p = 0;
@@ -212,7 +236,10 @@ static aq_status_t cuda_alloc(aq_region_impl_t *region, size_t size, void **out)
       /* Never beyond free memory: oversubscribed managed memory can hang
        * the GPU for everyone on the machine. */
       size_t free_bytes = 0, total = 0;
-      aq_cu.cuMemGetInfo(&free_bytes, &total);
+      r = aq_cu.cuMemGetInfo(&free_bytes, &total);
+      if (r != CUDA_SUCCESS)
+        return aq_error(AQ_ERROR_UNAVAILABLE, "%s: cuMemGetInfo before %zu bytes of managed memory: %s",
+                        region->info.name, size, aq_cuda_error(r));
       if (size > free_bytes / 10 * 9)
         return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: %zu bytes of managed memory asked, %zu free on the GPU",
                         region->info.name, size, free_bytes);
@@ -229,9 +256,12 @@ static aq_status_t cuda_alloc(aq_region_impl_t *region, size_t size, void **out)
 
 static void cuda_free(aq_region_impl_t *region, void *ptr, size_t size) {
   (void)size;
-  aq_cuda_bind(region->agent->driver_data);
-  if ((int)(uintptr_t)region->driver_data == REGION_PINNED) aq_cu.cuMemFreeHost(ptr);
-  else aq_cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+  cuda_agent_t *a = region->agent->driver_data;
+  aq_cuda_checked(aq_cu.cuCtxSetCurrent(a->context), "cuCtxSetCurrent", region->info.name);
+  if ((int)(uintptr_t)region->driver_data == REGION_PINNED)
+    aq_cuda_checked(aq_cu.cuMemFreeHost(ptr), "cuMemFreeHost", region->info.name);
+  else
+    aq_cuda_checked(aq_cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr), "cuMemFree", region->info.name);
 }
 
 /* Whether agent's kernels reach region's memory (another GPU's): pinned

@@ -41,7 +41,13 @@ int aq_cuda_api_load(char *why, size_t size) {
 const char *aq_cuda_error(CUresult r) {
   static _Thread_local char buf[160];
   const char *s = NULL;
-  if (aq_cu.cuGetErrorString) aq_cu.cuGetErrorString(r, &s);
+  if (aq_cu.cuGetErrorString && aq_cu.cuGetErrorString(r, &s) != CUDA_SUCCESS) s = NULL; /* an unknown code */
   snprintf(buf, sizeof(buf), "CUDA error %d%s%s", r, s ? ": " : "", s ? s : "");
   return buf;
+}
+
+int aq_cuda_checked(CUresult r, const char *call, const char *where) {
+  if (r == CUDA_SUCCESS) return 1;
+  fprintf(stderr, "aquila: %s: %s: %s\n", where, call, aq_cuda_error(r));
+  return 0;
 }

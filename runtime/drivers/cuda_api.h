@@ -125,5 +125,10 @@ extern cuda_api_t aq_cu;
 int aq_cuda_api_load(char *why, size_t size);
 /* "CUDA_ERROR_...: text" for a result. */
 const char *aq_cuda_error(CUresult r);
+/* A CUDA call on a path that cannot fail its caller (a release, a destroy,
+ * a query with a fallback): a failure is said on stderr with the call and
+ * where (agent, queue), and this thread's message, the first error, is
+ * left as it was. Returns whether the call succeeded. */
+int aq_cuda_checked(CUresult r, const char *call, const char *where);
 
 #endif

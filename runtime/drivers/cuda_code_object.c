@@ -36,7 +36,8 @@ aq_status_t aq_cuda_co_load(const char *path, const void *bytes, size_t size, vo
   if (!m) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a code object");
   aq_status_t s = AQ_OK;
   for (uint32_t a = 0; s == AQ_OK && a < aq_cuda_agent_count(); ++a) {
-    aq_cuda_bind(aq_cuda_agent_at(a));
+    s = aq_cuda_bind(aq_cuda_agent_at(a));
+    if (s != AQ_OK) break;
     CUresult r = aq_cu.cuModuleLoadData(&m->modules[a], bytes);
     if (r == CUDA_ERROR_NO_BINARY_FOR_GPU)
       s = aq_error(AQ_ERROR_INCOMPATIBLE, "%s has no code for %s (%s)", path, aq_cuda_agent_at(a)->agent->info.isa,
@@ -65,7 +66,11 @@ aq_status_t aq_cuda_co_load(const char *path, const void *bytes, size_t size, vo
       if (aq_cu.cuFuncLoad && aq_cu.cuFuncLoad(fns[i]) != CUDA_SUCCESS)
         s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cannot load kernel %u", path, i);
       if (s != AQ_OK) break;
-      aq_cu.cuFuncGetName(&k->name, fns[i]);
+      CUresult r = aq_cu.cuFuncGetName(&k->name, fns[i]);
+      if (r != CUDA_SUCCESS || !k->name) {
+        s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: kernel %u: cuFuncGetName: %s", path, i, aq_cuda_error(r));
+        break;
+      }
       if (aq_cu.cuFuncGetParamInfo(fns[i], 0, &off, &psize) == CUDA_SUCCESS) k->kernarg_size = (uint32_t)(off + psize);
       s = aq_handle_alloc(&kernel_table, k, &k->handle);
     }
@@ -88,8 +93,9 @@ void aq_cuda_co_unload(void *module) {
     if (m->kernels[i].handle) aq_handle_release(&kernel_table, m->kernels[i].handle);
   for (uint32_t a = 0; a < aq_cuda_agent_count(); ++a)
     if (m->modules[a]) {
-      aq_cuda_bind(aq_cuda_agent_at(a));
-      aq_cu.cuModuleUnload(m->modules[a]);
+      cuda_agent_t *agent = aq_cuda_agent_at(a);
+      aq_cuda_checked(aq_cu.cuCtxSetCurrent(agent->context), "cuCtxSetCurrent", agent->agent->info.name);
+      aq_cuda_checked(aq_cu.cuModuleUnload(m->modules[a]), "cuModuleUnload", agent->agent->info.name);
     }
   free(m->kernels);
   free(m);

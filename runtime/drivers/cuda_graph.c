@@ -104,11 +104,13 @@ aq_status_t aq_cuda_graph_init(cuda_queue_t *cq) {
 void aq_cuda_graph_release(cuda_queue_t *cq) {
   cuda_graphs_t *g = cq->graphs;
   if (!g) return;
+  char where[64];
+  snprintf(where, sizeof(where), "%s, queue %u: CUDA graphs", cq->agent->agent->info.name, cq->queue->id);
   for (int i = 0; i < ENTRIES; ++i) {
-    if (g->entries[i].exec) aq_cu.cuGraphExecDestroy(g->entries[i].exec);
+    if (g->entries[i].exec) aq_cuda_checked(aq_cu.cuGraphExecDestroy(g->entries[i].exec), "cuGraphExecDestroy", where);
     free(g->entries[i].s.buf);
   }
-  if (g->capture) aq_cu.cuStreamDestroy(g->capture);
+  if (g->capture) aq_cuda_checked(aq_cu.cuStreamDestroy(g->capture), "cuStreamDestroy", where);
   free(g->kernargs);
   free(g);
   cq->graphs = NULL;
@@ -142,7 +144,7 @@ static void build(cuda_queue_t *cq, entry_t *e) {
     e->state = READY;
   else
     e->exec = NULL;
-  if (graph) aq_cu.cuGraphDestroy(graph);
+  if (graph) aq_cuda_checked(aq_cu.cuGraphDestroy(graph), "cuGraphDestroy", cq->agent->agent->info.name);
 }
 
 static int same_stretch(const cuda_graphs_t *g, const stretch_t *s) {
@@ -173,7 +175,8 @@ static void remember(cuda_graphs_t *g) {
     if (!buf) return;
     e->s.buf = buf, e->s.cap = need;
   }
-  if (e->exec) aq_cu.cuGraphExecDestroy(e->exec); /* one still running is freed when it ends */
+  if (e->exec) /* one still running is freed when it ends */
+    aq_cuda_checked(aq_cu.cuGraphExecDestroy(e->exec), "cuGraphExecDestroy", "a CUDA graph replaced");
   e->exec = NULL;
   e->state = SEEN;
   e->used = ++g->clock;
@@ -262,7 +265,7 @@ uint32_t aq_cuda_graph_replay(cuda_queue_t *cq, uint64_t index, const char **wha
     if (e->state != READY || !same_packet(first, packet_at(&e->s, 0)) || !matches(cq, e, index)) continue;
     if (aq_cu.cuGraphLaunch(e->exec, cq->stream) != CUDA_SUCCESS) {
       /* Launched one by one instead, each packet then reports what failed. */
-      aq_cu.cuGraphExecDestroy(e->exec);
+      aq_cuda_checked(aq_cu.cuGraphExecDestroy(e->exec), "cuGraphExecDestroy", cq->agent->agent->info.name);
       e->exec = NULL;
       e->state = UNGRAPHABLE;
       return 0;

@@ -77,10 +77,27 @@ static int watch_stream(cuda_queue_t *cq, int check_errors) {
   return n;
 }
 
-static void complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, const char *what) {
-  if (!completion.handle) return;
+/* A failed stream operation of a packet (call) as the packet's fault,
+ * naming what the packet runs. */
+static uint32_t check_agent(cuda_queue_t *cq, CUresult r, const char *call, const char *what) {
+  if (r == CUDA_SUCCESS) return 0;
+  /* Errors such as an illegal address are sticky: the context is lost. */
+  if (r == 700 || r == 719 || r == 999 || r == 214) {
+    atomic_store(&cq->agent->faulted, 1);
+    cq->agent->agent->info.usable = 0;
+  }
+  char detail[200];
+  snprintf(detail, sizeof(detail), "%s: %s", what, aq_cuda_error(r));
+  return packet_fault(cq, AQ_ERROR_KERNEL_FAULT, call, detail);
+}
+
+/* Returns a fault where the stream could not take the completion: the
+ * caller then completes the packet on the host, failed (a signal never
+ * written would hang its waiters). */
+static uint32_t complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, const char *what) {
+  if (!completion.handle) return 0;
   aq_signal_slot_t *s = aq_signal_slot(completion.handle);
-  if (!s) return;
+  if (!s) return 0;
   /* The stream writes absolute values, so a decrement is computed here.
    * Packets of this queue that share the signal complete in order: count
    * from the value the last of them will write, not from the current one.
@@ -95,24 +112,21 @@ static void complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, const 
     break;
   }
   next -= 1;
-  aq_cu.cuStreamWriteValue64(cq->stream, aq_cuda_signal_address(s), (uint64_t)next, 0);
+  CUresult r = aq_cu.cuStreamWriteValue64(cq->stream, aq_cuda_signal_address(s), (uint64_t)next, 0);
+  if (r != CUDA_SUCCESS) return check_agent(cq, r, "cuStreamWriteValue64 (completion signal)", what);
   if (cq->pending_count == CUDA_PENDING_MAX) reap(cq);
-  if (cq->pending_count < CUDA_PENDING_MAX)
+  if (cq->pending_count < CUDA_PENDING_MAX) {
     cq->pending[(cq->pending_head + cq->pending_count++) % CUDA_PENDING_MAX] = (cuda_pending_t){s, next, sets, what};
-  else
-    aq_cu.cuLaunchHostFunc(cq->stream, notify_host, s);
-}
-
-static uint32_t check_agent(cuda_queue_t *cq, CUresult r, const char *kernel) {
-  if (r == CUDA_SUCCESS) return 0;
-  /* Errors such as an illegal address are sticky: the context is lost. */
-  if (r == 700 || r == 719 || r == 999 || r == 214) {
-    atomic_store(&cq->agent->faulted, 1);
-    cq->agent->agent->info.usable = 0;
+    return 0;
   }
-  char detail[200];
-  snprintf(detail, sizeof(detail), "kernel '%s': %s", kernel, aq_cuda_error(r));
-  return packet_fault(cq, AQ_ERROR_KERNEL_FAULT, "launch failed", detail);
+  r = aq_cu.cuLaunchHostFunc(cq->stream, notify_host, s);
+  if (r == CUDA_SUCCESS) return 0;
+  /* The write is on the stream but nobody would wake the waiters: wait
+   * here, then wake them. */
+  r = aq_cu.cuStreamSynchronize(cq->stream);
+  if (r != CUDA_SUCCESS) return check_agent(cq, r, "cuStreamSynchronize (after cuLaunchHostFunc failed)", what);
+  notify_host(s);
+  return 0;
 }
 
 /* A packet's group_segment_size is the group memory (CUDA: dynamic shared
@@ -125,7 +139,12 @@ static uint32_t fit_group_segment(cuda_queue_t *cq, cuda_kernel_t *k, uint32_t b
   if (bytes <= atomic_load_explicit(&k->group_limit, memory_order_acquire)) return 0;
   char detail[240];
   int most = 0;
-  aq_cu.cuDeviceGetAttribute(&most, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cq->agent->device);
+  CUresult q = aq_cu.cuDeviceGetAttribute(&most, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cq->agent->device);
+  if (q != CUDA_SUCCESS) {
+    snprintf(detail, sizeof(detail), "kernel '%s': cuDeviceGetAttribute(shared memory per block opt-in): %s", k->name,
+             aq_cuda_error(q));
+    return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "group_segment_size not checked", detail);
+  }
   if ((int64_t)bytes > most) {
     snprintf(detail, sizeof(detail),
              "kernel '%s' asks for %u bytes of group segment a work-group; this GPU offers at most %d", k->name,
@@ -145,20 +164,37 @@ static uint32_t fit_group_segment(cuda_queue_t *cq, cuda_kernel_t *k, uint32_t b
   return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "group_segment_size not available", detail);
 }
 
+int aq_cuda_launch_shape(const hsa_kernel_dispatch_packet_t *p, uint32_t blocks[3], uint32_t wg[3], char *why,
+                         size_t room) {
+  static const uint64_t max[3] = {2147483647u, 65535u, 65535u}; /* CUDA's launch limits, in blocks */
+  const uint32_t size[3] = {p->workgroup_size_x, p->workgroup_size_y, p->workgroup_size_z};
+  const uint32_t grid[3] = {p->grid_size_x, p->grid_size_y, p->grid_size_z};
+  uint32_t dims = (p->setup >> HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS) & 3;
+  for (uint32_t i = 0; i < 3; ++i) {
+    uint64_t items = i < dims ? grid[i] : 1;
+    wg[i] = i < dims ? size[i] : 1;
+    if (!wg[i] || !items) return snprintf(why, room, "a zero grid or work-group size along %c", "xyz"[i]), 1;
+    /* 64-bit: a grid near 2^32 would wrap to a handful of blocks */
+    uint64_t b = (items + wg[i] - 1) / wg[i];
+    if (b > max[i])
+      return snprintf(why, room, "%llu blocks along %c, past CUDA's %llu", (unsigned long long)b, "xyz"[i],
+                      (unsigned long long)max[i]),
+             1;
+    blocks[i] = (uint32_t)b;
+  }
+  return 0;
+}
+
 uint32_t aq_cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p) {
   cuda_kernel_t *k = aq_cuda_kernel_lookup(p->kernel_object);
   if (!k || k->agent != cq->agent)
     return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "kernel_object is not a kernel loaded for this GPU", NULL);
   if (atomic_load(&cq->agent->faulted))
     return packet_fault(cq, AQ_ERROR_KERNEL_FAULT, "the GPU faulted earlier and needs a reset", k->name);
-  uint32_t wg[3] = {p->workgroup_size_x, p->workgroup_size_y, p->workgroup_size_z};
-  uint32_t grid[3] = {p->grid_size_x, p->grid_size_y, p->grid_size_z}, blocks[3];
-  uint32_t dims = (p->setup >> HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS) & 3;
-  for (uint32_t i = 0; i < 3; ++i) {
-    if (i >= dims) wg[i] = grid[i] = 1;
-    if (!wg[i] || !grid[i]) return packet_fault(cq, AQ_ERROR_INVALID_PACKET, "a zero grid or work-group size", k->name);
-    blocks[i] = (grid[i] + wg[i] - 1) / wg[i];
-  }
+  uint32_t wg[3], blocks[3];
+  char why[160];
+  if (aq_cuda_launch_shape(p, blocks, wg, why, sizeof(why)))
+    return packet_fault(cq, AQ_ERROR_INVALID_PACKET, why, k->name);
   uint32_t fault = p->group_segment_size ? fit_group_segment(cq, k, p->group_segment_size) : 0;
   if (fault) return fault;
   size_t size = k->kernarg_size;
@@ -166,7 +202,9 @@ uint32_t aq_cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *
                    CU_LAUNCH_PARAM_END};
   CUresult r = aq_cu.cuLaunchKernel(k->function, blocks[0], blocks[1], blocks[2], wg[0], wg[1], wg[2],
                                  p->group_segment_size, cq->stream, NULL, size ? extra : NULL);
-  return check_agent(cq, r, k->name);
+  char what[96];
+  snprintf(what, sizeof(what), "kernel '%s'", k->name);
+  return check_agent(cq, r, "launch failed", what);
 }
 
 enum { POLL_MIN_NS = 4000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000, FRUGAL_POLL_MAX_NS = 100000 };
@@ -226,7 +264,13 @@ static uint32_t barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b)
       if (!fault) fault = atomic_load(&s->fault);
       continue;
     }
-    aq_cu.cuStreamWaitValue64(cq->stream, aq_cuda_signal_address(s), 0, CU_STREAM_WAIT_VALUE_EQ);
+    /* Untaken, the work after the barrier would run before its dependency. */
+    CUresult r = aq_cu.cuStreamWaitValue64(cq->stream, aq_cuda_signal_address(s), 0, CU_STREAM_WAIT_VALUE_EQ);
+    if (r != CUDA_SUCCESS) {
+      char what[48];
+      snprintf(what, sizeof(what), "barrier-AND dep_signal[%d]", i);
+      return check_agent(cq, r, "cuStreamWaitValue64", what);
+    }
     cq->tail_untracked = 1;
   }
   return fault;
@@ -361,7 +405,12 @@ static int process(cuda_queue_t *cq) {
     aq_packet_complete(done, fault); /* failed packets complete on the host, at once */
   } else {
     if (type == HSA_PACKET_TYPE_KERNEL_DISPATCH || done.handle) cq->tail_untracked = !done.handle;
-    complete_on_stream(cq, done, what);
+    fault = complete_on_stream(cq, done, what);
+    if (fault) {
+      char msg[8];
+      aq_queue_note_failure(q, aq_fault_message(fault, msg, sizeof(msg)), fault);
+      aq_packet_complete(done, fault);
+    }
   }
   return 1;
 }
@@ -405,7 +454,10 @@ static int owed_to_a_waiter(const cuda_queue_t *cq) {
  * 100 us even while someone waits, and nothing spins. */
 void *aq_cuda_queue_main(void *arg) {
   cuda_queue_t *cq = arg;
-  aq_cuda_bind(cq->agent);
+  /* Unbound, every launch fails and says so, packet by packet. */
+  char where[64];
+  snprintf(where, sizeof(where), "%s, queue %u: packet processor", cq->agent->agent->info.name, cq->queue->id);
+  aq_cuda_checked(aq_cu.cuCtxSetCurrent(cq->agent->context), "cuCtxSetCurrent", where);
   /* Our sleeps are short polls of GPU-written signals: keep them short
    * (Linux lets a 20 us sleep run 50 us late by default). */
   prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);

@@ -46,7 +46,7 @@ static int make_events(cuda_timed_t *s) {
   if (s->start) return 0;
   if (aq_cu.cuEventCreate(&s->start, 0) != CUDA_SUCCESS) return -1;
   if (aq_cu.cuEventCreate(&s->end, 0) != CUDA_SUCCESS) {
-    aq_cu.cuEventDestroy(s->start);
+    aq_cuda_checked(aq_cu.cuEventDestroy(s->start), "cuEventDestroy", "a kernel timing event");
     s->start = NULL;
     return -1;
   }
@@ -160,7 +160,7 @@ void aq_cuda_timing_track(cuda_queue_t *cq) {
     t->gate = gate;
     *t->gate = 0;
   } else if (gate) {
-    aq_cu.cuMemFreeHost(gate);
+    aq_cuda_checked(aq_cu.cuMemFreeHost(gate), "cuMemFreeHost", "a timing gate");
   }
   pthread_mutex_lock(&queues_mutex);
   cq->next_traced = queues;
@@ -180,10 +180,15 @@ void aq_cuda_timing_release(cuda_queue_t *cq) {
   pthread_mutex_unlock(&queues_mutex);
   aq_cuda_timing_resolve(cq, 1);
   cuda_timing_t *t = &cq->timing;
+  char where[64];
+  snprintf(where, sizeof(where), "%s, queue %u: timing", cq->agent->agent->info.name, cq->queue->id);
   for (uint32_t i = 0; i < CUDA_TIMED_MAX; ++i)
-    if (t->ring[i].start) aq_cu.cuEventDestroy(t->ring[i].start), aq_cu.cuEventDestroy(t->ring[i].end);
-  if (t->ref) aq_cu.cuEventDestroy(t->ref);
-  if (t->gate) aq_cu.cuMemFreeHost((void *)t->gate);
+    if (t->ring[i].start) {
+      aq_cuda_checked(aq_cu.cuEventDestroy(t->ring[i].start), "cuEventDestroy", where);
+      aq_cuda_checked(aq_cu.cuEventDestroy(t->ring[i].end), "cuEventDestroy", where);
+    }
+  if (t->ref) aq_cuda_checked(aq_cu.cuEventDestroy(t->ref), "cuEventDestroy", where);
+  if (t->gate) aq_cuda_checked(aq_cu.cuMemFreeHost((void *)t->gate), "cuMemFreeHost", where);
   t->gate = NULL;
 }
 
