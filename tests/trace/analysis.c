@@ -150,6 +150,30 @@ Test(analysis, summary_prints_busy_time_kernels_and_the_critical_path) {
   unlink(in), unlink(out), unlink(err);
 }
 
+/* A window (--from/--to, --run) draws only the lanes busy in it: one step
+ * of a 16-worker machine touched 2 of its 16 lanes, the rest were rows of
+ * nothing. 44-50 us of the known trace holds D alone. */
+Test(analysis, svg_of_a_window_draws_the_lanes_busy_in_it) {
+  char in[128], svg[128], out[128], err[128];
+  temp_path(in, sizeof(in), "win-in.json");
+  temp_path(svg, sizeof(svg), "win.svg");
+  temp_path(out, sizeof(out), "win.txt");
+  temp_path(err, sizeof(err), "win.err");
+  cr_assert_eq(write_text(in, known), 0);
+  char args[512];
+  snprintf(args, sizeof(args), "svg '%s' -o '%s' --from 0.044 --to 0.050", in, svg);
+  cr_assert_eq(run_tool(args, out, err), 0, "%s", read_text(err, NULL));
+  char *s = read_text(svg, NULL);
+  cr_assert(s);
+  cr_assert_null(xml_problem(s));
+  size_t lanes = 0;
+  for (const char *p = s; (p = strstr(p, "<text x='6'")); ++p) lanes++;
+  cr_assert_eq(lanes, 1, "only D's lane is busy in the window:\n%s", s);
+  cr_assert(strstr(s, "cpu0 / queue 0") && strstr(s, "the 1 busy in it drawn"), "%s", s);
+  free(s);
+  unlink(in), unlink(svg), unlink(out), unlink(err);
+}
+
 Test(analysis, svg_is_well_formed_with_a_lane_per_queue) {
   char in[128], svg[128], out[128], err[128];
   temp_path(in, sizeof(in), "svg-in.json");

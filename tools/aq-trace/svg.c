@@ -139,18 +139,25 @@ int tsvg_window(FILE *f, const char *title, const tanalysis_t *a, const tsvg_opt
   }
   if (t1 <= t0) t1 = t0 + 1;
   double scale = (W - left - right) / (t1 - t0);
-  size_t lanes = a->nlanes < LANES_DRAWN_MAX ? a->nlanes : LANES_DRAWN_MAX;
-  /* Time per kind within the window: the legend lists every kind drawn. */
+  /* Time per kind within the window: the legend lists every kind drawn.
+   * Within a window (a run, --from/--to) only the lanes with a slice in it
+   * are drawn: one step of a 16-worker machine used two lanes of 16. */
   double kind_us[KINDS] = {0};
-  size_t shown = 0, in_window = 0;
-  for (size_t li = 0; li < lanes; ++li)
+  size_t shown = 0, in_window = 0, lanes = 0, *drawn = malloc((a->nlanes + 1) * sizeof(size_t));
+  int windowed = window[0] != 0;
+  if (!drawn) return -1;
+  for (size_t li = 0; li < a->nlanes && lanes < LANES_DRAWN_MAX; ++li) {
+    size_t here = 0;
     for (size_t i = a->lanes[li].first; i < a->lanes[li].first + a->lanes[li].count; ++i) {
       const tevent_t *e = &t->events[i];
       double lo = e->ts > t0 ? e->ts : t0, hi = e->ts + e->dur < t1 ? e->ts + e->dur : t1;
       if (e->ts + e->dur < t0 || e->ts > t1) continue;
       kind_us[kind_of(e)] += hi > lo ? hi - lo : 0;
-      in_window++;
+      here++;
     }
+    in_window += here;
+    if (here || !windowed) drawn[lanes++] = li;
+  }
   for (int k = 0; k < KINDS; ++k) shown += kind_us[k] > 0;
   size_t legend = shown;
   double axis_y = top + (double)lanes * lane_h + 6, legend_y = axis_y + 34;
@@ -172,7 +179,7 @@ int tsvg_window(FILE *f, const char *title, const tanalysis_t *a, const tsvg_opt
   time_label(t1 - t0, wall, sizeof(wall));
   fprintf(f, "</text>\n<text x='10' y='36' fill='#444'>%s%zu slices over %s, %zu lanes", window, in_window, wall,
           a->nlanes);
-  if (a->nlanes > lanes) fprintf(f, " (the first %zu drawn)", lanes);
+  if (a->nlanes > lanes) fprintf(f, windowed ? " (the %zu busy in it drawn)" : " (the first %zu drawn)", lanes);
   if (have_path) fprintf(f, "; the trace's critical path outlined in black (%zu slices, %.1f us of work)", p.n, p.work);
   fprintf(f, "</text>\n");
 
@@ -193,7 +200,7 @@ int tsvg_window(FILE *f, const char *title, const tanalysis_t *a, const tsvg_opt
   fprintf(f, "</g>\n");
 
   for (size_t li = 0; li < lanes; ++li) {
-    const tlane_t *l = &a->lanes[li];
+    const tlane_t *l = &a->lanes[drawn[li]];
     double y = top + (double)li * lane_h;
     if (li % 2) fprintf(f, "<rect x='0' y='%.0f' width='%.0f' height='%.0f' fill='#f4f4f4'/>\n", y, W, lane_h);
     const char *proc = tfile_process_name(t, l->pid), *th = tfile_thread_name(t, l->pid, l->tid);
@@ -240,6 +247,6 @@ int tsvg_window(FILE *f, const char *title, const tanalysis_t *a, const tsvg_opt
   }
   fprintf(f, "</svg>\n");
   if (have_path) tpath_free(&p);
-  free(on_path);
+  free(on_path), free(drawn);
   return ferror(f) ? -1 : 0;
 }
