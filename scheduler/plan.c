@@ -86,7 +86,8 @@ static aq_status_t infer(plan_t *p, aq_graph_t *g) {
     for (uint32_t e = 0; s == AQ_OK && e < t->nafter_all; ++e) s = add_pred(p, &pool, i, t->after_all[e]);
   }
   p->pred_pool = pool.v;
-  for (uint32_t i = 0, at = 0; s == AQ_OK && i < g->ntasks; at += p->tasks[i++].npreds) p->tasks[i].preds = pool.v + at;
+  for (uint32_t i = 0, at = 0; s == AQ_OK && pool.v && i < g->ntasks; at += p->tasks[i++].npreds)
+    p->tasks[i].preds = pool.v + at; /* (no pool where no task has a predecessor: NULL + 0 is undefined) */
   free(last_writer), free(head), free(tail), free(next), free(reader), free(pool.stamp);
   return s;
 }
