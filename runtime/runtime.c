@@ -67,6 +67,7 @@ static aq_status_t load_topology(void) {
     return aq_error(AQ_ERROR_UNAVAILABLE,
                     "hwloc could not load the topology (check HWLOC_SYNTHETIC / HWLOC_XMLFILE)");
   }
+  aq_topology_check_binding(topology);
   return AQ_OK;
 }
 

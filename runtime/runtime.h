@@ -52,6 +52,11 @@ hwloc_topology_t aq_topology(void);
 /* The NUMA node (OS index) nearest a PCI device, such as a GPU, from
  * hwloc's I/O objects; -1 where hwloc cannot tell (runtime/topology.c). */
 int aq_topology_pci_numa_node(unsigned domain, unsigned bus, unsigned dev, unsigned func);
+/* Says on stderr when the process may run on one processor of several:
+ * Open MPI binds each rank to one core by default, and a rank's workers
+ * and GPU queue threads then share it (a data-parallel H100 step took
+ * 686 us instead of 143). */
+void aq_topology_check_binding(hwloc_topology_t topology);
 
 /* Drivers call this from start() for each agent they offer. */
 aq_status_t aq_agent_register(const struct aq_driver *driver, const aq_agent_info_t *info,

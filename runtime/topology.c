@@ -1,4 +1,5 @@
 /* aq_topology_get_info: the machine as hwloc sees it; where a PCI device sits. */
+#include <stdio.h>
 #include <string.h>
 
 #include "runtime/runtime.h"
@@ -13,6 +14,18 @@ int aq_topology_pci_numa_node(unsigned domain, unsigned bus, unsigned dev, unsig
   hwloc_obj_t pci = hwloc_get_pcidev_by_busid(aq_topology(), domain, bus, dev, func);
   hwloc_obj_t parent = pci ? hwloc_get_non_io_ancestor_obj(aq_topology(), pci) : NULL;
   return parent && parent->nodeset ? hwloc_bitmap_first(parent->nodeset) : -1;
+}
+
+void aq_topology_check_binding(hwloc_topology_t t) {
+  hwloc_bitmap_t bound = hwloc_bitmap_alloc();
+  int pus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+  if (bound && !hwloc_get_cpubind(t, bound, HWLOC_CPUBIND_PROCESS) && hwloc_bitmap_weight(bound) == 1 && pus > 2)
+    fprintf(stderr,
+            "aquila: this process is bound to 1 of the machine's %d processors, and its CPU workers and GPU queue "
+            "threads will all share it (mpirun binds each rank to a core by default: run it with --bind-to none, or "
+            "--map-by slot:PE=N)\n",
+            pus);
+  hwloc_bitmap_free(bound);
 }
 
 AQ_API aq_status_t aq_topology_get_info(aq_topology_info_t *info) {
