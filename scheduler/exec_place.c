@@ -117,6 +117,14 @@ aq_sched_policy_t aq_exec_policy_from(const aq_exec_options_t *o) {
   return AQ_SCHED_HEFT;
 }
 
+/* The bytes of the tensors task t reads and writes. */
+static uint64_t task_bytes(const aq_graph_t *g, const task_t *t) {
+  uint64_t b = 0;
+  for (uint32_t r = 0; r < t->nreads; ++r) b += g->tensors[t->reads[r]].bytes;
+  for (uint32_t w = 0; w < t->nwrites; ++w) b += g->tensors[t->writes[w]].bytes;
+  return b;
+}
+
 /* The model key of task t on agent a, and the bytes it touches. */
 void aq_exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, double *bytes) {
   const task_t *task = &e->graph->tasks[t];
@@ -127,10 +135,8 @@ void aq_exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, doubl
   for (char *c = k->kernel; *c; ++c)
     if (*c == ' ' || *c == '\t' || *c == '\n') *c = '_'; /* the file is whitespace-separated */
   snprintf(k->arch, sizeof(k->arch), "%s", e->agent_arch[a]);
-  uint64_t items = 1, b = 0;
+  uint64_t items = 1, b = task_bytes(e->graph, task);
   for (int d = 0; d < 3; ++d) items *= task->shape.grid[d] ? task->shape.grid[d] : 1;
-  for (uint32_t r = 0; r < task->nreads; ++r) b += e->graph->tensors[task->reads[r]].bytes;
-  for (uint32_t w = 0; w < task->nwrites; ++w) b += e->graph->tensors[task->writes[w]].bytes;
   k->shape_class = aq_perf_shape_class(items, b);
   *bytes = (double)b;
 }
@@ -169,13 +175,6 @@ typedef struct cost_memo {
   uint64_t bytes;
   double ns;
 } cost_memo_t;
-
-static uint64_t task_bytes(const aq_graph_t *g, const task_t *t) {
-  uint64_t b = 0;
-  for (uint32_t r = 0; r < t->nreads; ++r) b += g->tensors[t->reads[r]].bytes;
-  for (uint32_t w = 0; w < t->nwrites; ++w) b += g->tensors[t->writes[w]].bytes;
-  return b;
-}
 
 static int same_cost(const task_t *x, const task_t *y) {
   return x->kind == y->kind && !memcmp(&x->shape, &y->shape, sizeof(x->shape)) &&
