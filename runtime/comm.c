@@ -84,13 +84,15 @@ static aq_status_t all_agree(aq_comm_t *c, int mine, int *out_all) {
 }
 
 /* A GPU of its own for this process: the local rank's (as Open MPI
- * numbers the processes of one machine), where there are that many. */
+ * numbers the processes of one machine), where there are as many GPUs as
+ * processes here, or where CUDA_VISIBLE_DEVICES gives each its own (each
+ * then sees one, or a few, and takes its local rank's among them). */
 static int have_gpu(void) {
-  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  uint32_t want = local ? (uint32_t)atoi(local) : 0, gpus = 0;
+  const char *here = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  uint32_t ranks_here = here ? (uint32_t)atoi(here) : 1, gpus = 0;
   for (uint32_t i = 0; i < aq_agent_count(); ++i)
     gpus += aq_agent_at(i)->info.kind == AQ_AGENT_KIND_GPU && !strcmp(aq_agent_at(i)->info.driver, "cuda");
-  return want < gpus;
+  return gpus && (ranks_here <= gpus || getenv("CUDA_VISIBLE_DEVICES"));
 }
 
 AQ_API aq_status_t aq_comm_create_mpi(void *mpi_comm, const aq_comm_options_t *options, aq_comm_t **out) {

@@ -57,7 +57,7 @@ aq_status_t aq_comm_nccl_join_mpi(aq_comm_t *c) {
   uint32_t agents[COMM_GPUS_MAX], n = cuda_agents(agents, COMM_GPUS_MAX);
   if (!n) return aq_error(AQ_ERROR_UNAVAILABLE, "NCCL: no GPU agent in this process");
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  uint32_t pick = (uint32_t)(local ? atoi(local) : 0) % n; /* aq_comm_create_mpi made sure it is < n */
+  uint32_t pick = (uint32_t)(local ? atoi(local) : 0) % n; /* one GPU a process: see have_gpu (comm.c) */
   ncclUniqueId id;
   memset(&id, 0, sizeof(id));
   if (c->rank == 0) {

@@ -106,11 +106,6 @@ static aq_status_t to_head(aq_graph_t *g, aq_comm_t *comm, uint32_t from) {
 static aq_status_t check(aq_graph_t *g, aq_comm_t *comm, const aq_data_parallel_options_t *o) {
   if (!g || !comm) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_data_parallel: graph and comm are required");
   if (g->group) return aq_error(AQ_ERROR_INVALID_GRAPH, "aq_graph_data_parallel: inside a task group");
-  if (comm->ngpus > 1)
-    return aq_error(AQ_ERROR_UNAVAILABLE,
-                    "aq_graph_data_parallel: the communicator has %u GPUs of this process, and a replica of the step "
-                    "per GPU is not made yet; start a process per GPU (mpirun, aq_comm_create_mpi)",
-                    comm->ngpus);
   if (o && o->root >= comm->size)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_graph_data_parallel: root %u, but the communicator has %u ranks",
                     o->root, comm->size);

@@ -17,6 +17,7 @@
 #include "scheduler/calibrate.h"
 #include "scheduler/exec_internal.h"
 #include "scheduler/live.h"
+#include "scheduler/ranks.h"
 
 /* AQ_EXEC_EXACT_MATMUL, or AQ_MATMUL_PRECISION=exact: FFMA products on GPUs. */
 static aq_status_t matmul_precision(aq_exec_t *e) {
@@ -39,6 +40,16 @@ static void trace_edges(aq_exec_t *e) {
   free(edges);
 }
 
+/* A graph over several GPUs of this process: its replicated form. */
+static aq_status_t expand_ranks(aq_exec_t *e) {
+  e->local_ranks = aq_graph_local_ranks(e->source);
+  e->rank_tensors = e->source->ntensors - 1;
+  if (e->local_ranks == 1) return AQ_OK;
+  AQ_RETURN_IF_ERROR(aq_graph_expand_ranks(e->source, &e->user_graph));
+  e->graph = e->user_graph;
+  return AQ_OK;
+}
+
 static live_set_t live_execs = LIVE_SET_INIT; /* destroying one twice is an error, not a double free */
 
 AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *options, aq_exec_t **out) {
@@ -56,11 +67,12 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
   }
   uint64_t t0 = aq_trace_on() ? aq_now_ns() : 0;
-  e->graph = e->user_graph = g;
+  e->graph = e->user_graph = e->source = g;
   static _Atomic uint32_t serials;
   e->serial = atomic_fetch_add(&serials, 1) & 0xfff;
   atomic_fetch_add(&g->execs, 1);
-  aq_status_t s = aq_exec_pick_agents(e);
+  aq_status_t s = expand_ranks(e);
+  if (s == AQ_OK) s = aq_exec_pick_agents(e);
   if (s == AQ_OK) s = aq_op_library_ops(&e->lib);
   if (s == AQ_OK) s = aq_op_library(AQ_OP_LIBRARY_CPU, &e->ops);
   if (s == AQ_OK) s = aq_exec_load_gpu_ops(e);
@@ -151,7 +163,8 @@ AQ_API aq_status_t aq_exec_destroy(aq_exec_t *e) {
   aq_plan_free(&e->plan);
   aq_fusion_free(&e->fusion);
   aq_replica_free(&e->replicas);
-  atomic_fetch_sub(&e->user_graph->execs, 1);
+  if (e->user_graph != e->source) aq_graph_destroy(e->user_graph);
+  atomic_fetch_sub(&e->source->execs, 1);
   free(e);
   return AQ_OK;
 }

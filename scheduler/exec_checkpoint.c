@@ -93,7 +93,7 @@ static void put(writer_t *w, const void *p, size_t n) {
 }
 
 static aq_status_t put_tensor(aq_exec_t *e, writer_t *w, uint32_t id, void *scratch) {
-  const tensor_t *t = &e->user_graph->tensors[id];
+  const tensor_t *t = &e->source->tensors[id];
   uint32_t len = (uint32_t)strlen(t->name), fields[3] = {t->dtype, t->role, t->rank};
   uint64_t bytes = t->bytes;
   AQ_RETURN_IF_ERROR(aq_exec_read(e, (aq_tensor_t){id}, scratch, t->bytes));
@@ -103,7 +103,7 @@ static aq_status_t put_tensor(aq_exec_t *e, writer_t *w, uint32_t id, void *scra
 }
 
 static aq_status_t put_all(aq_exec_t *e, writer_t *w, const header_t *h, const void *user) {
-  const aq_graph_t *g = e->user_graph;
+  const aq_graph_t *g = e->source;
   size_t most = 0;
   for (uint32_t x = 1; x < g->ntensors; ++x)
     if (kept(&g->tensors[x]) && g->tensors[x].bytes > most) most = g->tensors[x].bytes;
@@ -166,8 +166,8 @@ AQ_API aq_status_t aq_exec_save_with(aq_exec_t *e, const char *path, const void 
   if (!aq_exec_finished(e)) return aq_error(AQ_ERROR_BUSY, "aq_exec_save: a run is in flight; wait for it first");
   header_t h = {.magic = CKPT_MAGIC, .version = CKPT_VERSION, .runs = e->runs, .user_bytes = user_size};
   h.file_bytes = sizeof(h) + user_size + CRC_BYTES;
-  for (uint32_t x = 1; x < e->user_graph->ntensors; ++x)
-    if (kept(&e->user_graph->tensors[x])) h.tensors++, h.file_bytes += record_bytes(&e->user_graph->tensors[x]);
+  for (uint32_t x = 1; x < e->source->ntensors; ++x)
+    if (kept(&e->source->tensors[x])) h.tensors++, h.file_bytes += record_bytes(&e->source->tensors[x]);
   char tmp[PATH_MAX];
   if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_save: path %s is too long", path);
@@ -276,7 +276,7 @@ static aq_status_t parse_record(const char *path, cursor_t *c, uint32_t k, recor
 
 /* A graph tensor the checkpoint restores: by name, among the kept ones. */
 static aq_status_t match_record(aq_exec_t *e, const char *path, record_t *r, uint8_t *seen) {
-  const aq_graph_t *g = e->user_graph;
+  const aq_graph_t *g = e->source;
   uint32_t id = 1;
   while (id < g->ntensors && strcmp(g->tensors[id].name, r->name)) ++id;
   if (id == g->ntensors || !kept(&g->tensors[id]))
@@ -298,7 +298,7 @@ static aq_status_t match_record(aq_exec_t *e, const char *path, record_t *r, uin
 }
 
 static aq_status_t match_all(aq_exec_t *e, const char *path, const uint8_t *buf, const header_t *h, record_t *recs) {
-  const aq_graph_t *g = e->user_graph;
+  const aq_graph_t *g = e->source;
   uint8_t *seen = calloc(g->ntensors, 1);
   if (!seen) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to check checkpoint %s", path);
   cursor_t c = {buf + sizeof(*h), buf + h->file_bytes - CRC_BYTES - h->user_bytes};

@@ -73,6 +73,11 @@ struct aq_exec {
   /* With replicas, graph is the exec's own (the user's tasks and the
    * copies); user_graph is the one it was made from. */
   aq_graph_t *user_graph;
+  /* The graph instantiated: user_graph, or the step replicated per local
+   * rank made from it (ranks.h), which the exec owns; then tensor x of
+   * local rank k is x + k * rank_tensors. */
+  aq_graph_t *source;
+  uint32_t local_ranks, rank_tensors;
   replica_out_t replicas;
   char agent_arch[EXEC_AGENTS_MAX][PERF_ARCH_MAX]; /* performance models' key */
   uint32_t *reused_by;                 /* per tensor: a later tensor given its buffer */

@@ -91,14 +91,36 @@ static aq_status_t tensor_io(aq_exec_t *e, aq_tensor_t tensor, size_t size, cons
   return AQ_OK;
 }
 
-AQ_API aq_status_t aq_exec_write(aq_exec_t *e, aq_tensor_t tensor, const void *src, size_t size) {
+static aq_status_t write_one(aq_exec_t *e, aq_tensor_t tensor, const void *src, size_t size) {
   void *dst;
-  if (!src) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_write: src is NULL");
   AQ_RETURN_IF_ERROR(tensor_io(e, tensor, size, "aq_exec_write", &dst));
   AQ_RETURN_IF_ERROR(prefetch_for(e, dst, size, 0));
   AQ_RETURN_IF_ERROR(aq_memory_copy(dst, src, size));
   mark_given(e, tensor.id);
   return prefetch_for(e, dst, size, 1);
+}
+
+/* Replicated per local rank (ranks.h), a parameter or a state tensor is
+ * every rank's: the ranks train one model. */
+AQ_API aq_status_t aq_exec_write(aq_exec_t *e, aq_tensor_t tensor, const void *src, size_t size) {
+  if (!src) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_write: src is NULL");
+  AQ_RETURN_IF_ERROR(write_one(e, tensor, src, size));
+  aq_tensor_role_t role = e->user_graph->tensors[tensor.id].role;
+  if (tensor.id > e->rank_tensors || (role != AQ_ROLE_PARAMETER && role != AQ_ROLE_STATE)) return AQ_OK;
+  for (uint32_t k = 1; k < e->local_ranks; ++k)
+    AQ_RETURN_IF_ERROR(write_one(e, (aq_tensor_t){tensor.id + k * e->rank_tensors}, src, size));
+  return AQ_OK;
+}
+
+AQ_API aq_status_t aq_exec_local_tensor(aq_exec_t *e, aq_tensor_t tensor, uint32_t rank, aq_tensor_t *out) {
+  if (!e || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_local_tensor: exec and out are required");
+  if (!tensor.id || tensor.id > e->rank_tensors)
+    return aq_error(AQ_ERROR_INVALID_HANDLE, "aq_exec_local_tensor: tensor %u is not one of the graph's", tensor.id);
+  if (rank >= e->local_ranks)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_local_tensor: local rank %u, but the exec has %u", rank,
+                    e->local_ranks);
+  out->id = tensor.id + rank * e->rank_tensors;
+  return AQ_OK;
 }
 
 AQ_API aq_status_t aq_exec_read(aq_exec_t *e, aq_tensor_t tensor, void *dst, size_t size) {

@@ -88,6 +88,9 @@ struct aq_graph {
   uint32_t name_suffix; /* generated names made unique so far (graph.c's make_unique) */
   int group;          /* 0: none; 1: unordered; 2: ordered */
   uint32_t group_first; /* index of the group's first task */
+  /* The communicator of several GPUs of this process that its collectives
+   * use: instantiation replicates the step per GPU (ranks.h). */
+  struct aq_comm *ranks_comm;
 };
 
 /* Appends a tensor / task; the task's id is its index + 1. */

@@ -14,6 +14,7 @@
 #include "runtime/comm.h"
 #include "runtime/status.h"
 #include "scheduler/collective.h"
+#include "scheduler/ranks.h"
 
 typedef struct coll {
   comm_op_t op;
@@ -83,12 +84,16 @@ static aq_status_t check_spec(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t 
   if (!comm || (!comm->mpi && !comm->ngpus))
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: graph collectives need an MPI communicator (aq_comm_create_mpi)",
                     s->name);
-  /* Each local rank would need its replica of the step: not made yet. */
-  if (comm->ngpus > 1)
-    return aq_error(AQ_ERROR_UNAVAILABLE,
-                    "%s: the communicator has %u GPUs of this process, and graph collectives take one; start a "
-                    "process per GPU (mpirun, aq_comm_create_mpi)",
-                    s->name, comm->ngpus);
+  /* Several GPUs of this process: the graph is rank 0's part, replicated
+   * per GPU at instantiation (ranks.h), over one communicator only. */
+  if (comm->ngpus > 1 && g->ranks_comm && g->ranks_comm != comm)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT,
+                    "%s: the graph's collectives already use another communicator of several GPUs, and a graph is "
+                    "replicated over one",
+                    s->name);
+  if (comm->ngpus > 1 && s->local)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: local rank %u; a graph over several GPUs is written as rank 0's",
+                    s->name, s->local);
   if (nccl_form(comm) && s->local >= comm->ngpus)
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "%s: local rank %u, but this process has %u of the communicator's",
                     s->name, s->local, comm->ngpus);
@@ -196,6 +201,7 @@ aq_status_t aq_coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, ui
   AQ_RETURN_IF_ERROR(check_spec(g, comm, s));
   coll_t *c = new_coll(g, comm, s);
   if (!c) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: no memory for the collective", s->name);
+  if (comm->ngpus > 1) g->ranks_comm = comm;
   if (nccl_form(comm)) {
     uint32_t t;
     AQ_RETURN_IF_ERROR(add_stream_call(g, comm, s, c, &t));
@@ -225,6 +231,24 @@ aq_status_t aq_coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, ui
   AQ_RETURN_IF_ERROR(chain(g, comm, 0, a - 1));
   if (out_start) *out_start = a - 1;
   if (out_done) *out_done = b - 1;
+  return AQ_OK;
+}
+
+int aq_coll_is_task(const task_t *t) { return t->kind == TASK_STREAM && t->stream_fn == coll_stream; }
+
+/* The copy's own state (its runs, its local rank), kept with the
+ * communicator as the original's is. */
+aq_status_t aq_coll_for_rank(task_t *t, uint32_t local) {
+  aq_tensor_call_args_t a;
+  memcpy(&a, t->kernarg, sizeof(a));
+  const coll_t *c = a.user;
+  coll_t *copy = aq_comm_keep(c->op.comm, sizeof(coll_t));
+  if (!copy) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "%s: no memory for local rank %u's collective", t->name, local);
+  *copy = *c;
+  copy->op.name = copy->name;
+  copy->local = local, copy->runs = 0;
+  a.user = copy;
+  memcpy(t->kernarg, &a, sizeof(a));
   return AQ_OK;
 }
 

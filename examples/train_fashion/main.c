@@ -9,7 +9,8 @@
  *
  * --data-parallel: under mpirun -np N, each process is a rank training on
  * its shard of every global batch of --batch rows (parallel.h); rank 0
- * alone prints and writes the metrics.
+ * alone prints and writes the metrics. Started alone, every GPU agent of
+ * the process is a rank.
  *
  * --checkpoint DIR: after each epoch, DIR/last.ckpt (written atomically;
  * under --data-parallel by rank 0) holds the parameters, the optimizer's
@@ -60,7 +61,8 @@ static const cli_option_t options[] = {
     {"explain", 0, CLI_FLAG, NULL, "print why each task of the training step runs where it does", 0, 0},
     {"trace", 0, CLI_TEXT, "FILE", "record a Chrome trace of the run (aq-trace summary FILE)", 0, 0},
     {"data-parallel", 0, CLI_FLAG, NULL,
-     "under mpirun, each process a rank training on its share of every batch (rank 0 reports)", 0, 0},
+     "each GPU of this process (or, under mpirun, each process) a rank training on its share of every batch", 0,
+     0},
     {"steps", 0, CLI_INT, "N", "at most N steps an epoch (default: the whole training set)", 1, 1 << 30},
     {"checkpoint", 0, CLI_TEXT, "DIR", "save DIR/last.ckpt after every epoch", 0, 0},
     {"resume", 0, CLI_FLAG, NULL, "go on from --checkpoint DIR's last.ckpt", 0, 0},

@@ -1,7 +1,9 @@
 /* --data-parallel: this process as one rank of an MPI job (mpirun -np N
  * train_fashion --data-parallel ...), training on its shard of every global
  * batch: the graph is made data-parallel (aq_graph_data_parallel), and rank
- * 0 alone prints and writes the metrics. Started alone, it is one rank. */
+ * 0 alone prints and writes the metrics. Started alone on a machine with
+ * several GPU agents, the process's GPUs are the ranks (a replica of the
+ * step each, aq_comm_create_gpus); else it is one rank. */
 #ifndef AQ_EXAMPLES_PARALLEL_H_
 #define AQ_EXAMPLES_PARALLEL_H_
 

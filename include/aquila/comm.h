@@ -119,8 +119,8 @@ aq_status_t aq_comm_enqueue(aq_comm_t *comm, aq_queue_t queue, const aq_collecti
  * one task pinned to that GPU, whose NCCL call goes on a stream beside the
  * kernels'; the graph's kernels then run on that GPU or on CPU agents, not
  * on the process's other GPUs. Otherwise (MPI on CPU agents) each is a
- * start task and a completion task. A GPU communicator of several GPUs has
- * no graph ops yet. */
+ * start task and a completion task. A communicator of several GPUs of
+ * this process replicates the graph per GPU: see aq_exec_local_tensor. */
 aq_status_t aq_op_allreduce(aq_graph_t *graph, aq_comm_t *comm, aq_tensor_t x, aq_reduce_t reduce);
 aq_status_t aq_op_broadcast(aq_graph_t *graph, aq_comm_t *comm, aq_tensor_t x, uint32_t root);
 aq_status_t aq_op_allgather(aq_graph_t *graph, aq_comm_t *comm, aq_tensor_t x, aq_tensor_t *out);
@@ -144,6 +144,17 @@ typedef struct aq_data_parallel_options {
  * the global batch would. AQ_ERROR_INVALID_GRAPH before backward or after
  * an optimizer op. */
 aq_status_t aq_graph_data_parallel(aq_graph_t *graph, aq_comm_t *comm, const aq_data_parallel_options_t *options);
+
+/* Several GPUs in one process (aq_comm_create_gpus): a graph whose
+ * collectives, or aq_graph_data_parallel, use such a communicator is
+ * written once, as local rank 0's part, and instantiated as one replica of
+ * the whole step per GPU, each rank's tasks on its GPU, joined by NCCL.
+ * The graph's tensor handles name rank 0's tensors; this gives local rank
+ * `rank`'s copy of `tensor` in exec (each rank's inputs are bound or
+ * written on their own: a shard of the global batch each). aq_exec_write
+ * to a parameter or state tensor writes every rank's copy. Host tasks run
+ * once, and must touch no tensor (their functions know rank 0's only). */
+aq_status_t aq_exec_local_tensor(aq_exec_t *exec, aq_tensor_t tensor, uint32_t rank, aq_tensor_t *out_tensor);
 
 #ifdef __cplusplus
 }

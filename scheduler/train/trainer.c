@@ -13,7 +13,7 @@
 #include <emmintrin.h>
 #endif
 
-enum { PIXELS = 784, EVAL_BATCH = 1000, MAX_PARAMS = 24 };
+enum { PIXELS = 784, EVAL_BATCH = 1000, MAX_PARAMS = 24, LOCALS_MAX = 16 };
 
 #define TRY(expr)                          \
   do {                                     \
@@ -43,16 +43,20 @@ struct aq_trainer {
   /* The batch is double-buffered: step s runs with x and y bound to
    * xbuf[s % 2], ybuf[s % 2] while its loaders fill the other pair. [0] is
    * the exec's own memory for x and y, [1] allocated beside it. With the
-   * buffers on a GPU, the loaders fill pinned staging buffers and copy. */
-  float *xbuf[2], *stage_x;
-  int32_t *ybuf[2], *stage_y;
+   * buffers on a GPU, the loaders fill pinned staging buffers and copy.
+   * Several GPUs of this process (a replica of the step each): a pair per
+   * local rank, its shard of the process's rows, one staging buffer. */
+  uint32_t locals;
+  aq_tensor_t xs[LOCALS_MAX], ys[LOCALS_MAX]; /* each local rank's x and y */
+  float *xbuf[LOCALS_MAX][2], *stage_x;
+  int32_t *ybuf[LOCALS_MAX][2], *stage_y;
   aq_tensor_t ex, elogits, eparams[MAX_PARAMS];
   uint32_t nparams;
   _Atomic uint32_t loaders_left; /* this step's loaders still filling */
   uint32_t *perm;
   uint32_t step, steps, epoch;
   uint64_t rng;
-  uint32_t batch; /* this rank's rows of each global batch (o.batch) */
+  uint32_t batch; /* each rank's rows of each global batch (o.batch) */
 };
 
 /* PCG32: small, seeded, the same on every machine. */
@@ -202,10 +206,11 @@ static void mirror(float *img) {
 /* Normalises rows [r0, r1) of batch `step` of the epoch's order into its
  * buffers (or the staging ones). */
 static void load_rows(aq_trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) {
-  float *x = t->stage_x ? t->stage_x : t->xbuf[step % 2];
-  int32_t *y = t->stage_y ? t->stage_y : t->ybuf[step % 2];
-  uint32_t b = t->o.batch, first = t->o.rank * t->batch; /* this rank's shard */
+  uint32_t b = t->o.batch, first = t->o.rank * t->batch; /* this process's shard */
   for (uint32_t r = r0; r < r1; ++r) {
+    uint32_t l = r / t->batch, at = t->stage_x ? r : r % t->batch;
+    float *x = t->stage_x ? t->stage_x : t->xbuf[l][step % 2];
+    int32_t *y = t->stage_y ? t->stage_y : t->ybuf[l][step % 2];
     uint32_t i = t->perm[((size_t)step * b + first + r) % t->train->count];
     const uint8_t *img = t->train->images + (size_t)i * PIXELS;
     /* The images of a shuffled batch are scattered over 47 MB: fetching a
@@ -213,9 +218,9 @@ static void load_rows(aq_trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) 
     const uint8_t *ahead =
         t->train->images + (size_t)t->perm[((size_t)step * b + first + r + 4) % t->train->count] * PIXELS;
     for (int l = 0; l < PIXELS; l += 64) __builtin_prefetch(ahead + l);
-    to_unit_floats(img, x + (size_t)r * PIXELS);
-    if (t->o.flip && mirrored(t, step, r)) mirror(x + (size_t)r * PIXELS);
-    y[r] = t->train->labels[i];
+    to_unit_floats(img, x + (size_t)at * PIXELS);
+    if (t->o.flip && mirrored(t, step, r)) mirror(x + (size_t)at * PIXELS);
+    y[at] = t->train->labels[i];
   }
 }
 
@@ -224,8 +229,12 @@ static void load_rows(aq_trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) 
  * the H100 machine, their DMAs queued one behind another. */
 static aq_status_t stage_out(aq_trainer_t *t, uint32_t step) {
   if (!t->stage_x) return AQ_OK;
-  TRY(aq_memory_copy(t->xbuf[step % 2], t->stage_x, (size_t)t->batch * PIXELS * sizeof(float)));
-  return aq_memory_copy(t->ybuf[step % 2], t->stage_y, (size_t)t->batch * sizeof(int32_t));
+  for (uint32_t l = 0; l < t->locals; ++l) {
+    size_t rows = (size_t)l * t->batch;
+    TRY(aq_memory_copy(t->xbuf[l][step % 2], t->stage_x + rows * PIXELS, (size_t)t->batch * PIXELS * sizeof(float)));
+    TRY(aq_memory_copy(t->ybuf[l][step % 2], t->stage_y + rows, (size_t)t->batch * sizeof(int32_t)));
+  }
+  return AQ_OK;
 }
 
 /* A loader: a host task of the training graph, on a CPU agent. It fills its
@@ -234,7 +243,7 @@ static aq_status_t stage_out(aq_trainer_t *t, uint32_t step) {
 static aq_status_t load_share(void *user, uint64_t share, uint64_t a2, uint64_t a3) {
   (void)a2, (void)a3;
   aq_trainer_t *t = user;
-  uint32_t b = t->batch;
+  uint32_t b = t->batch * t->locals;
   load_rows(t, t->step + 1, (uint32_t)(b * share / LOADERS), (uint32_t)(b * (share + 1) / LOADERS));
   /* The last loader to finish sends the batch (the count's ordering makes
    * the others' rows visible to it). */
@@ -256,8 +265,12 @@ static aq_status_t second_buffer(aq_trainer_t *t, aq_tensor_t x, void **first, v
 static aq_status_t find_buffers(aq_trainer_t *t) {
   aq_region_t r, ry;
   aq_region_info_t info;
-  TRY(second_buffer(t, t->x, (void **)&t->xbuf[0], (void **)&t->xbuf[1], &r));
-  TRY(second_buffer(t, t->y, (void **)&t->ybuf[0], (void **)&t->ybuf[1], &ry));
+  for (uint32_t l = 0; l < t->locals; ++l) {
+    TRY(aq_exec_local_tensor(t->e, t->x, l, &t->xs[l]));
+    TRY(aq_exec_local_tensor(t->e, t->y, l, &t->ys[l]));
+    TRY(second_buffer(t, t->xs[l], (void **)&t->xbuf[l][0], (void **)&t->xbuf[l][1], &r));
+    TRY(second_buffer(t, t->ys[l], (void **)&t->ybuf[l][0], (void **)&t->ybuf[l][1], &ry));
+  }
   TRY(aq_region_get_info(r, &info));
   if (info.flags & AQ_REGION_HOST_ACCESSIBLE) return AQ_OK;
   aq_region_t regions[8];
@@ -267,8 +280,9 @@ static aq_status_t find_buffers(aq_trainer_t *t) {
     aq_region_info_t ri;
     TRY(aq_region_get_info(regions[i], &ri));
     if (!(ri.flags & AQ_REGION_HOST_ACCESSIBLE) || (ri.flags & AQ_REGION_MANAGED)) continue;
-    TRY(aq_memory_allocate(regions[i], (size_t)t->batch * PIXELS * sizeof(float), (void **)&t->stage_x));
-    TRY(aq_memory_allocate(regions[i], (size_t)t->batch * sizeof(int32_t), (void **)&t->stage_y));
+    size_t rows = (size_t)t->batch * t->locals;
+    TRY(aq_memory_allocate(regions[i], rows * PIXELS * sizeof(float), (void **)&t->stage_x));
+    TRY(aq_memory_allocate(regions[i], rows * sizeof(int32_t), (void **)&t->stage_y));
   }
   return t->stage_x ? AQ_OK : fail(AQ_ERROR_UNAVAILABLE, "no pinned host memory to stage batches for the GPU");
 }
@@ -357,8 +371,12 @@ aq_status_t aq_trainer_create(const aq_trainer_options_t *o, const aq_fashion_se
   if (o->batch == 0 || o->batch > train->count || !(o->lr > 0) || o->hidden == 0)
     return fail(AQ_ERROR_INVALID_ARGUMENT, "--batch must be in [1, training set size], --lr > 0, hidden > 0");
   uint32_t ranks = o->comm && o->ranks ? o->ranks : 1;
+  aq_comm_info_t ci = {.size = 1, .local_ranks = 1};
+  if (o->comm && aq_comm_get_info(o->comm, &ci) != AQ_OK) return AQ_ERROR_INVALID_ARGUMENT;
   if (o->batch % ranks || (o->comm && o->rank >= ranks))
     return fail(AQ_ERROR_INVALID_ARGUMENT, "--batch (the global batch) must be a multiple of the ranks");
+  if (o->comm && (ranks != ci.size || o->rank != ci.rank))
+    return fail(AQ_ERROR_INVALID_ARGUMENT, "the trainer's rank and ranks must be the communicator's");
   if (train->rows * train->cols != PIXELS || test->rows * test->cols != PIXELS || test->count % EVAL_BATCH)
     return fail(AQ_ERROR_INVALID_ARGUMENT, "expected 28x28 images and a test set in thousands");
   aq_trainer_t *t = calloc(1, sizeof(*t));
@@ -368,6 +386,7 @@ aq_status_t aq_trainer_create(const aq_trainer_options_t *o, const aq_fashion_se
   t->test = test;
   t->steps = train->count / o->batch;
   t->batch = o->batch / ranks;
+  t->locals = ci.local_ranks;
   t->perm = malloc(train->count * sizeof(uint32_t));
   aq_status_t s = t->perm ? AQ_OK : fail(AQ_ERROR_OUT_OF_MEMORY, "no memory");
   for (uint32_t i = 0; s == AQ_OK && i < train->count; ++i) t->perm[i] = i;
@@ -387,8 +406,10 @@ void aq_trainer_destroy(aq_trainer_t *t) {
   if (!t) return;
   if (t->stage_x) aq_memory_free(t->stage_x);
   if (t->stage_y) aq_memory_free(t->stage_y);
-  if (t->xbuf[1]) aq_memory_free(t->xbuf[1]);
-  if (t->ybuf[1]) aq_memory_free(t->ybuf[1]);
+  for (uint32_t l = 0; l < LOCALS_MAX; ++l) {
+    if (t->xbuf[l][1]) aq_memory_free(t->xbuf[l][1]);
+    if (t->ybuf[l][1]) aq_memory_free(t->ybuf[l][1]);
+  }
   if (t->e) aq_exec_destroy(t->e);
   if (t->ee) aq_exec_destroy(t->ee);
   if (t->g) aq_graph_destroy(t->g);
@@ -416,15 +437,17 @@ void aq_trainer_begin_epoch(aq_trainer_t *t, uint32_t epoch) {
   }
   t->step = 0;
   /* the first step's batch; each step's loaders fetch the next */
-  load_rows(t, 0, 0, t->batch);
+  load_rows(t, 0, 0, t->batch * t->locals);
   aq_status_t s = stage_out(t, 0);
   if (s != AQ_OK) fprintf(stderr, "train_fashion: loading the first batch: %s\n", aq_last_error());
 }
 
 aq_status_t aq_trainer_step(aq_trainer_t *t, float *out_loss) {
   uint32_t s2 = t->step % 2;
-  TRY(aq_exec_bind(t->e, t->x, t->xbuf[s2], (size_t)t->batch * PIXELS * sizeof(float)));
-  TRY(aq_exec_bind(t->e, t->y, t->ybuf[s2], (size_t)t->batch * sizeof(int32_t)));
+  for (uint32_t l = 0; l < t->locals; ++l) {
+    TRY(aq_exec_bind(t->e, t->xs[l], t->xbuf[l][s2], (size_t)t->batch * PIXELS * sizeof(float)));
+    TRY(aq_exec_bind(t->e, t->ys[l], t->ybuf[l][s2], (size_t)t->batch * sizeof(int32_t)));
+  }
   atomic_store(&t->loaders_left, LOADERS);
   TRY(aq_exec_run(t->e));
   aq_status_t s = aq_exec_wait(t->e, 600ull * 1000000000ull);

@@ -17,6 +17,15 @@
     cr_assert_eq(s_, AQ_OK, "%s -> %s: %s", #expr, aq_status_string(s_), aq_last_error()); \
   } while (0)
 
+/* expr fails with status, and the error message says text. */
+#define AQ_ASSERT_FAILS(expr, status, text)                                                               \
+  do {                                                                                                    \
+    aq_status_t s_ = (expr);                                                                              \
+    cr_assert_eq(s_, status, "%s -> %s (%s), expected %s", #expr, aq_status_string(s_), aq_last_error(),  \
+                 aq_status_string(status));                                                               \
+    cr_assert(strstr(aq_last_error(), text), "%s: '%s' does not say '%s'", #expr, aq_last_error(), text); \
+  } while (0)
+
 static inline aq_agent_t first_cpu_agent(void) {
   aq_agent_t agents[64];
   size_t n = 0;

@@ -1,14 +1,15 @@
 /* aq-bench train --ranks N: data-parallel scaling of the training step,
  * run under mpirun -np N (each process a rank, --batch rows each, as DDP's
- * batch per GPU). Rank 0 first trains alone (the 1-rank figure) while the
+ * batch per GPU), or, not under mpirun, over N GPU agents of this process
+ * (a replica of the step each). Rank 0 first trains alone (the 1-rank figure) while the
  * others wait, then every rank trains the data-parallel step; rank 0 prints
  * one JSON line for each: ranks, us_per_step (median over --steps timed
  * steps after 5 warm-up ones), samples_per_s, scaling (samples/s over the
  * 1-rank figure) and, on the N-rank line, allreduce_us (the median time of
  * one mean all-reduce of all the gradients: through NCCL on the GPUs where
  * each rank has one, with MPI's on host memory as allreduce_mpi_us; else
- * MPI's). The data-parallel step itself all-reduces through MPI on the
- * host: the graph does not lower collectives onto GPU queues yet. Options as
+ * MPI's). The data-parallel step all-reduces through NCCL where every
+ * rank has a GPU, else through MPI on the host. Options as
  * aq-bench train's, plus --hidden N (1024). */
 #include <stdlib.h>
 #include <string.h>
@@ -66,18 +67,11 @@ static double allreduce_us(aq_comm_t *c, size_t n) {
   return bench_median(us, 20);
 }
 
-/* The same through NCCL on this rank's GPU queue, where the communicator
- * has NCCL: the all-reduce a GPU data-parallel step would make. -1 if
- * not. */
-static double nccl_allreduce_us(aq_comm_t *c, size_t n) {
-  aq_comm_info_t info;
-  aq_comm_get_info(c, &info);
-  if (!info.nccl) return -1;
-  aq_agent_t agents[64];
-  size_t na = 0, nr = 0;
-  aq_agents(agents, 64, &na);
+/* A GPU agent's device memory for n floats, or NULL. */
+static float *device_floats(aq_agent_t agent, size_t n) {
   aq_region_t regions[8];
-  aq_agent_regions(agents[info.gpu_agent], regions, 8, &nr);
+  size_t nr = 0;
+  aq_agent_regions(agent, regions, 8, &nr);
   float *g = NULL;
   for (size_t i = 0; i < nr && i < 8 && !g; ++i) {
     aq_region_info_t ri;
@@ -85,25 +79,50 @@ static double nccl_allreduce_us(aq_comm_t *c, size_t n) {
     if ((ri.flags & AQ_REGION_DEVICE) && !(ri.flags & AQ_REGION_MANAGED))
       BENCH_CHECK("train", aq_memory_allocate(regions[i], n * sizeof(float), (void **)&g));
   }
-  if (!g) return -1;
-  aq_queue_t q;
+  return g;
+}
+
+enum { LOCALS_MAX = 16 };
+
+/* The same through NCCL on each local rank's GPU queue, where the
+ * communicator has NCCL: the all-reduce a GPU data-parallel step would
+ * make. -1 if not. A communicator of this process's GPUs has its local
+ * ranks on the CUDA agents from its first one on. */
+static double nccl_allreduce_us(aq_comm_t *c, size_t n) {
+  aq_comm_info_t info;
+  aq_comm_get_info(c, &info);
+  if (!info.nccl || info.local_ranks > LOCALS_MAX) return -1;
+  aq_agent_t agents[64];
+  size_t na = 0;
+  aq_agents(agents, 64, &na);
+  float *g[LOCALS_MAX] = {0};
+  aq_queue_t q[LOCALS_MAX];
   aq_signal_t done;
-  BENCH_CHECK("train", aq_queue_create(agents[info.gpu_agent], NULL, &q));
+  uint32_t k = 0;
+  for (size_t a = (size_t)info.gpu_agent; a < na && a < 64 && k < info.local_ranks; ++a) {
+    aq_agent_info_t ai;
+    aq_agent_get_info(agents[a], &ai);
+    if (ai.kind != AQ_AGENT_KIND_GPU || strcmp(ai.driver, "cuda")) continue;
+    if (!(g[k] = device_floats(agents[a], n))) return -1;
+    BENCH_CHECK("train", aq_queue_create(agents[a], NULL, &q[k]));
+    ++k;
+  }
+  if (k < info.local_ranks) return -1;
   BENCH_CHECK("train", aq_signal_create(0, &done));
   double us[20];
   for (int i = 0; i < 20; ++i) {
-    aq_signal_store(done, 1);
+    aq_signal_store(done, k);
     uint64_t t0 = bench_now_ns();
-    BENCH_CHECK("train", aq_comm_enqueue(c, q, &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE,
-                                                                 .reduce = AQ_REDUCE_MEAN, .send = g, .recv = g,
-                                                                 .count = n},
-                                         done));
+    for (uint32_t l = 0; l < k; ++l)
+      BENCH_CHECK("train", aq_comm_enqueue(c, q[l], &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE,
+                                                                      .reduce = AQ_REDUCE_MEAN, .send = g[l],
+                                                                      .recv = g[l], .count = n},
+                                           done));
     BENCH_CHECK("train", aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 60ull * 1000000000ull, NULL));
     us[i] = (double)(bench_now_ns() - t0) / 1e3;
   }
   aq_signal_destroy(done);
-  aq_queue_destroy(q);
-  aq_memory_free(g);
+  for (uint32_t l = 0; l < k; ++l) aq_queue_destroy(q[l]), aq_memory_free(g[l]);
   return bench_median(us, 20);
 }
 
@@ -131,13 +150,18 @@ int aq_bench_train_ranks(aq_trainer_options_t *o, const char *placement,
   long want = bench_arg_int("ranks", 1), steps = bench_arg_int("steps", 50);
   o->hidden = (uint32_t)bench_arg_int("hidden", 1024);
   if (steps < 1) steps = 50;
+  /* Not under mpirun, the ranks are this process's GPUs, a replica of
+   * the step each. */
+  int in_process = want > 1 && !getenv("OMPI_COMM_WORLD_SIZE");
   aq_comm_t *c;
-  BENCH_CHECK("train", aq_comm_create_mpi(NULL, NULL, &c));
+  BENCH_CHECK("train", in_process ? aq_comm_create_gpus(NULL, &c) : aq_comm_create_mpi(NULL, NULL, &c));
   aq_comm_info_t info;
   aq_comm_get_info(c, &info);
   if ((long)info.size != want) {
-    fprintf(stderr, "aq-bench train: --ranks %ld, but this job has %u ranks (run it as mpirun -np %ld aq-bench ...)\n",
-            want, info.size, want);
+    fprintf(stderr,
+            "aq-bench train: --ranks %ld, but this %s has %u ranks (run it as mpirun -np %ld aq-bench ..., or in "
+            "one process with that many GPU agents)\n",
+            want, in_process ? "process's GPU communicator" : "job", info.size, want);
     aq_comm_destroy(c);
     return 2;
   }
@@ -145,12 +169,15 @@ int aq_bench_train_ranks(aq_trainer_options_t *o, const char *placement,
   int rc = 0;
   if (info.rank == 0) rc = time_steps(o, train, test, steps, &one);
   float base = (float)one.samples_per_s;
-  BENCH_CHECK("train", aq_comm_run(c, &(aq_collective_t){.kind = AQ_COLLECTIVE_BROADCAST, .recv = &base, .count = 1}));
+  if (!in_process)
+    BENCH_CHECK("train",
+                aq_comm_run(c, &(aq_collective_t){.kind = AQ_COLLECTIVE_BROADCAST, .recv = &base, .count = 1}));
   if (info.rank == 0 && !rc) line(o, placement, 1, &one, base, -1, -1, steps);
   aq_trainer_options_t dp = *o;
   dp.comm = c, dp.rank = info.rank, dp.ranks = info.size, dp.batch = o->batch * info.size;
   if (!rc) rc = time_steps(&dp, train, test, steps, &all);
-  double ar = rc ? 0 : allreduce_us(c, gradient_floats(o)), nccl = rc ? -1 : nccl_allreduce_us(c, gradient_floats(o));
+  double ar = rc || in_process ? -1 : allreduce_us(c, gradient_floats(o));
+  double nccl = rc ? -1 : nccl_allreduce_us(c, gradient_floats(o));
   if (info.rank == 0 && !rc) line(&dp, placement, info.size, &all, base, ar, nccl, steps);
   aq_comm_destroy(c);
   return rc;

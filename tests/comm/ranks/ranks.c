@@ -16,7 +16,10 @@
  *   gpu_contract contract on GPU agents (exact matmuls), the buckets'
  *                all-reduces through NCCL;
  *   gpus         (without mpirun) the same over this process's GPU agents,
- *                one rank each; "skipped" without GPUs or NCCL. */
+ *                one rank each; "skipped" without GPUs or NCCL;
+ *   gpus_contract  (without mpirun) contract over this process's GPU
+ *                agents, one replica of the step each; "skipped" with
+ *                fewer than two. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -201,29 +204,41 @@ static int build_net(net_t *t, int batch, aq_comm_t *comm) {
 
 static size_t param_count(int i) { return i == 0 ? IN * HID : i == 1 ? HID : i == 2 ? HID * OUT : OUT; }
 
-static int init_params(net_t *t, unsigned seed) {
+/* Local rank `local`'s copy of x in t's exec (ranks.h): x itself for 0. */
+static aq_tensor_t local_tensor(net_t *t, aq_tensor_t x, int local) {
+  aq_tensor_t y = x;
+  if (local && aq_exec_local_tensor(t->e, x, (uint32_t)local, &y) != AQ_OK) y.id = 0;
+  return y;
+}
+
+/* Local rank 0's parameters are every local rank's (aq_exec_write); another
+ * local rank's may be set apart. */
+static int init_params(net_t *t, unsigned seed, int local) {
   for (int i = 0; i < PARAMS; ++i) {
     size_t n = param_count(i);
     float v[IN * HID];
     for (size_t j = 0; j < n; ++j) v[j] = 0.2f * sinf((float)(seed * 7919u + i * 131u + j) * 0.61f);
-    CHECK(aq_exec_write(t->e, t->p[i], v, n * 4));
+    CHECK(aq_exec_write(t->e, local_tensor(t, t->p[i], local), v, n * 4));
   }
   return 0;
 }
 
-/* Rows [first, first + rows) of the global batch of a step. */
-static int train(net_t *t, int first, int rows) {
+/* Rows [first, first + rows) of the global batch of a step, and the next
+ * `rows` for each further local rank of the exec (`locals` in all). */
+static int train(net_t *t, int first, int rows, int locals) {
   float x[GLOBAL_BATCH * IN];
   int32_t y[GLOBAL_BATCH];
   for (int s = 0; s < STEPS; ++s) {
-    for (int j = 0; j < rows; ++j) {
-      int row = first + j;
-      y[j] = (row * 3 + s) % OUT;
-      for (int k = 0; k < IN; ++k)
-        x[j * IN + k] = sinf((float)(s * 7 + row * 13 + k) * 0.37f) + 0.3f * (float)(k % (y[j] + 1));
+    for (int l = 0; l < locals; ++l) {
+      for (int j = 0; j < rows; ++j) {
+        int row = first + l * rows + j;
+        y[j] = (row * 3 + s) % OUT;
+        for (int k = 0; k < IN; ++k)
+          x[j * IN + k] = sinf((float)(s * 7 + row * 13 + k) * 0.37f) + 0.3f * (float)(k % (y[j] + 1));
+      }
+      CHECK(aq_exec_write(t->e, local_tensor(t, t->x, l), x, (size_t)rows * IN * 4));
+      CHECK(aq_exec_write(t->e, local_tensor(t, t->y, l), y, (size_t)rows * 4));
     }
-    CHECK(aq_exec_write(t->e, t->x, x, (size_t)rows * IN * 4));
-    CHECK(aq_exec_write(t->e, t->y, y, (size_t)rows * 4));
     CHECK(aq_exec_run(t->e));
     CHECK(aq_exec_wait(t->e, 60ull * 1000000000ull));
   }
@@ -235,25 +250,39 @@ static void destroy_net(net_t *t) {
   if (t->g) aq_graph_destroy(t->g);
 }
 
+/* Local rank `local`'s parameters against ref's, within 1e-5 relative. */
+static int compare_local(net_t *dp, net_t *ref, int local, int r, float *a, float *b, int i) {
+  size_t n = param_count(i);
+  CHECK(aq_exec_read(dp->e, local_tensor(dp, dp->p[i], local), a, n * 4));
+  if (!ref) return 0;
+  CHECK(aq_exec_read(ref->e, ref->p[i], b, n * 4));
+  double diff = 0, top = 0;
+  for (size_t j = 0; j < n; ++j) diff = fmax(diff, fabs((double)a[j] - b[j])), top = fmax(top, fabs((double)b[j]));
+  printf("rank %d: parameter %d: largest difference %.3g of largest value %.3g (relative %.3g)\n", r + local, i, diff,
+         top, diff / top);
+  EXPECT(diff <= 1e-5 * top, "parameter %d differs from one process's by %.3g relative (more than 1e-5)", i,
+         diff / top);
+  return 0;
+}
+
 static int compare(net_t *dp, net_t *ref, aq_comm_t *c, int r) {
   float a[IN * HID], b[IN * HID];
   for (int i = 0; i < PARAMS; ++i) {
     size_t n = param_count(i);
-    CHECK(aq_exec_read(dp->e, dp->p[i], a, n * 4));
-    if (ref) {
-      CHECK(aq_exec_read(ref->e, ref->p[i], b, n * 4));
-      double diff = 0, top = 0;
-      for (size_t j = 0; j < n; ++j) diff = fmax(diff, fabs((double)a[j] - b[j])), top = fmax(top, fabs((double)b[j]));
-      printf("rank %d: parameter %d: largest difference %.3g of largest value %.3g (relative %.3g)\n", r, i, diff, top,
-             diff / top);
-      EXPECT(diff <= 1e-5 * top, "parameter %d differs from one process's by %.3g relative (more than 1e-5)", i,
-             diff / top);
-    }
+    if (compare_local(dp, ref, 0, r, a, b, i)) return 1;
     memcpy(b, a, n * 4);
     CHECK(aq_comm_run(c, &(aq_collective_t){.kind = AQ_COLLECTIVE_BROADCAST, .recv = b, .count = n}));
     EXPECT(!memcmp(a, b, n * 4), "parameter %d differs between rank 0 and rank %d", i, r);
   }
   return 0;
+}
+
+/* One process with the global batch. */
+static int reference(net_t *ref) {
+  int rc = build_net(ref, GLOBAL_BATCH, NULL);
+  if (!rc) rc = init_params(ref, 1u, 0);
+  if (!rc) rc = train(ref, 0, GLOBAL_BATCH, 1);
+  return rc;
 }
 
 static int contract(aq_comm_t *c, int r, int n) {
@@ -262,11 +291,9 @@ static int contract(aq_comm_t *c, int r, int n) {
   net_t dp = {0}, ref = {0};
   /* Every rank starts elsewhere: the first run's broadcast must fix it. */
   int rc = build_net(&dp, local, c);
-  if (!rc) rc = init_params(&dp, 1u + (unsigned)r);
-  if (!rc) rc = train(&dp, r * local, local);
-  if (!rc && r == 0) rc = build_net(&ref, GLOBAL_BATCH, NULL);
-  if (!rc && r == 0) rc = init_params(&ref, 1u);
-  if (!rc && r == 0) rc = train(&ref, 0, GLOBAL_BATCH);
+  if (!rc) rc = init_params(&dp, 1u + (unsigned)r, 0);
+  if (!rc) rc = train(&dp, r * local, local, 1);
+  if (!rc && r == 0) rc = reference(&ref);
   if (!rc) rc = compare(&dp, r == 0 ? &ref : NULL, c, r);
   destroy_net(&dp), destroy_net(&ref);
   return rc;
@@ -471,6 +498,38 @@ static int gpu_contract(aq_comm_t *c, int r, int n) {
   return need_nccl(c) || contract(c, r, n);
 }
 
+/* The contract over this process's GPU agents, without MPI: one replica
+ * of the step per GPU (aq_comm_create_gpus), each local rank's inputs its
+ * own shard; every local rank but 0 starts elsewhere, and must end where
+ * one GPU with the global batch does. */
+static int gpus_contract(void) {
+  aq_comm_t *c;
+  aq_status_t s = aq_comm_create_gpus(NULL, &c);
+  aq_comm_info_t info = {0};
+  if (s == AQ_OK) CHECK(aq_comm_get_info(c, &info));
+  if (s == AQ_ERROR_UNAVAILABLE || (s == AQ_OK && info.local_ranks < 2)) {
+    printf("rank 0: gpus_contract skipped: %s\n", s == AQ_OK ? "one GPU agent" : aq_last_error());
+    if (s == AQ_OK) aq_comm_destroy(c);
+    return 0;
+  }
+  CHECK(s);
+  int n = (int)info.local_ranks, local = GLOBAL_BATCH / n;
+  net_options = (aq_exec_options_t){.kernel_agent_kinds = 1u << AQ_AGENT_KIND_GPU, .flags = AQ_EXEC_EXACT_MATMUL};
+  net_t dp = {0}, ref = {0};
+  int rc = build_net(&dp, local, c);
+  if (!rc) rc = init_params(&dp, 1u, 0);
+  for (int l = 1; l < n && !rc; ++l) rc = init_params(&dp, 1u + (unsigned)l, l);
+  if (!rc) rc = train(&dp, 0, local, n);
+  if (!rc) rc = reference(&ref);
+  float a[IN * HID], b[IN * HID];
+  for (int l = 0; l < n && !rc; ++l)
+    for (int i = 0; i < PARAMS && !rc; ++i) rc = compare_local(&dp, &ref, l, 0, a, b, i);
+  if (!rc) printf("rank 0: gpus_contract ok (%d GPU agents)\n", n);
+  destroy_net(&dp), destroy_net(&ref);
+  aq_comm_destroy(c);
+  return rc;
+}
+
 /* Rank 1 dies after one NCCL collective: rank 0's next one must fail
  * within the timeout (the watchdog aborts NCCL), naming the collective. */
 static int gpu_killed(aq_comm_t *c, int r, int n) {
@@ -509,8 +568,8 @@ static int rank_main(const char *name) {
     printf("rank ?: %s FAILED: aq_init: %s\n", name, aq_last_error());
     return 1;
   }
-  if (!strcmp(name, "gpus")) {
-    int rc = gpus();
+  if (!strcmp(name, "gpus") || !strcmp(name, "gpus_contract")) {
+    int rc = !strcmp(name, "gpus") ? gpus() : gpus_contract();
     aq_shut_down();
     return rc;
   }
@@ -546,7 +605,8 @@ int main(int argc, char **argv) {
     fprintf(
         stderr,
         "usage: mpirun -np N comm-ranks "
-        "collectives|contract|killed|gpu_collectives|gpu_killed|gpu_graph|gpu_contract, or comm-ranks gpus\n");
+        "collectives|contract|killed|gpu_collectives|gpu_killed|gpu_graph|gpu_contract, or comm-ranks "
+        "gpus|gpus_contract\n");
     return 2;
   }
   return rank_main(argv[1]);

@@ -1,0 +1,100 @@
+/* In-process data parallelism's expansion (scheduler/ranks.c) on its own:
+ * a training graph over a communicator of two GPUs of this process, made
+ * by hand with CPU agents in the GPUs' places (no NCCL is loaded: its graph
+ * ops are made, never run), expanded into one part per local rank. */
+#include <pthread.h>
+#include <stdio.h>
+
+#include "kernels/comm/call.h"
+#include "runtime/comm.h"
+#include "scheduler/ranks.h"
+#include "units.h"
+
+static void setup(void) { AQ_ASSERT_OK(aq_init(NULL)); }
+static void teardown(void) { aq_shut_down(); }
+TestSuite(ranks, .init = setup, .fini = teardown);
+
+static aq_comm_t *fake_gpus_comm(uint32_t agent0, uint32_t agent1) {
+  aq_comm_t *c = calloc(1, sizeof(*c));
+  cr_assert(c);
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->keep_lock, NULL);
+  c->size = c->local_ranks = c->ngpus = 2, c->gpu_agent[0] = agent0, c->gpu_agent[1] = agent1;
+  return c;
+}
+
+/* aq_comm_destroy leaves NCCL only where there is some. */
+static void destroy_fake(aq_comm_t *c) {
+  c->ngpus = 0;
+  AQ_ASSERT_OK(aq_comm_destroy(c));
+}
+
+static uint32_t cpu_agent_index(void) {
+  aq_agent_info_t info;
+  AQ_ASSERT_OK(aq_agent_get_info(first_cpu_agent(), &info));
+  return info.index;
+}
+
+static aq_status_t no_op_host(void *user, uint64_t a, uint64_t b, uint64_t c) {
+  (void)user, (void)a, (void)b, (void)c;
+  return AQ_OK;
+}
+
+/* The graph of a communicator of several GPUs of this process is rank 0's
+ * part; expanded, each local rank has a copy of every tensor and task on
+ * its own GPU, edges and gradients within its own part, and a host task
+ * runs once (touching no tensor: one that does is refused by name). */
+Test(ranks, each_rank_gets_a_copy_on_its_gpu) {
+  uint32_t cpu = cpu_agent_index();
+  aq_comm_t *c = fake_gpus_comm(cpu, cpu + 1), *other = fake_gpus_comm(cpu, cpu);
+  aq_graph_t *g, *x;
+  aq_tensor_t in, labels, w, logits, loss, grad;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){3, 5}, &in));
+  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){3}, &labels));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){5, 2}, &w));
+  AQ_ASSERT_OK(aq_op_matmul(g, in, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, labels, &loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  AQ_ASSERT_OK(aq_graph_data_parallel(g, c, NULL));
+  AQ_ASSERT_OK(aq_graph_gradient(g, w, &grad));
+  AQ_ASSERT_OK(aq_op_sgd(g, w, grad, &(aq_sgd_options_t){.lr = 0.1f}));
+  AQ_ASSERT_FAILS(aq_op_allreduce(g, other, in, AQ_REDUCE_SUM), AQ_ERROR_INVALID_ARGUMENT, "another communicator");
+  aq_task_t loader;
+  AQ_ASSERT_OK(aq_graph_add_host(g, &(aq_host_task_t){.name = "loader", .fn = no_op_host, .agent = -1}, &loader));
+  cr_assert_eq(aq_graph_local_ranks(g), 2);
+  AQ_ASSERT_OK(aq_graph_expand_ranks(g, &x));
+  uint32_t per = g->ntensors - 1, K = g->ntasks;
+  cr_assert_eq(x->ntensors, 2 * per + 1);
+  cr_assert_eq(x->ntasks, 2 * K - 1, "%u tasks from %u (the host task once)", x->ntasks, K);
+  cr_assert_str_eq(x->tensors[w.id + per].name, "w@r1");
+  cr_assert_eq(x->tensors[w.id + per].grad, grad.id + per, "rank 1's w has rank 0's gradient");
+  uint32_t streams = 0;
+  for (uint32_t t = 0; t < K - 1; ++t) {
+    const task_t *a = &g->tasks[t], *b = &x->tasks[K + t];
+    cr_assert_eq(x->tasks[t].agent, (int32_t)cpu, "rank 0's '%s' is not on its GPU", a->name);
+    cr_assert_eq(b->agent, (int32_t)cpu + 1, "rank 1's '%s' is not on its GPU", b->name);
+    cr_assert(!strncmp(b->name, a->name, strlen(a->name)) && strstr(b->name, "@r1"), "'%s' from '%s'", b->name, a->name);
+    for (uint32_t r = 0; r < a->nreads; ++r) cr_assert_eq(b->reads[r], a->reads[r] + per);
+    for (uint32_t e = 0; e < a->nafter_all; ++e) cr_assert_eq(b->after_all[e], a->after_all[e] + K);
+    if (a->kind == TASK_STREAM) {
+      aq_tensor_call_args_t ka, kb;
+      memcpy(&ka, a->kernarg, sizeof(ka)), memcpy(&kb, b->kernarg, sizeof(kb));
+      cr_assert_neq(ka.user, kb.user, "'%s' shares its collective's state with rank 0", b->name);
+      ++streams;
+    }
+  }
+  cr_assert_eq(streams, 2, "a broadcast and a bucket per rank");
+  aq_graph_destroy(x);
+  /* A host task that reads a tensor knows only rank 0's. */
+  aq_task_t reader;
+  aq_host_task_t h = {.name = "peek", .fn = no_op_host, .agent = -1, .reads = {loss}, .read_count = 1};
+  AQ_ASSERT_OK(aq_graph_add_host(g, &h, &reader));
+  AQ_ASSERT_FAILS(aq_graph_expand_ranks(g, &x), AQ_ERROR_INVALID_GRAPH, "host task 'peek'");
+  aq_exec_t *e;
+  AQ_ASSERT_FAILS(aq_graph_instantiate(g, NULL, &e), AQ_ERROR_INVALID_GRAPH, "host task 'peek'");
+  aq_graph_destroy(g);
+  destroy_fake(other);
+  destroy_fake(c);
+}
+
