@@ -90,7 +90,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
                         e->agent_node, eligible, costs,         links,
                         links ? links + (size_t)e->nagents * e->nagents : NULL, e->agent_workers};
   uint64_t t_place = t0 ? aq_now_ns() : 0;
-  if (s == AQ_OK) s = aq_plan_build(&e->plan, g, e->policy, &lanes);
+  if (s == AQ_OK) s = aq_plan_build(&e->plan, e->user_graph, e->policy, &lanes);
   if (s == AQ_OK) s = aq_exec_replicate(e, eligible);
   if (s == AQ_OK) s = aq_exec_fuse(e);
   /* NCCL collectives stay on their GPU's kernel stream: on a lane of their

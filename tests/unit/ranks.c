@@ -98,3 +98,61 @@ Test(ranks, each_rank_gets_a_copy_on_its_gpu) {
   destroy_fake(c);
 }
 
+
+/* The expanded step runs: with no collective between them (the graph's
+ * communicator set by hand), each rank trains on its own inputs from the
+ * parameters every rank was written, as a graph of its own would. */
+Test(ranks, each_rank_trains_on_its_own_inputs) {
+  uint32_t cpu = cpu_agent_index();
+  aq_comm_t *c = fake_gpus_comm(cpu, cpu);
+  aq_graph_t *g;
+  aq_tensor_t in, labels, w, logits, loss, grad, w1, in1, labels1;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){4, 3}, &in));
+  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){4}, &labels));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){3, 2}, &w));
+  AQ_ASSERT_OK(aq_op_matmul(g, in, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, labels, &loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  AQ_ASSERT_OK(aq_graph_gradient(g, w, &grad));
+  AQ_ASSERT_OK(aq_op_sgd(g, w, grad, &(aq_sgd_options_t){.lr = 0.5f}));
+  g->ranks_comm = c;
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  AQ_ASSERT_OK(aq_exec_local_tensor(e, w, 1, &w1));
+  AQ_ASSERT_OK(aq_exec_local_tensor(e, in, 1, &in1));
+  AQ_ASSERT_OK(aq_exec_local_tensor(e, labels, 1, &labels1));
+  AQ_ASSERT_FAILS(aq_exec_local_tensor(e, w, 2, &w1), AQ_ERROR_INVALID_ARGUMENT, "local rank 2");
+  AQ_ASSERT_FAILS(aq_exec_local_tensor(e, w1, 1, &w1), AQ_ERROR_INVALID_HANDLE, "not one of the graph's");
+  AQ_ASSERT_OK(aq_exec_local_tensor(e, w, 1, &w1));
+  float w0[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f}, x0[12], x1[12], a[6], b[6];
+  int32_t y0[4] = {0, 1, 1, 0}, y1[4] = {1, 1, 0, 0};
+  for (int i = 0; i < 12; ++i) x0[i] = 0.1f * (float)i, x1[i] = 1.0f - 0.05f * (float)i;
+  AQ_ASSERT_OK(aq_exec_write(e, w, w0, sizeof(w0))); /* every rank's */
+  AQ_ASSERT_OK(aq_exec_write(e, in, x0, sizeof(x0)));
+  AQ_ASSERT_OK(aq_exec_write(e, labels, y0, sizeof(y0)));
+  AQ_ASSERT_OK(aq_exec_write(e, in1, x1, sizeof(x1)));
+  AQ_ASSERT_OK(aq_exec_write(e, labels1, y1, sizeof(y1)));
+  AQ_ASSERT_OK(aq_exec_run(e));
+  AQ_ASSERT_OK(aq_exec_wait(e, 10 * SEC));
+  AQ_ASSERT_OK(aq_exec_read(e, w, a, sizeof(a)));
+  AQ_ASSERT_OK(aq_exec_read(e, w1, b, sizeof(b)));
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  /* The same step alone, on rank 1's inputs, then on rank 0's. */
+  g->ranks_comm = NULL;
+  float r[6];
+  for (int k = 0; k < 2; ++k) {
+    AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+    AQ_ASSERT_OK(aq_exec_write(e, w, w0, sizeof(w0)));
+    AQ_ASSERT_OK(aq_exec_write(e, in, k ? x0 : x1, sizeof(x0)));
+    AQ_ASSERT_OK(aq_exec_write(e, labels, k ? y0 : y1, sizeof(y0)));
+    AQ_ASSERT_OK(aq_exec_run(e));
+    AQ_ASSERT_OK(aq_exec_wait(e, 10 * SEC));
+    AQ_ASSERT_OK(aq_exec_read(e, w, r, sizeof(r)));
+    AQ_ASSERT_OK(aq_exec_destroy(e));
+    cr_assert(!memcmp(r, k ? a : b, sizeof(r)), "rank %d's step differs from the graph's alone", 1 - k);
+  }
+  cr_assert(memcmp(a, b, sizeof(a)), "both ranks trained alike on different inputs");
+  aq_graph_destroy(g);
+  destroy_fake(c);
+}
