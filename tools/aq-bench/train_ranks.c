@@ -97,7 +97,7 @@ static double nccl_allreduce_us(aq_comm_t *c, size_t n) {
   aq_agents(agents, 64, &na);
   float *g[LOCALS_MAX] = {0};
   aq_queue_t q[LOCALS_MAX];
-  aq_signal_t done;
+  aq_signal_t done[LOCALS_MAX];
   uint32_t k = 0;
   for (size_t a = (size_t)info.gpu_agent; a < na && a < 64 && k < info.local_ranks; ++a) {
     aq_agent_info_t ai;
@@ -105,24 +105,25 @@ static double nccl_allreduce_us(aq_comm_t *c, size_t n) {
     if (ai.kind != AQ_AGENT_KIND_GPU || strcmp(ai.driver, "cuda")) continue;
     if (!(g[k] = device_floats(agents[a], n))) return -1;
     BENCH_CHECK("train", aq_queue_create(agents[a], NULL, &q[k]));
+    BENCH_CHECK("train", aq_signal_create(0, &done[k]));
     ++k;
   }
   if (k < info.local_ranks) return -1;
-  BENCH_CHECK("train", aq_signal_create(0, &done));
   double us[20];
   for (int i = 0; i < 20; ++i) {
-    aq_signal_store(done, k);
     uint64_t t0 = bench_now_ns();
-    for (uint32_t l = 0; l < k; ++l)
+    for (uint32_t l = 0; l < k; ++l) {
+      aq_signal_store(done[l], 1);
       BENCH_CHECK("train", aq_comm_enqueue(c, q[l], &(aq_collective_t){.kind = AQ_COLLECTIVE_ALLREDUCE,
                                                                       .reduce = AQ_REDUCE_MEAN, .send = g[l],
                                                                       .recv = g[l], .count = n},
-                                           done));
-    BENCH_CHECK("train", aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 60ull * 1000000000ull, NULL));
+                                           done[l]));
+    }
+    for (uint32_t l = 0; l < k; ++l)
+      BENCH_CHECK("train", aq_signal_wait(done[l], AQ_SIGNAL_EQ, 0, 60ull * 1000000000ull, NULL));
     us[i] = (double)(bench_now_ns() - t0) / 1e3;
   }
-  aq_signal_destroy(done);
-  for (uint32_t l = 0; l < k; ++l) aq_queue_destroy(q[l]), aq_memory_free(g[l]);
+  for (uint32_t l = 0; l < k; ++l) aq_signal_destroy(done[l]), aq_queue_destroy(q[l]), aq_memory_free(g[l]);
   return bench_median(us, 20);
 }
 
