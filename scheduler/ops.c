@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "aquila/ops.h"
+#include "runtime/drivers/cuda_grid.h"
 #include "runtime/status.h"
 #include "scheduler/graph_internal.h"
 
@@ -30,16 +31,15 @@ aq_status_t aq_graph_op_task(aq_graph_t *g, const char *name, const char *kernel
 }
 
 aq_status_t aq_graph_check_gpu_grid(const char *task, const char *kernel, aq_dispatch_shape_t s) {
-  static const uint64_t max[3] = {2147483647u, 65535u, 65535u}; /* CUDA's launch limits, in blocks */
   for (int d = 0; d < 3; ++d) {
     uint64_t items = s.grid[d] ? s.grid[d] : 1, wg = s.workgroup[d] ? s.workgroup[d] : 1;
-    uint64_t blocks = (items + wg - 1) / wg;
-    if (items != AQ_GRID_TOO_LARGE && blocks <= max[d]) continue;
+    if (items != AQ_GRID_TOO_LARGE && aq_cuda_grid_blocks(items, wg, d)) continue;
     return aq_error(AQ_ERROR_INVALID_GRAPH,
                     "task '%s' (%s): its GPU launch needs %s%llu blocks of %llu threads along %c, and CUDA launches "
                     "at most %llu (split the tensor)",
-                    task, kernel, items == AQ_GRID_TOO_LARGE ? "at least " : "", (unsigned long long)blocks,
-                    (unsigned long long)wg, "xyz"[d], (unsigned long long)max[d]);
+                    task, kernel, items == AQ_GRID_TOO_LARGE ? "at least " : "",
+                    (unsigned long long)((items + wg - 1) / wg), (unsigned long long)wg, "xyz"[d],
+                    (unsigned long long)aq_cuda_grid_max_blocks(d));
   }
   return AQ_OK;
 }

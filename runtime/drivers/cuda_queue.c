@@ -10,6 +10,7 @@
 #include <sys/prctl.h>
 
 #include "runtime/drivers/cuda.h"
+#include "runtime/drivers/cuda_grid.h"
 #include "runtime/fault.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
@@ -166,7 +167,6 @@ static uint32_t fit_group_segment(cuda_queue_t *cq, cuda_kernel_t *k, uint32_t b
 
 int aq_cuda_launch_shape(const hsa_kernel_dispatch_packet_t *p, uint32_t blocks[3], uint32_t wg[3], char *why,
                          size_t room) {
-  static const uint64_t max[3] = {2147483647u, 65535u, 65535u}; /* CUDA's launch limits, in blocks */
   const uint32_t size[3] = {p->workgroup_size_x, p->workgroup_size_y, p->workgroup_size_z};
   const uint32_t grid[3] = {p->grid_size_x, p->grid_size_y, p->grid_size_z};
   uint32_t dims = (p->setup >> HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS) & 3;
@@ -174,11 +174,11 @@ int aq_cuda_launch_shape(const hsa_kernel_dispatch_packet_t *p, uint32_t blocks[
     uint64_t items = i < dims ? grid[i] : 1;
     wg[i] = i < dims ? size[i] : 1;
     if (!wg[i] || !items) return snprintf(why, room, "a zero grid or work-group size along %c", "xyz"[i]), 1;
-    /* 64-bit: a grid near 2^32 would wrap to a handful of blocks */
-    uint64_t b = (items + wg[i] - 1) / wg[i];
-    if (b > max[i])
-      return snprintf(why, room, "%llu blocks along %c, past CUDA's %llu", (unsigned long long)b, "xyz"[i],
-                      (unsigned long long)max[i]),
+    uint64_t b = aq_cuda_grid_blocks(items, wg[i], (int)i);
+    if (!b)
+      return snprintf(why, room, "%llu blocks along %c, past CUDA's %llu",
+                      (unsigned long long)((items + wg[i] - 1) / wg[i]), "xyz"[i],
+                      (unsigned long long)aq_cuda_grid_max_blocks((int)i)),
              1;
     blocks[i] = (uint32_t)b;
   }
