@@ -124,6 +124,8 @@ typedef struct placer {
   uint32_t *lane;                           /* per task: the result */
   double *finish, *cost;
   uint32_t *home;                           /* per tensor: where a persistent one lives (home_cost) */
+  uint32_t *gpu_home;                       /* per tensor: the GPU whose memory holds it (home_cost) */
+  uint64_t gpus;                            /* the GPU agents, a bit each */
   uint32_t *agent_lanes, *first_lane;       /* each agent's lanes: agent_lanes[first_lane[a]..first_lane[a+1]) */
   uint32_t *cand, *cand_stamp;              /* per lane: the lanes a task is tried on (place) */
   const double *pred_bytes;                 /* per task, per predecessor: edge_bytes (from pred_at) */
@@ -137,6 +139,8 @@ static uint32_t workers_of(const plan_lanes_t *l, uint32_t a) {
 static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const plan_lanes_t *l, const hot_task_t *hot) {
   memset(pl, 0, sizeof(*pl));
   pl->p = p, pl->g = g, pl->l = l, pl->hot = hot;
+  for (uint32_t a = 0; a < l->nagents && a < 64; ++a)
+    if (agent_kind(l, a) == AQ_AGENT_KIND_GPU) pl->gpus |= 1ull << a;
   pl->first_worker = calloc(l->nagents + 1, sizeof(uint32_t));
   if (!pl->first_worker) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   uint32_t most = 1;
@@ -155,11 +159,12 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
   pl->finish = malloc(n * sizeof(double));
   pl->cost = malloc(n * sizeof(double));
   pl->home = malloc((g->ntensors ? g->ntensors : 1) * sizeof(uint32_t));
+  pl->gpu_home = malloc((g->ntensors ? g->ntensors : 1) * sizeof(uint32_t));
   uint32_t nl = l->nlanes ? l->nlanes : 1;
   pl->agent_lanes = malloc(nl * sizeof(uint32_t)), pl->first_lane = calloc(l->nagents + 2, sizeof(uint32_t));
   pl->cand = malloc(nl * sizeof(uint32_t)), pl->cand_stamp = malloc(nl * sizeof(uint32_t));
   if (!pl->lane_free || !pl->worker_free || !pl->sorted || !pl->taken || !pl->used || !pl->lane || !pl->finish ||
-      !pl->cost || !pl->home || !pl->agent_lanes || !pl->first_lane || !pl->cand || !pl->cand_stamp)
+      !pl->cost || !pl->home || !pl->gpu_home || !pl->agent_lanes || !pl->first_lane || !pl->cand || !pl->cand_stamp)
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->first_lane[l->lane_agent[c] + 2]++;
   for (uint32_t a = 0; a < l->nagents; ++a) pl->first_lane[a + 2] += pl->first_lane[a + 1];
@@ -169,7 +174,7 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
 
 static void placer_free(placer_t *pl) {
   free(pl->lane_free), free(pl->worker_free), free(pl->sorted), free(pl->taken), free(pl->used), free(pl->first_worker);
-  free(pl->lane), free(pl->finish), free(pl->cost), free(pl->home);
+  free(pl->lane), free(pl->finish), free(pl->cost), free(pl->home), free(pl->gpu_home);
   free(pl->agent_lanes), free(pl->first_lane), free(pl->cand), free(pl->cand_stamp);
   memset(pl, 0, sizeof(*pl));
 }
@@ -236,12 +241,25 @@ static void take_workers(placer_t *pl, uint32_t a, uint32_t w, double start, dou
  * this, an update on a CPU beside a GPU's forward pass looked free. */
 static int persistent(const aq_tensor_role_t role) { return role == AQ_ROLE_PARAMETER || role == AQ_ROLE_STATE; }
 
+/* A tensor a GPU touches lives in the memory of the first GPU that does
+ * (the exec's memory plan), and another GPU's kernels read it there in
+ * place, over peer access: not once, as a copy would, but as often as the
+ * kernel reads its operands (a product reads each input once per tile of
+ * the other), without the caches that local reads hit. So a GPU task
+ * reading another GPU's tensor pays its bytes over the link that many
+ * times; without this, two GPUs sharing one large input split products
+ * that then ran nine times slower on the second. */
+#define PEER_READ_FACTOR 16.0
+
+static int is_gpu(const placer_t *pl, uint32_t a) { return a < 64 && (pl->gpus >> a & 1); }
+
 static double home_cost(const placer_t *pl, const task_t *t, uint32_t a) {
   double ns = 0;
   for (uint32_t j = 0; j < t->nreads + t->nwrites; ++j) {
-    uint32_t x = j < t->nreads ? t->reads[j] : t->writes[j - t->nreads], h = pl->home[x];
-    if (h != UINT32_MAX && h != a && persistent(pl->g->tensors[x].role))
-      ns += aq_plan_transfer_ns(pl->l, h, a, (double)pl->g->tensors[x].bytes);
+    uint32_t x = j < t->nreads ? t->reads[j] : t->writes[j - t->nreads], h = pl->home[x], gh = pl->gpu_home[x];
+    double bytes = (double)pl->g->tensors[x].bytes;
+    if (h != UINT32_MAX && h != a && persistent(pl->g->tensors[x].role)) ns += aq_plan_transfer_ns(pl->l, h, a, bytes);
+    if (gh != UINT32_MAX && gh != a && is_gpu(pl, a)) ns += PEER_READ_FACTOR * aq_plan_transfer_ns(pl->l, gh, a, bytes);
   }
   return ns;
 }
@@ -250,11 +268,15 @@ static void take_home(placer_t *pl, const task_t *t, uint32_t a) {
   for (uint32_t j = 0; j < t->nreads + t->nwrites; ++j) {
     uint32_t x = j < t->nreads ? t->reads[j] : t->writes[j - t->nreads];
     if (pl->home[x] == UINT32_MAX && persistent(pl->g->tensors[x].role)) pl->home[x] = a;
+    if (pl->gpu_home[x] == UINT32_MAX && is_gpu(pl, a)) pl->gpu_home[x] = a;
   }
 }
 
-static hot_task_t hot_of(const aq_graph_t *g, const task_t *t) {
+/* Whether task t's placement depends on where its tensors live: on a
+ * persistent one's home, or, with several GPUs, on any one's GPU. */
+static hot_task_t hot_of(const aq_graph_t *g, const task_t *t, int gpus) {
   hot_task_t h = {task_groups(t), t->agent, t->nafter_any, (uint8_t)t->kind, 0};
+  h.home = gpus > 1 && t->nreads + t->nwrites > 0;
   for (uint32_t j = 0; j < t->nreads + t->nwrites && !h.home; ++j)
     h.home = persistent(g->tensors[j < t->nreads ? t->reads[j] : t->writes[j - t->nreads]].role);
   return h;
@@ -361,7 +383,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   double makespan = 0;
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->lane_free[c] = 0, pl->used[c] = 0;
   for (uint32_t w = 0; w < pl->first_worker[na]; ++w) pl->worker_free[w] = 0;
-  for (uint32_t x = 0; x < g->ntensors; ++x) pl->home[x] = UINT32_MAX;
+  for (uint32_t x = 0; x < g->ntensors; ++x) pl->home[x] = pl->gpu_home[x] = UINT32_MAX;
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->cand_stamp[c] = 0;
   for (uint32_t k = 0; k < p->ntasks; ++k) {
     uint32_t i = p->order[k];
@@ -520,7 +542,9 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint32_t *pred_at = s == AQ_OK ? malloc((n + 1) * sizeof(uint32_t)) : NULL;
   double *pred_bytes = NULL;
   if (s == AQ_OK && (!hot || !pred_at)) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) hot[i] = hot_of(g, &g->tasks[i]);
+  int gpus = 0;
+  for (uint32_t a = 0; a < na; ++a) gpus += agent_kind(l, a) == AQ_AGENT_KIND_GPU;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) hot[i] = hot_of(g, &g->tasks[i], gpus);
   /* each edge's bytes once, in task order, for every placement tried */
   if (s == AQ_OK) pred_at[0] = 0;
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i) pred_at[i + 1] = pred_at[i] + p->tasks[i].npreds;

@@ -179,7 +179,7 @@ Test(cli, bad_values_are_refused_by_name) {
       {"examples/train_fashion", "--placement bogus", "--placement bogus: expected auto, cpu, gpu"},
       {"examples/train_fashion", "--epochs ten", "--epochs ten: expected an integer"},
       {"bin/aq-trace", "svg run.json", "aq-trace svg: -o OUT.svg is missing"},
-      {"bin/aq-trace", "svg -o x.svg", "aq-trace svg: FILE is missing"},
+      {"bin/aq-trace", "svg -o x.svg", "aq-trace svg: FILE... is missing"},
       {"bin/aq-trace", "diff a.json", "aq-trace diff: expected A B"},
       {"bin/aq-trace", "bogus", "unknown command 'bogus'"},
       {"bin/aq-trace", "summary --top 0 x.json", "--top 0: expected a value in [1, 100000]"},

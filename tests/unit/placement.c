@@ -20,6 +20,10 @@ static void setup(void) { cr_assert_eq(aq_init(NULL), AQ_OK, "%s", aq_last_error
 static void teardown(void) { aq_shut_down(); }
 TestSuite(placement, .init = setup, .fini = teardown);
 
+/* HEFT's estimate of its placement over all agents (before it is
+ * weighed against single agents), from the last place(). */
+static double mixed_ns;
+
 /* Places g by t; lane of each task into lane[]. */
 static void place(aq_graph_t *g, const table_t *t, uint32_t *lane) {
   uint32_t na = t->nagents, lane_agent[MAX_AGENTS], workers[MAX_AGENTS] = {1};
@@ -41,6 +45,7 @@ static void place(aq_graph_t *g, const table_t *t, uint32_t *lane) {
   plan_t p;
   cr_assert_eq(aq_plan_build(&p, g, AQ_SCHED_HEFT, &l), AQ_OK, "%s", aq_last_error());
   for (uint32_t i = 0; i < g->ntasks; ++i) lane[i] = p.tasks[i].lane;
+  mixed_ns = p.heft_mixed_ns;
   aq_plan_free(&p);
 }
 
@@ -202,4 +207,40 @@ Test(placement, a_parameters_update_stays_with_its_readers) {
   place(g, &t, lane);
   cr_expect_eq(lane[2], 1, "the update beside the forward pass, on the GPU");
   aq_graph_destroy(g);
+}
+
+/* Products of one large input on two GPUs: the second GPU would read it
+ * in place from the first one's memory, over and over (PEER_READ_FACTOR),
+ * which costs more than the split saves, so the placement over all agents
+ * keeps them on one GPU; products of inputs of their own spread over both
+ * (and then, saving no more than half, are weighed against one GPU). */
+static void products_of(aq_graph_t *g, int shared) {
+  aq_tensor_t big = {0};
+  for (int i = 0; i < 4; ++i) {
+    char name[8] = {'b', (char)('0' + i), 0};
+    if (!shared || !i)
+      cr_assert_eq(aq_tensor_create(g, name, AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){1024, 1024}, &big), AQ_OK);
+    aq_tensor_t out;
+    cr_assert_eq(aq_op_matmul(g, big, big, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &out), AQ_OK, "%s",
+                 aq_last_error());
+  }
+}
+
+Test(placement, gpus_sharing_a_large_input_do_not_split_it) {
+  table_t t = {.nagents = 3, .lat = 10000, .per_byte = 1.0 / 300}; /* NVLink-like: 300 GB/s */
+  for (int i = 0; i < 4; ++i) t.cost[i][0] = 2000000, t.cost[i][1] = t.cost[i][2] = 56000;
+  uint32_t lane[MAX_TASKS];
+  for (int shared = 1; shared >= 0; --shared) {
+    aq_graph_t *g;
+    cr_assert_eq(aq_graph_create(NULL, &g), AQ_OK);
+    products_of(g, shared);
+    place(g, &t, lane);
+    uint32_t g1 = on_agent(lane, 4, 1), g2 = on_agent(lane, 4, 2);
+    cr_expect(g1 == 4 || g2 == 4, "one GPU runs the products, not %u and %u", g1, g2);
+    if (shared)
+      cr_expect(mixed_ns >= 4 * 56000, "one input: the split was estimated at %.0f ns", mixed_ns);
+    else
+      cr_expect(mixed_ns < 3 * 56000, "an input each: the split was estimated at %.0f ns", mixed_ns);
+    aq_graph_destroy(g);
+  }
 }
