@@ -211,16 +211,24 @@ static int cuda_gpus(void) {
   return (int)gpus;
 }
 
+/* comm-ranks PROGRAM in this process alone (no mpirun): it skips where the
+ * process lacks the GPUs, else must say "rank 0: PROGRAM ok". */
+static void alone(const char *program) {
+  char exe[512], cmd[600], out[16384], said[64];
+  ranks_program(exe, sizeof(exe));
+  snprintf(cmd, sizeof(cmd), "timeout 120 %s %s 2>&1", exe, program);
+  int rc = run(cmd, out, sizeof(out));
+  snprintf(said, sizeof(said), "%s skipped", program);
+  if (strstr(out, said)) cr_skip_test("%s", out);
+  snprintf(said, sizeof(said), "rank 0: %s ok", program);
+  cr_assert(rc == 0 && strstr(out, said), "%s", out);
+}
+
 /* Every GPU agent of one process a rank: each kind through NCCL on the
  * GPUs' queues (one GPU is a communicator of one). */
 Test(comm, gpus, .timeout = 150) {
   if (!cuda_gpus()) cr_skip_test("skipped: no GPU");
-  char exe[512], cmd[600], out[16384];
-  ranks_program(exe, sizeof(exe));
-  snprintf(cmd, sizeof(cmd), "timeout 120 %s gpus 2>&1", exe);
-  int rc = run(cmd, out, sizeof(out));
-  if (strstr(out, "gpus skipped")) cr_skip_test("%s", out);
-  cr_assert(rc == 0 && strstr(out, "rank 0: gpus ok"), "%s", out);
+  alone("gpus");
 }
 
 /* Several GPUs of one process, a replica of the training step each: the
@@ -229,12 +237,7 @@ Test(comm, gpus_data_parallel_matches_one_gpu, .timeout = 150) {
   int n = cuda_gpus();
   if (!n) cr_skip_test("skipped: no GPU");
   if (n < 2) cr_skip_test("skipped: fewer than 2 GPUs");
-  char exe[512], cmd[600], out[16384];
-  ranks_program(exe, sizeof(exe));
-  snprintf(cmd, sizeof(cmd), "timeout 120 %s gpus_contract 2>&1", exe);
-  int rc = run(cmd, out, sizeof(out));
-  if (strstr(out, "gpus_contract skipped")) cr_skip_test("%s", out);
-  cr_assert(rc == 0 && strstr(out, "rank 0: gpus_contract ok"), "%s", out);
+  alone("gpus_contract");
 }
 
 /* Two processes, a GPU each: MPI bootstraps NCCL. */
