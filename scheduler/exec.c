@@ -305,7 +305,8 @@ AQ_API aq_status_t aq_exec_get_info(aq_exec_t *e, aq_exec_info_t *info) {
   for (uint32_t a = 0; a < e->nlanes; ++a)
     if (e->streams[a].npackets && !used[e->lane_agent[a]]++) agents_used++;
   *info = (aq_exec_info_t){.tasks = e->graph->ntasks, .packets = e->packets, .barriers = e->barriers,
-                           .agents_used = agents_used, .queues = e->queues_used, .runs = e->runs, .bytes = e->bytes};
+                           .agents_used = agents_used, .queues = e->queues_used, .runs = e->runs, .bytes = e->bytes,
+                           .local_ranks = e->local_ranks};
   return AQ_OK;
 }
 

@@ -395,6 +395,8 @@ typedef struct aq_exec_info {
   uint32_t queues;           /* lanes used: a CPU agent has one per worker */
   uint64_t runs;
   size_t bytes;              /* tensor memory */
+  uint32_t local_ranks;      /* replicas of the step, one per GPU of a communicator of this process's
+                                GPUs (aq_exec_local_tensor); 1 otherwise */
 } aq_exec_info_t;
 aq_status_t aq_exec_get_info(aq_exec_t *exec, aq_exec_info_t *info);
 

@@ -119,6 +119,10 @@ Test(ranks, each_rank_trains_on_its_own_inputs) {
   g->ranks_comm = c;
   aq_exec_t *e;
   AQ_ASSERT_OK(aq_graph_instantiate(g, NULL, &e));
+  aq_exec_info_t info;
+  AQ_ASSERT_OK(aq_exec_get_info(e, &info));
+  cr_assert_eq(info.local_ranks, 2);
+  cr_assert_eq(info.tasks, 2 * g->ntasks, "%u tasks for two ranks of %u", info.tasks, g->ntasks);
   AQ_ASSERT_OK(aq_exec_local_tensor(e, w, 1, &w1));
   AQ_ASSERT_OK(aq_exec_local_tensor(e, in, 1, &in1));
   AQ_ASSERT_OK(aq_exec_local_tensor(e, labels, 1, &labels1));
