@@ -86,8 +86,8 @@ static double task_groups(const task_t *t) {
   if (t->kind == TASK_HOST) return 1;
   double groups = 1;
   for (int d = 0; d < 3; ++d) {
-    uint32_t wg = t->shape.workgroup[d] ? t->shape.workgroup[d] : 1, gr = t->shape.grid[d] ? t->shape.grid[d] : 1;
-    groups *= (gr + wg - 1) / wg;
+    uint64_t wg = t->shape.workgroup[d] ? t->shape.workgroup[d] : 1, gr = t->shape.grid[d] ? t->shape.grid[d] : 1;
+    groups *= (double)((gr + wg - 1) / wg); /* 64-bit: a grid near 2^32 wrapped to no groups at all */
   }
   return groups;
 }

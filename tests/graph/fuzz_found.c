@@ -72,3 +72,21 @@ Test(fuzz_found, a_task_without_kernargs_on_an_agent_without_an_arena) {
   AQ_ASSERT_OK(aq_graph_destroy(g));
   AQ_ASSERT_OK(aq_code_object_unload(co));
 }
+
+/* A grid of 2^32 - 1 work-items in groups of 2 counted its work-groups in
+ * 32 bits, wrapped to none, and HEFT's worker sort read before its array. */
+Test(fuzz_found, a_grid_near_two_to_the_32_places) {
+  aq_graph_t *g;
+  aq_tensor_t x;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){1}, &x));
+  aq_kernel_task_t k = {.name = "wide", .kernel = "aq_noop", .shape = {{0xffffffffu, 1, 1}, {2, 1, 1}},
+                        .write_count = 1, .writes = {x}, .write_offsets = {UINT32_MAX}, .agent = -1};
+  aq_task_t t;
+  AQ_ASSERT_OK(aq_graph_add_kernel(g, &k, &t));
+  aq_exec_t *e = NULL;
+  aq_status_t s = aq_graph_instantiate(g, &(aq_exec_options_t){.policy = AQ_SCHED_HEFT}, &e);
+  cr_assert(s == AQ_OK || *aq_last_error(), "refused without a message");
+  if (e) AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
