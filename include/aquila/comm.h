@@ -152,8 +152,11 @@ aq_status_t aq_graph_data_parallel(aq_graph_t *graph, aq_comm_t *comm, const aq_
  * The graph's tensor handles name rank 0's tensors; this gives local rank
  * `rank`'s copy of `tensor` in exec (each rank's inputs are bound or
  * written on their own: a shard of the global batch each). aq_exec_write
- * to a parameter or state tensor writes every rank's copy. Host tasks run
- * once, and must touch no tensor (their functions know rank 0's only). */
+ * to a parameter or state tensor writes every rank's copy (aq_exec_load
+ * too); aq_exec_read, aq_exec_tensor_data and aq_exec_save see rank 0's,
+ * so a parameter changed in place there reaches the other ranks only
+ * through the first run's broadcast. Host tasks run once, and must touch
+ * no tensor (their functions know rank 0's only). */
 aq_status_t aq_exec_local_tensor(aq_exec_t *exec, aq_tensor_t tensor, uint32_t rank, aq_tensor_t *out_tensor);
 
 #ifdef __cplusplus
