@@ -14,15 +14,13 @@
 
 /* out[0] += sum(x), or out[0] += sum((x - shift)^2) when squares. */
 AQ_INLINE void plane_sum_body(const float *x, int64_t n, float shift, int squares, double *out) {
-  float s[16] = {0};
+  aq_f32x8 s0 = {0}, s1 = {0}, sh = s0 + shift;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int t = 0; t < 16; ++t) {
-      float d = x[i + t] - shift;
-      s[t] += squares ? d * d : d;
-    }
-  double tot = 0;
-  for (int t = 0; t < 16; ++t) tot += s[t];
+  for (; i + 16 <= n; i += 16) {
+    aq_f32x8 d0 = AQ_LOAD8(x + i) - sh, d1 = AQ_LOAD8(x + i + 8) - sh;
+    s0 += squares ? d0 * d0 : d0, s1 += squares ? d1 * d1 : d1;
+  }
+  double tot = aq_lanes_sum(&s0, &s1);
   for (; i < n; ++i) {
     double d = (double)x[i] - shift;
     tot += squares ? d * d : d;
@@ -34,15 +32,13 @@ AQ_VECTORISE(plane_sum, (const float *x, int64_t n, float shift, int squares, do
 
 /* out[0] += sum(x - shift), out[1] += sum((x - shift)^2). */
 AQ_INLINE void plane_moments_body(const float *x, int64_t n, float shift, double *out) {
-  float s[16] = {0}, ss[16] = {0};
+  aq_f32x8 s0 = {0}, s1 = {0}, q0 = {0}, q1 = {0}, sh = s0 + shift;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int t = 0; t < 16; ++t) {
-      float d = x[i + t] - shift;
-      s[t] += d, ss[t] += d * d;
-    }
-  double a = 0, b = 0;
-  for (int t = 0; t < 16; ++t) a += s[t], b += ss[t];
+  for (; i + 16 <= n; i += 16) {
+    aq_f32x8 d0 = AQ_LOAD8(x + i) - sh, d1 = AQ_LOAD8(x + i + 8) - sh;
+    s0 += d0, s1 += d1, q0 += d0 * d0, q1 += d1 * d1;
+  }
+  double a = aq_lanes_sum(&s0, &s1), b = aq_lanes_sum(&q0, &q1);
   for (; i < n; ++i) {
     double d = (double)x[i] - shift;
     a += d, b += d * d;
@@ -53,12 +49,13 @@ AQ_VECTORISE(plane_moments, (const float *x, int64_t n, float shift, double *out
 
 /* out[0] += sum(dy), out[1] += sum(dy (x - mean)). */
 AQ_INLINE void plane_dsum_body(const float *dy, const float *x, int64_t n, float mean, double *out) {
-  float s[16] = {0}, sx[16] = {0};
+  aq_f32x8 s0 = {0}, s1 = {0}, p0 = {0}, p1 = {0}, m = s0 + mean;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int t = 0; t < 16; ++t) s[t] += dy[i + t], sx[t] += dy[i + t] * (x[i + t] - mean);
-  double a = 0, b = 0;
-  for (int t = 0; t < 16; ++t) a += s[t], b += sx[t];
+  for (; i + 16 <= n; i += 16) {
+    aq_f32x8 d0 = AQ_LOAD8(dy + i), d1 = AQ_LOAD8(dy + i + 8);
+    s0 += d0, s1 += d1, p0 += d0 * (AQ_LOAD8(x + i) - m), p1 += d1 * (AQ_LOAD8(x + i + 8) - m);
+  }
+  double a = aq_lanes_sum(&s0, &s1), b = aq_lanes_sum(&p0, &p1);
   for (; i < n; ++i) a += dy[i], b += (double)dy[i] * (x[i] - mean);
   out[0] += a, out[1] += b;
 }
