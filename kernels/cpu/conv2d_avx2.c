@@ -47,6 +47,26 @@ int conv2d_wide_fits(const aq_conv2d_args_t *a) {
 }
 
 #if defined(__x86_64__)
+/* dst[0 .. n) = src[0 .. n), in vectors and one masked tail (a memcpy call
+ * a row costs more than the row's copy at these widths). */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void copy_row(float *dst, const float *src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps(src + i));
+  if (i < n) {
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(dst + i, m, _mm256_maskload_ps(src + i, m));
+  }
+}
+
+/* Images [n0, n1)'s channels [c0, c1) into their zero-padded planes (the
+ * padding written once, before). */
+AQ_TARGET_AVX2 static void copy_padded(const aq_conv2d_args_t *a, int64_t n, int64_t c0, int64_t c1, float *xp) {
+  const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a), hw = a->h * a->wd;
+  const float *x = a->x + n * a->c * hw;
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t h = 0; h < a->h; ++h) copy_row(xp + c * plane + (h + a->pad_h) * wp + a->pad_w, x + c * hw + h * a->wd, a->wd);
+}
+
 /* KB filters from k0 over 16 flat positions from i0: acc then y. */
 AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_block(const aq_conv2d_args_t *a, int kb,
                                                                             int64_t k0, int64_t i0, const float *xp,
@@ -86,13 +106,10 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_block(cons
 
 AQ_TARGET_AVX2 void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, float *xp) {
   const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a);
-  const int64_t hw = a->h * a->wd, flat = a->p * wp;
+  const int64_t flat = a->p * wp;
   memset(xp, 0, conv2d_wide_floats(a) * sizeof(float));
   for (int64_t n = n0; n < n1; ++n) {
-    const float *x = a->x + n * a->c * hw;
-    for (int64_t c = 0; c < a->c; ++c)
-      for (int64_t h = 0; h < a->h; ++h)
-        memcpy(xp + c * plane + (h + a->pad_h) * wp + a->pad_w, x + c * hw + h * a->wd, (size_t)a->wd * sizeof(float));
+    copy_padded(a, n, 0, a->c, xp);
     float *y = a->y + n * a->k * a->p * a->q;
     for (int64_t i0 = 0, p = 0, q = 0; i0 < flat; i0 += 16) {
       int32_t dst[16]; /* where each position's output goes in a plane of y, or -1 */
@@ -114,90 +131,125 @@ AQ_TARGET_AVX2 void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, 
   }
 }
 
-/* KB filters from dy's planes dyp x TB taps (their offsets in the padded
- * plane xc) over the flat positions [0, flat): acc[k][t] += dy x. */
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_dw(int kb, int tb, const float *dyp,
-                                                                         int64_t dplane, const float *xc,
-                                                                         const int64_t *off, int64_t flat,
-                                                                         float *acc) {
+/* How the filter gradient walks the positions: `rows` rows of `nvec`
+ * vectors, dy's rows drow apart and its filters' planes dplane apart, the
+ * padded image's rows xrow apart. On the flat grid (dy copied there) that
+ * is one row of every position; in place, dy's own rows, the last vector of
+ * each masked to the row when q is not a multiple of 8. */
+typedef struct dw_walk {
+  const float *dy;
+  int64_t dplane, drow, xrow, rows, nvec;
+  int masked;
+  __m256i tail; /* the lanes of a row's last vector inside the row */
+} dw_walk_t;
+
+/* KB filters from w->dy x TB taps (their offsets in the padded image xp)
+ * over every position of the walk: acc[k][t] += dy x. KB x TB <= 12 sums
+ * stay in registers; each x vector serves KB filters and each dy vector
+ * TB taps. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_dw(int kb, int tb, int masked,
+                                                                         const dw_walk_t *w, const float *xp,
+                                                                         const int64_t *off, float *acc) {
   __m256 s[12];
-  _Pragma("GCC unroll 12") for (int u = 0; u < kb * tb; ++u) s[u] = _mm256_load_ps(acc + 8 * u);
-  for (int64_t i = 0; i < flat; i += 8) {
-    __m256 x[12], d[6];
-    _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) x[t] = _mm256_loadu_ps(xc + off[t] + i);
-    _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
-      d[k] = _mm256_loadu_ps(dyp + k * dplane + i);
-      _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) s[k * tb + t] = _mm256_fmadd_ps(d[k], x[t], s[k * tb + t]);
+  _Pragma("GCC unroll 12") for (int u = 0; u < kb * tb; ++u) s[u] = _mm256_loadu_ps(acc + 8 * u);
+  for (int64_t row = 0; row < w->rows; ++row) {
+    const float *dr = w->dy + row * w->drow, *xr = xp + row * w->xrow;
+    for (int64_t j = 0; j < w->nvec; ++j) {
+      __m256 x[12];
+      _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) x[t] = _mm256_loadu_ps(xr + off[t] + 8 * j);
+      _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
+        const float *dk = dr + k * w->dplane + 8 * j;
+        __m256 d = masked && j == w->nvec - 1 ? _mm256_maskload_ps(dk, w->tail) : _mm256_loadu_ps(dk);
+        _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) s[k * tb + t] = _mm256_fmadd_ps(d, x[t], s[k * tb + t]);
+      }
     }
   }
-  _Pragma("GCC unroll 12") for (int u = 0; u < kb * tb; ++u) _mm256_store_ps(acc + 8 * u, s[u]);
+  _Pragma("GCC unroll 12") for (int u = 0; u < kb * tb; ++u) _mm256_storeu_ps(acc + 8 * u, s[u]);
 }
 
-AQ_TARGET_AVX2 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, float *xp) {
-  const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a), hw = a->h * a->wd, pq = a->p * a->q;
-  const int64_t rs = a->r * a->s, dplane = dy_plane(a), flat = dplane;
-  float *dyp = xp + conv2d_wide_floats(a), *sums = dyp + a->k * dplane; /* sums: [k][c][rs][8 lanes] */
+/* Every KB x TB block with KB <= 6 and KB TB <= 12 has its own build, so
+ * no part of a cut runs a narrower block than its filters and taps allow. */
+#define AQ_DW_TB(KB, TB)                                          \
+  case (KB) * 16 + (TB):                                          \
+    if (w->masked) wide_dw(KB, TB, 1, w, xp, off, acc);           \
+    else wide_dw(KB, TB, 0, w, xp, off, acc);                     \
+    break;
+AQ_TARGET_AVX2 static void wide_dw_block(int kb, int tb, const dw_walk_t *w, const float *xp, const int64_t *off,
+                                         float *acc) {
+  switch (kb * 16 + tb) {
+    AQ_DW_TB(1, 1) AQ_DW_TB(1, 2) AQ_DW_TB(1, 3) AQ_DW_TB(1, 4) AQ_DW_TB(1, 5) AQ_DW_TB(1, 6)
+    AQ_DW_TB(1, 7) AQ_DW_TB(1, 8) AQ_DW_TB(1, 9) AQ_DW_TB(1, 10) AQ_DW_TB(1, 11) AQ_DW_TB(1, 12)
+    AQ_DW_TB(2, 1) AQ_DW_TB(2, 2) AQ_DW_TB(2, 3) AQ_DW_TB(2, 4) AQ_DW_TB(2, 5) AQ_DW_TB(2, 6)
+    AQ_DW_TB(3, 1) AQ_DW_TB(3, 2) AQ_DW_TB(3, 3) AQ_DW_TB(3, 4)
+    AQ_DW_TB(4, 1) AQ_DW_TB(4, 2) AQ_DW_TB(4, 3)
+    AQ_DW_TB(5, 1) AQ_DW_TB(5, 2)
+    AQ_DW_TB(6, 1) AQ_DW_TB(6, 2)
+    default: break;
+  }
+}
+#undef AQ_DW_TB
+
+/* Whether dy is read in place, row by row: where that computes no more
+ * lanes than the flat grid (each row a whole number of vectors, or
+ * nearly), it saves every part copying dy's planes. */
+static int dw_in_place(const aq_conv2d_args_t *a) { return (a->q + 7) / 8 * 8 * a->p <= dy_plane(a); }
+
+/* dw for filters [k0, k1) x taps [l0, l1) of c r s. The part's sums live
+ * in `sums` across the images, 8 lanes each; per image, x's channels
+ * that the taps read are copied to the padded-width grid (and the part's
+ * planes of dy, unless read in place), then each block of up to 6 filters
+ * x 12 / KB taps makes one pass over the positions. */
+AQ_TARGET_AVX2 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, int64_t l0,
+                                               int64_t l1, float *xp) {
+  const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a), pq = a->p * a->q;
+  const int64_t rs = a->r * a->s, crs = a->c * rs, dplane = dy_plane(a), nl = l1 - l0;
+  const int64_t c0 = l0 / rs, c1 = (l1 - 1) / rs + 1;
+  float *dyp = xp + conv2d_wide_floats(a), *sums = dyp + a->k * dplane;
   memset(xp, 0, conv2d_wide_bwd_floats(a) * sizeof(float));
   int64_t off[GEMM_KC];
-  for (int64_t t = 0; t < rs; ++t) off[t] = (t / a->s) * wp + t % a->s;
+  for (int64_t l = l0; l < l1; ++l) off[l - l0] = (l / rs) * plane + ((l % rs) / a->s) * wp + l % a->s;
+  dw_walk_t w = {.dy = dyp, .dplane = dplane, .rows = 1, .nvec = dplane / 8};
+  int in_place = dw_in_place(a);
+  if (in_place) {
+    w.dplane = pq, w.drow = a->q, w.xrow = wp, w.rows = a->p, w.nvec = (a->q + 7) / 8, w.masked = a->q % 8 != 0;
+    w.tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(a->q % 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
   for (int64_t n = 0; n < a->n; ++n) {
-    const float *x = a->x + n * a->c * hw;
-    for (int64_t c = 0; c < a->c; ++c)
-      for (int64_t h = 0; h < a->h; ++h)
-        memcpy(xp + c * plane + (h + a->pad_h) * wp + a->pad_w, x + c * hw + h * a->wd, (size_t)a->wd * sizeof(float));
-    for (int64_t k = k0; k < k1; ++k)
-      for (int64_t p = 0; p < a->p; ++p)
-        memcpy(dyp + (k - k0) * dplane + p * wp, a->dy + (n * a->k + k) * pq + p * a->q, (size_t)a->q * sizeof(float));
+    copy_padded(a, n, c0, c1, xp);
+    if (!in_place)
+      for (int64_t k = k0; k < k1; ++k)
+        for (int64_t p = 0; p < a->p; ++p) copy_row(dyp + (k - k0) * dplane + p * wp, a->dy + (n * a->k + k) * pq + p * a->q, a->q);
+    float *acc = sums; /* each block's sums, [k][t][8 lanes], one block after another */
     for (int64_t kb0 = k0; kb0 < k1; kb0 += WIDE_KB) {
       int kb = (int)(k1 - kb0 < WIDE_KB ? k1 - kb0 : WIDE_KB), tb = 12 / kb;
-      const float *dk = dyp + (kb0 - k0) * dplane;
-      for (int64_t c = 0; c < a->c; ++c)
-        for (int64_t t0 = 0; t0 < rs; t0 += tb) {
-          int tn = (int)(rs - t0 < tb ? rs - t0 : tb);
-          /* acc rows (k, t) of this block lie kb x tn apart in sums: gather them in a block of their own. */
-          float blk[12 * 8] __attribute__((aligned(32)));
-          for (int k = 0; k < kb; ++k)
-            for (int t = 0; t < tn; ++t)
-              memcpy(blk + 8 * (k * tn + t), sums + (((kb0 - k0 + k) * a->c + c) * rs + t0 + t) * 8, 32);
-          const float *xc = xp + c * plane;
-#define AQ_WIDE_DW(KB, TB) wide_dw(KB, TB, dk, dplane, xc, off + t0, flat, blk)
-          switch (kb * 16 + tn) {
-            case 6 * 16 + 2: AQ_WIDE_DW(6, 2); break;
-            case 6 * 16 + 1: AQ_WIDE_DW(6, 1); break;
-            case 5 * 16 + 2: AQ_WIDE_DW(5, 2); break;
-            case 5 * 16 + 1: AQ_WIDE_DW(5, 1); break;
-            case 4 * 16 + 3: AQ_WIDE_DW(4, 3); break;
-            case 4 * 16 + 2: AQ_WIDE_DW(4, 2); break;
-            case 4 * 16 + 1: AQ_WIDE_DW(4, 1); break;
-            case 3 * 16 + 4: AQ_WIDE_DW(3, 4); break;
-            case 3 * 16 + 3: AQ_WIDE_DW(3, 3); break;
-            case 3 * 16 + 2: AQ_WIDE_DW(3, 2); break;
-            case 3 * 16 + 1: AQ_WIDE_DW(3, 1); break;
-            case 2 * 16 + 6: AQ_WIDE_DW(2, 6); break;
-            default:
-              for (int k = 0; k < kb; ++k)
-                for (int t = 0; t < tn; ++t) wide_dw(1, 1, dk + k * dplane, dplane, xc, off + t0 + t, flat, blk + 8 * (k * tn + t));
-          }
-#undef AQ_WIDE_DW
-          for (int k = 0; k < kb; ++k)
-            for (int t = 0; t < tn; ++t)
-              memcpy(sums + (((kb0 - k0 + k) * a->c + c) * rs + t0 + t) * 8, blk + 8 * (k * tn + t), 32);
+      w.dy = in_place ? a->dy + (n * a->k + kb0) * pq : dyp + (kb0 - k0) * dplane;
+      for (int64_t t0 = 0; t0 < nl; t0 += tb) {
+        int tn = (int)(nl - t0 < tb ? nl - t0 : tb);
+        wide_dw_block(kb, tn, &w, xp, off + t0, acc);
+        acc += 8 * kb * tn;
+      }
+    }
+  }
+  const float *acc = sums;
+  for (int64_t kb0 = k0; kb0 < k1; kb0 += WIDE_KB) {
+    int kb = (int)(k1 - kb0 < WIDE_KB ? k1 - kb0 : WIDE_KB), tb = 12 / kb;
+    for (int64_t t0 = 0; t0 < nl; t0 += tb) {
+      int tn = (int)(nl - t0 < tb ? nl - t0 : tb);
+      for (int k = 0; k < kb; ++k)
+        for (int t = 0; t < tn; ++t, acc += 8) {
+          float v = 0.0f;
+          for (int j = 0; j < 8; ++j) v += acc[j];
+          a->dw[(kb0 + k) * crs + l0 + t0 + t] = v;
         }
     }
   }
-  for (int64_t k = k0; k < k1; ++k)
-    for (int64_t l = 0; l < a->c * rs; ++l) {
-      const float *v = sums + ((k - k0) * a->c * rs + l) * 8;
-      float t = 0.0f;
-      for (int j = 0; j < 8; ++j) t += v[j];
-      a->dw[k * a->c * rs + l] = t;
-    }
 }
 #else
 void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, float *xp) {
   (void)a, (void)n0, (void)n1, (void)xp;
 }
-void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, float *xp) {
-  (void)a, (void)k0, (void)k1, (void)xp;
+void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, int64_t l0, int64_t l1,
+                                 float *xp) {
+  (void)a, (void)k0, (void)k1, (void)l0, (void)l1, (void)xp;
 }
 #endif
