@@ -391,7 +391,7 @@ static int wide_bwd_data(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, void
                         .pad_h = (int32_t)a->r - 1 - a->pad_h, .pad_w = (int32_t)a->s - 1 - a->pad_w, .dil_h = 1,
                         .dil_w = 1};
   int64_t rs = a->r * a->s, kcrs = a->k * a->c * rs;
-  size_t planes = (conv2d_wide_floats(&b) + 15) / 16 * 16;
+  size_t planes = (conv2d_wide_fwd_floats(&b) + 15) / 16 * 16;
   if (!conv2d_wide_fits(&b) || a->stride_h != 1 || a->stride_w != 1 || a->dil_h != 1 || a->dil_w != 1 ||
       (planes + (size_t)kcrs) * sizeof(float) > CONV_SCRATCH - 64)
     return 0;

@@ -31,14 +31,15 @@ static int64_t padded_plane(const aq_conv2d_args_t *a) {
   return (a->h + 2 * a->pad_h) * (a->wd + 2 * a->pad_w) + WIDE_SLACK;
 }
 
-size_t conv2d_wide_floats(const aq_conv2d_args_t *a) { return (size_t)(a->c * padded_plane(a)); }
+/* The padded planes of one image, rounded to whole vectors. */
+static int64_t padded_floats(const aq_conv2d_args_t *a) { return (a->c * padded_plane(a) + 15) / 16 * 16; }
 
 /* The filter gradient's dy on the padded-width grid: p Wp + q, zeros at
  * q >= Q, one plane per filter. */
 static int64_t dy_plane(const aq_conv2d_args_t *a) { return (a->p * (a->wd + 2 * a->pad_w) + 15) / 16 * 16; }
 
 size_t conv2d_wide_bwd_floats(const aq_conv2d_args_t *a) {
-  return conv2d_wide_floats(a) + (size_t)(a->k * dy_plane(a) + (a->k * a->c * a->r * a->s) * 8);
+  return (size_t)(padded_floats(a) + a->k * dy_plane(a) + (a->k * a->c * a->r * a->s) * 8);
 }
 
 int conv2d_wide_fits(const aq_conv2d_args_t *a) {
@@ -67,67 +68,73 @@ AQ_TARGET_AVX2 static void copy_padded(const aq_conv2d_args_t *a, int64_t n, int
     for (int64_t h = 0; h < a->h; ++h) copy_row(xp + c * plane + (h + a->pad_h) * wp + a->pad_w, x + c * hw + h * a->wd, a->wd);
 }
 
-/* KB filters from k0 over 16 flat positions from i0: acc then y. */
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_block(const aq_conv2d_args_t *a, int kb,
-                                                                            int64_t k0, int64_t i0, const float *xp,
-                                                                            int64_t plane, int64_t wp,
-                                                                            const int32_t *dst, float *y) {
-  const int64_t rs = a->r * a->s, crs = a->c * rs, pq = a->p * a->q;
+/* KB filters (their weights wt[l KB + k], tap by tap) over 16 flat
+ * positions from i0: the sums, + 0 and the bias as the GEMM path's
+ * write-back of a row bias does, go to the flat output planes yf. (The
+ * sums leave their registers in an unrolled loop: indexed at run time,
+ * the array would live on the stack, stored back at every tap.) */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_block(int kb, const float *wt, int64_t crs,
+                                                                            const float *xp, const int64_t *off,
+                                                                            int64_t i0, const float *bias, float *yf,
+                                                                            int64_t yplane) {
   __m256 acc[WIDE_KB][2];
   _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < a->c; ++c)
-    for (int64_t r = 0; r < a->r; ++r) {
-      const float *xr = xp + c * plane + r * wp + i0;
-      const float *wr = a->w + k0 * crs + c * rs + r * a->s;
-      for (int64_t s = 0; s < a->s; ++s) {
-        __m256 x0 = _mm256_loadu_ps(xr + s), x1 = _mm256_loadu_ps(xr + s + 8);
-        _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
-          __m256 wv = _mm256_broadcast_ss(wr + k * crs + s);
-          acc[k][0] = _mm256_fmadd_ps(wv, x0, acc[k][0]);
-          acc[k][1] = _mm256_fmadd_ps(wv, x1, acc[k][1]);
-        }
-      }
+  for (int64_t l = 0; l < crs; ++l) {
+    const float *xr = xp + off[l] + i0;
+    __m256 x0 = _mm256_loadu_ps(xr), x1 = _mm256_loadu_ps(xr + 8);
+    _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
+      __m256 wv = _mm256_broadcast_ss(wt + l * kb + k);
+      acc[k][0] = _mm256_fmadd_ps(wv, x0, acc[k][0]);
+      acc[k][1] = _mm256_fmadd_ps(wv, x1, acc[k][1]);
     }
-  /* + 0 and then the bias: the GEMM path's write-back of a row bias. (The
-   * sums leave their registers in an unrolled loop: indexed at run time,
-   * the array would live on the stack, stored back at every tap.) */
-  float out[WIDE_KB][16] __attribute__((aligned(32)));
-  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
-    _mm256_store_ps(out[k], _mm256_add_ps(acc[k][0], _mm256_setzero_ps()));
-    _mm256_store_ps(out[k] + 8, _mm256_add_ps(acc[k][1], _mm256_setzero_ps()));
   }
-  for (int k = 0; k < kb; ++k) {
-    float bias = a->bias ? a->bias[k0 + k] : 0.0f;
-    float *yk = y + (k0 + k) * pq;
-    for (int j = 0; j < 16; ++j)
-      if (dst[j] >= 0) yk[dst[j]] = a->bias ? out[k][j] + bias : out[k][j];
+  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
+    __m256 v0 = _mm256_add_ps(acc[k][0], _mm256_setzero_ps()), v1 = _mm256_add_ps(acc[k][1], _mm256_setzero_ps());
+    if (bias) {
+      __m256 b = _mm256_broadcast_ss(bias + k);
+      v0 = _mm256_add_ps(v0, b), v1 = _mm256_add_ps(v1, b);
+    }
+    _mm256_storeu_ps(yf + k * yplane + i0, v0);
+    _mm256_storeu_ps(yf + k * yplane + i0 + 8, v1);
   }
 }
 
+/* The forward's scratch: the padded image, K flat output planes, the
+ * weights tap by tap (each block of filters' own [l][k] run). */
+size_t conv2d_wide_fwd_floats(const aq_conv2d_args_t *a) {
+  return (size_t)(padded_floats(a) + a->k * dy_plane(a) + a->k * a->c * a->r * a->s);
+}
+
 AQ_TARGET_AVX2 void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, float *xp) {
-  const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a);
-  const int64_t flat = a->p * wp;
-  memset(xp, 0, conv2d_wide_floats(a) * sizeof(float));
+  const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a), pq = a->p * a->q;
+  const int64_t rs = a->r * a->s, crs = a->c * rs, yplane = dy_plane(a);
+  float *yf = xp + padded_floats(a), *wt = yf + a->k * yplane;
+  memset(xp, 0, (size_t)padded_floats(a) * sizeof(float));
+  int64_t off[GEMM_KC];
+  for (int64_t l = 0; l < crs; ++l) off[l] = (l / rs) * plane + ((l % rs) / a->s) * wp + l % a->s;
+  for (int64_t k0 = 0; k0 < a->k; k0 += WIDE_KB) {
+    int64_t kb = a->k - k0 < WIDE_KB ? a->k - k0 : WIDE_KB;
+    for (int64_t l = 0; l < crs; ++l)
+      for (int64_t k = 0; k < kb; ++k) wt[k0 * crs + l * kb + k] = a->w[(k0 + k) * crs + l];
+  }
   for (int64_t n = n0; n < n1; ++n) {
     copy_padded(a, n, 0, a->c, xp);
-    float *y = a->y + n * a->k * a->p * a->q;
-    for (int64_t i0 = 0, p = 0, q = 0; i0 < flat; i0 += 16) {
-      int32_t dst[16]; /* where each position's output goes in a plane of y, or -1 */
-      for (int j = 0; j < 16; ++j) {
-        dst[j] = p < a->p && q < a->q ? (int32_t)(p * a->q + q) : -1;
-        if (++q == wp) q = 0, ++p;
-      }
+    for (int64_t i0 = 0; i0 < yplane; i0 += 16)
       for (int64_t k0 = 0; k0 < a->k; k0 += WIDE_KB) {
+        const float *w = wt + k0 * crs, *b = a->bias ? a->bias + k0 : NULL;
+        float *y = yf + k0 * yplane;
         switch (a->k - k0 < WIDE_KB ? a->k - k0 : WIDE_KB) {
-          case 6: wide_block(a, 6, k0, i0, xp, plane, wp, dst, y); break;
-          case 5: wide_block(a, 5, k0, i0, xp, plane, wp, dst, y); break;
-          case 4: wide_block(a, 4, k0, i0, xp, plane, wp, dst, y); break;
-          case 3: wide_block(a, 3, k0, i0, xp, plane, wp, dst, y); break;
-          case 2: wide_block(a, 2, k0, i0, xp, plane, wp, dst, y); break;
-          default: wide_block(a, 1, k0, i0, xp, plane, wp, dst, y); break;
+          case 6: wide_block(6, w, crs, xp, off, i0, b, y, yplane); break;
+          case 5: wide_block(5, w, crs, xp, off, i0, b, y, yplane); break;
+          case 4: wide_block(4, w, crs, xp, off, i0, b, y, yplane); break;
+          case 3: wide_block(3, w, crs, xp, off, i0, b, y, yplane); break;
+          case 2: wide_block(2, w, crs, xp, off, i0, b, y, yplane); break;
+          default: wide_block(1, w, crs, xp, off, i0, b, y, yplane); break;
         }
       }
-    }
+    float *y = a->y + n * a->k * pq;
+    for (int64_t k = 0; k < a->k; ++k)
+      for (int64_t p = 0; p < a->p; ++p) copy_row(y + k * pq + p * a->q, yf + k * yplane + p * wp, a->q);
   }
 }
 
@@ -204,7 +211,7 @@ AQ_TARGET_AVX2 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64
   const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a), pq = a->p * a->q;
   const int64_t rs = a->r * a->s, crs = a->c * rs, dplane = dy_plane(a), nl = l1 - l0;
   const int64_t c0 = l0 / rs, c1 = (l1 - 1) / rs + 1;
-  float *dyp = xp + conv2d_wide_floats(a), *sums = dyp + a->k * dplane;
+  float *dyp = xp + padded_floats(a), *sums = dyp + a->k * dplane;
   memset(xp, 0, conv2d_wide_bwd_floats(a) * sizeof(float));
   int64_t off[GEMM_KC];
   for (int64_t l = l0; l < l1; ++l) off[l - l0] = (l / rs) * plane + ((l % rs) / a->s) * wp + l % a->s;

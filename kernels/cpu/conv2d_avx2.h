@@ -6,12 +6,13 @@
 
 #include "aquila/ops.h"
 
-/* Floats of scratch conv2d_fwd_wide_avx2 needs for a's padded image. */
-size_t conv2d_wide_floats(const aq_conv2d_args_t *a);
-
 /* Whether the wide path takes a: stride and dilation 1, and C R S within
  * one depth slice of the GEMM, so its sums are the GEMM path's bit for bit. */
 int conv2d_wide_fits(const aq_conv2d_args_t *a);
+
+/* Floats of scratch conv2d_fwd_wide_avx2 needs (at most
+ * conv2d_wide_bwd_floats). */
+size_t conv2d_wide_fwd_floats(const aq_conv2d_args_t *a);
 
 /* The forward of images [n0, n1) on the padded-width grid (AVX2 + FMA). */
 void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, float *scratch);
