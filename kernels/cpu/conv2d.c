@@ -346,13 +346,13 @@ static int gemm_fwd(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
 
 /* dx[n, c] += col2im(dcol rows of channels [c0, c1), pixels [j0, j0 + nc)),
  * by runs along output rows as in the packer. */
-static void col2im_add(const aq_conv2d_args_t *a, const float *dcol, int64_t c0, int64_t c1, int64_t j0, int64_t nc,
-                       float *dx) {
+static void col2im_add(const aq_conv2d_args_t *a, const float *dcol, int64_t ld, int64_t c0, int64_t c1, int64_t j0,
+                       int64_t nc, float *dx) {
   const int64_t rs = a->r * a->s, H = a->h, W = a->wd, Q = a->q;
   for (int64_t c = c0; c < c1; ++c) {
     float *dxc = dx + c * H * W;
     for (int64_t t = 0; t < rs; ++t) {
-      const float *row = dcol + ((c - c0) * rs + t) * nc;
+      const float *row = dcol + ((c - c0) * rs + t) * ld;
       int64_t dr = (t / a->s) * a->dil_h - a->pad_h, ds = (t % a->s) * a->dil_w - a->pad_w;
       for (int64_t j = 0; j < nc;) {
         int64_t pix = j0 + j, p = pix / Q, q0 = pix % Q, len = Q - q0 < nc - j ? Q - q0 : nc - j;
@@ -404,6 +404,28 @@ static int wide_bwd_data(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, void
   return 1;
 }
 
+/* The data gradient of small filter volumes as their column matrix, image
+ * by image: dcol = W^T dy[n] from a direct loop (conv2d_avx2.c), added
+ * into dx[n] by col2im, for images [n0, n1). Returns 0 where it does not
+ * fit the scratch, or costs more multiply-adds than the padded-width
+ * forward of dy (stride 1: each computes every position of a padded grid,
+ * this one only the real ones, plus the adds of col2im). */
+static int cols_bwd_data(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, void *scratch) {
+  if (aq_cpu_isa() < AQ_CPU_ISA_AVX2 || forced_algo() != ALGO_AUTO || !conv2d_col2im_fits(a)) return 0;
+  int64_t ld = conv2d_cols_ld(a), rs = a->r * a->s, crs = a->c * rs, hw = a->h * a->wd;
+  if ((size_t)((a->k + crs) * ld + 2 * COLS_GUARD) * sizeof(float) > CONV_SCRATCH - 64) return 0;
+  if (a->dil_h == 1 && a->dil_w == 1 && a->pad_h <= a->r - 1 && a->pad_w <= a->s - 1) {
+    int64_t wide = (a->h * (a->wd + 2 * (a->s - 1 - a->pad_w)) + 15) / 16 * 16 * ((a->c + 5) / 6 * 6) * a->k * rs;
+    if ((crs + 5) / 6 * 6 * ld * a->k + 2 * crs * a->p * a->q > wide) return 0;
+  }
+  float *dyc = scratch, *dcol = dyc + a->k * ld + COLS_GUARD;
+  for (int64_t n = n0; n < n1; ++n) {
+    conv2d_bwd_data_cols_avx2(a, n, dyc, dcol);
+    conv2d_col2im_avx2(a, dcol, ld, a->dx + n * a->c * hw);
+  }
+  return 1;
+}
+
 static int gemm_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
   int64_t pq = a->p * a->q, rs = a->r * a->s, crs = a->c * rs, hw = a->h * a->wd;
   /* Parts own whole input planes (col2im adds into them): images, then
@@ -411,7 +433,8 @@ static int gemm_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx
   int64_t parts = part_count(ctx), g = group_index(ctx), n0, n1, c0 = 0, c1 = a->c;
   if (parts <= a->n) {
     gemm_range(a->n, parts, g, 1, &n0, &n1);
-    if (n0 < n1 && wide_bwd_data(a, n0, n1, ctx->group_segment)) return 0;
+    if (n0 < n1 && (cols_bwd_data(a, n0, n1, ctx->group_segment) || wide_bwd_data(a, n0, n1, ctx->group_segment)))
+      return 0;
   }
   if (parts <= a->n) {
     gemm_range(a->n, parts, g, 1, &n0, &n1);
@@ -444,7 +467,7 @@ static int gemm_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx
                           .ldc = nc, .trans_a = 1, .m0 = 0, .n0 = 0, .mc = rows, .nc = nc, .k = a->k,
                           .alpha = 1.0f, .beta = 0.0f};
         gemm_part(&gp, ctx->group_segment);
-        col2im_add(a, dcol, cb, ce, j0, nc, dxn);
+        col2im_add(a, dcol, nc, cb, ce, j0, nc, dxn);
       }
     }
   }

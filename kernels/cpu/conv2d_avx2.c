@@ -42,6 +42,10 @@ size_t conv2d_wide_bwd_floats(const aq_conv2d_args_t *a) {
   return (size_t)(padded_floats(a) + a->k * dy_plane(a) + (a->k * a->c * a->r * a->s) * 8);
 }
 
+int conv2d_col2im_fits(const aq_conv2d_args_t *a) {
+  return a->stride_h == 1 && a->stride_w == 1 && a->wd <= 64 && a->s <= 32 && (a->s - 1) * a->dil_w + 8 <= COLS_GUARD;
+}
+
 int conv2d_wide_fits(const aq_conv2d_args_t *a) {
   return a->stride_h == 1 && a->stride_w == 1 && a->dil_h == 1 && a->dil_w == 1 && a->s <= 32 &&
          a->c * a->r * a->s <= GEMM_KC && conv2d_wide_bwd_floats(a) * sizeof(float) <= GEMM_SCRATCH_BYTES;
@@ -136,6 +140,88 @@ AQ_TARGET_AVX2 void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, 
     for (int64_t k = 0; k < a->k; ++k)
       for (int64_t p = 0; p < a->p; ++p) copy_row(y + k * pq + p * a->q, yf + k * yplane + p * wp, a->q);
   }
+}
+
+/* The data gradient's columns, dcol (C R S x P Q) = W^T dy[n], for small
+ * filter volumes: LB <= 6 rows (taps l0 ..) by 16 positions from j0, the
+ * sums over the K filters in order from zero. Rows ld floats apart in
+ * dyc (dy's planes, zero-padded to whole blocks) and in dcol. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void dcol_block(int lb, const float *w, int64_t crs,
+                                                                            int64_t kk, const float *dyc,
+                                                                            int64_t ld, int64_t j0, float *dcol) {
+  __m256 acc[6][2];
+  _Pragma("GCC unroll 6") for (int i = 0; i < lb; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kk; ++k) {
+    __m256 d0 = _mm256_loadu_ps(dyc + k * ld + j0), d1 = _mm256_loadu_ps(dyc + k * ld + j0 + 8);
+    _Pragma("GCC unroll 6") for (int i = 0; i < lb; ++i) {
+      __m256 wv = _mm256_broadcast_ss(w + k * crs + i);
+      acc[i][0] = _mm256_fmadd_ps(wv, d0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(wv, d1, acc[i][1]);
+    }
+  }
+  _Pragma("GCC unroll 6") for (int i = 0; i < lb; ++i) {
+    _mm256_storeu_ps(dcol + i * ld + j0, acc[i][0]);
+    _mm256_storeu_ps(dcol + i * ld + j0 + 8, acc[i][1]);
+  }
+}
+
+int64_t conv2d_cols_ld(const aq_conv2d_args_t *a) { return (a->p * a->q + 15) / 16 * 16; }
+
+AQ_TARGET_AVX2 void conv2d_bwd_data_cols_avx2(const aq_conv2d_args_t *a, int64_t n, float *dyc, float *dcol) {
+  const int64_t pq = a->p * a->q, crs = a->c * a->r * a->s, ld = conv2d_cols_ld(a);
+  for (int64_t k = 0; k < a->k; ++k) {
+    copy_row(dyc + k * ld, a->dy + (n * a->k + k) * pq, pq);
+    for (int64_t j = pq; j < ld; ++j) dyc[k * ld + j] = 0.0f;
+  }
+  for (int64_t j0 = 0; j0 < ld; j0 += 16)
+    for (int64_t l0 = 0; l0 < crs; l0 += 6) {
+      const float *w = a->w + l0;
+      float *d = dcol + l0 * ld;
+      switch (crs - l0 < 6 ? crs - l0 : 6) {
+        case 6: dcol_block(6, w, crs, a->k, dyc, ld, j0, d); break;
+        case 5: dcol_block(5, w, crs, a->k, dyc, ld, j0, d); break;
+        case 4: dcol_block(4, w, crs, a->k, dyc, ld, j0, d); break;
+        case 3: dcol_block(3, w, crs, a->k, dyc, ld, j0, d); break;
+        case 2: dcol_block(2, w, crs, a->k, dyc, ld, j0, d); break;
+        default: dcol_block(1, w, crs, a->k, dyc, ld, j0, d); break;
+      }
+    }
+}
+
+/* dx[n] = col2im(dcol) at stride 1, for W <= 64 and taps reaching at most
+ * COLS_GUARD floats either side of a row: each vector of 8 columns of a
+ * row of dx sums its taps (r, s) in order in a register, tap s reading
+ * dcol's row shifted by s dil - pad, the lanes outside that row masked
+ * off (dcol needs COLS_GUARD readable floats before and after it). */
+AQ_TARGET_AVX2 void conv2d_col2im_avx2(const aq_conv2d_args_t *a, const float *dcol, int64_t ld, float *dx) {
+  const int64_t W = a->wd, nv = (W + 7) / 8, rs = a->r * a->s, P = a->p, Q = a->q;
+  __m256 mask[32][8];
+  for (int64_t s = 0; s < a->s; ++s)
+    for (int64_t j = 0; j < nv; ++j) {
+      __m256i iw = _mm256_add_epi32(_mm256_set1_epi32((int)(8 * j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      __m256i q = _mm256_add_epi32(iw, _mm256_set1_epi32((int)(a->pad_w - s * a->dil_w)));
+      __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), q),
+                                       _mm256_cmpgt_epi32(_mm256_set1_epi32((int)Q), q));
+      in = _mm256_and_si256(in, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)W), iw));
+      mask[s][j] = _mm256_castsi256_ps(in);
+    }
+  __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(W - 8 * (nv - 1))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  for (int64_t c = 0; c < a->c; ++c)
+    for (int64_t ih = 0; ih < a->h; ++ih) {
+      float *out = dx + (c * a->h + ih) * W;
+      for (int64_t j = 0; j < nv; ++j) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t r = 0; r < a->r; ++r) {
+          int64_t p = ih + a->pad_h - r * a->dil_h;
+          if (p < 0 || p >= P) continue;
+          const float *row = dcol + (c * rs + r * a->s) * ld + p * Q + a->pad_w + 8 * j;
+          for (int64_t s = 0; s < a->s; ++s)
+            acc = _mm256_add_ps(acc, _mm256_and_ps(_mm256_loadu_ps(row + s * (ld - a->dil_w)), mask[s][j]));
+        }
+        if (j < nv - 1) _mm256_storeu_ps(out + 8 * j, acc);
+        else _mm256_maskstore_ps(out + 8 * j, tail, acc);
+      }
+    }
 }
 
 /* How the filter gradient walks the positions: `rows` rows of `nvec`
@@ -252,8 +338,15 @@ AQ_TARGET_AVX2 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64
   }
 }
 #else
+int64_t conv2d_cols_ld(const aq_conv2d_args_t *a) { return (a->p * a->q + 15) / 16 * 16; }
+void conv2d_bwd_data_cols_avx2(const aq_conv2d_args_t *a, int64_t n, float *dyc, float *dcol) {
+  (void)a, (void)n, (void)dyc, (void)dcol;
+}
 void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, float *xp) {
   (void)a, (void)n0, (void)n1, (void)xp;
+}
+void conv2d_col2im_avx2(const aq_conv2d_args_t *a, const float *dcol, int64_t ld, float *dx) {
+  (void)a, (void)dcol, (void)ld, (void)dx;
 }
 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, int64_t l0, int64_t l1,
                                  float *xp) {

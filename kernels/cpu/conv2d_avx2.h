@@ -27,4 +27,18 @@ size_t conv2d_wide_bwd_floats(const aq_conv2d_args_t *a);
 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, int64_t l0, int64_t l1,
                                  float *scratch);
 
+/* The data gradient's column matrix of image n, dcol (C R S x P Q) = W^T
+ * dy[n], its rows conv2d_cols_ld(a) floats apart (P Q rounded up to 16);
+ * dyc: scratch for K rows of as many floats (AVX2 + FMA). */
+int64_t conv2d_cols_ld(const aq_conv2d_args_t *a);
+void conv2d_bwd_data_cols_avx2(const aq_conv2d_args_t *a, int64_t n, float *dyc, float *dcol);
+
+/* dx[n] (C planes, every value written) from that column matrix, at stride
+ * 1, where conv2d_col2im_fits: each value sums its taps in (r, s) order
+ * from zero, as adding the columns into zeros tap by tap does. dcol needs
+ * COLS_GUARD readable floats before it and after its last row. */
+enum { COLS_GUARD = 64 };
+int conv2d_col2im_fits(const aq_conv2d_args_t *a);
+void conv2d_col2im_avx2(const aq_conv2d_args_t *a, const float *dcol, int64_t ld, float *dx);
+
 #endif
