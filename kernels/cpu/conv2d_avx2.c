@@ -106,10 +106,84 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_block(int 
 /* The forward's scratch: the padded image, K flat output planes, the
  * weights tap by tap (each block of filters' own [l][k] run). */
 size_t conv2d_wide_fwd_floats(const aq_conv2d_args_t *a) {
-  return (size_t)(padded_floats(a) + a->k * dy_plane(a) + a->k * a->c * a->r * a->s);
+  return (size_t)(padded_floats(a) + a->k * (dy_plane(a) + 8) + a->k * a->c * a->r * a->s);
+}
+
+/* The forward with the filters in the lanes, for K a multiple of 8: KV
+ * vectors of filters x KVEC_NP positions (each its own pointer into the
+ * padded image) a block, the sums over (c, r, s) in order from zero as on
+ * the grid, into out[position][K]. Where K fills whole vectors, every
+ * lane is a real output, not one of the padded width's. */
+enum { KVEC_NP = 6 };
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void kvec_block(int kv, const float *wt, int64_t K,
+                                                                            int64_t crs, const float *const *xb,
+                                                                            const int64_t *off, float *out) {
+  __m256 acc[2][KVEC_NP];
+  _Pragma("GCC unroll 6") for (int j = 0; j < KVEC_NP; ++j) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
+  for (int64_t l = 0; l < crs; ++l) {
+    __m256 w0 = _mm256_loadu_ps(wt + l * K), w1 = kv > 1 ? _mm256_loadu_ps(wt + l * K + 8) : w0;
+    const int64_t o = off[l];
+    /* One broadcast at a time: all six live at once would push sums out
+     * of the 16 registers. */
+    _Pragma("GCC unroll 6") for (int j = 0; j < KVEC_NP; ++j) {
+      __m256 xv = _mm256_broadcast_ss(xb[j] + o);
+      acc[0][j] = _mm256_fmadd_ps(w0, xv, acc[0][j]);
+      if (kv > 1) acc[1][j] = _mm256_fmadd_ps(w1, xv, acc[1][j]);
+    }
+  }
+  _Pragma("GCC unroll 6") for (int j = 0; j < KVEC_NP; ++j) {
+    _mm256_storeu_ps(out + j * K, acc[0][j]);
+    if (kv > 1) _mm256_storeu_ps(out + j * K + 8, acc[1][j]);
+  }
+}
+
+/* Multiply-adds (in vectors) of each forward, per image. */
+static int64_t wide_fmas(const aq_conv2d_args_t *a) {
+  return dy_plane(a) / 8 * (a->k + WIDE_KB - 1) / WIDE_KB * WIDE_KB * a->c * a->r * a->s;
+}
+static int64_t kvec_fmas(const aq_conv2d_args_t *a) {
+  return (a->p * a->q + KVEC_NP - 1) / KVEC_NP * KVEC_NP * (a->k / 8) * a->c * a->r * a->s;
+}
+
+AQ_TARGET_AVX2 static void fwd_kvec(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, float *xp) {
+  const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a), pq = a->p * a->q, K = a->k;
+  const int64_t rs = a->r * a->s, crs = a->c * rs;
+  float *wt = xp + padded_floats(a), *yt = wt + crs * K; /* yt: [position][K], a block's slack after it */
+  memset(xp, 0, (size_t)padded_floats(a) * sizeof(float));
+  int64_t off[GEMM_KC];
+  for (int64_t l = 0; l < crs; ++l) {
+    off[l] = (l / rs) * plane + ((l % rs) / a->s) * wp + l % a->s;
+    for (int64_t k = 0; k < K; ++k) wt[l * K + k] = a->w[k * crs + l];
+  }
+  for (int64_t n = n0; n < n1; ++n) {
+    copy_padded(a, n, 0, a->c, xp);
+    for (int64_t pos0 = 0; pos0 < pq; pos0 += KVEC_NP) {
+      const float *xb[KVEC_NP];
+      for (int j = 0; j < KVEC_NP; ++j) {
+        int64_t pos = pos0 + j < pq ? pos0 + j : pq - 1; /* past the last: a real position, its sums dropped */
+        xb[j] = xp + (pos / a->q) * wp + pos % a->q;
+      }
+      for (int64_t k0 = 0; k0 < K; k0 += 16) {
+        if (K - k0 >= 16) kvec_block(2, wt + k0, K, crs, xb, off, yt + pos0 * K + k0);
+        else kvec_block(1, wt + k0, K, crs, xb, off, yt + pos0 * K + k0);
+      }
+    }
+    float *y = a->y + n * K * pq;
+    for (int64_t k = 0; k < K; ++k) {
+      float b = a->bias ? a->bias[k] : 0.0f;
+      for (int64_t pos = 0; pos < pq; ++pos) {
+        float v = yt[pos * K + k] + 0.0f;
+        y[k * pq + pos] = a->bias ? v + b : v;
+      }
+    }
+  }
 }
 
 AQ_TARGET_AVX2 void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, float *xp) {
+  if (a->k % 8 == 0 && kvec_fmas(a) < wide_fmas(a)) {
+    fwd_kvec(a, n0, n1, xp);
+    return;
+  }
   const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a), pq = a->p * a->q;
   const int64_t rs = a->r * a->s, crs = a->c * rs, yplane = dy_plane(a);
   float *yf = xp + padded_floats(a), *wt = yf + a->k * yplane;
