@@ -507,11 +507,11 @@ static int gemm_bwd_filter(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *c
    * then by taps (a part copies each image's channels it reads and its
    * filters' planes of dy). */
   if (aq_cpu_isa() >= AQ_CPU_ISA_AVX2 && conv2d_wide_fits(a) && forced_algo() == ALGO_AUTO) {
-    int64_t pk = a->k / WIDE_PART_K, pt, l0, l1;
+    int64_t unit = conv2d_dw_filter_unit(a), pk = a->k / (unit > WIDE_PART_K ? unit : WIDE_PART_K), pt, l0, l1;
     pk = pk < 1 ? 1 : pk > parts ? parts : pk;
     pt = parts / pk < crs ? parts / pk : crs;
     if (g >= pk * pt) return 0;
-    gemm_range(a->k, pk, g / pt, 1, &k0, &k1);
+    gemm_range(a->k, pk, g / pt, unit, &k0, &k1);
     gemm_range(crs, pt, g % pt, 1, &l0, &l1);
     if (k0 >= k1 || l0 >= l1) return 0;
     conv2d_bwd_filter_wide_avx2(a, k0, k1, l0, l1, ctx->group_segment);

@@ -361,6 +361,100 @@ AQ_TARGET_AVX2 static void wide_dw_block(int kb, int tb, const dw_walk_t *w, con
  * nearly), it saves every part copying dy's planes. */
 static int dw_in_place(const aq_conv2d_args_t *a) { return (a->q + 7) / 8 * 8 * a->p <= dy_plane(a); }
 
+/* src's 8 rows (ss floats apart) x 8 columns into dst's 8 rows (ds
+ * apart): dst[i][j] = src[j][i]. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void transpose8(const float *src, int64_t ss, float *dst,
+                                                                            int64_t ds) {
+  __m256 r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ss);
+  for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44), u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44), u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ds, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ds, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+  }
+}
+
+/* The filter gradient with the filters in the lanes (K a multiple of 16,
+ * where that costs fewer multiply-adds than the padded-width grid): dy of
+ * an image turned to dyt[position][filter], then 16 filters (two vectors)
+ * x TB <= 6 taps a pass over the image's positions, each broadcasting x
+ * at the position shifted by the taps' offsets. Each weight is one sum
+ * over the images' positions in order, whatever the cut. */
+static int dw_kvec(const aq_conv2d_args_t *a) {
+  int64_t flat = (a->k + WIDE_KB - 1) / WIDE_KB * WIDE_KB * (dw_in_place(a) ? a->p * ((a->q + 7) / 8) : dy_plane(a) / 8);
+  return a->k % 16 == 0 && a->k / 8 * a->p * a->q < flat;
+}
+
+int64_t conv2d_dw_filter_unit(const aq_conv2d_args_t *a) { return dw_kvec(a) ? 16 : 1; }
+
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void kvec_dw(int tb, const aq_conv2d_args_t *a,
+                                                                         const float *dyt, int64_t kk,
+                                                                         const float *xp, const int64_t *off,
+                                                                         float *acc) {
+  const int64_t wp = a->wd + 2 * a->pad_w, Q = a->q;
+  __m256 s0[6], s1[6];
+  int64_t o[6];
+  _Pragma("GCC unroll 6") for (int j = 0; j < tb; ++j) {
+    s0[j] = _mm256_loadu_ps(acc + 16 * j), s1[j] = _mm256_loadu_ps(acc + 16 * j + 8), o[j] = off[j];
+  }
+  for (int64_t p = 0; p < a->p; ++p)
+    for (int64_t q = 0; q < Q; ++q) {
+      const float *xb = xp + p * wp + q, *d = dyt + (p * Q + q) * kk;
+      __m256 d0 = _mm256_loadu_ps(d), d1 = _mm256_loadu_ps(d + 8);
+      _Pragma("GCC unroll 6") for (int j = 0; j < tb; ++j) {
+        __m256 xv = _mm256_broadcast_ss(xb + o[j]);
+        s0[j] = _mm256_fmadd_ps(d0, xv, s0[j]);
+        s1[j] = _mm256_fmadd_ps(d1, xv, s1[j]);
+      }
+    }
+  _Pragma("GCC unroll 6") for (int j = 0; j < tb; ++j) {
+    _mm256_storeu_ps(acc + 16 * j, s0[j]), _mm256_storeu_ps(acc + 16 * j + 8, s1[j]);
+  }
+}
+
+AQ_TARGET_AVX2 static void bwd_filter_kvec(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, int64_t l0, int64_t l1,
+                                           float *xp) {
+  const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a), pq = a->p * a->q, kk = k1 - k0;
+  const int64_t rs = a->r * a->s, crs = a->c * rs, nl = l1 - l0, c0 = l0 / rs, c1 = (l1 - 1) / rs + 1;
+  float *dyt = xp + padded_floats(a), *sums = dyt + pq * kk; /* sums: [16-filter block][6-tap block][tap][16] */
+  memset(xp, 0, (size_t)padded_floats(a) * sizeof(float));
+  memset(sums, 0, (size_t)(kk * nl) * sizeof(float));
+  int64_t off[GEMM_KC];
+  for (int64_t l = l0; l < l1; ++l) off[l - l0] = (l / rs) * plane + ((l % rs) / a->s) * wp + l % a->s;
+  for (int64_t n = 0; n < a->n; ++n) {
+    copy_padded(a, n, c0, c1, xp);
+    const float *dy = a->dy + (n * a->k + k0) * pq;
+    for (int64_t kb = 0; kb < kk; kb += 8) {
+      int64_t pos = 0;
+      for (; pos + 8 <= pq; pos += 8) transpose8(dy + kb * pq + pos, pq, dyt + pos * kk + kb, kk);
+      for (; pos < pq; ++pos)
+        for (int64_t k = kb; k < kb + 8; ++k) dyt[pos * kk + k] = dy[k * pq + pos];
+    }
+    float *acc = sums;
+    for (int64_t kb = 0; kb < kk; kb += 16)
+      for (int64_t t0 = 0; t0 < nl; t0 += 6) {
+        const int64_t *ot = off + t0;
+        switch (nl - t0 < 6 ? nl - t0 : 6) {
+          case 6: kvec_dw(6, a, dyt + kb, kk, xp, ot, acc); break;
+          case 5: kvec_dw(5, a, dyt + kb, kk, xp, ot, acc); break;
+          case 4: kvec_dw(4, a, dyt + kb, kk, xp, ot, acc); break;
+          case 3: kvec_dw(3, a, dyt + kb, kk, xp, ot, acc); break;
+          case 2: kvec_dw(2, a, dyt + kb, kk, xp, ot, acc); break;
+          default: kvec_dw(1, a, dyt + kb, kk, xp, ot, acc); break;
+        }
+        acc += 16 * (nl - t0 < 6 ? nl - t0 : 6);
+      }
+  }
+  const float *acc = sums;
+  for (int64_t kb = 0; kb < kk; kb += 16)
+    for (int64_t t = 0; t < nl; ++t, acc += 16)
+      for (int64_t k = 0; k < 16; ++k) a->dw[(k0 + kb + k) * crs + l0 + t] = acc[k];
+}
+
 /* dw for filters [k0, k1) x taps [l0, l1) of c r s. The part's sums live
  * in `sums` across the images, 8 lanes each; per image, x's channels
  * that the taps read are copied to the padded-width grid (and the part's
@@ -368,6 +462,10 @@ static int dw_in_place(const aq_conv2d_args_t *a) { return (a->q + 7) / 8 * 8 * 
  * x 12 / KB taps makes one pass over the positions. */
 AQ_TARGET_AVX2 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, int64_t l0,
                                                int64_t l1, float *xp) {
+  if (dw_kvec(a)) {
+    bwd_filter_kvec(a, k0, k1, l0, l1, xp);
+    return;
+  }
   const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a), pq = a->p * a->q;
   const int64_t rs = a->r * a->s, crs = a->c * rs, dplane = dy_plane(a), nl = l1 - l0;
   const int64_t c0 = l0 / rs, c1 = (l1 - 1) / rs + 1;
@@ -421,6 +519,10 @@ void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, flo
 }
 void conv2d_col2im_avx2(const aq_conv2d_args_t *a, const float *dcol, int64_t ld, float *dx) {
   (void)a, (void)dcol, (void)ld, (void)dx;
+}
+int64_t conv2d_dw_filter_unit(const aq_conv2d_args_t *a) {
+  (void)a;
+  return 1;
 }
 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, int64_t l0, int64_t l1,
                                  float *xp) {

@@ -24,6 +24,9 @@ size_t conv2d_wide_bwd_floats(const aq_conv2d_args_t *a);
  * over the whole batch (AVX2 + FMA): each output sums lane-wise over the
  * images' padded-width positions in order, then across its 8 lanes in
  * order, so it does not depend on how the work is cut into parts. */
+/* The filters a part of conv2d_bwd_filter_wide_avx2 takes come in
+ * multiples of this. */
+int64_t conv2d_dw_filter_unit(const aq_conv2d_args_t *a);
 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, int64_t l0, int64_t l1,
                                  float *scratch);
 

@@ -155,6 +155,9 @@ static void conv_shapes(void) {
   check_conv(2, 6, 14, 14, 16, 5, 5, 1, 0, 1);  /* LeNet's second layer */
   check_conv(1, 3, 12, 12, 5, 5, 5, 1, 0, 1);   /* batch 1, rows of 8 outputs: dy read in place */
   check_conv(3, 1, 13, 11, 7, 5, 3, 1, 2, 1);   /* 7 filters cut by taps, rows of 13: a masked tail */
+  check_conv(2, 3, 9, 11, 32, 3, 3, 1, 1, 1);   /* filters in the lanes: two blocks of 16 */
+  check_conv(1, 2, 7, 9, 8, 3, 3, 1, 1, 1);     /* 8 filters: one vector, a part-filled last block */
+  check_conv(1, 4, 10, 10, 24, 3, 3, 1, 0, 1);  /* 24 filters: a block of 16, then 8 */
 }
 
 Test(blocked, conv2d_gemm_path_matches_the_definition) {
@@ -211,6 +214,7 @@ static void conv_bits(void) {
   check_conv_bits(6, 1, 28, 28, 6, 5, 2);  /* LeNet's layers: rows of 32 padded floats */
   check_conv_bits(6, 6, 14, 14, 16, 5, 0); /* blocks of 16 positions cross rows of 14 */
   check_conv_bits(5, 3, 9, 23, 7, 3, 1);   /* 7 filters: a pass of 6, then 1 */
+  check_conv_bits(2, 2, 7, 9, 24, 3, 1);   /* filters in the lanes: 16, then 8 */
 }
 Test(blocked, conv2d_forward_sums_in_order_bit_for_bit) { conv_bits(); }
 Test(blocked, conv2d_forward_sums_in_order_bit_for_bit_on_avx2) {
@@ -246,6 +250,7 @@ Test(blocked, conv2d_filter_gradient_is_the_same_however_it_is_cut) {
   check_conv_dw_cuts(4, 1, 28, 28, 6, 5, 2);  /* LeNet's first layer: cut by taps, dy in place */
   check_conv_dw_cuts(3, 6, 14, 14, 16, 5, 0); /* LeNet's second: cut by filters, dy on the flat grid */
   check_conv_dw_cuts(1, 3, 9, 23, 13, 3, 1);  /* batch 1, odd sizes, a block of one filter */
+  check_conv_dw_cuts(2, 3, 9, 11, 32, 3, 1);  /* filters in the lanes, cut by blocks of 16 and taps */
 }
 
 Test(blocked, conv2d_gemm_path_on_avx2_and_generic_isas) {
