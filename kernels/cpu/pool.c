@@ -48,35 +48,14 @@ AQ_VECTORISE(tap_sum, (const float *xrow, int64_t sw, int64_t off, int64_t q0, i
 
 /* A 2 x 2 window at stride 2 without padding (the common max pool): one
  * output row from input rows r0 and r1 (r1 = r0 + w), the taps in the
- * general loop's order and with its strict '>'. Eight outputs at a time
- * as GCC vectors (the taps' even and odd columns split by shuffles, the
- * selects as masks), the rest one by one. */
-typedef int32_t pool_i32x8 __attribute__((vector_size(32)));
-typedef int32_t pool_i32x8u __attribute__((vector_size(32), aligned(4), may_alias));
-#define POOL_LOWEST (-3.402823466e38f)
-
+ * general loop's order and with its strict '>', as selects that
+ * vectorise. */
 AQ_INLINE void max2x2_row_body(const float *r0, int64_t w, int32_t base, int64_t q, float *y, int32_t *arg) {
-  const pool_i32x8 even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = even + 1;
-  const int32_t at[4] = {0, 1, (int32_t)w, (int32_t)w + 1};
-  int64_t j = 0;
-  for (; j + 8 <= q; j += 8) {
-    const float *a = r0 + 2 * j, *b = a + w;
-    aq_f32x8 a0 = AQ_LOAD8(a), a1 = AQ_LOAD8(a + 8), b0 = AQ_LOAD8(b), b1 = AQ_LOAD8(b + 8);
-    aq_f32x8 t[4] = {__builtin_shuffle(a0, a1, even), __builtin_shuffle(a0, a1, odd), __builtin_shuffle(b0, b1, even),
-                     __builtin_shuffle(b0, b1, odd)};
-    const aq_f32x8 lowest = (aq_f32x8){0} + POOL_LOWEST;
-    pool_i32x8 col = even + (base + 2 * (int32_t)j), i = (pool_i32x8){0} - 1, best = (pool_i32x8)lowest;
-    for (int u = 0; u < 4; ++u) {
-      pool_i32x8 gt = t[u] > (aq_f32x8)best;
-      best = ((pool_i32x8)t[u] & gt) | (best & ~gt);
-      i = ((col + at[u]) & gt) | (i & ~gt);
-    }
-    AQ_STORE8(y + j, (aq_f32x8)(best & ~(i < 0)));
-    *(pool_i32x8u *)(arg + j) = i;
-  }
-  for (; j < q; ++j) {
+  const float lowest = -3.402823466e38f;
+  for (int64_t j = 0; j < q; ++j) {
     const float t[4] = {r0[2 * j], r0[2 * j + 1], r0[w + 2 * j], r0[w + 2 * j + 1]};
-    float b = POOL_LOWEST;
+    const int32_t at[4] = {0, 1, (int32_t)w, (int32_t)w + 1};
+    float b = lowest;
     int32_t i = -1;
     for (int u = 0; u < 4; ++u) {
       int32_t gt = -(int32_t)(t[u] > b);

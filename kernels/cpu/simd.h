@@ -22,7 +22,6 @@ typedef float aq_f32x8 __attribute__((vector_size(32)));
 /* The same, at any float's address (loads and stores through it). */
 typedef float aq_f32x8u __attribute__((vector_size(32), aligned(4), may_alias));
 #define AQ_LOAD8(p) (*(const aq_f32x8u *)(p))
-#define AQ_STORE8(p, v) (*(aq_f32x8u *)(p) = (v))
 
 /* Sixteen lanes' sum (lo's then hi's), added in lane order in double. */
 AQ_INLINE double aq_lanes_sum(const aq_f32x8 *lo, const aq_f32x8 *hi) {
