@@ -1,19 +1,25 @@
-/* conv2d forward as a direct loop on the padded-width grid, for the
- * small filter volumes (LeNet's 1 -> 6 and 6 -> 16 5x5 layers) where the
- * GEMM path spends most of its time packing im2col panels for few
- * multiply-adds. Each image is copied once into a zero-padded plane per
- * channel, Wp = W + 2 pad floats wide. Output pixel (p, q) is then computed
- * at flat position i = p Wp + q, and tap (c, r, s) reads the padded plane
- * at i + r Wp + s: contiguous across rows, so 16 consecutive positions
- * are two vector loads whatever the row breaks (positions with q >= Q are
- * computed and dropped). Six filters a pass keep 12 accumulators; each
- * sum runs over (c, r, s) in order from zero, as the GEMM path's single
- * depth slice does, so y is the same bit for bit.
+/* conv2d's direct paths for the small filter volumes (LeNet's 1 -> 6 and
+ * 6 -> 16 5x5 layers), where the GEMM path spends most of its time packing
+ * im2col panels for few multiply-adds. AVX2 + FMA; AVX-512 CPUs run them
+ * too.
+ * Forward on the padded-width grid: each image is copied once into a
+ * zero-padded plane per channel, Wp = W + 2 pad floats wide. Output pixel
+ * (p, q) is then computed at flat position i = p Wp + q, and tap (c, r, s)
+ * reads the padded plane at i + r Wp + s: contiguous across rows, so 16
+ * consecutive positions are two vector loads whatever the row breaks
+ * (positions with q >= Q are computed and dropped). Six filters a pass
+ * keep 12 accumulators; each sum runs over (c, r, s) in order from zero,
+ * as the GEMM path's single depth slice does, so y is the same bit for
+ * bit. Where K is a multiple of 8 and that costs fewer multiply-adds, the
+ * filters ride in the lanes instead (same sums, no dropped lanes).
  * The filter gradient walks the same grid: dy copied to planes Wp wide
- * (zeros at q >= Q), each dw[k, c, r, s] the dot product of dy's plane
- * with the padded image shifted by r Wp + s, KB filters by 12 / KB taps a
- * pass. (A position past Q multiplies a zero of dy by x: an Inf or NaN of
- * x there reaches dw, where the definition would not read it.) */
+ * (zeros at q >= Q) or read in place row by row, each dw[k, c, r, s] the
+ * dot product of dy's plane with the padded image shifted by r Wp + s, KB
+ * filters by 12 / KB taps a pass; or, K a multiple of 16, the filters in
+ * the lanes. (A position past Q multiplies a zero of dy by x: an Inf or
+ * NaN of x there reaches dw, where the definition would not read it.)
+ * The data gradient: the column matrix W^T dy[n] by a direct loop, added
+ * into dx by a vector col2im. */
 #include "kernels/cpu/conv2d_avx2.h"
 
 #include <string.h>

@@ -1,4 +1,4 @@
-/* conv2d's vector direct path (conv2d_avx2.c). */
+/* conv2d's vector direct paths (conv2d_avx2.c). */
 #ifndef AQ_KERNELS_CPU_CONV2D_AVX2_H_
 #define AQ_KERNELS_CPU_CONV2D_AVX2_H_
 
@@ -20,13 +20,15 @@ void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, flo
 /* Floats of scratch conv2d_bwd_filter_wide_avx2 needs. */
 size_t conv2d_wide_bwd_floats(const aq_conv2d_args_t *a);
 
-/* dw for filters [k0, k1) x taps [l0, l1) of the c r s flattened, summed
- * over the whole batch (AVX2 + FMA): each output sums lane-wise over the
- * images' padded-width positions in order, then across its 8 lanes in
- * order, so it does not depend on how the work is cut into parts. */
 /* The filters a part of conv2d_bwd_filter_wide_avx2 takes come in
- * multiples of this. */
+ * multiples of this (16 where the filters ride in the lanes). */
 int64_t conv2d_dw_filter_unit(const aq_conv2d_args_t *a);
+
+/* dw for filters [k0, k1) x taps [l0, l1) of the c r s flattened, summed
+ * over the whole batch (AVX2 + FMA): each output sums its lanes over the
+ * images' positions in order, then (positions in the lanes) across its 8
+ * lanes in order, so it does not depend on how the work is cut into
+ * parts. */
 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, int64_t l0, int64_t l1,
                                  float *scratch);
 
