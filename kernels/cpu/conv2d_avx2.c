@@ -54,7 +54,8 @@ int conv2d_col2im_fits(const aq_conv2d_args_t *a) {
 
 int conv2d_wide_fits(const aq_conv2d_args_t *a) {
   return a->stride_h == 1 && a->stride_w == 1 && a->dil_h == 1 && a->dil_w == 1 && a->s <= 32 &&
-         a->c * a->r * a->s <= GEMM_KC && conv2d_wide_bwd_floats(a) * sizeof(float) <= GEMM_SCRATCH_BYTES;
+         a->c * a->r * a->s <= GEMM_KC && conv2d_wide_bwd_floats(a) * sizeof(float) <= GEMM_SCRATCH_BYTES &&
+         conv2d_wide_fwd_floats(a) * sizeof(float) <= GEMM_SCRATCH_BYTES;
 }
 
 #if defined(__x86_64__)

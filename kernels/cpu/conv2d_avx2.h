@@ -6,12 +6,12 @@
 
 #include "aquila/ops.h"
 
-/* Whether the wide path takes a: stride and dilation 1, and C R S within
- * one depth slice of the GEMM, so its sums are the GEMM path's bit for bit. */
+/* Whether the wide path takes a: stride and dilation 1, C R S within one
+ * depth slice of the GEMM, so its sums are the GEMM path's bit for bit,
+ * and its scratch (forward and filter gradient) within the GEMM's. */
 int conv2d_wide_fits(const aq_conv2d_args_t *a);
 
-/* Floats of scratch conv2d_fwd_wide_avx2 needs (at most
- * conv2d_wide_bwd_floats). */
+/* Floats of scratch conv2d_fwd_wide_avx2 needs. */
 size_t conv2d_wide_fwd_floats(const aq_conv2d_args_t *a);
 
 /* The forward of images [n0, n1) on the padded-width grid (AVX2 + FMA). */
