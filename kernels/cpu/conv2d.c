@@ -474,26 +474,30 @@ static int gemm_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx
   return 0;
 }
 
-/* out += sum(x[0 .. n)): 16 float lanes, their total and the tail added in
- * double (one dependent add per value, as a plain loop has, runs at a
- * quarter of a vector loop's speed or less). */
-AQ_INLINE void plane_total_body(const float *x, int64_t n, double *out) {
+/* out = the sum of `planes` planes of pq floats, `stride` apart: 16 float
+ * lanes kept across the planes, each plane's tail and at the end the lanes
+ * added in double (one dependent add per value, as a plain loop has, runs
+ * at a quarter of a vector loop's speed or less; the lanes' 16 once a
+ * plane cost as much as a plane of 100). */
+AQ_INLINE void planes_total_body(const float *x, int64_t planes, int64_t stride, int64_t pq, double *out) {
   aq_f32x8 s0 = {0}, s1 = {0};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) s0 += AQ_LOAD8(x + i), s1 += AQ_LOAD8(x + i + 8);
-  double t = aq_lanes_sum(&s0, &s1);
-  for (; i < n; ++i) t += x[i];
-  *out += t;
+  double t = 0;
+  for (int64_t n = 0; n < planes; ++n, x += stride) {
+    int64_t i = 0;
+    for (; i + 16 <= pq; i += 16) s0 += AQ_LOAD8(x + i), s1 += AQ_LOAD8(x + i + 8);
+    for (; i < pq; ++i) t += x[i];
+  }
+  *out = aq_lanes_sum(&s0, &s1) + t;
 }
-AQ_VECTORISE(plane_total, (const float *x, int64_t n, double *out), (x, n, out))
+AQ_VECTORISE(planes_total, (const float *x, int64_t planes, int64_t stride, int64_t pq, double *out),
+             (x, planes, stride, pq, out))
 
-/* dbias[k] for filters [k0, k1): each a sum over the batch, plane by
- * plane, the planes' totals in double. */
+/* dbias[k] for filters [k0, k1): each a sum over the batch. */
 static void bias_gradient(const aq_conv2d_args_t *a, int64_t k0, int64_t k1) {
   int64_t pq = a->p * a->q;
   for (int64_t k = k0; k < k1; ++k) {
-    double b = 0;
-    for (int64_t n = 0; n < a->n; ++n) plane_total(a->dy + (n * a->k + k) * pq, pq, &b);
+    double b;
+    planes_total(a->dy + k * pq, a->n, a->k * pq, pq, &b);
     a->dbias[k] = (float)b;
   }
 }
