@@ -110,10 +110,66 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_block(int 
   }
 }
 
+/* The same over 32 positions in two AVX-512 vectors: the same sums in the
+ * same order, so y is the same bit for bit. */
+AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void wide_block512(int kb, const float *wt,
+                                                                                 int64_t crs, const float *xp,
+                                                                                 const int64_t *off, int64_t i0,
+                                                                                 const float *bias, float *yf,
+                                                                                 int64_t yplane) {
+  __m512 acc[WIDE_KB][2];
+  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) acc[k][0] = acc[k][1] = _mm512_setzero_ps();
+  for (int64_t l = 0; l < crs; ++l) {
+    const float *xr = xp + off[l] + i0;
+    __m512 x0 = _mm512_loadu_ps(xr), x1 = _mm512_loadu_ps(xr + 16);
+    _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
+      __m512 wv = _mm512_set1_ps(wt[l * kb + k]);
+      acc[k][0] = _mm512_fmadd_ps(wv, x0, acc[k][0]);
+      acc[k][1] = _mm512_fmadd_ps(wv, x1, acc[k][1]);
+    }
+  }
+  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
+    __m512 v0 = _mm512_add_ps(acc[k][0], _mm512_setzero_ps()), v1 = _mm512_add_ps(acc[k][1], _mm512_setzero_ps());
+    if (bias) {
+      __m512 b = _mm512_set1_ps(bias[k]);
+      v0 = _mm512_add_ps(v0, b), v1 = _mm512_add_ps(v1, b);
+    }
+    _mm512_storeu_ps(yf + k * yplane + i0, v0);
+    _mm512_storeu_ps(yf + k * yplane + i0 + 16, v1);
+  }
+}
+
+/* One image's flat outputs, blocks of STEP positions by up to 6 filters
+ * (wt: each block of filters' weights tap by tap). */
+#define AQ_WIDE_IMAGE(NAME, TARGET, BLOCK, STEP)                                                                 \
+  TARGET static void NAME(const aq_conv2d_args_t *a, const float *xp, const int64_t *off, const float *wt,       \
+                          int64_t crs, int64_t end, float *yf, int64_t yplane) {                                 \
+    for (int64_t i0 = 0; i0 < end; i0 += STEP)                                                                   \
+      for (int64_t k0 = 0; k0 < a->k; k0 += WIDE_KB) {                                                           \
+        const float *w = wt + k0 * crs, *b = a->bias ? a->bias + k0 : NULL;                                      \
+        float *y = yf + k0 * yplane;                                                                             \
+        switch (a->k - k0 < WIDE_KB ? a->k - k0 : WIDE_KB) {                                                     \
+          case 6: BLOCK(6, w, crs, xp, off, i0, b, y, yplane); break;                                            \
+          case 5: BLOCK(5, w, crs, xp, off, i0, b, y, yplane); break;                                            \
+          case 4: BLOCK(4, w, crs, xp, off, i0, b, y, yplane); break;                                            \
+          case 3: BLOCK(3, w, crs, xp, off, i0, b, y, yplane); break;                                            \
+          case 2: BLOCK(2, w, crs, xp, off, i0, b, y, yplane); break;                                            \
+          default: BLOCK(1, w, crs, xp, off, i0, b, y, yplane); break;                                           \
+        }                                                                                                        \
+      }                                                                                                          \
+  }
+AQ_WIDE_IMAGE(wide_image256, AQ_TARGET_AVX2, wide_block, 16)
+AQ_WIDE_IMAGE(wide_image512, AQ_TARGET_AVX512, wide_block512, 32)
+#undef AQ_WIDE_IMAGE
+
+/* The forward's flat output plane: P Wp positions rounded to whole blocks
+ * of either ISA. */
+static int64_t out_plane(const aq_conv2d_args_t *a) { return (a->p * (a->wd + 2 * a->pad_w) + 31) / 32 * 32; }
+
 /* The forward's scratch: the padded image, K flat output planes, the
  * weights tap by tap (each block of filters' own [l][k] run). */
 size_t conv2d_wide_fwd_floats(const aq_conv2d_args_t *a) {
-  return (size_t)(padded_floats(a) + a->k * (dy_plane(a) + 8) + a->k * a->c * a->r * a->s);
+  return (size_t)(padded_floats(a) + a->k * (out_plane(a) + 8) + a->k * a->c * a->r * a->s);
 }
 
 /* The forward with the filters in the lanes, for K a multiple of 8: KV
@@ -187,12 +243,13 @@ AQ_TARGET_AVX2 static void fwd_kvec(const aq_conv2d_args_t *a, int64_t n0, int64
 }
 
 AQ_TARGET_AVX2 void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, float *xp) {
-  if (a->k % 8 == 0 && kvec_fmas(a) < wide_fmas(a)) {
+  /* (AVX-512 runs the grid's blocks in vectors of 16, the lanes' path in 8.) */
+  if (a->k % 8 == 0 && kvec_fmas(a) < wide_fmas(a) / (aq_cpu_isa() >= AQ_CPU_ISA_AVX512 ? 2 : 1)) {
     fwd_kvec(a, n0, n1, xp);
     return;
   }
   const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a), pq = a->p * a->q;
-  const int64_t rs = a->r * a->s, crs = a->c * rs, yplane = dy_plane(a);
+  const int64_t rs = a->r * a->s, crs = a->c * rs, yplane = out_plane(a);
   float *yf = xp + padded_floats(a), *wt = yf + a->k * yplane;
   memset(xp, 0, (size_t)padded_floats(a) * sizeof(float));
   int64_t off[GEMM_KC];
@@ -202,21 +259,11 @@ AQ_TARGET_AVX2 void conv2d_fwd_wide_avx2(const aq_conv2d_args_t *a, int64_t n0, 
     for (int64_t l = 0; l < crs; ++l)
       for (int64_t k = 0; k < kb; ++k) wt[k0 * crs + l * kb + k] = a->w[(k0 + k) * crs + l];
   }
+  int wide512 = aq_cpu_isa() >= AQ_CPU_ISA_AVX512;
   for (int64_t n = n0; n < n1; ++n) {
     copy_padded(a, n, 0, a->c, xp);
-    for (int64_t i0 = 0; i0 < yplane; i0 += 16)
-      for (int64_t k0 = 0; k0 < a->k; k0 += WIDE_KB) {
-        const float *w = wt + k0 * crs, *b = a->bias ? a->bias + k0 : NULL;
-        float *y = yf + k0 * yplane;
-        switch (a->k - k0 < WIDE_KB ? a->k - k0 : WIDE_KB) {
-          case 6: wide_block(6, w, crs, xp, off, i0, b, y, yplane); break;
-          case 5: wide_block(5, w, crs, xp, off, i0, b, y, yplane); break;
-          case 4: wide_block(4, w, crs, xp, off, i0, b, y, yplane); break;
-          case 3: wide_block(3, w, crs, xp, off, i0, b, y, yplane); break;
-          case 2: wide_block(2, w, crs, xp, off, i0, b, y, yplane); break;
-          default: wide_block(1, w, crs, xp, off, i0, b, y, yplane); break;
-        }
-      }
+    if (wide512) wide_image512(a, xp, off, wt, crs, yplane, yf, yplane);
+    else wide_image256(a, xp, off, wt, crs, dy_plane(a), yf, yplane);
     float *y = a->y + n * a->k * pq;
     for (int64_t k = 0; k < a->k; ++k)
       for (int64_t p = 0; p < a->p; ++p) copy_row(y + k * pq + p * a->q, yf + k * yplane + p * wp, a->q);
