@@ -293,27 +293,64 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void dcol_block(int 
   }
 }
 
-int64_t conv2d_cols_ld(const aq_conv2d_args_t *a) { return (a->p * a->q + 15) / 16 * 16; }
+/* The same over 32 positions in two AVX-512 vectors: the same sums. */
+AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void dcol_block512(int lb, const float *w, int64_t crs,
+                                                                                 int64_t kk, const float *dyc,
+                                                                                 int64_t ld, int64_t j0,
+                                                                                 float *dcol) {
+  __m512 acc[6][2];
+  _Pragma("GCC unroll 6") for (int i = 0; i < lb; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kk; ++k) {
+    __m512 d0 = _mm512_loadu_ps(dyc + k * ld + j0), d1 = _mm512_loadu_ps(dyc + k * ld + j0 + 16);
+    _Pragma("GCC unroll 6") for (int i = 0; i < lb; ++i) {
+      __m512 wv = _mm512_set1_ps(w[k * crs + i]);
+      acc[i][0] = _mm512_fmadd_ps(wv, d0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(wv, d1, acc[i][1]);
+    }
+  }
+  _Pragma("GCC unroll 6") for (int i = 0; i < lb; ++i) {
+    _mm512_storeu_ps(dcol + i * ld + j0, acc[i][0]);
+    _mm512_storeu_ps(dcol + i * ld + j0 + 16, acc[i][1]);
+  }
+}
+
+/* dcol's rows of blocks of STEP positions by up to 6 taps. */
+#define AQ_DCOL_ROWS(NAME, TARGET, BLOCK, STEP)                                                                  \
+  TARGET static void NAME(const aq_conv2d_args_t *a, const float *dyc, int64_t ld, float *dcol) {              \
+    const int64_t crs = a->c * a->r * a->s;                                                                      \
+    for (int64_t j0 = 0; j0 < ld; j0 += STEP)                                                                    \
+      for (int64_t l0 = 0; l0 < crs; l0 += 6) {                                                                  \
+        const float *w = a->w + l0;                                                                              \
+        float *d = dcol + l0 * ld;                                                                               \
+        switch (crs - l0 < 6 ? crs - l0 : 6) {                                                                   \
+          case 6: BLOCK(6, w, crs, a->k, dyc, ld, j0, d); break;                                                 \
+          case 5: BLOCK(5, w, crs, a->k, dyc, ld, j0, d); break;                                                 \
+          case 4: BLOCK(4, w, crs, a->k, dyc, ld, j0, d); break;                                                 \
+          case 3: BLOCK(3, w, crs, a->k, dyc, ld, j0, d); break;                                                 \
+          case 2: BLOCK(2, w, crs, a->k, dyc, ld, j0, d); break;                                                 \
+          default: BLOCK(1, w, crs, a->k, dyc, ld, j0, d); break;                                                \
+        }                                                                                                        \
+      }                                                                                                          \
+  }
+AQ_DCOL_ROWS(dcol_rows256, AQ_TARGET_AVX2, dcol_block, 16)
+AQ_DCOL_ROWS(dcol_rows512, AQ_TARGET_AVX512, dcol_block512, 32)
+#undef AQ_DCOL_ROWS
+
+/* P Q rounded to whole blocks of the ISA's (16 positions, 32 with
+ * AVX-512). */
+int64_t conv2d_cols_ld(const aq_conv2d_args_t *a) {
+  int64_t unit = aq_cpu_isa() >= AQ_CPU_ISA_AVX512 ? 32 : 16;
+  return (a->p * a->q + unit - 1) / unit * unit;
+}
 
 AQ_TARGET_AVX2 void conv2d_bwd_data_cols_avx2(const aq_conv2d_args_t *a, int64_t n, float *dyc, float *dcol) {
-  const int64_t pq = a->p * a->q, crs = a->c * a->r * a->s, ld = conv2d_cols_ld(a);
+  const int64_t pq = a->p * a->q, ld = conv2d_cols_ld(a);
   for (int64_t k = 0; k < a->k; ++k) {
     copy_row(dyc + k * ld, a->dy + (n * a->k + k) * pq, pq);
     for (int64_t j = pq; j < ld; ++j) dyc[k * ld + j] = 0.0f;
   }
-  for (int64_t j0 = 0; j0 < ld; j0 += 16)
-    for (int64_t l0 = 0; l0 < crs; l0 += 6) {
-      const float *w = a->w + l0;
-      float *d = dcol + l0 * ld;
-      switch (crs - l0 < 6 ? crs - l0 : 6) {
-        case 6: dcol_block(6, w, crs, a->k, dyc, ld, j0, d); break;
-        case 5: dcol_block(5, w, crs, a->k, dyc, ld, j0, d); break;
-        case 4: dcol_block(4, w, crs, a->k, dyc, ld, j0, d); break;
-        case 3: dcol_block(3, w, crs, a->k, dyc, ld, j0, d); break;
-        case 2: dcol_block(2, w, crs, a->k, dyc, ld, j0, d); break;
-        default: dcol_block(1, w, crs, a->k, dyc, ld, j0, d); break;
-      }
-    }
+  if (ld % 32 == 0 && aq_cpu_isa() >= AQ_CPU_ISA_AVX512) dcol_rows512(a, dyc, ld, dcol);
+  else dcol_rows256(a, dyc, ld, dcol);
 }
 
 /* dx[n] = col2im(dcol) at stride 1, for W <= 64 and taps reaching at most
