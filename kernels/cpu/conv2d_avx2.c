@@ -487,31 +487,76 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void kvec_dw(int tb,
                                                                          const float *xp, const int64_t *off,
                                                                          float *acc) {
   const int64_t wp = a->wd + 2 * a->pad_w, Q = a->q;
-  __m256 s0[6], s1[6];
-  int64_t o[6];
-  _Pragma("GCC unroll 6") for (int j = 0; j < tb; ++j) {
+  __m256 s0[8], s1[8]; /* 8: the builds for 7 and 8 taps exist, for AVX-512's passes, but AVX2 runs up to 6 */
+  int64_t o[8];
+  _Pragma("GCC unroll 8") for (int j = 0; j < tb; ++j) {
     s0[j] = _mm256_loadu_ps(acc + 16 * j), s1[j] = _mm256_loadu_ps(acc + 16 * j + 8), o[j] = off[j];
   }
   for (int64_t p = 0; p < a->p; ++p)
     for (int64_t q = 0; q < Q; ++q) {
       const float *xb = xp + p * wp + q, *d = dyt + (p * Q + q) * kk;
       __m256 d0 = _mm256_loadu_ps(d), d1 = _mm256_loadu_ps(d + 8);
-      _Pragma("GCC unroll 6") for (int j = 0; j < tb; ++j) {
+      _Pragma("GCC unroll 8") for (int j = 0; j < tb; ++j) {
         __m256 xv = _mm256_broadcast_ss(xb + o[j]);
         s0[j] = _mm256_fmadd_ps(d0, xv, s0[j]);
         s1[j] = _mm256_fmadd_ps(d1, xv, s1[j]);
       }
     }
-  _Pragma("GCC unroll 6") for (int j = 0; j < tb; ++j) {
+  _Pragma("GCC unroll 8") for (int j = 0; j < tb; ++j) {
     _mm256_storeu_ps(acc + 16 * j, s0[j]), _mm256_storeu_ps(acc + 16 * j + 8, s1[j]);
   }
 }
+
+/* The same, the 16 filters in one AVX-512 vector, TB <= 8 taps a pass:
+ * each sum the same chain over the positions, so dw is the same bit for
+ * bit on either ISA. */
+AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void kvec_dw512(int tb, const aq_conv2d_args_t *a,
+                                                                              const float *dyt, int64_t kk,
+                                                                              const float *xp, const int64_t *off,
+                                                                              float *acc) {
+  const int64_t wp = a->wd + 2 * a->pad_w, Q = a->q;
+  __m512 s[8];
+  int64_t o[8];
+  _Pragma("GCC unroll 8") for (int j = 0; j < tb; ++j) s[j] = _mm512_loadu_ps(acc + 16 * j), o[j] = off[j];
+  for (int64_t p = 0; p < a->p; ++p)
+    for (int64_t q = 0; q < Q; ++q) {
+      const float *xb = xp + p * wp + q;
+      __m512 d = _mm512_loadu_ps(dyt + (p * Q + q) * kk);
+      _Pragma("GCC unroll 8") for (int j = 0; j < tb; ++j) s[j] = _mm512_fmadd_ps(d, _mm512_set1_ps(xb[o[j]]), s[j]);
+    }
+  _Pragma("GCC unroll 8") for (int j = 0; j < tb; ++j) _mm512_storeu_ps(acc + 16 * j, s[j]);
+}
+
+/* One image's pass for a block of 16 filters over taps [0, nl): sums
+ * acc[tap][16], in blocks of TB taps. */
+#define AQ_KVEC_TAPS(NAME, TARGET, BLOCK, TB)                                                                     \
+  TARGET static void NAME(const aq_conv2d_args_t *a, const float *dyt, int64_t kk, const float *xp,              \
+                          const int64_t *off, int64_t nl, float *acc) {                                          \
+    for (int64_t t0 = 0; t0 < nl; t0 += TB) {                                                                    \
+      const int64_t *ot = off + t0;                                                                              \
+      float *at = acc + 16 * t0;                                                                                 \
+      switch (nl - t0 < TB ? nl - t0 : TB) {                                                                     \
+        case 8: BLOCK(8, a, dyt, kk, xp, ot, at); break;                                                         \
+        case 7: BLOCK(7, a, dyt, kk, xp, ot, at); break;                                                         \
+        case 6: BLOCK(6, a, dyt, kk, xp, ot, at); break;                                                         \
+        case 5: BLOCK(5, a, dyt, kk, xp, ot, at); break;                                                         \
+        case 4: BLOCK(4, a, dyt, kk, xp, ot, at); break;                                                         \
+        case 3: BLOCK(3, a, dyt, kk, xp, ot, at); break;                                                         \
+        case 2: BLOCK(2, a, dyt, kk, xp, ot, at); break;                                                         \
+        default: BLOCK(1, a, dyt, kk, xp, ot, at); break;                                                        \
+      }                                                                                                          \
+    }                                                                                                            \
+  }
+AQ_KVEC_TAPS(kvec_taps256, AQ_TARGET_AVX2, kvec_dw, 6)
+AQ_KVEC_TAPS(kvec_taps512, AQ_TARGET_AVX512, kvec_dw512, 8)
+#undef AQ_KVEC_TAPS
 
 AQ_TARGET_AVX2 static void bwd_filter_kvec(const aq_conv2d_args_t *a, int64_t k0, int64_t k1, int64_t l0, int64_t l1,
                                            float *xp) {
   const int64_t wp = a->wd + 2 * a->pad_w, plane = padded_plane(a), pq = a->p * a->q, kk = k1 - k0;
   const int64_t rs = a->r * a->s, crs = a->c * rs, nl = l1 - l0, c0 = l0 / rs, c1 = (l1 - 1) / rs + 1;
-  float *dyt = xp + padded_floats(a), *sums = dyt + pq * kk; /* sums: [16-filter block][6-tap block][tap][16] */
+  float *dyt = xp + padded_floats(a), *sums = dyt + pq * kk; /* sums: [16-filter block][tap][16] */
+  int wide512 = aq_cpu_isa() >= AQ_CPU_ISA_AVX512;
   memset(xp, 0, (size_t)padded_floats(a) * sizeof(float));
   memset(sums, 0, (size_t)(kk * nl) * sizeof(float));
   int64_t off[GEMM_KC];
@@ -525,20 +570,10 @@ AQ_TARGET_AVX2 static void bwd_filter_kvec(const aq_conv2d_args_t *a, int64_t k0
       for (; pos < pq; ++pos)
         for (int64_t k = kb; k < kb + 8; ++k) dyt[pos * kk + k] = dy[k * pq + pos];
     }
-    float *acc = sums;
-    for (int64_t kb = 0; kb < kk; kb += 16)
-      for (int64_t t0 = 0; t0 < nl; t0 += 6) {
-        const int64_t *ot = off + t0;
-        switch (nl - t0 < 6 ? nl - t0 : 6) {
-          case 6: kvec_dw(6, a, dyt + kb, kk, xp, ot, acc); break;
-          case 5: kvec_dw(5, a, dyt + kb, kk, xp, ot, acc); break;
-          case 4: kvec_dw(4, a, dyt + kb, kk, xp, ot, acc); break;
-          case 3: kvec_dw(3, a, dyt + kb, kk, xp, ot, acc); break;
-          case 2: kvec_dw(2, a, dyt + kb, kk, xp, ot, acc); break;
-          default: kvec_dw(1, a, dyt + kb, kk, xp, ot, acc); break;
-        }
-        acc += 16 * (nl - t0 < 6 ? nl - t0 : 6);
-      }
+    for (int64_t kb = 0; kb < kk; kb += 16) {
+      if (wide512) kvec_taps512(a, dyt + kb, kk, xp, off, nl, sums + kb * nl);
+      else kvec_taps256(a, dyt + kb, kk, xp, off, nl, sums + kb * nl);
+    }
   }
   const float *acc = sums;
   for (int64_t kb = 0; kb < kk; kb += 16)
