@@ -407,9 +407,11 @@ typedef struct dw_walk {
  * TB taps. */
 AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_dw(int kb, int tb, int masked,
                                                                          const dw_walk_t *w, const float *xp,
-                                                                         const int64_t *off, float *acc) {
+                                                                         const int64_t *off, float *acc,
+                                                                         int64_t ks) {
   __m256 s[12];
-  _Pragma("GCC unroll 12") for (int u = 0; u < kb * tb; ++u) s[u] = _mm256_loadu_ps(acc + 8 * u);
+  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k)
+    _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) s[k * tb + t] = _mm256_loadu_ps(acc + k * ks + 8 * t);
   for (int64_t row = 0; row < w->rows; ++row) {
     const float *dr = w->dy + row * w->drow, *xr = xp + row * w->xrow;
     for (int64_t j = 0; j < w->nvec; ++j) {
@@ -422,18 +424,49 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_dw(int kb,
       }
     }
   }
-  _Pragma("GCC unroll 12") for (int u = 0; u < kb * tb; ++u) _mm256_storeu_ps(acc + 8 * u, s[u]);
+  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k)
+    _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) _mm256_storeu_ps(acc + k * ks + 8 * t, s[k * tb + t]);
+}
+
+/* The same on AVX-512, TP pairs of taps a pass: a vector holds 8
+ * positions of two taps (lanes 0-7, 8-15), so every lane sums the same
+ * positions in the same order as an AVX2 lane: dw is the same bit for bit
+ * on either ISA. KB x TP <= 12 sums. */
+AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void wide_dw2(int kb, int tp, int masked,
+                                                                            const dw_walk_t *w, const float *xp,
+                                                                            const int64_t *off, float *acc,
+                                                                            int64_t ks) {
+  __m512 s[12];
+  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k)
+    _Pragma("GCC unroll 12") for (int t = 0; t < tp; ++t) s[k * tp + t] = _mm512_loadu_ps(acc + k * ks + 16 * t);
+  const int64_t nvec = w->nvec, dplane = w->dplane;
+  for (int64_t row = 0; row < w->rows; ++row) {
+    const float *dr = w->dy + row * w->drow, *xr = xp + row * w->xrow;
+    for (int64_t j = 0; j < nvec; ++j) {
+      __m512 x[12];
+      _Pragma("GCC unroll 12") for (int t = 0; t < tp; ++t) x[t] = _mm512_insertf32x8(
+          _mm512_castps256_ps512(_mm256_loadu_ps(xr + off[2 * t] + 8 * j)), _mm256_loadu_ps(xr + off[2 * t + 1] + 8 * j), 1);
+      _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
+        const float *dk = dr + k * dplane + 8 * j;
+        __m256 d8 = masked && j == nvec - 1 ? _mm256_maskload_ps(dk, w->tail) : _mm256_loadu_ps(dk);
+        __m512 d = _mm512_broadcast_f32x8(d8);
+        _Pragma("GCC unroll 12") for (int t = 0; t < tp; ++t) s[k * tp + t] = _mm512_fmadd_ps(d, x[t], s[k * tp + t]);
+      }
+    }
+  }
+  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k)
+    _Pragma("GCC unroll 12") for (int t = 0; t < tp; ++t) _mm512_storeu_ps(acc + k * ks + 16 * t, s[k * tp + t]);
 }
 
 /* Every KB x TB block with KB <= 6 and KB TB <= 12 has its own build, so
  * no part of a cut runs a narrower block than its filters and taps allow. */
 #define AQ_DW_TB(KB, TB)                                          \
   case (KB) * 16 + (TB):                                          \
-    if (w->masked) wide_dw(KB, TB, 1, w, xp, off, acc);           \
-    else wide_dw(KB, TB, 0, w, xp, off, acc);                     \
+    if (w->masked) wide_dw(KB, TB, 1, w, xp, off, acc, ks);       \
+    else wide_dw(KB, TB, 0, w, xp, off, acc, ks);                 \
     break;
 AQ_TARGET_AVX2 static void wide_dw_block(int kb, int tb, const dw_walk_t *w, const float *xp, const int64_t *off,
-                                         float *acc) {
+                                         float *acc, int64_t ks) {
   switch (kb * 16 + tb) {
     AQ_DW_TB(1, 1) AQ_DW_TB(1, 2) AQ_DW_TB(1, 3) AQ_DW_TB(1, 4) AQ_DW_TB(1, 5) AQ_DW_TB(1, 6)
     AQ_DW_TB(1, 7) AQ_DW_TB(1, 8) AQ_DW_TB(1, 9) AQ_DW_TB(1, 10) AQ_DW_TB(1, 11) AQ_DW_TB(1, 12)
@@ -446,6 +479,26 @@ AQ_TARGET_AVX2 static void wide_dw_block(int kb, int tb, const dw_walk_t *w, con
   }
 }
 #undef AQ_DW_TB
+
+/* The AVX-512 builds: KB x TP pairs of taps, KB TP <= 12, TP <= 6. */
+#define AQ_DW_TP(KB, TP)                                          \
+  case (KB) * 16 + (TP):                                          \
+    if (w->masked) wide_dw2(KB, TP, 1, w, xp, off, acc, ks);      \
+    else wide_dw2(KB, TP, 0, w, xp, off, acc, ks);                \
+    break;
+AQ_TARGET_AVX512 static void wide_dw2_block(int kb, int tp, const dw_walk_t *w, const float *xp, const int64_t *off,
+                                            float *acc, int64_t ks) {
+  switch (kb * 16 + tp) {
+    AQ_DW_TP(1, 1) AQ_DW_TP(1, 2) AQ_DW_TP(1, 3) AQ_DW_TP(1, 4) AQ_DW_TP(1, 5) AQ_DW_TP(1, 6)
+    AQ_DW_TP(2, 1) AQ_DW_TP(2, 2) AQ_DW_TP(2, 3) AQ_DW_TP(2, 4) AQ_DW_TP(2, 5) AQ_DW_TP(2, 6)
+    AQ_DW_TP(3, 1) AQ_DW_TP(3, 2) AQ_DW_TP(3, 3) AQ_DW_TP(3, 4)
+    AQ_DW_TP(4, 1) AQ_DW_TP(4, 2) AQ_DW_TP(4, 3)
+    AQ_DW_TP(5, 1) AQ_DW_TP(5, 2)
+    AQ_DW_TP(6, 1) AQ_DW_TP(6, 2)
+    default: break;
+  }
+}
+#undef AQ_DW_TP
 
 /* Whether dy is read in place, row by row: where that computes no more
  * lanes than the flat grid (each row a whole number of vectors, or
@@ -600,7 +653,7 @@ AQ_TARGET_AVX2 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64
   int64_t off[GEMM_KC];
   for (int64_t l = l0; l < l1; ++l) off[l - l0] = (l / rs) * plane + ((l % rs) / a->s) * wp + l % a->s;
   dw_walk_t w = {.dy = dyp, .dplane = dplane, .rows = 1, .nvec = dplane / 8};
-  int in_place = dw_in_place(a);
+  int in_place = dw_in_place(a), wide512 = aq_cpu_isa() >= AQ_CPU_ISA_AVX512;
   if (in_place) {
     w.dplane = pq, w.drow = a->q, w.xrow = wp, w.rows = a->p, w.nvec = (a->q + 7) / 8, w.masked = a->q % 8 != 0;
     w.tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(a->q % 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -610,30 +663,30 @@ AQ_TARGET_AVX2 void conv2d_bwd_filter_wide_avx2(const aq_conv2d_args_t *a, int64
     if (!in_place)
       for (int64_t k = k0; k < k1; ++k)
         for (int64_t p = 0; p < a->p; ++p) copy_row(dyp + (k - k0) * dplane + p * wp, a->dy + (n * a->k + k) * pq + p * a->q, a->q);
-    float *acc = sums; /* each block's sums, [k][t][8 lanes], one block after another */
+    /* sums[k - k0][l - l0][8 lanes], whatever the blocks */
     for (int64_t kb0 = k0; kb0 < k1; kb0 += WIDE_KB) {
       int kb = (int)(k1 - kb0 < WIDE_KB ? k1 - kb0 : WIDE_KB), tb = 12 / kb;
+      float *acc = sums + (kb0 - k0) * nl * 8;
       w.dy = in_place ? a->dy + (n * a->k + kb0) * pq : dyp + (kb0 - k0) * dplane;
-      for (int64_t t0 = 0; t0 < nl; t0 += tb) {
+      int64_t t0 = 0;
+      for (int tp = 12 / kb < 6 ? 12 / kb : 6; wide512 && nl - t0 >= 2;) { /* pairs of taps; an odd last one below */
+        int pn = (int)((nl - t0) / 2 < tp ? (nl - t0) / 2 : tp);
+        wide_dw2_block(kb, pn, &w, xp, off + t0, acc + 8 * t0, nl * 8);
+        t0 += 2 * pn;
+      }
+      for (; t0 < nl; t0 += tb) {
         int tn = (int)(nl - t0 < tb ? nl - t0 : tb);
-        wide_dw_block(kb, tn, &w, xp, off + t0, acc);
-        acc += 8 * kb * tn;
+        wide_dw_block(kb, tn, &w, xp, off + t0, acc + 8 * t0, nl * 8);
       }
     }
   }
-  const float *acc = sums;
-  for (int64_t kb0 = k0; kb0 < k1; kb0 += WIDE_KB) {
-    int kb = (int)(k1 - kb0 < WIDE_KB ? k1 - kb0 : WIDE_KB), tb = 12 / kb;
-    for (int64_t t0 = 0; t0 < nl; t0 += tb) {
-      int tn = (int)(nl - t0 < tb ? nl - t0 : tb);
-      for (int k = 0; k < kb; ++k)
-        for (int t = 0; t < tn; ++t, acc += 8) {
-          float v = 0.0f;
-          for (int j = 0; j < 8; ++j) v += acc[j];
-          a->dw[(kb0 + k) * crs + l0 + t0 + t] = v;
-        }
+  for (int64_t k = k0; k < k1; ++k)
+    for (int64_t l = l0; l < l1; ++l) {
+      const float *v = sums + ((k - k0) * nl + l - l0) * 8;
+      float t = 0.0f;
+      for (int j = 0; j < 8; ++j) t += v[j];
+      a->dw[k * crs + l] = t;
     }
-  }
 }
 #else
 int64_t conv2d_cols_ld(const aq_conv2d_args_t *a) { return (a->p * a->q + 15) / 16 * 16; }
