@@ -79,65 +79,40 @@ AQ_TARGET_AVX2 static void copy_padded(const aq_conv2d_args_t *a, int64_t n, int
     for (int64_t h = 0; h < a->h; ++h) copy_row(xp + c * plane + (h + a->pad_h) * wp + a->pad_w, x + c * hw + h * a->wd, a->wd);
 }
 
-/* KB filters (their weights wt[l KB + k], tap by tap) over 16 flat
- * positions from i0: the sums, + 0 and the bias as the GEMM path's
- * write-back of a row bias does, go to the flat output planes yf. (The
- * sums leave their registers in an unrolled loop: indexed at run time,
- * the array would live on the stack, stored back at every tap.) */
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_block(int kb, const float *wt, int64_t crs,
-                                                                            const float *xp, const int64_t *off,
-                                                                            int64_t i0, const float *bias, float *yf,
-                                                                            int64_t yplane) {
-  __m256 acc[WIDE_KB][2];
-  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
-  for (int64_t l = 0; l < crs; ++l) {
-    const float *xr = xp + off[l] + i0;
-    __m256 x0 = _mm256_loadu_ps(xr), x1 = _mm256_loadu_ps(xr + 8);
-    _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
-      __m256 wv = _mm256_broadcast_ss(wt + l * kb + k);
-      acc[k][0] = _mm256_fmadd_ps(wv, x0, acc[k][0]);
-      acc[k][1] = _mm256_fmadd_ps(wv, x1, acc[k][1]);
-    }
+/* KB filters (their weights wt[l KB + k], tap by tap) over 2 vectors of
+ * flat positions from i0 (16 with AVX2, 32 with AVX-512: the same sums in
+ * the same order, so y is the same bit for bit on either): the sums, + 0
+ * and the bias as the GEMM path's write-back of a row bias does, go to
+ * the flat output planes yf. (The sums leave their registers in an
+ * unrolled loop: indexed at run time, the array would live on the stack,
+ * stored back at every tap.) */
+#define AQ_WIDE_BLOCK(NAME, TARGET, V, N, ZERO, LOADU, SET1, FMADD, ADD, STOREU)                                  \
+  TARGET static inline __attribute__((always_inline)) void NAME(int kb, const float *wt, int64_t crs,            \
+                                                                const float *xp, const int64_t *off, int64_t i0, \
+                                                                const float *bias, float *yf, int64_t yplane) {  \
+    V acc[WIDE_KB][2];                                                                                           \
+    _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) acc[k][0] = acc[k][1] = ZERO();                         \
+    for (int64_t l = 0; l < crs; ++l) {                                                                          \
+      const float *xr = xp + off[l] + i0;                                                                        \
+      V x0 = LOADU(xr), x1 = LOADU(xr + N);                                                                      \
+      _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {                                                     \
+        V wv = SET1(wt[l * kb + k]);                                                                             \
+        acc[k][0] = FMADD(wv, x0, acc[k][0]);                                                                    \
+        acc[k][1] = FMADD(wv, x1, acc[k][1]);                                                                    \
+      }                                                                                                          \
+    }                                                                                                            \
+    _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {                                                       \
+      V v0 = ADD(acc[k][0], ZERO()), v1 = ADD(acc[k][1], ZERO());                                                \
+      if (bias) v0 = ADD(v0, SET1(bias[k])), v1 = ADD(v1, SET1(bias[k]));                                        \
+      STOREU(yf + k * yplane + i0, v0);                                                                          \
+      STOREU(yf + k * yplane + i0 + N, v1);                                                                      \
+    }                                                                                                            \
   }
-  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
-    __m256 v0 = _mm256_add_ps(acc[k][0], _mm256_setzero_ps()), v1 = _mm256_add_ps(acc[k][1], _mm256_setzero_ps());
-    if (bias) {
-      __m256 b = _mm256_broadcast_ss(bias + k);
-      v0 = _mm256_add_ps(v0, b), v1 = _mm256_add_ps(v1, b);
-    }
-    _mm256_storeu_ps(yf + k * yplane + i0, v0);
-    _mm256_storeu_ps(yf + k * yplane + i0 + 8, v1);
-  }
-}
-
-/* The same over 32 positions in two AVX-512 vectors: the same sums in the
- * same order, so y is the same bit for bit. */
-AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void wide_block512(int kb, const float *wt,
-                                                                                 int64_t crs, const float *xp,
-                                                                                 const int64_t *off, int64_t i0,
-                                                                                 const float *bias, float *yf,
-                                                                                 int64_t yplane) {
-  __m512 acc[WIDE_KB][2];
-  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) acc[k][0] = acc[k][1] = _mm512_setzero_ps();
-  for (int64_t l = 0; l < crs; ++l) {
-    const float *xr = xp + off[l] + i0;
-    __m512 x0 = _mm512_loadu_ps(xr), x1 = _mm512_loadu_ps(xr + 16);
-    _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
-      __m512 wv = _mm512_set1_ps(wt[l * kb + k]);
-      acc[k][0] = _mm512_fmadd_ps(wv, x0, acc[k][0]);
-      acc[k][1] = _mm512_fmadd_ps(wv, x1, acc[k][1]);
-    }
-  }
-  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
-    __m512 v0 = _mm512_add_ps(acc[k][0], _mm512_setzero_ps()), v1 = _mm512_add_ps(acc[k][1], _mm512_setzero_ps());
-    if (bias) {
-      __m512 b = _mm512_set1_ps(bias[k]);
-      v0 = _mm512_add_ps(v0, b), v1 = _mm512_add_ps(v1, b);
-    }
-    _mm512_storeu_ps(yf + k * yplane + i0, v0);
-    _mm512_storeu_ps(yf + k * yplane + i0 + 16, v1);
-  }
-}
+AQ_WIDE_BLOCK(wide_block, AQ_TARGET_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_set1_ps,
+              _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps)
+AQ_WIDE_BLOCK(wide_block512, AQ_TARGET_AVX512, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_set1_ps,
+              _mm512_fmadd_ps, _mm512_add_ps, _mm512_storeu_ps)
+#undef AQ_WIDE_BLOCK
 
 /* One image's flat outputs, blocks of STEP positions by up to 6 filters
  * (wt: each block of filters' weights tap by tap). */
@@ -402,103 +377,78 @@ typedef struct dw_walk {
 } dw_walk_t;
 
 /* KB filters from w->dy x TB taps (their offsets in the padded image xp)
- * over every position of the walk: acc[k][t] += dy x. KB x TB <= 12 sums
- * stay in registers; each x vector serves KB filters and each dy vector
- * TB taps. */
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void wide_dw(int kb, int tb, int masked,
-                                                                         const dw_walk_t *w, const float *xp,
-                                                                         const int64_t *off, float *acc,
-                                                                         int64_t ks) {
-  __m256 s[12];
-  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k)
-    _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) s[k * tb + t] = _mm256_loadu_ps(acc + k * ks + 8 * t);
-  for (int64_t row = 0; row < w->rows; ++row) {
-    const float *dr = w->dy + row * w->drow, *xr = xp + row * w->xrow;
-    for (int64_t j = 0; j < w->nvec; ++j) {
-      __m256 x[12];
-      _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) x[t] = _mm256_loadu_ps(xr + off[t] + 8 * j);
-      _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
-        const float *dk = dr + k * w->dplane + 8 * j;
-        __m256 d = masked && j == w->nvec - 1 ? _mm256_maskload_ps(dk, w->tail) : _mm256_loadu_ps(dk);
-        _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) s[k * tb + t] = _mm256_fmadd_ps(d, x[t], s[k * tb + t]);
-      }
-    }
+ * over every position of the walk: acc[k][t] += dy x, acc's filters ks
+ * apart. KB x TB <= 12 sums stay in registers; each x vector serves KB
+ * filters and each dy vector TB taps. On AVX-512, TB counts pairs of taps:
+ * a vector holds 8 positions of two taps (lanes 0-7, 8-15, dy's 8 values
+ * broadcast to both halves), so every lane sums the same positions in the
+ * same order as an AVX2 lane: dw is the same bit for bit on either ISA.
+ * X(t, j): the x vector of the t-th tap (pair) at vector j of a row; D(d):
+ * dy's 8 values as a vector. */
+#define AQ_WIDE_DW(NAME, TARGET, V, N, LOADU, STOREU, FMADD, X, D)                                                 \
+  TARGET static inline __attribute__((always_inline)) void NAME(int kb, int tb, int masked, const dw_walk_t *w,  \
+                                                                const float *xp, const int64_t *off, float *acc, \
+                                                                int64_t ks) {                                    \
+    V s[12];                                                                                                     \
+    _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k)                                                         \
+      _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) s[k * tb + t] = LOADU(acc + k * ks + N * t);        \
+    const int64_t nvec = w->nvec, dplane = w->dplane;                                                            \
+    for (int64_t row = 0; row < w->rows; ++row) {                                                                \
+      const float *dr = w->dy + row * w->drow, *xr = xp + row * w->xrow;                                         \
+      for (int64_t j = 0; j < nvec; ++j) {                                                                       \
+        V x[12];                                                                                                 \
+        _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) x[t] = X(t, j);                                    \
+        _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {                                                   \
+          const float *dk = dr + k * dplane + 8 * j;                                                             \
+          V d = D(masked && j == nvec - 1 ? _mm256_maskload_ps(dk, w->tail) : _mm256_loadu_ps(dk));              \
+          _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) s[k * tb + t] = FMADD(d, x[t], s[k * tb + t]);   \
+        }                                                                                                        \
+      }                                                                                                          \
+    }                                                                                                            \
+    _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k)                                                         \
+      _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) STOREU(acc + k * ks + N * t, s[k * tb + t]);        \
   }
-  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k)
-    _Pragma("GCC unroll 12") for (int t = 0; t < tb; ++t) _mm256_storeu_ps(acc + k * ks + 8 * t, s[k * tb + t]);
-}
-
-/* The same on AVX-512, TP pairs of taps a pass: a vector holds 8
- * positions of two taps (lanes 0-7, 8-15), so every lane sums the same
- * positions in the same order as an AVX2 lane: dw is the same bit for bit
- * on either ISA. KB x TP <= 12 sums. */
-AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void wide_dw2(int kb, int tp, int masked,
-                                                                            const dw_walk_t *w, const float *xp,
-                                                                            const int64_t *off, float *acc,
-                                                                            int64_t ks) {
-  __m512 s[12];
-  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k)
-    _Pragma("GCC unroll 12") for (int t = 0; t < tp; ++t) s[k * tp + t] = _mm512_loadu_ps(acc + k * ks + 16 * t);
-  const int64_t nvec = w->nvec, dplane = w->dplane;
-  for (int64_t row = 0; row < w->rows; ++row) {
-    const float *dr = w->dy + row * w->drow, *xr = xp + row * w->xrow;
-    for (int64_t j = 0; j < nvec; ++j) {
-      __m512 x[12];
-      _Pragma("GCC unroll 12") for (int t = 0; t < tp; ++t) x[t] = _mm512_insertf32x8(
-          _mm512_castps256_ps512(_mm256_loadu_ps(xr + off[2 * t] + 8 * j)), _mm256_loadu_ps(xr + off[2 * t + 1] + 8 * j), 1);
-      _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k) {
-        const float *dk = dr + k * dplane + 8 * j;
-        __m256 d8 = masked && j == nvec - 1 ? _mm256_maskload_ps(dk, w->tail) : _mm256_loadu_ps(dk);
-        __m512 d = _mm512_broadcast_f32x8(d8);
-        _Pragma("GCC unroll 12") for (int t = 0; t < tp; ++t) s[k * tp + t] = _mm512_fmadd_ps(d, x[t], s[k * tp + t]);
-      }
-    }
-  }
-  _Pragma("GCC unroll 6") for (int k = 0; k < kb; ++k)
-    _Pragma("GCC unroll 12") for (int t = 0; t < tp; ++t) _mm512_storeu_ps(acc + k * ks + 16 * t, s[k * tp + t]);
-}
+#define AQ_X256(t, j) _mm256_loadu_ps(xr + off[t] + 8 * (j))
+#define AQ_X512(t, j)                                                                                            \
+  _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(xr + off[2 * (t)] + 8 * (j))),                       \
+                     _mm256_loadu_ps(xr + off[2 * (t) + 1] + 8 * (j)), 1)
+#define AQ_D256(d) (d)
+AQ_WIDE_DW(wide_dw, AQ_TARGET_AVX2, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_fmadd_ps, AQ_X256, AQ_D256)
+AQ_WIDE_DW(wide_dw2, AQ_TARGET_AVX512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_fmadd_ps, AQ_X512,
+           _mm512_broadcast_f32x8)
+#undef AQ_WIDE_DW
+#undef AQ_X256
+#undef AQ_X512
+#undef AQ_D256
 
 /* Every KB x TB block with KB <= 6 and KB TB <= 12 has its own build, so
- * no part of a cut runs a narrower block than its filters and taps allow. */
-#define AQ_DW_TB(KB, TB)                                          \
+ * no part of a cut runs a narrower block than its filters and taps allow
+ * (on AVX-512, TB counts pairs of taps, at most 6). */
+#define AQ_DW_TB(F, KB, TB)                                       \
   case (KB) * 16 + (TB):                                          \
-    if (w->masked) wide_dw(KB, TB, 1, w, xp, off, acc, ks);       \
-    else wide_dw(KB, TB, 0, w, xp, off, acc, ks);                 \
+    if (w->masked) F(KB, TB, 1, w, xp, off, acc, ks);             \
+    else F(KB, TB, 0, w, xp, off, acc, ks);                       \
     break;
-AQ_TARGET_AVX2 static void wide_dw_block(int kb, int tb, const dw_walk_t *w, const float *xp, const int64_t *off,
-                                         float *acc, int64_t ks) {
-  switch (kb * 16 + tb) {
-    AQ_DW_TB(1, 1) AQ_DW_TB(1, 2) AQ_DW_TB(1, 3) AQ_DW_TB(1, 4) AQ_DW_TB(1, 5) AQ_DW_TB(1, 6)
-    AQ_DW_TB(1, 7) AQ_DW_TB(1, 8) AQ_DW_TB(1, 9) AQ_DW_TB(1, 10) AQ_DW_TB(1, 11) AQ_DW_TB(1, 12)
-    AQ_DW_TB(2, 1) AQ_DW_TB(2, 2) AQ_DW_TB(2, 3) AQ_DW_TB(2, 4) AQ_DW_TB(2, 5) AQ_DW_TB(2, 6)
-    AQ_DW_TB(3, 1) AQ_DW_TB(3, 2) AQ_DW_TB(3, 3) AQ_DW_TB(3, 4)
-    AQ_DW_TB(4, 1) AQ_DW_TB(4, 2) AQ_DW_TB(4, 3)
-    AQ_DW_TB(5, 1) AQ_DW_TB(5, 2)
-    AQ_DW_TB(6, 1) AQ_DW_TB(6, 2)
-    default: break;
+#define AQ_DW_BLOCK(NAME, TARGET, F)                                                                              \
+  TARGET static void NAME(int kb, int tb, const dw_walk_t *w, const float *xp, const int64_t *off, float *acc,   \
+                          int64_t ks) {                                                                          \
+    switch (kb * 16 + tb) {                                                                                      \
+      AQ_DW_TB(F, 1, 1) AQ_DW_TB(F, 1, 2) AQ_DW_TB(F, 1, 3) AQ_DW_TB(F, 1, 4) AQ_DW_TB(F, 1, 5)                  \
+      AQ_DW_TB(F, 1, 6) AQ_DW_TB(F, 1, 7) AQ_DW_TB(F, 1, 8) AQ_DW_TB(F, 1, 9) AQ_DW_TB(F, 1, 10)                 \
+      AQ_DW_TB(F, 1, 11) AQ_DW_TB(F, 1, 12)                                                                      \
+      AQ_DW_TB(F, 2, 1) AQ_DW_TB(F, 2, 2) AQ_DW_TB(F, 2, 3) AQ_DW_TB(F, 2, 4) AQ_DW_TB(F, 2, 5)                  \
+      AQ_DW_TB(F, 2, 6)                                                                                          \
+      AQ_DW_TB(F, 3, 1) AQ_DW_TB(F, 3, 2) AQ_DW_TB(F, 3, 3) AQ_DW_TB(F, 3, 4)                                    \
+      AQ_DW_TB(F, 4, 1) AQ_DW_TB(F, 4, 2) AQ_DW_TB(F, 4, 3)                                                      \
+      AQ_DW_TB(F, 5, 1) AQ_DW_TB(F, 5, 2)                                                                        \
+      AQ_DW_TB(F, 6, 1) AQ_DW_TB(F, 6, 2)                                                                        \
+      default: break;                                                                                            \
+    }                                                                                                            \
   }
-}
+AQ_DW_BLOCK(wide_dw_block, AQ_TARGET_AVX2, wide_dw)
+AQ_DW_BLOCK(wide_dw2_block, AQ_TARGET_AVX512, wide_dw2)
+#undef AQ_DW_BLOCK
 #undef AQ_DW_TB
-
-/* The AVX-512 builds: KB x TP pairs of taps, KB TP <= 12, TP <= 6. */
-#define AQ_DW_TP(KB, TP)                                          \
-  case (KB) * 16 + (TP):                                          \
-    if (w->masked) wide_dw2(KB, TP, 1, w, xp, off, acc, ks);      \
-    else wide_dw2(KB, TP, 0, w, xp, off, acc, ks);                \
-    break;
-AQ_TARGET_AVX512 static void wide_dw2_block(int kb, int tp, const dw_walk_t *w, const float *xp, const int64_t *off,
-                                            float *acc, int64_t ks) {
-  switch (kb * 16 + tp) {
-    AQ_DW_TP(1, 1) AQ_DW_TP(1, 2) AQ_DW_TP(1, 3) AQ_DW_TP(1, 4) AQ_DW_TP(1, 5) AQ_DW_TP(1, 6)
-    AQ_DW_TP(2, 1) AQ_DW_TP(2, 2) AQ_DW_TP(2, 3) AQ_DW_TP(2, 4) AQ_DW_TP(2, 5) AQ_DW_TP(2, 6)
-    AQ_DW_TP(3, 1) AQ_DW_TP(3, 2) AQ_DW_TP(3, 3) AQ_DW_TP(3, 4)
-    AQ_DW_TP(4, 1) AQ_DW_TP(4, 2) AQ_DW_TP(4, 3)
-    AQ_DW_TP(5, 1) AQ_DW_TP(5, 2)
-    AQ_DW_TP(6, 1) AQ_DW_TP(6, 2)
-    default: break;
-  }
-}
-#undef AQ_DW_TP
 
 /* Whether dy is read in place, row by row: where that computes no more
  * lanes than the flat grid (each row a whole number of vectors, or
