@@ -14,15 +14,13 @@
 
 /* out[0] += sum(x), or out[0] += sum((x - shift)^2) when squares. */
 AQ_INLINE void plane_sum_body(const float *x, int64_t n, float shift, int squares, double *out) {
-  float s[16] = {0};
+  aq_f32x8 s0 = {0}, s1 = {0}, sh = s0 + shift;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int t = 0; t < 16; ++t) {
-      float d = x[i + t] - shift;
-      s[t] += squares ? d * d : d;
-    }
-  double tot = 0;
-  for (int t = 0; t < 16; ++t) tot += s[t];
+  for (; i + 16 <= n; i += 16) {
+    aq_f32x8 d0 = AQ_LOAD8(x + i) - sh, d1 = AQ_LOAD8(x + i + 8) - sh;
+    s0 += squares ? d0 * d0 : d0, s1 += squares ? d1 * d1 : d1;
+  }
+  double tot = aq_lanes_sum(&s0, &s1);
   for (; i < n; ++i) {
     double d = (double)x[i] - shift;
     tot += squares ? d * d : d;
@@ -32,33 +30,15 @@ AQ_INLINE void plane_sum_body(const float *x, int64_t n, float shift, int square
 AQ_VECTORISE(plane_sum, (const float *x, int64_t n, float shift, int squares, double *out),
              (x, n, shift, squares, out))
 
-/* out[0] += sum(x - shift), out[1] += sum((x - shift)^2). */
-AQ_INLINE void plane_moments_body(const float *x, int64_t n, float shift, double *out) {
-  float s[16] = {0}, ss[16] = {0};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int t = 0; t < 16; ++t) {
-      float d = x[i + t] - shift;
-      s[t] += d, ss[t] += d * d;
-    }
-  double a = 0, b = 0;
-  for (int t = 0; t < 16; ++t) a += s[t], b += ss[t];
-  for (; i < n; ++i) {
-    double d = (double)x[i] - shift;
-    a += d, b += d * d;
-  }
-  out[0] += a, out[1] += b;
-}
-AQ_VECTORISE(plane_moments, (const float *x, int64_t n, float shift, double *out), (x, n, shift, out))
-
 /* out[0] += sum(dy), out[1] += sum(dy (x - mean)). */
 AQ_INLINE void plane_dsum_body(const float *dy, const float *x, int64_t n, float mean, double *out) {
-  float s[16] = {0}, sx[16] = {0};
+  aq_f32x8 s0 = {0}, s1 = {0}, p0 = {0}, p1 = {0}, m = s0 + mean;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int t = 0; t < 16; ++t) s[t] += dy[i + t], sx[t] += dy[i + t] * (x[i + t] - mean);
-  double a = 0, b = 0;
-  for (int t = 0; t < 16; ++t) a += s[t], b += sx[t];
+  for (; i + 16 <= n; i += 16) {
+    aq_f32x8 d0 = AQ_LOAD8(dy + i), d1 = AQ_LOAD8(dy + i + 8);
+    s0 += d0, s1 += d1, p0 += d0 * (AQ_LOAD8(x + i) - m), p1 += d1 * (AQ_LOAD8(x + i + 8) - m);
+  }
+  double a = aq_lanes_sum(&s0, &s1), b = aq_lanes_sum(&p0, &p1);
   for (; i < n; ++i) a += dy[i], b += (double)dy[i] * (x[i] - mean);
   out[0] += a, out[1] += b;
 }
@@ -185,16 +165,47 @@ static void channel_sums(const aq_batch_norm_args_t *a, int64_t c, double out[2]
   for (int64_t s = 0; s < a->slices; ++s) out[0] += p[2 * s], out[1] += p[2 * s + 1];
 }
 
-/* Item it's slice sums into the partial buffer: of x - shift and its square
- * (shift: the channel's first value), or backward of dy and dy (x - mean). */
-static void slice_sums(const aq_batch_norm_args_t *a, int64_t it, int backward) {
+/* Item it's slice sums: of x - shift and its square (shift: the channel's
+ * first value), or backward of dy and dy (x - mean). Each run (the
+ * slice's part of one plane) goes through 16 float lanes kept across the
+ * runs, its tail added in double; the lanes are added up once, at the
+ * end: per plane, their 16 dependent double adds cost as much as a plane
+ * of LeNet's sizes. */
+AQ_INLINE void slice_sums_v_body(const aq_batch_norm_args_t *a, int64_t it, int backward, double *out) {
   int64_t b, e, c = slice_of(a, it, &b, &e);
-  double sums[2] = {0, 0};
+  const float ref = backward ? a->mean[c] : a->x[c * a->hw];
+  aq_f32x8 s0 = {0}, s1 = {0}, q0 = {0}, q1 = {0}, m = s0 + ref;
+  double ta = 0, tb = 0;
   for (int64_t i = b, len; i < e; i += len) {
-    int64_t o = run_at(a, c, i, e, &len);
-    if (backward) plane_dsum(a->dy + o, a->x + o, len, a->mean[c], sums);
-    else plane_moments(a->x + o, len, a->x[c * a->hw], sums);
+    int64_t o = run_at(a, c, i, e, &len), j = 0;
+    const float *x = a->x + o;
+    if (backward) {
+      const float *dy = a->dy + o;
+      for (; j + 16 <= len; j += 16) {
+        aq_f32x8 d0 = AQ_LOAD8(dy + j), d1 = AQ_LOAD8(dy + j + 8);
+        s0 += d0, s1 += d1, q0 += d0 * (AQ_LOAD8(x + j) - m), q1 += d1 * (AQ_LOAD8(x + j + 8) - m);
+      }
+      for (; j < len; ++j) ta += dy[j], tb += (double)dy[j] * (x[j] - ref);
+    } else {
+      for (; j + 16 <= len; j += 16) {
+        aq_f32x8 d0 = AQ_LOAD8(x + j) - m, d1 = AQ_LOAD8(x + j + 8) - m;
+        s0 += d0, s1 += d1, q0 += d0 * d0, q1 += d1 * d1;
+      }
+      for (; j < len; ++j) {
+        double d = (double)x[j] - ref;
+        ta += d, tb += d * d;
+      }
+    }
   }
+  out[0] = aq_lanes_sum(&s0, &s1) + ta, out[1] = aq_lanes_sum(&q0, &q1) + tb;
+}
+AQ_VECTORISE(slice_sums_v, (const aq_batch_norm_args_t *a, int64_t it, int backward, double *out),
+             (a, it, backward, out))
+
+/* Item it's slice sums into the partial buffer. */
+static void slice_sums(const aq_batch_norm_args_t *a, int64_t it, int backward) {
+  double sums[2];
+  slice_sums_v(a, it, backward, sums);
   a->partial[2 * it] = sums[0], a->partial[2 * it + 1] = sums[1];
 }
 

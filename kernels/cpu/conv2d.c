@@ -23,6 +23,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/grid.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/table.h"
 
 static int valid(const aq_conv2d_args_t *a) {
@@ -35,6 +36,10 @@ static int valid(const aq_conv2d_args_t *a) {
 /* ---- choosing the path ------------------------------------------------------ */
 
 enum { ALGO_AUTO = 0, ALGO_DIRECT = 1, ALGO_GEMM = 2 };
+
+/* The fewest filters a part of the padded-width filter gradient takes
+ * before its parts are cut by taps instead. */
+enum { WIDE_PART_K = 4 };
 
 static int forced_algo(void) {
   static int cached = -1;
@@ -341,13 +346,13 @@ static int gemm_fwd(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
 
 /* dx[n, c] += col2im(dcol rows of channels [c0, c1), pixels [j0, j0 + nc)),
  * by runs along output rows as in the packer. */
-static void col2im_add(const aq_conv2d_args_t *a, const float *dcol, int64_t c0, int64_t c1, int64_t j0, int64_t nc,
-                       float *dx) {
+static void col2im_add(const aq_conv2d_args_t *a, const float *dcol, int64_t ld, int64_t c0, int64_t c1, int64_t j0,
+                       int64_t nc, float *dx) {
   const int64_t rs = a->r * a->s, H = a->h, W = a->wd, Q = a->q;
   for (int64_t c = c0; c < c1; ++c) {
     float *dxc = dx + c * H * W;
     for (int64_t t = 0; t < rs; ++t) {
-      const float *row = dcol + ((c - c0) * rs + t) * nc;
+      const float *row = dcol + ((c - c0) * rs + t) * ld;
       int64_t dr = (t / a->s) * a->dil_h - a->pad_h, ds = (t % a->s) * a->dil_w - a->pad_w;
       for (int64_t j = 0; j < nc;) {
         int64_t pix = j0 + j, p = pix / Q, q0 = pix % Q, len = Q - q0 < nc - j ? Q - q0 : nc - j;
@@ -386,7 +391,7 @@ static int wide_bwd_data(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, void
                         .pad_h = (int32_t)a->r - 1 - a->pad_h, .pad_w = (int32_t)a->s - 1 - a->pad_w, .dil_h = 1,
                         .dil_w = 1};
   int64_t rs = a->r * a->s, kcrs = a->k * a->c * rs;
-  size_t planes = (conv2d_wide_floats(&b) + 15) / 16 * 16;
+  size_t planes = (conv2d_wide_fwd_floats(&b) + 15) / 16 * 16;
   if (!conv2d_wide_fits(&b) || a->stride_h != 1 || a->stride_w != 1 || a->dil_h != 1 || a->dil_w != 1 ||
       (planes + (size_t)kcrs) * sizeof(float) > CONV_SCRATCH - 64)
     return 0;
@@ -399,6 +404,28 @@ static int wide_bwd_data(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, void
   return 1;
 }
 
+/* The data gradient of small filter volumes as their column matrix, image
+ * by image: dcol = W^T dy[n] from a direct loop (conv2d_avx2.c), added
+ * into dx[n] by col2im, for images [n0, n1). Returns 0 where it does not
+ * fit the scratch, or costs more multiply-adds than the padded-width
+ * forward of dy (stride 1: each computes every position of a padded grid,
+ * this one only the real ones, plus the adds of col2im). */
+static int cols_bwd_data(const aq_conv2d_args_t *a, int64_t n0, int64_t n1, void *scratch) {
+  if (aq_cpu_isa() < AQ_CPU_ISA_AVX2 || forced_algo() != ALGO_AUTO || !conv2d_col2im_fits(a)) return 0;
+  int64_t ld = conv2d_cols_ld(a), rs = a->r * a->s, crs = a->c * rs, hw = a->h * a->wd;
+  if ((size_t)((a->k + crs) * ld + 2 * COLS_GUARD) * sizeof(float) > CONV_SCRATCH - 64) return 0;
+  if (a->dil_h == 1 && a->dil_w == 1 && a->pad_h <= a->r - 1 && a->pad_w <= a->s - 1) {
+    int64_t wide = (a->h * (a->wd + 2 * (a->s - 1 - a->pad_w)) + 15) / 16 * 16 * ((a->c + 5) / 6 * 6) * a->k * rs;
+    if ((crs + 5) / 6 * 6 * ld * a->k + 2 * crs * a->p * a->q > wide) return 0;
+  }
+  float *dyc = scratch, *dcol = dyc + a->k * ld + COLS_GUARD;
+  for (int64_t n = n0; n < n1; ++n) {
+    conv2d_bwd_data_cols_avx2(a, n, dyc, dcol);
+    conv2d_col2im_avx2(a, dcol, ld, a->dx + n * a->c * hw);
+  }
+  return 1;
+}
+
 static int gemm_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
   int64_t pq = a->p * a->q, rs = a->r * a->s, crs = a->c * rs, hw = a->h * a->wd;
   /* Parts own whole input planes (col2im adds into them): images, then
@@ -406,7 +433,8 @@ static int gemm_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx
   int64_t parts = part_count(ctx), g = group_index(ctx), n0, n1, c0 = 0, c1 = a->c;
   if (parts <= a->n) {
     gemm_range(a->n, parts, g, 1, &n0, &n1);
-    if (n0 < n1 && wide_bwd_data(a, n0, n1, ctx->group_segment)) return 0;
+    if (n0 < n1 && (cols_bwd_data(a, n0, n1, ctx->group_segment) || wide_bwd_data(a, n0, n1, ctx->group_segment)))
+      return 0;
   }
   if (parts <= a->n) {
     gemm_range(a->n, parts, g, 1, &n0, &n1);
@@ -439,22 +467,37 @@ static int gemm_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx
                           .ldc = nc, .trans_a = 1, .m0 = 0, .n0 = 0, .mc = rows, .nc = nc, .k = a->k,
                           .alpha = 1.0f, .beta = 0.0f};
         gemm_part(&gp, ctx->group_segment);
-        col2im_add(a, dcol, cb, ce, j0, nc, dxn);
+        col2im_add(a, dcol, nc, cb, ce, j0, nc, dxn);
       }
     }
   }
   return 0;
 }
 
-/* dbias[k] for filters [k0, k1): each a sum over the batch in double. */
+/* out = the sum of `planes` planes of pq floats, `stride` apart: 16 float
+ * lanes kept across the planes, each plane's tail and at the end the lanes
+ * added in double (one dependent add per value, as a plain loop has, runs
+ * at a quarter of a vector loop's speed or less; the lanes' 16 once a
+ * plane cost as much as a plane of 100). */
+AQ_INLINE void planes_total_body(const float *x, int64_t planes, int64_t stride, int64_t pq, double *out) {
+  aq_f32x8 s0 = {0}, s1 = {0};
+  double t = 0;
+  for (int64_t n = 0; n < planes; ++n, x += stride) {
+    int64_t i = 0;
+    for (; i + 16 <= pq; i += 16) s0 += AQ_LOAD8(x + i), s1 += AQ_LOAD8(x + i + 8);
+    for (; i < pq; ++i) t += x[i];
+  }
+  *out = aq_lanes_sum(&s0, &s1) + t;
+}
+AQ_VECTORISE(planes_total, (const float *x, int64_t planes, int64_t stride, int64_t pq, double *out),
+             (x, planes, stride, pq, out))
+
+/* dbias[k] for filters [k0, k1): each a sum over the batch. */
 static void bias_gradient(const aq_conv2d_args_t *a, int64_t k0, int64_t k1) {
   int64_t pq = a->p * a->q;
   for (int64_t k = k0; k < k1; ++k) {
-    double b = 0;
-    for (int64_t n = 0; n < a->n; ++n) {
-      const float *dy = a->dy + (n * a->k + k) * pq;
-      for (int64_t i = 0; i < pq; ++i) b += dy[i];
-    }
+    double b;
+    planes_total(a->dy + k * pq, a->n, a->k * pq, pq, &b);
     a->dbias[k] = (float)b;
   }
 }
@@ -463,13 +506,20 @@ static int gemm_bwd_filter(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *c
   int64_t pq = a->p * a->q, crs = a->c * a->r * a->s;
   int64_t parts = part_count(ctx), pm, pn, g = group_index(ctx);
   int64_t k0, k1, j0, j1;
-  /* Small filter volumes: the direct loop on the padded-width grid, parts
-   * cut by filters (conv2d_avx2.c). */
+  /* Small filter volumes: the direct loop on the padded-width grid
+   * (conv2d_avx2.c), parts cut by filters while each keeps WIDE_PART_K,
+   * then by taps (a part copies each image's channels it reads and its
+   * filters' planes of dy). */
   if (aq_cpu_isa() >= AQ_CPU_ISA_AVX2 && conv2d_wide_fits(a) && forced_algo() == ALGO_AUTO) {
-    gemm_range(a->k, parts < a->k ? parts : a->k, g, 1, &k0, &k1);
-    if (k0 >= k1) return 0;
-    conv2d_bwd_filter_wide_avx2(a, k0, k1, ctx->group_segment);
-    if (a->dbias) bias_gradient(a, k0, k1);
+    int64_t unit = conv2d_dw_filter_unit(a), pk = a->k / (unit > WIDE_PART_K ? unit : WIDE_PART_K), pt, l0, l1;
+    pk = pk < 1 ? 1 : pk > parts ? parts : pk;
+    pt = parts / pk < crs ? parts / pk : crs;
+    if (g >= pk * pt) return 0;
+    gemm_range(a->k, pk, g / pt, unit, &k0, &k1);
+    gemm_range(crs, pt, g % pt, 1, &l0, &l1);
+    if (k0 >= k1 || l0 >= l1) return 0;
+    conv2d_bwd_filter_wide_avx2(a, k0, k1, l0, l1, ctx->group_segment);
+    if (a->dbias && l0 == 0) bias_gradient(a, k0, k1);
     return 0;
   }
   gemm_split(a->k, crs, parts, &pm, &pn);

@@ -152,6 +152,12 @@ static void conv_shapes(void) {
   check_conv(5, 1, 28, 28, 6, 5, 5, 1, 2, 1);   /* LeNet's first layer */
   check_conv(1, 1, 1, 1, 1, 1, 1, 1, 0, 1);     /* the smallest */
   check_conv(7, 3, 6, 5, 13, 3, 3, 1, 1, 1);    /* 91 planes: work-groups of two planes */
+  check_conv(2, 6, 14, 14, 16, 5, 5, 1, 0, 1);  /* LeNet's second layer */
+  check_conv(1, 3, 12, 12, 5, 5, 5, 1, 0, 1);   /* batch 1, rows of 8 outputs: dy read in place */
+  check_conv(3, 1, 13, 11, 7, 5, 3, 1, 2, 1);   /* 7 filters cut by taps, rows of 13: a masked tail */
+  check_conv(2, 3, 9, 11, 32, 3, 3, 1, 1, 1);   /* filters in the lanes: two blocks of 16 */
+  check_conv(1, 2, 7, 9, 8, 3, 3, 1, 1, 1);     /* 8 filters: one vector, a part-filled last block */
+  check_conv(1, 4, 10, 10, 24, 3, 3, 1, 0, 1);  /* 24 filters: a block of 16, then 8 */
 }
 
 Test(blocked, conv2d_gemm_path_matches_the_definition) {
@@ -208,11 +214,43 @@ static void conv_bits(void) {
   check_conv_bits(6, 1, 28, 28, 6, 5, 2);  /* LeNet's layers: rows of 32 padded floats */
   check_conv_bits(6, 6, 14, 14, 16, 5, 0); /* blocks of 16 positions cross rows of 14 */
   check_conv_bits(5, 3, 9, 23, 7, 3, 1);   /* 7 filters: a pass of 6, then 1 */
+  check_conv_bits(2, 2, 7, 9, 24, 3, 1);   /* filters in the lanes: 16, then 8 */
 }
 Test(blocked, conv2d_forward_sums_in_order_bit_for_bit) { conv_bits(); }
 Test(blocked, conv2d_forward_sums_in_order_bit_for_bit_on_avx2) {
   setenv("AQ_CPU_ISA", "avx2", 1);
   conv_bits();
+}
+
+/* The filter gradient's direct path sums each weight in an order of its
+ * own, whatever the parts (filters, then taps) it is cut into: the same
+ * bits on one worker as on three. */
+static float *conv_dw_on(const char *workers, aq_conv2d_args_t *a) {
+  kernels_restart_with("AQ_CPU_WORKERS", workers);
+  float *dw = malloc((size_t)(a->k * a->c * a->r * a->s) * sizeof(float));
+  a->dw = dw;
+  AQ_ASSERT_OK(run(AQ_KERNEL_CONV2D_BWD_FILTER, a, aq_planes_grid(a->k * a->c)));
+  return dw;
+}
+
+static void check_conv_dw_cuts(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t r, int pad) {
+  aq_conv2d_args_t a = {.n = n, .c = c, .h = h, .wd = w, .k = k, .r = r, .s = r, .stride_h = 1, .stride_w = 1,
+                        .pad_h = pad, .pad_w = pad, .dil_h = 1, .dil_w = 1};
+  a.p = aq_conv_out(h, r, 1, pad, 1), a.q = aq_conv_out(w, r, 1, pad, 1);
+  float *x = rnd((size_t)(n * c * h * w), 41), *dy = rnd((size_t)(n * k * a.p * a.q), 42);
+  a.x = x, a.dy = dy;
+  float *one = conv_dw_on("1", &a), *three = conv_dw_on("3", &a);
+  for (int64_t i = 0; i < k * c * r * r; ++i)
+    cr_assert(!memcmp(&one[i], &three[i], sizeof(float)), "n%lld c%lld k%lld: dw[%lld] = %a on one worker, %a on three",
+              (long long)n, (long long)c, (long long)k, (long long)i, one[i], three[i]);
+  free(x), free(dy), free(one), free(three);
+}
+
+Test(blocked, conv2d_filter_gradient_is_the_same_however_it_is_cut) {
+  check_conv_dw_cuts(4, 1, 28, 28, 6, 5, 2);  /* LeNet's first layer: cut by taps, dy in place */
+  check_conv_dw_cuts(3, 6, 14, 14, 16, 5, 0); /* LeNet's second: cut by filters, dy on the flat grid */
+  check_conv_dw_cuts(1, 3, 9, 23, 13, 3, 1);  /* batch 1, odd sizes, a block of one filter */
+  check_conv_dw_cuts(2, 3, 9, 11, 32, 3, 1);  /* filters in the lanes, cut by blocks of 16 and taps */
 }
 
 Test(blocked, conv2d_gemm_path_on_avx2_and_generic_isas) {
