@@ -95,7 +95,8 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK) s = aq_exec_fuse(e);
   /* NCCL collectives stay on their GPU's kernel stream: on a lane of their
    * own (aq_exec_collective_lanes) the data-parallel step hung on two
-   * H100s, and it stays off until that is understood. */
+   * H100s, one GPU a process and, again, two GPUs in one process; it stays
+   * off until that is understood. */
   uint64_t t_memory = t0 ? aq_now_ns() : 0;
   free(eligible), free(costs), free(links);
   if (s == AQ_OK && e->profile_left && !(e->stamps = calloc(2 * (size_t)e->graph->ntasks, sizeof(uint64_t))))
