@@ -80,18 +80,6 @@ static double edge_bytes(const aq_graph_t *g, uint32_t q, uint32_t t) {
  * split costs beyond its edges is left out. */
 #define SPLIT_GAIN_GPU 0.50
 
-/* Task t's work-groups on a CPU (a host call: 1). A CPU dispatch splits
- * them across all of the agent's workers, whatever queue it came from. */
-static double task_groups(const task_t *t) {
-  if (t->kind == TASK_HOST) return 1;
-  double groups = 1;
-  for (int d = 0; d < 3; ++d) {
-    uint64_t wg = t->shape.workgroup[d] ? t->shape.workgroup[d] : 1, gr = t->shape.grid[d] ? t->shape.grid[d] : 1;
-    groups *= (double)((gr + wg - 1) / wg); /* 64-bit: a grid near 2^32 wrapped to no groups at all */
-  }
-  return groups;
-}
-
 /* One placement in the making. The lanes of a CPU agent are queues, not
  * processors: they share the agent's workers. So besides each lane's
  * stream (in order), each CPU agent keeps when each of its workers is next
@@ -275,7 +263,7 @@ static void take_home(placer_t *pl, const task_t *t, uint32_t a) {
 /* Whether task t's placement depends on where its tensors live: on a
  * persistent one's home, or, with several GPUs, on any one's GPU. */
 static hot_task_t hot_of(const aq_graph_t *g, const task_t *t, int gpus) {
-  hot_task_t h = {task_groups(t), t->agent, t->nafter_any, (uint8_t)t->kind, 0};
+  hot_task_t h = {aq_plan_task_groups(t), t->agent, t->nafter_any, (uint8_t)t->kind, 0};
   h.home = gpus > 1 && t->nreads + t->nwrites > 0;
   for (uint32_t j = 0; j < t->nreads + t->nwrites && !h.home; ++j)
     h.home = persistent(g->tensors[j < t->nreads ? t->reads[j] : t->writes[j - t->nreads]].role);

@@ -181,12 +181,18 @@ aq_status_t aq_plan_reorder(plan_t *p, aq_graph_t *g, uint32_t nlanes) {
 /* What a task costs, in the estimate's units: its work-groups (an empty
  * task is 1), and what a cross-lane edge adds (a barrier packet and a
  * signal hop, about one task). */
-static double task_cost(const task_t *t, uint8_t kind) {
-  double groups = 1.0;
+double aq_plan_task_groups(const task_t *t) {
+  if (t->kind == TASK_HOST) return 1;
+  double groups = 1;
   for (int d = 0; d < 3; ++d) {
-    uint32_t wg = t->shape.workgroup[d] ? t->shape.workgroup[d] : 1, gr = t->shape.grid[d] ? t->shape.grid[d] : 1;
-    groups *= (gr + wg - 1) / wg;
+    uint64_t wg = t->shape.workgroup[d] ? t->shape.workgroup[d] : 1, gr = t->shape.grid[d] ? t->shape.grid[d] : 1;
+    groups *= (double)((gr + wg - 1) / wg); /* 64-bit: a grid near 2^32 wrapped to no groups at all */
   }
+  return groups;
+}
+
+static double task_cost(const task_t *t, uint8_t kind) {
+  double groups = aq_plan_task_groups(t);
   if (t->kind == TASK_HOST) return 1.0;
   /* A GPU runs a CPU work-group's worth of work in a small fraction of the
    * time, after a launch that costs about one empty CPU task. */

@@ -62,6 +62,9 @@ aq_status_t aq_plan_append_pred(plan_task_t *t, uint32_t pred);
 aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l);
 /* What moving `bytes` from agent a to agent b costs, in ns (0 on one agent). */
 double aq_plan_transfer_ns(const plan_lanes_t *l, uint32_t a, uint32_t b, double bytes);
+/* Task t's work-groups (a host call is one). A CPU dispatch splits them
+ * across all of the agent's workers, whatever queue it came from. */
+double aq_plan_task_groups(const task_t *t);
 /* After edges were added to a planned graph: a topological order as close
  * to the current one as the edges allow (of the ready tasks, the one that
  * came first goes first), successor counts, and lane positions again. */
