@@ -248,9 +248,13 @@ static void narrow_avx2(int64_t k, const float *a, const float *b, int64_t sl, i
  * pext (BMI2) from the byte indices 0..7 and moved by a permute. */
 #define AQ_TARGET_AVX2_BMI __attribute__((target("avx2,fma,bmi,bmi2,popcnt")))
 
+/* Sub-slices AVX2_SK steps deep. */
+enum { AVX2_SK = 64 };
+_Static_assert((int)AVX2_SK >= (int)SPARSE_SK && AVX2_SK % 8 == 0 && AVX2_SK <= 256, "the lists' counts fit, steps are bytes");
+
 /* The nonzeros of x (lanes past A's edge hold zeros), whose steps are
  * first .. first + 7, appended to the list at o, which holds c; returns
- * the new count. Writes stay within the row's SPARSE_SK slots: c <= first. */
+ * the new count. Writes stay within the row's AVX2_SK slots: c <= first. */
 AQ_TARGET_AVX2_BMI static inline __attribute__((always_inline)) int sparse_put8(const sparse_t *sp, size_t o, int c,
                                                                                 __m256 x, int first) {
   unsigned nz = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ));
@@ -287,16 +291,16 @@ AQ_TARGET_AVX2_BMI static int64_t nonzero_pct_avx2(const gemm_part_t *p, int64_t
  * registers. */
 AQ_TARGET_AVX2_BMI static void sparse_build_avx2(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc,
                                                  const sparse_t *sp) {
-  int64_t nsub = (kc + SPARSE_SK - 1) / SPARSE_SK;
+  int64_t nsub = (kc + AVX2_SK - 1) / AVX2_SK;
   for (int64_t s = 0; s < nsub; ++s) {
-    int64_t left = kc - s * SPARSE_SK;
+    int64_t left = kc - s * AVX2_SK;
     if (!p->trans_a) {
       for (int64_t r = 0; r < mc; ++r) {
-        const float *src = p->a + (i0 + r) * p->lda + l0 + s * SPARSE_SK;
-        size_t o = (size_t)(s * mc + r) * SPARSE_SK;
+        const float *src = p->a + (i0 + r) * p->lda + l0 + s * AVX2_SK;
+        size_t o = (size_t)(s * mc + r) * AVX2_SK;
         int c = 0;
-        for (int q = 0; q < SPARSE_SK / 8; ++q)
-          c = sparse_put8(sp, o, c, left >= SPARSE_SK ? _mm256_loadu_ps(src + 8 * q)
+        for (int q = 0; q < AVX2_SK / 8; ++q)
+          c = sparse_put8(sp, o, c, left >= AVX2_SK ? _mm256_loadu_ps(src + 8 * q)
                                                       : _mm256_maskload_ps(src + 8 * q, first8(left - 8 * q)), 8 * q);
         sp->n[s * mc + r] = (uint8_t)c;
       }
@@ -304,18 +308,18 @@ AQ_TARGET_AVX2_BMI static void sparse_build_avx2(const gemm_part_t *p, int64_t i
     }
     for (int64_t r0 = 0; r0 < mc; r0 += 8) {
       __m256i rows = first8(mc - r0);
-      __m256 x[SPARSE_SK / 8][8];
-      for (int q = 0; q < SPARSE_SK / 8; ++q) {
+      __m256 x[AVX2_SK / 8][8];
+      for (int q = 0; q < AVX2_SK / 8; ++q) {
         for (int l = 0; l < 8; ++l) {
-          int64_t step = s * SPARSE_SK + 8 * q + l;
+          int64_t step = s * AVX2_SK + 8 * q + l;
           x[q][l] = step < kc ? _mm256_maskload_ps(p->a + (l0 + step) * p->lda + i0 + r0, rows) : _mm256_setzero_ps();
         }
         transpose8_avx2(x[q]);
       }
       for (int64_t r = 0; r < 8 && r0 + r < mc; ++r) {
-        size_t o = (size_t)(s * mc + r0 + r) * SPARSE_SK;
+        size_t o = (size_t)(s * mc + r0 + r) * AVX2_SK;
         int c = 0;
-        for (int q = 0; q < SPARSE_SK / 8; ++q) c = sparse_put8(sp, o, c, x[q][r], 8 * q);
+        for (int q = 0; q < AVX2_SK / 8; ++q) c = sparse_put8(sp, o, c, x[q][r], 8 * q);
         sp->n[s * mc + r0 + r] = (uint8_t)c;
       }
     }
@@ -330,7 +334,7 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void sparse_rows_avx
                                                                                    const uint8_t *n,
                                                                                    const float *const *b, float *sums,
                                                                                    int first) {
-  for (int64_t r = 0; r < rows; ++r, val += SPARSE_SK, at += SPARSE_SK) {
+  for (int64_t r = 0; r < rows; ++r, val += AVX2_SK, at += AVX2_SK) {
     float *t = sums + r * SPARSE_NB;
     __m256 acc[12];
     _Pragma("GCC unroll 12") for (int q = 0; q < 4 * np; ++q) acc[q] = first ? _mm256_setzero_ps() : _mm256_load_ps(t + 8 * q);
@@ -350,33 +354,31 @@ AQ_TARGET_AVX2 static void row32_avx2(const epi_t *e, const float *t, float *c, 
 }
 
 /* C's block rows [i0, i0 + mc) x columns [j0, j0 + nc) from the lists and
- * the packed B, one SPARSE_NB-column group at a time, and within it two
- * micro-panels a pass (three for a group of three: 12 accumulators of 16
- * registers), the pass's sub-slice of B (8-12 KB) staying in L1 while every
- * row goes by. (Groups of three panels a pass measured alike.) */
+ * the packed B, three micro-panels a pass (12 accumulators of 16 registers;
+ * the last four panels go as 2 + 2, one or two left as they are), the
+ * pass's sub-slice of B (24 KB) staying in L1 while every row goes by. Two
+ * panels a pass give each accumulator one multiply-add per nonzero in 8:
+ * at the FMA's latency of 4 cycles the chains, not the units, set the
+ * pace. */
 AQ_TARGET_AVX2 static void sparse_block_avx2(const gemm_part_t *p, const sparse_t *sp, const float *pb, int64_t kc,
                                              int64_t i0, int64_t mc, int64_t j0, int64_t nc, const epi_t *e) {
-  int64_t nsub = (kc + SPARSE_SK - 1) / SPARSE_SK;
-  for (int64_t jg = 0; jg < nc; jg += SPARSE_NB) {
-    int64_t cols = nc - jg < SPARSE_NB ? nc - jg : SPARSE_NB, panels = (cols + GEMM_NR - 1) / GEMM_NR;
-    for (int64_t k0 = 0; k0 < panels;) {
-      int64_t np = panels - k0 == 4 ? 2 : panels - k0; /* 4 panels go as 2 + 2 */
-      for (int64_t s = 0; s < nsub; ++s) {
-        const float *b[3];
-        for (int64_t k = 0; k < 3; ++k)
-          b[k] = pb + ((jg / GEMM_NR + k0 + (k < np ? k : 0)) * kc + s * SPARSE_SK) * GEMM_NR;
-        const float *val = sp->val + (size_t)s * mc * SPARSE_SK;
-        const uint8_t *at = sp->at + (size_t)s * mc * SPARSE_SK, *n = sp->n + s * mc;
-        float *sums = sp->sums + k0 * GEMM_NR;
-        switch (np) {
-          case 3: sparse_rows_avx2(3, mc, val, at, n, b, sums, s == 0); break;
-          case 2: sparse_rows_avx2(2, mc, val, at, n, b, sums, s == 0); break;
-          default: sparse_rows_avx2(1, mc, val, at, n, b, sums, s == 0); break;
-        }
+  int64_t nsub = (kc + AVX2_SK - 1) / AVX2_SK, panels = (nc + GEMM_NR - 1) / GEMM_NR;
+  for (int64_t k0 = 0; k0 < panels;) {
+    int64_t np = panels - k0 == 4 ? 2 : panels - k0 < 3 ? panels - k0 : 3;
+    for (int64_t s = 0; s < nsub; ++s) {
+      const float *b[3];
+      for (int64_t k = 0; k < 3; ++k) b[k] = pb + ((k0 + (k < np ? k : 0)) * kc + s * AVX2_SK) * GEMM_NR;
+      const float *val = sp->val + (size_t)s * mc * AVX2_SK;
+      const uint8_t *at = sp->at + (size_t)s * mc * AVX2_SK, *n = sp->n + s * mc;
+      switch (np) {
+        case 3: sparse_rows_avx2(3, mc, val, at, n, b, sp->sums, s == 0); break;
+        case 2: sparse_rows_avx2(2, mc, val, at, n, b, sp->sums, s == 0); break;
+        default: sparse_rows_avx2(1, mc, val, at, n, b, sp->sums, s == 0); break;
       }
-      k0 += np;
     }
-    gemm_sparse_store(p, sp->sums, i0, mc, j0 + jg, cols, e, row32_avx2);
+    int64_t cols = nc - k0 * GEMM_NR < np * GEMM_NR ? nc - k0 * GEMM_NR : np * GEMM_NR;
+    gemm_sparse_store(p, sp->sums, i0, mc, j0 + k0 * GEMM_NR, cols, e, row32_avx2);
+    k0 += np;
   }
 }
 
