@@ -125,34 +125,9 @@ AQ_TARGET_AVX2 void gemm_pack_b_avx2(const gemm_part_t *p, int64_t l0, int64_t k
  * twelve accumulators each. The depth is walked in slices short enough that
  * a slice of both panels (AVX2_KS x (12 + 32) floats, 22 KB) stays in L1
  * across the four quarters; between slices the quarters park their sums in
- * a tile-sized buffer, itself in L1. */
+ * a tile-sized buffer, itself in L1, and after the last one each quarter
+ * writes its sums to C from its registers. */
 enum { AVX2_KS = 128 };
-
-/* The accumulators are twelve named variables, not an array: GCC kept an
- * array on the stack and stored it back on every step (a third of the speed). */
-#define AVX2_ROW(r)                                                                        \
-  x = _mm256_broadcast_ss(a + (r));                                                        \
-  c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0);                                               \
-  c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1);
-#define AVX2_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5)
-#define AVX2_ZERO(r) c##r##0 = c##r##1 = _mm256_setzero_ps();
-#define AVX2_LOAD(r) c##r##0 = _mm256_load_ps(t + (r) * GEMM_NR), c##r##1 = _mm256_load_ps(t + (r) * GEMM_NR + 8);
-#define AVX2_STORE(r) _mm256_store_ps(t + (r) * GEMM_NR, c##r##0), _mm256_store_ps(t + (r) * GEMM_NR + 8, c##r##1);
-
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void quarter_avx2(int64_t ks, const float *a,
-                                                                              const float *b, float *t, int first) {
-  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, x;
-  if (first) {
-    AVX2_EACH(AVX2_ZERO)
-  } else {
-    AVX2_EACH(AVX2_LOAD)
-  }
-  for (int64_t l = 0; l < ks; ++l, a += GEMM_MR, b += GEMM_NR) {
-    __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-    AVX2_EACH(AVX2_ROW)
-  }
-  AVX2_EACH(AVX2_STORE)
-}
 
 /* The write-back of 8 sums s of row r, columns [j, j + 8) of a micro-tile,
  * to p: the epilogue of epi_t. */
@@ -166,21 +141,65 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void store8_avx2(con
   _mm256_storeu_ps(p, v);
 }
 
+/* The accumulators are twelve named variables, not an array: GCC kept an
+ * array on the stack and stored it back on every step (a third of the speed). */
+#define AVX2_ROW(r)                                                                        \
+  x = _mm256_broadcast_ss(a + (r));                                                        \
+  c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0);                                               \
+  c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1);
+#define AVX2_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5)
+#define AVX2_ZERO(r) c##r##0 = c##r##1 = _mm256_setzero_ps();
+#define AVX2_LOAD(r) c##r##0 = _mm256_load_ps(t + (r) * GEMM_NR), c##r##1 = _mm256_load_ps(t + (r) * GEMM_NR + 8);
+#define AVX2_STORE(r) _mm256_store_ps(t + (r) * GEMM_NR, c##r##0), _mm256_store_ps(t + (r) * GEMM_NR + 8, c##r##1);
+#define AVX2_OUT(r)                                                                                \
+  if ((r) < rows) {                                                                                \
+    store8_avx2(e, c##r##0, c + (r) * ldc, j, r0 + (r));                                           \
+    store8_avx2(e, c##r##1, c + (r) * ldc + 8, j + 8, r0 + (r));                                   \
+  }
+
+/* One quarter over ks steps: from zeros (first) or its parked sums at t,
+ * to t, or, on the last slice, through the epilogue to C's rows [0, rows)
+ * at c (row r0, column j of the micro-tile). */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void quarter_avx2(int64_t ks, const float *a,
+                                                                              const float *b, float *t, int first,
+                                                                              int last, float *c, int64_t ldc,
+                                                                              const epi_t *e, int64_t j, int64_t r0,
+                                                                              int rows) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, x;
+  if (first) {
+    AVX2_EACH(AVX2_ZERO)
+  } else {
+    AVX2_EACH(AVX2_LOAD)
+  }
+#pragma GCC unroll 4
+  for (int64_t l = 0; l < ks; ++l, a += GEMM_MR, b += GEMM_NR) {
+    __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+    AVX2_EACH(AVX2_ROW)
+  }
+  if (last) {
+    AVX2_EACH(AVX2_OUT)
+  } else {
+    AVX2_EACH(AVX2_STORE)
+  }
+}
+
 AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows(int64_t kc, const float *a,
                                                                                   const float *b, float *c,
                                                                                   int64_t ldc, const epi_t *e,
                                                                                   int rows) {
   float t[GEMM_MR * GEMM_NR] __attribute__((aligned(32)));
+  const epi_t le = *e; /* a local copy: C's stores cannot change it, so its fields stay in registers */
   int64_t k0 = 0;
   do {
     int64_t ks = kc - k0 < AVX2_KS ? kc - k0 : AVX2_KS;
+    int last = k0 + AVX2_KS >= kc;
+    if (last) aq_prefetch_c(c, ldc, rows);
     for (int rh = 0; rh < rows; rh += 6)
       for (int half = 0; half < 2; ++half)
-        quarter_avx2(ks, a + k0 * GEMM_MR + rh, b + k0 * GEMM_NR + 16 * half, t + rh * GEMM_NR + 16 * half, k0 == 0);
+        quarter_avx2(ks, a + k0 * GEMM_MR + rh, b + k0 * GEMM_NR + 16 * half, t + rh * GEMM_NR + 16 * half, k0 == 0,
+                     last, c + rh * ldc + 16 * half, ldc, &le, 16 * half, rh, rows - rh < 6 ? rows - rh : 6);
     k0 += AVX2_KS;
   } while (k0 < kc);
-  for (int h = 0; h < GEMM_NR / 8; ++h)
-    for (int r = 0; r < rows; ++r) store8_avx2(e, _mm256_load_ps(t + r * GEMM_NR + 8 * h), c + r * ldc + 8 * h, 8 * h, r);
 }
 AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       const epi_t *e) {
