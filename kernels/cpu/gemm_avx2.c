@@ -157,24 +157,35 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void store8_avx2(con
     store8_avx2(e, c##r##1, c + (r) * ldc + 8, j + 8, r0 + (r));                                   \
   }
 
-/* One quarter over ks steps: from zeros (first) or its parked sums at t,
- * to t, or, on the last slice, through the epilogue to C's rows [0, rows)
- * at c (row r0, column j of the micro-tile). */
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void quarter_avx2(int64_t ks, const float *a,
-                                                                              const float *b, float *t, int first,
-                                                                              int last, float *c, int64_t ldc,
-                                                                              const epi_t *e, int64_t j, int64_t r0,
-                                                                              int rows) {
+/* One quarter over ks steps (at NULL: the next ks of the panels; else the
+ * ks steps listed there): from zeros (first) or its parked sums at t, to
+ * t, or, on the last slice, through the epilogue to C's rows [0, rows) at
+ * c (row r0, column j of the micro-tile). */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void quarter_avx2(int64_t ks, const uint16_t *at,
+                                                                              const float *a, const float *b, float *t,
+                                                                              int first, int last, float *c,
+                                                                              int64_t ldc, const epi_t *e, int64_t j,
+                                                                              int64_t r0, int rows) {
   __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, x;
   if (first) {
     AVX2_EACH(AVX2_ZERO)
   } else {
     AVX2_EACH(AVX2_LOAD)
   }
+  if (at) {
+    for (int64_t l = 0; l < ks; ++l) {
+      const float *a_ = a, *b_ = b;
+      a = a_ + (int64_t)at[l] * GEMM_MR, b = b_ + (int64_t)at[l] * GEMM_NR;
+      __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+      AVX2_EACH(AVX2_ROW)
+      a = a_, b = b_;
+    }
+  } else {
 #pragma GCC unroll 4
-  for (int64_t l = 0; l < ks; ++l, a += GEMM_MR, b += GEMM_NR) {
-    __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-    AVX2_EACH(AVX2_ROW)
+    for (int64_t l = 0; l < ks; ++l, a += GEMM_MR, b += GEMM_NR) {
+      __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+      AVX2_EACH(AVX2_ROW)
+    }
   }
   if (last) {
     AVX2_EACH(AVX2_OUT)
@@ -183,10 +194,12 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void quarter_avx2(in
   }
 }
 
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows(int64_t kc, const float *a,
-                                                                                  const float *b, float *c,
-                                                                                  int64_t ldc, const epi_t *e,
-                                                                                  int rows) {
+/* rows of the tile over kc steps of the panels (at NULL), or over the kc
+ * steps listed at at (the panels' own rows at a, b). */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows(int64_t kc, const uint16_t *at,
+                                                                                  const float *a, const float *b,
+                                                                                  float *c, int64_t ldc,
+                                                                                  const epi_t *e, int rows) {
   float t[GEMM_MR * GEMM_NR] __attribute__((aligned(32)));
   const epi_t le = *e; /* a local copy: C's stores cannot change it, so its fields stay in registers */
   int64_t k0 = 0;
@@ -194,27 +207,36 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows
     int64_t ks = kc - k0 < AVX2_KS ? kc - k0 : AVX2_KS;
     int last = k0 + AVX2_KS >= kc;
     if (last) aq_prefetch_c(c, ldc, rows);
+    const float *ak = at ? a : a + k0 * GEMM_MR, *bk = at ? b : b + k0 * GEMM_NR;
     for (int rh = 0; rh < rows; rh += 6)
       for (int half = 0; half < 2; ++half)
-        quarter_avx2(ks, a + k0 * GEMM_MR + rh, b + k0 * GEMM_NR + 16 * half, t + rh * GEMM_NR + 16 * half, k0 == 0,
-                     last, c + rh * ldc + 16 * half, ldc, &le, 16 * half, rh, rows - rh < 6 ? rows - rh : 6);
+        quarter_avx2(ks, at ? at + k0 : NULL, ak + rh, bk + 16 * half, t + rh * GEMM_NR + 16 * half, k0 == 0, last,
+                     c + rh * ldc + 16 * half, ldc, &le, 16 * half, rh, rows - rh < 6 ? rows - rh : 6);
     k0 += AVX2_KS;
   } while (k0 < kc);
 }
 AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       const epi_t *e) {
-  micro_avx2_rows(kc, a, b, c, ldc, e, GEMM_MR);
+  micro_avx2_rows(kc, NULL, a, b, c, ldc, e, GEMM_MR);
 }
 AQ_TARGET_AVX2 static void micro_avx2_half(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                            const epi_t *e) {
-  micro_avx2_rows(kc, a, b, c, ldc, e, 6);
+  micro_avx2_rows(kc, NULL, a, b, c, ldc, e, 6);
+}
+AQ_TARGET_AVX2 static void micro_avx2_skip(int64_t n, const uint16_t *at, const float *a, const float *b, float *c,
+                                           int64_t ldc, const epi_t *e) {
+  micro_avx2_rows(n, at, a, b, c, ldc, e, GEMM_MR);
+}
+AQ_TARGET_AVX2 static void micro_avx2_skip_half(int64_t n, const uint16_t *at, const float *a, const float *b,
+                                                float *c, int64_t ldc, const epi_t *e) {
+  micro_avx2_rows(n, at, a, b, c, ldc, e, 6);
 }
 /* Exactly r rows, written straight to C (the last micro-tile of a product
  * whose rows are not a multiple of 12): one or two 6-row halves' work. */
 #define AQ_DEFINE_MICRO2_ROWS(r)                                                                        \
   AQ_TARGET_AVX2 static void micro_avx2_##r(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, \
                                            const epi_t *e) {                                           \
-    micro_avx2_rows(kc, a, b, c, ldc, e, r);                                                            \
+    micro_avx2_rows(kc, NULL, a, b, c, ldc, e, r);                                                      \
   }
 AQ_DEFINE_MICRO2_ROWS(1)
 AQ_DEFINE_MICRO2_ROWS(2)
@@ -271,6 +293,33 @@ static void narrow_avx2(int64_t k, const float *a, const float *b, int64_t sl, i
 enum { AVX2_SK = 64 };
 _Static_assert((int)AVX2_SK >= (int)SPARSE_SK && AVX2_SK % 8 == 0 && AVX2_SK <= 256, "the lists' counts fit, steps are bytes");
 
+/* The first n of 8 lanes, as a maskload's mask. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) __m256i first8(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n < 0 ? 0 : n > 8 ? 8 : (int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* ---- panel plans (gemm_engine.h: skip_plan_with) --------------------------
+ * Four steps are six vectors; a list grows a set bit at a time. */
+AQ_TARGET_AVX2_BMI static inline __attribute__((always_inline)) int64_t skip_append_avx2(uint16_t *list, int64_t n,
+                                                                                         unsigned bits, int64_t l0) {
+  for (; bits; bits &= bits - 1) list[n++] = (uint16_t)(l0 + __builtin_ctz(bits));
+  return n;
+}
+
+AQ_TARGET_AVX2_BMI static inline __attribute__((always_inline)) uint64_t skip_mask4_avx2(const float *s, int64_t off,
+                                                                                        int64_t floats) {
+  uint64_t x = 0;
+  for (int v = 0; v < 6; ++v, off += 8) {
+    __m256 y = floats - off >= 8 ? _mm256_loadu_ps(s + off) : _mm256_maskload_ps(s + off, first8(floats - off));
+    x |= (uint64_t)(unsigned)_mm256_movemask_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_NEQ_UQ)) << (8 * v);
+  }
+  return x;
+}
+
+AQ_TARGET_AVX2_BMI static void skip_plan_avx2(const float *pa, int64_t mc, int64_t kc, gemm_skip_t *sk) {
+  skip_plan_with(pa, mc, kc, sk, skip_mask4_avx2, skip_append_avx2);
+}
+
 /* The nonzeros of x (lanes past A's edge hold zeros), whose steps are
  * first .. first + 7, appended to the list at o, which holds c; returns
  * the new count. Writes stay within the row's AVX2_SK slots: c <= first. */
@@ -285,10 +334,6 @@ AQ_TARGET_AVX2_BMI static inline __attribute__((always_inline)) int sparse_put8(
   return c + __builtin_popcount(nz);
 }
 
-/* The first n of 8 lanes, as a maskload's mask. */
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) __m256i first8(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n < 0 ? 0 : n > 8 ? 8 : (int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 /* The percentage of nonzeros among op(A)'s rows [i0, i0 + mc) x depth
  * [l0, l0 + kc), from every 8th row (of a transposed A, every 8th step). */
@@ -406,9 +451,9 @@ const engine_t gemm_engine_avx2 = {
     micro_avx2_half,
     {NULL, micro_avx2_1, micro_avx2_2, micro_avx2_3, micro_avx2_4, micro_avx2_5, micro_avx2_half, micro_avx2_7,
      micro_avx2_8, micro_avx2_9, micro_avx2_10, micro_avx2_11, micro_avx2},
-    NULL,
-    NULL,
-    NULL,
+    micro_avx2_skip,
+    micro_avx2_skip_half,
+    skip_plan_avx2,
     nonzero_pct_avx2,
     sparse_build_avx2,
     sparse_block_avx2,
