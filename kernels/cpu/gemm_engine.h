@@ -84,7 +84,7 @@ _Static_assert(GEMM_KC <= 65536, "a skip list's steps are 16-bit");
  * and restarts per KC slice, as the dense kernels', so C is theirs bit for
  * bit (the exception above included). The AVX2 engine's break-even lies
  * lower than Zen 4's (its panel kernel loses less to its loads). */
-enum { SPARSE_SK = 32, SPARSE_NB = 4 * GEMM_NR, SPARSE_ZEN4_PCT = 75, SPARSE_OTHER_PCT = 30, SPARSE_AVX2_PCT = 55 };
+enum { SPARSE_SK = 32, SPARSE_NB = 4 * GEMM_NR, SPARSE_ZEN4_PCT = 75, SPARSE_OTHER_PCT = 30, SPARSE_AVX2_PCT = 70 };
 typedef struct sparse {
   float *val;  /* [sub-slice][row][SPARSE_SK]: the nonzeros */
   uint8_t *at; /* the same: their steps within the sub-slice */

@@ -100,13 +100,13 @@ static float *sparse_a(int64_t m, int64_t k, int ta, int64_t lda, unsigned seed,
 }
 
 /* A mostly nonzero (too dense for sparse rows) whose zeros come in whole
- * steps, as a layer's dead units leave them: three steps in ten zero in
+ * steps, as a layer's dead units leave them: one step in ten zero in
  * every row, and in one half of a panel at one step in seven. */
 static float *dead_steps_a(int64_t m, int64_t k, int ta, int64_t lda, unsigned seed) {
   float *a = rnd((size_t)((ta ? k : m) * lda), seed);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t l = 0; l < k; ++l)
-      if (l % 10 < 3 || (l % 7 == 4 && (i % 12) / 6 == (l / 7) % 2)) *(ta ? &a[l * lda + i] : &a[i * lda + l]) = 0.0f;
+      if (l % 10 == 3 || (l % 7 == 4 && (i % 12) / 6 == (l / 7) % 2)) *(ta ? &a[l * lda + i] : &a[i * lda + l]) = 0.0f;
   return a;
 }
 
