@@ -9,8 +9,8 @@
  * 16 columns wide (a classifier's logits and their weight gradient) takes a
  * narrow kernel instead, the vector running down a packed 12-row A panel
  * and B read in place. Where A is mostly zeros (ReLU activations), the
- * AVX-512 engine goes row by row over A's nonzeros instead, or skips the
- * depth steps a panel has no nonzero in (gemm.c: zero skipping). */
+ * AVX2 and AVX-512 engines go row by row over A's nonzeros instead, or skip
+ * the depth steps a panel has no nonzero in (gemm.c: zero skipping). */
 #ifndef AQ_KERNELS_CPU_GEMM_H_
 #define AQ_KERNELS_CPU_GEMM_H_
 

@@ -125,34 +125,9 @@ AQ_TARGET_AVX2 void gemm_pack_b_avx2(const gemm_part_t *p, int64_t l0, int64_t k
  * twelve accumulators each. The depth is walked in slices short enough that
  * a slice of both panels (AVX2_KS x (12 + 32) floats, 22 KB) stays in L1
  * across the four quarters; between slices the quarters park their sums in
- * a tile-sized buffer, itself in L1. */
+ * a tile-sized buffer, itself in L1, and after the last one each quarter
+ * writes its sums to C from its registers. */
 enum { AVX2_KS = 128 };
-
-/* The accumulators are twelve named variables, not an array: GCC kept an
- * array on the stack and stored it back on every step (a third of the speed). */
-#define AVX2_ROW(r)                                                                        \
-  x = _mm256_broadcast_ss(a + (r));                                                        \
-  c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0);                                               \
-  c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1);
-#define AVX2_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5)
-#define AVX2_ZERO(r) c##r##0 = c##r##1 = _mm256_setzero_ps();
-#define AVX2_LOAD(r) c##r##0 = _mm256_load_ps(t + (r) * GEMM_NR), c##r##1 = _mm256_load_ps(t + (r) * GEMM_NR + 8);
-#define AVX2_STORE(r) _mm256_store_ps(t + (r) * GEMM_NR, c##r##0), _mm256_store_ps(t + (r) * GEMM_NR + 8, c##r##1);
-
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void quarter_avx2(int64_t ks, const float *a,
-                                                                              const float *b, float *t, int first) {
-  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, x;
-  if (first) {
-    AVX2_EACH(AVX2_ZERO)
-  } else {
-    AVX2_EACH(AVX2_LOAD)
-  }
-  for (int64_t l = 0; l < ks; ++l, a += GEMM_MR, b += GEMM_NR) {
-    __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-    AVX2_EACH(AVX2_ROW)
-  }
-  AVX2_EACH(AVX2_STORE)
-}
 
 /* The write-back of 8 sums s of row r, columns [j, j + 8) of a micro-tile,
  * to p: the epilogue of epi_t. */
@@ -166,36 +141,102 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void store8_avx2(con
   _mm256_storeu_ps(p, v);
 }
 
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows(int64_t kc, const float *a,
-                                                                                  const float *b, float *c,
-                                                                                  int64_t ldc, const epi_t *e,
-                                                                                  int rows) {
+/* The accumulators are twelve named variables, not an array: GCC kept an
+ * array on the stack and stored it back on every step (a third of the speed). */
+#define AVX2_ROW(r)                                                                        \
+  x = _mm256_broadcast_ss(a + (r));                                                        \
+  c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0);                                               \
+  c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1);
+#define AVX2_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5)
+#define AVX2_ZERO(r) c##r##0 = c##r##1 = _mm256_setzero_ps();
+#define AVX2_LOAD(r) c##r##0 = _mm256_load_ps(t + (r) * GEMM_NR), c##r##1 = _mm256_load_ps(t + (r) * GEMM_NR + 8);
+#define AVX2_STORE(r) _mm256_store_ps(t + (r) * GEMM_NR, c##r##0), _mm256_store_ps(t + (r) * GEMM_NR + 8, c##r##1);
+#define AVX2_OUT(r)                                                                                \
+  if ((r) < rows) {                                                                                \
+    store8_avx2(e, c##r##0, c + (r) * ldc, j, r0 + (r));                                           \
+    store8_avx2(e, c##r##1, c + (r) * ldc + 8, j + 8, r0 + (r));                                   \
+  }
+
+/* One quarter over ks steps (at NULL: the next ks of the panels; else the
+ * ks steps listed there): from zeros (first) or its parked sums at t, to
+ * t, or, on the last slice, through the epilogue to C's rows [0, rows) at
+ * c (row r0, column j of the micro-tile). */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void quarter_avx2(int64_t ks, const uint16_t *at,
+                                                                              const float *a, const float *b, float *t,
+                                                                              int first, int last, float *c,
+                                                                              int64_t ldc, const epi_t *e, int64_t j,
+                                                                              int64_t r0, int rows) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, x;
+  if (first) {
+    AVX2_EACH(AVX2_ZERO)
+  } else {
+    AVX2_EACH(AVX2_LOAD)
+  }
+  if (at) {
+    for (int64_t l = 0; l < ks; ++l) {
+      const float *a_ = a, *b_ = b;
+      a = a_ + (int64_t)at[l] * GEMM_MR, b = b_ + (int64_t)at[l] * GEMM_NR;
+      __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+      AVX2_EACH(AVX2_ROW)
+      a = a_, b = b_;
+    }
+  } else {
+#pragma GCC unroll 4
+    for (int64_t l = 0; l < ks; ++l, a += GEMM_MR, b += GEMM_NR) {
+      __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+      AVX2_EACH(AVX2_ROW)
+    }
+  }
+  if (last) {
+    AVX2_EACH(AVX2_OUT)
+  } else {
+    AVX2_EACH(AVX2_STORE)
+  }
+}
+
+/* rows of the tile over kc steps of the panels (at NULL), or over the kc
+ * steps listed at at (the panels' own rows at a, b). */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows(int64_t kc, const uint16_t *at,
+                                                                                  const float *a, const float *b,
+                                                                                  float *c, int64_t ldc,
+                                                                                  const epi_t *e, int rows) {
   float t[GEMM_MR * GEMM_NR] __attribute__((aligned(32)));
+  const epi_t le = *e; /* a local copy: C's stores cannot change it, so its fields stay in registers */
   int64_t k0 = 0;
   do {
     int64_t ks = kc - k0 < AVX2_KS ? kc - k0 : AVX2_KS;
+    int last = k0 + AVX2_KS >= kc;
+    if (last) aq_prefetch_c(c, ldc, rows);
+    const float *ak = at ? a : a + k0 * GEMM_MR, *bk = at ? b : b + k0 * GEMM_NR;
     for (int rh = 0; rh < rows; rh += 6)
       for (int half = 0; half < 2; ++half)
-        quarter_avx2(ks, a + k0 * GEMM_MR + rh, b + k0 * GEMM_NR + 16 * half, t + rh * GEMM_NR + 16 * half, k0 == 0);
+        quarter_avx2(ks, at ? at + k0 : NULL, ak + rh, bk + 16 * half, t + rh * GEMM_NR + 16 * half, k0 == 0, last,
+                     c + rh * ldc + 16 * half, ldc, &le, 16 * half, rh, rows - rh < 6 ? rows - rh : 6);
     k0 += AVX2_KS;
   } while (k0 < kc);
-  for (int h = 0; h < GEMM_NR / 8; ++h)
-    for (int r = 0; r < rows; ++r) store8_avx2(e, _mm256_load_ps(t + r * GEMM_NR + 8 * h), c + r * ldc + 8 * h, 8 * h, r);
 }
 AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       const epi_t *e) {
-  micro_avx2_rows(kc, a, b, c, ldc, e, GEMM_MR);
+  micro_avx2_rows(kc, NULL, a, b, c, ldc, e, GEMM_MR);
 }
 AQ_TARGET_AVX2 static void micro_avx2_half(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                            const epi_t *e) {
-  micro_avx2_rows(kc, a, b, c, ldc, e, 6);
+  micro_avx2_rows(kc, NULL, a, b, c, ldc, e, 6);
+}
+AQ_TARGET_AVX2 static void micro_avx2_skip(int64_t n, const uint16_t *at, const float *a, const float *b, float *c,
+                                           int64_t ldc, const epi_t *e) {
+  micro_avx2_rows(n, at, a, b, c, ldc, e, GEMM_MR);
+}
+AQ_TARGET_AVX2 static void micro_avx2_skip_half(int64_t n, const uint16_t *at, const float *a, const float *b,
+                                                float *c, int64_t ldc, const epi_t *e) {
+  micro_avx2_rows(n, at, a, b, c, ldc, e, 6);
 }
 /* Exactly r rows, written straight to C (the last micro-tile of a product
  * whose rows are not a multiple of 12): one or two 6-row halves' work. */
 #define AQ_DEFINE_MICRO2_ROWS(r)                                                                        \
   AQ_TARGET_AVX2 static void micro_avx2_##r(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, \
                                            const epi_t *e) {                                           \
-    micro_avx2_rows(kc, a, b, c, ldc, e, r);                                                            \
+    micro_avx2_rows(kc, NULL, a, b, c, ldc, e, r);                                                      \
   }
 AQ_DEFINE_MICRO2_ROWS(1)
 AQ_DEFINE_MICRO2_ROWS(2)
@@ -248,9 +289,43 @@ static void narrow_avx2(int64_t k, const float *a, const float *b, int64_t sl, i
  * pext (BMI2) from the byte indices 0..7 and moved by a permute. */
 #define AQ_TARGET_AVX2_BMI __attribute__((target("avx2,fma,bmi,bmi2,popcnt")))
 
+/* This engine's sub-slices are AVX2_SK steps deep, twice SPARSE_SK: a row
+ * parks its sums and leaves its loop (a mispredicted branch) half as often
+ * per nonzero, and a pass's three panels of B over a sub-slice (24 KB)
+ * still stay in Zen 3's 32 KB L1. */
+enum { AVX2_SK = 64 };
+_Static_assert((int)AVX2_SK >= (int)SPARSE_SK && AVX2_SK % 8 == 0 && AVX2_SK <= 256, "the lists' counts fit, steps are bytes");
+
+/* The first n of 8 lanes, as a maskload's mask. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) __m256i first8(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n < 0 ? 0 : n > 8 ? 8 : (int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* ---- panel plans (gemm_engine.h: skip_plan_with) --------------------------
+ * Four steps are six vectors; a list grows a set bit at a time. */
+AQ_TARGET_AVX2_BMI static inline __attribute__((always_inline)) int64_t skip_append_avx2(uint16_t *list, int64_t n,
+                                                                                         unsigned bits, int64_t l0) {
+  for (; bits; bits &= bits - 1) list[n++] = (uint16_t)(l0 + __builtin_ctz(bits));
+  return n;
+}
+
+AQ_TARGET_AVX2_BMI static inline __attribute__((always_inline)) uint64_t skip_mask4_avx2(const float *s, int64_t off,
+                                                                                        int64_t floats) {
+  uint64_t x = 0;
+  for (int v = 0; v < 6; ++v, off += 8) {
+    __m256 y = floats - off >= 8 ? _mm256_loadu_ps(s + off) : _mm256_maskload_ps(s + off, first8(floats - off));
+    x |= (uint64_t)(unsigned)_mm256_movemask_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_NEQ_UQ)) << (8 * v);
+  }
+  return x;
+}
+
+AQ_TARGET_AVX2_BMI static void skip_plan_avx2(const float *pa, int64_t mc, int64_t kc, gemm_skip_t *sk) {
+  skip_plan_with(pa, mc, kc, sk, skip_mask4_avx2, skip_append_avx2);
+}
+
 /* The nonzeros of x (lanes past A's edge hold zeros), whose steps are
  * first .. first + 7, appended to the list at o, which holds c; returns
- * the new count. Writes stay within the row's SPARSE_SK slots: c <= first. */
+ * the new count. Writes stay within the row's AVX2_SK slots: c <= first. */
 AQ_TARGET_AVX2_BMI static inline __attribute__((always_inline)) int sparse_put8(const sparse_t *sp, size_t o, int c,
                                                                                 __m256 x, int first) {
   unsigned nz = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ));
@@ -262,10 +337,6 @@ AQ_TARGET_AVX2_BMI static inline __attribute__((always_inline)) int sparse_put8(
   return c + __builtin_popcount(nz);
 }
 
-/* The first n of 8 lanes, as a maskload's mask. */
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) __m256i first8(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n < 0 ? 0 : n > 8 ? 8 : (int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 /* The percentage of nonzeros among op(A)'s rows [i0, i0 + mc) x depth
  * [l0, l0 + kc), from every 8th row (of a transposed A, every 8th step). */
@@ -287,16 +358,16 @@ AQ_TARGET_AVX2_BMI static int64_t nonzero_pct_avx2(const gemm_part_t *p, int64_t
  * registers. */
 AQ_TARGET_AVX2_BMI static void sparse_build_avx2(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc,
                                                  const sparse_t *sp) {
-  int64_t nsub = (kc + SPARSE_SK - 1) / SPARSE_SK;
+  int64_t nsub = (kc + AVX2_SK - 1) / AVX2_SK;
   for (int64_t s = 0; s < nsub; ++s) {
-    int64_t left = kc - s * SPARSE_SK;
+    int64_t left = kc - s * AVX2_SK;
     if (!p->trans_a) {
       for (int64_t r = 0; r < mc; ++r) {
-        const float *src = p->a + (i0 + r) * p->lda + l0 + s * SPARSE_SK;
-        size_t o = (size_t)(s * mc + r) * SPARSE_SK;
+        const float *src = p->a + (i0 + r) * p->lda + l0 + s * AVX2_SK;
+        size_t o = (size_t)(s * mc + r) * AVX2_SK;
         int c = 0;
-        for (int q = 0; q < SPARSE_SK / 8; ++q)
-          c = sparse_put8(sp, o, c, left >= SPARSE_SK ? _mm256_loadu_ps(src + 8 * q)
+        for (int q = 0; q < AVX2_SK / 8; ++q)
+          c = sparse_put8(sp, o, c, left >= AVX2_SK ? _mm256_loadu_ps(src + 8 * q)
                                                       : _mm256_maskload_ps(src + 8 * q, first8(left - 8 * q)), 8 * q);
         sp->n[s * mc + r] = (uint8_t)c;
       }
@@ -304,18 +375,18 @@ AQ_TARGET_AVX2_BMI static void sparse_build_avx2(const gemm_part_t *p, int64_t i
     }
     for (int64_t r0 = 0; r0 < mc; r0 += 8) {
       __m256i rows = first8(mc - r0);
-      __m256 x[SPARSE_SK / 8][8];
-      for (int q = 0; q < SPARSE_SK / 8; ++q) {
+      __m256 x[AVX2_SK / 8][8];
+      for (int q = 0; q < AVX2_SK / 8; ++q) {
         for (int l = 0; l < 8; ++l) {
-          int64_t step = s * SPARSE_SK + 8 * q + l;
+          int64_t step = s * AVX2_SK + 8 * q + l;
           x[q][l] = step < kc ? _mm256_maskload_ps(p->a + (l0 + step) * p->lda + i0 + r0, rows) : _mm256_setzero_ps();
         }
         transpose8_avx2(x[q]);
       }
       for (int64_t r = 0; r < 8 && r0 + r < mc; ++r) {
-        size_t o = (size_t)(s * mc + r0 + r) * SPARSE_SK;
+        size_t o = (size_t)(s * mc + r0 + r) * AVX2_SK;
         int c = 0;
-        for (int q = 0; q < SPARSE_SK / 8; ++q) c = sparse_put8(sp, o, c, x[q][r], 8 * q);
+        for (int q = 0; q < AVX2_SK / 8; ++q) c = sparse_put8(sp, o, c, x[q][r], 8 * q);
         sp->n[s * mc + r0 + r] = (uint8_t)c;
       }
     }
@@ -330,7 +401,7 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void sparse_rows_avx
                                                                                    const uint8_t *n,
                                                                                    const float *const *b, float *sums,
                                                                                    int first) {
-  for (int64_t r = 0; r < rows; ++r, val += SPARSE_SK, at += SPARSE_SK) {
+  for (int64_t r = 0; r < rows; ++r, val += AVX2_SK, at += AVX2_SK) {
     float *t = sums + r * SPARSE_NB;
     __m256 acc[12];
     _Pragma("GCC unroll 12") for (int q = 0; q < 4 * np; ++q) acc[q] = first ? _mm256_setzero_ps() : _mm256_load_ps(t + 8 * q);
@@ -350,33 +421,31 @@ AQ_TARGET_AVX2 static void row32_avx2(const epi_t *e, const float *t, float *c, 
 }
 
 /* C's block rows [i0, i0 + mc) x columns [j0, j0 + nc) from the lists and
- * the packed B, one SPARSE_NB-column group at a time, and within it two
- * micro-panels a pass (three for a group of three: 12 accumulators of 16
- * registers), the pass's sub-slice of B (8-12 KB) staying in L1 while every
- * row goes by. (Groups of three panels a pass measured alike.) */
+ * the packed B, three micro-panels a pass (12 accumulators of 16 registers;
+ * the last four panels go as 2 + 2, one or two left as they are), the
+ * pass's sub-slice of B (24 KB) staying in L1 while every row goes by. Two
+ * panels a pass give each accumulator one multiply-add per nonzero in 8:
+ * at the FMA's latency of 4 cycles the chains, not the units, set the
+ * pace. */
 AQ_TARGET_AVX2 static void sparse_block_avx2(const gemm_part_t *p, const sparse_t *sp, const float *pb, int64_t kc,
                                              int64_t i0, int64_t mc, int64_t j0, int64_t nc, const epi_t *e) {
-  int64_t nsub = (kc + SPARSE_SK - 1) / SPARSE_SK;
-  for (int64_t jg = 0; jg < nc; jg += SPARSE_NB) {
-    int64_t cols = nc - jg < SPARSE_NB ? nc - jg : SPARSE_NB, panels = (cols + GEMM_NR - 1) / GEMM_NR;
-    for (int64_t k0 = 0; k0 < panels;) {
-      int64_t np = panels - k0 == 4 ? 2 : panels - k0; /* 4 panels go as 2 + 2 */
-      for (int64_t s = 0; s < nsub; ++s) {
-        const float *b[3];
-        for (int64_t k = 0; k < 3; ++k)
-          b[k] = pb + ((jg / GEMM_NR + k0 + (k < np ? k : 0)) * kc + s * SPARSE_SK) * GEMM_NR;
-        const float *val = sp->val + (size_t)s * mc * SPARSE_SK;
-        const uint8_t *at = sp->at + (size_t)s * mc * SPARSE_SK, *n = sp->n + s * mc;
-        float *sums = sp->sums + k0 * GEMM_NR;
-        switch (np) {
-          case 3: sparse_rows_avx2(3, mc, val, at, n, b, sums, s == 0); break;
-          case 2: sparse_rows_avx2(2, mc, val, at, n, b, sums, s == 0); break;
-          default: sparse_rows_avx2(1, mc, val, at, n, b, sums, s == 0); break;
-        }
+  int64_t nsub = (kc + AVX2_SK - 1) / AVX2_SK, panels = (nc + GEMM_NR - 1) / GEMM_NR;
+  for (int64_t k0 = 0; k0 < panels;) {
+    int64_t np = panels - k0 == 4 ? 2 : panels - k0 < 3 ? panels - k0 : 3;
+    for (int64_t s = 0; s < nsub; ++s) {
+      const float *b[3];
+      for (int64_t k = 0; k < 3; ++k) b[k] = pb + ((k0 + (k < np ? k : 0)) * kc + s * AVX2_SK) * GEMM_NR;
+      const float *val = sp->val + (size_t)s * mc * AVX2_SK;
+      const uint8_t *at = sp->at + (size_t)s * mc * AVX2_SK, *n = sp->n + s * mc;
+      switch (np) {
+        case 3: sparse_rows_avx2(3, mc, val, at, n, b, sp->sums, s == 0); break;
+        case 2: sparse_rows_avx2(2, mc, val, at, n, b, sp->sums, s == 0); break;
+        default: sparse_rows_avx2(1, mc, val, at, n, b, sp->sums, s == 0); break;
       }
-      k0 += np;
     }
-    gemm_sparse_store(p, sp->sums, i0, mc, j0 + jg, cols, e, row32_avx2);
+    int64_t cols = nc - k0 * GEMM_NR < np * GEMM_NR ? nc - k0 * GEMM_NR : np * GEMM_NR;
+    gemm_sparse_store(p, sp->sums, i0, mc, j0 + k0 * GEMM_NR, cols, e, row32_avx2);
+    k0 += np;
   }
 }
 
@@ -385,9 +454,9 @@ const engine_t gemm_engine_avx2 = {
     micro_avx2_half,
     {NULL, micro_avx2_1, micro_avx2_2, micro_avx2_3, micro_avx2_4, micro_avx2_5, micro_avx2_half, micro_avx2_7,
      micro_avx2_8, micro_avx2_9, micro_avx2_10, micro_avx2_11, micro_avx2},
-    NULL,
-    NULL,
-    NULL,
+    micro_avx2_skip,
+    micro_avx2_skip_half,
+    skip_plan_avx2,
     nonzero_pct_avx2,
     sparse_build_avx2,
     sparse_block_avx2,

@@ -147,13 +147,9 @@ static inline __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? (__mmask16)0xffff : n > 0 ? (__mmask16)((1u << n) - 1) : 0;
 }
 
-/* skip_plan for AVX-512, 16 steps at a time. Four steps' 48 values are
- * three vectors, whose comparisons with zero give a 48-bit mask (step i's
- * row r at bit 12i + r); ORing it shifted by 0..5 gathers each 6-row half's
- * bits at the half's lowest, and pext collects those into one bit per step
- * and half. A list then grows by compressing the steps' indices under a
- * half's (or either half's) bits. NaN compares unequal to zero, so a step
- * holding one is kept. */
+/* skip_plan for AVX-512 (gemm_engine.h: skip_plan_with): four steps are
+ * three vectors; a list grows by compressing the steps' indices under a
+ * half's (or either half's) bits. */
 #define AQ_TARGET_SKIP __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2,bmi2,popcnt")))
 AQ_TARGET_SKIP static inline __attribute__((always_inline)) int64_t skip_append(uint16_t *list, int64_t n,
                                                                                  unsigned bits, int64_t l0) {
@@ -163,46 +159,19 @@ AQ_TARGET_SKIP static inline __attribute__((always_inline)) int64_t skip_append(
   return n + __builtin_popcount(bits);
 }
 
-AQ_TARGET_SKIP static void skip_plan_avx512(const float *pa, int64_t mc, int64_t kc, gemm_skip_t *sk) {
-  const __m512 zero = _mm512_setzero_ps();
-  uint16_t top[GEMM_KC / 16], bottom[GEMM_KC / 16]; /* per 16 steps: bit i, step i's half holds a nonzero */
-  for (int64_t q = 0; q * GEMM_MR < mc; ++q) {
-    sk->mode[q] = SKIP_DENSE;
-    if (mc - q * GEMM_MR < GEMM_MR) continue; /* a partial panel stays dense */
-    const float *s = pa + q * GEMM_MR * kc;
-    int64_t whole = 0, halves = 0, chunks = (kc + 15) / 16, floats = kc * GEMM_MR;
-    for (int64_t c = 0; c < chunks; ++c) {
-      uint64_t t4[4];
-      for (int g = 0; g < 4; ++g) {
-        uint64_t x = 0;
-        for (int v = 0; v < 3; ++v) {
-          int64_t off = (c * 16 + g * 4) * GEMM_MR + v * 16;
-          __mmask16 m = first_lanes(floats - off);
-          x |= (uint64_t)_mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, s + off), zero, _CMP_NEQ_UQ) << (16 * v);
-        }
-        t4[g] = x | x >> 1 | x >> 2 | x >> 3 | x >> 4 | x >> 5;
-      }
-      unsigned mt = 0, mb = 0;
-      for (int g = 0; g < 4; ++g) {
-        mt |= (unsigned)_pext_u64(t4[g], 0x001001001001ull) << (4 * g);
-        mb |= (unsigned)_pext_u64(t4[g], 0x040040040040ull) << (4 * g);
-      }
-      top[c] = (uint16_t)mt, bottom[c] = (uint16_t)mb;
-      whole += __builtin_popcount(mt | mb), halves += __builtin_popcount(mt) + __builtin_popcount(mb);
-    }
-    if (halves_pay(whole, halves)) {
-      int64_t n0 = 0, n1 = 0;
-      for (int64_t c = 0; c < chunks; ++c) {
-        n0 = skip_append(sk->at[q][0], n0, top[c], c * 16);
-        n1 = skip_append(sk->at[q][1], n1, bottom[c], c * 16);
-      }
-      sk->n[q][0] = (int32_t)n0, sk->n[q][1] = (int32_t)n1, sk->mode[q] = SKIP_HALVES;
-    } else if (whole < kc) {
-      int64_t n = 0;
-      for (int64_t c = 0; c < chunks; ++c) n = skip_append(sk->at[q][0], n, (unsigned)(top[c] | bottom[c]), c * 16);
-      sk->n[q][0] = (int32_t)n, sk->mode[q] = SKIP_WHOLE;
-    }
+AQ_TARGET_SKIP static inline __attribute__((always_inline)) uint64_t skip_mask4_avx512(const float *s, int64_t off,
+                                                                                      int64_t floats) {
+  uint64_t x = 0;
+  for (int v = 0; v < 3; ++v, off += 16) {
+    __mmask16 m = first_lanes(floats - off);
+    x |= (uint64_t)_mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, s + off), _mm512_setzero_ps(), _CMP_NEQ_UQ)
+         << (16 * v);
   }
+  return x;
+}
+
+AQ_TARGET_SKIP static void skip_plan_avx512(const float *pa, int64_t mc, int64_t kc, gemm_skip_t *sk) {
+  skip_plan_with(pa, mc, kc, sk, skip_mask4_avx512, skip_append);
 }
 
 /* Appends x's nonzeros (steps first .. first + 15; lanes past A's edge

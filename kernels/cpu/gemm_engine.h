@@ -52,8 +52,10 @@ typedef void (*micro_fn)(int64_t kc, const float *a, const float *b, float *c, i
  * list. Each sum runs in the same order over the same nonzero terms, so C
  * is what the dense kernel gives, bit for bit, with one exception: an Inf
  * or NaN of B that meets only zeros of A no longer makes C NaN. Partial
- * panels stay dense. Zen 4 only (gemm.c: pick); AQ_GEMM_SKIP_ZEROS=0 turns it
- * off. */
+ * panels stay dense. The AVX2 engine and Zen 4's plan panels (gemm.c:
+ * pick); on AVX2 they pay where zeros come in whole steps (a layer's dead
+ * units, an image's border), random zeros leaving no step to skip in 12
+ * or 6 rows. AQ_GEMM_SKIP_ZEROS=0 turns it off. */
 enum { SKIP_DENSE = 0, SKIP_WHOLE = 1, SKIP_HALVES = 2 };
 struct gemm_skip {
   uint8_t mode[GEMM_MC / GEMM_MR];
@@ -82,7 +84,7 @@ _Static_assert(GEMM_KC <= 65536, "a skip list's steps are 16-bit");
  * and restarts per KC slice, as the dense kernels', so C is theirs bit for
  * bit (the exception above included). The AVX2 engine's break-even lies
  * lower than Zen 4's (its panel kernel loses less to its loads). */
-enum { SPARSE_SK = 32, SPARSE_NB = 4 * GEMM_NR, SPARSE_ZEN4_PCT = 75, SPARSE_OTHER_PCT = 30, SPARSE_AVX2_PCT = 55 };
+enum { SPARSE_SK = 32, SPARSE_NB = 4 * GEMM_NR, SPARSE_ZEN4_PCT = 75, SPARSE_OTHER_PCT = 30, SPARSE_AVX2_PCT = 70 };
 typedef struct sparse {
   float *val;  /* [sub-slice][row][SPARSE_SK]: the nonzeros */
   uint8_t *at; /* the same: their steps within the sub-slice */
@@ -125,6 +127,53 @@ static inline __attribute__((always_inline)) void aq_prefetch_c(const float *c, 
  * the products' time than whole-panel lists alone (24.4 against 26.2 ms of
  * CPU time a step, medians of 8); weights 0.5 and 0.7 measured alike. */
 static inline int halves_pay(int64_t whole, int64_t halves) { return halves * 11 < whole * 20; }
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* The zero-skipping plan of a packed A block (skip_plan_fn), 16 steps of a
+ * panel at a time, its ISA-specific steps given: mask4 compares the 48
+ * values of four steps at s + off with zero (floats of them at s; those
+ * past count as zeros) into a 48-bit mask, step i's row r at bit 12i + r
+ * (NaN compares unequal, so a step holding one is kept); append adds the
+ * steps l0 + i of a mask's bits i to a list of n and returns the new n.
+ * ORing the mask shifted by 0..5 gathers each 6-row half's bits at the
+ * half's lowest, and pext collects those into one bit per step and half.
+ * A panel's lists are as halves_pay decides: halves, whole or none. */
+typedef uint64_t (*skip_mask4_fn)(const float *s, int64_t off, int64_t floats);
+typedef int64_t (*skip_append_fn)(uint16_t *list, int64_t n, unsigned bits, int64_t l0);
+__attribute__((target("bmi2,popcnt"))) static inline __attribute__((always_inline)) void skip_plan_with(
+    const float *pa, int64_t mc, int64_t kc, gemm_skip_t *sk, skip_mask4_fn mask4, skip_append_fn append) {
+  uint16_t top[GEMM_KC / 16], bottom[GEMM_KC / 16]; /* per 16 steps: bit i, step i's half holds a nonzero */
+  for (int64_t q = 0; q * GEMM_MR < mc; ++q) {
+    sk->mode[q] = SKIP_DENSE;
+    if (mc - q * GEMM_MR < GEMM_MR) continue; /* a partial panel stays dense */
+    int64_t whole = 0, halves = 0, chunks = (kc + 15) / 16;
+    for (int64_t c = 0; c < chunks; ++c) {
+      unsigned mt = 0, mb = 0;
+      for (int g = 0; g < 4; ++g) {
+        uint64_t x = mask4(pa + q * GEMM_MR * kc, (c * 16 + g * 4) * GEMM_MR, kc * GEMM_MR);
+        x |= x >> 1 | x >> 2 | x >> 3 | x >> 4 | x >> 5;
+        mt |= (unsigned)_pext_u64(x, 0x001001001001ull) << (4 * g);
+        mb |= (unsigned)_pext_u64(x, 0x040040040040ull) << (4 * g);
+      }
+      top[c] = (uint16_t)mt, bottom[c] = (uint16_t)mb;
+      whole += __builtin_popcount(mt | mb), halves += __builtin_popcount(mt) + __builtin_popcount(mb);
+    }
+    if (halves_pay(whole, halves)) {
+      int64_t n0 = 0, n1 = 0;
+      for (int64_t c = 0; c < chunks; ++c) {
+        n0 = append(sk->at[q][0], n0, top[c], c * 16);
+        n1 = append(sk->at[q][1], n1, bottom[c], c * 16);
+      }
+      sk->n[q][0] = (int32_t)n0, sk->n[q][1] = (int32_t)n1, sk->mode[q] = SKIP_HALVES;
+    } else if (whole < kc) {
+      int64_t n = 0;
+      for (int64_t c = 0; c < chunks; ++c) n = append(sk->at[q][0], n, (unsigned)(top[c] | bottom[c]), c * 16);
+      sk->n[q][0] = (int32_t)n, sk->mode[q] = SKIP_WHOLE;
+    }
+  }
+}
+#endif
 
 /* ---- narrow products ---------------------------------------------------------
  * A product only a few columns wide (a classifier's 10 logits, its weight

@@ -218,7 +218,7 @@ static void conv_bits(void) {
 }
 Test(blocked, conv2d_forward_sums_in_order_bit_for_bit) { conv_bits(); }
 Test(blocked, conv2d_forward_sums_in_order_bit_for_bit_on_avx2) {
-  setenv("AQ_CPU_ISA", "avx2", 1);
+  kernels_restart_with("AQ_CPU_ISA", "avx2"); /* settings are read at aq_init */
   conv_bits();
 }
 
@@ -505,6 +505,6 @@ static void check_pool_2x2_ties(void) {
 }
 Test(blocked, max_pool_2x2_ties_go_to_the_first_tap) { check_pool_2x2_ties(); }
 Test(blocked, max_pool_2x2_ties_go_to_the_first_tap_on_avx2) {
-  setenv("AQ_CPU_ISA", "avx2", 1);
+  kernels_restart_with("AQ_CPU_ISA", "avx2"); /* settings are read at aq_init */
   check_pool_2x2_ties();
 }
