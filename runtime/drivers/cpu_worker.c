@@ -7,6 +7,7 @@
  * agent take groups too. A barrier whose dependencies are pending never
  * holds a worker: the queue is left and revisited when a dependency changes
  * (the signal wakes the agent) or, failing that, on a short timer. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -401,6 +402,9 @@ void *aq_cpu_worker_main(void *arg) {
        * 310 us with 5 us spins instead of 20). Pause longer and longer. */
       for (int i = 0; i < relax; ++i) aq_cpu_relax();
       if (relax < 128) relax *= 2;
+      /* A thread woken on this core (the host that waits for the run, a GPU
+       * queue's processor) runs now rather than after our spin. */
+      else sched_yield();
       continue;
     }
     relax = 16;
