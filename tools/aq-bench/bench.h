@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "aquila/aquila.h"
 #include "tools/common/cli.h"
 
 /* Monotonic time in nanoseconds. */
@@ -42,6 +43,10 @@ void bench_json_end(bench_json_t *j); /* prints the line and flushes stdout */
 
 /* n pseudo-random floats in [-0.5, 0.5) from seed: the same data every run. */
 void bench_fill(float *x, size_t n, unsigned seed);
+
+/* A GPU agent's device-memory region ({0} where it has none: allocating
+ * from it then fails, saying so). */
+aq_status_t bench_device_region(aq_agent_t gpu, aq_region_t *out);
 
 /* Parses the suite's command line against its table of options (getopt_long
  * through tools/common/cli.h): --help lists them and exits 0; an unknown

@@ -329,13 +329,7 @@ static int setup(ctx_t *c) {
   for (int t = 0; t < 2; ++t)
     for (int i = 0; i < 3; ++i) CHECK(aq_code_object_find_kernel(co, names[t][i], gpu, &c->k[t][i]));
   CHECK(aq_code_object_find_kernel(co, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, gpu, &c->split));
-  aq_region_t regs[8];
-  CHECK(aq_agent_regions(gpu, regs, 8, &n));
-  for (size_t i = 0; i < n; ++i) {
-    aq_region_info_t ri;
-    CHECK(aq_region_get_info(regs[i], &ri));
-    if (ri.flags & AQ_REGION_DEVICE) c->dev = regs[i];
-  }
+  CHECK(bench_device_region(gpu, &c->dev));
   CHECK(aq_queue_create(gpu, NULL, &c->q));
   CHECK(aq_signal_create(0, &c->done));
   return 0;

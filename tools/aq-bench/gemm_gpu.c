@@ -143,14 +143,8 @@ int aq_bench_gemm_gpu(int argc, char **argv) {
   aq_kernel_info_t k32, k16;
   CHECK(aq_code_object_load("kernels-cuda.fatbin", &co));
   CHECK(aq_code_object_find_kernel(co, bf16_kernels[bf16_pick].name, gpu, &k16));
-  aq_region_t regs[8], dev = {0};
-  size_t nr;
-  CHECK(aq_agent_regions(gpu, regs, 8, &nr));
-  for (size_t i = 0; i < nr; ++i) {
-    aq_region_info_t ri;
-    CHECK(aq_region_get_info(regs[i], &ri));
-    if (ri.flags & AQ_REGION_DEVICE) dev = regs[i];
-  }
+  aq_region_t dev;
+  CHECK(bench_device_region(gpu, &dev));
   aq_queue_t q;
   CHECK(aq_queue_create(gpu, NULL, &q));
   aq_signal_t done;

@@ -69,16 +69,10 @@ static double allreduce_us(aq_comm_t *c, size_t n) {
 
 /* A GPU agent's device memory for n floats, or NULL. */
 static float *device_floats(aq_agent_t agent, size_t n) {
-  aq_region_t regions[8];
-  size_t nr = 0;
-  aq_agent_regions(agent, regions, 8, &nr);
+  aq_region_t dev;
   float *g = NULL;
-  for (size_t i = 0; i < nr && i < 8 && !g; ++i) {
-    aq_region_info_t ri;
-    aq_region_get_info(regions[i], &ri);
-    if ((ri.flags & AQ_REGION_DEVICE) && !(ri.flags & AQ_REGION_MANAGED))
-      BENCH_CHECK("train", aq_memory_allocate(regions[i], n * sizeof(float), (void **)&g));
-  }
+  if (bench_device_region(agent, &dev) == AQ_OK && dev.handle)
+    BENCH_CHECK("train", aq_memory_allocate(dev, n * sizeof(float), (void **)&g));
   return g;
 }
 

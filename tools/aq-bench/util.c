@@ -12,6 +12,19 @@ void bench_fill(float *x, size_t n, unsigned seed) {
   }
 }
 
+aq_status_t bench_device_region(aq_agent_t gpu, aq_region_t *out) {
+  aq_region_t regs[8];
+  size_t n = 0;
+  *out = (aq_region_t){0};
+  aq_status_t s = aq_agent_regions(gpu, regs, 8, &n);
+  for (size_t i = 0; s == AQ_OK && i < n && i < 8 && !out->handle; ++i) {
+    aq_region_info_t ri;
+    s = aq_region_get_info(regs[i], &ri);
+    if (s == AQ_OK && ri.flags & AQ_REGION_DEVICE) *out = regs[i];
+  }
+  return s;
+}
+
 uint64_t bench_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
