@@ -250,15 +250,15 @@ static aq_status_t load_share(void *user, uint64_t share, uint64_t a2, uint64_t 
   return atomic_fetch_sub(&t->loaders_left, 1) == 1 ? stage_out(t, t->step + 1) : AQ_OK;
 }
 
-/* The second buffer of an input, where the exec put the first (in the
- * region its readers reach, returned in r). */
-static aq_status_t second_buffer(aq_trainer_t *t, aq_tensor_t x, uint32_t local, void **first, void **second,
-                                 aq_region_t *r) {
+/* Local rank `local`'s copy of input x (*mine) and its second buffer,
+ * where the exec put the first (in the region its readers reach,
+ * returned in r). */
+static aq_status_t second_buffer(aq_trainer_t *t, aq_tensor_t x, uint32_t local, aq_tensor_t *mine, void **first,
+                                 void **second, aq_region_t *r) {
   aq_tensor_info_t info;
-  aq_tensor_t mine;
   TRY(aq_tensor_get_info(t->g, x, &info));
-  TRY(aq_exec_local_tensor(t->e, x, local, &mine));
-  TRY(aq_exec_tensor_data(t->e, mine, first));
+  TRY(aq_exec_local_tensor(t->e, x, local, mine));
+  TRY(aq_exec_tensor_data(t->e, *mine, first));
   TRY(aq_memory_lookup(*first, r, NULL, NULL));
   return aq_memory_allocate(*r, info.bytes, second);
 }
@@ -269,10 +269,8 @@ static aq_status_t find_buffers(aq_trainer_t *t) {
   aq_region_t r, ry;
   aq_region_info_t info;
   for (uint32_t l = 0; l < t->locals; ++l) {
-    TRY(aq_exec_local_tensor(t->e, t->x, l, &t->xs[l]));
-    TRY(aq_exec_local_tensor(t->e, t->y, l, &t->ys[l]));
-    TRY(second_buffer(t, t->x, l, (void **)&t->xbuf[l][0], (void **)&t->xbuf[l][1], &r));
-    TRY(second_buffer(t, t->y, l, (void **)&t->ybuf[l][0], (void **)&t->ybuf[l][1], &ry));
+    TRY(second_buffer(t, t->x, l, &t->xs[l], (void **)&t->xbuf[l][0], (void **)&t->xbuf[l][1], &r));
+    TRY(second_buffer(t, t->y, l, &t->ys[l], (void **)&t->ybuf[l][0], (void **)&t->ybuf[l][1], &ry));
   }
   TRY(aq_region_get_info(r, &info));
   if (info.flags & AQ_REGION_HOST_ACCESSIBLE) return AQ_OK;
