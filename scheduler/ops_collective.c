@@ -151,6 +151,8 @@ static void touch(task_t *t, const coll_spec_t *s, int offsets) {
   }
 }
 
+int aq_coll_is_task(const task_t *t) { return t->kind == TASK_STREAM && t->stream_fn == coll_stream; }
+
 /* The communicator's last start task (or stream call) is of this graph,
  * and of this local rank (a graph made where a destroyed one was has the
  * same address). */
@@ -160,8 +162,8 @@ static int chained(aq_graph_t *g, aq_comm_t *comm, uint32_t local) {
   aq_tensor_call_args_t a;
   memcpy(&a, t->kernarg, sizeof(a));
   int start = t->kind == TASK_KERNEL && t->code_object.handle == comm->call_co.handle && a.fn == coll_start;
-  int stream = t->kind == TASK_STREAM && t->stream_fn == coll_stream;
-  return (start || stream) && ((const coll_t *)a.user)->op.comm == comm && ((const coll_t *)a.user)->local == local;
+  const coll_t *c = a.user;
+  return (start || aq_coll_is_task(t)) && c->op.comm == comm && c->local == local;
 }
 
 /* Every rank must start its collectives in one order: each follows the
@@ -233,8 +235,6 @@ aq_status_t aq_coll_add(aq_graph_t *g, aq_comm_t *comm, const coll_spec_t *s, ui
   if (out_done) *out_done = b - 1;
   return AQ_OK;
 }
-
-int aq_coll_is_task(const task_t *t) { return t->kind == TASK_STREAM && t->stream_fn == coll_stream; }
 
 /* The copy's own state (its runs, its local rank), kept with the
  * communicator as the original's is. */
