@@ -124,11 +124,10 @@ static uint32_t workers_of(const plan_lanes_t *l, uint32_t a) {
   return l->agent_workers && agent_kind(l, a) == AQ_AGENT_KIND_CPU ? l->agent_workers[a] : 0;
 }
 
-static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const plan_lanes_t *l, const hot_task_t *hot) {
+static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const plan_lanes_t *l, const hot_task_t *hot,
+                               uint64_t gpus) {
   memset(pl, 0, sizeof(*pl));
-  pl->p = p, pl->g = g, pl->l = l, pl->hot = hot;
-  for (uint32_t a = 0; a < l->nagents && a < 64; ++a)
-    if (agent_kind(l, a) == AQ_AGENT_KIND_GPU) pl->gpus |= 1ull << a;
+  pl->p = p, pl->g = g, pl->l = l, pl->hot = hot, pl->gpus = gpus;
   pl->first_worker = calloc(l->nagents + 1, sizeof(uint32_t));
   if (!pl->first_worker) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   uint32_t most = 1;
@@ -530,9 +529,10 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint32_t *pred_at = s == AQ_OK ? malloc((n + 1) * sizeof(uint32_t)) : NULL;
   double *pred_bytes = NULL;
   if (s == AQ_OK && (!hot || !pred_at)) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
-  int gpus = 0;
-  for (uint32_t a = 0; a < na; ++a) gpus += agent_kind(l, a) == AQ_AGENT_KIND_GPU;
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) hot[i] = hot_of(g, &g->tasks[i], gpus);
+  uint64_t gpus = 0; /* the GPU agents, a bit each */
+  for (uint32_t a = 0; a < na && a < 64; ++a)
+    if (agent_kind(l, a) == AQ_AGENT_KIND_GPU) gpus |= 1ull << a;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) hot[i] = hot_of(g, &g->tasks[i], __builtin_popcountll(gpus));
   /* each edge's bytes once, in task order, for every placement tried */
   if (s == AQ_OK) pred_at[0] = 0;
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i) pred_at[i + 1] = pred_at[i] + p->tasks[i].npreds;
@@ -544,8 +544,8 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint32_t fail = UINT32_MAX;
   double best_ms = -1, single_ms = -1, margin = 0;
   int32_t single_agent = -1;
-  if (s == AQ_OK) s = placer_init(&mixed, p, g, l, hot);
-  if (s == AQ_OK && na > 1) s = placer_init(&single, p, g, l, hot);
+  if (s == AQ_OK) s = placer_init(&mixed, p, g, l, hot, gpus);
+  if (s == AQ_OK && na > 1) s = placer_init(&single, p, g, l, hot, gpus);
   mixed.pred_bytes = single.pred_bytes = pred_bytes, mixed.pred_at = single.pred_at = pred_at;
   if (s == AQ_OK) {
     best_ms = place(&mixed, -1, &fail);
