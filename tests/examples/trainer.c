@@ -51,6 +51,30 @@ Test(trainer, bad_options_are_refused_by_name) {
   aq_fashion_free(&train), aq_fashion_free(&test);
 }
 
+/* A trainer told it is one of 2 ranks over a communicator of 1 (this
+ * process alone) is refused: its shard would not be the one it trains. */
+Test(trainer, ranks_other_than_the_communicators_are_refused) {
+  const char *why = "";
+  cr_assert_eq(aq_comm_backend_status("mpi", &why), AQ_OK);
+  if (*why) cr_skip_test("skipped: no MPI (%s)", why);
+  aq_comm_t *c;
+  cr_assert_eq(aq_comm_create_mpi(NULL, &(aq_comm_options_t){.no_nccl = 1}, &c), AQ_OK, "%s", aq_last_error());
+  aq_fashion_set_t train, test;
+  synthetic(&train, TRAIN_N, 0), synthetic(&test, TEST_N, 1);
+  aq_trainer_t *t = NULL;
+  aq_trainer_options_t o = options();
+  o.comm = c, o.ranks = 2, o.rank = 0;
+  cr_assert_eq(aq_trainer_create(&o, &train, &test, &t), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_trainer_error(AQ_ERROR_INVALID_ARGUMENT), "must be the communicator's"), "%s",
+            aq_trainer_error(AQ_ERROR_INVALID_ARGUMENT));
+  cr_assert_null(t, "a refusal makes no trainer");
+  o.ranks = 1; /* the communicator's own: accepted */
+  cr_assert_eq(aq_trainer_create(&o, &train, &test, &t), AQ_OK, "%s", aq_trainer_error(AQ_OK));
+  aq_trainer_destroy(t);
+  cr_assert_eq(aq_comm_destroy(c), AQ_OK);
+  aq_fashion_free(&train), aq_fashion_free(&test);
+}
+
 /* Three epochs: the first's losses, and the accuracy after the last. */
 static double train3(const aq_trainer_options_t *o, const aq_fashion_set_t *train, const aq_fashion_set_t *test,
                     float *losses) {
