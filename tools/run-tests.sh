@@ -5,6 +5,9 @@
 set -u
 build=$1; shift
 passed=0; failed=0; skipped=0; status=0
+# The names of failed tests, repeated after the totals: CI shows only the
+# tail of a run, and the failure is what a reader needs from it.
+failures=()
 # Programs to run; "--quick" after a program is passed to it.
 progs=(); args=()
 for a in "$@"; do
@@ -33,21 +36,25 @@ for i in "${!progs[@]}"; do
     p=$(sed -n 's/^stress: \([0-9]*\) passed.*/\1/p' <<<"$line")
     f=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
     passed=$((passed + p)); failed=$((failed + f))
-    [ "$rc" -eq 0 ] && [ "$f" -eq 0 ] || status=1
+    [ "$rc" -eq 0 ] && [ "$f" -eq 0 ] || { status=1; failures+=("stress: exit $rc, $f failed"); }
     continue
   fi
   "$prog" --jobs "${AQ_TEST_JOBS:-2}" --short-filename 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   line=$(grep -a 'Synthesis:' "$log" | tail -1)
+  # Criterion's "[FAIL] suite::test" lines and the assertion or crash lines
+  # ("[----] file:line: ...") that precede them.
+  while IFS= read -r l; do failures+=("$name: $l"); done < <(grep -a -E '^\[(FAIL|----)\]' "$log" | grep -a -v -E 'Synthesis|^\[----\] (Criterion|[[:space:]]*$)' | head -20)
   rm -f "$log"
   if [ -z "$line" ]; then
-    echo "== $name: no Criterion summary (exit $rc)"; failed=$((failed + 1)); status=1; continue
+    echo "== $name: no Criterion summary (exit $rc)"; failed=$((failed + 1)); status=1
+    failures+=("$name: no Criterion summary (exit $rc)"); continue
   fi
   t=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$line")
   p=$(sed -n 's/.*Passing: \([0-9]*\).*/\1/p' <<<"$line")
   f=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$line")
   c=$(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<<"$line")
-  passed=$((passed + p)); failed=$((failed + f + c))
+  passed=$((passed + p)); failed=$((failed + f)) # Failing counts the crashes too
   # Criterion leaves skipped tests out of its count: they are the listed
   # ones it did not test.
   listed=$("$prog" --list 2>/dev/null | grep -cE '(├|└)──')
@@ -56,5 +63,9 @@ for i in "${!progs[@]}"; do
   # a non-zero exit fails the run only if some test it ran did not pass.
   if [ "$f" -ne 0 ] || [ "$c" -ne 0 ] || { [ "$rc" -ne 0 ] && [ "$p" -ne "$t" ]; }; then status=1; fi
 done
+if [ "${#failures[@]}" -gt 0 ]; then
+  echo "== what failed"
+  printf '  %s\n' "${failures[@]}"
+fi
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 exit $status
