@@ -37,6 +37,10 @@ PKG_LIBS   = $(shell pkg-config --libs hwloc numa 2>/dev/null) -ldl -lm
 CRIT_LIBS  = $(shell pkg-config --libs criterion 2>/dev/null)
 BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS  = $(shell pkg-config --libs openblas 2>/dev/null)
+# Only the programs that call BLAS keep it: loading OpenBLAS starts its
+# thread pool, and a program that exits at once (aq-trace, a refused
+# aq-info) raced those threads' start under LeakSanitizer.
+AS_NEEDED_BLAS = -Wl,--as-needed $(BLAS_LIBS) -Wl,--no-as-needed
 ZLIB_LIBS  = $(shell pkg-config --libs zlib 2>/dev/null)
 
 DEPS_OK := $(BUILD)/.deps-ok
@@ -114,9 +118,9 @@ $(1): $$(patsubst %.c,$(OBJDIR)/%.o,$$(wildcard $(2)/*.c)) $(LIB_SO)
 	@mkdir -p $$(@D)
 	$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o %.a,$$^) -L$(LIBDIR) -laquila $(RPATH) $(3) $$(EXTRA_LIBS)
 endef
-$(foreach t,$(TOOLS),$(eval $(call program,$(BINDIR)/$(t),tools/$(t),$$(PKG_LIBS) $$(BLAS_LIBS) $$(ZLIB_LIBS))))
+$(foreach t,$(TOOLS),$(eval $(call program,$(BINDIR)/$(t),tools/$(t),$$(PKG_LIBS) $$(AS_NEEDED_BLAS) $$(ZLIB_LIBS))))
 $(foreach e,$(EXAMPLES),$(eval $(call program,$(BUILD)/examples/$(e),examples/$(e),$$(PKG_LIBS) $$(ZLIB_LIBS))))
-$(foreach t,$(filter-out unit,$(TESTS)),$(eval $(call program,$(BUILD)/tests/$(t),tests/$(t),$$(CRIT_LIBS) $$(PKG_LIBS) $$(BLAS_LIBS) $$(ZLIB_LIBS))))
+$(foreach t,$(filter-out unit,$(TESTS)),$(eval $(call program,$(BUILD)/tests/$(t),tests/$(t),$$(CRIT_LIBS) $$(PKG_LIBS) $$(AS_NEEDED_BLAS) $$(ZLIB_LIBS))))
 # Unit tests of the library's internal modules (tests/unit) link the static
 # library: the shared one exports only the aq_ API.
 $(BUILD)/tests/unit: $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard tests/unit/*.c)) $(LIB_A)
