@@ -325,10 +325,11 @@ static double omp_stencil(uint32_t w, uint32_t steps, double us) {
   return dt;
 }
 
-static void metg(int cores) {
+static void metg(int cores, int only_impl) {
   static const double durations[] = {0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000};
   const char *impls[3] = {"aquila", "starpu", "openmp"};
   for (int impl = 0; impl < 3; ++impl) {
+    if (only_impl >= 0 && impl != only_impl) continue;
     double found = -1;
     for (size_t k = 0; k < sizeof(durations) / sizeof(durations[0]) && found < 0; ++k) {
       double us = durations[k];
@@ -437,10 +438,32 @@ static void mixed(int reps, const char *dot) {
   }
 }
 
+/* Aquila's two lines for a shape: its first run (instantiate: placement,
+ * memory plan, lowering, then the run; the graph's construction by the
+ * program is reported apart) and its re-runs. */
+static aq_status_t aquila_lines(int shape, uint32_t n, int reps, int cores) {
+  double build = 0, first = 0, rerun = 0;
+  AQ_RETURN_IF_ERROR_BENCH(aquila_times(shape, n, 0, reps, &build, &first, &rerun));
+  bench_json_t fj;
+  bench_json_begin(&fj, "tasks", "aquila");
+  bench_json_str(&fj, "shape", shape_names[shape]);
+  bench_json_str(&fj, "run", "first");
+  bench_json_int(&fj, "n", n);
+  bench_json_int(&fj, "workers", cores);
+  bench_json_num(&fj, "us_per_task", first * 1e6 / n);
+  bench_json_num(&fj, "build_us_per_task", build * 1e6 / n);
+  bench_json_num(&fj, "with_build_us_per_task", (first + build) * 1e6 / n);
+  bench_json_int(&fj, "reps", reps);
+  bench_json_end(&fj);
+  line("aquila", shape_names[shape], "rerun", n, cores, rerun * 1e6 / n, reps);
+  return AQ_OK;
+}
+
 static const cli_option_t tasks_options[] = {
     {"n", 0, CLI_INT, "N", "tasks per graph (default 10000)", 4, 1e9},
     BENCH_REPS(5),
     {"shape", 0, CLI_CHOICE, "independent|chain|fanout|wavefront|random|mixed", "only this shape (default: all but mixed)", 0, 0},
+    {"impl", 0, CLI_CHOICE, "aquila|starpu|openmp", "only this system (default: the three, side by side)", 0, 0},
     {"no-metg", 0, CLI_FLAG, NULL, "leave out the minimum effective task granularity", 0, 0},
     {"dot", 0, CLI_TEXT, "PREFIX", "mixed: each placement's graph to PREFIX-heft.dot, -cpu.dot, -gpu.dot", 0, 0},
 };
@@ -457,6 +480,10 @@ int aq_bench_tasks(int argc, char **argv) {
     return 0;
   }
   int no_metg = bench_arg("no-metg") != NULL;
+  /* One system alone: to profile it, or to time it without the others'
+   * threads about. */
+  const char *impl = bench_arg("impl");
+  int only_impl = !impl ? -1 : !strcmp(impl, "aquila") ? 0 : !strcmp(impl, "starpu") ? 1 : 2;
   if (n < 4 || reps < 1) {
     fprintf(stderr, "aq-bench tasks: --n >= 4, --reps >= 1\n");
     return 2;
@@ -491,40 +518,29 @@ int aq_bench_tasks(int argc, char **argv) {
   for (int shape = 0; shape < SHAPES; ++shape) {
     if (only && strcmp(only, shape_names[shape])) continue;
     fprintf(stderr, "tasks: %s, n=%u\n", shape_names[shape], n);
-    double build, first, rerun;
-    if (aquila_times(shape, n, 0, reps, &build, &first, &rerun) != AQ_OK) {
+    if (only_impl <= 0 && aquila_lines(shape, n, reps, cores) != AQ_OK) {
       fprintf(stderr, "aq-bench tasks: %s\n", aq_last_error());
       return 1;
     }
-    /* first: instantiate (placement, memory plan, lowering) + the first run;
-     * the graph's construction by the program is reported apart. */
-    bench_json_t fj;
-    bench_json_begin(&fj, "tasks", "aquila");
-    bench_json_str(&fj, "shape", shape_names[shape]);
-    bench_json_str(&fj, "run", "first");
-    bench_json_int(&fj, "n", n);
-    bench_json_int(&fj, "workers", cores);
-    bench_json_num(&fj, "us_per_task", first * 1e6 / n);
-    bench_json_num(&fj, "build_us_per_task", build * 1e6 / n);
-    bench_json_num(&fj, "with_build_us_per_task", (first + build) * 1e6 / n);
-    bench_json_int(&fj, "reps", reps);
-    bench_json_end(&fj);
-    line("aquila", shape_names[shape], "rerun", n, cores, rerun * 1e6 / n, reps);
     /* Each system runs alone: StarPU's workers are paused outside its turn,
      * and OpenMP's spinning threads get time to go to sleep. */
     double *v = calloc((size_t)reps, sizeof(double));
-    starpu_resume();
-    starpu_time(shape, n, 0);
-    for (int r = 0; r < reps; ++r) v[r] = starpu_time(shape, n, 0);
-    starpu_pause();
-    line("starpu", shape_names[shape], "rerun", n, cores, bench_median(v, (size_t)reps) * 1e6 / n, reps);
-    omp_time(shape, n, 0);
-    for (int r = 0; r < reps; ++r) v[r] = omp_time(shape, n, 0);
-    line("openmp", shape_names[shape], "rerun", n, cores, bench_median(v, (size_t)reps) * 1e6 / n, reps);
+    if (only_impl < 0 || only_impl == 1) {
+      starpu_resume();
+      starpu_time(shape, n, 0);
+      for (int r = 0; r < reps; ++r) v[r] = starpu_time(shape, n, 0);
+      starpu_pause();
+      line("starpu", shape_names[shape], "rerun", n, cores, bench_median(v, (size_t)reps) * 1e6 / n, reps);
+    }
+    if (only_impl < 0 || only_impl == 2) {
+      omp_time(shape, n, 0);
+      for (int r = 0; r < reps; ++r) v[r] = omp_time(shape, n, 0);
+      line("openmp", shape_names[shape], "rerun", n, cores, bench_median(v, (size_t)reps) * 1e6 / n, reps);
+    }
     usleep(50000);
     free(v);
   }
-  if (!no_metg && !only) metg(cores);
+  if (!no_metg && !only) metg(cores, only_impl);
   starpu_resume();
   starpu_shutdown();
   aq_shut_down();
