@@ -2,6 +2,7 @@
  * the consumer's side that every driver shares (barrier packets). */
 #include "runtime/queue.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,50 @@
 
 static aq_handle_table_t queues;
 static _Atomic uint32_t next_queue_id;
+
+/* Rings of destroyed queues, kept for the next queue of their size. A
+ * fresh ring costs a page fault and a header store in every slot, which was
+ * the largest part of instantiating a big graph after another (a new shape,
+ * an evaluation graph, a benchmark's next graph). A drained ring is ready
+ * as it is: retiring a packet stores INVALID in its header. */
+enum { RING_CACHE_MAX = 8 };
+#define RING_CACHE_BYTES ((size_t)64 << 20)
+static struct {
+  void *ring;
+  size_t bytes;
+} ring_cache[RING_CACHE_MAX];
+static size_t ring_cache_bytes;
+static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *ring_take(size_t bytes) {
+  void *ring = NULL;
+  pthread_mutex_lock(&ring_lock);
+  for (int i = 0; i < RING_CACHE_MAX && !ring; ++i)
+    if (ring_cache[i].ring && ring_cache[i].bytes == bytes) {
+      ring = ring_cache[i].ring, ring_cache[i].ring = NULL;
+      ring_cache_bytes -= bytes;
+    }
+  pthread_mutex_unlock(&ring_lock);
+  return ring;
+}
+
+static void ring_keep(void *ring, size_t bytes) {
+  pthread_mutex_lock(&ring_lock);
+  for (int i = 0; i < RING_CACHE_MAX && ring; ++i)
+    if (!ring_cache[i].ring && ring_cache_bytes + bytes <= RING_CACHE_BYTES) {
+      ring_cache[i].ring = ring, ring_cache[i].bytes = bytes, ring = NULL;
+      ring_cache_bytes += bytes;
+    }
+  pthread_mutex_unlock(&ring_lock);
+  free(ring); /* no room: NULL when kept */
+}
+
+static void ring_cache_drain(void) {
+  pthread_mutex_lock(&ring_lock);
+  for (int i = 0; i < RING_CACHE_MAX; ++i) free(ring_cache[i].ring), ring_cache[i].ring = NULL;
+  ring_cache_bytes = 0;
+  pthread_mutex_unlock(&ring_lock);
+}
 
 void aq_queue_module_init(void) { aq_handle_table_init(&queues, "queue"); }
 /* Queues the program never destroyed go with the runtime: drained of
@@ -28,7 +73,10 @@ static void release_queue(void *object, void *user) {
 
 void aq_queue_module_release_all(void) { aq_handle_release_all(&queues, release_queue, NULL); }
 
-void aq_queue_module_deinit(void) { aq_handle_table_deinit(&queues); }
+void aq_queue_module_deinit(void) {
+  aq_handle_table_deinit(&queues);
+  ring_cache_drain();
+}
 uint32_t aq_queue_live_count(void) { return queues.live; }
 
 static aq_status_t resolve(aq_queue_t queue, aq_queue_impl_t **out) {
@@ -63,8 +111,9 @@ AQ_API aq_status_t aq_queue_create(aq_agent_t agent, const aq_queue_options_t *o
     return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_create: unknown flags 0x%x", options->flags);
 
   aq_queue_impl_t *q = aligned_alloc(64, sizeof(*q));
-  void *ring = NULL;
-  if (!q || posix_memalign(&ring, 4096, (size_t)size * AQ_PACKET_SIZE)) {
+  void *ring = q ? ring_take((size_t)size * AQ_PACKET_SIZE) : NULL;
+  int fresh = !ring;
+  if (!q || (fresh && posix_memalign(&ring, 4096, (size_t)size * AQ_PACKET_SIZE))) {
     free(q);
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for a queue of %u packets", size);
   }
@@ -74,7 +123,7 @@ AQ_API aq_status_t aq_queue_create(aq_agent_t agent, const aq_queue_options_t *o
   q->mask = size - 1;
   q->agent = a;
   q->id = atomic_fetch_add(&next_queue_id, 1);
-  for (uint32_t i = 0; i < size; ++i)
+  for (uint32_t i = 0; fresh && i < size; ++i)
     *aq_queue_header_word(q, i) = (uint32_t)HSA_PACKET_TYPE_INVALID << HSA_PACKET_HEADER_TYPE;
 
   aq_status_t s = aq_signal_create(0, &q->doorbell);
@@ -112,9 +161,11 @@ AQ_API aq_status_t aq_queue_destroy(aq_queue_t queue) {
   for (uint64_t t0 = aq_now_ns(); atomic_load(&q->read_index) != atomic_load(&q->write_index) &&
                                   aq_now_ns() - t0 < 1000000000ull;)
     sched_yield();
+  int drained = atomic_load(&q->read_index) == atomic_load(&q->write_index);
   q->agent->driver->queue_detach(q->agent, q);
   aq_signal_destroy(q->doorbell);
-  free(q->ring);
+  if (drained) ring_keep(q->ring, (size_t)q->size * AQ_PACKET_SIZE);
+  else free(q->ring);
   free(q);
   return AQ_OK;
 }

@@ -407,3 +407,42 @@ Test(queue, destroy_with_packets_in_flight_is_refused) {
   AQ_ASSERT_OK(aq_queue_destroy(q));
   aq_signal_destroy(gate), aq_signal_destroy(done);
 }
+
+/* A queue destroyed after its packets ran leaves its ring to the next
+ * queue of its size: that queue starts with every slot INVALID (a stale
+ * packet would run again) and runs what it is given, in order. */
+Test(queue, a_new_queue_on_a_used_ring_runs_only_its_own_packets) {
+  enum { SIZE = 16, N = 11 };
+  aq_kernel_info_t k = test_kernel(co, agent, "log_tag");
+  void *first_ring = NULL;
+  for (int round = 0; round < 3; ++round) {
+    aq_queue_t q = make_queue(SIZE);
+    aq_queue_info_t info;
+    AQ_ASSERT_OK(aq_queue_get_info(q, &info));
+    if (!round) first_ring = info.base_address;
+    else cr_assert_eq(info.base_address, first_ring, "round %d: the last queue's ring was not reused", round);
+    for (uint32_t i = 0; i < SIZE; ++i) {
+      uint32_t header;
+      memcpy(&header, (const uint8_t *)info.base_address + (size_t)i * 64, sizeof(header));
+      cr_assert_eq((header >> HSA_PACKET_HEADER_TYPE) & 0xff, HSA_PACKET_TYPE_INVALID,
+                   "round %d: slot %u of a new queue holds a packet of type %u", round, i,
+                   (header >> HSA_PACKET_HEADER_TYPE) & 0xff);
+    }
+    _Atomic uint32_t cursor = 0;
+    uint32_t log[N];
+    log_args_t args[N];
+    aq_signal_t done;
+    AQ_ASSERT_OK(aq_signal_create(N, &done));
+    for (uint32_t i = 0; i < N; ++i) { /* N and SIZE coprime: each round leaves other slots last */
+      args[i] = (log_args_t){&cursor, log, i, 0};
+      hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, &args[i], 1, 1, done);
+      AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+    }
+    AQ_ASSERT_OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
+    AQ_ASSERT_OK(aq_queue_wait_idle(q, 10 * SEC));
+    cr_assert_eq(cursor, N, "round %d ran %u packets, not %d", round, (unsigned)cursor, N);
+    for (uint32_t i = 0; i < N; ++i) cr_assert_eq(log[i], i);
+    aq_signal_destroy(done);
+    AQ_ASSERT_OK(aq_queue_destroy(q));
+  }
+}
