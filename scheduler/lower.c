@@ -232,6 +232,28 @@ static aq_status_t find_waits(aq_exec_t *e, waits_t *w) {
   return AQ_OK;
 }
 
+/* Each lane's packet array sized once from the waits (a task's barriers,
+ * five producers each, its after-any barrier and itself; a lane's end and
+ * the join's barriers): grown by doubling, it copied every packet about
+ * twice more and faulted its pages in again. */
+static aq_status_t size_streams(aq_exec_t *e, const waits_t *w) {
+  uint32_t need[EXEC_LANES_MAX] = {0};
+  for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
+    uint32_t t = e->plan.order[k], nprod = w->start[k + 1] - w->start[k];
+    if (!e->fusion.absorbed[t])
+      need[e->plan.tasks[t].lane] += (nprod + 4) / 5 + (e->graph->tasks[t].nafter_any > 0) + 1;
+  }
+  for (uint32_t a = 0; a < e->nlanes; ++a) {
+    stream_t *st = &e->streams[a];
+    uint32_t n = need[a] + (e->nlanes + 4) / 5 + 1;
+    if (!need[a] || n <= st->cap) continue;
+    uint8_t *packets = realloc(st->packets, (size_t)n * PKT);
+    if (!packets) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for packets");
+    st->packets = packets, st->cap = n;
+  }
+  return AQ_OK;
+}
+
 /* Packets for one task: barrier-AND packets over its producers on other
  * queues (five at a time: consecutive barriers in one queue AND together),
  * a barrier-OR for its after-any edge, then the task itself. */
@@ -296,7 +318,7 @@ aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size) {
    * before any packet is written. */
   waits_t w;
   AQ_RETURN_IF_ERROR(find_waits(e, &w));
-  aq_status_t s = AQ_OK;
+  aq_status_t s = size_streams(e, &w);
   for (uint32_t k = 0; s == AQ_OK && k < e->plan.ntasks; ++k) {
     uint32_t t = e->plan.order[k];
     if (e->fusion.absorbed[t]) continue;
