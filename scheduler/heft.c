@@ -445,18 +445,14 @@ static int by_rank(const void *x, const void *y) {
 
 aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint32_t n = p->ntasks, na = l->nagents;
-  double *mean = calloc(n, sizeof(double)), *rank = calloc(n, sizeof(double));
+  double *mean = calloc(n, sizeof(double)), *rank = calloc(n, sizeof(double)), *below = calloc(n, sizeof(double));
   uint32_t *pos = malloc(n * sizeof(uint32_t)), *order = malloc(n * sizeof(uint32_t));
-  uint32_t *start = calloc(n + 1, sizeof(uint32_t)), *fill = calloc(n + 1, sizeof(uint32_t));
-  aq_status_t s = mean && rank && pos && order && start && fill
+  hot_task_t *hot = malloc((n ? n : 1) * sizeof(*hot));
+  uint32_t *pred_at = malloc((n + 1) * sizeof(uint32_t));
+  double *pred_bytes = NULL;
+  aq_status_t s = mean && rank && below && pos && order && hot && pred_at
                       ? AQ_OK
                       : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
-  uint32_t edges = 0, *succ = NULL;
-  if (s == AQ_OK) {
-    for (uint32_t i = 0; i < n; ++i) edges += p->tasks[i].npreds + g->tasks[i].nafter_any;
-    succ = malloc((edges ? edges : 1) * sizeof(uint32_t));
-    if (!succ) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
-  }
   /* Mean cost over the agents that may run each task. */
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
     double sum = 0;
@@ -470,22 +466,14 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
     }
     mean[i] = sum / k > 1 ? sum / k : 1; /* > 0: ranks then fall along every edge */
   }
-  /* Successors (CSR), after-any edges included: they order tasks too. */
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
-    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) start[p->tasks[i].preds[j] + 1]++;
-    for (uint32_t j = 0; j < g->tasks[i].nafter_any; ++j) start[g->tasks[i].after_any[j] + 1]++;
-  }
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) start[i + 1] += start[i];
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
-    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) {
-      uint32_t q = p->tasks[i].preds[j];
-      succ[start[q] + fill[q]++] = i;
-    }
-    for (uint32_t j = 0; j < g->tasks[i].nafter_any; ++j) {
-      uint32_t q = g->tasks[i].after_any[j];
-      succ[start[q] + fill[q]++] = i;
-    }
-  }
+  /* Each edge's bytes once, in task order: for the ranks and for every
+   * placement tried (the task_t and tensor_t it reads are cache misses). */
+  if (s == AQ_OK) pred_at[0] = 0;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) pred_at[i + 1] = pred_at[i] + p->tasks[i].npreds;
+  if (s == AQ_OK) pred_bytes = malloc((pred_at[n] ? pred_at[n] : 1) * sizeof(double));
+  if (s == AQ_OK && !pred_bytes) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
+    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) pred_bytes[pred_at[i] + j] = edge_bytes(g, p->tasks[i].preds[j], i);
   /* An edge's mean cost: over every ordered pair of agents (the same agent
    * costing a lane hop at most), latency + bytes x ns per byte. */
   double lat = 0, per_byte = 0;
@@ -495,17 +483,20 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
       lat += base / ((double)na * na);
       per_byte += (a == b ? 0 : aq_plan_transfer_ns(l, a, b, 1e6) - aq_plan_transfer_ns(l, a, b, 0)) / 1e6 / ((double)na * na);
     }
-  /* Upward ranks, in reverse topological order. */
+  /* Upward ranks, in reverse topological order: a task's rank is final once
+   * its successors', all later in the order, have been pushed to it
+   * (below[q]: the most any successor asks of q); after-any edges order
+   * tasks too. */
   for (uint32_t k = n; s == AQ_OK && k-- > 0;) {
     uint32_t i = p->order[k];
     pos[i] = k;
-    double best = 0;
-    for (uint32_t e = start[i]; e < start[i + 1]; ++e) {
-      uint32_t v = succ[e];
-      double comm = lat + per_byte * edge_bytes(g, i, v);
-      if (comm + rank[v] > best) best = comm + rank[v];
+    rank[i] = mean[i] + below[i];
+    for (uint32_t j = 0; j < p->tasks[i].npreds + g->tasks[i].nafter_any; ++j) {
+      int pred = j < p->tasks[i].npreds;
+      uint32_t q = pred ? p->tasks[i].preds[j] : g->tasks[i].after_any[j - p->tasks[i].npreds];
+      double up = lat + per_byte * (pred ? pred_bytes[pred_at[i] + j] : edge_bytes(g, q, i)) + rank[i];
+      if (up > below[q]) below[q] = up;
     }
-    rank[i] = mean[i] + best;
   }
   if (s == AQ_OK) {
     memcpy(order, p->order, n * sizeof(uint32_t));
@@ -515,8 +506,10 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
      * it all the same and keep the first order if not (NaN costs). */
     for (uint32_t k = 0; k < n; ++k) pos[order[k]] = k;
     int ok = 1;
-    for (uint32_t i = 0; i < n && ok; ++i)
-      for (uint32_t e = start[i]; e < start[i + 1]; ++e) ok &= pos[i] < pos[succ[e]];
+    for (uint32_t i = 0; i < n && ok; ++i) {
+      for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) ok &= pos[p->tasks[i].preds[j]] < pos[i];
+      for (uint32_t j = 0; j < g->tasks[i].nafter_any; ++j) ok &= pos[g->tasks[i].after_any[j]] < pos[i];
+    }
     if (ok) memcpy(p->order, order, n * sizeof(uint32_t));
   }
   /* Earliest finish per lane, appending only (each lane's stream runs its
@@ -525,21 +518,10 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
    * its estimate beats the best single agent's by more than a cross-agent
    * edge and SPLIT_GAIN of the time (a split whose gain is within the
    * models' error costs edges and a second agent's noise for nothing). */
-  hot_task_t *hot = s == AQ_OK ? malloc((n ? n : 1) * sizeof(*hot)) : NULL;
-  uint32_t *pred_at = s == AQ_OK ? malloc((n + 1) * sizeof(uint32_t)) : NULL;
-  double *pred_bytes = NULL;
-  if (s == AQ_OK && (!hot || !pred_at)) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   uint64_t gpus = 0; /* the GPU agents, a bit each */
   for (uint32_t a = 0; a < na && a < 64; ++a)
     if (agent_kind(l, a) == AQ_AGENT_KIND_GPU) gpus |= 1ull << a;
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i) hot[i] = hot_of(g, &g->tasks[i], __builtin_popcountll(gpus));
-  /* each edge's bytes once, in task order, for every placement tried */
-  if (s == AQ_OK) pred_at[0] = 0;
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) pred_at[i + 1] = pred_at[i] + p->tasks[i].npreds;
-  if (s == AQ_OK) pred_bytes = malloc((pred_at[n] ? pred_at[n] : 1) * sizeof(double));
-  if (s == AQ_OK && !pred_bytes) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
-    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) pred_bytes[pred_at[i] + j] = edge_bytes(g, p->tasks[i].preds[j], i);
   placer_t mixed = {0}, single = {0};
   uint32_t fail = UINT32_MAX;
   double best_ms = -1, single_ms = -1, margin = 0;
@@ -590,6 +572,6 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
     p->tasks[i].cost_ns = mixed.cost[i];
   }
   placer_free(&mixed), placer_free(&single);
-  free(hot), free(pred_at), free(pred_bytes), free(mean), free(rank), free(pos), free(order), free(start), free(fill), free(succ);
+  free(hot), free(pred_at), free(pred_bytes), free(mean), free(rank), free(below), free(pos), free(order);
   return s;
 }
