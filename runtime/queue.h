@@ -91,6 +91,18 @@ aq_status_t aq_queue_resolve(aq_queue_t queue, aq_queue_impl_t **out);
 /* Records that a packet of q failed (the queue keeps going). */
 void aq_queue_note_failure(aq_queue_impl_t *q, aq_status_t status, uint32_t fault_id);
 
+/* A barrier-AND packet's reserved1, bit i: dep_signal[i] is written by
+ * another stream of the GPU that runs the barrier (two lanes of one GPU,
+ * lower.c). That GPU's packet processor waits for such a dependency on the
+ * host, never with a stream wait: a stream waiting for a value another
+ * stream of its device writes is an order CUDA cannot see, and the driver
+ * API's stream memory operations warn that it may deadlock (streams that
+ * share a hardware queue run in the order their work was enqueued, and the
+ * wait may come first). Other agents' processors wait on the host anyway. */
+static inline int aq_barrier_waits_on_host(const hsa_barrier_and_packet_t *b, int i) {
+  return (b->reserved1 >> i) & 1;
+}
+
 /* State of a barrier packet's dependencies: met, failed (a dependency
  * carries a fault, returned through *fault_id), or still pending. */
 typedef enum { AQ_BARRIER_PENDING, AQ_BARRIER_MET } aq_barrier_state_t;

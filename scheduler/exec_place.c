@@ -326,8 +326,8 @@ aq_status_t aq_exec_fuse(aq_exec_t *e) {
   return aq_fuse_plan(&in, &e->plan, &e->fusion);
 }
 
-/* Not called for now (exec.c: the data-parallel step hung on two H100s
- * with it). Stream calls (NCCL collectives) move to a lane of their own on
+/* Off by default (AQ_COMM_STREAM; exec.c says why). Stream calls (NCCL
+ * collectives) move to a lane of their own on
  * their GPU, after placement: a second queue, so a second stream, on which a
  * bucket's all-reduce runs beside the backward kernels still to come, as
  * DDP's communication stream does, where the kernels' one stream would

@@ -21,11 +21,18 @@ static aq_status_t push(stream_t *st, const void *packet) {
   return AQ_OK;
 }
 
+int aq_exec_same_gpu_lanes(const aq_exec_t *e, uint32_t mine, uint32_t other) {
+  return mine != other && e->lane_kind[mine] == AQ_AGENT_KIND_GPU && e->lane_agent[mine] == e->lane_agent[other];
+}
+
+/* host_wait: bit i, deps[i] is written by another stream of this lane's
+ * GPU, which waits for it on the host (queue.h: aq_barrier_waits_on_host). */
 static aq_status_t push_barrier(aq_exec_t *e, stream_t *st, hsa_packet_type_t type, const aq_signal_t *deps,
-                                uint32_t n, aq_signal_t completion) {
+                                uint32_t n, aq_signal_t completion, uint32_t host_wait) {
   hsa_barrier_and_packet_t b;
   memset(&b, 0, sizeof(b));
   b.header = exec_packet_header(type, 1);
+  b.reserved1 = host_wait;
   for (uint32_t i = 0; i < n; ++i) b.dep_signal[i].handle = deps[i].handle;
   b.completion_signal.handle = completion.handle;
   e->barriers++;
@@ -263,21 +270,22 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t, const uint32_t *producer
   const plan_task_t *pt = &e->plan.tasks[t];
   stream_t *st = &e->streams[pt->lane];
   aq_signal_t deps[5], none = {0};
-  uint32_t nd = 0;
+  uint32_t nd = 0, host_wait = 0;
   for (uint32_t j = 0; j < nprod; ++j) {
+    if (aq_exec_same_gpu_lanes(e, pt->lane, e->plan.tasks[producers[j]].lane)) host_wait |= 1u << nd;
     deps[nd++] = e->signals[producers[j]];
     if (nd == 5) {
-      AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
-      nd = 0;
+      AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none, host_wait));
+      nd = 0, host_wait = 0;
     }
   }
-  if (nd) AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
+  if (nd) AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none, host_wait));
   if (task->nafter_any) {
     if (task->nafter_any > 5)
       return aq_error(AQ_ERROR_INVALID_GRAPH, "an after-any edge of %u tasks (at most 5)",
                       task->nafter_any);
     for (uint32_t j = 0; j < task->nafter_any; ++j) deps[j] = e->signals[task->after_any[j]];
-    AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_OR, deps, task->nafter_any, none));
+    AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_OR, deps, task->nafter_any, none, 0));
   }
   if (task->kind == TASK_HOST) {
     hsa_agent_dispatch_packet_t p;
@@ -345,23 +353,24 @@ aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size) {
     if (!st->npackets) continue;
     if (a == e->join_lane) {
       aq_signal_t deps[5];
-      uint32_t nd = 0;
+      uint32_t nd = 0, host_wait = 0;
       for (uint32_t b = 0; b < e->nlanes; ++b) {
         if (!e->streams[b].npackets || b == a) continue;
+        if (aq_exec_same_gpu_lanes(e, a, b)) host_wait |= 1u << nd;
         deps[nd++] = e->streams[b].done;
         if (nd == 5) {
-          AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
+          AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none, host_wait));
           e->barriers--; /* bookkeeping, not an edge */
-          nd = 0;
+          nd = 0, host_wait = 0;
         }
       }
       if (nd) {
-        AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none));
+        AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none, host_wait));
         e->barriers--;
       }
     }
     /* The end of the stream: a barrier (bit set) that marks the lane done. */
-    AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, &none, 0, st->done));
+    AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, &none, 0, st->done, 0));
     e->barriers--; /* bookkeeping, not an edge */
     e->packets += st->npackets;
     if (e->stamps && e->lane_kind[a] == AQ_AGENT_KIND_CPU) AQ_RETURN_IF_ERROR(aq_exec_profile_stream(e, st));

@@ -247,12 +247,35 @@ static void settle_on_host(cuda_queue_t *cq, const void *b) {
   } while (atomic_load(&cq->proc.running) && !and_met((void *)b));
 }
 
+/* Whether every dependency that another stream of this GPU writes has
+ * reached zero (queue.h: aq_barrier_waits_on_host). */
+static int same_gpu_deps_met(void *barrier) {
+  const hsa_barrier_and_packet_t *b = barrier;
+  for (int i = 0; i < 5; ++i) {
+    aq_signal_slot_t *s = b->dep_signal[i].handle ? aq_signal_slot(b->dep_signal[i].handle) : NULL;
+    if (s && aq_barrier_waits_on_host(b, i) && atomic_load_explicit(&s->value, memory_order_acquire) != 0) return 0;
+  }
+  return 1;
+}
+
+/* Waits on the host for the dependencies another stream of this GPU
+ * writes, as barrier-OR waits for any: that stream's processor wakes us
+ * when it reaps the write; we look every POLL_MIN_NS all the same. */
+static void wait_for_same_gpu_deps(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b) {
+  aq_barrier_watch(b, &cq->proc.wake);
+  while (atomic_load(&cq->proc.running) && !same_gpu_deps_met((void *)b)) {
+    reap(cq);
+    aq_wake_wait(&cq->proc.wake, same_gpu_deps_met, (void *)b, POLL_MIN_NS, frugal() ? 0 : POLL_MIN_NS);
+  }
+}
+
 /* barrier-AND: the stream waits for every dependency to reach zero. One
  * already there needs no wait; if it failed, the barrier fails with it (a
  * dependency that fails later, while the stream waits, reaches zero all the
  * same: the stream cannot tell). */
 static uint32_t barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b) {
   uint32_t fault = 0;
+  if (b->reserved1) wait_for_same_gpu_deps(cq, b);
   settle_on_host(cq, b);
   for (int i = 0; i < 5; ++i) {
     if (!b->dep_signal[i].handle) continue;
@@ -264,6 +287,7 @@ static uint32_t barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b)
       if (!fault) fault = atomic_load(&s->fault);
       continue;
     }
+    if (aq_barrier_waits_on_host(b, i)) continue; /* unmet only as the processor stops */
     /* Untaken, the work after the barrier would run before its dependency. */
     CUresult r = aq_cu.cuStreamWaitValue64(cq->stream, aq_cuda_signal_address(s), 0, CU_STREAM_WAIT_VALUE_EQ);
     if (r != CUDA_SUCCESS) {

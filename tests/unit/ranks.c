@@ -7,6 +7,8 @@
 
 #include "kernels/comm/call.h"
 #include "runtime/comm.h"
+#include "runtime/queue.h"
+#include "scheduler/exec_internal.h"
 #include "scheduler/ranks.h"
 #include "units.h"
 
@@ -157,6 +159,51 @@ Test(ranks, each_rank_trains_on_its_own_inputs) {
     cr_assert(!memcmp(r, k ? a : b, sizeof(r)), "rank %d's step differs from the graph's alone", 1 - k);
   }
   cr_assert(memcmp(a, b, sizeof(a)), "both ranks trained alike on different inputs");
+  aq_graph_destroy(g);
+  destroy_fake(c);
+}
+
+/* AQ_COMM_STREAM's lanes, on a hand-made exec whose one agent poses as a
+ * GPU: a graph's collectives move to a second lane of that GPU, the
+ * kernels stay, and the two lanes are ones whose barriers wait for each
+ * other on the host (a stream wait between two streams of one GPU is an
+ * order CUDA cannot see: runtime/queue.h). */
+Test(ranks, a_collective_lane_waits_for_its_gpu_on_the_host) {
+  uint32_t cpu = cpu_agent_index();
+  aq_comm_t *c = fake_gpus_comm(cpu, cpu + 1);
+  aq_graph_t *g;
+  aq_tensor_t x, y;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){8}, &x));
+  AQ_ASSERT_OK(aq_op_relu(g, x, &y));
+  AQ_ASSERT_OK(aq_op_allreduce(g, c, y, AQ_REDUCE_SUM));
+  aq_exec_t *e = calloc(1, sizeof(*e));
+  cr_assert(e);
+  e->graph = g;
+  AQ_ASSERT_OK(units_plan(g, 1, &e->plan));
+  e->nagents = 1, e->agent_kind[0] = AQ_AGENT_KIND_GPU;
+  e->nlanes = 1, e->lane_agent[0] = 0, e->lane_kind[0] = AQ_AGENT_KIND_GPU;
+  AQ_ASSERT_OK(aq_exec_collective_lanes(e));
+  cr_assert_eq(e->nlanes, 2, "the collectives' lane was not added");
+  cr_assert(e->lane_agent[1] == 0 && e->lane_kind[1] == AQ_AGENT_KIND_GPU);
+  uint32_t streams = 0;
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    int stream = g->tasks[t].kind == TASK_STREAM;
+    streams += stream;
+    cr_assert_eq(e->plan.tasks[t].lane, stream ? 1u : 0u, "'%s' is on lane %u", g->tasks[t].name,
+                 e->plan.tasks[t].lane);
+  }
+  cr_assert_geq(streams, 1, "no collective in the graph");
+  cr_assert(aq_exec_same_gpu_lanes(e, 0, 1) && aq_exec_same_gpu_lanes(e, 1, 0));
+  cr_assert(!aq_exec_same_gpu_lanes(e, 1, 1), "a lane is not another lane of its GPU");
+  /* A second GPU's lane, and a CPU's, wait as before: on the stream, or on the host anyway. */
+  e->nlanes = 4, e->lane_agent[2] = 1, e->lane_kind[2] = AQ_AGENT_KIND_GPU;
+  e->lane_agent[3] = 0, e->lane_kind[3] = AQ_AGENT_KIND_CPU;
+  cr_assert(!aq_exec_same_gpu_lanes(e, 0, 2) && !aq_exec_same_gpu_lanes(e, 3, 0));
+  hsa_barrier_and_packet_t b = {.reserved1 = 1u << 2};
+  cr_assert(aq_barrier_waits_on_host(&b, 2) && !aq_barrier_waits_on_host(&b, 0) && !aq_barrier_waits_on_host(&b, 1));
+  aq_plan_free(&e->plan);
+  free(e);
   aq_graph_destroy(g);
   destroy_fake(c);
 }
