@@ -20,7 +20,7 @@ static _Atomic uint32_t next_queue_id;
  * the largest part of instantiating a big graph after another (a new shape,
  * an evaluation graph, a benchmark's next graph). A drained ring is ready
  * as it is: retiring a packet stores INVALID in its header. */
-enum { RING_CACHE_MAX = 8 };
+enum { RING_CACHE_MAX = 32 }; /* an exec's lanes on a 16-core, two-node machine and its GPUs */
 #define RING_CACHE_BYTES ((size_t)64 << 20)
 static struct {
   void *ring;
