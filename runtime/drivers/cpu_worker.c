@@ -403,8 +403,10 @@ void *aq_cpu_worker_main(void *arg) {
       for (int i = 0; i < relax; ++i) aq_cpu_relax();
       if (relax < 128) relax *= 2;
       /* A thread woken on this core (the host that waits for the run, a GPU
-       * queue's processor) runs now rather than after our spin. */
-      else sched_yield();
+       * queue's processor) runs now rather than after our spin: from the
+       * first empty pass, since the host of a product that just ended
+       * waits for this core while the backoff is still short. */
+      sched_yield();
       continue;
     }
     relax = 16;
