@@ -43,14 +43,6 @@ struct aq_queue_impl {
   aq_wake_t *doorbell_wake;
 };
 
-/* Rings the doorbell for index: the value, then the agent unless the queue
- * is being drained. */
-static inline void aq_queue_ring_doorbell(aq_queue_impl_t *q, uint64_t index) {
-  atomic_store_explicit(&q->doorbell_slot->value, (int64_t)index, memory_order_seq_cst);
-  aq_wake_all(&q->doorbell_slot->wake);
-  if (!q->draining || !atomic_load(q->draining)) aq_wake_one(q->doorbell_wake);
-}
-
 static inline uint32_t *aq_queue_header_word(aq_queue_impl_t *q, uint64_t index) {
   return (uint32_t *)(q->ring + (index & q->mask) * AQ_PACKET_SIZE);
 }
@@ -59,6 +51,38 @@ static inline uint32_t *aq_queue_header_word(aq_queue_impl_t *q, uint64_t index)
 static inline hsa_packet_type_t aq_queue_peek(aq_queue_impl_t *q, uint64_t index) {
   uint32_t w = __atomic_load_n(aq_queue_header_word(q, index), __ATOMIC_ACQUIRE);
   return (hsa_packet_type_t)((w >> HSA_PACKET_HEADER_TYPE) & 0xff);
+}
+
+/* How many sleepers the packet at index can keep busy: a kernel dispatch
+ * one per work-group (up to 64; the futex wakes no more than sleep), any
+ * other packet one. A CPU agent's workers then wake side by side, not
+ * each only after the one before has been scheduled and has woken it (a
+ * chain of wake-up latencies before a small product has all its cores).
+ * The fields are read atomically: the slot is only a hint once the packet
+ * has been taken (INVALID, or a later packet after the ring wrapped). */
+static inline int aq_queue_wake_count(aq_queue_impl_t *q, uint64_t index) {
+  if (aq_queue_peek(q, index) != HSA_PACKET_TYPE_KERNEL_DISPATCH) return 1;
+  hsa_kernel_dispatch_packet_t *p = (hsa_kernel_dispatch_packet_t *)aq_queue_header_word(q, index);
+  uint32_t dims = (__atomic_load_n(&p->setup, __ATOMIC_RELAXED) >> HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS) & 3;
+  uint32_t grid[3] = {__atomic_load_n(&p->grid_size_x, __ATOMIC_RELAXED),
+                      __atomic_load_n(&p->grid_size_y, __ATOMIC_RELAXED),
+                      __atomic_load_n(&p->grid_size_z, __ATOMIC_RELAXED)};
+  uint16_t wg[3] = {__atomic_load_n(&p->workgroup_size_x, __ATOMIC_RELAXED),
+                    __atomic_load_n(&p->workgroup_size_y, __ATOMIC_RELAXED),
+                    __atomic_load_n(&p->workgroup_size_z, __ATOMIC_RELAXED)};
+  uint64_t groups = 1;
+  for (uint32_t i = 0; i < dims && i < 3 && groups < 64; ++i)
+    if (wg[i]) groups *= ((uint64_t)grid[i] + wg[i] - 1) / wg[i];
+  return groups < 1 ? 1 : groups > 64 ? 64 : (int)groups;
+}
+
+/* Rings the doorbell for index: the value, then the agent (as many of its
+ * sleepers as the packet can use) unless the queue is being drained. */
+static inline void aq_queue_ring_doorbell(aq_queue_impl_t *q, uint64_t index) {
+  atomic_store_explicit(&q->doorbell_slot->value, (int64_t)index, memory_order_seq_cst);
+  aq_wake_all(&q->doorbell_slot->wake);
+  if ((!q->draining || !atomic_load(q->draining)) && atomic_load(&q->doorbell_wake->sleepers))
+    aq_wake_slow(q->doorbell_wake, aq_queue_wake_count(q, index));
 }
 
 /* Retires the packet at the read index: its slot becomes INVALID and

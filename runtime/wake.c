@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +30,8 @@ void aq_wake_sleep(aq_wake_t *w, uint32_t epoch, uint64_t timeout_ns) {
   syscall(SYS_futex, &w->epoch, FUTEX_WAIT_PRIVATE, epoch, tsp, NULL, 0);
 }
 
+enum { AQ_WAKE_YIELD_AFTER_NS = 5000 };
+
 int aq_wake_wait(aq_wake_t *w, int (*ready)(void *arg), void *arg, uint64_t timeout_ns,
                  uint64_t spin_ns) {
   if (ready(arg)) return 1;
@@ -42,7 +45,15 @@ int aq_wake_wait(aq_wake_t *w, int (*ready)(void *arg), void *arg, uint64_t time
     }
     uint64_t now = aq_now_ns();
     if (now >= deadline) return ready(arg);
-    if (now - start < spin_ns) continue;
+    if (now - start < spin_ns) {
+      /* Past its first microseconds the spin yields each pass: the waiter
+       * is often the host of the work it waits for (a dispatch on a CPU
+       * agent), and a pure spin held a core that a worker needed, or kept
+       * a woken worker off it, for the whole spin. With nothing else to
+       * run, sched_yield returns at once and the spin goes on. */
+      if (now - start > AQ_WAKE_YIELD_AFTER_NS) sched_yield();
+      continue;
+    }
     uint32_t e = aq_wake_prepare(w);
     if (!ready(arg)) {
       /* Bounded sleeps: a waker that changes its condition without this

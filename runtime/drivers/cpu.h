@@ -67,6 +67,7 @@ typedef struct cpu_worker {
    * no other worker contends for it. */
   cpu_queue_t *held;
   uint64_t held_idle_since;
+  int ran_shared; /* ran work-groups of a dispatch split over workers since it last slept */
 } cpu_worker_t;
 
 typedef struct cpu_agent {

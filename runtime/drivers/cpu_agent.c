@@ -3,6 +3,7 @@
  * owning a queue and draining it in order; a kernel dispatch's work-groups
  * are shared out to every worker of the agent. */
 #include <stdio.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -217,12 +218,14 @@ static void cpu_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
    * picked it up before it left the list is done with it once its reference
    * is dropped; the state itself is recycled, never freed while workers run. */
   atomic_store(&cq->detaching, 1); /* a worker holding it lets go */
+  /* The waits yield: the worker they wait for may be pinned to this core
+   * (under SCHED_FIFO a pure spin here never let it run). */
   int expected = 0;
   while (!atomic_compare_exchange_weak(&cq->owner, &expected, 1)) {
     expected = 0;
-    aq_cpu_relax();
+    sched_yield();
   }
-  while (atomic_load(&cq->refs) != 0) aq_cpu_relax();
+  while (atomic_load(&cq->refs) != 0) sched_yield();
   pthread_mutex_lock(&ca->queue_mutex);
   cq->queue = NULL;
   cq->next_free = ca->free_queues;

@@ -21,6 +21,17 @@
 
 enum { DRAIN_BATCH = 256 };
 
+/* A worker that has run work-groups of a dispatch split over workers (a
+ * product's parts) stays awake this many times AQ_SPIN_US before it
+ * sleeps. Its spin yields the core on every pass, so it costs the threads
+ * with work little; a sleeping worker, once woken, waited long for its
+ * core on the 2-core machine (longer than all the runtime's other
+ * overheads of a small product together), and a product paid that once
+ * per worker when it came just after the other waiters' spin had run
+ * out. Workers that ran only single-group packets (a GPU step's loaders)
+ * keep the plain spin: sixteen of them spinning cost a GPU step time. */
+enum { WORKER_SPIN_FACTOR = 10 };
+
 static int ensure_scratch(cpu_worker_t *w, size_t size) {
   if (size <= w->scratch_size) return 1;
   void *p = NULL;
@@ -88,6 +99,7 @@ static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) 
     ran++;
   }
   if (ran) atomic_fetch_add_explicit(&d->done, ran, memory_order_acq_rel);
+  if (ran && d->total > 1) w->ran_shared = 1;
   return ran;
 }
 
@@ -395,7 +407,7 @@ void *aq_cpu_worker_main(void *arg) {
     }
     uint64_t now = aq_now_ns();
     if (!idle_since) idle_since = now;
-    if (now - idle_since < spin_ns) {
+    if (now - idle_since < (w->ran_shared ? spin_ns * WORKER_SPIN_FACTOR : spin_ns)) {
       /* Each empty pass touches every queue's reference count: sixteen
        * workers passing back to back kept those lines moving between cores
        * and slowed the threads with work to do (a GPU training step: 410 ->
@@ -403,11 +415,14 @@ void *aq_cpu_worker_main(void *arg) {
       for (int i = 0; i < relax; ++i) aq_cpu_relax();
       if (relax < 128) relax *= 2;
       /* A thread woken on this core (the host that waits for the run, a GPU
-       * queue's processor) runs now rather than after our spin. */
-      else sched_yield();
+       * queue's processor) runs now rather than after our spin: from the
+       * first empty pass, since the host of a product that just ended
+       * waits for this core while the backoff is still short. */
+      sched_yield();
       continue;
     }
     relax = 16;
+    w->ran_shared = 0;
     release_held(w); /* before sleeping: producers must wake someone now */
     uint32_t e = aq_wake_prepare(doorbell);
     int pending = 0;
