@@ -261,6 +261,20 @@ static aq_status_t size_streams(aq_exec_t *e, const waits_t *w) {
   return AQ_OK;
 }
 
+/* Barrier-ANDs in lane's stream over n signals, five a packet (consecutive
+ * barriers in one queue AND together); from[i] is the lane that writes
+ * deps[i], marked where it is another stream of the lane's GPU (queue.h:
+ * aq_barrier_waits_on_host). */
+static aq_status_t push_waits(aq_exec_t *e, uint32_t lane, const aq_signal_t *deps, const uint32_t *from, uint32_t n) {
+  aq_signal_t none = {0};
+  for (uint32_t i = 0; i < n; i += 5) {
+    uint32_t m = n - i < 5 ? n - i : 5, host_wait = 0;
+    for (uint32_t j = 0; j < m; ++j) host_wait |= (uint32_t)aq_exec_same_gpu_lanes(e, lane, from[i + j]) << j;
+    AQ_RETURN_IF_ERROR(push_barrier(e, &e->streams[lane], HSA_PACKET_TYPE_BARRIER_AND, deps + i, m, none, host_wait));
+  }
+  return AQ_OK;
+}
+
 /* Packets for one task: barrier-AND packets over its producers on other
  * queues (five at a time: consecutive barriers in one queue AND together),
  * a barrier-OR for its after-any edge, then the task itself. */
@@ -269,17 +283,10 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t, const uint32_t *producer
   const task_t *task = &g->tasks[t];
   const plan_task_t *pt = &e->plan.tasks[t];
   stream_t *st = &e->streams[pt->lane];
-  aq_signal_t deps[5], none = {0};
-  uint32_t nd = 0, host_wait = 0;
-  for (uint32_t j = 0; j < nprod; ++j) {
-    if (aq_exec_same_gpu_lanes(e, pt->lane, e->plan.tasks[producers[j]].lane)) host_wait |= 1u << nd;
-    deps[nd++] = e->signals[producers[j]];
-    if (nd == 5) {
-      AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none, host_wait));
-      nd = 0, host_wait = 0;
-    }
-  }
-  if (nd) AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none, host_wait));
+  aq_signal_t deps[EXEC_LANES_MAX], none = {0}; /* a producer a lane at most */
+  uint32_t from[EXEC_LANES_MAX];
+  for (uint32_t j = 0; j < nprod; ++j) deps[j] = e->signals[producers[j]], from[j] = e->plan.tasks[producers[j]].lane;
+  AQ_RETURN_IF_ERROR(push_waits(e, pt->lane, deps, from, nprod));
   if (task->nafter_any) {
     if (task->nafter_any > 5)
       return aq_error(AQ_ERROR_INVALID_GRAPH, "an after-any edge of %u tasks (at most 5)",
@@ -352,22 +359,12 @@ aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size) {
     stream_t *st = &e->streams[a];
     if (!st->npackets) continue;
     if (a == e->join_lane) {
-      aq_signal_t deps[5];
-      uint32_t nd = 0, host_wait = 0;
-      for (uint32_t b = 0; b < e->nlanes; ++b) {
-        if (!e->streams[b].npackets || b == a) continue;
-        if (aq_exec_same_gpu_lanes(e, a, b)) host_wait |= 1u << nd;
-        deps[nd++] = e->streams[b].done;
-        if (nd == 5) {
-          AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none, host_wait));
-          e->barriers--; /* bookkeeping, not an edge */
-          nd = 0, host_wait = 0;
-        }
-      }
-      if (nd) {
-        AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, deps, nd, none, host_wait));
-        e->barriers--;
-      }
+      aq_signal_t deps[EXEC_LANES_MAX];
+      uint32_t from[EXEC_LANES_MAX], nd = 0;
+      for (uint32_t b = 0; b < e->nlanes; ++b)
+        if (e->streams[b].npackets && b != a) deps[nd] = e->streams[b].done, from[nd++] = b;
+      AQ_RETURN_IF_ERROR(push_waits(e, a, deps, from, nd));
+      e->barriers -= (nd + 4) / 5; /* bookkeeping, not edges */
     }
     /* The end of the stream: a barrier (bit set) that marks the lane done. */
     AQ_RETURN_IF_ERROR(push_barrier(e, st, HSA_PACKET_TYPE_BARRIER_AND, &none, 0, st->done, 0));
