@@ -145,12 +145,7 @@ void aq_exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, doubl
  * work-groups for a kernel never measured; *samples: what the model rests on. */
 double aq_exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) {
   const task_t *task = &e->graph->tasks[t];
-  double groups = 1;
-  for (int d = 0; d < 3; ++d) {
-    uint32_t wg = task->shape.workgroup[d] ? task->shape.workgroup[d] : 1;
-    uint32_t gr = task->shape.grid[d] ? task->shape.grid[d] : 1;
-    groups *= (gr + wg - 1) / wg;
-  }
+  double groups = aq_plan_task_groups(task);
   int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
   perf_key_t k;
   double bytes;
