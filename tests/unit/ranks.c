@@ -42,6 +42,25 @@ static aq_status_t no_op_host(void *user, uint64_t a, uint64_t b, uint64_t c) {
   return AQ_OK;
 }
 
+/* A one-layer classifier through its backward pass: inputs x (rows x
+ * cols) and their labels, a parameter w (cols x 2), the loss. */
+typedef struct classifier {
+  aq_tensor_t in, labels, w, loss;
+} classifier_t;
+
+static aq_graph_t *classifier(int64_t rows, int64_t cols, classifier_t *c) {
+  aq_graph_t *g;
+  aq_tensor_t logits;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){rows, cols}, &c->in));
+  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){rows}, &c->labels));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){cols, 2}, &c->w));
+  AQ_ASSERT_OK(aq_op_matmul(g, c->in, c->w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, c->labels, &c->loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, c->loss));
+  return g;
+}
+
 /* The graph of a communicator of several GPUs of this process is rank 0's
  * part; expanded, each local rank has a copy of every tensor and task on
  * its own GPU, edges and gradients within its own part, and a host task
@@ -49,15 +68,10 @@ static aq_status_t no_op_host(void *user, uint64_t a, uint64_t b, uint64_t c) {
 Test(ranks, each_rank_gets_a_copy_on_its_gpu) {
   uint32_t cpu = cpu_agent_index();
   aq_comm_t *c = fake_gpus_comm(cpu, cpu + 1), *other = fake_gpus_comm(cpu, cpu);
-  aq_graph_t *g, *x;
-  aq_tensor_t in, labels, w, logits, loss, grad;
-  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
-  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){3, 5}, &in));
-  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){3}, &labels));
-  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){5, 2}, &w));
-  AQ_ASSERT_OK(aq_op_matmul(g, in, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
-  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, labels, &loss));
-  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  aq_graph_t *x;
+  classifier_t m;
+  aq_graph_t *g = classifier(3, 5, &m);
+  aq_tensor_t in = m.in, w = m.w, loss = m.loss, grad;
   AQ_ASSERT_OK(aq_graph_data_parallel(g, c, NULL));
   AQ_ASSERT_OK(aq_graph_gradient(g, w, &grad));
   AQ_ASSERT_OK(aq_op_sgd(g, w, grad, &(aq_sgd_options_t){.lr = 0.1f}));
@@ -107,15 +121,9 @@ Test(ranks, each_rank_gets_a_copy_on_its_gpu) {
 Test(ranks, each_rank_trains_on_its_own_inputs) {
   uint32_t cpu = cpu_agent_index();
   aq_comm_t *c = fake_gpus_comm(cpu, cpu);
-  aq_graph_t *g;
-  aq_tensor_t in, labels, w, logits, loss, grad, w1, in1, labels1;
-  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
-  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){4, 3}, &in));
-  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){4}, &labels));
-  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){3, 2}, &w));
-  AQ_ASSERT_OK(aq_op_matmul(g, in, w, (aq_tensor_t){0}, 0, 0, AQ_ACTIVATION_NONE, &logits));
-  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, labels, &loss));
-  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  classifier_t m;
+  aq_graph_t *g = classifier(4, 3, &m);
+  aq_tensor_t in = m.in, labels = m.labels, w = m.w, grad, w1, in1, labels1;
   AQ_ASSERT_OK(aq_graph_gradient(g, w, &grad));
   AQ_ASSERT_OK(aq_op_sgd(g, w, grad, &(aq_sgd_options_t){.lr = 0.5f}));
   g->ranks_comm = c;
