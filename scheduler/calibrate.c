@@ -6,6 +6,7 @@
 
 #include "runtime/status.h"
 #include "runtime/wake.h"
+#include "scheduler/perfmodel.h"
 
 static const uint64_t CALIBRATION_TIMEOUT_NS = 60000000000ull;
 /* Warming up: at least this long, at most this many runs. */
@@ -52,7 +53,7 @@ static aq_status_t warm_up(aq_exec_t *e) {
     AQ_RETURN_IF_ERROR(aq_exec_wait(e, CALIBRATION_TIMEOUT_NS));
     uint64_t ns = aq_now_ns() - t0;
     int steady = last && ns * 10 <= last * 11 && last * 10 <= ns * 11;
-    if (steady && aq_now_ns() - start >= WARM_UP_NS) break;
+    if ((steady && aq_now_ns() - start >= WARM_UP_NS) || ns >= WARM_UP_NS) break; /* a run that long warmed it */
     last = ns;
   }
   return AQ_OK;
@@ -71,7 +72,10 @@ aq_status_t aq_perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32
   aq_exec_t *e = NULL;
   if (s == AQ_OK) s = aq_graph_instantiate(c, &o, &e);
   if (s == AQ_OK) s = warm_up(e);
-  for (int r = 0; s == AQ_OK && r < CALIBRATION_RUNS; ++r) {
+  /* Fewer runs where they are long: the models count measured time as
+   * samples (perfmodel.h: PERF_SETTLED_NS). */
+  uint64_t start = aq_now_ns();
+  for (int r = 0; s == AQ_OK && r < CALIBRATION_RUNS && aq_now_ns() - start < PERF_SETTLED_NS; ++r) {
     s = aq_exec_run(e);
     if (s == AQ_OK) s = aq_exec_wait(e, CALIBRATION_TIMEOUT_NS);
   }

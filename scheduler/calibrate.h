@@ -6,8 +6,9 @@
  *
  * The tasks (one per kernel x shape class: the caller picks them) are copied
  * into a graph of their own with fresh zeroed tensors, chained so they run
- * one at a time, pinned to the agent, and run as a profiled exec (a warm-up
- * run, then CALIBRATION_RUNS profiled ones: CPU tasks between host-call
+ * one at a time, pinned to the agent, and run as a profiled exec (warm-up
+ * runs, then CALIBRATION_RUNS profiled ones, fewer once they add up to
+ * PERF_SETTLED_NS: CPU tasks between host-call
  * stamps, GPU kernels by the driver's own times), which records
  * their models like any profiled run and saves them to the models file: on a
  * machine this happens once per kernel, shape class and agent architecture.

@@ -165,6 +165,7 @@ double aq_perf_estimate(const perf_key_t *key, double bytes, double fallback_ns,
   uint32_t n = 0;
   if (m && m->all.n >= 1) {
     n = (uint32_t)m->all.n;
+    if (n < PERF_MIN_SAMPLES && m->all.n * m->all.mean >= (double)PERF_SETTLED_NS) n = PERF_MIN_SAMPLES;
     /* Within a class work grows with the bytes; the bucket bounds the
      * ratio to about 2 either way. */
     double scale = m->all.bytes > 0 && bytes > 0 ? bytes / m->all.bytes : 1.0;

@@ -55,6 +55,44 @@ static uint32_t group_fault(cpu_worker_t *w, cpu_queue_t *cq, const cpu_dispatch
                          w->agent->agent->info.name, cq->queue->id, (unsigned long long)d->packet);
 }
 
+/* Work-groups a worker claims at once. Grids of a few groups (a product's
+ * parts, whose real work sits in the first groups) are claimed one by one.
+ * Past CLAIM_FROM groups, guided self-scheduling: an eighth of each
+ * worker's share of what is left, so millions of tiny groups are not one
+ * contended atomic add each, while the last ones still go one by one to
+ * whoever is free. */
+enum { CLAIM_FROM = 4096, CLAIM_MAX = 1024 };
+static uint64_t claim_size(cpu_dispatch_t *d, uint64_t workers) {
+  if (d->total < CLAIM_FROM) return 1;
+  uint64_t next = atomic_load_explicit(&d->next, memory_order_relaxed);
+  uint64_t left = next < d->total ? d->total - next : 0, c = left / (workers * 8);
+  return c < 1 ? 1 : c > CLAIM_MAX ? CLAIM_MAX : c;
+}
+
+static void set_group_size(const cpu_dispatch_t *d, int i, aq_dispatch_ctx_t *ctx) {
+  uint64_t left = d->grid[i] - (uint64_t)ctx->group_id[i] * d->workgroup[i];
+  ctx->group_size[i] = (uint32_t)(left < d->workgroup[i] ? left : d->workgroup[i]);
+}
+
+/* Group g's id and size (the last group of a dimension may be partial). */
+static void set_group(const cpu_dispatch_t *d, uint64_t g, aq_dispatch_ctx_t *ctx) {
+  uint64_t gyz = g / d->groups[0], id[3] = {g % d->groups[0], gyz % d->groups[1], gyz / d->groups[1]};
+  for (int i = 0; i < 3; ++i) ctx->group_id[i] = (uint32_t)id[i], set_group_size(d, i, ctx);
+}
+
+/* The group after ctx's, in the order of set_group's ids, without its
+ * divisions. */
+static void next_group(const cpu_dispatch_t *d, aq_dispatch_ctx_t *ctx) {
+  for (int i = 0; i < 3; ++i) {
+    if (++ctx->group_id[i] < d->groups[i] || i == 2) {
+      set_group_size(d, i, ctx);
+      return;
+    }
+    ctx->group_id[i] = 0;
+    set_group_size(d, i, ctx);
+  }
+}
+
 /* Runs work-groups of d until none is left; returns how many it ran. */
 static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) {
   const aq_kernel_desc_t *k = d->kernel->desc;
@@ -73,21 +111,14 @@ static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) 
     ctx.group_segment = w->scratch;
     ctx.group_segment_size = k->group_segment_size;
   }
-  uint64_t ran = 0;
+  uint64_t ran = 0, workers = w->agent->worker_count ? w->agent->worker_count : 1;
   cpu_guard_site_t site = {k->name, w->agent->agent->info.name, cq->queue->id, d->packet};
   for (;;) {
-    uint64_t g = atomic_fetch_add_explicit(&d->next, 1, memory_order_relaxed);
+    uint64_t claim = claim_size(d, workers), g = atomic_fetch_add_explicit(&d->next, claim, memory_order_relaxed);
     if (g >= d->total) break;
-    uint64_t gx = g % d->groups[0], gyz = g / d->groups[0];
-    uint64_t gy = gyz % d->groups[1], gz = gyz / d->groups[1];
-    uint64_t id[3] = {gx, gy, gz};
-    for (int i = 0; i < 3; ++i) {
-      ctx.group_id[i] = (uint32_t)id[i];
-      uint64_t start = id[i] * d->workgroup[i];
-      uint64_t left = d->grid[i] - start;
-      ctx.group_size[i] = (uint32_t)(left < d->workgroup[i] ? left : d->workgroup[i]);
-    }
-    if (!atomic_load_explicit(&d->fault, memory_order_relaxed) && ctx.group_segment_size <= w->scratch_size) {
+    set_group(d, g, &ctx);
+    for (uint64_t end = g + claim; g < end && g < d->total; ++g, ++ran, next_group(d, &ctx)) {
+      if (atomic_load_explicit(&d->fault, memory_order_relaxed) || ctx.group_segment_size > w->scratch_size) continue;
       int signo = 0;
       uintptr_t addr = 0;
       int rc = aq_cpu_guard_call(k->fn, d->kernarg, &ctx, &site, &signo, &addr);
@@ -96,7 +127,6 @@ static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) 
         atomic_compare_exchange_strong(&d->fault, &none, f);
       }
     }
-    ran++;
   }
   if (ran) atomic_fetch_add_explicit(&d->done, ran, memory_order_acq_rel);
   if (ran && d->total > 1) w->ran_shared = 1;

@@ -311,9 +311,11 @@ Test(sched, heft_counts_the_workers_that_cpu_lanes_share, .init = perf_setup, .f
   char dot[8192];
   read_dot(e, dot, sizeof(dot));
   AQ_ASSERT_OK(aq_exec_destroy(e));
-  const char *label = strstr(dot, "makespan estimate ");
-  cr_assert(label, "%s", dot);
-  double us = atof(label + 18);
+  /* The tasks' last finish, not the makespan: that adds the measured hop
+   * to the join lane, which on some machines rivals the products. */
+  double us = 0;
+  for (const char *f = strstr(dot, "finish "); f; f = strstr(f + 7, "finish ")) us = fmax(us, atof(f + 7));
+  cr_assert(us > 0, "%s", dot);
   aq_agent_t cpu = first_agent(AQ_AGENT_KIND_CPU);
   aq_agent_info_t ai;
   AQ_ASSERT_OK(aq_agent_get_info(cpu, &ai));
