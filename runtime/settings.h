@@ -30,6 +30,8 @@ typedef enum aq_setting_type {
   X(CPU_AGENTS, "AQ_CPU_AGENTS", TEXT, "numa", 0, 0, "cpu-agents",                                                   \
     "how cores group into CPU agents: numa, package, machine, or a count")                                          \
   X(CPU_WORKERS, "AQ_CPU_WORKERS", UINT, "0", 0, 65536, NULL, "most worker threads per CPU agent (0: one per core)") \
+  X(CPU_WATCHERS, "AQ_CPU_WATCHERS", UINT, "16", 1, 65536, NULL,                                                  \
+    "idle CPU workers per agent that watch its queues (the rest wake for dispatches split wider)")                 \
   X(SPIN_US, "AQ_SPIN_US", UINT, "200", 0, 60000000, NULL, "how long a waiter spins before it sleeps (us; CPU workers after a split dispatch 10x)") \
   X(GPU_SPIN_US, "AQ_GPU_SPIN_US", UINT, "200", 0, 60000000, NULL,                                                  \
     "how long a GPU queue's processor polls after its last work (us)")                                              \

@@ -77,6 +77,11 @@ typedef struct cpu_agent {
   int bind;                        /* topology is this system: pin threads */
   uint32_t worker_count;
   cpu_worker_t *workers;
+  /* Workers past the first `watchers` sleep here, not on the agent's
+   * doorbell: only a dispatch split over more workers than that wakes them
+   * (cpu_worker.c). */
+  uint32_t watchers;
+  aq_wake_t reserve;
   _Atomic int running;
   pthread_mutex_t queue_mutex;
   _Atomic(cpu_queue_t *) queues[CPU_QUEUES_MAX];

@@ -85,6 +85,7 @@ static aq_status_t start_workers(cpu_agent_t *ca, hwloc_topology_t t) {
   ca->workers = calloc(n, sizeof(*ca->workers));
   if (!ca->workers) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for CPU workers");
   ca->worker_count = n;
+  ca->watchers = aq_runtime_config()->cpu_watchers ? aq_runtime_config()->cpu_watchers : 1;
   atomic_store(&ca->running, 1);
   for (uint32_t i = 0; i < n; ++i) {
     cpu_worker_t *w = &ca->workers[i];
@@ -105,6 +106,7 @@ static aq_status_t start_workers(cpu_agent_t *ca, hwloc_topology_t t) {
 static void stop_agent(cpu_agent_t *ca) {
   atomic_store(&ca->running, 0);
   aq_wake_slow(&ca->agent->doorbell, 0x7fffffff);
+  aq_wake_slow(&ca->reserve, 0x7fffffff);
   for (uint32_t i = 0; i < ca->worker_count; ++i) {
     pthread_join(ca->workers[i].thread, NULL);
     hwloc_bitmap_free(ca->workers[i].cpuset);

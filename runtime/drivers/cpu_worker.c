@@ -31,6 +31,15 @@ enum { DRAIN_BATCH = 256 };
  * out. Workers that ran only single-group packets (a GPU step's loaders)
  * keep the plain spin: sixteen of them spinning cost a GPU step time. */
 enum { WORKER_SPIN_FACTOR = 10 };
+/* The first AQ_CPU_WATCHERS workers watch the agent's queues: they spin
+ * when idle, then sleep on its doorbell, which submissions and signals
+ * ring. The others (on agents of more cores) are a reserve for dispatches
+ * split over more workers: they sleep apart, so that the doorbell's
+ * wake-ups go to a watcher, and only such a dispatch wakes them. Sixty-four
+ * workers watching one agent's queues made a graph of tiny tasks many times
+ * slower than sixteen: their passes and yields compete with the workers
+ * that have work. */
+static int is_reserve(const cpu_worker_t *w) { return w->index >= w->agent->watchers; }
 
 static int ensure_scratch(cpu_worker_t *w, size_t size) {
   if (size <= w->scratch_size) return 1;
@@ -207,6 +216,8 @@ static uint32_t run_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
     atomic_store(&cq->active, d);
     uint64_t helpers = d->total - 1 < w->agent->worker_count - 1 ? d->total - 1 : w->agent->worker_count - 1;
     aq_wake_some(&w->agent->agent->doorbell, (int)helpers);
+    uint32_t watchers = w->agent->watchers;
+    if (helpers >= watchers) aq_wake_some(&w->agent->reserve, (int)(helpers - (watchers - 1)));
   }
   run_groups(d, w, cq);
   if (d->total > 1 && w->agent->worker_count > 1) {
@@ -437,7 +448,8 @@ void *aq_cpu_worker_main(void *arg) {
     }
     uint64_t now = aq_now_ns();
     if (!idle_since) idle_since = now;
-    if (now - idle_since < (w->ran_shared ? spin_ns * WORKER_SPIN_FACTOR : spin_ns)) {
+    uint64_t spin = w->ran_shared ? spin_ns * WORKER_SPIN_FACTOR : is_reserve(w) ? 0 : spin_ns;
+    if (now - idle_since < spin) {
       /* Each empty pass touches every queue's reference count: sixteen
        * workers passing back to back kept those lines moving between cores
        * and slowed the threads with work to do (a GPU training step: 410 ->
@@ -454,13 +466,14 @@ void *aq_cpu_worker_main(void *arg) {
     relax = 16;
     w->ran_shared = 0;
     release_held(w); /* before sleeping: producers must wake someone now */
-    uint32_t e = aq_wake_prepare(doorbell);
+    aq_wake_t *bed = is_reserve(w) ? &ca->reserve : doorbell;
+    uint32_t e = aq_wake_prepare(bed);
     int pending = 0;
     if (!any_ready(ca, &pending) && atomic_load(&ca->running))
       /* A barrier waiting on a signal that another agent watches cannot
-       * wake us; poll for it every 200 µs. */
-      aq_wake_sleep(doorbell, e, pending ? 200000ull : 0);
-    aq_wake_finish(doorbell);
+       * wake us; a watcher polls for it every 200 µs. */
+      aq_wake_sleep(bed, e, pending && !is_reserve(w) ? 200000ull : 0);
+    aq_wake_finish(bed);
     idle_since = 0;
   }
   release_held(w);

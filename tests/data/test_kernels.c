@@ -69,6 +69,15 @@ static int spin(const void *kernarg, const aq_dispatch_ctx_t *c) {
   return 0;
 }
 
+/* Busy-waits ns, then records which worker ran its group. */
+typedef struct { uint32_t *worker; uint64_t ns; } who_args_t;
+static int who(const void *kernarg, const aq_dispatch_ctx_t *c) {
+  const who_args_t *a = kernarg;
+  spin(&(spin_args_t){a->ns}, c);
+  a->worker[c->group_id[0]] = c->worker_index;
+  return 0;
+}
+
 /* Uses its group segment: fails if it is missing or not private. */
 static int scratch(const void *kernarg, const aq_dispatch_ctx_t *c) {
   (void)kernarg;
@@ -130,6 +139,7 @@ static const aq_kernel_desc_t kernels[] = {
     {"fault", fault, sizeof(fault_args_t), 4, 0, 0},
     {"spin", spin, sizeof(spin_args_t), 8, 0, 0},
     {"scratch", scratch, 0, 0, 4096, 0},
+    {"who", who, sizeof(who_args_t), 8, 0, 0},
     {"tally", tally, sizeof(tally_args_t), 8, 0, 0},
     {"poke", poke, sizeof(poke_args_t), 8, 0, 0},
     {"busy", busy, sizeof(busy_args_t), 8, 0, 0},

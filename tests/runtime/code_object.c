@@ -61,7 +61,7 @@ Test(code_object, loads_by_name_and_lists_kernels) {
   AQ_ASSERT_OK(aq_code_object_get_info(co, &info));
   cr_assert_str_eq(info.format, "cpu-elf");
   cr_assert_str_eq(info.producer, "aquila tests");
-  cr_assert_eq(info.kernel_count, 11);
+  cr_assert_eq(info.kernel_count, 12);
   aq_agent_t a = first_cpu_agent();
   aq_kernel_info_t k;
   AQ_ASSERT_OK(aq_code_object_find_kernel(co, "count", a, &k));
@@ -70,7 +70,7 @@ Test(code_object, loads_by_name_and_lists_kernels) {
   cr_assert_eq(k.kernarg_alignment, 8);
   AQ_ASSERT_OK(aq_code_object_kernel_at(co, 0, a, &k));
   cr_assert_str_eq(k.name, "noop");
-  cr_assert_eq(aq_code_object_kernel_at(co, 11, a, &k), AQ_ERROR_NOT_FOUND);
+  cr_assert_eq(aq_code_object_kernel_at(co, 12, a, &k), AQ_ERROR_NOT_FOUND);
   cr_assert_eq(aq_code_object_find_kernel(co, "nope", a, &k), AQ_ERROR_NOT_FOUND);
   cr_assert(strstr(aq_last_error(), "no kernel 'nope'"), "%s", aq_last_error());
   AQ_ASSERT_OK(aq_code_object_unload(co));

@@ -109,6 +109,7 @@ typedef struct { uint64_t ns; } spin_args_t;
 typedef struct { _Atomic uint64_t *items; } tally_args_t;
 typedef struct { volatile int *where; } poke_args_t;
 typedef struct { _Atomic int *started; uint64_t ns; } busy_flag_args_t;
+typedef struct { uint32_t *worker; uint64_t ns; } who_args_t;
 
 /* Settings are read at aq_init: set (value NULL: unset) one and start the
  * runtime again, from a test that holds one aq_init. */
