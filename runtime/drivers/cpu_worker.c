@@ -366,7 +366,11 @@ static int poll_held(cpu_worker_t *w) {
  * sleepers' 200 us poll. */
 static void pass_on_wake(cpu_worker_t *w, const cpu_queue_t *taken) {
   cpu_agent_t *ca = w->agent;
-  if (!atomic_load_explicit(&ca->agent->doorbell.sleepers, memory_order_relaxed)) return;
+  /* A watcher if one sleeps, else the reserve: queues ready side by side
+   * are work for every worker. */
+  aq_wake_t *bed = &ca->agent->doorbell;
+  if (!atomic_load_explicit(&bed->sleepers, memory_order_relaxed)) bed = &ca->reserve;
+  if (!atomic_load_explicit(&bed->sleepers, memory_order_relaxed)) return;
   uint32_t slots = atomic_load(&ca->queue_slots);
   for (uint32_t i = 0; i < slots; ++i) {
     cpu_queue_t *cq = atomic_load(&ca->queues[i]);
@@ -375,7 +379,7 @@ static void pass_on_wake(cpu_worker_t *w, const cpu_queue_t *taken) {
     int ready = atomic_load(&ca->queues[i]) == cq && aq_cpu_queue_ready(cq);
     atomic_fetch_sub(&cq->refs, 1);
     if (ready) {
-      aq_wake_one(&ca->agent->doorbell);
+      aq_wake_one(bed);
       return;
     }
   }
@@ -440,15 +444,17 @@ void *aq_cpu_worker_main(void *arg) {
   bind_worker(w);
   aq_cpu_guard_thread_init();
   uint64_t spin_ns = aq_runtime_config()->spin_ns, idle_since = 0;
-  int relax = 16;
+  int relax = 16, worked = 0; /* worked: since it last slept */
   while (atomic_load_explicit(&ca->running, memory_order_relaxed)) {
     if (poll_queues(w)) {
-      idle_since = 0, relax = 16;
+      idle_since = 0, relax = 16, worked = 1;
       continue;
     }
     uint64_t now = aq_now_ns();
     if (!idle_since) idle_since = now;
-    uint64_t spin = w->ran_shared ? spin_ns * WORKER_SPIN_FACTOR : is_reserve(w) ? 0 : spin_ns;
+    /* A reserve worker woken for work watches like the others until it
+     * has been idle a spin's time. */
+    uint64_t spin = w->ran_shared ? spin_ns * WORKER_SPIN_FACTOR : is_reserve(w) && !worked ? 0 : spin_ns;
     if (now - idle_since < spin) {
       /* Each empty pass touches every queue's reference count: sixteen
        * workers passing back to back kept those lines moving between cores
@@ -463,7 +469,7 @@ void *aq_cpu_worker_main(void *arg) {
       sched_yield();
       continue;
     }
-    relax = 16;
+    relax = 16, worked = 0;
     w->ran_shared = 0;
     release_held(w); /* before sleeping: producers must wake someone now */
     aq_wake_t *bed = is_reserve(w) ? &ca->reserve : doorbell;
