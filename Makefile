@@ -163,6 +163,8 @@ tsan-run: all $(STRESS_BIN) $(TEST_DATA)
 	@tools/run-tests.sh $(BUILD) $(STRESS_BIN) --quick
 	@echo "== the same, recording a trace"
 	@AQ_TRACE=$(BUILD)/stress-trace.json tools/run-tests.sh $(BUILD) $(STRESS_BIN) --quick
+	@echo "== the same, one worker watching the queues (the others a reserve)"
+	@AQ_CPU_WATCHERS=1 tools/run-tests.sh $(BUILD) $(STRESS_BIN) --quick
 asan:
 	$(MAKE) BUILD=build-asan SAN=address test
 

@@ -52,7 +52,8 @@ struct aq_trainer {
   int32_t *ybuf[LOCALS_MAX][2], *stage_y;
   aq_tensor_t ex, elogits, eparams[MAX_PARAMS];
   uint32_t nparams;
-  _Atomic uint32_t loaders_left; /* this step's loaders still filling */
+  uint32_t loaders;                          /* loader tasks, an equal number for each local rank */
+  _Atomic uint32_t loaders_left[LOCALS_MAX]; /* this step's still filling each local rank's rows */
   uint32_t *perm;
   uint32_t step, steps, epoch;
   uint64_t rng;
@@ -161,10 +162,13 @@ static aq_status_t forward(aq_trainer_t *t, aq_graph_t *g, aq_tensor_t x, const 
   return !strcmp(t->o.model, "cnn") ? forward_cnn(g, x, p, training, logits) : forward_mlp(g, x, p, logits);
 }
 
-/* The batch is loaded by LOADERS host tasks, each a share of its rows, on
- * as many CPU lanes: one alone took 120-300 us a batch on the H100 machine,
- * longer than the GPU's step. */
+/* The batch is loaded by LOADERS host tasks (or one a local rank, if there
+ * are more), each a share of one local rank's rows, on as many CPU lanes:
+ * one alone took 120-300 us a batch on the H100 machine, longer than the
+ * GPU's step. */
 enum { LOADERS = 4 };
+
+static uint32_t loaders_per_rank(const aq_trainer_t *t) { return t->loaders / t->locals; }
 
 /* One image's bytes as floats in [0, 1]. GCC's -O2 left this loop scalar (a
  * convert, a multiply and a store a pixel); SSE2, which every x86-64 has,
@@ -224,30 +228,29 @@ static void load_rows(aq_trainer_t *t, uint32_t step, uint32_t r0, uint32_t r1) 
   }
 }
 
-/* With a GPU, the staged batch goes over in two copies, images and labels:
- * a copy of the loaders' rows each (eight a step) took 100 us a loader on
- * the H100 machine, their DMAs queued one behind another. */
-static aq_status_t stage_out(aq_trainer_t *t, uint32_t step) {
+/* With a GPU, local rank l's staged rows go over in two copies, images and
+ * labels: a copy of each loader's rows (eight a step) took 100 us a loader
+ * on the H100 machine, their DMAs queued one behind another. */
+static aq_status_t stage_out(aq_trainer_t *t, uint32_t step, uint32_t l) {
   if (!t->stage_x) return AQ_OK;
-  for (uint32_t l = 0; l < t->locals; ++l) {
-    size_t rows = (size_t)l * t->batch;
-    TRY(aq_memory_copy(t->xbuf[l][step % 2], t->stage_x + rows * PIXELS, (size_t)t->batch * PIXELS * sizeof(float)));
-    TRY(aq_memory_copy(t->ybuf[l][step % 2], t->stage_y + rows, (size_t)t->batch * sizeof(int32_t)));
-  }
-  return AQ_OK;
+  size_t rows = (size_t)l * t->batch;
+  TRY(aq_memory_copy(t->xbuf[l][step % 2], t->stage_x + rows * PIXELS, (size_t)t->batch * PIXELS * sizeof(float)));
+  return aq_memory_copy(t->ybuf[l][step % 2], t->stage_y + rows, (size_t)t->batch * sizeof(int32_t));
 }
 
 /* A loader: a host task of the training graph, on a CPU agent. It fills its
- * share of the next step's buffers while the rest of the graph trains on
- * this step's. */
+ * share of one local rank's part of the next step's buffers while the rest
+ * of the graph trains on this step's. */
 static aq_status_t load_share(void *user, uint64_t share, uint64_t a2, uint64_t a3) {
   (void)a2, (void)a3;
   aq_trainer_t *t = user;
-  uint32_t b = t->batch * t->locals;
-  load_rows(t, t->step + 1, (uint32_t)(b * share / LOADERS), (uint32_t)(b * (share + 1) / LOADERS));
-  /* The last loader to finish sends the batch (the count's ordering makes
-   * the others' rows visible to it). */
-  return atomic_fetch_sub(&t->loaders_left, 1) == 1 ? stage_out(t, t->step + 1) : AQ_OK;
+  uint32_t per = loaders_per_rank(t), l = (uint32_t)share / per, q = (uint32_t)share % per, b = t->batch;
+  load_rows(t, t->step + 1, l * b + b * q / per, l * b + b * (q + 1) / per);
+  /* The rank's last loader to finish sends its rows (the count's ordering
+   * makes the others' rows visible to it): one rank's copies run beside
+   * another's, each GPU's on its own link, where one loader sending every
+   * rank's took longer than the step on four GPUs. */
+  return atomic_fetch_sub(&t->loaders_left[l], 1) == 1 ? stage_out(t, t->step + 1, l) : AQ_OK;
 }
 
 /* Local rank `local`'s copy of input x (*mine) and its second buffer,
@@ -300,7 +303,8 @@ static aq_status_t build_train(aq_trainer_t *t) {
    * there). */
   TRY(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){b, PIXELS}, &t->x));
   TRY(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){b}, &t->y));
-  for (uint32_t q = 0; q < LOADERS; ++q) {
+  t->loaders = t->locals * (LOADERS > t->locals ? LOADERS / t->locals : 1);
+  for (uint32_t q = 0; q < t->loaders; ++q) {
     aq_host_task_t load = {.name = "load_batch", .fn = load_share, .user = t, .agent = -1, .args = {q}};
     aq_task_t task;
     TRY(aq_graph_add_host(g, &load, &task));
@@ -439,7 +443,8 @@ void aq_trainer_begin_epoch(aq_trainer_t *t, uint32_t epoch) {
   t->step = 0;
   /* the first step's batch; each step's loaders fetch the next */
   load_rows(t, 0, 0, t->batch * t->locals);
-  aq_status_t s = stage_out(t, 0);
+  aq_status_t s = AQ_OK;
+  for (uint32_t l = 0; l < t->locals && s == AQ_OK; ++l) s = stage_out(t, 0, l);
   if (s != AQ_OK) fprintf(stderr, "train_fashion: loading the first batch: %s\n", aq_last_error());
 }
 
@@ -449,7 +454,7 @@ aq_status_t aq_trainer_step(aq_trainer_t *t, float *out_loss) {
     TRY(aq_exec_bind(t->e, t->xs[l], t->xbuf[l][s2], (size_t)t->batch * PIXELS * sizeof(float)));
     TRY(aq_exec_bind(t->e, t->ys[l], t->ybuf[l][s2], (size_t)t->batch * sizeof(int32_t)));
   }
-  atomic_store(&t->loaders_left, LOADERS);
+  for (uint32_t l = 0; l < t->locals; ++l) atomic_store(&t->loaders_left[l], loaders_per_rank(t));
   TRY(aq_exec_run(t->e));
   aq_status_t s = aq_exec_wait(t->e, 600ull * 1000000000ull);
   t->step++;
