@@ -2,6 +2,7 @@
 #include "runtime/drivers/cuda_api.h"
 
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "runtime/symbols.h"
@@ -46,8 +47,14 @@ const char *aq_cuda_error(CUresult r) {
   return buf;
 }
 
+int aq_cuda_sticky(CUresult r) { return r == 700 || r == 719 || r == 999 || r == 214; }
+
 int aq_cuda_checked(CUresult r, const char *call, const char *where) {
+  static _Atomic int last_sticky; /* the sticky error said last */
   if (r == CUDA_SUCCESS) return 1;
-  fprintf(stderr, "aquila: %s: %s: %s\n", where, call, aq_cuda_error(r));
+  if (aq_cuda_sticky(r) && atomic_exchange(&last_sticky, (int)r) == (int)r) return 0;
+  fprintf(stderr, "aquila: %s: %s: %s%s\n", where, call, aq_cuda_error(r),
+          aq_cuda_sticky(r) ? " (the GPU's context is lost: the same error from the rest of its teardown is not shown)"
+                            : "");
   return 0;
 }

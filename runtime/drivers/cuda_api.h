@@ -125,10 +125,15 @@ extern cuda_api_t aq_cu;
 int aq_cuda_api_load(char *why, size_t size);
 /* "CUDA_ERROR_...: text" for a result. */
 const char *aq_cuda_error(CUresult r);
+/* Whether r is one of the errors that lose the context (an illegal address,
+ * a failed launch, ...): every later call on it fails alike. */
+int aq_cuda_sticky(CUresult r);
 /* A CUDA call on a path that cannot fail its caller (a release, a destroy,
  * a query with a fallback): a failure is said on stderr with the call and
  * where (agent, queue), and this thread's message, the first error, is
- * left as it was. Returns whether the call succeeded. */
+ * left as it was. A context's sticky error is said once: after it, every
+ * release of the context's resources fails the same way. Returns whether
+ * the call succeeded. */
 int aq_cuda_checked(CUresult r, const char *call, const char *where);
 
 #endif

@@ -83,7 +83,7 @@ static int watch_stream(cuda_queue_t *cq, int check_errors) {
 static uint32_t check_agent(cuda_queue_t *cq, CUresult r, const char *call, const char *what) {
   if (r == CUDA_SUCCESS) return 0;
   /* Errors such as an illegal address are sticky: the context is lost. */
-  if (r == 700 || r == 719 || r == 999 || r == 214) {
+  if (aq_cuda_sticky(r)) {
     atomic_store(&cq->agent->faulted, 1);
     cq->agent->agent->info.usable = 0;
   }
