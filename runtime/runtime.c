@@ -44,6 +44,7 @@ static void configure(void) {
   config.max_signals = (uint32_t)aq_setting_u64(AQ_SET_MAX_SIGNALS);
   config.cpu_workers = (uint32_t)aq_setting_u64(AQ_SET_CPU_WORKERS);
   config.cpu_watchers = (uint32_t)aq_setting_u64(AQ_SET_CPU_WATCHERS);
+  config.cpu_lanes = (uint32_t)aq_setting_u64(AQ_SET_CPU_LANES);
   snprintf(config.cpu_agents, sizeof(config.cpu_agents), "%s", aq_setting_text(AQ_SET_CPU_AGENTS));
   snprintf(config.drivers, sizeof(config.drivers), "%s", aq_setting_text(AQ_SET_AGENTS));
   snprintf(config.sched, sizeof(config.sched), "%s", aq_setting_text(AQ_SET_SCHED));

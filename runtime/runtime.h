@@ -16,6 +16,7 @@ typedef struct aq_runtime_config {
   uint32_t max_signals;
   uint32_t cpu_workers;     /* 0 = one per core */
   uint32_t cpu_watchers;    /* idle workers per CPU agent that watch its queues */
+  uint32_t cpu_lanes;       /* most lanes an exec gives a CPU agent */
   char cpu_agents[32];      /* "numa", "package", "machine" or a count */
   char drivers[64];         /* "" = all */
   char sched[32];           /* the graphs' default placement: AQ_SCHED (settings.h) */

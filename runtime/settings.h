@@ -32,6 +32,8 @@ typedef enum aq_setting_type {
   X(CPU_WORKERS, "AQ_CPU_WORKERS", UINT, "0", 0, 65536, NULL, "most worker threads per CPU agent (0: one per core)") \
   X(CPU_WATCHERS, "AQ_CPU_WATCHERS", UINT, "16", 1, 65536, NULL,                                                  \
     "idle CPU workers per agent that watch its queues (the rest wake for dispatches split wider)")                 \
+  X(CPU_LANES, "AQ_CPU_LANES", UINT, "16", 1, 256, NULL,                                                          \
+    "most lanes (queues) a graph gets on a CPU agent: tasks it runs side by side")                                 \
   X(SPIN_US, "AQ_SPIN_US", UINT, "200", 0, 60000000, NULL, "how long a waiter spins before it sleeps (us; CPU workers after a split dispatch 10x)") \
   X(GPU_SPIN_US, "AQ_GPU_SPIN_US", UINT, "200", 0, 60000000, NULL,                                                  \
     "how long a GPU queue's processor polls after its last work (us)")                                              \

@@ -15,7 +15,7 @@
 #include "scheduler/plan.h"
 #include "scheduler/replica.h"
 
-enum { EXEC_AGENTS_MAX = 64, EXEC_LANES_MAX = 256, LANES_PER_AGENT_MAX = 16, PKT = 64 };
+enum { EXEC_AGENTS_MAX = 64, EXEC_LANES_MAX = 256, PKT = 64 };
 
 typedef struct stream {
   aq_queue_t queue;

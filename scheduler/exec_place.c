@@ -16,13 +16,30 @@
 #define STREAM_CALL_NS 10000.0
 #define STREAM_CALL_NS_PER_BYTE 0.01
 
+/* An agent's lanes: a CPU agent one per worker (independent tasks run side
+ * by side), at most AQ_CPU_LANES; a GPU one in-order stream. Each usable
+ * agent after it keeps a lane of EXEC_LANES_MAX. */
+static uint32_t lanes_for(const aq_agent_info_t *info, uint32_t used, uint32_t agents_after) {
+  uint32_t lanes = info->kind == AQ_AGENT_KIND_GPU ? 1 : info->compute_units ? info->compute_units : 1;
+  uint32_t cap = aq_runtime_config()->cpu_lanes ? aq_runtime_config()->cpu_lanes : 1;
+  if (info->kind != AQ_AGENT_KIND_GPU && lanes > cap) lanes = cap;
+  uint32_t room = EXEC_LANES_MAX > used + agents_after ? EXEC_LANES_MAX - used - agents_after : 1;
+  return lanes < room ? lanes : room;
+}
+
 aq_status_t aq_exec_pick_agents(aq_exec_t *e) {
   aq_agent_t all[EXEC_AGENTS_MAX];
+  aq_agent_info_t infos[EXEC_AGENTS_MAX];
   size_t n;
+  uint32_t usable = 0;
   AQ_RETURN_IF_ERROR(aq_agents(all, EXEC_AGENTS_MAX, &n));
-  for (size_t i = 0; i < n && i < EXEC_AGENTS_MAX; ++i) {
-    aq_agent_info_t info;
-    AQ_RETURN_IF_ERROR(aq_agent_get_info(all[i], &info));
+  if (n > EXEC_AGENTS_MAX) n = EXEC_AGENTS_MAX;
+  for (size_t i = 0; i < n; ++i) {
+    AQ_RETURN_IF_ERROR(aq_agent_get_info(all[i], &infos[i]));
+    usable += infos[i].usable != 0;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const aq_agent_info_t info = infos[i];
     if (!info.usable) continue;
     e->agents[e->nagents] = all[i];
     snprintf(e->agent_names[e->nagents], AQ_NAME_MAX, "%s", info.name);
@@ -30,10 +47,7 @@ aq_status_t aq_exec_pick_agents(aq_exec_t *e) {
     e->agent_kind[e->nagents] = (uint8_t)info.kind;
     e->agent_workers[e->nagents] = info.kind == AQ_AGENT_KIND_CPU ? (info.compute_units ? info.compute_units : 1) : 0;
     aq_perf_arch(&info, e->agent_arch[e->nagents], PERF_ARCH_MAX);
-    /* A lane per CPU worker: independent tasks run side by side. A GPU
-     * gets one in-order stream. */
-    uint32_t lanes = info.kind == AQ_AGENT_KIND_GPU ? 1 : info.compute_units ? info.compute_units : 1;
-    if (lanes > LANES_PER_AGENT_MAX) lanes = LANES_PER_AGENT_MAX;
+    uint32_t lanes = lanes_for(&info, e->nlanes, usable - e->nagents - 1);
     for (uint32_t k = 0; k < lanes && e->nlanes < EXEC_LANES_MAX; ++k) {
       e->lane_kind[e->nlanes] = (uint8_t)info.kind;
       e->lane_agent[e->nlanes++] = e->nagents;
