@@ -29,17 +29,18 @@ static uint32_t lanes_for(const aq_agent_info_t *info, uint32_t used, uint32_t a
 
 aq_status_t aq_exec_pick_agents(aq_exec_t *e) {
   aq_agent_t all[EXEC_AGENTS_MAX];
-  aq_agent_info_t infos[EXEC_AGENTS_MAX];
   size_t n;
   uint32_t usable = 0;
   AQ_RETURN_IF_ERROR(aq_agents(all, EXEC_AGENTS_MAX, &n));
   if (n > EXEC_AGENTS_MAX) n = EXEC_AGENTS_MAX;
   for (size_t i = 0; i < n; ++i) {
-    AQ_RETURN_IF_ERROR(aq_agent_get_info(all[i], &infos[i]));
-    usable += infos[i].usable != 0;
+    aq_agent_info_t info;
+    AQ_RETURN_IF_ERROR(aq_agent_get_info(all[i], &info));
+    usable += info.usable != 0;
   }
   for (size_t i = 0; i < n; ++i) {
-    const aq_agent_info_t info = infos[i];
+    aq_agent_info_t info;
+    AQ_RETURN_IF_ERROR(aq_agent_get_info(all[i], &info));
     if (!info.usable) continue;
     e->agents[e->nagents] = all[i];
     snprintf(e->agent_names[e->nagents], AQ_NAME_MAX, "%s", info.name);
