@@ -37,6 +37,7 @@ static _Atomic uint32_t generation; /* a new one per start and stop: threads tak
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
 static aq_trace_thread_t *threads;
 static aq_trace_edges_t *edge_lists;
+static aq_trace_names_t *name_lists;
 static char path[1024];
 static uint64_t origin_ns;
 static _Atomic uint64_t chunks_left;   /* the memory budget, in chunks */
@@ -193,7 +194,33 @@ AQ_API void aq_trace_edges(uint32_t exec, const uint32_t (*e)[2], uint32_t count
   pthread_mutex_unlock(&mutex);
 }
 
+AQ_API void aq_trace_task_names(uint32_t exec, const char *const *names, uint32_t count) {
+  if (!aq_trace_on()) return;
+  size_t bytes = 0;
+  for (uint32_t t = 0; t < count; ++t) bytes += names[t] ? strlen(names[t]) + 1 : 0;
+  aq_trace_names_t *l = calloc(1, sizeof(*l));
+  if (!l || !(l->name = calloc(count ? count : 1, sizeof(*l->name))) || !(l->text = malloc(bytes ? bytes : 1))) {
+    if (l) free(l->name);
+    free(l);
+    atomic_fetch_add(&dropped, 1);
+    return;
+  }
+  char *p = l->text;
+  for (uint32_t t = 0; t < count; ++t)
+    if (names[t]) l->name[t] = p, p += sprintf(p, "%s", names[t]) + 1;
+  l->exec = exec & 0xfff, l->count = count;
+  pthread_mutex_lock(&mutex);
+  l->next = name_lists;
+  name_lists = l;
+  pthread_mutex_unlock(&mutex);
+}
+
 static void free_buffers(void) {
+  for (aq_trace_names_t *l = name_lists, *nl; l; l = nl) {
+    nl = l->next;
+    free(l->name), free(l->text), free(l);
+  }
+  name_lists = NULL;
   for (aq_trace_edges_t *l = edge_lists, *nl; l; l = nl) {
     nl = l->next;
     free(l->e);
@@ -265,7 +292,7 @@ AQ_API aq_status_t aq_trace_start(const aq_trace_options_t *options) {
 }
 
 static aq_status_t write_locked(void) {
-  aq_trace_snapshot_t s = {threads, edge_lists, origin_ns, atomic_load(&dropped)};
+  aq_trace_snapshot_t s = {threads, edge_lists, name_lists, origin_ns, atomic_load(&dropped)};
   return aq_trace_write_json(path, &s);
 }
 

@@ -55,6 +55,10 @@ void aq_trace_counter_at(const char *name, uint32_t agent, double value, uint64_
 /* A task graph's dependency edges (task, predecessor), for flows, each
  * packet's "deps" and the critical path: tasks are numbered within exec. */
 void aq_trace_edges(uint32_t exec, const uint32_t (*edges)[2], uint32_t count);
+/* The names of a task graph's host and stream tasks (names[task], NULL for
+ * the others; copied): the trace shows "load_batch" where its packet alone
+ * says "host call", the packet's kind kept in its args. */
+void aq_trace_task_names(uint32_t exec, const char *const *names, uint32_t count);
 
 /* The reserved2 word of every AQL packet type, where Aquila's packet
  * processors find the trace tag (hardware queues would be given zero). */

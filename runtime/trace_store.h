@@ -40,9 +40,18 @@ typedef struct aq_trace_edges {
   struct aq_trace_edges *next;
 } aq_trace_edges_t;
 
+/* One exec's task names (aq_trace_task_names): name[task] points into
+ * text, or is NULL. */
+typedef struct aq_trace_names {
+  uint32_t exec, count;
+  char **name, *text;
+  struct aq_trace_names *next;
+} aq_trace_names_t;
+
 typedef struct aq_trace_snapshot {
   const aq_trace_thread_t *threads;
   const aq_trace_edges_t *edges;
+  const aq_trace_names_t *names;
   uint64_t origin_ns;  /* the trace's time zero (aq_trace_start) */
   uint64_t dropped;    /* items not kept: over AQ_TRACE_MAX_MB, or no memory */
 } aq_trace_snapshot_t;

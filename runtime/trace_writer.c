@@ -34,6 +34,7 @@ typedef struct writer {
   size_t nruns;
   uint32_t (*edges)[3];           /* (exec, task, pred), sorted */
   size_t nedges;
+  const aq_trace_names_t *names;  /* the execs' host and stream tasks' names */
   int first;
 } writer_t;
 
@@ -213,9 +214,24 @@ static uint64_t run_dispatch(const writer_t *w, uint64_t tag) {
   return lo < w->nruns && w->runs[lo]->e.tag == key ? w->runs[lo]->e.start_ns : 0;
 }
 
+/* The name of task `task` of exec `exec` (the newest exec of that number),
+ * or NULL: only host and stream tasks are named. */
+static const char *task_name(const writer_t *w, uint32_t exec, uint32_t task) {
+  for (const aq_trace_names_t *l = w->names; l; l = l->next)
+    if (l->exec == exec) return task < l->count ? l->name[task] : NULL;
+  return NULL;
+}
+
 static void write_event(writer_t *w, const aq_trace_event_t *event) {
   FILE *f = w->f;
   aq_trace_event_t copy = *event, *e = &copy;
+  /* A host or stream call is shown by its task's name ("load_batch"),
+   * its packet's kind kept in args. */
+  const char *kind = NULL;
+  if (has_task(e) && !is_span(e) && (!strcmp(e->name, "host call") || !strcmp(e->name, "stream call"))) {
+    const char *name = task_name(w, exec_of(e->tag), task_of(e->tag));
+    if (name) kind = e->name, e->name = name;
+  }
   if (!e->dispatch_ns && has_task(e) && !is_span(e)) {
     e->dispatch_ns = run_dispatch(w, e->tag);
     if (e->dispatch_ns > e->start_ns) e->dispatch_ns = 0; /* not this run's: a stale span */
@@ -235,6 +251,7 @@ static void write_event(writer_t *w, const aq_trace_event_t *event) {
   if (!is_span(e)) fprintf(f, "%s\"status\":%d", sep, e->status), sep = ",";
   if (e->depth) fprintf(f, "%s\"depth\":%u", sep, e->depth), sep = ",";
   if (e->bytes) fprintf(f, "%s\"bytes\":%llu", sep, (unsigned long long)e->bytes), sep = ",";
+  if (kind) fprintf(f, "%s\"kind\":\"%s\"", sep, kind), sep = ",";
   if (e->tag >> 20) fprintf(f, "%s\"exec\":%u,\"run\":%u", sep, exec_of(e->tag), run_of(e->tag)), sep = ",";
   if (has_task(e)) {
     uint32_t exec = exec_of(e->tag), task = task_of(e->tag), listed = 0;
@@ -347,7 +364,7 @@ static void write_counters(writer_t *w) {
 }
 
 aq_status_t aq_trace_write_json(const char *path, const aq_trace_snapshot_t *snapshot) {
-  writer_t w = {.origin = snapshot->origin_ns, .first = 1};
+  writer_t w = {.origin = snapshot->origin_ns, .first = 1, .names = snapshot->names};
   if (collect(&w, snapshot)) {
     free(w.events), free(w.counters), free(w.tagged), free(w.runs), free(w.edges);
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to write the trace %s", path);

@@ -25,8 +25,10 @@ static aq_status_t matmul_precision(aq_exec_t *e) {
   return AQ_OK;
 }
 
-/* The dependency edges, for the trace's flows and critical path. */
+/* The dependency edges, for the trace's flows and critical path, and the
+ * host and stream tasks' names. */
 static void trace_edges(aq_exec_t *e) {
+  if (!aq_trace_on()) return;
   uint32_t n = 0;
   for (uint32_t t = 0; t < e->plan.ntasks; ++t) n += e->plan.tasks[t].npreds;
   uint32_t (*edges)[2] = malloc((n ? n : 1) * sizeof(*edges)), k = 0;
@@ -38,6 +40,12 @@ static void trace_edges(aq_exec_t *e) {
         edges[k][0] = t, edges[k++][1] = e->plan.tasks[t].preds[j];
   aq_trace_edges(e->serial, (const uint32_t(*)[2])edges, k);
   free(edges);
+  const char **names = calloc(e->graph->ntasks ? e->graph->ntasks : 1, sizeof(*names));
+  if (!names) return;
+  for (uint32_t t = 0; t < e->graph->ntasks; ++t)
+    if (e->graph->tasks[t].kind != TASK_KERNEL) names[t] = e->graph->tasks[t].name;
+  aq_trace_task_names(e->serial, names, e->graph->ntasks);
+  free(names);
 }
 
 /* A graph over several GPUs of this process: its replicated form. */

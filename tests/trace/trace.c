@@ -178,3 +178,51 @@ Test(trace, a_traced_copy_is_a_span_with_its_bytes) {
   unlink(path);
   aq_shut_down();
 }
+
+static aq_status_t noted(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
+  (void)a1, (void)a2, (void)a3;
+  ++*(int *)user;
+  return AQ_OK;
+}
+
+/* A host task's packet is shown by the task's name, so a trace of a
+ * training step tells its loaders apart from other host calls; one given
+ * no name shows the graph's default, "host". */
+Test(trace, a_host_task_is_shown_by_its_name) {
+  char path[128];
+  temp_path(path, sizeof(path), "named.json");
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_trace_options_t o = {.path = path};
+  AQ_ASSERT_OK(aq_trace_start(&o));
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  int calls = 0;
+  aq_host_task_t named = {.name = "load_batch", .fn = noted, .user = &calls, .agent = -1};
+  aq_host_task_t unnamed = {.fn = noted, .user = &calls, .agent = -1};
+  AQ_ASSERT_OK(aq_graph_add_host(g, &named, NULL));
+  AQ_ASSERT_OK(aq_graph_add_host(g, &unnamed, NULL));
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &(aq_exec_options_t){.policy = AQ_SCHED_EAGER}, &e));
+  AQ_ASSERT_OK(aq_exec_run(e));
+  AQ_ASSERT_OK(aq_exec_wait(e, 10 * SEC));
+  cr_assert_eq(calls, 2);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+  AQ_ASSERT_OK(aq_trace_stop());
+  tfile_t t;
+  char err[512];
+  cr_assert_eq(tfile_load(path, &t, err, sizeof(err)), 0, "%s", err);
+  size_t by_name = 0, by_default = 0, generic = 0;
+  for (size_t i = 0; i < t.count; ++i) {
+    if (strcmp(t.events[i].cat, "host") || t.events[i].task < 0) continue;
+    by_name += !strcmp(t.events[i].name, "load_batch");
+    by_default += !strcmp(t.events[i].name, "host");
+    generic += !strcmp(t.events[i].name, "host call");
+  }
+  cr_assert_eq(by_name, 1, "the named task's packet");
+  cr_assert_eq(by_default, 1, "the unnamed task's packet");
+  cr_assert_eq(generic, 0, "a graph's host packet named only by its kind");
+  tfile_free(&t);
+  unlink(path);
+  aq_shut_down();
+}
