@@ -148,23 +148,33 @@ Test(trace, stop_without_start_and_unwritable_paths) {
   aq_shut_down();
 }
 
+/* The runtime up and recording to a temporary file named after what. */
+static void start_traced(char *path, size_t size, const char *what) {
+  temp_path(path, size, what);
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_trace_options_t o = {.path = path};
+  AQ_ASSERT_OK(aq_trace_start(&o));
+}
+
+/* The recording stopped and read back into t. */
+static void stop_and_load(const char *path, tfile_t *t) {
+  AQ_ASSERT_OK(aq_trace_stop());
+  char err[512];
+  cr_assert_eq(tfile_load(path, t, err, sizeof(err)), 0, "%s", err);
+}
+
 /* aq_memory_copy in a trace: one "copy" span a copy, with its bytes (what
  * aq-trace's copies and GB/s come from); a refused copy records nothing. */
 Test(trace, a_traced_copy_is_a_span_with_its_bytes) {
   char path[128];
-  temp_path(path, sizeof(path), "copy.json");
-  AQ_ASSERT_OK(aq_init(NULL));
-  aq_trace_options_t o = {.path = path};
-  AQ_ASSERT_OK(aq_trace_start(&o));
+  start_traced(path, sizeof(path), "copy.json");
   static char src[1 << 20], dst[1 << 20];
   memset(src, 7, sizeof(src));
   AQ_ASSERT_OK(aq_memory_copy(dst, src, sizeof(src)));
   cr_assert_eq(dst[12345], 7);
   cr_assert_eq(aq_memory_copy(NULL, src, 4), AQ_ERROR_INVALID_ARGUMENT);
-  AQ_ASSERT_OK(aq_trace_stop());
   tfile_t t;
-  char err[512];
-  cr_assert_eq(tfile_load(path, &t, err, sizeof(err)), 0, "%s", err);
+  stop_and_load(path, &t);
   size_t copies = 0;
   for (size_t i = 0; i < t.count; ++i)
     if (!strcmp(t.events[i].cat, "copy")) {
@@ -190,10 +200,7 @@ static aq_status_t noted(void *user, uint64_t a1, uint64_t a2, uint64_t a3) {
  * no name shows the graph's default, "host". */
 Test(trace, a_host_task_is_shown_by_its_name) {
   char path[128];
-  temp_path(path, sizeof(path), "named.json");
-  AQ_ASSERT_OK(aq_init(NULL));
-  aq_trace_options_t o = {.path = path};
-  AQ_ASSERT_OK(aq_trace_start(&o));
+  start_traced(path, sizeof(path), "named.json");
   aq_graph_t *g;
   AQ_ASSERT_OK(aq_graph_create(NULL, &g));
   int calls = 0;
@@ -208,10 +215,8 @@ Test(trace, a_host_task_is_shown_by_its_name) {
   cr_assert_eq(calls, 2);
   AQ_ASSERT_OK(aq_exec_destroy(e));
   AQ_ASSERT_OK(aq_graph_destroy(g));
-  AQ_ASSERT_OK(aq_trace_stop());
   tfile_t t;
-  char err[512];
-  cr_assert_eq(tfile_load(path, &t, err, sizeof(err)), 0, "%s", err);
+  stop_and_load(path, &t);
   size_t by_name = 0, by_default = 0, generic = 0;
   for (size_t i = 0; i < t.count; ++i) {
     if (strcmp(t.events[i].cat, "host") || t.events[i].task < 0) continue;
