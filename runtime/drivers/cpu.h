@@ -20,11 +20,9 @@ typedef struct cpu_kernel {
   uint64_t handle;
 } cpu_kernel_t;
 
+/* The loaded kernel behind a handle, or NULL. A worker that runs it holds
+ * it by its hazard (cpu_worker_t.running_kernel), set before the lookup. */
 const cpu_kernel_t *aq_cpu_kernel_lookup(uint64_t kernel_object);
-/* The same, referenced while it runs: the code object cannot be unloaded
- * until aq_cpu_kernel_put. */
-const cpu_kernel_t *aq_cpu_kernel_acquire(uint64_t kernel_object);
-void aq_cpu_kernel_put(uint64_t kernel_object);
 
 /* A kernel dispatch in flight: its work-groups are shared out among the
  * agent's workers through next/done. */
@@ -55,7 +53,8 @@ typedef struct cpu_queue {
 
 struct cpu_agent;
 
-typedef struct cpu_worker {
+/* Aligned to a cache line: each worker writes its own fields all the time. */
+typedef struct __attribute__((aligned(64))) cpu_worker {
   struct cpu_agent *agent;
   uint32_t index;
   hwloc_cpuset_t cpuset;
@@ -68,6 +67,11 @@ typedef struct cpu_worker {
   cpu_queue_t *held;
   uint64_t held_idle_since;
   int ran_shared; /* ran work-groups of a dispatch split over workers since it last slept */
+  /* The kernel this worker runs now (its handle; 0: none): a hazard that
+   * unloading its code object waits out (aq_cpu_kernel_running), in place
+   * of a count on the kernel's handle that every worker running the kernel
+   * would update. */
+  _Atomic uint64_t running_kernel;
 } cpu_worker_t;
 
 typedef struct cpu_agent {
@@ -92,6 +96,8 @@ typedef struct cpu_agent {
 } cpu_agent_t;
 
 void *aq_cpu_worker_main(void *arg);
+/* Whether a worker of some CPU agent runs kernel `handle` now. */
+int aq_cpu_kernel_running(uint64_t handle);
 /* Runs the packet at the queue's read index; returns 0 if there was none
  * ready (empty, or a barrier still waiting). */
 int aq_cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w);

@@ -82,8 +82,9 @@ static aq_status_t start_workers(cpu_agent_t *ca, hwloc_topology_t t) {
   uint32_t n = cores > 0 ? (uint32_t)cores : 1;
   uint32_t cap = aq_runtime_config()->cpu_workers;
   if (cap && n > cap) n = cap;
-  ca->workers = calloc(n, sizeof(*ca->workers));
+  ca->workers = aligned_alloc(_Alignof(cpu_worker_t), n * sizeof(*ca->workers));
   if (!ca->workers) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for CPU workers");
+  memset(ca->workers, 0, n * sizeof(*ca->workers));
   ca->worker_count = n;
   ca->watchers = aq_runtime_config()->cpu_watchers ? aq_runtime_config()->cpu_watchers : 1;
   atomic_store(&ca->running, 1);
@@ -101,6 +102,15 @@ static aq_status_t start_workers(cpu_agent_t *ca, hwloc_topology_t t) {
     }
   }
   return AQ_OK;
+}
+
+/* The loads are sequentially consistent, as the store that marked the
+ * kernel's handle dead before them (kernel_dispatch's other half). */
+int aq_cpu_kernel_running(uint64_t handle) {
+  for (uint32_t a = 0; a < cpu_agent_count; ++a)
+    for (uint32_t i = 0; i < cpu_agents[a]->worker_count; ++i)
+      if (atomic_load(&cpu_agents[a]->workers[i].running_kernel) == handle) return 1;
+  return 0;
 }
 
 static void stop_agent(cpu_agent_t *ca) {

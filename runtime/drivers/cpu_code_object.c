@@ -2,6 +2,7 @@
  * Every kernel gets a handle, which is the kernel_object its dispatch packets
  * carry, so a packet naming an unloaded kernel is caught, not called. */
 #include <dlfcn.h>
+#include <sched.h>
 #include <elf.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,15 +35,11 @@ void aq_cpu_code_objects_deinit(void) { aq_handle_table_deinit(&kernels); }
 const cpu_kernel_t *aq_cpu_kernel_lookup(uint64_t kernel_object) {
   return aq_handle_get(&kernels, kernel_object);
 }
-const cpu_kernel_t *aq_cpu_kernel_acquire(uint64_t kernel_object) {
-  return aq_handle_acquire(&kernels, kernel_object);
-}
-void aq_cpu_kernel_put(uint64_t kernel_object) { aq_handle_put(&kernels, kernel_object); }
 
 const char *aq_cpu_co_busy(void *module) {
   cpu_module_t *m = module;
   for (uint32_t i = 0; i < m->table->kernel_count; ++i)
-    if (aq_handle_refs(&kernels, m->kernels[i].handle)) return m->kernels[i].desc->name;
+    if (aq_cpu_kernel_running(m->kernels[i].handle)) return m->kernels[i].desc->name;
   return NULL;
 }
 
@@ -188,7 +185,10 @@ void aq_cpu_co_unload(void *module) {
   cpu_module_t *m = module;
   if (m->kernels)
     for (uint32_t i = 0; i < m->table->kernel_count; ++i)
-      if (m->kernels[i].handle) aq_handle_release(&kernels, m->kernels[i].handle);
+      if (m->kernels[i].handle) {
+        aq_handle_release(&kernels, m->kernels[i].handle);
+        while (aq_cpu_kernel_running(m->kernels[i].handle)) sched_yield(); /* a dispatch that began before */
+      }
   free(m->kernels);
   dlclose(m->dl);
   free(m);

@@ -160,16 +160,27 @@ static uint32_t invalid(cpu_worker_t *w, cpu_queue_t *cq, uint64_t index, const 
 static uint32_t run_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
                              const hsa_kernel_dispatch_packet_t *p, const cpu_kernel_t *k);
 
-/* The kernel is held while it runs: its code object cannot go meanwhile. */
+/* The kernel is held while it runs, its code object cannot go meanwhile:
+ * the worker's hazard goes up before the kernel is looked up, so an unload
+ * that marked the kernel dead before is seen by the lookup, and one after
+ * waits for the hazard to come down (aq_cpu_co_unload). Its helpers run
+ * under it: the dispatch ends after them. */
 static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
                                 const hsa_kernel_dispatch_packet_t *p) {
-  const cpu_kernel_t *k = aq_cpu_kernel_acquire(p->kernel_object);
-  if (!k) return invalid(w, cq, index, "kernel_object is not a loaded CPU kernel (unloaded, or foreign)");
-  atomic_store(&cq->running_packet, index);
-  atomic_store(&cq->running, k->desc->name);
-  uint32_t fault = run_dispatch(cq, w, index, p, k);
-  atomic_store(&cq->running, NULL);
-  aq_cpu_kernel_put(p->kernel_object);
+  /* an exchange, not a store: a full barrier before the lookup's loads
+   * (TSan takes no fences) */
+  atomic_exchange(&w->running_kernel, p->kernel_object);
+  const cpu_kernel_t *k = aq_cpu_kernel_lookup(p->kernel_object);
+  uint32_t fault;
+  if (k) {
+    atomic_store(&cq->running_packet, index);
+    atomic_store(&cq->running, k->desc->name);
+    fault = run_dispatch(cq, w, index, p, k);
+    atomic_store(&cq->running, NULL);
+  } else {
+    fault = invalid(w, cq, index, "kernel_object is not a loaded CPU kernel (unloaded, or foreign)");
+  }
+  atomic_store_explicit(&w->running_kernel, 0, memory_order_release);
   return fault;
 }
 
@@ -276,8 +287,10 @@ int aq_cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
   switch (type) {
     case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
       completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;
-      const cpu_kernel_t *k = aq_cpu_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
-      ev.name = k ? k->desc->name : "unknown kernel";
+      if (traced) { /* untraced, the lookup alone cost a dispatch of a tiny kernel a tenth of its time */
+        const cpu_kernel_t *k = aq_cpu_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
+        ev.name = k ? k->desc->name : "unknown kernel";
+      }
       ev.category = "kernel";
       fault = kernel_dispatch(cq, w, index, (const void *)p);
       break;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "aquila/aquila.h"
 
@@ -248,6 +249,52 @@ static void destroy_under_submitters(uint32_t rounds) {
   }
 }
 
+/* A code object unloaded while a thread dispatches its kernel, round after
+ * round: the unload is refused while a dispatch runs the kernel (a worker's
+ * hazard), then succeeds; each dispatch runs or, once the kernel is gone,
+ * fails as a packet whose kernel is not loaded. The object is one nothing
+ * else loads, so its unload unmaps the code: a kernel still running then
+ * would fault. */
+typedef struct { aq_queue_t q; aq_kernel_info_t k; _Atomic int stop, bad, ran; } unload_race_t;
+typedef struct { uint64_t ns; } spin_args_t;
+static void *dispatch_until_stopped(void *arg) {
+  unload_race_t *t = arg;
+  aq_signal_t done;
+  if (aq_signal_create(1, &done) != AQ_OK) return NULL;
+  spin_args_t spin = {500000};
+  hsa_kernel_dispatch_packet_t p = packet(&t->k, &spin, 1, 1, done);
+  while (!atomic_load(&t->stop)) {
+    aq_signal_store(done, 1);
+    aq_status_t s = aq_queue_submit(t->q, &p, 30 * SEC, NULL);
+    if (s == AQ_OK) s = aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 30 * SEC, NULL);
+    if (s == AQ_OK) atomic_fetch_add(&t->ran, 1);
+    else if (s != AQ_ERROR_INVALID_PACKET) atomic_store(&t->bad, s);
+  }
+  aq_signal_destroy(done);
+  return NULL;
+}
+static void unload_under_dispatches(uint32_t rounds) {
+  for (uint32_t r = 0; r < rounds; ++r) {
+    unload_race_t t = {0};
+    aq_code_object_t mine;
+    OK(aq_code_object_load("test-kernels-no-ops.so", &mine));
+    OK(aq_code_object_find_kernel(mine, "spin", agent, &t.k));
+    OK(aq_queue_create(agent, NULL, &t.q));
+    pthread_t th;
+    pthread_create(&th, NULL, dispatch_until_stopped, &t);
+    /* into the middle of a dispatch: they follow one another, 500 us each */
+    while (atomic_load(&t.ran) < 2 && !atomic_load(&t.bad)) sched_yield();
+    nanosleep(&(struct timespec){0, 200000}, NULL);
+    aq_status_t s;
+    while ((s = aq_code_object_unload(mine)) == AQ_ERROR_BUSY) sched_yield();
+    atomic_store(&t.stop, 1);
+    pthread_join(th, NULL);
+    OK(aq_queue_destroy(t.q));
+    EXPECT(s == AQ_OK, "unload: %s", aq_last_error());
+    EXPECT(atomic_load(&t.bad) == 0, "a dispatch failed with %s", aq_status_string(atomic_load(&t.bad)));
+  }
+}
+
 /* Three threads start one exec at once, round after round: exactly one
  * run starts each time and its wait returns. */
 typedef struct { aq_exec_t *e; pthread_barrier_t *go; _Atomic int ok, bad; } racer_t;
@@ -344,10 +391,11 @@ int main(int argc, char **argv) {
       {"queue_churn", queue_churn},
       {"signal_ping_pong", signal_ping_pong},
       {"destroy_under_submitters", destroy_under_submitters},
+      {"unload_under_dispatches", unload_under_dispatches},
       {"exec_runs_from_threads", exec_runs_from_threads},
       {"shutdown_against_callers", shutdown_against_callers}, /* last: it restarts the runtime */
   };
-  uint32_t sizes[] = {50 * scale, 500 * scale, 50 * scale, 5000 * scale, 20 * scale, 50 * scale, 10 * scale};
+  uint32_t sizes[] = {50 * scale, 500 * scale, 50 * scale, 5000 * scale, 20 * scale, 20 * scale, 50 * scale, 10 * scale};
   int passed = 0, failed = 0;
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) + 1; ++i) {
     int before = failures;
