@@ -160,18 +160,23 @@ static uint32_t invalid(cpu_worker_t *w, cpu_queue_t *cq, uint64_t index, const 
 static uint32_t run_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
                              const hsa_kernel_dispatch_packet_t *p, const cpu_kernel_t *k);
 
+enum { KERNEL_NAME_MAX = 64 };
+
 /* The kernel is held while it runs, its code object cannot go meanwhile:
  * the worker's hazard goes up before the kernel is looked up, so an unload
  * that marked the kernel dead before is seen by the lookup, and one after
  * waits for the hazard to come down (aq_cpu_co_unload). Its helpers run
- * under it: the dispatch ends after them. */
+ * under it: the dispatch ends after them. name, if not NULL, receives the
+ * kernel's name for the trace, copied under the hazard: the trace records
+ * it after, when the code object (which holds the name) may be gone. */
 static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
-                                const hsa_kernel_dispatch_packet_t *p) {
+                                const hsa_kernel_dispatch_packet_t *p, char *name) {
   /* an exchange, not a store: a full barrier before the lookup's loads
    * (TSan takes no fences) */
   atomic_exchange(&w->running_kernel, p->kernel_object);
   const cpu_kernel_t *k = aq_cpu_kernel_lookup(p->kernel_object);
   uint32_t fault;
+  if (k && name) snprintf(name, KERNEL_NAME_MAX, "%s", k->desc->name);
   if (k) {
     atomic_store(&cq->running_packet, index);
     atomic_store(&cq->running, k->desc->name);
@@ -277,6 +282,7 @@ int aq_cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
   uint32_t fault = 0;
   hsa_signal_t completion = {0};
   int traced = aq_trace_on();
+  char kernel_name[KERNEL_NAME_MAX] = "unknown kernel";
   aq_trace_event_t ev = {.packet = index, .agent = w->agent->agent->info.index, .queue = q->id,
                          .category = "barrier", .name = type == HSA_PACKET_TYPE_BARRIER_OR ? "barrier-OR" : "barrier-AND"};
   if (traced) {
@@ -287,12 +293,9 @@ int aq_cpu_process_packet(cpu_queue_t *cq, cpu_worker_t *w) {
   switch (type) {
     case HSA_PACKET_TYPE_KERNEL_DISPATCH: {
       completion = ((const hsa_kernel_dispatch_packet_t *)p)->completion_signal;
-      if (traced) { /* untraced, the lookup alone cost a dispatch of a tiny kernel a tenth of its time */
-        const cpu_kernel_t *k = aq_cpu_kernel_lookup(((const hsa_kernel_dispatch_packet_t *)p)->kernel_object);
-        ev.name = k ? k->desc->name : "unknown kernel";
-      }
       ev.category = "kernel";
-      fault = kernel_dispatch(cq, w, index, (const void *)p);
+      fault = kernel_dispatch(cq, w, index, (const void *)p, traced ? kernel_name : NULL);
+      ev.name = kernel_name;
       break;
     }
     case HSA_PACKET_TYPE_AGENT_DISPATCH:
