@@ -102,44 +102,66 @@ static void next_group(const cpu_dispatch_t *d, aq_dispatch_ctx_t *ctx) {
   }
 }
 
+/* The context of d's groups on worker w (its group segment, if the kernel
+ * has one; no memory for it fails the dispatch). */
+static void init_ctx(cpu_dispatch_t *d, cpu_worker_t *w, aq_dispatch_ctx_t *ctx) {
+  const aq_kernel_desc_t *k = d->kernel->desc;
+  *ctx = (aq_dispatch_ctx_t){.dims = d->dims, .worker_index = w->index, .worker_count = w->agent->worker_count,
+                             .settings = aq_kernel_settings()};
+  memcpy(ctx->workgroup_size, d->workgroup, sizeof(ctx->workgroup_size));
+  memcpy(ctx->grid_size, d->grid, sizeof(ctx->grid_size));
+  memcpy(ctx->group_count, d->groups, sizeof(ctx->group_count));
+  if (!k->group_segment_size) return;
+  if (!ensure_scratch(w, k->group_segment_size)) {
+    uint32_t none = 0;
+    uint32_t f = aq_fault_record(AQ_ERROR_OUT_OF_MEMORY, "kernel '%s': no memory for %u bytes of group segment",
+                                 k->name, k->group_segment_size);
+    atomic_compare_exchange_strong(&d->fault, &none, f);
+  }
+  ctx->group_segment = w->scratch;
+  ctx->group_segment_size = k->group_segment_size;
+}
+
+/* Runs ctx's group unless the dispatch failed already; a failure is the
+ * dispatch's, the first one kept. */
+static void run_group(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq, const cpu_guard_site_t *site,
+                      const aq_dispatch_ctx_t *ctx) {
+  if (atomic_load_explicit(&d->fault, memory_order_relaxed) || ctx->group_segment_size > w->scratch_size) return;
+  int signo = 0;
+  uintptr_t addr = 0;
+  int rc = aq_cpu_guard_call(d->kernel->desc->fn, d->kernarg, ctx, site, &signo, &addr);
+  if (rc) {
+    uint32_t none = 0, f = group_fault(w, cq, d, rc, signo, addr);
+    atomic_compare_exchange_strong(&d->fault, &none, f);
+  }
+}
+
 /* Runs work-groups of d until none is left; returns how many it ran. */
 static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) {
-  const aq_kernel_desc_t *k = d->kernel->desc;
-  aq_dispatch_ctx_t ctx = {.dims = d->dims, .worker_index = w->index,
-                           .worker_count = w->agent->worker_count, .settings = aq_kernel_settings()};
-  memcpy(ctx.workgroup_size, d->workgroup, sizeof(ctx.workgroup_size));
-  memcpy(ctx.grid_size, d->grid, sizeof(ctx.grid_size));
-  memcpy(ctx.group_count, d->groups, sizeof(ctx.group_count));
-  if (k->group_segment_size) {
-    if (!ensure_scratch(w, k->group_segment_size)) {
-      uint32_t none = 0;
-      uint32_t f = aq_fault_record(AQ_ERROR_OUT_OF_MEMORY, "kernel '%s': no memory for %u bytes of group segment",
-                                   k->name, k->group_segment_size);
-      atomic_compare_exchange_strong(&d->fault, &none, f);
-    }
-    ctx.group_segment = w->scratch;
-    ctx.group_segment_size = k->group_segment_size;
-  }
+  aq_dispatch_ctx_t ctx;
+  init_ctx(d, w, &ctx);
   uint64_t ran = 0, workers = w->agent->worker_count ? w->agent->worker_count : 1;
-  cpu_guard_site_t site = {k->name, w->agent->agent->info.name, cq->queue->id, d->packet};
+  cpu_guard_site_t site = {d->kernel->desc->name, w->agent->agent->info.name, cq->queue->id, d->packet};
   for (;;) {
     uint64_t claim = claim_size(d, workers), g = atomic_fetch_add_explicit(&d->next, claim, memory_order_relaxed);
     if (g >= d->total) break;
     set_group(d, g, &ctx);
-    for (uint64_t end = g + claim; g < end && g < d->total; ++g, ++ran, next_group(d, &ctx)) {
-      if (atomic_load_explicit(&d->fault, memory_order_relaxed) || ctx.group_segment_size > w->scratch_size) continue;
-      int signo = 0;
-      uintptr_t addr = 0;
-      int rc = aq_cpu_guard_call(k->fn, d->kernarg, &ctx, &site, &signo, &addr);
-      if (rc) {
-        uint32_t none = 0, f = group_fault(w, cq, d, rc, signo, addr);
-        atomic_compare_exchange_strong(&d->fault, &none, f);
-      }
-    }
+    for (uint64_t end = g + claim; g < end && g < d->total; ++g, ++ran, next_group(d, &ctx))
+      run_group(d, w, cq, &site, &ctx);
   }
   if (ran) atomic_fetch_add_explicit(&d->done, ran, memory_order_acq_rel);
   if (ran && d->total > 1) w->ran_shared = 1;
   return ran;
+}
+
+/* A dispatch of one group (a task graph's small kernels): no claims and
+ * no count, nobody helps. */
+static void run_one_group(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) {
+  aq_dispatch_ctx_t ctx;
+  init_ctx(d, w, &ctx);
+  for (int i = 0; i < 3; ++i) set_group_size(d, i, &ctx); /* group 0 */
+  cpu_guard_site_t site = {d->kernel->desc->name, w->agent->agent->info.name, cq->queue->id, d->packet};
+  run_group(d, w, cq, &site, &ctx);
 }
 
 int aq_cpu_help_dispatch(cpu_queue_t *cq, cpu_worker_t *w) {
@@ -235,7 +257,8 @@ static uint32_t run_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
     uint32_t watchers = w->agent->watchers;
     if (helpers >= watchers) aq_wake_some(&w->agent->reserve, (int)(helpers - (watchers - 1)));
   }
-  run_groups(d, w, cq);
+  if (d->total == 1) run_one_group(d, w, cq);
+  else run_groups(d, w, cq);
   if (d->total > 1 && w->agent->worker_count > 1) {
     while (atomic_load_explicit(&d->done, memory_order_acquire) < d->total) aq_cpu_relax();
     atomic_store(&cq->active, NULL);
