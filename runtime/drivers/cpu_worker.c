@@ -122,6 +122,11 @@ static void init_ctx(cpu_dispatch_t *d, cpu_worker_t *w, aq_dispatch_ctx_t *ctx)
   ctx->group_segment_size = k->group_segment_size;
 }
 
+/* Where a fault in d's kernel is said to have happened. */
+static cpu_guard_site_t site_of(const cpu_dispatch_t *d, const cpu_worker_t *w, const cpu_queue_t *cq) {
+  return (cpu_guard_site_t){d->kernel->desc->name, w->agent->agent->info.name, cq->queue->id, d->packet};
+}
+
 /* Runs ctx's group unless the dispatch failed already; a failure is the
  * dispatch's, the first one kept. */
 static void run_group(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq, const cpu_guard_site_t *site,
@@ -141,7 +146,7 @@ static uint64_t run_groups(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) 
   aq_dispatch_ctx_t ctx;
   init_ctx(d, w, &ctx);
   uint64_t ran = 0, workers = w->agent->worker_count ? w->agent->worker_count : 1;
-  cpu_guard_site_t site = {d->kernel->desc->name, w->agent->agent->info.name, cq->queue->id, d->packet};
+  cpu_guard_site_t site = site_of(d, w, cq);
   for (;;) {
     uint64_t claim = claim_size(d, workers), g = atomic_fetch_add_explicit(&d->next, claim, memory_order_relaxed);
     if (g >= d->total) break;
@@ -160,7 +165,7 @@ static void run_one_group(cpu_dispatch_t *d, cpu_worker_t *w, cpu_queue_t *cq) {
   aq_dispatch_ctx_t ctx;
   init_ctx(d, w, &ctx);
   for (int i = 0; i < 3; ++i) set_group_size(d, i, &ctx); /* group 0 */
-  cpu_guard_site_t site = {d->kernel->desc->name, w->agent->agent->info.name, cq->queue->id, d->packet};
+  cpu_guard_site_t site = site_of(d, w, cq);
   run_group(d, w, cq, &site, &ctx);
 }
 
@@ -198,8 +203,8 @@ static uint32_t kernel_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index
   atomic_exchange(&w->running_kernel, p->kernel_object);
   const cpu_kernel_t *k = aq_cpu_kernel_lookup(p->kernel_object);
   uint32_t fault;
-  if (k && name) snprintf(name, KERNEL_NAME_MAX, "%s", k->desc->name);
   if (k) {
+    if (name) snprintf(name, KERNEL_NAME_MAX, "%s", k->desc->name);
     atomic_store(&cq->running_packet, index);
     atomic_store(&cq->running, k->desc->name);
     fault = run_dispatch(cq, w, index, p, k);
