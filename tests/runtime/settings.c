@@ -29,6 +29,8 @@ Test(settings, bad_numbers_are_refused_not_wrapped) {
   refused("AQ_MAX_SIGNALS", "8"); /* below the range */
   refused("AQ_SPIN_US", "12abc");
   refused("AQ_CPU_WATCHERS", "0"); /* a CPU agent needs a worker that watches */
+  refused("AQ_CPU_LANES", "0");     /* and a lane */
+  refused("AQ_CPU_LANES", "257");   /* past an exec's 256 */
   refused("AQ_CPU_WORKERS", "0x10");
   refused("AQ_SHUTDOWN_TIMEOUT_MS", "0");
   refused("AQ_COMM_TIMEOUT_MS", "soon");
