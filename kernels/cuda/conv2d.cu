@@ -1,26 +1,33 @@
 // conv2d (NCHW; stride, padding, dilation) on GPUs in fp32, forward and both
-// backwards: the direct loops of conv2d_direct.cuh over float tensors (the
-// launch shapes and the work each thread does are described there).
-#include "conv2d_direct.cuh"
+// backwards: tiled in shared memory where the planes fit (conv2d_tiled.cuh),
+// else the direct loops of conv2d_direct.cuh (the launch shapes and the work
+// each thread does are described there).
+#include "conv2d_tiled.cuh"
 
 AQ_KERNEL void aq_conv2d_f32(aq_conv2d_args_t a) {
   if (!a.x || !a.w || !a.y || !conv::valid(a)) return;
-  conv::forward(a, a.x, a.w);
+  if (conv::tiled(a, 0)) conv::forward_tiled(a);
+  else conv::forward(a, a.x, a.w);
 }
 
 AQ_KERNEL void aq_conv2d_bwd_data_f32(aq_conv2d_args_t a) {
   if (!a.w || !a.dy || !a.dx || !conv::valid(a)) return;
-  conv::backward_data(a, a.w, a.dy);
+  if (conv::tiled(a, 1)) conv::backward_data_tiled(a);
+  else conv::backward_data(a, a.w, a.dy);
 }
 
 AQ_KERNEL void aq_conv2d_bwd_filter_f32(aq_conv2d_args_t a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-  conv::backward_filter_fast<float, 1>(a, a.x, a.dy);
+  if (conv::tiled(a, 2)) conv::backward_filter_tiled<1>(a);
+  else conv::backward_filter_fast<float, 1>(a, a.x, a.dy);
 }
 
 // The same, the batch split over a cluster (ops_gpu.h: the grid's x a
 // multiple of the cluster).
-AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) aq_conv2d_bwd_filter_f32_split(aq_conv2d_args_t a) {
+// Two blocks an SM: the split build's clusters of 8 fit twice as many at once.
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(AQ_GPU_BLOCK, 2)
+    aq_conv2d_bwd_filter_f32_split(aq_conv2d_args_t a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-  conv::backward_filter_fast<float, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a, a.x, a.dy);
+  if (conv::tiled(a, 2)) conv::backward_filter_tiled<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+  else conv::backward_filter_fast<float, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a, a.x, a.dy);
 }

@@ -61,13 +61,6 @@ static inline aq_dispatch_shape_t aq_matmul_bf16_gpu_shape(const aq_matmul_args_
   return s;
 }
 
-/* The group segment (dynamic shared memory, bytes) a GPU kernel's packet
- * must ask for: 0 for all but those that stage tiles beyond the 48 KB a
- * block gets by default. */
-static inline uint32_t aq_gpu_op_group_segment(const char *kernel, const void *kernarg) {
-  (void)kernarg;
-  return !strcmp(kernel, AQ_KERNEL_MATMUL_BF16) ? AQ_GPU_MATMUL_BF16_GROUP_SEGMENT : 0;
-}
 
 /* ---- launch shapes of the other GPU op kernels ---------------------------------
  * The matmul, conv2d, pooling, batch norm, broadcasting binary and
@@ -197,6 +190,81 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_gpu_shape(const aq_conv2d_args_
   return aq_gpu_threads_shape(blocks * AQ_GPU_CONV2D_BF16_THREADS);
 }
 
+/* ---- fp32 conv2d on planes a block's shared memory holds --------------------
+ * Small-channel convolutions (a LeNet's 1 -> 6 and 6 -> 16) do too little
+ * work an output for the direct loops' two global loads and index
+ * arithmetic an FMA; where what a pass reads of one image (and the
+ * filters) fits AQ_GPU_CONV2D_TILED_BYTES, a block stages it in shared
+ * memory, zero-padded, and the passes run tiled (conv2d_tiled.cuh):
+ *  - forward, backward data: a block an image, the filters staged once;
+ *  - backward filter: a block (or a cluster splitting the batch) a filter;
+ *    a thread sums a filter row's taps (at most AQ_GPU_CONV2D_TILED_TAPS)
+ *    for one channel, or the bias, over a share of the staged rows (up to
+ *    AQ_GPU_CONV2D_TILED_UPT such rows a thread); as many images staged at
+ *    a time as fit.
+ * The group segment the scheduler gives the packet is what the kernel
+ * checks: launched without it (a CPU grid), the direct loops run. */
+#define AQ_GPU_CONV2D_TILED_BYTES 40960 /* under the 48 KB a launch gets unasked, static shared memory beside */
+#define AQ_GPU_CONV2D_TILED_KB 8        /* forward: filters a thread; backward data: channels a thread */
+#define AQ_GPU_CONV2D_TILED_TAPS 8      /* backward filter: a filter row's taps at most */
+#define AQ_GPU_CONV2D_TILED_UPT 4       /* backward filter: filter rows a thread at most */
+
+/* The zero-padded input window the outputs read: rows (cols = 0) or cols. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_window(const aq_conv2d_args_t *a, int cols) {
+  return cols ? (a->q - 1) * a->stride_w + (a->s - 1) * a->dil_w + 1 : (a->p - 1) * a->stride_h + (a->r - 1) * a->dil_h + 1;
+}
+
+/* The window's row stride in shared memory: one more where a multiple of
+ * 8 would put the rows a warp reads in the same banks. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_stride(const aq_conv2d_args_t *a) {
+  const int64_t cols = aq_conv2d_tiled_window(a, 1);
+  return cols % 8 ? cols : cols + 1;
+}
+
+/* Backward filter: the units a block sums for a filter, a channel's row of
+ * taps each (and one for its bias). */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_filter_units(const aq_conv2d_args_t *a) {
+  return a->c * a->r + (a->dbias ? 1 : 0);
+}
+
+/* Backward filter: the shared floats of one staged image, and how many
+ * images a block stages at a time (0: the pass does not run tiled). The
+ * block's partial sums reuse the stage once it is summed. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_image_floats(const aq_conv2d_args_t *a) {
+  return a->c * aq_conv2d_tiled_window(a, 0) * aq_conv2d_tiled_stride(a) + a->p * a->q;
+}
+/* The partial sums: a row of taps for every unit and thread (at most a
+ * block of AQ_GPU_BLOCK), then the block's sum for every unit. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_scratch(const aq_conv2d_args_t *a) {
+  return (AQ_GPU_BLOCK + aq_conv2d_tiled_filter_units(a)) * a->s;
+}
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_images(const aq_conv2d_args_t *a) {
+  const int64_t per = aq_conv2d_tiled_image_floats(a), room = AQ_GPU_CONV2D_TILED_BYTES / 4;
+  if (a->s > AQ_GPU_CONV2D_TILED_TAPS || aq_conv2d_tiled_filter_units(a) > AQ_GPU_CONV2D_TILED_UPT * AQ_GPU_BLOCK ||
+      per > room || aq_conv2d_tiled_scratch(a) > room)
+    return 0;
+  return room / per < a->n ? room / per : a->n;
+}
+
+/* The group segment (bytes) pass 0 (forward), 1 (backward data) or 2
+ * (backward filter) runs tiled with; 0 where it does not fit. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_bytes(const aq_conv2d_args_t *a, int pass) {
+  const int64_t lim = (int64_t)1 << 24;
+  if (a->n < 1 || a->c < 1 || a->k < 1 || a->r < 1 || a->s < 1 || a->p < 1 || a->q < 1 || a->h < 1 || a->wd < 1 ||
+      a->c > lim || a->k > lim || a->h > lim || a->wd > lim || a->r > lim || a->s > lim || a->stride_h < 1 ||
+      a->stride_w < 1 || a->dil_h < 1 || a->dil_w < 1 || a->pad_h < 0 || a->pad_w < 0 || a->pad_h > lim || a->pad_w > lim)
+    return 0;
+  const int64_t weights = a->k * a->c * a->r * a->s;
+  int64_t floats;
+  if (pass == 2) {
+    const int64_t images = aq_conv2d_tiled_images(a), staged = images * aq_conv2d_tiled_image_floats(a);
+    floats = !images ? 0 : staged > aq_conv2d_tiled_scratch(a) ? staged : aq_conv2d_tiled_scratch(a);
+  } else {
+    floats = weights + (pass == 0 ? a->c * aq_conv2d_tiled_window(a, 0) * aq_conv2d_tiled_stride(a) : a->k * a->p * a->q);
+  }
+  return floats > 0 && floats * 4 <= AQ_GPU_CONV2D_TILED_BYTES ? floats * 4 : 0;
+}
+
 /* ---- fp32 conv2d backward filter: two builds --------------------------------
  * aq_conv2d_bwd_filter_f32 sums over the batch's output positions for each
  * item: a run of at most AQ_GPU_CONV2D_BWD_FILTER_WIDTH of a filter's r * s
@@ -236,11 +304,12 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bwd_filter_items(const aq_con
 static inline int aq_conv2d_bwd_filter_split(const aq_conv2d_args_t *a) {
   int64_t w;
   aq_conv2d_bwd_filter_items(a, &w);
+  if (aq_conv2d_tiled_bytes(a, 2)) w = a->k * 2; /* tiled: a block a filter */
   return w < AQ_GPU_CONV2D_BWD_FILTER_FILL ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT : 1;
 }
 
 static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d_args_t *a, int split) {
-  int64_t items = aq_conv2d_bwd_filter_items(a, NULL);
+  int64_t items = aq_conv2d_tiled_bytes(a, 2) ? a->k : aq_conv2d_bwd_filter_items(a, NULL);
   return aq_gpu_threads_shape((items > 0 ? items : 1) * split * AQ_GPU_BLOCK);
 }
 
@@ -256,6 +325,19 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
   return kernel;
 }
 
+/* The group segment (dynamic shared memory, bytes) a GPU kernel's packet
+ * must ask for: the bf16 matmul's tiles (past the 48 KB a block gets by
+ * default) and the tiled conv2d passes' planes; 0 for the rest. */
+static inline uint32_t aq_gpu_op_group_segment(const char *kernel, const void *kernarg) {
+  static const char *const f32_passes[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER,
+                                           AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT};
+  if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return AQ_GPU_MATMUL_BF16_GROUP_SEGMENT;
+  for (int pass = 0; pass < 4; ++pass)
+    if (!strcmp(kernel, f32_passes[pass]))
+      return (uint32_t)aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, pass < 2 ? pass : 2);
+  return 0;
+}
+
 static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void *kernarg, aq_dispatch_shape_t cpu) {
   if (!strcmp(kernel, AQ_KERNEL_MATMUL)) return aq_matmul_f32_gpu_shape((const aq_matmul_args_t *)kernarg);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED))
@@ -265,8 +347,10 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (!strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) ||
       !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) {
     const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
-    if (!strcmp(kernel, AQ_KERNEL_CONV2D)) return aq_gpu_threads_shape(a->n * a->k * a->p * a->q);
-    if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA)) return aq_gpu_threads_shape(a->n * a->c * a->h * a->wd);
+    if (!strcmp(kernel, AQ_KERNEL_CONV2D))
+      return aq_gpu_threads_shape(aq_conv2d_tiled_bytes(a, 0) ? a->n * AQ_GPU_BLOCK : a->n * a->k * a->p * a->q);
+    if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA))
+      return aq_gpu_threads_shape(aq_conv2d_tiled_bytes(a, 1) ? a->n * AQ_GPU_BLOCK : a->n * a->c * a->h * a->wd);
     return aq_conv2d_bwd_filter_gpu_shape(a, aq_conv2d_bwd_filter_split(a));
   }
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT))

@@ -1,0 +1,327 @@
+// fp32 conv2d passes for planes a block's shared memory holds (launch.h:
+// aq_conv2d_tiled_bytes says which, and the group segment they need). The
+// direct loops of conv2d_direct.cuh pay two global loads, bounds checks and
+// index divisions an FMA, which on a LeNet's few channels is nearly all
+// they do; here a block stages what it reads once, zero-padded where the
+// window leaves the image, and each thread keeps several outputs in
+// registers, so an FMA costs about one shared load and no checks:
+//  - forward: a block an image; a thread an output position and up to KB
+//    filters (the filter's weights a warp reads are the same: broadcast);
+//  - backward data: a block an image; a thread an input position and up to
+//    KB channels, gathering the outputs whose windows cover it;
+//  - backward filter: a block a filter, or a cluster of S blocks splitting
+//    the batch; a thread a channel's row of taps (or the bias) over a share
+//    of the staged output rows; as many images staged at a time as fit. The
+//    block's partials are summed in a fixed order, then the cluster's in
+//    rank order (distributed shared memory), so results depend on the shape
+//    and launch only.
+// Every pass walks its items grid-stride, so any grid is correct; a launch
+// without the group segment (or with larger blocks than AQ_GPU_BLOCK) takes
+// the direct loops.
+#pragma once
+#include "conv2d_direct.cuh"
+
+namespace conv {
+
+constexpr int KB = AQ_GPU_CONV2D_TILED_KB, UPT = AQ_GPU_CONV2D_TILED_UPT;
+
+__device__ __forceinline__ uint32_t dynamic_smem() {
+#if defined(AQ_HIP)
+  return 0;
+#else
+  uint32_t v;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+  return v;
+#endif
+}
+
+__device__ inline bool tiled(const aq_conv2d_args_t &a, int pass) {
+  const int64_t need = aq_conv2d_tiled_bytes(&a, pass);
+  return need > 0 && dynamic_smem() >= need && block_threads() <= AQ_GPU_BLOCK &&
+         (pass != 2 || aq_conv2d_tiled_filter_units(&a) <= (int64_t)UPT * block_threads());
+}
+
+extern __shared__ float tiled_smem[];
+
+// Index sizes of a tiled launch: every one under 2^31 (launch.h bounds the
+// shared planes to 48 KB, and so their extents).
+struct dims {
+  int c, k, r, s, h, w, p, q, sh, sw, ph, pw, dh, dw, hs, cols, ws, rs, crs; /* ws: the window's row stride */
+  bool flat; /* the window is the image */
+  __device__ explicit dims(const aq_conv2d_args_t &a)
+      : c((int)a.c), k((int)a.k), r((int)a.r), s((int)a.s), h((int)a.h), w((int)a.wd), p((int)a.p), q((int)a.q),
+        sh(a.stride_h), sw(a.stride_w), ph(a.pad_h), pw(a.pad_w), dh(a.dil_h), dw(a.dil_w),
+        hs((int)aq_conv2d_tiled_window(&a, 0)), cols((int)aq_conv2d_tiled_window(&a, 1)),
+        ws((int)aq_conv2d_tiled_stride(&a)), rs(r * s), crs(c * r * s), flat(hs == h && ws == w && !ph && !pw) {}
+};
+
+// Copies one float to shared memory, or a zero where !valid, without
+// waiting for it (sm_80's cp.async): a thread's copies of a stage are all
+// in flight at once, where loads and stores in turn would pay a global
+// load's latency each. staged() waits for the thread's copies; a barrier
+// after it makes everyone's visible.
+__device__ __forceinline__ void stage_one(float *dst, const float *src, bool valid) {
+#if defined(AQ_HIP) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800
+  *dst = valid ? __ldg(src) : 0.0f;
+#else
+  const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 4 : 0) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void staged() {
+#if !defined(AQ_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Stages n floats from src to dst, 16 bytes a copy where both are aligned.
+__device__ inline void stage_flat(float *dst, const float *src, int n) {
+  const int t = block_thread(), nt = block_threads();
+#if !defined(AQ_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (((uintptr_t)dst | (uintptr_t)src) % 16 == 0) {
+    for (int i = 4 * t; i + 3 < n; i += 4 * nt) {
+      const unsigned to = (unsigned)__cvta_generic_to_shared(dst + i);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(src + i) : "memory");
+    }
+    for (int i = n / 4 * 4 + t; i < n; i += nt) stage_one(dst + i, src + i, true);
+    return;
+  }
+#endif
+  for (int i = t; i < n; i += nt) stage_one(dst + i, src + i, true);
+}
+
+// Stages the zero-padded input windows of nb consecutive images from x
+// (c-major; row 0 is the input's row -pad_h), one after another in dst.
+// Without padding the windows are the images: one flat copy. Otherwise a
+// warp a row, so index arithmetic is paid a row, not an element (blocks of
+// partial warps: a thread a row).
+__device__ inline void stage_windows(const dims &d, const float *x, int nb, float *dst) {
+  if (d.flat) return stage_flat(dst, x, nb * d.c * d.h * d.w);
+  const int t = block_thread(), nt = block_threads(), width = nt % 32 ? 1 : 32;
+  const int lane = t % width, step = nt / width, rows = d.c * d.hs;
+  int rem = t / width, img = 0;
+  for (; rem >= rows; rem -= rows) ++img;
+  for (; img < nb; img += (rem += step) / rows, rem %= rows) {
+    const int c = rem / d.hs, row = rem - c * d.hs, ih = row - d.ph;
+    const float *src = x + ((int64_t)img * d.c + c) * d.h * d.w + (int64_t)ih * d.w;
+    float *to = dst + (img * rows + rem) * d.ws;
+    const bool row_in = (unsigned)ih < (unsigned)d.h;
+    for (int col = lane; col < d.cols; col += width) {
+      const int iw = col - d.pw;
+      const bool in = row_in && (unsigned)iw < (unsigned)d.w;
+      stage_one(to + col, in ? src + iw : x, in);
+    }
+  }
+}
+
+__device__ inline void stage_weights(const aq_conv2d_args_t &a, float *ws, int n) {
+  for (int i = block_thread(); i < n; i += block_threads()) stage_one(ws + i, a.w + i, true);
+}
+
+__device__ void forward_tiled(const aq_conv2d_args_t &a) {
+  const dims d(a);
+  const int window = d.c * d.hs * d.ws, pq = d.p * d.q, groups = (d.k + KB - 1) / KB, items = pq * groups;
+  float *xs = tiled_smem, *wsm = xs + window;
+  stage_weights(a, wsm, d.k * d.crs);
+  for (int64_t n = grid_block(); n < a.n; n += grid_blocks()) {
+    const float *x = a.x + n * d.c * d.h * d.w;
+    __syncthreads(); /* the last image's readers are done */
+    stage_windows(d, x, 1, xs);
+    staged();
+    __syncthreads();
+    for (int it = block_thread(); it < items; it += block_threads()) {
+      const int g = it / pq, pos = it - g * pq, p = pos / d.q, q = pos - p * d.q, k0 = g * KB;
+      int woff[KB];
+      float acc[KB];
+#pragma unroll
+      for (int j = 0; j < KB; ++j) woff[j] = (k0 + j < d.k ? k0 + j : d.k - 1) * d.crs, acc[j] = 0.0f;
+      const float *xb = xs + p * d.sh * d.ws + q * d.sw;
+      int wi = 0;
+      for (int c = 0; c < d.c; ++c, xb += d.hs * d.ws)
+        for (int r = 0; r < d.r; ++r) {
+          const float *xr = xb + r * d.dh * d.ws;
+          for (int s = 0; s < d.s; ++s, ++wi) {
+            const float v = xr[s * d.dw];
+#pragma unroll
+            for (int j = 0; j < KB; ++j) acc[j] = fmaf(wsm[woff[j] + wi], v, acc[j]);
+          }
+        }
+      float *y = a.y + (n * d.k + k0) * pq + pos;
+#pragma unroll
+      for (int j = 0; j < KB; ++j)
+        if (k0 + j < d.k) y[(int64_t)j * pq] = acc[j] + (a.bias ? a.bias[k0 + j] : 0.0f);
+    }
+  }
+}
+
+// The output index o (row or column) whose window reaches input index i
+// through tap t, or -1.
+__device__ __forceinline__ int tap_source(int i, int pad, int t, int dil, int stride, int limit) {
+  const int at = i + pad - t * dil;
+  if (at < 0) return -1;
+  const int o = stride == 1 ? at : at / stride;
+  return o * stride == at && o < limit ? o : -1;
+}
+
+__device__ void backward_data_tiled(const aq_conv2d_args_t &a) {
+  const dims d(a);
+  const int pq = d.p * d.q, hw = d.h * d.w, groups = (d.c + KB - 1) / KB, items = hw * groups;
+  float *dys = tiled_smem, *wsm = dys + d.k * pq;
+  stage_weights(a, wsm, d.k * d.crs);
+  for (int64_t n = grid_block(); n < a.n; n += grid_blocks()) {
+    const float *dy = a.dy + n * d.k * pq;
+    __syncthreads();
+    for (int i = block_thread(); i < d.k * pq; i += block_threads()) stage_one(dys + i, dy + i, true);
+    staged();
+    __syncthreads();
+    for (int it = block_thread(); it < items; it += block_threads()) {
+      const int g = it / hw, pos = it - g * hw, ih = pos / d.w, iw = pos - ih * d.w, c0 = g * KB;
+      int coff[KB];
+      float acc[KB];
+#pragma unroll
+      for (int j = 0; j < KB; ++j) coff[j] = (c0 + j < d.c ? c0 + j : d.c - 1) * d.rs, acc[j] = 0.0f;
+      for (int r = 0; r < d.r; ++r) {
+        const int p = tap_source(ih, d.ph, r, d.dh, d.sh, d.p);
+        if (p < 0) continue;
+        for (int s = 0; s < d.s; ++s) {
+          const int q = tap_source(iw, d.pw, s, d.dw, d.sw, d.q);
+          if (q < 0) continue;
+          const float *g0 = dys + p * d.q + q, *w0 = wsm + r * d.s + s;
+          for (int k = 0; k < d.k; ++k) {
+            const float v = g0[k * pq];
+            const float *wk = w0 + k * d.crs;
+#pragma unroll
+            for (int j = 0; j < KB; ++j) acc[j] = fmaf(wk[coff[j]], v, acc[j]);
+          }
+        }
+      }
+      float *dx = a.dx + (n * d.c + c0) * hw + pos;
+#pragma unroll
+      for (int j = 0; j < KB; ++j)
+        if (c0 + j < d.c) dx[(int64_t)j * hw] = acc[j];
+    }
+  }
+}
+
+// Backward filter: filter k's sums over images [n0, n1), staged `batch`
+// at a time. A unit is a channel's row of taps (c * r_count + r) or, last,
+// the bias. Where the filter has no more units than threads, thread t sums
+// unit t % units over every groups-th staged output row from t / units;
+// otherwise it sums units t, t + nt, ... over all of them. A thread keeps
+// a row's T taps in registers: a row of dy read once feeds T FMAs. The
+// window's odd row stride puts the rows a warp reads in different banks.
+template <int T>
+__device__ inline void filter_sums(const aq_conv2d_args_t &a, const dims &d, int64_t k, int64_t n0, int64_t n1,
+                                   int batch, float *stage, float (&acc)[UPT][T]) {
+  const int t = block_thread(), nt = block_threads(), units = (int)aq_conv2d_tiled_filter_units(&a);
+  const int groups = units <= nt ? nt / units : 1, window = d.c * d.hs * d.ws, pq = d.p * d.q;
+  const int mine = units <= nt ? (t < groups * units ? 1 : 0) : (units - t + nt - 1) / nt;
+  const int grp = units <= nt ? t / units : 0;
+  float *const dys = stage + batch * window; /* the windows, then the dy planes */
+#pragma unroll
+  for (int j = 0; j < UPT; ++j)
+#pragma unroll
+    for (int s = 0; s < T; ++s) acc[j][s] = 0.0f;
+  for (int64_t b0 = n0; b0 < n1; b0 += batch) {
+    const int nb = (int)(n1 - b0 < batch ? n1 - b0 : batch);
+    __syncthreads();
+    stage_windows(d, a.x + b0 * d.c * d.h * d.w, nb, stage);
+    for (int img = 0; img < nb; ++img) stage_flat(dys + img * pq, a.dy + ((b0 + img) * d.k + k) * pq, pq);
+    staged();
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < UPT; ++j) {
+      if (j >= mine) break;
+      const int unit = units <= nt ? t % units : t + j * nt, c = unit / d.r, r = unit - c * d.r;
+      const bool bias = unit == d.c * d.r;
+      const int xoff = bias ? 0 : c * d.hs * d.ws + r * d.dh * d.ws, first = units <= nt ? grp : 0;
+      int img = first / d.p, p = first - img * d.p;
+      for (; img < nb; img += (p += groups) / d.p, p %= d.p) {
+        const float *g = dys + img * pq + p * d.q, *x = stage + img * window + xoff + p * d.sh * d.ws;
+        if (bias) {
+          for (int q = 0; q < d.q; ++q) acc[j][0] += g[q];
+          continue;
+        }
+        for (int q = 0; q < d.q; ++q, x += d.sw) {
+          const float v = g[q];
+#pragma unroll
+          for (int s = 0; s < T; ++s)
+            if (s < d.s) acc[j][s] = fmaf(v, x[s * d.dw], acc[j][s]);
+        }
+      }
+    }
+  }
+}
+
+template <int S, int T>
+__device__ void backward_filter_tiled_taps(const aq_conv2d_args_t &a) {
+  const dims d(a);
+  const int t = block_thread(), nt = block_threads(), units = (int)aq_conv2d_tiled_filter_units(&a);
+  const int groups = units <= nt ? nt / units : 1, batch = (int)aq_conv2d_tiled_images(&a), rows = d.c * d.r;
+  float *stage = tiled_smem, *red = tiled_smem, *part = tiled_smem + AQ_GPU_BLOCK * d.s; /* red, part: once summed */
+#ifdef AQ_CONV_CLUSTERS
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = S > 1 ? (int)cluster.block_rank() : 0, ranks = S;
+#else
+  if (S > 1 && grid_block() % S) return; /* the first block of a cluster's worth does it all */
+  const int rank = 0, ranks = 1;
+#endif
+  const int64_t n0 = a.n * rank / ranks, n1 = a.n * (rank + 1) / ranks;
+  const int64_t clusters = grid_blocks() / S > 0 ? grid_blocks() / S : 1;
+  for (int64_t k = grid_block() / S; k < a.k; k += clusters) {
+    float acc[UPT][T];
+    filter_sums<T>(a, d, k, n0, n1, batch, stage, acc);
+    __syncthreads(); /* the stage is summed: red and part take its place */
+    if (units <= nt) {
+      if (t < groups * units)
+#pragma unroll
+        for (int s = 0; s < T; ++s)
+          if (s < d.s) red[t * d.s + s] = acc[0][s];
+      __syncthreads();
+      for (int i = t; i < units * d.s; i += nt) {
+        float sum = 0.0f;
+        for (int g = 0; g < groups; ++g) sum += red[g * units * d.s + i];
+        part[i] = sum;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < UPT; ++j)
+        if (t + j * nt < units)
+#pragma unroll
+          for (int s = 0; s < T; ++s)
+            if (s < d.s) part[(t + j * nt) * d.s + s] = acc[j][s];
+    }
+    float *const dw = a.dw + k * d.crs;
+#ifdef AQ_CONV_CLUSTERS
+    if (S > 1) {
+      cluster.sync();
+      for (int i = t; rank == 0 && i <= rows * d.s; i += nt) {
+        if (i == rows * d.s && !a.dbias) break;
+        float sum = 0.0f;
+#pragma unroll
+        for (int r = 0; r < S; ++r) sum += cluster.map_shared_rank(part, r)[i];
+        if (i < rows * d.s) dw[i] = sum;
+        else a.dbias[k] = sum;
+      }
+      cluster.sync();
+      continue;
+    }
+#endif
+    __syncthreads();
+    for (int i = t; i < rows * d.s; i += nt) dw[i] = part[i];
+    if (a.dbias && t == 0) a.dbias[k] = part[rows * d.s];
+  }
+}
+
+// The taps a thread keeps in registers: the fewest of 3, 5, 8 that hold a
+// filter row (launch.h caps rows at AQ_GPU_CONV2D_TILED_TAPS).
+template <int S>
+__device__ void backward_filter_tiled(const aq_conv2d_args_t &a) {
+  if (a.s <= 3) backward_filter_tiled_taps<S, 3>(a);
+  else if (a.s <= 5) backward_filter_tiled_taps<S, 5>(a);
+  else backward_filter_tiled_taps<S, AQ_GPU_CONV2D_TILED_TAPS>(a);
+}
+
+}  // namespace conv
