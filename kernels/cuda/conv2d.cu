@@ -16,7 +16,7 @@ AQ_KERNEL void aq_conv2d_bwd_data_f32(aq_conv2d_args_t a) {
   else conv::backward_data(a, a.w, a.dy);
 }
 
-AQ_KERNEL void aq_conv2d_bwd_filter_f32(aq_conv2d_args_t a) {
+AQ_KERNEL void __launch_bounds__(AQ_GPU_CONV2D_TILED_FILTER_BLOCK) aq_conv2d_bwd_filter_f32(aq_conv2d_args_t a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
   if (conv::tiled(a, 2)) conv::backward_filter_tiled<1>(a);
   else conv::backward_filter_fast<float, 1>(a, a.x, a.dy);
@@ -24,8 +24,7 @@ AQ_KERNEL void aq_conv2d_bwd_filter_f32(aq_conv2d_args_t a) {
 
 // The same, the batch split over a cluster (ops_gpu.h: the grid's x a
 // multiple of the cluster).
-// Two blocks an SM: the split build's clusters of 8 fit twice as many at once.
-AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(AQ_GPU_BLOCK, 2)
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_TILED_FILTER_BLOCK)
     aq_conv2d_bwd_filter_f32_split(aq_conv2d_args_t a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
   if (conv::tiled(a, 2)) conv::backward_filter_tiled<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);

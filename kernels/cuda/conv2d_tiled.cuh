@@ -16,7 +16,7 @@
 //    rank order (distributed shared memory), so results depend on the shape
 //    and launch only.
 // Every pass walks its items grid-stride, so any grid is correct; a launch
-// without the group segment (or with larger blocks than AQ_GPU_BLOCK) takes
+// without the group segment (or with larger blocks than launch.h's) takes
 // the direct loops.
 #pragma once
 #include "conv2d_direct.cuh"
@@ -37,7 +37,7 @@ __device__ __forceinline__ uint32_t dynamic_smem() {
 
 __device__ inline bool tiled(const aq_conv2d_args_t &a, int pass) {
   const int64_t need = aq_conv2d_tiled_bytes(&a, pass);
-  return need > 0 && dynamic_smem() >= need && block_threads() <= AQ_GPU_BLOCK &&
+  return need > 0 && dynamic_smem() >= need && block_threads() <= (pass == 2 ? AQ_GPU_CONV2D_TILED_FILTER_BLOCK : AQ_GPU_BLOCK) &&
          (pass != 2 || aq_conv2d_tiled_filter_units(&a) <= (int64_t)UPT * block_threads());
 }
 
@@ -259,7 +259,8 @@ __device__ void backward_filter_tiled_taps(const aq_conv2d_args_t &a) {
   const dims d(a);
   const int t = block_thread(), nt = block_threads(), units = (int)aq_conv2d_tiled_filter_units(&a);
   const int groups = units <= nt ? nt / units : 1, batch = (int)aq_conv2d_tiled_images(&a), rows = d.c * d.r;
-  float *stage = tiled_smem, *red = tiled_smem, *part = tiled_smem + AQ_GPU_BLOCK * d.s; /* red, part: once summed */
+  /* red and part take the stage's place once it is summed */
+  float *stage = tiled_smem, *red = tiled_smem, *part = tiled_smem + AQ_GPU_CONV2D_TILED_FILTER_BLOCK * d.s;
 #ifdef AQ_CONV_CLUSTERS
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();

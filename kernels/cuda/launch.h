@@ -208,6 +208,7 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_gpu_shape(const aq_conv2d_args_
 #define AQ_GPU_CONV2D_TILED_KB 8        /* forward: filters a thread; backward data: channels a thread */
 #define AQ_GPU_CONV2D_TILED_TAPS 8      /* backward filter: a filter row's taps at most */
 #define AQ_GPU_CONV2D_TILED_UPT 4       /* backward filter: filter rows a thread at most */
+#define AQ_GPU_CONV2D_TILED_FILTER_BLOCK 512 /* backward filter: the most threads a block (few blocks: more warps each) */
 
 /* The zero-padded input window the outputs read: rows (cols = 0) or cols. */
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_window(const aq_conv2d_args_t *a, int cols) {
@@ -234,9 +235,10 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_image_floats(const aq_c
   return a->c * aq_conv2d_tiled_window(a, 0) * aq_conv2d_tiled_stride(a) + a->p * a->q;
 }
 /* The partial sums: a row of taps for every unit and thread (at most a
- * block of AQ_GPU_BLOCK), then the block's sum for every unit. */
+ * block of AQ_GPU_CONV2D_TILED_FILTER_BLOCK), then the block's sum for
+ * every unit. */
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_scratch(const aq_conv2d_args_t *a) {
-  return (AQ_GPU_BLOCK + aq_conv2d_tiled_filter_units(a)) * a->s;
+  return (AQ_GPU_CONV2D_TILED_FILTER_BLOCK + aq_conv2d_tiled_filter_units(a)) * a->s;
 }
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_images(const aq_conv2d_args_t *a) {
   const int64_t per = aq_conv2d_tiled_image_floats(a), room = AQ_GPU_CONV2D_TILED_BYTES / 4;
@@ -309,7 +311,14 @@ static inline int aq_conv2d_bwd_filter_split(const aq_conv2d_args_t *a) {
 }
 
 static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d_args_t *a, int split) {
-  int64_t items = aq_conv2d_tiled_bytes(a, 2) ? a->k : aq_conv2d_bwd_filter_items(a, NULL);
+  if (aq_conv2d_tiled_bytes(a, 2)) { /* blocks for fewer than half the SMs: twice the threads each */
+    const int64_t blocks = a->k * split;
+    const uint16_t threads = blocks * 2 < AQ_GPU_MATMUL_F32_BIG_TILES ? AQ_GPU_CONV2D_TILED_FILTER_BLOCK : AQ_GPU_BLOCK;
+    aq_dispatch_shape_t s = aq_gpu_threads_shape(blocks * threads);
+    s.workgroup[0] = threads;
+    return s;
+  }
+  int64_t items = aq_conv2d_bwd_filter_items(a, NULL);
   return aq_gpu_threads_shape((items > 0 ? items : 1) * split * AQ_GPU_BLOCK);
 }
 
