@@ -151,6 +151,39 @@ __device__ void backward_filter(const aq_conv2d_args_t &a, const T *xs, const T 
 
 constexpr int BWD_W = AQ_GPU_CONV2D_BWD_FILTER_WIDTH;
 
+// The split builds' share of the batch: this block's rank among the *ranks
+// blocks of its cluster of S; without clusters, the first block of each
+// cluster's worth takes the whole batch (rank 0 of 1) and the others -1.
+template <int S>
+__device__ inline int split_rank(int *ranks) {
+#ifdef AQ_CONV_CLUSTERS
+  *ranks = S;
+  return S > 1 ? (int)cooperative_groups::this_cluster().block_rank() : 0;
+#else
+  *ranks = 1;
+  return S > 1 && grid_block() % S ? -1 : 0;
+#endif
+}
+
+// Rank 0 hands out(i, sum) the sums over its cluster's S blocks, added in
+// rank order, of part[i] for i < n; every block of the cluster must call it.
+template <int S, typename Out>
+__device__ inline void cluster_sums(const float *part, int64_t n, int rank, Out out) {
+#ifdef AQ_CONV_CLUSTERS
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  for (int64_t i = block_thread(); rank == 0 && i < n; i += block_threads()) {
+    float s = 0.0f;
+#pragma unroll
+    for (int r = 0; r < S; ++r) s += cluster.map_shared_rank(part, r)[i];
+    out(i, s);
+  }
+  cluster.sync(); /* part is not rewritten before rank 0 has read it */
+#else
+  (void)part, (void)n, (void)rank, (void)out;
+#endif
+}
+
 // out[0..nw) = the block's sums of acc[0..nw), in part (shared); every
 // thread of the block must call it.
 __device__ __forceinline__ void block_sums(const float (&acc)[BWD_W], int nw, float (*red)[BWD_W + 1], float *scratch,
@@ -223,14 +256,9 @@ __device__ void backward_filter_items(const aq_conv2d_args_t &a, const T *xs, co
   const int width = aq_conv2d_bwd_filter_width(&a);
   const int64_t rs = a.r * a.s, chunks = (rs + width - 1) / width, witems = a.k * a.c * chunks;
   const int64_t items = witems + (a.dbias ? a.k : 0), positions = a.n * a.p * a.q;
-#ifdef AQ_CONV_CLUSTERS
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = S > 1 ? (int)cluster.block_rank() : 0, ranks = S;
-#else
-  if (S > 1 && grid_block() % S) return; /* the first block of a cluster's worth does it all */
-  const int rank = 0, ranks = 1;
-#endif
+  int ranks;
+  const int rank = split_rank<S>(&ranks);
+  if (rank < 0) return;
   const int64_t j0 = positions * rank / ranks, j1 = positions * (rank + 1) / ranks;
   const int64_t clusters = grid_blocks() / S > 0 ? grid_blocks() / S : 1;
   for (int64_t it = grid_block() / S; it < items; it += clusters) {
@@ -245,14 +273,7 @@ __device__ void backward_filter_items(const aq_conv2d_args_t &a, const T *xs, co
     const int t = block_thread();
 #ifdef AQ_CONV_CLUSTERS
     if (S > 1) {
-      cluster.sync();
-      for (int j = t; rank == 0 && j < nw; j += block_threads()) {
-        float s = 0.0f;
-#pragma unroll
-        for (int r = 0; r < S; ++r) s += cluster.map_shared_rank(part, r)[j];
-        out[j] = s;
-      }
-      cluster.sync();
+      cluster_sums<S>(part, nw, rank, [&](int64_t j, float s) { out[j] = s; });
       continue;
     }
 #endif

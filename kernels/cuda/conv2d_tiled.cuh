@@ -35,16 +35,19 @@ __device__ __forceinline__ uint32_t dynamic_smem() {
 #endif
 }
 
+// Whether this launch runs `pass` tiled: the group segment launch.h sizes
+// it with, and blocks no larger than its scratch is sized for.
 __device__ inline bool tiled(const aq_conv2d_args_t &a, int pass) {
   const int64_t need = aq_conv2d_tiled_bytes(&a, pass);
-  return need > 0 && dynamic_smem() >= need && block_threads() <= (pass == 2 ? AQ_GPU_CONV2D_TILED_FILTER_BLOCK : AQ_GPU_BLOCK) &&
+  const int most = pass == 2 ? AQ_GPU_CONV2D_TILED_FILTER_BLOCK : AQ_GPU_BLOCK;
+  return need > 0 && dynamic_smem() >= need && block_threads() <= most &&
          (pass != 2 || aq_conv2d_tiled_filter_units(&a) <= (int64_t)UPT * block_threads());
 }
 
 extern __shared__ float tiled_smem[];
 
 // Index sizes of a tiled launch: every one under 2^31 (launch.h bounds the
-// shared planes to 48 KB, and so their extents).
+// extents by 2^24 and the staged planes by AQ_GPU_CONV2D_TILED_BYTES).
 struct dims {
   int c, k, r, s, h, w, p, q, sh, sw, ph, pw, dh, dw, hs, cols, ws, rs, crs; /* ws: the window's row stride */
   bool flat; /* the window is the image */
@@ -119,23 +122,37 @@ __device__ inline void stage_weights(const aq_conv2d_args_t &a, float *ws, int n
   for (int i = block_thread(); i < n; i += block_threads()) stage_one(ws + i, a.w + i, true);
 }
 
+// off[j] = min(first + j, count - 1) * scale, acc[j] = 0: a thread's KB
+// filters (forward) or channels (backward data), the ones past the last
+// read in place of the last and never written.
+__device__ __forceinline__ void clamped_offsets(int first, int count, int scale, int (&off)[KB], float (&acc)[KB]) {
+#pragma unroll
+  for (int j = 0; j < KB; ++j) off[j] = (first + j < count ? first + j : count - 1) * scale, acc[j] = 0.0f;
+}
+
+// A block an image, grid-stride: stage(n) stages what image n's items
+// read (cp.async), then item(n, it) runs for each of its `items`.
+template <typename Stage, typename Item>
+__device__ inline void per_image(const aq_conv2d_args_t &a, int items, Stage stage, Item item) {
+  for (int64_t n = grid_block(); n < a.n; n += grid_blocks()) {
+    __syncthreads(); /* the last image's readers are done */
+    stage(n);
+    staged();
+    __syncthreads();
+    for (int it = block_thread(); it < items; it += block_threads()) item(n, it);
+  }
+}
+
 __device__ void forward_tiled(const aq_conv2d_args_t &a) {
   const dims d(a);
   const int window = d.c * d.hs * d.ws, pq = d.p * d.q, groups = (d.k + KB - 1) / KB, items = pq * groups;
   float *xs = tiled_smem, *wsm = xs + window;
   stage_weights(a, wsm, d.k * d.crs);
-  for (int64_t n = grid_block(); n < a.n; n += grid_blocks()) {
-    const float *x = a.x + n * d.c * d.h * d.w;
-    __syncthreads(); /* the last image's readers are done */
-    stage_windows(d, x, 1, xs);
-    staged();
-    __syncthreads();
-    for (int it = block_thread(); it < items; it += block_threads()) {
+  per_image(a, items, [&](int64_t n) { stage_windows(d, a.x + n * d.c * d.h * d.w, 1, xs); }, [&](int64_t n, int it) {
       const int g = it / pq, pos = it - g * pq, p = pos / d.q, q = pos - p * d.q, k0 = g * KB;
       int woff[KB];
       float acc[KB];
-#pragma unroll
-      for (int j = 0; j < KB; ++j) woff[j] = (k0 + j < d.k ? k0 + j : d.k - 1) * d.crs, acc[j] = 0.0f;
+      clamped_offsets(k0, d.k, d.crs, woff, acc);
       const float *xb = xs + p * d.sh * d.ws + q * d.sw;
       int wi = 0;
       for (int c = 0; c < d.c; ++c, xb += d.hs * d.ws)
@@ -151,8 +168,7 @@ __device__ void forward_tiled(const aq_conv2d_args_t &a) {
 #pragma unroll
       for (int j = 0; j < KB; ++j)
         if (k0 + j < d.k) y[(int64_t)j * pq] = acc[j] + (a.bias ? a.bias[k0 + j] : 0.0f);
-    }
-  }
+  });
 }
 
 // The output index o (row or column) whose window reaches input index i
@@ -169,18 +185,11 @@ __device__ void backward_data_tiled(const aq_conv2d_args_t &a) {
   const int pq = d.p * d.q, hw = d.h * d.w, groups = (d.c + KB - 1) / KB, items = hw * groups;
   float *dys = tiled_smem, *wsm = dys + d.k * pq;
   stage_weights(a, wsm, d.k * d.crs);
-  for (int64_t n = grid_block(); n < a.n; n += grid_blocks()) {
-    const float *dy = a.dy + n * d.k * pq;
-    __syncthreads();
-    for (int i = block_thread(); i < d.k * pq; i += block_threads()) stage_one(dys + i, dy + i, true);
-    staged();
-    __syncthreads();
-    for (int it = block_thread(); it < items; it += block_threads()) {
+  per_image(a, items, [&](int64_t n) { stage_flat(dys, a.dy + n * d.k * pq, d.k * pq); }, [&](int64_t n, int it) {
       const int g = it / hw, pos = it - g * hw, ih = pos / d.w, iw = pos - ih * d.w, c0 = g * KB;
       int coff[KB];
       float acc[KB];
-#pragma unroll
-      for (int j = 0; j < KB; ++j) coff[j] = (c0 + j < d.c ? c0 + j : d.c - 1) * d.rs, acc[j] = 0.0f;
+      clamped_offsets(c0, d.c, d.rs, coff, acc);
       for (int r = 0; r < d.r; ++r) {
         const int p = tap_source(ih, d.ph, r, d.dh, d.sh, d.p);
         if (p < 0) continue;
@@ -200,8 +209,7 @@ __device__ void backward_data_tiled(const aq_conv2d_args_t &a) {
 #pragma unroll
       for (int j = 0; j < KB; ++j)
         if (c0 + j < d.c) dx[(int64_t)j * hw] = acc[j];
-    }
-  }
+  });
 }
 
 // Backward filter: filter k's sums over images [n0, n1), staged `batch`
@@ -261,14 +269,9 @@ __device__ void backward_filter_tiled_taps(const aq_conv2d_args_t &a) {
   const int groups = units <= nt ? nt / units : 1, batch = (int)aq_conv2d_tiled_images(&a), rows = d.c * d.r;
   /* red and part take the stage's place once it is summed */
   float *stage = tiled_smem, *red = tiled_smem, *part = tiled_smem + AQ_GPU_CONV2D_TILED_FILTER_BLOCK * d.s;
-#ifdef AQ_CONV_CLUSTERS
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = S > 1 ? (int)cluster.block_rank() : 0, ranks = S;
-#else
-  if (S > 1 && grid_block() % S) return; /* the first block of a cluster's worth does it all */
-  const int rank = 0, ranks = 1;
-#endif
+  int ranks;
+  const int rank = split_rank<S>(&ranks);
+  if (rank < 0) return;
   const int64_t n0 = a.n * rank / ranks, n1 = a.n * (rank + 1) / ranks;
   const int64_t clusters = grid_blocks() / S > 0 ? grid_blocks() / S : 1;
   for (int64_t k = grid_block() / S; k < a.k; k += clusters) {
@@ -296,17 +299,11 @@ __device__ void backward_filter_tiled_taps(const aq_conv2d_args_t &a) {
     }
     float *const dw = a.dw + k * d.crs;
 #ifdef AQ_CONV_CLUSTERS
-    if (S > 1) {
-      cluster.sync();
-      for (int i = t; rank == 0 && i <= rows * d.s; i += nt) {
-        if (i == rows * d.s && !a.dbias) break;
-        float sum = 0.0f;
-#pragma unroll
-        for (int r = 0; r < S; ++r) sum += cluster.map_shared_rank(part, r)[i];
+    if (S > 1) { /* the bias unit's first tap holds its sum */
+      cluster_sums<S>(part, rows * d.s + (a.dbias ? 1 : 0), rank, [&](int64_t i, float sum) {
         if (i < rows * d.s) dw[i] = sum;
         else a.dbias[k] = sum;
-      }
-      cluster.sync();
+      });
       continue;
     }
 #endif

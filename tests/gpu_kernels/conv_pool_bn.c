@@ -20,6 +20,8 @@ static const conv_case_t conv_cases[] = {
     {64, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2, 1, 1}, /* the Fashion-MNIST CNN's (split backward filter) */
     {64, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0, 1, 1},
     {3, 64, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1}, /* enough filters for the plain backward filter */
+    {2, 3, 70, 70, 2, 3, 3, 1, 1, 1, 1, 1, 1}, /* planes past the tiled passes' shared memory: the direct loops */
+    {2, 2, 12, 12, 3, 3, 9, 1, 1, 4, 4, 1, 1}, /* 9 taps a filter row: the direct backward filter */
 };
 
 /* launch: 0 the scheduler's build and shape, 1 the CPU grid, 2 the split
@@ -81,6 +83,40 @@ Test(gpu_conv, conv2d_forward_and_backwards_stride_padding_dilation) {
 Test(gpu_conv, conv2d_bwd_filter_split_build) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 2);
 }
+/* Which passes run tiled in shared memory, and with what launch (no GPU
+ * needed): the group segment a packet asks for is what the kernel checks. */
+Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
+  aq_conv2d_args_t l1 = {.n = 256, .c = 1, .h = 28, .wd = 28, .k = 6, .r = 5, .s = 5, .stride_h = 1, .stride_w = 1,
+                         .pad_h = 2, .pad_w = 2, .dil_h = 1, .dil_w = 1, .p = 28, .q = 28};
+  aq_conv2d_args_t l2 = {.n = 256, .c = 6, .h = 14, .wd = 14, .k = 16, .r = 5, .s = 5, .stride_h = 1, .stride_w = 1,
+                         .dil_h = 1, .dil_w = 1, .p = 10, .q = 10};
+  const char *passes[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT};
+  for (int i = 0; i < 3; ++i) {
+    uint32_t g1 = aq_gpu_op_group_segment(passes[i], &l1), g2 = aq_gpu_op_group_segment(passes[i], &l2);
+    cr_assert(g1 > 0 && g1 <= AQ_GPU_CONV2D_TILED_BYTES, "%s on LeNet's first layer: %u bytes", passes[i], g1);
+    cr_assert(g2 > 0 && g2 <= AQ_GPU_CONV2D_TILED_BYTES, "%s on LeNet's second layer: %u bytes", passes[i], g2);
+  }
+  cr_assert_eq(aq_conv2d_tiled_stride(&l1), 33, "a 32-float window row is padded off the banks");
+  cr_assert_eq(aq_conv2d_tiled_stride(&l2), 14);
+  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D, &l1, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 256 * AQ_GPU_BLOCK, "a block an image");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &l1), AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &l1, aq_planes_grid(1));
+  cr_assert_eq(s.workgroup[0], AQ_GPU_CONV2D_TILED_FILTER_BLOCK, "48 blocks: the larger blocks");
+  cr_assert_eq(s.grid[0], 6 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_CONV2D_TILED_FILTER_BLOCK, "a cluster a filter");
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &l2, aq_planes_grid(1));
+  cr_assert_eq(s.workgroup[0], AQ_GPU_BLOCK, "128 blocks fill most SMs: the usual blocks");
+  cr_assert_eq(s.grid[0], 16 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK);
+  aq_conv2d_args_t big = {.n = 32, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
+                          .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 56, .q = 56};
+  for (int i = 0; i < 3; ++i) cr_assert_eq(aq_gpu_op_group_segment(passes[i], &big), 0, "%s: direct loops", passes[i]);
+  l2.s = 9, l2.q = 6;
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER, &l2), 0, "9 taps a row: more than a thread keeps");
+  cr_assert(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D, &l2) > 0, "the forward still fits");
+  l2.stride_h = 0;
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D, &l2), 0, "bad arguments run nothing tiled");
+}
+
 Test(gpu_conv, conv2d_under_the_cpu_grid) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 1);
 }
