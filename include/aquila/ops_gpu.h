@@ -116,6 +116,12 @@ extern "C" {
 #define AQ_KERNEL_CONV2D_BWD_DATA_BF16 "aq_conv2d_bwd_data_bf16"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16 "aq_conv2d_bwd_filter_bf16"
 #define AQ_GPU_CONV2D_BF16_THREADS 256
+/* aq_conv2d_bwd_filter_bf16's build for filters whose planes fit a block's
+ * shared memory (a LeNet's, whose dw has too few tiles for the tensor
+ * cores): the fp32 split build's tiled sums on bf16 x and dy, a cluster of
+ * blocks splitting the batch (kernels/cuda/launch.h picks it and its grid,
+ * whose x must be a multiple of the cluster); the same kernarg struct. */
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT "aq_conv2d_bwd_filter_bf16_split"
 
 #ifdef __cplusplus
 }

@@ -40,7 +40,7 @@
 // distributed shared memory (as aq_matmul_f32_split does), and split a
 // strided backward data by output phase so it skips the zeros.
 #include "launch.h"
-#include "conv2d_direct.cuh"
+#include "conv2d_tiled.cuh"
 #include "mma_bf16.cuh"
 
 #ifndef AQ_HIP
@@ -343,5 +343,16 @@ AQ_KERNEL void __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2) aq_conv2d_bwd_fi
 #ifndef AQ_HIP
   if (conv_bf16::tensor_cores(a)) return conv_bf16::convolve<2>(a);
 #endif
+  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
+}
+
+// Where a filter's planes fit shared memory (a LeNet's: dw has too few
+// tiles for the tensor cores to fill a GPU), fp32's tiled backward filter
+// on bf16 x and dy, the batch split over a cluster (launch.h; ops_gpu.h:
+// the grid's x a multiple of the cluster).
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_TILED_FILTER_BLOCK)
+    aq_conv2d_bwd_filter_bf16_split(aq_conv2d_args_t a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+  if (conv::tiled(a, 2)) return conv::backward_filter_tiled<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, uint16_t>(a);
   conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
 }

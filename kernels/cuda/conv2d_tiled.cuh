@@ -72,13 +72,23 @@ __device__ __forceinline__ void stage_one(float *dst, const float *src, bool val
 #endif
 }
 
+// bf16 (uint16_t) elements widen to fp32 on the way: a plain load and store.
+__device__ __forceinline__ void stage_one(float *dst, const uint16_t *src, bool valid) {
+  *dst = valid ? ld(src) : 0.0f;
+}
+
 __device__ __forceinline__ void staged() {
 #if !defined(AQ_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 #endif
 }
 
-// Stages n floats from src to dst, 16 bytes a copy where both are aligned.
+// Stages n elements from src to dst: floats 16 bytes a copy where both
+// are aligned, bf16 one by one.
+__device__ inline void stage_flat(float *dst, const uint16_t *src, int n) {
+  for (int i = block_thread(); i < n; i += block_threads()) stage_one(dst + i, src + i, true);
+}
+
 __device__ inline void stage_flat(float *dst, const float *src, int n) {
   const int t = block_thread(), nt = block_threads();
 #if !defined(AQ_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -99,7 +109,8 @@ __device__ inline void stage_flat(float *dst, const float *src, int n) {
 // Without padding the windows are the images: one flat copy. Otherwise a
 // warp a row, so index arithmetic is paid a row, not an element (blocks of
 // partial warps: a thread a row).
-__device__ inline void stage_windows(const dims &d, const float *x, int nb, float *dst) {
+template <typename E>
+__device__ inline void stage_windows(const dims &d, const E *x, int nb, float *dst) {
   if (d.flat) return stage_flat(dst, x, nb * d.c * d.h * d.w);
   const int t = block_thread(), nt = block_threads(), width = nt % 32 ? 1 : 32;
   const int lane = t % width, step = nt / width, rows = d.c * d.hs;
@@ -107,7 +118,7 @@ __device__ inline void stage_windows(const dims &d, const float *x, int nb, floa
   for (; rem >= rows; rem -= rows) ++img;
   for (; img < nb; img += (rem += step) / rows, rem %= rows) {
     const int c = rem / d.hs, row = rem - c * d.hs, ih = row - d.ph;
-    const float *src = x + ((int64_t)img * d.c + c) * d.h * d.w + (int64_t)ih * d.w;
+    const E *src = x + ((int64_t)img * d.c + c) * d.h * d.w + (int64_t)ih * d.w;
     float *to = dst + (img * rows + rem) * d.ws;
     const bool row_in = (unsigned)ih < (unsigned)d.h;
     for (int col = lane; col < d.cols; col += width) {
@@ -219,9 +230,10 @@ __device__ void backward_data_tiled(const aq_conv2d_args_t &a) {
 // otherwise it sums units t, t + nt, ... over all of them. A thread keeps
 // a row's T taps in registers: a row of dy read once feeds T FMAs. The
 // window's odd row stride puts the rows a warp reads in different banks.
-template <int T>
+template <typename E, int T>
 __device__ inline void filter_sums(const aq_conv2d_args_t &a, const dims &d, int64_t k, int64_t n0, int64_t n1,
                                    int batch, float *stage, float (&acc)[UPT][T]) {
+  const E *xs = (const E *)a.x, *dy = (const E *)a.dy;
   const int t = block_thread(), nt = block_threads(), units = (int)aq_conv2d_tiled_filter_units(&a);
   const int groups = units <= nt ? nt / units : 1, window = d.c * d.hs * d.ws, pq = d.p * d.q;
   const int mine = units <= nt ? (t < groups * units ? 1 : 0) : (units - t + nt - 1) / nt;
@@ -234,8 +246,8 @@ __device__ inline void filter_sums(const aq_conv2d_args_t &a, const dims &d, int
   for (int64_t b0 = n0; b0 < n1; b0 += batch) {
     const int nb = (int)(n1 - b0 < batch ? n1 - b0 : batch);
     __syncthreads();
-    stage_windows(d, a.x + b0 * d.c * d.h * d.w, nb, stage);
-    for (int img = 0; img < nb; ++img) stage_flat(dys + img * pq, a.dy + ((b0 + img) * d.k + k) * pq, pq);
+    stage_windows(d, xs + b0 * d.c * d.h * d.w, nb, stage);
+    for (int img = 0; img < nb; ++img) stage_flat(dys + img * pq, dy + ((b0 + img) * d.k + k) * pq, pq);
     staged();
     __syncthreads();
 #pragma unroll
@@ -262,7 +274,7 @@ __device__ inline void filter_sums(const aq_conv2d_args_t &a, const dims &d, int
   }
 }
 
-template <int S, int T>
+template <typename E, int S, int T>
 __device__ void backward_filter_tiled_taps(const aq_conv2d_args_t &a) {
   const dims d(a);
   const int t = block_thread(), nt = block_threads(), units = (int)aq_conv2d_tiled_filter_units(&a);
@@ -276,7 +288,7 @@ __device__ void backward_filter_tiled_taps(const aq_conv2d_args_t &a) {
   const int64_t clusters = grid_blocks() / S > 0 ? grid_blocks() / S : 1;
   for (int64_t k = grid_block() / S; k < a.k; k += clusters) {
     float acc[UPT][T];
-    filter_sums<T>(a, d, k, n0, n1, batch, stage, acc);
+    filter_sums<E, T>(a, d, k, n0, n1, batch, stage, acc);
     __syncthreads(); /* the stage is summed: red and part take its place */
     if (units <= nt) {
       if (t < groups * units)
@@ -314,12 +326,13 @@ __device__ void backward_filter_tiled_taps(const aq_conv2d_args_t &a) {
 }
 
 // The taps a thread keeps in registers: the fewest of 3, 5, 8 that hold a
-// filter row (launch.h caps rows at AQ_GPU_CONV2D_TILED_TAPS).
-template <int S>
+// filter row (launch.h caps rows at AQ_GPU_CONV2D_TILED_TAPS). E: the
+// element type of x and dy (float, or uint16_t holding bf16).
+template <int S, typename E = float>
 __device__ void backward_filter_tiled(const aq_conv2d_args_t &a) {
-  if (a.s <= 3) backward_filter_tiled_taps<S, 3>(a);
-  else if (a.s <= 5) backward_filter_tiled_taps<S, 5>(a);
-  else backward_filter_tiled_taps<S, AQ_GPU_CONV2D_TILED_TAPS>(a);
+  if (a.s <= 3) backward_filter_tiled_taps<E, S, 3>(a);
+  else if (a.s <= 5) backward_filter_tiled_taps<E, S, 5>(a);
+  else backward_filter_tiled_taps<E, S, AQ_GPU_CONV2D_TILED_TAPS>(a);
 }
 
 }  // namespace conv

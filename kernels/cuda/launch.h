@@ -202,6 +202,8 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_gpu_shape(const aq_conv2d_args_
  *    for one channel, or the bias, over a share of the staged rows (up to
  *    AQ_GPU_CONV2D_TILED_UPT such rows a thread); as many images staged at
  *    a time as fit.
+ * The bf16 backward filter takes the tiled split build too
+ * (AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT), its x and dy widened as staged.
  * The group segment the scheduler gives the packet is what the kernel
  * checks: launched without it (a CPU grid), the direct loops run. */
 #define AQ_GPU_CONV2D_TILED_BYTES 40960 /* under the 48 KB a launch gets unasked, static shared memory beside */
@@ -327,6 +329,8 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d
 static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kernarg) {
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_bwd_filter_split((const aq_conv2d_args_t *)kernarg) > 1)
     return AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
+    return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
   if (!strcmp(kernel, AQ_KERNEL_MATMUL))
     return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build((const aq_matmul_args_t *)kernarg), 0);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED)) /* the fused args start with the product's */
@@ -339,19 +343,23 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
  * default) and the tiled conv2d passes' planes; 0 for the rest. */
 static inline uint32_t aq_gpu_op_group_segment(const char *kernel, const void *kernarg) {
   static const char *const f32_passes[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER,
-                                           AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT};
+                                           AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT};
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return AQ_GPU_MATMUL_BF16_GROUP_SEGMENT;
-  for (int pass = 0; pass < 4; ++pass)
+  for (int pass = 0; pass < 5; ++pass)
     if (!strcmp(kernel, f32_passes[pass]))
       return (uint32_t)aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, pass < 2 ? pass : 2);
   return 0;
 }
 
+/* The launch shape of an op kernel's build: the one aq_gpu_op_kernel picks
+ * for these kernargs (a backward filter's split build needs its grid). */
 static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void *kernarg, aq_dispatch_shape_t cpu) {
   if (!strcmp(kernel, AQ_KERNEL_MATMUL)) return aq_matmul_f32_gpu_shape((const aq_matmul_args_t *)kernarg);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED))
     return aq_matmul_f32_gpu_shape(&((const aq_matmul_fused_args_t *)kernarg)->mm);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return aq_matmul_bf16_gpu_shape((const aq_matmul_args_t *)kernarg);
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
+    return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT); /* its split build's */
   if (aq_conv2d_bf16_pass(kernel) >= 0) return aq_conv2d_bf16_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_bf16_pass(kernel));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) ||
       !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) {
@@ -362,7 +370,7 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
       return aq_gpu_threads_shape(aq_conv2d_tiled_bytes(a, 1) ? a->n * AQ_GPU_BLOCK : a->n * a->c * a->h * a->wd);
     return aq_conv2d_bwd_filter_gpu_shape(a, aq_conv2d_bwd_filter_split(a));
   }
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT))
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT))
     return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
   if (!strcmp(kernel, AQ_KERNEL_MAX_POOL) || !strcmp(kernel, AQ_KERNEL_AVG_POOL))
     return aq_gpu_threads_shape(((const aq_pool_args_t *)kernarg)->planes * ((const aq_pool_args_t *)kernarg)->p *

@@ -31,6 +31,7 @@ static const bcase_t cases[] = {
     {2, 130, 9, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1},    /* 130 input channels: the same for dx */
     {4, 3, 31, 29, 64, 7, 7, 2, 2, 3, 3, 1, 1},   /* a stem: 960 output positions, four row tiles */
     {5, 1, 28, 28, 8, 5, 5, 1, 1, 2, 2, 1, 1},    /* LeNet's first layer: p q = 784, whole chunks of dy */
+    {64, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0, 1, 1},  /* LeNet's second: the tiled split backward filter */
     /* Enough tiles for the big ones (aq_conv2d_bf16_gpu_tiles); the cases
      * above run 64x64 tiles but in the backward filter. */
     {4, 3, 96, 96, 16, 3, 3, 1, 1, 1, 1, 1, 1},   /* 256x64: forward and backward data */
@@ -92,13 +93,17 @@ static void bf16_case(const bcase_t *t) {
   a.dx = dx, a.dw = dw, a.dbias = db;
   const char *names[] = {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16};
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
-  for (int shape = 0; shape < 3; ++shape) {
+  /* 0: the tensor-core tiles; 1: one block; 2: the CPU grid; 3: as the
+   * scheduler launches (the tiled split backward filter where it fits) */
+  for (int shape = 0; shape < 4; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
-      if (shape == 0) gk_run(names[i], &a, aq_gpu_op_shape(names[i], &a, cpu));
+      const char *build = aq_gpu_op_kernel(names[i], &a);
+      if (shape == 0) gk_run(names[i], &a, aq_conv2d_bf16_gpu_shape(&a, i));
       else if (shape == 1) gk_run(names[i], &a, one);
-      else gk_op(names[i], &a, cpu);
+      else if (shape == 2) gk_op(names[i], &a, cpu);
+      else gk_run(build, &a, aq_gpu_op_shape(names[i], &a, cpu));
     }
     expect("y", t, shape, y, ry, my, ny);
     expect("dx", t, shape, dx, rdx, mdx, nx);
@@ -174,8 +179,9 @@ Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
         case 6: i == 1 ? (a.dy = NULL) : (a.x = NULL); break;  /* an input the pass reads */
         default: i == 0 ? (a.y = NULL) : i == 1 ? (a.dx = NULL) : (a.dw = NULL); /* its output */
       }
-      gk_run(names[i], &a, aq_gpu_op_shape(names[i], &a, aq_planes_grid(1)));
-      cr_assert_eq(memcmp(before, out, sizeof(before)), 0, "%s wrote under bad kernarg %d", names[i], kind);
+      const char *build = aq_gpu_op_kernel(names[i], &a); /* as the scheduler: the build, the op's shape */
+      gk_run(build, &a, aq_gpu_op_shape(names[i], &a, aq_planes_grid(1)));
+      cr_assert_eq(memcmp(before, out, sizeof(before)), 0, "%s wrote under bad kernarg %d", build, kind);
     }
   aq_memory_free(in), aq_memory_free(out);
 }
@@ -198,4 +204,15 @@ Test(conv_bf16_shape, a_block_a_tile) {
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &small, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], (3 + 17) * T, "and a block per 8 bias gradients");
   cr_assert_eq(aq_conv2d_bf16_pass(AQ_KERNEL_CONV2D), -1, "fp32 conv2d keeps its own shape");
+  aq_conv2d_args_t lenet = {.n = 256, .c = 6, .h = 14, .wd = 14, .k = 16, .r = 5, .s = 5, .stride_h = 1, .stride_w = 1,
+                            .dil_h = 1, .dil_w = 1, .p = 10, .q = 10};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &lenet), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT,
+                   "16 filters of 150 weights: 3 tiles; the tiled split build instead");
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &lenet, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 16 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * s.workgroup[0], "the split build's grid: a cluster a filter");
+  aq_dispatch_shape_t s2 = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, &lenet, aq_planes_grid(1));
+  cr_assert_eq(s2.grid[0], s.grid[0]);
+  cr_assert(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, &lenet) > 0);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16,
+                   "56x56 planes of 64 channels: the tensor cores");
 }

@@ -121,7 +121,7 @@ typedef struct {
   aq_queue_t q;
   aq_signal_t done;
   aq_kernel_info_t k[2][3]; /* [bf16][pass] */
-  aq_kernel_info_t split;   /* the fp32 backward filter's split build */
+  aq_kernel_info_t split, split_bf16; /* the backward filters' split builds */
   int (*sync)(void);
   cudnn_t dn;
   int reps;
@@ -197,10 +197,12 @@ static void packet(ctx_t *c, int bf16, int pass, const aq_conv2d_args_t *a, hsa_
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
   p->workgroup_size_x = sh.workgroup[0], p->workgroup_size_y = sh.workgroup[1], p->workgroup_size_z = sh.workgroup[2];
   p->grid_size_x = sh.grid[0], p->grid_size_y = sh.grid[1], p->grid_size_z = sh.grid[2];
-  p->group_segment_size = aq_gpu_op_group_segment(name, a);
-  /* the build the scheduler would pick (the fp32 backward filter has two) */
-  int split = strcmp(aq_gpu_op_kernel(name, a), name) != 0;
-  p->kernel_object = split ? c->split.kernel_object : c->k[bf16][pass].kernel_object;
+  /* the build the scheduler would pick (the backward filters have two) */
+  const char *build = aq_gpu_op_kernel(name, a);
+  p->group_segment_size = aq_gpu_op_group_segment(build, a);
+  p->kernel_object = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT)        ? c->split.kernel_object
+                     : !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT) ? c->split_bf16.kernel_object
+                                                                               : c->k[bf16][pass].kernel_object;
   p->kernarg_address = (void *)a;
   p->completion_signal.handle = c->done.handle;
 }
@@ -329,6 +331,7 @@ static int setup(ctx_t *c) {
   for (int t = 0; t < 2; ++t)
     for (int i = 0; i < 3; ++i) CHECK(aq_code_object_find_kernel(co, names[t][i], gpu, &c->k[t][i]));
   CHECK(aq_code_object_find_kernel(co, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, gpu, &c->split));
+  CHECK(aq_code_object_find_kernel(co, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, gpu, &c->split_bf16));
   CHECK(bench_device_region(gpu, &c->dev));
   CHECK(aq_queue_create(gpu, NULL, &c->q));
   CHECK(aq_signal_create(0, &c->done));
