@@ -106,6 +106,7 @@ static const cli_option_t conv_options[] = {
     BENCH_REPS(5),
     {"shapes", 0, CLI_TEXT, "N,C,H,W,K,R,S,STRIDE,PAD;...", "the convolutions (default: LeNet's and ResNet-like)", 0, 0},
     {"dtype", 0, CLI_CHOICE, "f32|bf16|all", "gpu: which precisions (default all)", 0, 0},
+    {"explain", 0, CLI_FLAG, NULL, "gpu: each pass's build and launch on stderr; nothing runs (no GPU needed)", 0, 0},
 };
 
 int aq_bench_conv(int argc, char **argv) {
@@ -118,6 +119,10 @@ int aq_bench_conv(int argc, char **argv) {
   }
   if (agent_kind && strcmp(agent_kind, "cpu")) {
     fprintf(stderr, "aq-bench conv: --agent must be cpu or gpu, not '%s'\n", agent_kind);
+    return 2;
+  }
+  if (bench_arg("explain")) {
+    fprintf(stderr, "aq-bench conv: --explain is for --agent gpu (the CPU pass is measured: AQ_CONV_ALGO)\n");
     return 2;
   }
   int reps = (int)bench_arg_int("reps", 5);

@@ -17,7 +17,9 @@
  * Options: --shapes N,C,H,W,K,R,S,STRIDE,PAD[;...] (default two LeNet-like
  *          convolutions at batch 256 and three ResNet-like layers)
  *          --dtype f32|bf16|all (default all)
- *          --reps R (default 5) */
+ *          --reps R (default 5)
+ *          --explain (each pass's build, path and launch, on stderr; nothing
+ *          runs, so no GPU is needed) */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
@@ -338,6 +340,47 @@ static int setup(ctx_t *c) {
   return 0;
 }
 
+/* One entry of --shapes into a's sizes; 0 if it is not one (an output of
+ * no positions included). */
+static int parse_shape(const char *tok, aq_conv2d_args_t *a) {
+  long v[9];
+  char end;
+  if (sscanf(tok, "%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
+             &v[8], &end) != 9)
+    return 0;
+  for (int i = 0; i < 9; ++i)
+    if (v[i] < (i < 8 ? 1 : 0) || v[i] > (1L << 24)) return 0; /* pad may be 0 */
+  memset(a, 0, sizeof(*a));
+  a->n = v[0], a->c = v[1], a->h = v[2], a->wd = v[3], a->k = v[4], a->r = v[5], a->s = v[6];
+  a->stride_h = a->stride_w = (int32_t)v[7], a->pad_h = a->pad_w = (int32_t)v[8], a->dil_h = a->dil_w = 1;
+  a->p = aq_conv_out(a->h, a->r, a->stride_h, a->pad_h, 1), a->q = aq_conv_out(a->wd, a->s, a->stride_w, a->pad_w, 1);
+  return a->p > 0 && a->q > 0;
+}
+
+/* How a pass's build runs: tiled (it asks for a group segment), tensor
+ * cores (bf16), or the direct loops; `split`: the build the op library
+ * picked is the cluster-split one. */
+static const char *path_of(int tiled, int split, int bf16, int pass) {
+  if (tiled && pass < 2) return "tiled in shared memory, a block an image";
+  if (tiled) return split ? "tiled in shared memory, a cluster a filter splitting the batch" : "tiled, a block a filter";
+  if (bf16) return "implicit GEMM on tensor cores";
+  if (pass < 2) return "direct loops, a thread an output (planes past a block's shared memory)";
+  return split ? "direct loops, runs of weights split over a cluster" : "direct loops, a block a run of weights";
+}
+
+/* --explain: the build the op library picks for each pass, why, and its
+ * launch, as the scheduler would dispatch it (launch.h). */
+static void explain(const char *tok, const aq_conv2d_args_t *a, int bf16, int pass) {
+  const char *op = names[bf16][pass], *build = aq_gpu_op_kernel(op, a);
+  const aq_dispatch_shape_t sh = aq_gpu_op_shape(op, a, aq_planes_grid(1));
+  const uint32_t group = aq_gpu_op_group_segment(build, a);
+  uint64_t blocks = 1, threads = 1;
+  for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
+  fprintf(stderr, "conv %s %s %s: %s, %s; %llu blocks of %llu threads, %u bytes of shared memory a block\n", tok,
+          bf16 ? "bf16" : "f32", passes[pass], build, path_of(group > 0, strcmp(build, op) != 0, bf16, pass),
+          (unsigned long long)blocks, (unsigned long long)threads, group);
+}
+
 int aq_bench_conv_gpu(int argc, char **argv) {
   (void)argc, (void)argv; /* read by aq_bench_conv */
   const char *shapes = bench_arg("shapes"), *dtype = bench_arg("dtype");
@@ -346,22 +389,25 @@ int aq_bench_conv_gpu(int argc, char **argv) {
   if (!dtype) dtype = "all";
   if (strcmp(dtype, "all") && strcmp(dtype, "f32") && strcmp(dtype, "bf16"))
     return fprintf(stderr, "aq-bench conv: --dtype is f32, bf16 or all, not '%s'\n", dtype), 2;
+  const int only_explain = bench_arg("explain") != NULL;
   ctx_t c;
-  int rc = setup(&c);
+  int rc = only_explain ? 0 : setup(&c);
   if (rc) return rc;
   char *list = strdup(shapes), *save = NULL;
   for (char *tok = strtok_r(list, ";", &save); tok && !rc; tok = strtok_r(NULL, ";", &save)) {
-    long v[9];
-    if (sscanf(tok, "%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
-               &v[8]) != 9) {
-      fprintf(stderr, "aq-bench conv: bad shape '%s' (N,C,H,W,K,R,S,STRIDE,PAD)\n", tok);
+    aq_conv2d_args_t a;
+    if (!parse_shape(tok, &a)) {
+      fprintf(stderr, "aq-bench conv: bad shape '%s' (N,C,H,W,K,R,S,STRIDE,PAD: sizes and stride >= 1, pad >= 0, an "
+              "output of at least one position)\n", tok);
       rc = 2;
       break;
     }
-    aq_conv2d_args_t a = {0};
-    a.n = v[0], a.c = v[1], a.h = v[2], a.wd = v[3], a.k = v[4], a.r = v[5], a.s = v[6];
-    a.stride_h = a.stride_w = (int32_t)v[7], a.pad_h = a.pad_w = (int32_t)v[8], a.dil_h = a.dil_w = 1;
-    a.p = aq_conv_out(a.h, a.r, a.stride_h, a.pad_h, 1), a.q = aq_conv_out(a.wd, a.s, a.stride_w, a.pad_w, 1);
+    if (only_explain) {
+      for (int bf16 = 0; bf16 < 2; ++bf16)
+        for (int pass = 0; pass < 3 && (!strcmp(dtype, "all") || !strcmp(dtype, bf16 ? "bf16" : "f32")); ++pass)
+          explain(tok, &a, bf16, pass);
+      continue;
+    }
     bufs_t b;
     if (alloc_bufs(&c, &a, &b)) return 1;
     for (int bf16 = 0; bf16 < 2 && !rc; ++bf16) {
@@ -372,6 +418,7 @@ int aq_bench_conv_gpu(int argc, char **argv) {
     free_bufs(&b);
   }
   free(list);
+  if (only_explain) return rc;
   aq_signal_destroy(c.done);
   aq_queue_destroy(c.q);
   aq_shut_down();
