@@ -229,7 +229,8 @@ __device__ void backward_data_tiled(const aq_conv2d_args_t &a) {
 // unit t % units over every groups-th staged output row from t / units;
 // otherwise it sums units t, t + nt, ... over all of them. A thread keeps
 // a row's T taps in registers: a row of dy read once feeds T FMAs. The
-// window's odd row stride puts the rows a warp reads in different banks.
+// window's row stride, kept off multiples of 8 (launch.h), puts the rows a
+// warp reads in different banks.
 template <typename E, int T>
 __device__ inline void filter_sums(const aq_conv2d_args_t &a, const dims &d, int64_t k, int64_t n0, int64_t n1,
                                    int batch, float *stage, float (&acc)[UPT][T]) {
