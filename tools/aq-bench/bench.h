@@ -72,6 +72,14 @@ typedef struct bench_product {
 /* One entry of --sizes (N: N x N x N) or --shapes (MxNxK[:ta][:tb]); 0 if
  * it is neither. */
 int bench_parse_product(const char *entry, bench_product_t *out);
+/* One entry of aq-bench conv's --shapes (N,C,H,W,K,R,S,STRIDE,PAD) into
+ * out's sizes (dilation 1): BENCH_SHAPE_OK, BENCH_SHAPE_BAD (not nine
+ * numbers, or sizes and stride below 1, pad below 0, past 2^24) or
+ * BENCH_SHAPE_EMPTY (an output of no position); bench_conv_shape_error
+ * says which, naming the entry. */
+enum { BENCH_SHAPE_OK, BENCH_SHAPE_BAD, BENCH_SHAPE_EMPTY };
+int bench_parse_conv_shape(const char *entry, aq_conv2d_args_t *out);
+void bench_conv_shape_error(const char *entry, int why);
 /* The gemm suites' list of products: --shapes (mlp or entries), else
  * --sizes, else fallback; each entry checked, so a bad one is refused by
  * name before anything starts (NULL, after saying so on stderr). */

@@ -155,20 +155,9 @@ int aq_bench_conv(int argc, char **argv) {
 
   char *list = strdup(shapes), *save = NULL;
   for (char *tok = strtok_r(list, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
-    long v[9];
-    if (sscanf(tok, "%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
-               &v[8]) != 9) {
-      fprintf(stderr, "aq-bench conv: bad shape '%s' (N,C,H,W,K,R,S,STRIDE,PAD)\n", tok);
-      return 2;
-    }
-    aq_conv2d_args_t a = {0};
-    a.n = v[0], a.c = v[1], a.h = v[2], a.wd = v[3], a.k = v[4], a.r = v[5], a.s = v[6];
-    a.stride_h = a.stride_w = (int32_t)v[7], a.pad_h = a.pad_w = (int32_t)v[8], a.dil_h = a.dil_w = 1;
-    a.p = aq_conv_out(a.h, a.r, a.stride_h, a.pad_h, 1), a.q = aq_conv_out(a.wd, a.s, a.stride_w, a.pad_w, 1);
-    if (a.n <= 0 || a.c <= 0 || a.k <= 0 || a.r <= 0 || a.s <= 0 || a.p <= 0 || a.q <= 0 || v[7] <= 0 || v[8] < 0) {
-      fprintf(stderr, "aq-bench conv: shape '%s' has no output\n", tok);
-      return 2;
-    }
+    aq_conv2d_args_t a;
+    int why = bench_parse_conv_shape(tok, &a);
+    if (why != BENCH_SHAPE_OK) return bench_conv_shape_error(tok, why), 2;
     size_t nx = (size_t)(a.n * a.c * a.h * a.wd), nw = (size_t)(a.k * a.c * a.r * a.s),
            ny = (size_t)(a.n * a.k * a.p * a.q), ncol = (size_t)(a.c * a.r * a.s * a.p * a.q);
     float *x = malloc(nx * 4), *w = malloc(nw * 4), *y = malloc(ny * 4), *dy = malloc(ny * 4), *dx = malloc(nx * 4),

@@ -340,23 +340,6 @@ static int setup(ctx_t *c) {
   return 0;
 }
 
-/* One entry of --shapes into a's sizes; 0 if it is not one (an output of
- * no positions included). */
-static int parse_shape(const char *tok, aq_conv2d_args_t *a) {
-  long v[9];
-  char end;
-  if (sscanf(tok, "%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
-             &v[8], &end) != 9)
-    return 0;
-  for (int i = 0; i < 9; ++i)
-    if (v[i] < (i < 8 ? 1 : 0) || v[i] > (1L << 24)) return 0; /* pad may be 0 */
-  memset(a, 0, sizeof(*a));
-  a->n = v[0], a->c = v[1], a->h = v[2], a->wd = v[3], a->k = v[4], a->r = v[5], a->s = v[6];
-  a->stride_h = a->stride_w = (int32_t)v[7], a->pad_h = a->pad_w = (int32_t)v[8], a->dil_h = a->dil_w = 1;
-  a->p = aq_conv_out(a->h, a->r, a->stride_h, a->pad_h, 1), a->q = aq_conv_out(a->wd, a->s, a->stride_w, a->pad_w, 1);
-  return a->p > 0 && a->q > 0;
-}
-
 /* How a pass's build runs: tiled (it asks for a group segment), tensor
  * cores (bf16), or the direct loops; `split`: the build the op library
  * picked is the cluster-split one. */
@@ -396,9 +379,9 @@ int aq_bench_conv_gpu(int argc, char **argv) {
   char *list = strdup(shapes), *save = NULL;
   for (char *tok = strtok_r(list, ";", &save); tok && !rc; tok = strtok_r(NULL, ";", &save)) {
     aq_conv2d_args_t a;
-    if (!parse_shape(tok, &a)) {
-      fprintf(stderr, "aq-bench conv: bad shape '%s' (N,C,H,W,K,R,S,STRIDE,PAD: sizes and stride >= 1, pad >= 0, an "
-              "output of at least one position)\n", tok);
+    int why = bench_parse_conv_shape(tok, &a);
+    if (why != BENCH_SHAPE_OK) {
+      bench_conv_shape_error(tok, why);
       rc = 2;
       break;
     }

@@ -94,6 +94,29 @@ const char *bench_arg(const char *key) { return cli_text(&options, key, NULL); }
 
 long bench_arg_int(const char *key, long fallback) { return cli_int(&options, key, fallback); }
 
+int bench_parse_conv_shape(const char *entry, aq_conv2d_args_t *out) {
+  long v[9];
+  char end;
+  memset(out, 0, sizeof(*out));
+  if (sscanf(entry, "%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
+             &v[8], &end) != 9)
+    return BENCH_SHAPE_BAD;
+  for (int i = 0; i < 9; ++i)
+    if (v[i] < (i < 8 ? 1 : 0) || v[i] > (1L << 24)) return BENCH_SHAPE_BAD; /* pad may be 0 */
+  out->n = v[0], out->c = v[1], out->h = v[2], out->wd = v[3], out->k = v[4], out->r = v[5], out->s = v[6];
+  out->stride_h = out->stride_w = (int32_t)v[7], out->pad_h = out->pad_w = (int32_t)v[8], out->dil_h = out->dil_w = 1;
+  out->p = aq_conv_out(out->h, out->r, out->stride_h, out->pad_h, 1);
+  out->q = aq_conv_out(out->wd, out->s, out->stride_w, out->pad_w, 1);
+  return out->p > 0 && out->q > 0 ? BENCH_SHAPE_OK : BENCH_SHAPE_EMPTY;
+}
+
+void bench_conv_shape_error(const char *entry, int why) {
+  if (why == BENCH_SHAPE_EMPTY) fprintf(stderr, "aq-bench conv: shape '%s' has no output\n", entry);
+  else
+    fprintf(stderr, "aq-bench conv: bad shape '%s' (N,C,H,W,K,R,S,STRIDE,PAD: sizes and stride >= 1, pad >= 0)\n",
+            entry);
+}
+
 int bench_parse_product(const char *entry, bench_product_t *out) {
   long long m, n, k;
   int used = 0;
