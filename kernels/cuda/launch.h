@@ -61,7 +61,6 @@ static inline aq_dispatch_shape_t aq_matmul_bf16_gpu_shape(const aq_matmul_args_
   return s;
 }
 
-
 /* ---- launch shapes of the other GPU op kernels ---------------------------------
  * The matmul, conv2d, pooling, batch norm, broadcasting binary and
  * reduce-over-axes kernels walk their work with grid-stride loops, so any
@@ -306,9 +305,8 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bwd_filter_items(const aq_con
 
 /* 1 (the plain build) or AQ_GPU_CONV2D_BWD_FILTER_SPLIT. */
 static inline int aq_conv2d_bwd_filter_split(const aq_conv2d_args_t *a) {
-  int64_t w;
-  aq_conv2d_bwd_filter_items(a, &w);
-  if (aq_conv2d_tiled_bytes(a, 2)) w = a->k * 2; /* tiled: a block a filter */
+  int64_t w = a->k * 2; /* tiled: a block a filter */
+  if (!aq_conv2d_tiled_bytes(a, 2)) aq_conv2d_bwd_filter_items(a, &w);
   return w < AQ_GPU_CONV2D_BWD_FILTER_FILL ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT : 1;
 }
 
