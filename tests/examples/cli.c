@@ -140,9 +140,11 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
   const char *none = "conv --agent gpu --explain --shapes 4,1,3,3,2,5,5,1,0"; /* a 5x5 filter, a 3x3 image */
   cr_assert_eq(run_program("bin/aq-bench", none, out, sizeof(out)), 2, "no output positions: %s", out);
   cr_assert(strstr(out, "shape '4,1,3,3,2,5,5,1,0' has no output"), "%s", out);
-  /* the CPU suite reads --shapes the same way */
-  cr_assert_eq(run_program("bin/aq-bench", "conv --shapes 2,1,8,8,2,3,3,1,1x --reps 1", out, sizeof(out)), 2);
+  /* the CPU suite reads --shapes the same way, and checks the whole list before it measures anything */
+  const char *late = "conv --shapes '2,1,8,8,2,3,3,1,1;2,1,8,8,2,3,3,1,1x' --reps 1";
+  cr_assert_eq(run_program("bin/aq-bench", late, out, sizeof(out)), 2, "%s", out);
   cr_assert(strstr(out, "bad shape '2,1,8,8,2,3,3,1,1x'"), "%s", out);
+  cr_assert(!strstr(out, "\"bench\""), "nothing measured before the bad entry was refused: %s", out);
   cr_assert_eq(run_program("bin/aq-bench", "conv --explain", out, sizeof(out)), 2);
   cr_assert(strstr(out, "--explain is for --agent gpu"), "%s", out);
 }

@@ -80,6 +80,9 @@ int bench_parse_product(const char *entry, bench_product_t *out);
 enum { BENCH_SHAPE_OK, BENCH_SHAPE_BAD, BENCH_SHAPE_EMPTY };
 int bench_parse_conv_shape(const char *entry, aq_conv2d_args_t *out);
 void bench_conv_shape_error(const char *entry, int why);
+/* Every ';'-separated entry of list parsed, so that a bad one is refused
+ * by name before anything is set up: 0, or 2 after saying which. */
+int bench_check_conv_shapes(const char *list);
 /* The gemm suites' list of products: --shapes (mlp or entries), else
  * --sizes, else fallback; each entry checked, so a bad one is refused by
  * name before anything starts (NULL, after saying so on stderr). */

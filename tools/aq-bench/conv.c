@@ -131,6 +131,7 @@ int aq_bench_conv(int argc, char **argv) {
   if (!shapes)
     shapes = "64,1,28,28,6,5,5,1,2;64,6,14,14,16,5,5,1,0;8,64,56,56,64,3,3,1,1;8,128,28,28,128,3,3,1,1;"
              "8,256,14,14,256,3,3,2,1";
+  if (bench_check_conv_shapes(shapes)) return 2;
   CHECK(aq_init(NULL));
   aq_agent_t agents[64], agent = {0};
   size_t count = 0;
@@ -156,8 +157,7 @@ int aq_bench_conv(int argc, char **argv) {
   char *list = strdup(shapes), *save = NULL;
   for (char *tok = strtok_r(list, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
     aq_conv2d_args_t a;
-    int why = bench_parse_conv_shape(tok, &a);
-    if (why != BENCH_SHAPE_OK) return bench_conv_shape_error(tok, why), 2;
+    bench_parse_conv_shape(tok, &a); /* checked above */
     size_t nx = (size_t)(a.n * a.c * a.h * a.wd), nw = (size_t)(a.k * a.c * a.r * a.s),
            ny = (size_t)(a.n * a.k * a.p * a.q), ncol = (size_t)(a.c * a.r * a.s * a.p * a.q);
     float *x = malloc(nx * 4), *w = malloc(nw * 4), *y = malloc(ny * 4), *dy = malloc(ny * 4), *dx = malloc(nx * 4),

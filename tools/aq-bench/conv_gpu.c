@@ -372,6 +372,7 @@ int aq_bench_conv_gpu(int argc, char **argv) {
   if (!dtype) dtype = "all";
   if (strcmp(dtype, "all") && strcmp(dtype, "f32") && strcmp(dtype, "bf16"))
     return fprintf(stderr, "aq-bench conv: --dtype is f32, bf16 or all, not '%s'\n", dtype), 2;
+  if (bench_check_conv_shapes(shapes)) return 2;
   const int only_explain = bench_arg("explain") != NULL;
   ctx_t c;
   int rc = only_explain ? 0 : setup(&c);
@@ -379,12 +380,7 @@ int aq_bench_conv_gpu(int argc, char **argv) {
   char *list = strdup(shapes), *save = NULL;
   for (char *tok = strtok_r(list, ";", &save); tok && !rc; tok = strtok_r(NULL, ";", &save)) {
     aq_conv2d_args_t a;
-    int why = bench_parse_conv_shape(tok, &a);
-    if (why != BENCH_SHAPE_OK) {
-      bench_conv_shape_error(tok, why);
-      rc = 2;
-      break;
-    }
+    bench_parse_conv_shape(tok, &a); /* checked above */
     if (only_explain) {
       for (int bf16 = 0; bf16 < 2; ++bf16)
         for (int pass = 0; pass < 3 && (!strcmp(dtype, "all") || !strcmp(dtype, bf16 ? "bf16" : "f32")); ++pass)

@@ -117,6 +117,18 @@ void bench_conv_shape_error(const char *entry, int why) {
             entry);
 }
 
+int bench_check_conv_shapes(const char *list) {
+  char *all = strdup(list), *at = NULL;
+  int rc = 0;
+  for (char *tok = strtok_r(all, ";", &at); tok && !rc; tok = strtok_r(NULL, ";", &at)) {
+    aq_conv2d_args_t a;
+    int why = bench_parse_conv_shape(tok, &a);
+    if (why != BENCH_SHAPE_OK) bench_conv_shape_error(tok, why), rc = 2;
+  }
+  free(all);
+  return rc;
+}
+
 int bench_parse_product(const char *entry, bench_product_t *out) {
   long long m, n, k;
   int used = 0;
