@@ -96,7 +96,8 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK && e->flags & AQ_EXEC_PROFILE) e->profile_left = UINT32_MAX;
   plan_lanes_t lanes = {e->nlanes, e->nagents,  e->lane_agent, e->lane_kind,
                         e->agent_node, eligible, costs,         links,
-                        links ? links + (size_t)e->nagents * e->nagents : NULL, e->agent_workers};
+                        links ? links + (size_t)e->nagents * e->nagents : NULL, e->agent_workers,
+                        links ? links + 2 * (size_t)e->nagents * e->nagents : NULL};
   uint64_t t_place = t0 ? aq_now_ns() : 0;
   if (s == AQ_OK) s = aq_plan_build(&e->plan, e->user_graph, e->policy, &lanes);
   if (s == AQ_OK) s = aq_exec_replicate(e, eligible);
@@ -109,7 +110,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK && aq_setting_u64(AQ_SET_COMM_STREAM)) s = aq_exec_collective_lanes(e);
   uint64_t t_memory = t0 ? aq_now_ns() : 0;
   free(eligible), free(costs), free(links);
-  if (s == AQ_OK && e->profile_left && !(e->stamps = calloc(2 * (size_t)e->graph->ntasks, sizeof(uint64_t))))
+  if (s == AQ_OK && e->profile_left && !(e->stamps = calloc(exec_stamp_slots(e), sizeof(uint64_t))))
     s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
   if (s == AQ_OK) s = aq_exec_find_inputs(e);
   if (s == AQ_OK) s = aq_exec_plan_memory(e);
@@ -207,7 +208,7 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
   e->runs++;
   e->profiled = e->profile_left > 0 && e->stamps && !e->warm_up;
   e->warm_up = 0;
-  if (e->profiled) memset(e->stamps, 0, 2 * (size_t)g->ntasks * sizeof(uint64_t));
+  if (e->profiled) memset(e->stamps, 0, exec_stamp_slots(e) * sizeof(uint64_t));
   if (e->profiled) aq_exec_profile_gpu_lanes(e, 1);
   int tracing = aq_trace_on();
   e->run_started_ns = aq_now_ns();

@@ -84,7 +84,8 @@ struct aq_exec {
   uint8_t *given;                      /* per tensor: the user gave it data (inputs) */
   uint32_t *first_reader;              /* per tensor: the task reading an input first, or UINT32_MAX */
   uint32_t unbound;                    /* inputs a task reads that were never given data */
-  uint64_t *stamps;                    /* per task: start and end of a profiled run */
+  uint64_t *stamps;                    /* per task: start and end of a profiled run; then per lane,
+                                          PROFILE_EMPTY_PAIRS pairs with nothing between */
   uint32_t profile_left;               /* runs still to profile (models short of samples) */
   int profiled;                        /* the run in flight is profiled */
   int warm_up;                         /* the next run is not profiled (calibrate.c) */
@@ -135,6 +136,12 @@ aq_status_t aq_exec_plan_kernargs(aq_exec_t *e);
 aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size);
 
 /* exec_profile.c */
+/* A profiled CPU lane opens with this many pairs of stamps with nothing
+ * between: what a pair costs by itself, taken off its tasks' times. */
+enum { PROFILE_EMPTY_PAIRS = 3 };
+static inline size_t exec_stamp_slots(const aq_exec_t *e) {
+  return 2 * ((size_t)e->graph->ntasks + (size_t)PROFILE_EMPTY_PAIRS * e->nlanes);
+}
 aq_status_t aq_exec_profile_stream(aq_exec_t *e, stream_t *st);
 void aq_exec_profile_gpu_lanes(aq_exec_t *e, int on);
 void aq_exec_profile_record(aq_exec_t *e);

@@ -146,6 +146,7 @@ void aq_exec_task_key(aq_exec_t *e, uint32_t t, uint32_t a, perf_key_t *k, doubl
   memset(k, 0, sizeof(*k));
   if (task->kind == TASK_HOST) snprintf(k->kernel, sizeof(k->kernel), "host:%s", task->name);
   else if (task->kind == TASK_STREAM) snprintf(k->kernel, sizeof(k->kernel), "stream:%s", task->kernel);
+  else if (task->cost_key) snprintf(k->kernel, sizeof(k->kernel), "%s@%llx", task->kernel, (unsigned long long)task->cost_key);
   else snprintf(k->kernel, sizeof(k->kernel), "%s", task->kernel);
   for (char *c = k->kernel; *c; ++c)
     if (*c == ' ' || *c == '\t' || *c == '\n') *c = '_'; /* the file is whitespace-separated */
@@ -176,8 +177,9 @@ double aq_exec_cost_of(aq_exec_t *e, uint32_t t, uint32_t a, uint32_t *samples) 
 }
 
 /* Graphs repeat a few kernels over a few shapes: heft's cost matrix looks
- * each (task kind, kernel or host-call name, agent, grid, bytes) up once,
- * not once a task (a model key is three formatted strings and a lock). */
+ * each (task kind, kernel or host-call name, cost key, agent, grid,
+ * bytes) up once, not once a task (a model key is three formatted strings
+ * and a lock). */
 enum { COST_MEMO = 64 };
 typedef struct cost_memo {
   const task_t *like; /* a task it was computed for; NULL: empty */
@@ -187,7 +189,7 @@ typedef struct cost_memo {
 } cost_memo_t;
 
 static int same_cost(const task_t *x, const task_t *y) {
-  return x->kind == y->kind && !memcmp(&x->shape, &y->shape, sizeof(x->shape)) &&
+  return x->kind == y->kind && x->cost_key == y->cost_key && !memcmp(&x->shape, &y->shape, sizeof(x->shape)) &&
          !strcmp(x->kind == TASK_HOST ? x->name : x->kernel, y->kind == TASK_HOST ? y->name : y->kernel);
 }
 
@@ -201,7 +203,7 @@ static task_sig_t *task_sigs(const aq_graph_t *g) {
   task_sig_t *s = malloc((g->ntasks ? g->ntasks : 1) * sizeof(*s));
   for (uint32_t t = 0; s && t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
-    uint64_t b = task_bytes(g, task), h = b * 0x9e3779b97f4a7c15ull;
+    uint64_t b = task_bytes(g, task), h = (b ^ task->cost_key) * 0x9e3779b97f4a7c15ull;
     for (const char *c = task->kind == TASK_HOST ? task->name : task->kernel; *c; ++c) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
     s[t] = (task_sig_t){b, h};
   }
@@ -301,16 +303,16 @@ aq_status_t aq_exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **o
   return AQ_OK;
 }
 
-/* heft's link costs (agent x agent latency, then ns per byte), measured
- * once per process (linkcal.h). */
+/* heft's link costs (agent x agent latency, then ns per byte, then each
+ * agent's barrier packet), measured once per process (linkcal.h). */
 aq_status_t aq_exec_heft_links(aq_exec_t *e, double **out) {
   link_agent_t la[EXEC_AGENTS_MAX];
   for (uint32_t a = 0; a < e->nagents; ++a) la[a] = (link_agent_t){e->agents[a], e->agent_kind[a], e->agent_arch[a]};
   size_t nn = (size_t)e->nagents * e->nagents;
-  if (!(*out = malloc(2 * (nn ? nn : 1) * sizeof(double))))
+  if (!(*out = malloc((2 * nn + e->nagents + 1) * sizeof(double))))
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   uint32_t measured;
-  aq_link_calibrate(la, e->nagents, *out, *out + nn, &measured);
+  aq_link_calibrate(la, e->nagents, *out, *out + nn, *out + 2 * nn, &measured);
   return AQ_OK;
 }
 

@@ -7,6 +7,10 @@
 #include "runtime/wake.h"
 #include "scheduler/exec_internal.h"
 
+/* A task's time is never modelled below this: its dispatch alone costs
+ * more, and a noisy empty pair must not make a task look free. */
+#define PROFILE_LEAST_NS 20.0
+
 /* A profiled run's time stamps: a host call that notes the time. */
 static aq_status_t stamp_call(void *user, uint64_t slot, uint64_t a2, uint64_t a3) {
   (void)a2, (void)a3;
@@ -14,13 +18,32 @@ static aq_status_t stamp_call(void *user, uint64_t slot, uint64_t a2, uint64_t a
   return AQ_OK;
 }
 
+static void stamp_packet(aq_exec_t *e, uint64_t slot, int barrier, uint8_t *out) {
+  hsa_agent_dispatch_packet_t s;
+  memset(&s, 0, sizeof(s));
+  s.header = exec_packet_header(HSA_PACKET_TYPE_AGENT_DISPATCH, barrier);
+  s.type = AQ_AGENT_DISPATCH_HOST_CALL;
+  s.return_address = e->stamps;
+  s.arg[0] = (uint64_t)(uintptr_t)stamp_call;
+  s.arg[1] = slot;
+  memcpy(out, &s, PKT);
+}
+
+/* Where lane c's empty pairs of stamps go, after the tasks'. */
+static size_t empty_pair_slot(const aq_exec_t *e, uint32_t c, uint32_t k) {
+  return 2 * ((size_t)e->graph->ntasks + (size_t)c * PROFILE_EMPTY_PAIRS + k);
+}
+
 /* The lane's stream with each task packet between two stamps (barrier bit
- * set: the end stamp waits for the task). CPU lanes only: a GPU queue runs
- * no host calls. */
+ * set: the end stamp waits for the task), after PROFILE_EMPTY_PAIRS pairs
+ * with nothing between. CPU lanes only: a GPU queue runs no host calls. */
 aq_status_t aq_exec_profile_stream(aq_exec_t *e, stream_t *st) {
-  st->prof = malloc((size_t)st->npackets * 3 * PKT);
+  st->prof = malloc(((size_t)st->npackets * 3 + 2 * PROFILE_EMPTY_PAIRS) * PKT);
   if (!st->prof) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for packets");
   st->nprof = 0;
+  uint32_t lane = (uint32_t)(st - e->streams);
+  for (uint32_t k = 0; k < 2 * PROFILE_EMPTY_PAIRS; ++k)
+    stamp_packet(e, empty_pair_slot(e, lane, k / 2) + k % 2, k % 2, st->prof + (size_t)st->nprof++ * PKT);
   for (uint32_t i = 0; i < st->npackets; ++i) {
     const uint8_t *p = st->packets + (size_t)i * PKT;
     uint16_t type = p[0];
@@ -34,14 +57,7 @@ aq_status_t aq_exec_profile_stream(aq_exec_t *e, stream_t *st) {
         memcpy(st->prof + (size_t)st->nprof++ * PKT, p, PKT);
         continue;
       }
-      hsa_agent_dispatch_packet_t s;
-      memset(&s, 0, sizeof(s));
-      s.header = exec_packet_header(HSA_PACKET_TYPE_AGENT_DISPATCH, 1);
-      s.type = AQ_AGENT_DISPATCH_HOST_CALL;
-      s.return_address = e->stamps;
-      s.arg[0] = (uint64_t)(uintptr_t)stamp_call;
-      s.arg[1] = 2ull * (t - 1) + (k == 2);
-      memcpy(st->prof + (size_t)st->nprof++ * PKT, &s, PKT);
+      stamp_packet(e, 2ull * (t - 1) + (k == 2), 1, st->prof + (size_t)st->nprof++ * PKT);
     }
   }
   return AQ_OK;
@@ -67,9 +83,24 @@ void aq_exec_profile_gpu_lanes(aq_exec_t *e, int on) {
   }
 }
 
-/* After a profiled run: each task's time into its model (copies between
- * replicas on the host are not kernels: left out). */
+/* What lane c's pair of stamps costs by itself in this run (the least of
+ * its empty pairs), or 0 (a GPU lane, or none seen). */
+static double empty_pair_ns(const aq_exec_t *e, uint32_t c) {
+  double least = 0;
+  for (uint32_t k = 0; e->lane_kind[c] == AQ_AGENT_KIND_CPU && k < PROFILE_EMPTY_PAIRS; ++k) {
+    uint64_t t0 = e->stamps[empty_pair_slot(e, c, k)], t1 = e->stamps[empty_pair_slot(e, c, k) + 1];
+    if (t0 && t1 >= t0 && (least == 0 || (double)(t1 - t0) < least)) least = (double)(t1 - t0);
+  }
+  return least;
+}
+
+/* After a profiled run: each task's time into its model, less what its
+ * stamps cost (copies between replicas on the host are not kernels: left
+ * out). A tiny task's model was several times its run otherwise, which
+ * made spreading such tasks over lanes look cheaper than it is. */
 void aq_exec_profile_record(aq_exec_t *e) {
+  double pair_ns[EXEC_LANES_MAX];
+  for (uint32_t c = 0; c < e->nlanes; ++c) pair_ns[c] = empty_pair_ns(e, c);
   for (uint32_t t = 0; t < e->plan.ntasks; ++t) {
     uint32_t lane = e->plan.tasks[t].lane, a = e->lane_agent[lane];
     aq_host_call_fn_t fn = e->graph->tasks[t].fn;
@@ -80,6 +111,7 @@ void aq_exec_profile_record(aq_exec_t *e) {
     perf_key_t k;
     double bytes;
     aq_exec_task_key(e, t, a, &k, &bytes);
-    aq_perf_record(&k, bytes, (double)(t1 - t0));
+    double ns = (double)(t1 - t0) - pair_ns[lane];
+    aq_perf_record(&k, bytes, ns > PROFILE_LEAST_NS ? ns : PROFILE_LEAST_NS);
   }
 }

@@ -39,10 +39,11 @@ aq_status_t aq_exec_replicate(aq_exec_t *e, const uint8_t *eligible) {
   /* The placement's estimates stay with the tasks (DOT shows them). */
   plan_t placed = e->plan;
   memset(&e->plan, 0, sizeof(e->plan));
-  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, elig, NULL, NULL, NULL, NULL};
+  plan_lanes_t lanes = {e->nlanes, e->nagents, e->lane_agent, e->lane_kind, e->agent_node, elig, NULL, NULL, NULL, NULL, NULL};
   aq_status_t s = aq_plan_build(&e->plan, c, AQ_SCHED_EAGER, &lanes);
   e->plan.heft_ns = placed.heft_ns, e->plan.heft_mixed_ns = placed.heft_mixed_ns;
   e->plan.heft_single_ns = placed.heft_single_ns, e->plan.heft_single_agent = placed.heft_single_agent;
+  e->plan.heft_one_lane_ns = placed.heft_one_lane_ns, e->plan.heft_one_lane_agent = placed.heft_one_lane_agent;
   for (uint32_t t = 0; s == AQ_OK && t < c->ntasks; ++t) {
     uint32_t o = e->replicas.origin[t];
     if (o) e->plan.tasks[t].finish = placed.tasks[o - 1].finish, e->plan.tasks[t].cost_ns = placed.tasks[o - 1].cost_ns;

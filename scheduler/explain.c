@@ -20,6 +20,12 @@ static const char *policy_name(aq_sched_policy_t p) {
 
 static const char *kind_name(uint8_t kind) { return kind == AQ_AGENT_KIND_GPU ? "GPU" : "CPU"; }
 
+/* Whether heft kept one lane of a CPU agent (every kernel in turn). */
+static int one_lane_kept(const aq_exec_t *e) {
+  const plan_t *p = &e->plan;
+  return e->policy == AQ_SCHED_HEFT && p->heft_one_lane_agent >= 0 && p->heft_ns == p->heft_one_lane_ns;
+}
+
 /* Whether heft kept its single-agent placement (every kernel on one agent). */
 static int single_kept(const aq_exec_t *e) {
   const plan_t *p = &e->plan;
@@ -33,6 +39,8 @@ static void header(aq_exec_t *e, FILE *out) {
     fprintf(out, "estimated run: %.1f us kept; over all agents %.1f us", p->heft_ns / 1e3, p->heft_mixed_ns / 1e3);
     if (p->heft_single_agent >= 0)
       fprintf(out, "; every kernel on %s %.1f us", e->agent_names[p->heft_single_agent], p->heft_single_ns / 1e3);
+    if (p->heft_one_lane_agent >= 0)
+      fprintf(out, "; one lane of %s %.1f us", e->agent_names[p->heft_one_lane_agent], p->heft_one_lane_ns / 1e3);
     fprintf(out, "\n");
   }
   double *links = NULL;
@@ -73,6 +81,11 @@ static void reason(aq_exec_t *e, uint32_t t, uint32_t a, uint8_t eligible, FILE 
   } else if (eligible == (1u << e->agent_kind[a])) {
     fprintf(out, "only %s agents may run '%s'%s", kind_name(e->agent_kind[a]), task->kernel,
             e->kinds ? " (as the options allow)" : "");
+  } else if (one_lane_kept(e)) {
+    double spread = p->heft_single_agent == p->heft_one_lane_agent ? p->heft_single_ns : p->heft_mixed_ns;
+    fprintf(out, "every kernel on one lane of %s, in turn: %.1f us estimated against %.1f us over lanes, whose "
+            "hand-offs cost more than side-by-side runs save", e->agent_names[p->heft_one_lane_agent],
+            p->heft_one_lane_ns / 1e3, spread / 1e3);
   } else if (single_kept(e)) {
     double gain = p->heft_mixed_ns < p->heft_single_ns ? 1 - p->heft_mixed_ns / p->heft_single_ns : 0;
     fprintf(out, "every kernel on %s: a split over agents would save %.1f%% of the run, too little for its edges",

@@ -280,7 +280,7 @@ AQ_API aq_status_t aq_graph_add_kernel(aq_graph_t *g, const aq_kernel_task_t *k,
   AQ_RETURN_IF_ERROR(check_tensors(g, name, k->writes, k->write_count, "writes"));
   task_t t = {.kind = TASK_KERNEL, .code_object = k->code_object, .kernarg_size = k->kernarg_size,
               .shape = k->shape, .nreads = k->read_count, .nwrites = k->write_count, .agent = k->agent,
-              .op = OP_OTHER};
+              .cost_key = k->cost_key, .op = OP_OTHER};
   copy_name(t.name, sizeof(t.name), name);
   copy_name(t.kernel, sizeof(t.kernel), k->kernel);
   if (k->kernarg_size) memcpy(t.kernarg, k->kernarg, k->kernarg_size);

@@ -64,6 +64,7 @@ typedef struct task {
   uint32_t reads[AQ_TASK_MAX_TENSORS], writes[AQ_TASK_MAX_TENSORS];
   uint32_t read_off[AQ_TASK_MAX_TENSORS], write_off[AQ_TASK_MAX_TENSORS];
   int32_t agent;
+  uint64_t cost_key; /* aq_kernel_task_t's: part of the performance model's key */
   /* explicit edges */
   uint32_t *after_all, nafter_all;
   uint32_t *after_any, nafter_any;

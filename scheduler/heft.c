@@ -46,6 +46,13 @@ static double lane_hop_ns(const plan_lanes_t *l, uint32_t a) {
   return l->link_ns ? l->link_ns[(size_t)a * l->nagents + a] : LINK_HOP_NS;
 }
 
+/* A barrier packet in a lane of agent a (a GPU's are stream waits, left
+ * in its launch floor). */
+static double barrier_ns(const plan_lanes_t *l, uint32_t a) {
+  if (agent_kind(l, a) != AQ_AGENT_KIND_CPU) return 0;
+  return l->barrier_ns ? l->barrier_ns[a] : LINK_BARRIER_NS;
+}
+
 /* Bytes task t reads that task q writes. */
 static double edge_bytes(const aq_graph_t *g, uint32_t q, uint32_t t) {
   const task_t *a = &g->tasks[q], *b = &g->tasks[t];
@@ -79,6 +86,9 @@ static double edge_bytes(const aq_graph_t *g, uint32_t q, uint32_t t) {
  * at a time, not replayed as a graph), which flatters a split, and what a
  * split costs beyond its edges is left out. */
 #define SPLIT_GAIN_GPU 0.50
+/* The longest kernel, in barrier packets' costs, for which one lane of a
+ * CPU agent is tried (one_lane below). */
+#define ONE_LANE_BARRIERS 4.0
 
 /* One placement in the making. The lanes of a CPU agent are queues, not
  * processors: they share the agent's workers. So besides each lane's
@@ -118,6 +128,16 @@ typedef struct placer {
   uint32_t *cand, *cand_stamp;              /* per lane: the lanes a task is tried on (place) */
   const double *pred_bytes;                 /* per task, per predecessor: edge_bytes (from pred_at) */
   const uint32_t *pred_at;
+  int one_lane;                             /* place(): each agent's first lane only */
+  /* The waits a lane's barrier packets hold, as lower.c makes them: a lane
+   * waits once for another lane's tasks up to the latest it needs (that
+   * lane completes them in order), so a task whose producer an earlier
+   * wait already covers costs its lane no packet. */
+  uint32_t *seq;       /* per task: its place in its lane, from 1 */
+  uint32_t *lane_len;  /* per lane: tasks so far */
+  uint32_t *covered;   /* lane x lane: the last place in the second the first has waited for */
+  uint32_t *seen;      /* per lane: the evaluation that last counted a wait on it */
+  uint32_t evaluation;
 } placer_t;
 
 static uint32_t workers_of(const plan_lanes_t *l, uint32_t a) {
@@ -150,6 +170,10 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
   uint32_t nl = l->nlanes ? l->nlanes : 1;
   pl->agent_lanes = malloc(nl * sizeof(uint32_t)), pl->first_lane = calloc(l->nagents + 2, sizeof(uint32_t));
   pl->cand = malloc(nl * sizeof(uint32_t)), pl->cand_stamp = malloc(nl * sizeof(uint32_t));
+  pl->seq = malloc(n * sizeof(uint32_t)), pl->lane_len = malloc(nl * sizeof(uint32_t));
+  pl->covered = malloc((size_t)nl * nl * sizeof(uint32_t)), pl->seen = malloc(nl * sizeof(uint32_t));
+  if (!pl->seq || !pl->lane_len || !pl->covered || !pl->seen)
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   if (!pl->lane_free || !pl->worker_free || !pl->sorted || !pl->taken || !pl->used || !pl->lane || !pl->finish ||
       !pl->cost || !pl->home || !pl->gpu_home || !pl->agent_lanes || !pl->first_lane || !pl->cand || !pl->cand_stamp)
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
@@ -163,6 +187,7 @@ static void placer_free(placer_t *pl) {
   free(pl->lane_free), free(pl->worker_free), free(pl->sorted), free(pl->taken), free(pl->used), free(pl->first_worker);
   free(pl->lane), free(pl->finish), free(pl->cost), free(pl->home), free(pl->gpu_home);
   free(pl->agent_lanes), free(pl->first_lane), free(pl->cand), free(pl->cand_stamp);
+  free(pl->seq), free(pl->lane_len), free(pl->covered), free(pl->seen);
   memset(pl, 0, sizeof(*pl));
 }
 
@@ -294,13 +319,33 @@ static int32_t kernels_on_one_agent(const placer_t *pl) {
   return on;
 }
 
+/* The lanes of agent a. */
+static uint32_t lanes_of(const plan_lanes_t *l, uint32_t a) {
+  uint32_t n = 0;
+  for (uint32_t c = 0; c < l->nlanes; ++c) n += l->lane_agent[c] == a;
+  return n;
+}
+
+/* g's tasks on one lane of CPU agent a run one after another, each at its
+ * full width: their costs' sum is that placement's makespan; -1 where a
+ * task costs more than ONE_LANE_BARRIERS barrier packets (or is a stream
+ * call), which one lane is not tried for. */
+static double serial_bound(const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
+  double work = 0, most = ONE_LANE_BARRIERS * barrier_ns(l, a);
+  for (uint32_t i = 0; i < g->ntasks; ++i) {
+    double c = l->cost_ns[(size_t)i * l->nagents + a];
+    if (c < 0 || c > most) return -1;
+    work += c;
+  }
+  return work;
+}
+
 /* A lower bound on any placement of g's kernels on agent a alone: their
  * work spread evenly over its lanes (a CPU's lanes share its workers, and
  * a kernel measured at full width does at least its cost in worker time;
  * a GPU lane runs one kernel at a time, each at least a launch). */
 static double work_bound(const hot_task_t *hot, const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
-  uint32_t lanes = 0, gpu = agent_kind(l, a) == AQ_AGENT_KIND_GPU, workers = workers_of(l, a);
-  for (uint32_t c = 0; c < l->nlanes; ++c) lanes += l->lane_agent[c] == a;
+  uint32_t lanes = lanes_of(l, a), gpu = agent_kind(l, a) == AQ_AGENT_KIND_GPU, workers = workers_of(l, a);
   if (workers > lanes) lanes = workers;
   double work = 0;
   for (uint32_t i = 0; i < g->ntasks; ++i) {
@@ -325,8 +370,8 @@ static int runs_every_kernel(const aq_graph_t *g, const plan_lanes_t *l, uint32_
 }
 
 /* The lanes worth trying task i (k-th in order) on, ascending: of each
- * agent that may run it, the lane free first and the lanes of its
- * predecessors. Another lane of the agent is never better than the one
+ * agent that may run it, the lane free first (its first lane, placing on
+ * one lane an agent) and the lanes of its predecessors. Another lane of the agent is never better than the one
  * free first (the same hops from every predecessor, the same workers), and
  * trying every lane of a 16-worker CPU made placing a task cost a
  * microsecond. */
@@ -340,7 +385,7 @@ static uint32_t candidates(placer_t *pl, uint32_t i, uint32_t k, int32_t only) {
         (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST))
       continue;
     uint32_t first = UINT32_MAX;
-    for (uint32_t j = pl->first_lane[a]; j < pl->first_lane[a + 1]; ++j) {
+    for (uint32_t j = pl->first_lane[a]; j < pl->first_lane[a + 1] && !(pl->one_lane && j > pl->first_lane[a]); ++j) {
       uint32_t c = pl->agent_lanes[j];
       if (first == UINT32_MAX || pl->lane_free[c] < pl->lane_free[first]) first = c;
     }
@@ -371,7 +416,9 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->lane_free[c] = 0, pl->used[c] = 0;
   for (uint32_t w = 0; w < pl->first_worker[na]; ++w) pl->worker_free[w] = 0;
   for (uint32_t x = 0; x < g->ntensors; ++x) pl->home[x] = pl->gpu_home[x] = UINT32_MAX;
-  for (uint32_t c = 0; c < l->nlanes; ++c) pl->cand_stamp[c] = 0;
+  for (uint32_t c = 0; c < l->nlanes; ++c) pl->cand_stamp[c] = 0, pl->lane_len[c] = 0, pl->seen[c] = 0;
+  memset(pl->covered, 0, (size_t)l->nlanes * l->nlanes * sizeof(uint32_t));
+  pl->evaluation = 0;
   for (uint32_t k = 0; k < p->ntasks; ++k) {
     uint32_t i = p->order[k];
     const hot_task_t *t = &pl->hot[i];
@@ -387,15 +434,19 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
       if (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST) continue;
       if (l->lane_kind[c] == AQ_AGENT_KIND_GPU && cost < GPU_LAUNCH_NS) cost = GPU_LAUNCH_NS;
       double ready = 0;
+      uint32_t waits = 0, ev = ++pl->evaluation; /* other lanes waited for: barrier packets, five waits a packet */
       for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
         uint32_t q = j < pt->npreds ? pt->preds[j] : g->tasks[i].after_any[j - pt->npreds];
-        uint32_t aq = l->lane_agent[pl->lane[q]];
+        uint32_t aq = l->lane_agent[pl->lane[q]], lq = pl->lane[q];
+        if (lq != c && pl->seq[q] > pl->covered[(size_t)c * l->nlanes + lq] && pl->seen[lq] != ev)
+          pl->seen[lq] = ev, ++waits;
         double bytes = aq == a ? 0 : j < pt->npreds ? pl->pred_bytes[pl->pred_at[i] + j] : edge_bytes(g, q, i);
         double hop = pl->lane[q] == c ? 0 : aq == a ? lane_hop_ns(l, a) : aq_plan_transfer_ns(l, aq, a, bytes);
         double r = pl->finish[q] + hop;
         if (r > ready) ready = r;
       }
-      double start = pl->lane_free[c] > ready ? pl->lane_free[c] : ready, finish = start + cost;
+      double start = (pl->lane_free[c] > ready ? pl->lane_free[c] : ready) + (waits + 4) / 5 * barrier_ns(l, a);
+      double finish = start + cost;
       uint32_t width = 1;
       if (pl->first_worker[a + 1] > pl->first_worker[a]) {
         if (cached != a) cached = a, nsorted = sort_workers(pl, a, groups < UINT32_MAX ? (uint32_t)ceil(groups) : UINT32_MAX);
@@ -412,6 +463,12 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
     uint32_t a = l->lane_agent[best];
     if (pl->first_worker[a + 1] > pl->first_worker[a]) take_workers(pl, a, best_width_, best_start, best_finish);
     if (t->home) take_home(pl, &g->tasks[i], a);
+    for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
+      uint32_t q = j < pt->npreds ? pt->preds[j] : g->tasks[i].after_any[j - pt->npreds];
+      uint32_t *cov = &pl->covered[(size_t)best * l->nlanes + pl->lane[q]];
+      if (pl->lane[q] != best && pl->seq[q] > *cov) *cov = pl->seq[q];
+    }
+    pl->seq[i] = ++pl->lane_len[best];
     pl->lane[i] = best;
     pl->finish[i] = best_finish;
     pl->cost[i] = best_cost;
@@ -435,6 +492,34 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   return makespan;
 }
 
+/* Tasks too short for the hand-offs between lanes (a barrier packet, a
+ * worker's wake-up) run faster on one lane of a CPU agent, one after
+ * another. That placement is tried for each CPU agent that runs every
+ * kernel, none of them longer than a few barrier packets, and kept only
+ * where it beats the best by SPLIT_GAIN: serialising on a model's word
+ * caps the run at one lane's work, where spreading costs only the
+ * hand-offs. The lane hop in the estimates is an idle lane's wake-up,
+ * dearer than a busy pipeline's; longer tasks (a stencil of 2 us tasks on
+ * two lanes, as aq-bench tasks' METG runs) were serialised by it. Tasks
+ * whose kernarg sets their time carry a cost key, so that a model of one
+ * length does not speak for another. */
+static void one_lane(placer_t *best, placer_t *trial, double *best_ms) {
+  const plan_lanes_t *l = best->l;
+  plan_t *p = best->p;
+  for (uint32_t a = 0; a < l->nagents; ++a) {
+    if (agent_kind(l, a) != AQ_AGENT_KIND_CPU || lanes_of(l, a) < 2 || !runs_every_kernel(best->g, l, a)) continue;
+    double bound = serial_bound(best->g, l, a);
+    if (bound < 0 || bound >= (1 - SPLIT_GAIN) * *best_ms) continue;
+    uint32_t fail;
+    trial->one_lane = 1;
+    double ms = place(trial, (int32_t)a, &fail);
+    trial->one_lane = 0;
+    if (ms < 0 || (p->heft_one_lane_ns >= 0 && ms >= p->heft_one_lane_ns)) continue;
+    p->heft_one_lane_ns = ms, p->heft_one_lane_agent = (int32_t)a;
+    if (ms < (1 - SPLIT_GAIN) * *best_ms) placer_swap(best, trial), *best_ms = ms;
+  }
+}
+
 static const double *rank_of;
 static const uint32_t *pos_of;
 static int by_rank(const void *x, const void *y) {
@@ -445,6 +530,7 @@ static int by_rank(const void *x, const void *y) {
 
 aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint32_t n = p->ntasks, na = l->nagents;
+  p->heft_one_lane_ns = -1, p->heft_one_lane_agent = -1;
   double *mean = calloc(n, sizeof(double)), *rank = calloc(n, sizeof(double)), *below = calloc(n, sizeof(double));
   uint32_t *pos = malloc(n * sizeof(uint32_t)), *order = malloc(n * sizeof(uint32_t));
   hot_task_t *hot = malloc((n ? n : 1) * sizeof(*hot));
@@ -527,7 +613,7 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   double best_ms = -1, single_ms = -1, margin = 0;
   int32_t single_agent = -1;
   if (s == AQ_OK) s = placer_init(&mixed, p, g, l, hot, gpus);
-  if (s == AQ_OK && na > 1) s = placer_init(&single, p, g, l, hot, gpus);
+  if (s == AQ_OK) s = placer_init(&single, p, g, l, hot, gpus);
   mixed.pred_bytes = single.pred_bytes = pred_bytes, mixed.pred_at = single.pred_at = pred_at;
   if (s == AQ_OK) {
     best_ms = place(&mixed, -1, &fail);
@@ -565,6 +651,7 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   }
   p->heft_single_ns = single_ms;
   p->heft_single_agent = single_agent;
+  if (s == AQ_OK) one_lane(&mixed, &single, &best_ms);
   p->heft_ns = best_ms;
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
     p->tasks[i].lane = mixed.lane[i];

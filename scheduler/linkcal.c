@@ -10,12 +10,13 @@
 #include "aquila/aquila.h"
 #include "runtime/wake.h"
 
-enum { PINGS = 31, COPIES = 3, SMALL = 4096, LARGE = 8 << 20, CACHE_MAX = 32 };
+enum { PINGS = 31, COPIES = 3, SMALL = 4096, LARGE = 8 << 20, CACHE_MAX = 32, BARRIERS = 32, BARRIER_RUNS = 9 };
 static const uint64_t PING_TIMEOUT_NS = 1000000000ull;
 
 typedef struct link {
   char key[2 * (128 + 64) + 4];
   double lat_ns, ns_per_byte; /* < 0: could not be measured */
+  double barrier_ns;          /* a lane of one CPU agent: a barrier packet's own cost; < 0: not measured */
 } link_t;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -144,6 +145,44 @@ static double ping_chain(aq_agent_t cpu, aq_agent_t a, aq_agent_t b) {
   return s == AQ_OK ? median(v, n) : -1;
 }
 
+/* ---- a barrier packet's own cost on a CPU lane ------------------------------ */
+
+/* Stamps around `barriers` barrier-AND packets on a signal already done. */
+static aq_status_t stamped_barriers(aq_queue_t q, aq_signal_t ready, aq_signal_t done, int barriers, double *ns) {
+  uint64_t t0 = 0, t1 = 0;
+  aq_status_t s = aq_signal_store(done, 2);
+  if (s == AQ_OK) s = submit_stamp(q, &t0, done);
+  for (int i = 0; s == AQ_OK && i < barriers; ++i) s = submit_wait(q, ready, (aq_signal_t){0});
+  if (s == AQ_OK) s = submit_stamp(q, &t1, done);
+  if (s == AQ_OK) s = aq_signal_wait(done, AQ_SIGNAL_EQ, 0, PING_TIMEOUT_NS, NULL);
+  if (s == AQ_OK) *ns = (double)(t1 - t0);
+  return s;
+}
+
+/* The median extra time of BARRIERS barrier packets between two stamps,
+ * per packet, or -1. */
+static double barrier_cost(aq_agent_t cpu) {
+  aq_queue_options_t qo = {.size = 64};
+  aq_queue_t q = {0};
+  aq_signal_t ready = {0}, done = {0};
+  aq_status_t s = aq_queue_create(cpu, &qo, &q);
+  if (s == AQ_OK) s = aq_signal_create(0, &ready);
+  if (s == AQ_OK) s = aq_signal_create(0, &done);
+  double with[BARRIER_RUNS], without[BARRIER_RUNS];
+  for (int i = 0; s == AQ_OK && i < BARRIER_RUNS + 2; ++i) { /* the first ones wake the worker */
+    double w = 0, wo = 0;
+    s = stamped_barriers(q, ready, done, BARRIERS, &w);
+    if (s == AQ_OK) s = stamped_barriers(q, ready, done, 0, &wo);
+    if (s == AQ_OK && i >= 2) with[i - 2] = w, without[i - 2] = wo;
+  }
+  if (q.handle) aq_queue_wait_idle(q, PING_TIMEOUT_NS), aq_queue_destroy(q);
+  if (ready.handle) aq_signal_destroy(ready);
+  if (done.handle) aq_signal_destroy(done);
+  if (s != AQ_OK) return -1;
+  double per = (median(with, BARRIER_RUNS) - median(without, BARRIER_RUNS)) / BARRIERS;
+  return per > 0 ? per : -1;
+}
+
 /* ---- bandwidth: copies ---------------------------------------------------- */
 
 static void *alloc_in(aq_agent_t agent, uint32_t flag, size_t size) {
@@ -199,7 +238,7 @@ static void measure_gpus(const link_agent_t *cpu, const link_agent_t *a, const l
 static void measure(const link_agent_t *a, const link_agent_t *b, link_t *out, const link_agent_t *cpu) {
   int same = a->agent.handle == b->agent.handle, a_gpu = a->kind == AQ_AGENT_KIND_GPU,
       b_gpu = b->kind == AQ_AGENT_KIND_GPU;
-  out->lat_ns = out->ns_per_byte = -1;
+  out->lat_ns = out->ns_per_byte = out->barrier_ns = -1;
   if (a_gpu && b_gpu) {
     if (cpu && !same) measure_gpus(cpu, a, b, out);
     return;
@@ -213,6 +252,7 @@ static void measure(const link_agent_t *a, const link_agent_t *b, link_t *out, c
   }
   if (same) {
     out->ns_per_byte = 0;
+    out->barrier_ns = barrier_cost(c->agent);
     return;
   }
   void *src, *dst;
@@ -261,7 +301,8 @@ static void round_figures(uint8_t ka, uint8_t kb, int same, double *lat, double 
     *lat = LINK_PCIE_NS, *pb = LINK_PCIE_NS_PER_BYTE;
 }
 
-void aq_link_calibrate(const link_agent_t *agents, uint32_t n, double *lat_ns, double *ns_per_byte, uint32_t *measured) {
+void aq_link_calibrate(const link_agent_t *agents, uint32_t n, double *lat_ns, double *ns_per_byte, double *barrier_ns,
+                       uint32_t *measured) {
   const link_agent_t *cpu = NULL;
   for (uint32_t a = 0; a < n && !cpu; ++a)
     if (agents[a].kind == AQ_AGENT_KIND_CPU) cpu = &agents[a];
@@ -273,10 +314,12 @@ void aq_link_calibrate(const link_agent_t *agents, uint32_t n, double *lat_ns, d
       const link_agent_t *x = &agents[a], *y = &agents[b];
       double *lat = &lat_ns[a * n + b], *pb = &ns_per_byte[a * n + b];
       round_figures(x->kind, y->kind, a == b, lat, pb);
+      if (a == b) barrier_ns[a] = x->kind == AQ_AGENT_KIND_CPU ? LINK_BARRIER_NS : 0;
       if (!cpu || (a == b && x->kind != AQ_AGENT_KIND_CPU)) continue; /* a GPU has one lane */
       const link_t *l = lookup(x, y);
       if (l && l->lat_ns >= 0) *lat = l->lat_ns, ++*measured;
       if (l && l->ns_per_byte >= 0) *pb = l->ns_per_byte;
+      if (l && a == b && l->barrier_ns >= 0) barrier_ns[a] = l->barrier_ns;
     }
   pthread_mutex_unlock(&lock);
 }

@@ -13,6 +13,10 @@
  *     Between two GPUs: a chain CPU -> GPU a -> GPU b -> CPU of barriers,
  *     less its two CPU hops (one GPU's completion seen by the other's
  *     stream).
+ *   - a barrier's own cost on a CPU lane: a worker processing a barrier-AND
+ *     packet whose signal is already done (stamps around 32 of them, less
+ *     stamps around none), which a lane pays for each barrier packet its
+ *     tasks' producers on other lanes put in it, however soon they finished.
  *   - bandwidth: copies of a few MiB, less a small copy's time: between two
  *     CPU agents' node memory (memcpy), between a GPU's pinned host memory
  *     and its device memory (the driver's copy), each way, and between two
@@ -29,8 +33,10 @@
 
 #include "aquila/runtime.h"
 
-/* The round figures: a lane hop; a NUMA hop + 8 GB/s; CPU<->GPU 10 us + 12 GB/s. */
+/* The round figures: a lane hop; a CPU lane's barrier packet; a NUMA hop +
+ * 8 GB/s; CPU<->GPU 10 us + 12 GB/s. */
 #define LINK_HOP_NS 1000.0
+#define LINK_BARRIER_NS 300.0
 #define LINK_NUMA_NS 2000.0
 #define LINK_NUMA_NS_PER_BYTE (1.0 / 8.0)
 #define LINK_PCIE_NS 10000.0
@@ -43,8 +49,10 @@ typedef struct link_agent {
 } link_agent_t;
 
 /* Fills lat_ns[a * n + b] and ns_per_byte[a * n + b] for every ordered
- * pair (a == b: a lane hop, no bytes) and *measured (pairs measured, not
- * round figures). Never fails: what cannot be measured is estimated. */
-void aq_link_calibrate(const link_agent_t *agents, uint32_t n, double *lat_ns, double *ns_per_byte, uint32_t *measured);
+ * pair (a == b: a lane hop, no bytes), barrier_ns[a] (0 for a GPU, whose
+ * barriers are stream waits) and *measured (pairs measured, not round
+ * figures). Never fails: what cannot be measured is estimated. */
+void aq_link_calibrate(const link_agent_t *agents, uint32_t n, double *lat_ns, double *ns_per_byte, double *barrier_ns,
+                       uint32_t *measured);
 
 #endif

@@ -33,7 +33,7 @@ typedef struct model {
 #endif
 /* The first line of a models file: its format and who wrote it. */
 #define FILE_MAGIC "# aquila performance models"
-#define FILE_HEADER FILE_MAGIC " v2 aquila=" AQ_VERSION_STRING
+#define FILE_HEADER FILE_MAGIC " v3 aquila=" AQ_VERSION_STRING
 
 /* What read_file found: a file of ours, none, another version's, or not Aquila's at all. */
 enum { FILE_OURS, FILE_NONE, FILE_STALE, FILE_FOREIGN };
@@ -131,7 +131,7 @@ static int read_file(const char *path, void (*into)(const perf_key_t *, const st
     stats_t s = {0};
     char kernel[PERF_KERNEL_MAX], arch[PERF_ARCH_MAX];
     unsigned cls;
-    if (sscanf(line, "%63s %x %127s %lf %lf %lf %lf", kernel, &cls, arch, &s.n, &s.mean, &s.m2, &s.bytes) != 7)
+    if (sscanf(line, "%95s %x %127s %lf %lf %lf %lf", kernel, &cls, arch, &s.n, &s.mean, &s.m2, &s.bytes) != 7)
       continue;
     if (!(s.n >= 1 && s.mean >= 0 && s.m2 >= 0 && s.bytes >= 0 && s.n < 1e15 && s.mean < 1e15 && s.m2 < 1e300 &&
           s.bytes < 1e18))

@@ -37,14 +37,14 @@
 #include "aquila/runtime.h"
 #include "aquila/status.h"
 
-enum { PERF_MIN_SAMPLES = 3, PERF_ARCH_MAX = 128, PERF_KERNEL_MAX = 64, PERF_OUTLIER = 4, PERF_OUTLIER_RUN = 8 };
+enum { PERF_MIN_SAMPLES = 3, PERF_ARCH_MAX = 128, PERF_KERNEL_MAX = 96, PERF_OUTLIER = 4, PERF_OUTLIER_RUN = 8 };
 /* A model whose samples add up to this much measured time counts as resting
  * on PERF_MIN_SAMPLES: a kernel of seconds is not run three times to learn
  * its time (a calibration runs it once past its warm-up). */
 #define PERF_SETTLED_NS 1000000000ull
 
 typedef struct perf_key {
-  char kernel[PERF_KERNEL_MAX]; /* kernel name, or "host:<task name>" */
+  char kernel[PERF_KERNEL_MAX]; /* kernel name ("@<cost key>" after it), or "host:<task name>" */
   char arch[PERF_ARCH_MAX];
   uint32_t shape_class;
 } perf_key_t;

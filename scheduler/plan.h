@@ -24,9 +24,10 @@ typedef struct plan {
   uint32_t *pred_pool;
   /* heft: the estimated makespan (ns) of the placement kept, of the best
    * over all agents, and of the best single agent (which; -1: none ran
-   * everything, or there is one agent) */
-  double heft_ns, heft_mixed_ns, heft_single_ns;
-  int32_t heft_single_agent;
+   * everything, or there is one agent), and of one lane of a CPU agent
+   * (which; -1: not tried, its tasks' work alone too long) */
+  double heft_ns, heft_mixed_ns, heft_single_ns, heft_one_lane_ns;
+  int32_t heft_single_agent, heft_one_lane_agent;
 } plan_t;
 
 typedef struct plan_lanes {
@@ -44,6 +45,9 @@ typedef struct plan_lanes {
    * kernel's work-groups are split across them: heft.c); NULL or 0: each
    * lane a processor of its own */
   const uint32_t *agent_workers;
+  /* heft: per agent, what a barrier packet costs the lane it is in (a CPU
+   * worker processes it), measured (linkcal.h); NULL: round figures */
+  const double *barrier_ns;
 } plan_lanes_t;
 
 /* Whether a run may read a tensor of this role before any task writes it

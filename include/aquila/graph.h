@@ -208,6 +208,11 @@ typedef struct aq_kernel_task {
   aq_tensor_t reads[AQ_TASK_MAX_TENSORS], writes[AQ_TASK_MAX_TENSORS];
   uint32_t read_offsets[AQ_TASK_MAX_TENSORS], write_offsets[AQ_TASK_MAX_TENSORS];
   int32_t agent;                /* pinned agent index, -1 = let the scheduler place it */
+  /* What else sets the task's time, for kernels whose kernarg does (a loop
+   * count, a spin time): tasks of one kernel and tensor sizes but another
+   * cost_key are timed and modelled apart (StarPU's footprint). 0: the
+   * tensors' sizes and the grid say it all. */
+  uint64_t cost_key;
 } aq_kernel_task_t;
 aq_status_t aq_graph_add_kernel(aq_graph_t *graph, const aq_kernel_task_t *task,
                                 aq_task_t *out_task);

@@ -90,7 +90,7 @@ Test(perfmodel, models_survive_a_save_and_reload) {
   perf_key_t k = key("saved");
   for (int i = 0; i < 3; ++i) aq_perf_record(&k, 0, 2000);
   cr_assert_eq(aq_perf_save(), AQ_OK, "%s", aq_last_error());
-  cr_expect(strstr(read_all(), "# aquila performance models v2 aquila="), "%s", read_all());
+  cr_expect(strstr(read_all(), "# aquila performance models v3 aquila="), "%s", read_all());
   aq_perf_reset();
   uint32_t n;
   double est = estimate("saved", &n);
@@ -128,7 +128,7 @@ Test(perfmodel, a_corrupt_file_is_read_without_a_crash) {
   for (size_t i = 0; i < sizeof(junk) - 1; ++i) junk[i] = (char)(1 + rand() % 255);
   junk[sizeof(junk) - 1] = 0;
   char text[5000];
-  snprintf(text, sizeof(text), "# aquila performance models v2 aquila=%s\n%s\nk 1010 a nan inf -1 0\n%s\n",
+  snprintf(text, sizeof(text), "# aquila performance models v3 aquila=%s\n%s\nk 1010 a nan inf -1 0\n%s\n",
            AQ_VERSION_STRING, junk, "good 1010 cpu/test/2/Test_CPU 4 300 0 0");
   write_file(text);
   uint32_t n;

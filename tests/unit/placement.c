@@ -41,7 +41,7 @@ static void place(aq_graph_t *g, const table_t *t, uint32_t *lane) {
     eligible[i] = host ? 1u << AQ_AGENT_KIND_CPU : (1u << AQ_AGENT_KIND_CPU) | (1u << AQ_AGENT_KIND_GPU);
     for (uint32_t a = 0; a < na; ++a) cost[i * na + a] = host && a ? -1 : t->cost[i][a];
   }
-  plan_lanes_t l = {na, na, lane_agent, lane_kind, node, eligible, cost, lat, pb, workers};
+  plan_lanes_t l = {na, na, lane_agent, lane_kind, node, eligible, cost, lat, pb, workers, NULL};
   plan_t p;
   cr_assert_eq(aq_plan_build(&p, g, AQ_SCHED_HEFT, &l), AQ_OK, "%s", aq_last_error());
   for (uint32_t i = 0; i < g->ntasks; ++i) lane[i] = p.tasks[i].lane;
@@ -243,4 +243,102 @@ Test(placement, gpus_sharing_a_large_input_do_not_split_it) {
       cr_expect(mixed_ns < 3 * 56000, "an input each: the split was estimated at %.0f ns", mixed_ns);
     aq_graph_destroy(g);
   }
+}
+
+/* ---- one CPU agent, two lanes sharing two workers ---------------------------- */
+
+/* Two independent chains of n one-group kernels (a user's: only their
+ * costs matter here). */
+static aq_graph_t *two_chains(int n) {
+  aq_graph_t *g;
+  cr_assert_eq(aq_graph_create(NULL, &g), AQ_OK);
+  for (int c = 0; c < 2; ++c) {
+    aq_tensor_t x = {0};
+    for (int i = 0; i < n; ++i) {
+      aq_tensor_t y;
+      cr_assert_eq(aq_tensor_create(g, NULL, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){1}, &y), AQ_OK);
+      aq_kernel_task_t k = {.name = "tiny", .kernel = "k", .shape = {{1, 1, 1}, {1, 1, 1}}, .write_count = 1,
+                            .writes = {y}, .write_offsets = {UINT32_MAX}, .agent = -1, .read_count = i > 0,
+                            .reads = {x}, .read_offsets = {UINT32_MAX}};
+      cr_assert_eq(aq_graph_add_kernel(g, &k, NULL), AQ_OK, "%s", aq_last_error());
+      x = y;
+    }
+  }
+  return g;
+}
+
+/* Places g's tasks, each costing task_ns, on lanes 0 and 1 of one CPU agent
+ * with two workers, a lane hop of hop_ns and barrier packets of
+ * barrier_ns; the lanes into lane[], the plan's estimates into *out. */
+static void place_on_two_lanes(aq_graph_t *g, double task_ns, double hop_ns, double barrier_ns, uint32_t *lane,
+                               plan_t *out) {
+  uint32_t lane_agent[2] = {0, 0}, workers[1] = {2};
+  uint8_t lane_kind[2] = {AQ_AGENT_KIND_CPU, AQ_AGENT_KIND_CPU}, eligible[MAX_TASKS];
+  int32_t node[1] = {0};
+  double cost[MAX_TASKS], lat[1] = {hop_ns}, pb[1] = {0}, bar[1] = {barrier_ns};
+  cr_assert(g->ntasks <= MAX_TASKS);
+  for (uint32_t i = 0; i < g->ntasks; ++i) eligible[i] = 1u << AQ_AGENT_KIND_CPU, cost[i] = task_ns;
+  plan_lanes_t l = {2, 1, lane_agent, lane_kind, node, eligible, cost, lat, pb, workers, bar};
+  cr_assert_eq(aq_plan_build(out, g, AQ_SCHED_HEFT, &l), AQ_OK, "%s", aq_last_error());
+  for (uint32_t i = 0; i < g->ntasks; ++i) lane[i] = out->tasks[i].lane;
+}
+
+Test(placement, tasks_shorter_than_a_hand_off_run_on_one_lane) {
+  aq_graph_t *g = two_chains(16);
+  uint32_t lane[MAX_TASKS];
+  plan_t p;
+  /* 50 ns tasks, a 5 us hop, 150 ns barriers: side by side the chains
+   * finish in 16 x 50 ns, but the run ends when one lane has seen the
+   * other's end (a hop); in turn on one lane they take 32 x 50 ns. */
+  place_on_two_lanes(g, 50, 5000, 150, lane, &p);
+  cr_expect_eq(p.heft_one_lane_agent, 0, "one lane was tried");
+  cr_expect(p.heft_one_lane_ns >= 32 * 50 && p.heft_one_lane_ns < 32 * 50 + 5000, "one lane: %.0f ns",
+            p.heft_one_lane_ns);
+  cr_expect_eq(p.heft_ns, p.heft_one_lane_ns, "one lane kept: %.0f ns, over both lanes %.0f ns", p.heft_ns,
+               p.heft_mixed_ns);
+  cr_expect_eq(on_agent(lane, g->ntasks, 0), g->ntasks, "every task on lane 0");
+  aq_plan_free(&p);
+  aq_graph_destroy(g);
+}
+
+Test(placement, tasks_longer_than_a_few_barriers_are_never_serialised) {
+  aq_graph_t *g = two_chains(16);
+  uint32_t lane[MAX_TASKS];
+  plan_t p;
+  /* 2 us tasks and a pessimistic 5 us hop: one lane would look as good as
+   * two, but such tasks are not put in turn on one lane on the models' word
+   * (aq-bench tasks' METG stencil was, at 2 us, and lost half its speed). */
+  place_on_two_lanes(g, 2000, 5000, 150, lane, &p);
+  cr_expect_eq(p.heft_one_lane_agent, -1, "one lane not tried: %.0f ns", p.heft_one_lane_ns);
+  uint32_t on0 = on_agent(lane, g->ntasks, 0);
+  cr_expect(on0 > 0 && on0 < g->ntasks, "both lanes used (%u of %u on lane 0)", on0, g->ntasks);
+  cr_expect(p.heft_ns <= 16 * 2000 + 5000 + 1, "the chains side by side: %.0f ns", p.heft_ns);
+  aq_plan_free(&p);
+  aq_graph_destroy(g);
+}
+
+Test(placement, a_lane_waits_once_for_what_it_has_already_waited_for) {
+  /* A fan-out: one task, then 30 reading it. On the second lane only the
+   * first of them waits for the first lane (a barrier packet); the rest are
+   * covered by that wait, so the lanes share the work evenly. */
+  aq_graph_t *g;
+  cr_assert_eq(aq_graph_create(NULL, &g), AQ_OK);
+  aq_tensor_t root;
+  cr_assert_eq(aq_tensor_create(g, NULL, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){1}, &root), AQ_OK);
+  for (int i = 0; i < 31; ++i) {
+    aq_tensor_t y = root;
+    if (i) cr_assert_eq(aq_tensor_create(g, NULL, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){1}, &y), AQ_OK);
+    aq_kernel_task_t k = {.name = "fan", .kernel = "k", .shape = {{1, 1, 1}, {1, 1, 1}}, .write_count = 1,
+                          .writes = {y}, .write_offsets = {UINT32_MAX}, .agent = -1, .read_count = i > 0,
+                          .reads = {root}, .read_offsets = {UINT32_MAX}};
+    cr_assert_eq(aq_graph_add_kernel(g, &k, NULL), AQ_OK, "%s", aq_last_error());
+  }
+  uint32_t lane[MAX_TASKS];
+  plan_t p;
+  place_on_two_lanes(g, 2000, 1000, 1500, lane, &p);
+  uint32_t on0 = on_agent(lane, g->ntasks, 0);
+  cr_expect(on0 >= 14 && on0 <= 17, "%u of 31 on lane 0", on0);
+  cr_expect(p.heft_ns < 17 * 2000 + 1000 + 2 * 1500, "one barrier charged on the second lane: %.0f ns", p.heft_ns);
+  aq_plan_free(&p);
+  aq_graph_destroy(g);
 }

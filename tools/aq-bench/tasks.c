@@ -84,7 +84,8 @@ static aq_status_t aquila_graph(int shape, uint32_t n, double task_us, aq_graph_
     uint32_t d[4], nd = deps_of(shape, i, n, d);
     aq_kernel_task_t k = {.name = "task", .kernel = task_us > 0 ? "aq_busy_wait" : "aq_noop",
                           .kernarg = &args, .kernarg_size = task_us > 0 ? sizeof(args) : 0,
-                          .shape = {{1, 1, 1}, {1, 1, 1}}, .read_count = nd, .write_count = 1, .agent = -1};
+                          .shape = {{1, 1, 1}, {1, 1, 1}}, .read_count = nd, .write_count = 1, .agent = -1,
+                          .cost_key = task_us > 0 ? args.ns : 0};
     for (uint32_t j = 0; j < nd; ++j) k.reads[j] = t[d[j]], k.read_offsets[j] = UINT32_MAX;
     k.writes[0] = t[i];
     k.write_offsets[0] = UINT32_MAX;
@@ -255,7 +256,8 @@ static double aquila_stencil(uint32_t w, uint32_t steps, double us) {
     uint32_t d[3];
     int nd = stencil_deps(i, w, d);
     aq_kernel_task_t k = {.name = "stencil", .kernel = "aq_busy_wait", .kernarg = &args, .kernarg_size = sizeof(args),
-                          .shape = {{1, 1, 1}, {1, 1, 1}}, .read_count = (uint32_t)nd, .write_count = 1, .agent = -1};
+                          .shape = {{1, 1, 1}, {1, 1, 1}}, .read_count = (uint32_t)nd, .write_count = 1, .agent = -1,
+                          .cost_key = args.ns}; /* its spin time: one model per task length */
     for (int j = 0; j < nd; ++j) k.reads[j] = t[d[j]], k.read_offsets[j] = UINT32_MAX;
     k.writes[0] = t[i], k.write_offsets[0] = UINT32_MAX;
     aq_graph_add_kernel(g, &k, NULL);
