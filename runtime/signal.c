@@ -11,7 +11,6 @@
 #include "runtime/status.h"
 
 aq_signal_pool_t aq_signal_pool;
-_Atomic int aq_signal_device_writers;
 
 static pthread_mutex_t pool_mutex = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t free_head; /* index + 1 */
@@ -84,6 +83,7 @@ static int take_slot(aq_signal_value_t initial, aq_signal_t *out) {
   atomic_store(&s->value, initial);
   atomic_store(&s->fault, 0);
   atomic_store(&s->notify, NULL);
+  atomic_store(&s->device_writes, 0);
   uint32_t gen = atomic_load(&s->generation) + 1;
   atomic_store(&s->generation, gen);
   live++;
@@ -232,7 +232,12 @@ AQ_API aq_status_t aq_signal_wait(aq_signal_t signal, aq_signal_condition_t cond
   AQ_RETURN_IF_ERROR(resolve(signal, &s));
   wait_t w = {s, atomic_load(&s->generation), condition, compare, 0};
   int met;
-  if (!atomic_load(&aq_signal_device_writers)) {
+  /* Only a signal a device writes needs the short sleeps below: on a
+   * machine with a GPU, waiters of CPU-written signals (the lanes of a graph
+   * of CPU tasks) napping in 10 us steps took cores from the workers. A
+   * signal first handed to a GPU after the wait began still wakes us: the
+   * queue's processor reaps the write and wakes its sleepers. */
+  if (!atomic_load_explicit(&s->device_writes, memory_order_relaxed)) {
     met = aq_wake_wait(&s->wake, condition_met, &w, timeout_ns, aq_runtime_config()->spin_ns);
   } else {
     /* A GPU may write the value without a wake-up: sleep in 10 us steps,

@@ -25,7 +25,11 @@ typedef struct aq_signal_slot {
   /* Bumped by host stores, adds and exchanges: a GPU queue that computed a
    * pending write from the value can tell the host has since reset it. */
   _Atomic uint32_t host_sets;
-  uint32_t pad_[6];
+  /* Set once a device has been given a write of this signal (a GPU
+   * stream's completion): host waiters then look every few microseconds,
+   * as that write wakes nobody until the queue's processor reaps it. */
+  _Atomic uint32_t device_writes;
+  uint32_t pad_[5];
 } __attribute__((aligned(64))) aq_signal_slot_t;
 
 typedef struct aq_signal_pool {
@@ -35,11 +39,6 @@ typedef struct aq_signal_pool {
 } aq_signal_pool_t;
 
 extern aq_signal_pool_t aq_signal_pool;
-
-/* Set by a driver whose devices write signal memory directly (a GPU's
- * stream writes): such a write wakes no futex, so host waiters re-check
- * often instead of sleeping long. */
-extern _Atomic int aq_signal_device_writers;
 
 aq_status_t aq_signal_pool_init(uint32_t capacity);
 void aq_signal_pool_deinit(void);
@@ -66,6 +65,13 @@ static inline void aq_signal_slot_notify(aq_signal_slot_t *s) {
   aq_wake_all(&s->wake);
   aq_wake_t *n = atomic_load(&s->notify);
   if (n) aq_wake_one(n);
+}
+
+/* Called by a driver before it hands a device a write of s; the store is
+ * skipped once made, as the line is read by every waiter. */
+static inline void aq_signal_slot_mark_device_written(aq_signal_slot_t *s) {
+  if (!atomic_load_explicit(&s->device_writes, memory_order_relaxed))
+    atomic_store_explicit(&s->device_writes, 1, memory_order_relaxed);
 }
 
 static inline void aq_signal_slot_subtract(aq_signal_slot_t *s, int64_t v) {

@@ -159,15 +159,12 @@ static aq_status_t cuda_start(void) {
   aq_cuda_code_objects_init();
   for (int i = 0; i < n && i < 64; ++i) AQ_RETURN_IF_ERROR(add_agent(i));
   AQ_RETURN_IF_ERROR(enable_peers());
-  AQ_RETURN_IF_ERROR(register_pool());
-  atomic_store(&aq_signal_device_writers, 1);
-  return AQ_OK;
+  return register_pool();
 }
 
 static void cuda_stop(void) {
   /* Copies still in flight write signals: finish them before the pool goes. */
   for (uint32_t i = 0; i < agent_count; ++i) aq_cuda_copy_streams_destroy(agents[i], agents[i]->agent->info.name);
-  atomic_store(&aq_signal_device_writers, 0);
   if (pool_registered)
     aq_cuda_checked(aq_cu.cuMemHostUnregister(aq_signal_pool.slots), "cuMemHostUnregister", "the signal pool");
   pool_registered = 0;

@@ -54,6 +54,7 @@ static void notify_host(void *slot) { aq_signal_slot_notify(slot); }
 static CUresult complete_on(CUstream stream, aq_signal_slot_t *done, const char **call) {
   if (!done) return CUDA_SUCCESS;
   int64_t next = atomic_load(&done->value) - 1;
+  aq_signal_slot_mark_device_written(done);
   *call = "cuStreamWriteValue64 (completion signal)";
   CUresult r = aq_cu.cuStreamWriteValue64(stream, aq_cuda_signal_address(done), (uint64_t)next, 0);
   if (r != CUDA_SUCCESS) return r;

@@ -113,6 +113,7 @@ static uint32_t complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, co
     break;
   }
   next -= 1;
+  aq_signal_slot_mark_device_written(s);
   CUresult r = aq_cu.cuStreamWriteValue64(cq->stream, aq_cuda_signal_address(s), (uint64_t)next, 0);
   if (r != CUDA_SUCCESS) return check_agent(cq, r, "cuStreamWriteValue64 (completion signal)", what);
   if (cq->pending_count == CUDA_PENDING_MAX) reap(cq);
