@@ -32,5 +32,7 @@ aq_status_t aq_perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32
 /* exec.c: the exec's next run is not profiled (a warm-up: workers asleep,
  * caches cold, a GPU's first launch of each kernel). */
 void aq_exec_warm_up_next(aq_exec_t *e);
+/* exec.c: profiled runs record tasks from index `first` on only. */
+void aq_exec_profile_from(aq_exec_t *e, uint32_t first);
 
 #endif

@@ -240,6 +240,8 @@ AQ_API aq_status_t aq_exec_run(aq_exec_t *e) {
 
 void aq_exec_warm_up_next(aq_exec_t *e) { e->warm_up = 1; }
 
+void aq_exec_profile_from(aq_exec_t *e, uint32_t first) { e->profile_from = first; }
+
 AQ_API aq_status_t aq_exec_completion_signal(aq_exec_t *e, aq_signal_t *out) {
   if (!e || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_completion_signal: exec and out are required");
   if (e->join_lane == UINT32_MAX) return aq_error(AQ_ERROR_INTERNAL, "the exec has no packets");

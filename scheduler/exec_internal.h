@@ -89,6 +89,7 @@ struct aq_exec {
   uint32_t profile_left;               /* runs still to profile (models short of samples) */
   int profiled;                        /* the run in flight is profiled */
   int warm_up;                         /* the next run is not profiled (calibrate.c) */
+  uint32_t profile_from;               /* tasks below this index are run but not recorded (calibrate.c) */
   aq_profile_sink_t gpu_sink;          /* GPU lanes' kernel times into stamps (runtime/profile.h) */
   /* lowering's scratch: per lane, the last producer a task waits for */
   uint32_t lane_last_pred[EXEC_LANES_MAX], lane_stamp[EXEC_LANES_MAX], lane_touched[EXEC_LANES_MAX];

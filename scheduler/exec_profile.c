@@ -101,7 +101,7 @@ static double empty_pair_ns(const aq_exec_t *e, uint32_t c) {
 void aq_exec_profile_record(aq_exec_t *e) {
   double pair_ns[EXEC_LANES_MAX];
   for (uint32_t c = 0; c < e->nlanes; ++c) pair_ns[c] = empty_pair_ns(e, c);
-  for (uint32_t t = 0; t < e->plan.ntasks; ++t) {
+  for (uint32_t t = e->profile_from; t < e->plan.ntasks; ++t) {
     uint32_t lane = e->plan.tasks[t].lane, a = e->lane_agent[lane];
     aq_host_call_fn_t fn = e->graph->tasks[t].fn;
     if (fn == aq_exec_replica_copy || fn == aq_exec_replica_prefetch) continue;
