@@ -138,56 +138,52 @@ typedef struct placer {
   uint32_t *covered;   /* lane x lane: the last place in the second the first has waited for */
   uint32_t *seen;      /* per lane: the evaluation that last counted a wait on it */
   uint32_t evaluation;
+  void *block; /* every array above (placer_init) */
 } placer_t;
 
 static uint32_t workers_of(const plan_lanes_t *l, uint32_t a) {
   return l->agent_workers && agent_kind(l, a) == AQ_AGENT_KIND_CPU ? l->agent_workers[a] : 0;
 }
 
+/* Carves n items of `size` bytes from *at (8-byte aligned), advancing it. */
+static void *carve(uint8_t **at, size_t n, size_t size) {
+  void *p = *at;
+  *at += (n * size + 7) & ~(size_t)7;
+  return p;
+}
+
+/* All of a placer's arrays in one block: one allocation, not twenty, for
+ * each placement tried. */
 static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const plan_lanes_t *l, const hot_task_t *hot,
                                uint64_t gpus) {
   memset(pl, 0, sizeof(*pl));
   pl->p = p, pl->g = g, pl->l = l, pl->hot = hot, pl->gpus = gpus;
-  pl->first_worker = calloc(l->nagents + 1, sizeof(uint32_t));
-  if (!pl->first_worker) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
-  uint32_t most = 1;
-  for (uint32_t a = 0; a < l->nagents; ++a) {
-    uint32_t w = workers_of(l, a);
-    pl->first_worker[a + 1] = pl->first_worker[a] + w;
-    if (w > most) most = w;
-  }
-  uint32_t nw = pl->first_worker[l->nagents], n = p->ntasks ? p->ntasks : 1;
-  pl->lane_free = malloc((l->nlanes ? l->nlanes : 1) * sizeof(double));
-  pl->worker_free = malloc((nw ? nw : 1) * sizeof(double));
-  pl->sorted = malloc(most * sizeof(double));
-  pl->taken = malloc(most);
-  pl->used = malloc(l->nlanes ? l->nlanes : 1);
-  pl->lane = malloc(n * sizeof(uint32_t));
-  pl->finish = malloc(n * sizeof(double));
-  pl->cost = malloc(n * sizeof(double));
-  pl->home = malloc((g->ntensors ? g->ntensors : 1) * sizeof(uint32_t));
-  pl->gpu_home = malloc((g->ntensors ? g->ntensors : 1) * sizeof(uint32_t));
-  uint32_t nl = l->nlanes ? l->nlanes : 1;
-  pl->agent_lanes = malloc(nl * sizeof(uint32_t)), pl->first_lane = calloc(l->nagents + 2, sizeof(uint32_t));
-  pl->cand = malloc(nl * sizeof(uint32_t)), pl->cand_stamp = malloc(nl * sizeof(uint32_t));
-  pl->seq = malloc(n * sizeof(uint32_t)), pl->lane_len = malloc(nl * sizeof(uint32_t));
-  pl->covered = malloc((size_t)nl * nl * sizeof(uint32_t)), pl->seen = malloc(nl * sizeof(uint32_t));
-  if (!pl->seq || !pl->lane_len || !pl->covered || !pl->seen)
-    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
-  if (!pl->lane_free || !pl->worker_free || !pl->sorted || !pl->taken || !pl->used || !pl->lane || !pl->finish ||
-      !pl->cost || !pl->home || !pl->gpu_home || !pl->agent_lanes || !pl->first_lane || !pl->cand || !pl->cand_stamp)
-    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  uint32_t most = 1, nw = 0, na = l->nagents;
+  for (uint32_t a = 0; a < na; ++a) nw += workers_of(l, a), most = workers_of(l, a) > most ? workers_of(l, a) : most;
+  size_t n = p->ntasks ? p->ntasks : 1, nl = l->nlanes ? l->nlanes : 1, nt = g->ntensors ? g->ntensors : 1;
+  size_t bytes = 8 * (nl + (nw ? nw : 1) + most + 2 * n) + 4 * (2 * n + 2 * nt + 5 * nl + nl * nl + 2 * na + 3) +
+                 most + nl + 8 * 24;
+  uint8_t *at = pl->block = malloc(bytes);
+  if (!at) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  pl->lane_free = carve(&at, nl, 8), pl->worker_free = carve(&at, nw ? nw : 1, 8), pl->sorted = carve(&at, most, 8);
+  pl->finish = carve(&at, n, 8), pl->cost = carve(&at, n, 8);
+  pl->lane = carve(&at, n, 4), pl->seq = carve(&at, n, 4);
+  pl->home = carve(&at, nt, 4), pl->gpu_home = carve(&at, nt, 4);
+  pl->agent_lanes = carve(&at, nl, 4), pl->cand = carve(&at, nl, 4), pl->cand_stamp = carve(&at, nl, 4);
+  pl->lane_len = carve(&at, nl, 4), pl->seen = carve(&at, nl, 4), pl->covered = carve(&at, nl * nl, 4);
+  pl->first_worker = carve(&at, na + 1, 4), pl->first_lane = carve(&at, na + 2, 4);
+  pl->taken = carve(&at, most, 1), pl->used = carve(&at, nl, 1);
+  memset(pl->first_worker, 0, (na + 1) * sizeof(uint32_t));
+  memset(pl->first_lane, 0, (na + 2) * sizeof(uint32_t));
+  for (uint32_t a = 0; a < na; ++a) pl->first_worker[a + 1] = pl->first_worker[a] + workers_of(l, a);
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->first_lane[l->lane_agent[c] + 2]++;
-  for (uint32_t a = 0; a < l->nagents; ++a) pl->first_lane[a + 2] += pl->first_lane[a + 1];
+  for (uint32_t a = 0; a < na; ++a) pl->first_lane[a + 2] += pl->first_lane[a + 1];
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->agent_lanes[pl->first_lane[l->lane_agent[c] + 1]++] = c;
   return AQ_OK;
 }
 
 static void placer_free(placer_t *pl) {
-  free(pl->lane_free), free(pl->worker_free), free(pl->sorted), free(pl->taken), free(pl->used), free(pl->first_worker);
-  free(pl->lane), free(pl->finish), free(pl->cost), free(pl->home), free(pl->gpu_home);
-  free(pl->agent_lanes), free(pl->first_lane), free(pl->cand), free(pl->cand_stamp);
-  free(pl->seq), free(pl->lane_len), free(pl->covered), free(pl->seen);
+  free(pl->block);
   memset(pl, 0, sizeof(*pl));
 }
 
@@ -232,6 +228,14 @@ static uint32_t best_width(const double *sorted, uint32_t n, double groups, doub
  * free last (the best fit leaves earlier-free workers to others). */
 static void take_workers(placer_t *pl, uint32_t a, uint32_t w, double start, double finish) {
   uint32_t f = pl->first_worker[a], n = pl->first_worker[a + 1] - f;
+  if (w == 1) { /* most tasks: one pass, the best kept in a register */
+    double *free_at = pl->worker_free + f, latest = -1;
+    uint32_t pick = UINT32_MAX;
+    for (uint32_t i = 0; i < n; ++i)
+      if (free_at[i] <= start && free_at[i] > latest) pick = i, latest = free_at[i];
+    if (pick != UINT32_MAX) free_at[pick] = finish;
+    return;
+  }
   memset(pl->taken, 0, n);
   for (uint32_t k = 0; k < w; ++k) {
     uint32_t pick = UINT32_MAX;
@@ -384,10 +388,12 @@ static uint32_t candidates(placer_t *pl, uint32_t i, uint32_t k, int32_t only) {
     if (l->cost_ns[(size_t)i * l->nagents + a] < 0 || (t->agent >= 0 && a != (uint32_t)t->agent) ||
         (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST))
       continue;
-    uint32_t first = UINT32_MAX;
-    for (uint32_t j = pl->first_lane[a]; j < pl->first_lane[a + 1] && !(pl->one_lane && j > pl->first_lane[a]); ++j) {
+    uint32_t first = UINT32_MAX, end = pl->first_lane[a + 1];
+    if (pl->one_lane && end > pl->first_lane[a]) end = pl->first_lane[a] + 1;
+    double earliest = 0;
+    for (uint32_t j = pl->first_lane[a]; j < end; ++j) {
       uint32_t c = pl->agent_lanes[j];
-      if (first == UINT32_MAX || pl->lane_free[c] < pl->lane_free[first]) first = c;
+      if (first == UINT32_MAX || pl->lane_free[c] < earliest) first = c, earliest = pl->lane_free[c];
     }
     if (first != UINT32_MAX && pl->cand_stamp[first] != k + 1) pl->cand_stamp[first] = k + 1, pl->cand[n++] = first;
   }
