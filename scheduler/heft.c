@@ -439,6 +439,11 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
       if (t->agent >= 0 && a != (uint32_t)t->agent) continue;
       if (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST) continue;
       if (l->lane_kind[c] == AQ_AGENT_KIND_GPU && cost < GPU_LAUNCH_NS) cost = GPU_LAUNCH_NS;
+      /* No lane finishes a task before it is free plus the task's cost (at
+       * full width; hops, barriers and homes only add): one that cannot beat
+       * the best so far is not worked out. A GPU lane beside sixteen CPU
+       * lanes of tiny tasks almost never can. */
+      if (best != UINT32_MAX && pl->lane_free[c] + cost >= best_finish) continue;
       double ready = 0;
       uint32_t waits = 0, ev = ++pl->evaluation; /* other lanes waited for: barrier packets, five waits a packet */
       for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
