@@ -302,7 +302,7 @@ static hot_task_t hot_of(const aq_graph_t *g, const task_t *t, int gpus) {
 static int gpu_split(const placer_t *pl) {
   int32_t first = -1, gpu = 0, several = 0;
   for (uint32_t i = 0; i < pl->p->ntasks; ++i) {
-    if (pl->g->tasks[i].kind == TASK_HOST) continue;
+    if (pl->hot[i].kind == TASK_HOST) continue;
     int32_t a = (int32_t)pl->l->lane_agent[pl->lane[i]];
     gpu |= pl->l->lane_kind[pl->lane[i]] == AQ_AGENT_KIND_GPU;
     if (first < 0) first = a;
@@ -362,12 +362,12 @@ static double work_bound(const hot_task_t *hot, const aq_graph_t *g, const plan_
 
 /* Whether agent a may run every kernel of g (host calls run on CPU lanes
  * whatever the placement: a batch loader beside a GPU's training step). */
-static int runs_every_kernel(const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
+static int runs_every_kernel(const hot_task_t *hot, const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
   uint8_t kind = agent_kind(l, a);
   for (uint32_t i = 0; i < g->ntasks; ++i) {
-    if (g->tasks[i].kind == TASK_HOST) continue;
+    if (hot[i].kind == TASK_HOST) continue;
     if (l->cost_ns[(size_t)i * l->nagents + a] < 0 || !(l->eligible[i] & (1u << kind)) ||
-        (g->tasks[i].agent >= 0 && (uint32_t)g->tasks[i].agent != a))
+        (hot[i].agent >= 0 && (uint32_t)hot[i].agent != a))
       return 0;
   }
   return 1;
@@ -518,7 +518,7 @@ static void one_lane(placer_t *best, placer_t *trial, double *best_ms) {
   const plan_lanes_t *l = best->l;
   plan_t *p = best->p;
   for (uint32_t a = 0; a < l->nagents; ++a) {
-    if (agent_kind(l, a) != AQ_AGENT_KIND_CPU || lanes_of(l, a) < 2 || !runs_every_kernel(best->g, l, a)) continue;
+    if (agent_kind(l, a) != AQ_AGENT_KIND_CPU || lanes_of(l, a) < 2 || !runs_every_kernel(best->hot, best->g, l, a)) continue;
     double bound = serial_bound(best->g, l, a);
     if (bound < 0 || bound >= (1 - SPLIT_GAIN) * *best_ms) continue;
     uint32_t fail;
@@ -580,6 +580,10 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
       lat += base / ((double)na * na);
       per_byte += (a == b ? 0 : aq_plan_transfer_ns(l, a, b, 1e6) - aq_plan_transfer_ns(l, a, b, 0)) / 1e6 / ((double)na * na);
     }
+  uint64_t gpus = 0; /* the GPU agents, a bit each */
+  for (uint32_t a = 0; a < na && a < 64; ++a)
+    if (agent_kind(l, a) == AQ_AGENT_KIND_GPU) gpus |= 1ull << a;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) hot[i] = hot_of(g, &g->tasks[i], __builtin_popcountll(gpus));
   /* Upward ranks, in reverse topological order: a task's rank is final once
    * its successors', all later in the order, have been pushed to it
    * (below[q]: the most any successor asks of q); after-any edges order
@@ -588,7 +592,7 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
     uint32_t i = p->order[k];
     pos[i] = k;
     rank[i] = mean[i] + below[i];
-    for (uint32_t j = 0; j < p->tasks[i].npreds + g->tasks[i].nafter_any; ++j) {
+    for (uint32_t j = 0; j < p->tasks[i].npreds + hot[i].nafter_any; ++j) {
       int pred = j < p->tasks[i].npreds;
       uint32_t q = pred ? p->tasks[i].preds[j] : g->tasks[i].after_any[j - p->tasks[i].npreds];
       double up = lat + per_byte * (pred ? pred_bytes[pred_at[i] + j] : edge_bytes(g, q, i)) + rank[i];
@@ -605,7 +609,7 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
     int ok = 1;
     for (uint32_t i = 0; i < n && ok; ++i) {
       for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) ok &= pos[p->tasks[i].preds[j]] < pos[i];
-      for (uint32_t j = 0; j < g->tasks[i].nafter_any; ++j) ok &= pos[g->tasks[i].after_any[j]] < pos[i];
+      for (uint32_t j = 0; j < hot[i].nafter_any; ++j) ok &= pos[g->tasks[i].after_any[j]] < pos[i];
     }
     if (ok) memcpy(p->order, order, n * sizeof(uint32_t));
   }
@@ -615,10 +619,6 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
    * its estimate beats the best single agent's by more than a cross-agent
    * edge and SPLIT_GAIN of the time (a split whose gain is within the
    * models' error costs edges and a second agent's noise for nothing). */
-  uint64_t gpus = 0; /* the GPU agents, a bit each */
-  for (uint32_t a = 0; a < na && a < 64; ++a)
-    if (agent_kind(l, a) == AQ_AGENT_KIND_GPU) gpus |= 1ull << a;
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) hot[i] = hot_of(g, &g->tasks[i], __builtin_popcountll(gpus));
   placer_t mixed = {0}, single = {0};
   uint32_t fail = UINT32_MAX;
   double best_ms = -1, single_ms = -1, margin = 0;
@@ -649,7 +649,7 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
    * the dear part of instantiating a big graph. */
   for (uint32_t k = 0; s == AQ_OK && na > 1 && k < na; ++k) {
     uint32_t a = mixed_on >= 0 ? ((uint32_t)mixed_on + k) % na : k;
-    if (!runs_every_kernel(g, l, a)) continue;
+    if (!runs_every_kernel(hot, g, l, a)) continue;
     if ((int32_t)a == mixed_on) {
       single_ms = best_ms, single_agent = mixed_on;
       continue;
