@@ -32,6 +32,12 @@ void aq_wake_sleep(aq_wake_t *w, uint32_t epoch, uint64_t timeout_ns) {
 
 enum { AQ_WAKE_YIELD_AFTER_NS = 5000 };
 
+int aq_wake_poll(aq_wake_t *w, int (*ready)(void *arg), void *arg, uint64_t ns) {
+  if (aq_wake_wait(w, ready, arg, ns, ns)) return 1;
+  sched_yield();
+  return 0;
+}
+
 int aq_wake_wait(aq_wake_t *w, int (*ready)(void *arg), void *arg, uint64_t timeout_ns,
                  uint64_t spin_ns) {
   if (ready(arg)) return 1;

@@ -42,6 +42,14 @@ static inline void aq_wake_finish(aq_wake_t *w) { atomic_fetch_sub(&w->sleepers,
 int aq_wake_wait(aq_wake_t *w, int (*ready)(void *arg), void *arg, uint64_t timeout_ns,
                  uint64_t spin_ns);
 
+/* One look of a poller that looks every ns without sleeping (a GPU queue's
+ * processor watching its stream): spins up to ns for ready(arg), then, if
+ * not ready, yields the core once. A poller that only spun held its core
+ * as long as the GPU ran, and the host thread the scheduler had put beside
+ * it (still submitting a run's other lanes) waited for the whole run.
+ * Returns 1 if ready. */
+int aq_wake_poll(aq_wake_t *w, int (*ready)(void *arg), void *arg, uint64_t ns);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t aq_now_ns(void);
 

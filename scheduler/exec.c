@@ -4,6 +4,7 @@
  * tasks' signals and copies the streams into the queues: no allocation, no
  * lock, one doorbell per queue. */
 #include <math.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,9 +266,10 @@ static void spin_on_gpu_lanes(const aq_exec_t *e, uint64_t timeout_ns) {
   for (uint32_t a = 0; a < e->nlanes; ++a) {
     if (!e->streams[a].done.handle || e->lane_kind[a] == AQ_AGENT_KIND_CPU) continue;
     aq_signal_value_t v = 1;
-    while (aq_signal_load(e->streams[a].done, &v) == AQ_OK && v != 0) {
+    for (uint32_t n = 1; aq_signal_load(e->streams[a].done, &v) == AQ_OK && v != 0; ++n) {
       if (aq_now_ns() >= until) return;
       aq_cpu_relax();
+      if (!(n & 255)) sched_yield(); /* a thread the scheduler put on our core (a queue's processor) runs */
     }
   }
 }

@@ -213,6 +213,13 @@ enum { POLL_MIN_NS = 4000, POLL_MAX_NS = 1000000, ERROR_CHECK_NS = 200000, FRUGA
 /* AQ_GPU_SPIN_US=0: the processor never polls without sleeping. */
 static int frugal(void) { return aq_runtime_config()->gpu_spin_ns == 0; }
 
+/* Waits POLL_MIN_NS for ready(arg): asleep under AQ_GPU_SPIN_US=0, else
+ * spinning and then yielding the core (wake.h: aq_wake_poll). */
+static void poll_for(cuda_queue_t *cq, int (*ready)(void *), void *arg) {
+  if (frugal()) aq_wake_wait(&cq->proc.wake, ready, arg, POLL_MIN_NS, 0);
+  else aq_wake_poll(&cq->proc.wake, ready, arg, POLL_MIN_NS);
+}
+
 static int and_met(void *barrier) {
   uint32_t fault = 0;
   return aq_barrier_poll(barrier, HSA_PACKET_TYPE_BARRIER_AND, &fault) == AQ_BARRIER_MET;
@@ -243,7 +250,7 @@ static void settle_on_host(cuda_queue_t *cq, const void *b) {
       fail_pending(cq, r);
       return;
     }
-    aq_wake_wait(&cq->proc.wake, and_met, (void *)b, POLL_MIN_NS, frugal() ? 0 : POLL_MIN_NS);
+    poll_for(cq, and_met, (void *)b);
     reap(cq);
   } while (atomic_load(&cq->proc.running) && !and_met((void *)b));
 }
@@ -266,7 +273,7 @@ static void wait_for_same_gpu_deps(cuda_queue_t *cq, const hsa_barrier_and_packe
   aq_barrier_watch(b, &cq->proc.wake);
   while (atomic_load(&cq->proc.running) && !same_gpu_deps_met((void *)b)) {
     reap(cq);
-    aq_wake_wait(&cq->proc.wake, same_gpu_deps_met, (void *)b, POLL_MIN_NS, frugal() ? 0 : POLL_MIN_NS);
+    poll_for(cq, same_gpu_deps_met, (void *)b);
   }
 }
 
@@ -510,8 +517,8 @@ void *aq_cuda_queue_main(void *arg) {
     int owed = cq->pending_count || cq->timing.count;
     uint64_t spin = now - active < idle_spin ? idle_spin - (now - active) : 0;
     if (owed && owed_to_a_waiter(cq)) {
-      const uint64_t look = idle_spin ? POLL_MIN_NS : poll < FRUGAL_POLL_MAX_NS ? poll : FRUGAL_POLL_MAX_NS;
-      aq_wake_wait(&cq->proc.wake, has_work, cq, look, idle_spin ? look : 0);
+      if (idle_spin) aq_wake_poll(&cq->proc.wake, has_work, cq, POLL_MIN_NS);
+      else aq_wake_wait(&cq->proc.wake, has_work, cq, poll < FRUGAL_POLL_MAX_NS ? poll : FRUGAL_POLL_MAX_NS, 0);
     } else
       aq_wake_wait(&cq->proc.wake, has_work, cq, owed ? spin + poll : UINT64_MAX, spin);
     if (owed) poll = poll * 2 < POLL_MAX_NS ? poll * 2 : POLL_MAX_NS;
