@@ -117,13 +117,14 @@ void aq_queue_note_failure(aq_queue_impl_t *q, aq_status_t status, uint32_t faul
 
 /* A barrier-AND packet's reserved1, bit i: dep_signal[i] is written by
  * another stream of the GPU that runs the barrier (two lanes of one GPU,
- * lower.c). That GPU's packet processor waits for such a dependency on the
- * host, never with a stream wait: a stream waiting for a value another
- * stream of its device writes is an order CUDA cannot see, and the driver
- * API's stream memory operations warn that it may deadlock (streams that
- * share a hardware queue run in the order their work was enqueued, and the
- * wait may come first). Other agents' processors wait on the host anyway. */
-static inline int aq_barrier_waits_on_host(const hsa_barrier_and_packet_t *b, int i) {
+ * lower.c). That GPU's packet processor never waits for such a dependency
+ * with a stream memory wait: a stream waiting for a value another stream
+ * of its device writes is an order CUDA cannot see, and the driver API's
+ * stream memory operations warn that it may deadlock (streams that share a
+ * hardware queue run in the order their work was enqueued, and the wait
+ * may come first). It waits for an event the other stream records after
+ * the completion (cuda_events.c), or on the host. */
+static inline int aq_barrier_same_gpu_dep(const hsa_barrier_and_packet_t *b, int i) {
   return (b->reserved1 >> i) & 1;
 }
 

@@ -44,8 +44,8 @@ typedef enum aq_setting_type {
     "how long aq_shut_down waits for running packets (ms)")                                                         \
   X(COMM_TIMEOUT_MS, "AQ_COMM_TIMEOUT_MS", UINT, "300000", 1, 86400000, NULL,                                       \
     "how long a collective waits for its peers (ms)")                                                               \
-  X(COMM_STREAM, "AQ_COMM_STREAM", BOOL, "0", 0, 1, NULL,                                                           \
-    "a graph's NCCL collectives on a stream of their own beside the kernels' (experimental)")                      \
+  X(COMM_STREAM, "AQ_COMM_STREAM", BOOL, "1", 0, 1, NULL,                                                           \
+    "a graph's NCCL collectives on a stream of their own beside the kernels'")                                      \
   X(CODE_OBJECT_PATH, "AQ_CODE_OBJECT_PATH", PATH, "", 0, 0, NULL,                                                  \
     "colon-separated directories searched for code objects before lib/aquila")                                     \
   X(SCHED, "AQ_SCHED", ENUM, "heft", 0, 0, "heft|eager|round-robin|pinned|locality", "graphs' placement policy")     \

@@ -84,6 +84,8 @@ static int take_slot(aq_signal_value_t initial, aq_signal_t *out) {
   atomic_store(&s->fault, 0);
   atomic_store(&s->notify, NULL);
   atomic_store(&s->device_writes, 0);
+  atomic_store(&s->stream_waiters, 0);
+  atomic_store(&s->stream_event, 0);
   uint32_t gen = atomic_load(&s->generation) + 1;
   atomic_store(&s->generation, gen);
   live++;
@@ -221,6 +223,11 @@ static int condition_met(void *arg) {
   w->seen = atomic_load(&w->s->value);
   return aq_signal_condition_holds(w->condition, w->seen, w->compare) ||
          atomic_load(&w->s->generation) != w->generation;
+}
+
+void aq_signal_wait_on_device(aq_signal_t signal) {
+  aq_signal_slot_t *s = aq_signal_slot(signal.handle);
+  if (s) atomic_store_explicit(&s->stream_waiters, 1, memory_order_relaxed);
 }
 
 AQ_API aq_status_t aq_signal_wait(aq_signal_t signal, aq_signal_condition_t condition,

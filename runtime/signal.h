@@ -29,7 +29,16 @@ typedef struct aq_signal_slot {
    * stream's completion): host waiters then look every few microseconds,
    * as that write wakes nobody until the queue's processor reaps it. */
   _Atomic uint32_t device_writes;
-  uint32_t pad_[5];
+  /* Another stream of the GPU that completes this signal waits for it
+   * (set when an exec is lowered): that GPU's driver records an event
+   * after the completion, and the waiting stream waits for the event on
+   * the GPU instead of for the value on the host. stream_event is the
+   * driver's event, event_sets the host_sets it was recorded under (a
+   * record of an earlier run is not this run's). */
+  _Atomic uint32_t stream_waiters;
+  _Atomic uint64_t stream_event;
+  _Atomic uint32_t event_sets;
+  uint32_t pad_[1];
 } __attribute__((aligned(64))) aq_signal_slot_t;
 
 typedef struct aq_signal_pool {
@@ -66,6 +75,10 @@ static inline void aq_signal_slot_notify(aq_signal_slot_t *s) {
   aq_wake_t *n = atomic_load(&s->notify);
   if (n) aq_wake_one(n);
 }
+
+/* Another stream of the same GPU waits for signal's completion by that
+ * GPU (lower.c): the driver orders the two streams with an event. */
+void aq_signal_wait_on_device(aq_signal_t signal);
 
 /* Called by a driver before it hands a device a write of s; the store is
  * skipped once made, as the line is read by every waiter. */

@@ -103,11 +103,10 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   if (s == AQ_OK) s = aq_plan_build(&e->plan, e->user_graph, e->policy, &lanes);
   if (s == AQ_OK) s = aq_exec_replicate(e, eligible);
   if (s == AQ_OK) s = aq_exec_fuse(e);
-  /* NCCL collectives stay on their GPU's kernel stream unless asked
-   * (AQ_COMM_STREAM=1): on a lane of their own, the data-parallel step hung
-   * on two H100s while the two lanes of a GPU waited for each other with
-   * stream waits; they now wait on the host (lower.c), which awaits its
-   * run on a GPU before it can be the default. */
+  /* NCCL collectives go on a lane (a stream) of their own, so a bucket's
+   * all-reduce runs beside the backward kernels still to come; the two
+   * lanes of a GPU order each other with CUDA events (cuda_events.c).
+   * AQ_COMM_STREAM=0 keeps them on the kernels' stream. */
   if (s == AQ_OK && aq_setting_u64(AQ_SET_COMM_STREAM)) s = aq_exec_collective_lanes(e);
   uint64_t t_memory = t0 ? aq_now_ns() : 0;
   free(eligible), free(costs), free(links);

@@ -119,7 +119,8 @@ aq_status_t aq_exec_heft_links(aq_exec_t *e, double **out);
 aq_status_t aq_exec_fuse(aq_exec_t *e);
 aq_status_t aq_exec_collective_lanes(aq_exec_t *e);
 /* Whether lane `other` is another lane of lane `mine`'s GPU: a barrier there
- * waits for it on the host (runtime/queue.h: aq_barrier_waits_on_host). */
+ * waits for it by an event, not a stream memory wait (runtime/queue.h:
+ * aq_barrier_same_gpu_dep). */
 int aq_exec_same_gpu_lanes(const aq_exec_t *e, uint32_t mine, uint32_t other);
 
 /* exec_replica.c */

@@ -338,13 +338,14 @@ aq_status_t aq_exec_fuse(aq_exec_t *e) {
   return aq_fuse_plan(&in, &e->plan, &e->fusion);
 }
 
-/* Off by default (AQ_COMM_STREAM; exec.c says why). Stream calls (NCCL
- * collectives) move to a lane of their own on
- * their GPU, after placement: a second queue, so a second stream, on which a
- * bucket's all-reduce runs beside the backward kernels still to come, as
- * DDP's communication stream does, where the kernels' one stream would
- * hold them back until it ended. Barrier packets order the two lanes as
- * they do any two (stream waits on the GPU). Kernels never go there. */
+/* AQ_COMM_STREAM (on by default). Stream calls (NCCL collectives) move to
+ * a lane of their own on their GPU, after placement: a second queue, so a
+ * second stream, on which a bucket's all-reduce runs beside the backward
+ * kernels still to come, as DDP's communication stream does, where the
+ * kernels' one stream would hold them back until it ended. Barrier packets
+ * order the two lanes as they do any two; their GPU's processors turn them
+ * into event waits (runtime/drivers/cuda_events.c). Kernels never go
+ * there. */
 aq_status_t aq_exec_collective_lanes(aq_exec_t *e) {
   uint32_t lane_of[EXEC_AGENTS_MAX], moved = 0;
   for (uint32_t a = 0; a < e->nagents; ++a) lane_of[a] = UINT32_MAX;

@@ -25,14 +25,14 @@ int aq_exec_same_gpu_lanes(const aq_exec_t *e, uint32_t mine, uint32_t other) {
   return mine != other && e->lane_kind[mine] == AQ_AGENT_KIND_GPU && e->lane_agent[mine] == e->lane_agent[other];
 }
 
-/* host_wait: bit i, deps[i] is written by another stream of this lane's
- * GPU, which waits for it on the host (queue.h: aq_barrier_waits_on_host). */
+/* same_gpu: bit i, deps[i] is written by another stream of this lane's
+ * GPU (queue.h: aq_barrier_same_gpu_dep). */
 static aq_status_t push_barrier(aq_exec_t *e, stream_t *st, hsa_packet_type_t type, const aq_signal_t *deps,
-                                uint32_t n, aq_signal_t completion, uint32_t host_wait) {
+                                uint32_t n, aq_signal_t completion, uint32_t same_gpu) {
   hsa_barrier_and_packet_t b;
   memset(&b, 0, sizeof(b));
   b.header = exec_packet_header(type, 1);
-  b.reserved1 = host_wait;
+  b.reserved1 = same_gpu;
   for (uint32_t i = 0; i < n; ++i) b.dep_signal[i].handle = deps[i].handle;
   b.completion_signal.handle = completion.handle;
   e->barriers++;
@@ -264,13 +264,17 @@ static aq_status_t size_streams(aq_exec_t *e, const waits_t *w) {
 /* Barrier-ANDs in lane's stream over n signals, five a packet (consecutive
  * barriers in one queue AND together); from[i] is the lane that writes
  * deps[i], marked where it is another stream of the lane's GPU (queue.h:
- * aq_barrier_waits_on_host). */
+ * aq_barrier_same_gpu_dep). */
 static aq_status_t push_waits(aq_exec_t *e, uint32_t lane, const aq_signal_t *deps, const uint32_t *from, uint32_t n) {
   aq_signal_t none = {0};
   for (uint32_t i = 0; i < n; i += 5) {
-    uint32_t m = n - i < 5 ? n - i : 5, host_wait = 0;
-    for (uint32_t j = 0; j < m; ++j) host_wait |= (uint32_t)aq_exec_same_gpu_lanes(e, lane, from[i + j]) << j;
-    AQ_RETURN_IF_ERROR(push_barrier(e, &e->streams[lane], HSA_PACKET_TYPE_BARRIER_AND, deps + i, m, none, host_wait));
+    uint32_t m = n - i < 5 ? n - i : 5, same_gpu = 0;
+    for (uint32_t j = 0; j < m; ++j) {
+      int mine = aq_exec_same_gpu_lanes(e, lane, from[i + j]);
+      same_gpu |= (uint32_t)mine << j;
+      if (mine) aq_signal_wait_on_device(deps[i + j]);
+    }
+    AQ_RETURN_IF_ERROR(push_barrier(e, &e->streams[lane], HSA_PACKET_TYPE_BARRIER_AND, deps + i, m, none, same_gpu));
   }
   return AQ_OK;
 }

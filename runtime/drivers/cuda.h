@@ -101,6 +101,7 @@ typedef struct cuda_queue {
   cuda_timing_t timing;
   struct cuda_queue *next_traced; /* the agent's queues, for trace flushes */
   struct cuda_graphs *graphs;     /* repeating stretches as CUDA graphs; NULL: off */
+  struct cuda_events *events;     /* the events it records for another stream of the GPU */
 } cuda_queue_t;
 
 /* The queue's kernels are being profiled: the processor times each one
@@ -113,6 +114,17 @@ static inline int cuda_profiling(struct cuda_queue *cq) {
 CUdeviceptr aq_cuda_signal_address(const aq_signal_slot_t *slot);
 
 void *aq_cuda_queue_main(void *arg);
+
+/* cuda_events.c: after s's completion write (under host_sets `sets`) went
+ * on cq's stream, records s's event there if another stream of the GPU
+ * waits for s. */
+void aq_cuda_event_record(cuda_queue_t *cq, aq_signal_slot_t *s, uint32_t sets);
+/* s is done, or its event is recorded for this run: a stream may be
+ * ordered after it. */
+int aq_cuda_event_ready(const aq_signal_slot_t *s);
+/* Orders cq's stream after s's recorded event (nothing if s is done). */
+CUresult aq_cuda_event_wait(cuda_queue_t *cq, const aq_signal_slot_t *s);
+void aq_cuda_events_release(cuda_queue_t *cq);
 /* Launches one kernel dispatch packet on cq->stream; a fault id, 0 if launched. */
 uint32_t aq_cuda_dispatch(cuda_queue_t *cq, const hsa_kernel_dispatch_packet_t *p);
 /* A dispatch packet's blocks and block size for cuLaunchKernel; non-zero,

@@ -214,6 +214,7 @@ static void cuda_queue_detach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   aq_cuda_timing_release(cq);
   aq_cuda_checked(aq_cu.cuStreamSynchronize(cq->stream), "cuStreamSynchronize", where);
   aq_cuda_graph_release(cq);
+  aq_cuda_events_release(cq);
   aq_cuda_checked(aq_cu.cuStreamDestroy(cq->stream), "cuStreamDestroy", where);
   free(cq);
 }

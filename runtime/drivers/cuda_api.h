@@ -86,6 +86,7 @@ enum {
   REQ(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                                         \
   REQ(cuStreamQuery, "cuStreamQuery", (CUstream))                                                                     \
   REQ(cuStreamWaitValue64, "cuStreamWaitValue64_v2", (CUstream, CUdeviceptr, uint64_t, unsigned))                     \
+  REQ(cuStreamWaitEvent, "cuStreamWaitEvent", (CUstream, CUevent, unsigned))                                          \
   REQ(cuStreamWriteValue64, "cuStreamWriteValue64_v2", (CUstream, CUdeviceptr, uint64_t, unsigned))                   \
   REQ(cuLaunchKernel, "cuLaunchKernel",                                                                               \
       (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \

@@ -116,6 +116,7 @@ static uint32_t complete_on_stream(cuda_queue_t *cq, hsa_signal_t completion, co
   aq_signal_slot_mark_device_written(s);
   CUresult r = aq_cu.cuStreamWriteValue64(cq->stream, aq_cuda_signal_address(s), (uint64_t)next, 0);
   if (r != CUDA_SUCCESS) return check_agent(cq, r, "cuStreamWriteValue64 (completion signal)", what);
+  aq_cuda_event_record(cq, s, sets);
   if (cq->pending_count == CUDA_PENDING_MAX) reap(cq);
   if (cq->pending_count < CUDA_PENDING_MAX) {
     cq->pending[(cq->pending_head + cq->pending_count++) % CUDA_PENDING_MAX] = (cuda_pending_t){s, next, sets, what};
@@ -255,25 +256,28 @@ static void settle_on_host(cuda_queue_t *cq, const void *b) {
   } while (atomic_load(&cq->proc.running) && !and_met((void *)b));
 }
 
-/* Whether every dependency that another stream of this GPU writes has
- * reached zero (queue.h: aq_barrier_waits_on_host). */
-static int same_gpu_deps_met(void *barrier) {
+/* Whether every dependency that another stream of this GPU writes is
+ * done or has its event recorded (cuda_events.c; queue.h:
+ * aq_barrier_same_gpu_dep). */
+static int same_gpu_deps_ordered(void *barrier) {
   const hsa_barrier_and_packet_t *b = barrier;
   for (int i = 0; i < 5; ++i) {
     aq_signal_slot_t *s = b->dep_signal[i].handle ? aq_signal_slot(b->dep_signal[i].handle) : NULL;
-    if (s && aq_barrier_waits_on_host(b, i) && atomic_load_explicit(&s->value, memory_order_acquire) != 0) return 0;
+    if (s && aq_barrier_same_gpu_dep(b, i) && !aq_cuda_event_ready(s)) return 0;
   }
   return 1;
 }
 
-/* Waits on the host for the dependencies another stream of this GPU
- * writes, as barrier-OR waits for any: that stream's processor wakes us
- * when it reaps the write; we look every POLL_MIN_NS all the same. */
+/* Waits on the host until the dependencies another stream of this GPU
+ * writes can order our stream: their events are recorded (when their
+ * tasks are launched) or, for one that got no event, they are done. That
+ * stream's processor wakes us at either; we look every POLL_MIN_NS all the
+ * same. */
 static void wait_for_same_gpu_deps(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b) {
   aq_barrier_watch(b, &cq->proc.wake);
-  while (atomic_load(&cq->proc.running) && !same_gpu_deps_met((void *)b)) {
+  while (atomic_load(&cq->proc.running) && !same_gpu_deps_ordered((void *)b)) {
     reap(cq);
-    poll_for(cq, same_gpu_deps_met, (void *)b);
+    poll_for(cq, same_gpu_deps_ordered, (void *)b);
   }
 }
 
@@ -295,13 +299,14 @@ static uint32_t barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b)
       if (!fault) fault = atomic_load(&s->fault);
       continue;
     }
-    if (aq_barrier_waits_on_host(b, i)) continue; /* unmet only as the processor stops */
     /* Untaken, the work after the barrier would run before its dependency. */
-    CUresult r = aq_cu.cuStreamWaitValue64(cq->stream, aq_cuda_signal_address(s), 0, CU_STREAM_WAIT_VALUE_EQ);
+    int same_gpu = aq_barrier_same_gpu_dep(b, i); /* its event, or unmet only as the processor stops */
+    CUresult r = same_gpu ? aq_cuda_event_wait(cq, s)
+                          : aq_cu.cuStreamWaitValue64(cq->stream, aq_cuda_signal_address(s), 0, CU_STREAM_WAIT_VALUE_EQ);
     if (r != CUDA_SUCCESS) {
       char what[48];
       snprintf(what, sizeof(what), "barrier-AND dep_signal[%d]", i);
-      return check_agent(cq, r, "cuStreamWaitValue64", what);
+      return check_agent(cq, r, same_gpu ? "cuStreamWaitEvent" : "cuStreamWaitValue64", what);
     }
     cq->tail_untracked = 1;
   }

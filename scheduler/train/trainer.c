@@ -314,7 +314,8 @@ static aq_status_t build_train(aq_trainer_t *t) {
   TRY(forward(t, g, t->x, t->params, 1, &logits));
   TRY(aq_op_softmax_xent(g, logits, t->y, &t->loss));
   TRY(aq_graph_backward(g, t->loss));
-  if (t->o.comm) TRY(aq_graph_data_parallel(g, t->o.comm, NULL));
+  aq_data_parallel_options_t dp = {.bucket_bytes = t->o.bucket_bytes};
+  if (t->o.comm) TRY(aq_graph_data_parallel(g, t->o.comm, &dp));
   aq_sgd_options_t sgd = {.lr = t->o.lr, .momentum = t->o.momentum, .weight_decay = t->o.weight_decay};
   aq_adam_options_t adam = {.lr = t->o.lr, .weight_decay = t->o.weight_decay, .decoupled = 1};
   int use_adam = t->o.optimizer && !strcmp(t->o.optimizer, "adam");

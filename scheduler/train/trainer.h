@@ -30,6 +30,7 @@ typedef struct aq_trainer_options {
    * (batch / ranks of them, the same shuffled order on every rank). */
   aq_comm_t *comm;
   uint32_t rank, ranks;
+  size_t bucket_bytes; /* gradient bytes an all-reduce bucket gathers; 0: the library's default */
 } aq_trainer_options_t;
 
 typedef struct aq_trainer aq_trainer_t;

@@ -175,10 +175,10 @@ Test(ranks, each_rank_trains_on_its_own_inputs) {
 
 /* AQ_COMM_STREAM's lanes, on a hand-made exec whose one agent poses as a
  * GPU: a graph's collectives move to a second lane of that GPU, the
- * kernels stay, and the two lanes are ones whose barriers wait for each
- * other on the host (a stream wait between two streams of one GPU is an
- * order CUDA cannot see: runtime/queue.h). */
-Test(ranks, a_collective_lane_waits_for_its_gpu_on_the_host) {
+ * kernels stay, and the two lanes are ones whose barriers mark each other
+ * as the same GPU's (ordered by events, never by a stream memory wait,
+ * which is an order CUDA cannot see: runtime/queue.h). */
+Test(ranks, a_collective_lane_is_marked_as_its_gpus_other_stream) {
   uint32_t cpu = cpu_agent_index();
   aq_comm_t *c = fake_gpus_comm(cpu, cpu + 1);
   aq_graph_t *g;
@@ -211,7 +211,7 @@ Test(ranks, a_collective_lane_waits_for_its_gpu_on_the_host) {
   e->lane_agent[3] = 0, e->lane_kind[3] = AQ_AGENT_KIND_CPU;
   cr_assert(!aq_exec_same_gpu_lanes(e, 0, 2) && !aq_exec_same_gpu_lanes(e, 3, 0));
   hsa_barrier_and_packet_t b = {.reserved1 = 1u << 2};
-  cr_assert(aq_barrier_waits_on_host(&b, 2) && !aq_barrier_waits_on_host(&b, 0) && !aq_barrier_waits_on_host(&b, 1));
+  cr_assert(aq_barrier_same_gpu_dep(&b, 2) && !aq_barrier_same_gpu_dep(&b, 0) && !aq_barrier_same_gpu_dep(&b, 1));
   aq_plan_free(&e->plan);
   free(e);
   aq_graph_destroy(g);

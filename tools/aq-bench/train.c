@@ -27,6 +27,7 @@ static const cli_option_t train_options[] = {
     {"threads", 0, CLI_INT, "N", "ignored: workers come from AQ_CPU_WORKERS", 1, 1 << 20},
     {"hidden", 0, CLI_INT, "N", "MLP hidden width (default 1024)", 1, 1 << 20},
     {"ranks", 0, CLI_INT, "N", "data-parallel scaling under mpirun -np N (train_ranks.c)", 1, 1 << 16},
+    {"bucket-kb", 0, CLI_INT, "KB", "--ranks: gradient bytes an all-reduce bucket gathers (default 25 MB)", 1, 1 << 22},
 };
 
 int aq_bench_train(int argc, char **argv) {
@@ -42,6 +43,7 @@ int aq_bench_train(int argc, char **argv) {
     return 2;
   }
   if (model && !strcmp(model, "cnn")) o.model = "cnn", o.lr = 0.05f; /* as train_fashion's defaults */
+  o.bucket_bytes = (size_t)bench_arg_int("bucket-kb", 0) << 10;
   const char *placement = bench_arg("placement");
   if (!placement) placement = "auto";
   o.kernel_agent_kinds = !strcmp(placement, "cpu") ? 1u << AQ_AGENT_KIND_CPU
