@@ -40,6 +40,7 @@ typedef struct aq_signal_slot {
   _Atomic uint32_t event_sets;
   uint32_t pad_[1];
 } __attribute__((aligned(64))) aq_signal_slot_t;
+_Static_assert(sizeof(aq_signal_slot_t) == 64, "a signal is one cache line: its waiters and writers share no other");
 
 typedef struct aq_signal_pool {
   aq_signal_slot_t *slots; /* mmapped, capacity slots */
