@@ -69,7 +69,8 @@ aq_status_t aq_perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32
    * dispatch of a run took a tiny kernel three times its time in a run of
    * many, and heft then spread over lanes work that one lane runs fastest. */
   uint32_t prev = UINT32_MAX;
-  for (uint32_t i = 0; s == AQ_OK && i <= n; ++i) s = copy_task(c, g, tasks[i ? i - 1 : 0], agent, prev, map, stamp, &prev);
+  for (uint32_t i = 0; s == AQ_OK && i <= n; ++i)
+    s = copy_task(c, g, tasks[i ? i - 1 : 0], agent, prev, map, stamp, &prev);
   free(map), free(stamp);
   /* Profiled every run; eager, which keeps each task on its pinned agent. */
   aq_exec_options_t o = {.policy = AQ_SCHED_EAGER, .flags = AQ_EXEC_PROFILE | AQ_EXEC_NO_MEMORY_REUSE};

@@ -518,7 +518,8 @@ static void one_lane(placer_t *best, placer_t *trial, double *best_ms) {
   const plan_lanes_t *l = best->l;
   plan_t *p = best->p;
   for (uint32_t a = 0; a < l->nagents; ++a) {
-    if (agent_kind(l, a) != AQ_AGENT_KIND_CPU || lanes_of(l, a) < 2 || !runs_every_kernel(best->hot, best->g, l, a)) continue;
+    uint32_t lanes = best->first_lane[a + 1] - best->first_lane[a];
+    if (agent_kind(l, a) != AQ_AGENT_KIND_CPU || lanes < 2 || !runs_every_kernel(best->hot, best->g, l, a)) continue;
     double bound = serial_bound(best->g, l, a);
     if (bound < 0 || bound >= (1 - SPLIT_GAIN) * *best_ms) continue;
     uint32_t fail;

@@ -73,7 +73,8 @@ CUresult aq_cuda_event_wait(cuda_queue_t *cq, const aq_signal_slot_t *s) {
 void aq_cuda_events_release(cuda_queue_t *cq) {
   if (!cq->events) return;
   for (uint32_t i = 0; i < EVENTS_MAX; ++i)
-    if (cq->events->e[i].slot) aq_cuda_checked(aq_cu.cuEventDestroy(cq->events->e[i].event), "cuEventDestroy", "events");
+    if (cq->events->e[i].slot)
+      aq_cuda_checked(aq_cu.cuEventDestroy(cq->events->e[i].event), "cuEventDestroy", "a stream's events");
   free(cq->events);
   cq->events = NULL;
 }

@@ -301,8 +301,8 @@ static uint32_t barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b)
     }
     /* Untaken, the work after the barrier would run before its dependency. */
     int same_gpu = aq_barrier_same_gpu_dep(b, i); /* its event, or unmet only as the processor stops */
-    CUresult r = same_gpu ? aq_cuda_event_wait(cq, s)
-                          : aq_cu.cuStreamWaitValue64(cq->stream, aq_cuda_signal_address(s), 0, CU_STREAM_WAIT_VALUE_EQ);
+    CUdeviceptr at = aq_cuda_signal_address(s);
+    CUresult r = same_gpu ? aq_cuda_event_wait(cq, s) : aq_cu.cuStreamWaitValue64(cq->stream, at, 0, CU_STREAM_WAIT_VALUE_EQ);
     if (r != CUDA_SUCCESS) {
       char what[48];
       snprintf(what, sizeof(what), "barrier-AND dep_signal[%d]", i);
