@@ -79,6 +79,18 @@ Test(aq_bench_cli, gemm_density_outside_0_1_is_refused_by_name) {
   }
 }
 
+Test(aq_bench_cli, train_bucket_sizes_it_cannot_use_are_refused_by_name) {
+  const char *bad[] = {"0", "x", "4194305"}, *want[] = {"expected a value in [1, 4194304]", "expected an integer",
+                                                       "expected a value in [1, 4194304]"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+    char out[4096], args[96];
+    snprintf(args, sizeof(args), "train --ranks 2 --steps 1 --bucket-kb %s", bad[i]);
+    cr_assert_eq(run_program("bin/aq-bench", args, out, sizeof(out)), 2, "%s: %s", args, out);
+    cr_assert(strstr(out, "--bucket-kb") && strstr(out, want[i]), "%s: %s", args, out);
+    cr_assert(!strstr(out, "\"bench\""), "%s: refused before anything runs: %s", args, out);
+  }
+}
+
 /* Half of A zero: the CPU GEMM's sparse path (both layouts of A), checked
  * against OpenBLAS's C. */
 Test(aq_bench_cli, gemm_sparse_a_matches_openblas) {
