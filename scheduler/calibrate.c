@@ -66,8 +66,9 @@ aq_status_t aq_perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32
   uint32_t *map = calloc(g->ntensors, sizeof(uint32_t)), *stamp = calloc(g->ntensors, sizeof(uint32_t));
   aq_status_t s = map && stamp ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to calibrate");
   /* A copy of the first task leads the chain, unrecorded: the first
-   * dispatch of a run took a tiny kernel three times its time in a run of
-   * many, and heft then spread over lanes work that one lane runs fastest. */
+   * dispatch of a run takes a tiny kernel several times its time in a run
+   * of many, and heft then spread over lanes work that one lane runs
+   * fastest. */
   uint32_t prev = UINT32_MAX;
   for (uint32_t i = 0; s == AQ_OK && i <= n; ++i)
     s = copy_task(c, g, tasks[i ? i - 1 : 0], agent, prev, map, stamp, &prev);

@@ -46,9 +46,9 @@ typedef struct tensor {
 } tensor_t;
 
 typedef struct task {
-  /* What placement and lowering read of every task comes first: a pass
-   * over a graph of 10,000 tasks touches two or three cache lines of each
-   * (this struct is 13), and instantiating makes a dozen such passes. */
+  /* What placement and lowering read of every task comes first, so that
+   * a pass over a large graph touches a few of each task's cache lines,
+   * not all of them: instantiating makes a dozen such passes. */
   task_kind_t kind;
   int32_t agent;
   uint32_t nreads, nwrites;
