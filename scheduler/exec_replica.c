@@ -44,6 +44,7 @@ aq_status_t aq_exec_replicate(aq_exec_t *e, const uint8_t *eligible) {
   e->plan.heft_ns = placed.heft_ns, e->plan.heft_mixed_ns = placed.heft_mixed_ns;
   e->plan.heft_single_ns = placed.heft_single_ns, e->plan.heft_single_agent = placed.heft_single_agent;
   e->plan.heft_one_lane_ns = placed.heft_one_lane_ns, e->plan.heft_one_lane_agent = placed.heft_one_lane_agent;
+  e->plan.heft_dominant = placed.heft_dominant;
   for (uint32_t t = 0; s == AQ_OK && t < c->ntasks; ++t) {
     uint32_t o = e->replicas.origin[t];
     if (o) e->plan.tasks[t].finish = placed.tasks[o - 1].finish, e->plan.tasks[t].cost_ns = placed.tasks[o - 1].cost_ns;

@@ -36,7 +36,12 @@ static void header(aq_exec_t *e, FILE *out) {
   const plan_t *p = &e->plan;
   fprintf(out, "placement: %s\n", policy_name(e->policy));
   if (e->policy == AQ_SCHED_HEFT) {
-    fprintf(out, "estimated run: %.1f us kept; over all agents %.1f us", p->heft_ns / 1e3, p->heft_mixed_ns / 1e3);
+    fprintf(out, "estimated run: %.1f us kept", p->heft_ns / 1e3);
+    if (p->heft_dominant >= 0)
+      fprintf(out, "; over all agents not tried (beside %s, no other agent could pay for a split)",
+              e->agent_names[p->heft_dominant]);
+    else
+      fprintf(out, "; over all agents %.1f us", p->heft_mixed_ns / 1e3);
     if (p->heft_single_agent >= 0)
       fprintf(out, "; every kernel on %s %.1f us", e->agent_names[p->heft_single_agent], p->heft_single_ns / 1e3);
     if (p->heft_one_lane_agent >= 0)
@@ -86,6 +91,9 @@ static void reason(aq_exec_t *e, uint32_t t, uint32_t a, uint8_t eligible, FILE 
     fprintf(out, "every kernel on one lane of %s, in turn: %.1f us estimated against %.1f us over lanes, whose "
             "hand-offs cost more than side-by-side runs save", e->agent_names[p->heft_one_lane_agent],
             p->heft_one_lane_ns / 1e3, spread / 1e3);
+  } else if (single_kept(e) && p->heft_dominant == p->heft_single_agent) {
+    fprintf(out, "every kernel on %s: the other agents take each kernel at least as long, and all their lanes "
+            "too little of the work for a split to pay", e->agent_names[p->heft_single_agent]);
   } else if (single_kept(e)) {
     double gain = p->heft_mixed_ns < p->heft_single_ns ? 1 - p->heft_mixed_ns / p->heft_single_ns : 0;
     fprintf(out, "every kernel on %s: a split over agents would save %.1f%% of the run, too little for its edges",

@@ -514,6 +514,49 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
  * two lanes, as aq-bench tasks' METG runs) were serialised by it. Tasks
  * whose kernarg sets their time carry a cost key, so that a model of one
  * length does not speak for another. */
+/* How many tasks of one work-group agent a runs side by side: its lanes,
+ * or on a CPU agent its workers if fewer. */
+static double side_by_side(const placer_t *pl, uint32_t a) {
+  uint32_t lanes = pl->first_lane[a + 1] - pl->first_lane[a], workers = workers_of(pl->l, a);
+  return workers && workers < lanes ? workers : lanes;
+}
+
+/* Whether agent b could be part of a split kept over agent a alone: it
+ * finishes some kernel sooner than a would, or its lanes together could
+ * take the share of the work that the split must save (SPLIT_GAIN_GPU
+ * where a GPU is one of the two, else SPLIT_GAIN). Where b takes every
+ * kernel at least as long, it gains only while a's lanes are all busy, and
+ * then by at most its throughput's share. */
+static int could_pay(const placer_t *pl, uint32_t a, uint32_t b) {
+  const plan_lanes_t *l = pl->l;
+  double most = 0; /* the most of one task's work a lane of b does while one of a's does it all */
+  for (uint32_t i = 0; i < pl->p->ntasks; ++i) {
+    double ca = l->cost_ns[(size_t)i * l->nagents + a], cb = l->cost_ns[(size_t)i * l->nagents + b];
+    if (pl->hot[i].kind == TASK_HOST || cb < 0) continue;
+    if (agent_kind(l, b) == AQ_AGENT_KIND_GPU && cb < GPU_LAUNCH_NS) cb = GPU_LAUNCH_NS;
+    if (cb < ca) return 1;
+    if (cb > 0 && ca / cb > most) most = ca / cb;
+  }
+  double x = side_by_side(pl, b) * most / side_by_side(pl, a);
+  int gpu = agent_kind(l, a) == AQ_AGENT_KIND_GPU || agent_kind(l, b) == AQ_AGENT_KIND_GPU;
+  return x / (1 + x) >= (gpu ? SPLIT_GAIN_GPU : SPLIT_GAIN);
+}
+
+/* An agent that runs every kernel and beside which no other could pay
+ * for a split: placed alone at once, the placement over all agents would
+ * only try, and lose, the others' lanes (on a GPU machine, a graph of
+ * tiny CPU tasks paid a second placement for it). -1: none. */
+static int32_t dominant(const placer_t *pl) {
+  const plan_lanes_t *l = pl->l;
+  for (uint32_t a = 0; a < l->nagents; ++a) {
+    if (!side_by_side(pl, a) || !runs_every_kernel(pl->hot, pl->g, l, a)) continue;
+    uint32_t b = 0;
+    while (b < l->nagents && (b == a || !could_pay(pl, a, b))) ++b;
+    if (b == l->nagents) return (int32_t)a;
+  }
+  return -1;
+}
+
 static void one_lane(placer_t *best, placer_t *trial, double *best_ms) {
   const plan_lanes_t *l = best->l;
   plan_t *p = best->p;
@@ -627,8 +670,9 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   if (s == AQ_OK) s = placer_init(&mixed, p, g, l, hot, gpus);
   if (s == AQ_OK) s = placer_init(&single, p, g, l, hot, gpus);
   mixed.pred_bytes = single.pred_bytes = pred_bytes, mixed.pred_at = single.pred_at = pred_at;
+  p->heft_dominant = s == AQ_OK && na > 1 ? dominant(&mixed) : -1;
   if (s == AQ_OK) {
-    best_ms = place(&mixed, -1, &fail);
+    best_ms = place(&mixed, p->heft_dominant, &fail);
     if (best_ms < 0) {
       const task_t *t = &g->tasks[fail];
       s = t->agent >= 0 ? aq_error(AQ_ERROR_INVALID_GRAPH, "task '%s' is pinned to agent %d, which cannot run its kernel '%s'",

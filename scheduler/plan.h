@@ -25,9 +25,12 @@ typedef struct plan {
   /* heft: the estimated makespan (ns) of the placement kept, of the best
    * over all agents, and of the best single agent (which; -1: none ran
    * everything, or there is one agent), and of one lane of a CPU agent
-   * (which; -1: not tried, its tasks' work alone too long) */
+   * (which; -1: not tried, its tasks' work alone too long); heft_dominant:
+   * the agent placed alone from the start, the others taking every kernel
+   * at least as long and too little of the work for any split to be kept
+   * (-1: all were tried together) */
   double heft_ns, heft_mixed_ns, heft_single_ns, heft_one_lane_ns;
-  int32_t heft_single_agent, heft_one_lane_agent;
+  int32_t heft_single_agent, heft_one_lane_agent, heft_dominant;
 } plan_t;
 
 typedef struct plan_lanes {

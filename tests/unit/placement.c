@@ -21,8 +21,10 @@ static void teardown(void) { aq_shut_down(); }
 TestSuite(placement, .init = setup, .fini = teardown);
 
 /* HEFT's estimate of its placement over all agents (before it is
- * weighed against single agents), from the last place(). */
+ * weighed against single agents), and the agent it placed alone from the
+ * start (-1: none), from the last place(). */
 static double mixed_ns;
+static int32_t dominant_agent;
 
 /* Places g by t; lane of each task into lane[]. */
 static void place(aq_graph_t *g, const table_t *t, uint32_t *lane) {
@@ -46,6 +48,7 @@ static void place(aq_graph_t *g, const table_t *t, uint32_t *lane) {
   cr_assert_eq(aq_plan_build(&p, g, AQ_SCHED_HEFT, &l), AQ_OK, "%s", aq_last_error());
   for (uint32_t i = 0; i < g->ntasks; ++i) lane[i] = p.tasks[i].lane;
   mixed_ns = p.heft_mixed_ns;
+  dominant_agent = p.heft_dominant;
   aq_plan_free(&p);
 }
 
@@ -92,6 +95,31 @@ Test(placement, every_kernel_goes_to_the_fast_agent) {
   for (int i = 0; i < 10; ++i) t.cost[i][0] = 1000, t.cost[i][1] = 10000;
   place(g, &t, lane);
   cr_expect_eq(on_agent(lane, 10, 0), 10, "every task on the CPU, %u there", on_agent(lane, 10, 0));
+  aq_graph_destroy(g);
+}
+
+/* An agent that takes every kernel longer than another, and all of whose
+ * lanes could take too little of the work for a split to be kept, is not
+ * tried beside it (one placement instead of two). Equal speeds, or one
+ * kernel it runs faster, and it is. */
+Test(placement, an_agent_that_cannot_pay_for_a_split_is_not_tried) {
+  aq_graph_t *g;
+  cr_assert_eq(aq_graph_create(NULL, &g), AQ_OK);
+  aq_tensor_t x = tensor(g, "x", AQ_ROLE_INPUT);
+  for (int i = 0; i < 8; ++i) chain(g, x, 1);
+  table_t t = {.nagents = 2, .lat = 100, .per_byte = 0};
+  for (int i = 0; i < 8; ++i) t.cost[i][0] = 10000, t.cost[i][1] = 1000000;
+  uint32_t lane[MAX_TASKS];
+  place(g, &t, lane);
+  cr_expect_eq(dominant_agent, 0, "the GPU was tried beside the CPU (dominant %d)", dominant_agent);
+  cr_expect_eq(on_agent(lane, 8, 0), 8, "every task on the CPU, %u there", on_agent(lane, 8, 0));
+  for (int i = 0; i < 8; ++i) t.cost[i][1] = 10000; /* as fast: half the work, a split could pay */
+  place(g, &t, lane);
+  cr_expect_eq(dominant_agent, -1, "equal agents: one was placed alone (%d)", dominant_agent);
+  for (int i = 0; i < 8; ++i) t.cost[i][1] = 1000000;
+  t.cost[3][1] = 5000; /* one kernel faster on the GPU (past its launch) */
+  place(g, &t, lane);
+  cr_expect_eq(dominant_agent, -1, "a GPU faster at one kernel was not tried (%d)", dominant_agent);
   aq_graph_destroy(g);
 }
 
