@@ -503,17 +503,6 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   return makespan;
 }
 
-/* Tasks too short for the hand-offs between lanes (a barrier packet, a
- * worker's wake-up) run faster on one lane of a CPU agent, one after
- * another. That placement is tried for each CPU agent that runs every
- * kernel, none of them longer than a few barrier packets, and kept only
- * where it beats the best by SPLIT_GAIN: serialising on a model's word
- * caps the run at one lane's work, where spreading costs only the
- * hand-offs. The lane hop in the estimates is an idle lane's wake-up,
- * dearer than a busy pipeline's; longer tasks (a stencil of 2 us tasks on
- * two lanes, as aq-bench tasks' METG runs) were serialised by it. Tasks
- * whose kernarg sets their time carry a cost key, so that a model of one
- * length does not speak for another. */
 /* How many tasks of one work-group agent a runs side by side: its lanes,
  * or on a CPU agent its workers if fewer. */
 static double side_by_side(const placer_t *pl, uint32_t a) {
@@ -557,6 +546,17 @@ static int32_t dominant(const placer_t *pl) {
   return -1;
 }
 
+/* Tasks too short for the hand-offs between lanes (a barrier packet, a
+ * worker's wake-up) run faster on one lane of a CPU agent, one after
+ * another. That placement is tried for each CPU agent that runs every
+ * kernel, none of them longer than a few barrier packets, and kept only
+ * where it beats the best by SPLIT_GAIN: serialising on a model's word
+ * caps the run at one lane's work, where spreading costs only the
+ * hand-offs. The lane hop in the estimates is an idle lane's wake-up,
+ * dearer than a busy pipeline's; longer tasks (a stencil of 2 us tasks on
+ * two lanes, as aq-bench tasks' METG runs) were serialised by it. Tasks
+ * whose kernarg sets their time carry a cost key, so that a model of one
+ * length does not speak for another. */
 static void one_lane(placer_t *best, placer_t *trial, double *best_ms) {
   const plan_lanes_t *l = best->l;
   plan_t *p = best->p;
