@@ -73,6 +73,13 @@ static double edge_bytes(const aq_graph_t *g, uint32_t q, uint32_t t) {
  * faster; heft does not count on that. */
 #define GPU_LAUNCH_NS 4000.0
 
+/* Task i's time on agent a as placement counts it: its model's, and a GPU
+ * kernel's at least a launch; < 0 where a may not run it. */
+static double placed_cost(const plan_lanes_t *l, uint32_t i, uint32_t a) {
+  double c = l->cost_ns[(size_t)i * l->nagents + a];
+  return c >= 0 && agent_kind(l, a) == AQ_AGENT_KIND_GPU && c < GPU_LAUNCH_NS ? GPU_LAUNCH_NS : c;
+}
+
 /* The share of a single agent's makespan a placement of kernels over
  * several agents must save to be kept. Such estimates are the least sure:
  * they leave out what a split costs beyond its edges (a tensor two kinds of
@@ -324,11 +331,7 @@ static int32_t kernels_on_one_agent(const placer_t *pl) {
 }
 
 /* The lanes of agent a. */
-static uint32_t lanes_of(const plan_lanes_t *l, uint32_t a) {
-  uint32_t n = 0;
-  for (uint32_t c = 0; c < l->nlanes; ++c) n += l->lane_agent[c] == a;
-  return n;
-}
+static uint32_t lanes_in(const placer_t *pl, uint32_t a) { return pl->first_lane[a + 1] - pl->first_lane[a]; }
 
 /* g's tasks on one lane of CPU agent a run one after another, each at its
  * full width: their costs' sum is that placement's makespan; -1 where a
@@ -348,15 +351,12 @@ static double serial_bound(const aq_graph_t *g, const plan_lanes_t *l, uint32_t 
  * work spread evenly over its lanes (a CPU's lanes share its workers, and
  * a kernel measured at full width does at least its cost in worker time;
  * a GPU lane runs one kernel at a time, each at least a launch). */
-static double work_bound(const hot_task_t *hot, const aq_graph_t *g, const plan_lanes_t *l, uint32_t a) {
-  uint32_t lanes = lanes_of(l, a), gpu = agent_kind(l, a) == AQ_AGENT_KIND_GPU, workers = workers_of(l, a);
+static double work_bound(const placer_t *pl, uint32_t a) {
+  uint32_t lanes = lanes_in(pl, a), workers = workers_of(pl->l, a);
   if (workers > lanes) lanes = workers;
   double work = 0;
-  for (uint32_t i = 0; i < g->ntasks; ++i) {
-    if (hot[i].kind == TASK_HOST) continue;
-    double c = l->cost_ns[(size_t)i * l->nagents + a];
-    work += gpu && c < GPU_LAUNCH_NS ? GPU_LAUNCH_NS : c;
-  }
+  for (uint32_t i = 0; i < pl->p->ntasks; ++i)
+    if (pl->hot[i].kind != TASK_HOST) work += placed_cost(pl->l, i, a);
   return lanes ? work / lanes : 0;
 }
 
@@ -375,10 +375,10 @@ static int runs_every_kernel(const hot_task_t *hot, const aq_graph_t *g, const p
 
 /* The lanes worth trying task i (k-th in order) on, ascending: of each
  * agent that may run it, the lane free first (its first lane, placing on
- * one lane an agent) and the lanes of its predecessors. Another lane of the agent is never better than the one
- * free first (the same hops from every predecessor, the same workers), and
- * trying every lane of a 16-worker CPU made placing a task cost a
- * microsecond. */
+ * one lane an agent) and the lanes of its predecessors. Another lane of
+ * the agent is never better than the one free first (the same hops from
+ * every predecessor, the same workers), and trying every lane of a
+ * 16-worker CPU made placing a task cost a microsecond. */
 static uint32_t candidates(placer_t *pl, uint32_t i, uint32_t k, int32_t only) {
   const plan_lanes_t *l = pl->l;
   const hot_task_t *t = &pl->hot[i];
@@ -434,11 +434,10 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
     uint32_t ncand = candidates(pl, i, k, only);
     for (uint32_t ci = 0; ci < ncand; ++ci) {
       uint32_t c = pl->cand[ci], a = l->lane_agent[c];
-      double cost = l->cost_ns[(size_t)i * na + a];
+      double cost = placed_cost(l, i, a);
       if (cost < 0 || !(l->eligible[i] & (1u << l->lane_kind[c]))) continue;
       if (t->agent >= 0 && a != (uint32_t)t->agent) continue;
       if (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST) continue;
-      if (l->lane_kind[c] == AQ_AGENT_KIND_GPU && cost < GPU_LAUNCH_NS) cost = GPU_LAUNCH_NS;
       /* No lane finishes a task before it is free plus the task's cost (at
        * full width; hops, barriers and homes only add): one that cannot beat
        * the best so far is not worked out. A GPU lane beside sixteen CPU
@@ -506,7 +505,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
 /* How many tasks of one work-group agent a runs side by side: its lanes,
  * or on a CPU agent its workers if fewer. */
 static double side_by_side(const placer_t *pl, uint32_t a) {
-  uint32_t lanes = pl->first_lane[a + 1] - pl->first_lane[a], workers = workers_of(pl->l, a);
+  uint32_t lanes = lanes_in(pl, a), workers = workers_of(pl->l, a);
   return workers && workers < lanes ? workers : lanes;
 }
 
@@ -520,9 +519,8 @@ static int could_pay(const placer_t *pl, uint32_t a, uint32_t b) {
   const plan_lanes_t *l = pl->l;
   double most = 0; /* the most of one task's work a lane of b does while one of a's does it all */
   for (uint32_t i = 0; i < pl->p->ntasks; ++i) {
-    double ca = l->cost_ns[(size_t)i * l->nagents + a], cb = l->cost_ns[(size_t)i * l->nagents + b];
+    double ca = placed_cost(l, i, a), cb = placed_cost(l, i, b);
     if (pl->hot[i].kind == TASK_HOST || cb < 0) continue;
-    if (agent_kind(l, b) == AQ_AGENT_KIND_GPU && cb < GPU_LAUNCH_NS) cb = GPU_LAUNCH_NS;
     if (cb < ca) return 1;
     if (cb > 0 && ca / cb > most) most = ca / cb;
   }
@@ -561,8 +559,8 @@ static void one_lane(placer_t *best, placer_t *trial, double *best_ms) {
   const plan_lanes_t *l = best->l;
   plan_t *p = best->p;
   for (uint32_t a = 0; a < l->nagents; ++a) {
-    uint32_t lanes = best->first_lane[a + 1] - best->first_lane[a];
-    if (agent_kind(l, a) != AQ_AGENT_KIND_CPU || lanes < 2 || !runs_every_kernel(best->hot, best->g, l, a)) continue;
+    if (agent_kind(l, a) != AQ_AGENT_KIND_CPU || lanes_in(best, a) < 2 || !runs_every_kernel(best->hot, best->g, l, a))
+      continue;
     double bound = serial_bound(best->g, l, a);
     if (bound < 0 || bound >= (1 - SPLIT_GAIN) * *best_ms) continue;
     uint32_t fail;
@@ -699,7 +697,7 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
       single_ms = best_ms, single_agent = mixed_on;
       continue;
     }
-    if (work_bound(mixed.hot, g, l, a) * (1 - gain) > best_ms + margin) continue;
+    if (work_bound(&mixed, a) * (1 - gain) > best_ms + margin) continue;
     double ms = place(&single, (int32_t)a, &fail);
     if (ms < 0 || (single_ms >= 0 && ms >= single_ms)) continue;
     single_ms = ms, single_agent = (int32_t)a;
