@@ -189,8 +189,8 @@ typedef struct cost_memo {
 } cost_memo_t;
 
 static int same_cost(const task_t *x, const task_t *y) {
-  return x->kind == y->kind && x->cost_key == y->cost_key && !memcmp(&x->shape, &y->shape, sizeof(x->shape)) &&
-         !strcmp(x->kind == TASK_HOST ? x->name : x->kernel, y->kind == TASK_HOST ? y->name : y->kernel);
+  return x == y || (x->kind == y->kind && x->cost_key == y->cost_key && !memcmp(&x->shape, &y->shape, sizeof(x->shape)) &&
+                    !strcmp(x->kind == TASK_HOST ? x->name : x->kernel, y->kind == TASK_HOST ? y->name : y->kernel));
 }
 
 /* What the memo needs of a task, computed once a task (not once an agent

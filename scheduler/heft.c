@@ -131,6 +131,7 @@ typedef struct placer {
   uint32_t *home;                           /* per tensor: where a persistent one lives (home_cost) */
   uint32_t *gpu_home;                       /* per tensor: the GPU whose memory holds it (home_cost) */
   uint64_t gpus;                            /* the GPU agents, a bit each */
+  uint64_t shares_workers;                  /* the agents whose workers are tracked (shares_workers()) */
   uint32_t *agent_lanes, *first_lane;       /* each agent's lanes: agent_lanes[first_lane[a]..first_lane[a+1]) */
   uint32_t *cand, *cand_stamp;              /* per lane: the lanes a task is tried on (place) */
   const double *pred_bytes;                 /* per task, per predecessor: edge_bytes (from pred_at) */
@@ -186,6 +187,16 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->first_lane[l->lane_agent[c] + 2]++;
   for (uint32_t a = 0; a < na; ++a) pl->first_lane[a + 2] += pl->first_lane[a + 1];
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->agent_lanes[pl->first_lane[l->lane_agent[c] + 1]++] = c;
+  /* A lane runs one task at a time: where every task is one work-group and
+   * an agent has a worker for each of its lanes, some worker is free
+   * whenever a lane is, and tracking them changes nothing (at the cost of
+   * two passes over them a task). */
+  int narrow = 1;
+  for (uint32_t i = 0; i < p->ntasks && narrow; ++i) narrow = hot[i].groups <= 1;
+  for (uint32_t a = 0; a < na && a < 64; ++a) {
+    uint32_t w = workers_of(l, a), lanes = pl->first_lane[a + 1] - pl->first_lane[a];
+    if (w && (!narrow || lanes > w)) pl->shares_workers |= 1ull << a;
+  }
   return AQ_OK;
 }
 
@@ -458,7 +469,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
       double start = (pl->lane_free[c] > ready ? pl->lane_free[c] : ready) + (waits + 4) / 5 * barrier_ns(l, a);
       double finish = start + cost;
       uint32_t width = 1;
-      if (pl->first_worker[a + 1] > pl->first_worker[a]) {
+      if (pl->shares_workers >> a & 1) {
         if (cached != a) cached = a, nsorted = sort_workers(pl, a, groups < UINT32_MAX ? (uint32_t)ceil(groups) : UINT32_MAX);
         width = best_width(pl->sorted, nsorted, groups, start, cost, &start, &finish);
       }
@@ -471,7 +482,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
       return -1;
     }
     uint32_t a = l->lane_agent[best];
-    if (pl->first_worker[a + 1] > pl->first_worker[a]) take_workers(pl, a, best_width_, best_start, best_finish);
+    if (pl->shares_workers >> a & 1) take_workers(pl, a, best_width_, best_start, best_finish);
     if (t->home) take_home(pl, &g->tasks[i], a);
     for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
       uint32_t q = j < pt->npreds ? pt->preds[j] : g->tasks[i].after_any[j - pt->npreds];
@@ -544,6 +555,32 @@ static int32_t dominant(const placer_t *pl) {
   return -1;
 }
 
+/* One lane of CPU agent a, worked out without placing: each task starts
+ * as the one before it ends (its producers are all earlier on the lane, its
+ * workers all free) and takes its cost at full width, which is what place()
+ * finds there, in a fraction of the time. Only where every task is a's: a
+ * host call another CPU agent could take, or a pin elsewhere, needs place().
+ * The makespan, or -1. */
+static double serial_place(placer_t *pl, uint32_t a) {
+  const plan_lanes_t *l = pl->l;
+  const plan_t *p = pl->p;
+  for (uint32_t i = 0; i < p->ntasks; ++i) {
+    if (pl->hot[i].agent >= 0 && (uint32_t)pl->hot[i].agent != a) return -1;
+    if (pl->hot[i].kind != TASK_HOST) continue;
+    for (uint32_t b = 0; b < l->nagents; ++b)
+      if (b != a && l->cost_ns[(size_t)i * l->nagents + b] >= 0) return -1;
+  }
+  uint32_t lane = pl->agent_lanes[pl->first_lane[a]];
+  double at = 0;
+  for (uint32_t k = 0; k < p->ntasks; ++k) {
+    uint32_t i = p->order[k];
+    pl->cost[i] = l->cost_ns[(size_t)i * l->nagents + a];
+    pl->lane[i] = lane;
+    pl->finish[i] = at += pl->cost[i];
+  }
+  return at;
+}
+
 /* Tasks too short for the hand-offs between lanes (a barrier packet, a
  * worker's wake-up) run faster on one lane of a CPU agent, one after
  * another. That placement is tried for each CPU agent that runs every
@@ -564,21 +601,60 @@ static void one_lane(placer_t *best, placer_t *trial, double *best_ms) {
     double bound = serial_bound(best->g, l, a);
     if (bound < 0 || bound >= (1 - SPLIT_GAIN) * *best_ms) continue;
     uint32_t fail;
-    trial->one_lane = 1;
-    double ms = place(trial, (int32_t)a, &fail);
-    trial->one_lane = 0;
+    double ms = serial_place(trial, a);
+    if (ms < 0) {
+      trial->one_lane = 1;
+      ms = place(trial, (int32_t)a, &fail);
+      trial->one_lane = 0;
+    }
     if (ms < 0 || (p->heft_one_lane_ns >= 0 && ms >= p->heft_one_lane_ns)) continue;
     p->heft_one_lane_ns = ms, p->heft_one_lane_agent = (int32_t)a;
     if (ms < (1 - SPLIT_GAIN) * *best_ms) placer_swap(best, trial), *best_ms = ms;
   }
 }
 
-static const double *rank_of;
-static const uint32_t *pos_of;
-static int by_rank(const void *x, const void *y) {
-  uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-  if (rank_of[a] != rank_of[b]) return rank_of[a] > rank_of[b] ? -1 : 1;
-  return pos_of[a] < pos_of[b] ? -1 : pos_of[a] > pos_of[b];
+/* Sorts ids by decreasing rank, stably (ties keep the order given): a
+ * radix sort over the ranks' bits, which order as the ranks do (all
+ * positive), RADIX_BITS a pass, skipping a pass where every key has the
+ * same digit. qsort's calls through a comparator reading two arrays cost
+ * a graph of tiny tasks more than placing it did. */
+enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, RADIX_PASSES = (64 + RADIX_BITS - 1) / RADIX_BITS };
+
+static aq_status_t sort_by_rank(uint32_t *ids, uint32_t n, const double *rank) {
+  if (n < 2) return AQ_OK;
+  uint64_t *key = malloc(2 * (size_t)n * sizeof(uint64_t));
+  uint32_t *spare = malloc((size_t)n * sizeof(uint32_t));
+  uint32_t(*count)[RADIX] = calloc(RADIX_PASSES, sizeof(*count));
+  if (!key || !spare || !count) {
+    free(key), free(spare), free(count);
+    return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  }
+  uint64_t *from_key = key, *to_key = key + n;
+  uint32_t *from = ids, *to = spare;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t bits;
+    memcpy(&bits, &rank[ids[i]], sizeof(bits));
+    from_key[i] = ~bits; /* decreasing */
+    for (uint32_t d = 0; d < RADIX_PASSES; ++d) count[d][(from_key[i] >> (d * RADIX_BITS)) & (RADIX - 1)]++;
+  }
+  for (uint32_t d = 0; d < RADIX_PASSES; ++d) {
+    uint32_t shift = d * RADIX_BITS, *c = count[d], sum = 0;
+    if (c[(from_key[0] >> shift) & (RADIX - 1)] == n) continue;
+    for (uint32_t x = 0; x < RADIX; ++x) {
+      uint32_t k = c[x];
+      c[x] = sum, sum += k;
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+      uint32_t at = c[(from_key[i] >> shift) & (RADIX - 1)]++;
+      to_key[at] = from_key[i], to[at] = from[i];
+    }
+    uint64_t *tk = from_key;
+    uint32_t *t = from;
+    from_key = to_key, to_key = tk, from = to, to = t;
+  }
+  if (from != ids) memcpy(ids, from, (size_t)n * sizeof(uint32_t));
+  free(key), free(spare), free(count);
+  return AQ_OK;
 }
 
 aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
@@ -611,8 +687,10 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i) pred_at[i + 1] = pred_at[i] + p->tasks[i].npreds;
   if (s == AQ_OK) pred_bytes = malloc((pred_at[n] ? pred_at[n] : 1) * sizeof(double));
   if (s == AQ_OK && !pred_bytes) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  /* (With one agent no edge moves data: its bytes cost nothing.) */
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
-    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) pred_bytes[pred_at[i] + j] = edge_bytes(g, p->tasks[i].preds[j], i);
+    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j)
+      pred_bytes[pred_at[i] + j] = na > 1 ? edge_bytes(g, p->tasks[i].preds[j], i) : 0;
   /* An edge's mean cost: over every ordered pair of agents (the same agent
    * costing a lane hop at most), latency + bytes x ns per byte. */
   double lat = 0, per_byte = 0;
@@ -632,7 +710,6 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
    * tasks too. */
   for (uint32_t k = n; s == AQ_OK && k-- > 0;) {
     uint32_t i = p->order[k];
-    pos[i] = k;
     rank[i] = mean[i] + below[i];
     for (uint32_t j = 0; j < p->tasks[i].npreds + hot[i].nafter_any; ++j) {
       int pred = j < p->tasks[i].npreds;
@@ -643,8 +720,9 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   }
   if (s == AQ_OK) {
     memcpy(order, p->order, n * sizeof(uint32_t));
-    rank_of = rank, pos_of = pos;
-    qsort(order, n, sizeof(uint32_t), by_rank);
+    s = sort_by_rank(order, n, rank);
+  }
+  if (s == AQ_OK) {
     /* Ranks fall along every edge, so this is a topological order; check
      * it all the same and keep the first order if not (NaN costs). */
     for (uint32_t k = 0; k < n; ++k) pos[order[k]] = k;
