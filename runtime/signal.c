@@ -80,14 +80,18 @@ static int take_slot(aq_signal_value_t initial, aq_signal_t *out) {
     return 0;
   }
   aq_signal_slot_t *s = &aq_signal_pool.slots[index];
-  atomic_store(&s->value, initial);
-  atomic_store(&s->fault, 0);
-  atomic_store(&s->notify, NULL);
-  atomic_store(&s->device_writes, 0);
-  atomic_store(&s->stream_waiters, 0);
-  atomic_store(&s->stream_event, 0);
-  uint32_t gen = atomic_load(&s->generation) + 1;
-  atomic_store(&s->generation, gen);
+  /* Release stores: whoever reads one of these (a stale handle's waiter)
+   * also sees the generation give_slot retired, and on x86 they are plain
+   * stores, where sequentially consistent ones were a locked instruction
+   * each, a field a signal, an exec's tasks each. */
+  atomic_store_explicit(&s->value, initial, memory_order_release);
+  atomic_store_explicit(&s->fault, 0, memory_order_release);
+  atomic_store_explicit(&s->notify, NULL, memory_order_release);
+  atomic_store_explicit(&s->device_writes, 0, memory_order_release);
+  atomic_store_explicit(&s->stream_waiters, 0, memory_order_release);
+  atomic_store_explicit(&s->stream_event, 0, memory_order_release);
+  uint32_t gen = atomic_load_explicit(&s->generation, memory_order_relaxed) + 1;
+  atomic_store_explicit(&s->generation, gen, memory_order_release);
   live++;
   out->handle = aq_handle_make(aq_signal_pool.tag, gen, index);
   return 1;
