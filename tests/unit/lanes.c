@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "scheduler/exec_internal.h"
 #include "units.h"
 
 static void teardown(void) {
@@ -69,4 +70,36 @@ Test(lanes, sixty_four_cores_run_sixty_four_tasks_side_by_side_if_asked) {
   setenv("AQ_CPU_LANES", "64", 1);
   AQ_ASSERT_OK(aq_init(NULL));
   cr_assert_eq(run_independent(64, 2000), 64, "AQ_CPU_LANES=64");
+}
+
+/* The run ends on the lane whose work the plan expects to end last, not on
+ * the lane of the plan's last task: a cheap task ranked last (a batch
+ * loader beside a GPU's step) made a CPU worker's wake-up the end of every
+ * run. Eager placement's estimates count work-groups: a 64-group task
+ * first, a one-group task beside it on the other lane. */
+Test(lanes, a_run_ends_on_the_lane_expected_to_end_last) {
+  AQ_ASSERT_OK(aq_init(NULL));
+  if (cpu_workers() < 2) {
+    printf("skipped: one CPU lane here\n");
+    return;
+  }
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_task_t task[2];
+  for (int i = 0; i < 2; ++i) {
+    aq_kernel_task_t k = {.name = i ? "short" : "long", .kernel = "aq_noop", .agent = -1,
+                          .shape = {{i ? 1 : 64, 1, 1}, {1, 1, 1}}};
+    AQ_ASSERT_OK(aq_graph_add_kernel(g, &k, &task[i]));
+  }
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &(aq_exec_options_t){.policy = AQ_SCHED_EAGER, .kernel_agent_kinds = 1u << AQ_AGENT_KIND_CPU}, &e));
+  const plan_task_t *longer = &e->plan.tasks[task[0].id - 1], *shorter = &e->plan.tasks[task[1].id - 1];
+  cr_assert_neq(longer->lane, shorter->lane, "eager put both tasks on lane %u", longer->lane);
+  cr_assert_eq(e->plan.order[1], task[1].id - 1, "the short task is not the plan's last");
+  cr_assert_eq(e->join_lane, longer->lane, "the run joins on lane %u, the short task's (%u), not the long one's (%u)",
+               e->join_lane, shorter->lane, longer->lane);
+  AQ_ASSERT_OK(aq_exec_run(e));
+  AQ_ASSERT_OK(aq_exec_wait(e, 60 * SEC));
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
 }
