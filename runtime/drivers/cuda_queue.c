@@ -281,6 +281,18 @@ static void wait_for_same_gpu_deps(cuda_queue_t *cq, const hsa_barrier_and_packe
   }
 }
 
+/* Whether every dependency still unmet is another stream's of this GPU:
+ * an event orders it at no cost to the GPU, so there is nothing to settle
+ * on the host (a collectives' stream held its next all-reduce back until
+ * the last one ended). */
+static int only_same_gpu_deps_left(const hsa_barrier_and_packet_t *b) {
+  for (int i = 0; i < 5; ++i) {
+    aq_signal_slot_t *s = b->dep_signal[i].handle ? aq_signal_slot(b->dep_signal[i].handle) : NULL;
+    if (s && !aq_barrier_same_gpu_dep(b, i) && atomic_load_explicit(&s->value, memory_order_acquire) != 0) return 0;
+  }
+  return 1;
+}
+
 /* barrier-AND: the stream waits for every dependency to reach zero. One
  * already there needs no wait; if it failed, the barrier fails with it (a
  * dependency that fails later, while the stream waits, reaches zero all the
@@ -288,7 +300,7 @@ static void wait_for_same_gpu_deps(cuda_queue_t *cq, const hsa_barrier_and_packe
 static uint32_t barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b) {
   uint32_t fault = 0;
   if (b->reserved1) wait_for_same_gpu_deps(cq, b);
-  settle_on_host(cq, b);
+  if (!b->reserved1 || !only_same_gpu_deps_left(b)) settle_on_host(cq, b);
   for (int i = 0; i < 5; ++i) {
     if (!b->dep_signal[i].handle) continue;
     aq_signal_slot_t *s = aq_signal_slot(b->dep_signal[i].handle);
