@@ -107,8 +107,9 @@ AQ_API aq_status_t aq_queue_create(aq_agent_t agent, const aq_queue_options_t *o
     return aq_error(AQ_ERROR_INVALID_ARGUMENT,
                     "queue size %u on agent %s: must be a power of two in [2, %u]", size,
                     a->info.name, a->info.queue_max_size);
-  if (options && options->flags)
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_create: unknown flags 0x%x", options->flags);
+  if (options && options->flags & ~(uint32_t)AQ_QUEUE_HIGH_PRIORITY)
+    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_create: unknown flags 0x%x",
+                    options->flags & ~(uint32_t)AQ_QUEUE_HIGH_PRIORITY);
 
   aq_queue_impl_t *q = aligned_alloc(64, sizeof(*q));
   void *ring = q ? ring_take((size_t)size * AQ_PACKET_SIZE) : NULL;
@@ -123,6 +124,7 @@ AQ_API aq_status_t aq_queue_create(aq_agent_t agent, const aq_queue_options_t *o
   q->mask = size - 1;
   q->agent = a;
   q->id = atomic_fetch_add(&next_queue_id, 1);
+  q->flags = options ? options->flags : 0;
   for (uint32_t i = 0; fresh && i < size; ++i)
     *aq_queue_header_word(q, i) = (uint32_t)HSA_PACKET_TYPE_INVALID << HSA_PACKET_HEADER_TYPE;
 

@@ -29,6 +29,7 @@ struct aq_queue_impl {
   uint8_t *ring __attribute__((aligned(64)));
   uint32_t size, mask;
   uint32_t id;
+  uint32_t flags; /* aq_queue_options_t's (AQ_QUEUE_HIGH_PRIORITY), for the driver */
   uint64_t handle;
   aq_signal_t doorbell;
   aq_signal_slot_t *doorbell_slot;

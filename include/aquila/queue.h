@@ -37,9 +37,16 @@ extern "C" {
 
 typedef struct aq_queue { uint64_t handle; } aq_queue_t;
 
+/* aq_queue_options_t.flags. AQ_QUEUE_HIGH_PRIORITY: where the agent can,
+ * it serves this queue's work ahead of its other queues' (a GPU: the
+ * stream's greatest priority, so a NCCL collective's blocks get SMs as
+ * soon as any free, not after the kernels queued beside it); an agent
+ * that cannot (a CPU's workers) runs the queue as any other. */
+enum { AQ_QUEUE_HIGH_PRIORITY = 1u << 0 };
+
 typedef struct aq_queue_options {
   uint32_t size;      /* packets, a power of two; 0 = 4096 */
-  uint32_t flags;     /* reserved, 0 */
+  uint32_t flags;     /* AQ_QUEUE_*; 0 for none */
 } aq_queue_options_t;
 
 typedef struct aq_queue_info {

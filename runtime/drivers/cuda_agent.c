@@ -177,6 +177,16 @@ static void cuda_stop(void) {
   aq_cuda_code_objects_deinit();
 }
 
+/* A queue's stream; AQ_QUEUE_HIGH_PRIORITY: at the context's greatest
+ * priority, where the driver has stream priorities. */
+static CUresult create_stream(const aq_queue_impl_t *queue, CUstream *out) {
+  int least, greatest;
+  if ((queue->flags & AQ_QUEUE_HIGH_PRIORITY) && aq_cu.cuStreamCreateWithPriority && aq_cu.cuCtxGetStreamPriorityRange &&
+      aq_cu.cuCtxGetStreamPriorityRange(&least, &greatest) == CUDA_SUCCESS)
+    return aq_cu.cuStreamCreateWithPriority(out, CU_STREAM_NON_BLOCKING, greatest);
+  return aq_cu.cuStreamCreate(out, CU_STREAM_NON_BLOCKING);
+}
+
 static aq_status_t cuda_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *queue) {
   cuda_agent_t *a = agent->driver_data;
   cuda_queue_t *cq = calloc(1, sizeof(*cq));
@@ -184,7 +194,7 @@ static aq_status_t cuda_queue_attach(aq_agent_impl_t *agent, aq_queue_impl_t *qu
   cq->queue = queue;
   cq->agent = a;
   CUresult r = aq_cu.cuCtxSetCurrent(a->context);
-  if (r == CUDA_SUCCESS) r = aq_cu.cuStreamCreate(&cq->stream, CU_STREAM_NON_BLOCKING);
+  if (r == CUDA_SUCCESS) r = create_stream(queue, &cq->stream);
   if (r != CUDA_SUCCESS) {
     free(cq);
     return aq_error(AQ_ERROR_OUT_OF_RESOURCES, "%s: cannot create a stream: %s", agent->info.name, aq_cuda_error(r));

@@ -107,6 +107,8 @@ enum {
   /* Optional: NULL on drivers before CUDA 12.4. */                                                                   \
   OPT(cuFuncLoad, "cuFuncLoad", (CUfunction))                                                                         \
   /* Optional: CUDA graphs (cuda_graph.c); without them, no graphs. */                                                \
+  OPT(cuStreamCreateWithPriority, "cuStreamCreateWithPriority", (CUstream *, unsigned, int))                          \
+  OPT(cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange", (int *, int *))                                     \
   OPT(cuStreamBeginCapture, "cuStreamBeginCapture_v2", (CUstream, int /* CUstreamCaptureMode */))                     \
   OPT(cuStreamEndCapture, "cuStreamEndCapture", (CUstream, CUgraph *))                                                \
   OPT(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", (CUgraphExec *, CUgraph, unsigned long long))       \

@@ -127,3 +127,31 @@ Test(gpu_barriers, a_failed_cpu_task_fails_the_gpu_barrier_after_it) {
   aq_signal_destroy(failed), aq_signal_destroy(barrier_done), aq_signal_destroy(done);
   aq_queue_destroy(qc), aq_queue_destroy(qg);
 }
+
+/* A high-priority queue (AQ_QUEUE_HIGH_PRIORITY: the stream's greatest
+ * priority) runs its kernels and orders against a normal queue through a
+ * barrier like any other. */
+Test(gpu_barriers, a_high_priority_queue_runs_and_waits_for_another) {
+  uint64_t *first = pinned_word(), *second = pinned_word();
+  aq_queue_t normal, high;
+  AQ_ASSERT_OK(aq_queue_create(gpu, NULL, &normal));
+  AQ_ASSERT_OK(aq_queue_create(gpu, &(aq_queue_options_t){.flags = AQ_QUEUE_HIGH_PRIORITY}, &high));
+  aq_signal_t gate, a_done, b_done;
+  AQ_ASSERT_OK(aq_signal_create(1, &gate));
+  AQ_ASSERT_OK(aq_signal_create(1, &a_done));
+  AQ_ASSERT_OK(aq_signal_create(1, &b_done));
+  hsa_barrier_and_packet_t g = barrier_packet(HSA_PACKET_TYPE_BARRIER_AND, &gate, 1, (aq_signal_t){0});
+  AQ_ASSERT_OK(aq_queue_submit(normal, &g, SEC, NULL));
+  submit_write(normal, first, 7, a_done);
+  hsa_barrier_and_packet_t w = barrier_packet(HSA_PACKET_TYPE_BARRIER_AND, &a_done, 1, (aq_signal_t){0});
+  AQ_ASSERT_OK(aq_queue_submit(high, &w, SEC, NULL));
+  submit_write(high, second, 8, b_done);
+  usleep(30000);
+  cr_assert_eq(*(volatile uint64_t *)second, 0, "the high-priority queue's kernel waited for the other queue's");
+  AQ_ASSERT_OK(aq_signal_store(gate, 0));
+  AQ_ASSERT_OK(aq_signal_wait(b_done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
+  cr_assert_eq(*first, 7);
+  cr_assert_eq(*second, 8);
+  aq_signal_destroy(gate), aq_signal_destroy(a_done), aq_signal_destroy(b_done);
+  aq_queue_destroy(normal), aq_queue_destroy(high);
+}

@@ -393,6 +393,31 @@ Test(queue, bad_arguments_and_handles) {
   cr_assert_eq(aq_queue_reserve(q, 1, 0, &idx), AQ_ERROR_INVALID_HANDLE);
 }
 
+/* AQ_QUEUE_HIGH_PRIORITY is a hint a CPU agent cannot take: its queue runs
+ * as any other. A flag nobody defined is refused by its bit, and the
+ * runtime goes on. */
+Test(queue, a_high_priority_queue_runs_and_unknown_flags_are_refused) {
+  aq_queue_t q;
+  aq_queue_options_t o = {.size = 64, .flags = AQ_QUEUE_HIGH_PRIORITY};
+  AQ_ASSERT_OK(aq_queue_create(agent, &o, &q));
+  aq_kernel_info_t k = test_kernel(co, agent, "count");
+  _Atomic uint32_t hits[100] = {0};
+  count_args_t args = {hits};
+  aq_signal_t done;
+  AQ_ASSERT_OK(aq_signal_create(1, &done));
+  hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, &args, 100, 10, done);
+  AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+  AQ_ASSERT_OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
+  for (int i = 0; i < 100; ++i) cr_assert_eq(hits[i], 1, "work-item %d ran %u times", i, hits[i]);
+  AQ_ASSERT_OK(aq_queue_destroy(q));
+  o.flags = AQ_QUEUE_HIGH_PRIORITY | 0x20;
+  cr_assert_eq(aq_queue_create(agent, &o, &q), AQ_ERROR_INVALID_ARGUMENT);
+  cr_assert(strstr(aq_last_error(), "unknown flags 0x20"), "%s", aq_last_error());
+  q = make_queue(8);
+  AQ_ASSERT_OK(aq_queue_destroy(q));
+  aq_signal_destroy(done);
+}
+
 Test(queue, destroy_with_packets_in_flight_is_refused) {
   aq_queue_t q = make_queue(8);
   aq_signal_t gate, done;
