@@ -336,6 +336,92 @@ static void exec_runs_from_threads(uint32_t rounds) {
   OK(aq_graph_destroy(g));
 }
 
+/* Three threads instantiate graphs of their own with heft, round after
+ * round: placement keeps no state between instantiations (its sort of the
+ * ranks once read them through statics, which two instantiations at once
+ * overwrote), so each exec is placed as its graph is alone. Compared by
+ * the explains (agent, lane and estimates of every task). */
+typedef struct {
+  aq_graph_t *g;
+  char *want;
+  pthread_barrier_t *go;
+  uint32_t rounds;
+  _Atomic int bad, differ;
+} placer_t;
+
+/* A graph of n empty kernels, each reading one to three earlier results
+ * picked by seed (a DAG unlike the other threads'). */
+static aq_graph_t *random_dag(uint32_t seed, uint32_t n) {
+  aq_graph_t *g;
+  if (aq_graph_create(NULL, &g) != AQ_OK) return NULL;
+  aq_tensor_t *t = calloc(n + 1, sizeof(*t));
+  aq_status_t s = t ? aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){1}, &t[0])
+                    : AQ_ERROR_OUT_OF_MEMORY;
+  for (uint32_t i = 1; s == AQ_OK && i <= n; ++i) {
+    s = aq_tensor_create(g, NULL, AQ_DTYPE_F32, AQ_ROLE_ACTIVATION, 1, (int64_t[]){1}, &t[i]);
+    aq_kernel_task_t k = {.name = "task", .kernel = "aq_noop", .shape = {{1, 1, 1}, {1, 1, 1}}, .agent = -1,
+                          .write_count = 1, .writes = {t[i]}, .write_offsets = {UINT32_MAX}};
+    for (uint32_t j = 0; j < 3; ++j) {
+      seed = seed * 1664525u + 1013904223u;
+      aq_tensor_t r = t[(seed >> 8) % i];
+      int seen = 0;
+      for (uint32_t q = 0; q < k.read_count; ++q) seen |= k.reads[q].id == r.id;
+      if (!seen && (j == 0 || seed >> 31)) k.reads[k.read_count] = r, k.read_offsets[k.read_count++] = UINT32_MAX;
+    }
+    if (s == AQ_OK) s = aq_graph_add_kernel(g, &k, NULL);
+  }
+  free(t);
+  if (s != AQ_OK) aq_graph_destroy(g), g = NULL;
+  return g;
+}
+
+static char *explained(aq_graph_t *g) {
+  aq_exec_t *e;
+  if (aq_graph_instantiate(g, NULL, &e) != AQ_OK) return NULL;
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  aq_status_t s = f ? aq_exec_explain(e, f) : AQ_ERROR_OUT_OF_MEMORY;
+  if (f) fclose(f);
+  aq_exec_destroy(e);
+  if (s != AQ_OK) free(text), text = NULL;
+  return text;
+}
+
+static void *place_rounds(void *arg) {
+  placer_t *p = arg;
+  pthread_barrier_wait(p->go);
+  for (uint32_t r = 0; r < p->rounds; ++r) {
+    char *got = explained(p->g);
+    if (!got) atomic_store(&p->bad, 1);
+    else if (strcmp(got, p->want)) atomic_store(&p->differ, 1);
+    free(got);
+  }
+  return NULL;
+}
+
+static void instantiate_from_threads(uint32_t rounds) {
+  placer_t p[3];
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, 3);
+  for (int i = 0; i < 3; ++i) {
+    p[i] = (placer_t){random_dag(7u + 1000u * (uint32_t)i, 200), NULL, &go, rounds, 0, 0};
+    EXPECT(p[i].g, "graph %d: %s", i, aq_last_error());
+    p[i].want = explained(p[i].g); /* alone (and the models calibrated) */
+    EXPECT(p[i].want, "placing graph %d alone: %s", i, aq_last_error());
+  }
+  pthread_t th[3];
+  for (int i = 0; i < 3; ++i) pthread_create(&th[i], NULL, place_rounds, &p[i]);
+  for (int i = 0; i < 3; ++i) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&go);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT(!atomic_load(&p[i].bad), "instantiating graph %d failed", i);
+    EXPECT(!atomic_load(&p[i].differ), "graph %d was placed differently beside the others", i);
+    free(p[i].want);
+    aq_graph_destroy(p[i].g);
+  }
+}
+
 /* aq_shut_down while another thread keeps calling: its calls fail cleanly
  * (not initialized, or a dead handle) and the runtime starts again. */
 typedef struct { aq_signal_t s; aq_queue_t q; _Atomic int bad; } caller_t;
@@ -393,9 +479,11 @@ int main(int argc, char **argv) {
       {"destroy_under_submitters", destroy_under_submitters},
       {"unload_under_dispatches", unload_under_dispatches},
       {"exec_runs_from_threads", exec_runs_from_threads},
+      {"instantiate_from_threads", instantiate_from_threads},
       {"shutdown_against_callers", shutdown_against_callers}, /* last: it restarts the runtime */
   };
-  uint32_t sizes[] = {50 * scale, 500 * scale, 50 * scale, 5000 * scale, 20 * scale, 20 * scale, 50 * scale, 10 * scale};
+  uint32_t sizes[] = {50 * scale, 500 * scale, 50 * scale, 5000 * scale, 20 * scale, 20 * scale, 50 * scale, 10 * scale,
+                      10 * scale};
   int passed = 0, failed = 0;
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) + 1; ++i) {
     int before = failures;
