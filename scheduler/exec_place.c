@@ -267,12 +267,36 @@ static uint64_t rank_gpus(const aq_exec_t *e) {
   return m;
 }
 
-/* heft's cost matrix (task x agent, ns; -1 where it cannot run). Tasks
- * whose models are still short of samples (host tasks, users' kernels, a
- * calibration that failed) make the exec profile its first runs. A graph
- * with NCCL collectives runs its GPU kernels on its ranks' GPUs only: the
- * process's other GPUs are other ranks' (mpirun starts one process a GPU,
- * and each sees them all). */
+/* heft's cost matrix (task x agent, ns; -1 where it cannot run) into c;
+ * whether some op-library kernel there is short of samples (calibrate.h). */
+static int fill_costs(aq_exec_t *e, const uint8_t *eligible, uint64_t others, cost_memo_t *memo, const task_sig_t *sigs,
+                      double *c) {
+  aq_graph_t *g = e->graph;
+  uint32_t short_of_samples = 0;
+  int calibrate = 0;
+  for (uint32_t t = 0; t < g->ntasks; ++t)
+    for (uint32_t a = 0; a < e->nagents; ++a) {
+      double *ct = &c[(size_t)t * e->nagents + a];
+      uint32_t n = 0;
+      int fresh = 0;
+      *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1) ? memo_cost(e, memo, &sigs[t], t, a, &n, &fresh)
+                                                                          : -1;
+      if (*ct < 0 || n >= PERF_MIN_SAMPLES) continue;
+      short_of_samples++;
+      calibrate |= fresh && aq_perf_calibratable(g, t);
+    }
+  e->profile_left = short_of_samples ? PERF_MIN_SAMPLES : 0; /* (AQ_EXEC_PROFILE is set after) */
+  return calibrate;
+}
+
+/* heft's cost matrix. Tasks whose models are still short of samples (host
+ * tasks, users' kernels, a calibration that failed) make the exec profile
+ * its first runs. A graph with NCCL collectives runs its GPU kernels on its
+ * ranks' GPUs only: the process's other GPUs are other ranks' (mpirun
+ * starts one process a GPU, and each sees them all). The matrix is made
+ * once, and again only where op-library kernels had to be calibrated
+ * first (a process's first graph of them): one pass of the memo a task and
+ * agent, not two. */
 aq_status_t aq_exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **out) {
   aq_graph_t *g = e->graph;
   uint64_t ranks = rank_gpus(e), others = 0;
@@ -286,19 +310,12 @@ aq_status_t aq_exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **o
     free(sigs);
     return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   }
-  calibrate_missing(e, eligible, others, memo, sigs);
-  uint32_t short_of_samples = 0;
-  for (uint32_t t = 0; t < g->ntasks; ++t)
-    for (uint32_t a = 0; a < e->nagents; ++a) {
-      double *ct = &c[(size_t)t * e->nagents + a];
-      uint32_t n = 0;
-      int fresh;
-      *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1) ? memo_cost(e, memo, &sigs[t], t, a, &n, &fresh)
-                                                                          : -1;
-      if (*ct >= 0 && n < PERF_MIN_SAMPLES) short_of_samples++;
-    }
+  if (fill_costs(e, eligible, others, memo, sigs, c)) {
+    memset(memo, 0, sizeof(memo)); /* calibrate_missing finds the models it measures by their misses */
+    calibrate_missing(e, eligible, others, memo, sigs);
+    fill_costs(e, eligible, others, memo, sigs, c);
+  }
   free(sigs);
-  if (short_of_samples) e->profile_left = PERF_MIN_SAMPLES;
   *out = c;
   return AQ_OK;
 }
