@@ -134,6 +134,7 @@ typedef struct placer {
   uint64_t shares_workers;                  /* the agents whose workers are tracked (shares_workers()) */
   uint32_t *agent_lanes, *first_lane;       /* each agent's lanes: agent_lanes[first_lane[a]..first_lane[a+1]) */
   uint32_t *cand, *cand_stamp;              /* per lane: the lanes a task is tried on (place) */
+  uint32_t *earliest;                       /* per agent: its lane free first (place) */
   const double *pred_bytes;                 /* per task, per predecessor: edge_bytes (from pred_at) */
   const uint32_t *pred_at;
   int one_lane;                             /* place(): each agent's first lane only */
@@ -169,7 +170,7 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
   uint32_t most = 1, nw = 0, na = l->nagents;
   for (uint32_t a = 0; a < na; ++a) nw += workers_of(l, a), most = workers_of(l, a) > most ? workers_of(l, a) : most;
   size_t n = p->ntasks ? p->ntasks : 1, nl = l->nlanes ? l->nlanes : 1, nt = g->ntensors ? g->ntensors : 1;
-  size_t bytes = 8 * (nl + (nw ? nw : 1) + most + 2 * n) + 4 * (2 * n + 2 * nt + 5 * nl + nl * nl + 2 * na + 3) +
+  size_t bytes = 8 * (nl + (nw ? nw : 1) + most + 2 * n) + 4 * (2 * n + 2 * nt + 5 * nl + nl * nl + 3 * na + 3) +
                  most + nl + 8 * 24;
   uint8_t *at = pl->block = malloc(bytes);
   if (!at) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
@@ -179,7 +180,7 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
   pl->home = carve(&at, nt, 4), pl->gpu_home = carve(&at, nt, 4);
   pl->agent_lanes = carve(&at, nl, 4), pl->cand = carve(&at, nl, 4), pl->cand_stamp = carve(&at, nl, 4);
   pl->lane_len = carve(&at, nl, 4), pl->seen = carve(&at, nl, 4), pl->covered = carve(&at, nl * nl, 4);
-  pl->first_worker = carve(&at, na + 1, 4), pl->first_lane = carve(&at, na + 2, 4);
+  pl->first_worker = carve(&at, na + 1, 4), pl->first_lane = carve(&at, na + 2, 4), pl->earliest = carve(&at, na, 4);
   pl->taken = carve(&at, most, 1), pl->used = carve(&at, nl, 1);
   memset(pl->first_worker, 0, (na + 1) * sizeof(uint32_t));
   memset(pl->first_lane, 0, (na + 2) * sizeof(uint32_t));
@@ -384,6 +385,18 @@ static int runs_every_kernel(const hot_task_t *hot, const aq_graph_t *g, const p
   return 1;
 }
 
+/* Agent a's lane free first (of equals, the first in its lane order). Only
+ * a placement on that lane can change it: the others' times only grow. */
+static void find_earliest(placer_t *pl, uint32_t a) {
+  uint32_t first = UINT32_MAX;
+  double at = 0;
+  for (uint32_t j = pl->first_lane[a]; j < pl->first_lane[a + 1]; ++j) {
+    uint32_t c = pl->agent_lanes[j];
+    if (first == UINT32_MAX || pl->lane_free[c] < at) first = c, at = pl->lane_free[c];
+  }
+  pl->earliest[a] = first;
+}
+
 /* The lanes worth trying task i (k-th in order) on, ascending: of each
  * agent that may run it, the lane free first (its first lane, placing on
  * one lane an agent) and the lanes of its predecessors. Another lane of
@@ -399,14 +412,9 @@ static uint32_t candidates(placer_t *pl, uint32_t i, uint32_t k, int32_t only) {
     if (l->cost_ns[(size_t)i * l->nagents + a] < 0 || (t->agent >= 0 && a != (uint32_t)t->agent) ||
         (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST))
       continue;
-    uint32_t first = UINT32_MAX, end = pl->first_lane[a + 1];
-    if (pl->one_lane && end > pl->first_lane[a]) end = pl->first_lane[a] + 1;
-    double earliest = 0;
-    for (uint32_t j = pl->first_lane[a]; j < end; ++j) {
-      uint32_t c = pl->agent_lanes[j];
-      if (first == UINT32_MAX || pl->lane_free[c] < earliest) first = c, earliest = pl->lane_free[c];
-    }
-    if (first != UINT32_MAX && pl->cand_stamp[first] != k + 1) pl->cand_stamp[first] = k + 1, pl->cand[n++] = first;
+    if (pl->first_lane[a + 1] == pl->first_lane[a]) continue;
+    uint32_t first = pl->one_lane ? pl->agent_lanes[pl->first_lane[a]] : pl->earliest[a];
+    if (pl->cand_stamp[first] != k + 1) pl->cand_stamp[first] = k + 1, pl->cand[n++] = first;
   }
   for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
     uint32_t q = j < pt->npreds ? pt->preds[j] : pl->g->tasks[i].after_any[j - pt->npreds], c = pl->lane[q];
@@ -431,6 +439,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   uint32_t na = l->nagents;
   double makespan = 0;
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->lane_free[c] = 0, pl->used[c] = 0;
+  for (uint32_t a = 0; a < na; ++a) find_earliest(pl, a);
   for (uint32_t w = 0; w < pl->first_worker[na]; ++w) pl->worker_free[w] = 0;
   for (uint32_t x = 0; x < g->ntensors; ++x) pl->home[x] = pl->gpu_home[x] = UINT32_MAX;
   for (uint32_t c = 0; c < l->nlanes; ++c) pl->cand_stamp[c] = 0, pl->lane_len[c] = 0, pl->seen[c] = 0;
@@ -495,6 +504,7 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
     pl->cost[i] = best_cost;
     pl->lane_free[best] = best_finish;
     pl->used[best] = 1;
+    if (pl->earliest[a] == best) find_earliest(pl, a);
   }
   /* The run ends when its last CPU lane (the exec's join lane, or the last
    * GPU one if none) has seen every other lane's end: a lane on another
