@@ -131,7 +131,7 @@ typedef struct placer {
   uint32_t *home;                           /* per tensor: where a persistent one lives (home_cost) */
   uint32_t *gpu_home;                       /* per tensor: the GPU whose memory holds it (home_cost) */
   uint64_t gpus;                            /* the GPU agents, a bit each */
-  uint64_t shares_workers;                  /* the agents whose workers are tracked (shares_workers()) */
+  uint64_t shares_workers;                  /* the agents whose workers are tracked, a bit each (placer_init) */
   uint32_t *agent_lanes, *first_lane;       /* each agent's lanes: agent_lanes[first_lane[a]..first_lane[a+1]) */
   uint32_t *cand, *cand_stamp;              /* per lane: the lanes a task is tried on (place) */
   uint32_t *earliest;                       /* per agent: its lane free first (place) */
