@@ -320,6 +320,25 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t, const uint32_t *producer
   return push(st, &p);
 }
 
+/* One lane ends with barriers over every other lane's end: its done signal
+ * is the run's (aq_exec_completion_signal). The lane of the task the plan
+ * expects to finish last (of equals, the later in its order): then the
+ * run's end takes no hop through another lane's thread (a GPU's end went
+ * through a CPU worker's barrier and cost a training step a wake-up). Not
+ * the plan's last task: a batch loader of no measured cost ranks last,
+ * though it ends long before the GPU's step. UINT32_MAX: no packets. */
+static uint32_t join_lane(const aq_exec_t *e) {
+  uint32_t join = UINT32_MAX;
+  double last = 0;
+  for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
+    uint32_t t = e->plan.order[k];
+    const plan_task_t *pt = &e->plan.tasks[t];
+    if (e->fusion.absorbed[t] || !e->streams[pt->lane].npackets) continue;
+    if (join == UINT32_MAX || !(pt->finish < last)) join = pt->lane, last = pt->finish;
+  }
+  return join;
+}
+
 /* The lanes whose queues are served first (AQ_QUEUE_HIGH_PRIORITY): a
  * GPU's collectives lane (AQ_COMM_STREAM), so that a collective's blocks
  * are dispatched ahead of the kernels queued beside it, as DDP's NCCL
@@ -362,22 +381,7 @@ aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size) {
   free(w.start), free(w.producers), free(w.same_queue);
   AQ_RETURN_IF_ERROR(s);
   aq_signal_t none = {0};
-  /* One lane ends with barriers over every other lane's end: its done
-   * signal is the run's (aq_exec_completion_signal). The lane of the task
-   * the plan expects to finish last (of equals, the later in its order):
-   * then the run's end takes no hop through another lane's thread (a GPU's
-   * end went through a CPU worker's barrier and cost a training step a
-   * wake-up, 20-30 us). Not the plan's last task: a batch loader of no
-   * measured cost is ranked last, though it ends long before the GPU's
-   * step, and a first process's step ran 7-14% slower by it. */
-  e->join_lane = UINT32_MAX;
-  double last = 0;
-  for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
-    uint32_t t = e->plan.order[k];
-    const plan_task_t *pt = &e->plan.tasks[t];
-    if (e->fusion.absorbed[t] || !e->streams[pt->lane].npackets) continue;
-    if (e->join_lane == UINT32_MAX || !(pt->finish < last)) e->join_lane = pt->lane, last = pt->finish;
-  }
+  e->join_lane = join_lane(e);
   for (uint32_t a = 0; a < e->nlanes; ++a)
     if (e->streams[a].npackets) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->streams[a].done));
   uint8_t high[EXEC_LANES_MAX];
