@@ -255,7 +255,12 @@ static void destroy_under_submitters(uint32_t rounds) {
  * fails as a packet whose kernel is not loaded. The object is one nothing
  * else loads, so its unload unmaps the code: a kernel still running then
  * would fault. */
-typedef struct { aq_queue_t q; aq_kernel_info_t k; _Atomic int stop, bad, ran; } unload_race_t;
+typedef struct {
+  aq_queue_t q;
+  aq_kernel_info_t k;
+  _Atomic int stop, bad, ran;
+  char why[512]; /* the first bad failure's message (set once, before bad) */
+} unload_race_t;
 typedef struct { uint64_t ns; } spin_args_t;
 static void *dispatch_until_stopped(void *arg) {
   unload_race_t *t = arg;
@@ -268,7 +273,10 @@ static void *dispatch_until_stopped(void *arg) {
     aq_status_t s = aq_queue_submit(t->q, &p, 30 * SEC, NULL);
     if (s == AQ_OK) s = aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 30 * SEC, NULL);
     if (s == AQ_OK) atomic_fetch_add(&t->ran, 1);
-    else if (s != AQ_ERROR_INVALID_PACKET) atomic_store(&t->bad, s);
+    else if (s != AQ_ERROR_INVALID_PACKET && !atomic_load(&t->bad)) {
+      snprintf(t->why, sizeof(t->why), "%s", aq_last_error());
+      atomic_store(&t->bad, s);
+    }
   }
   aq_signal_destroy(done);
   return NULL;
@@ -291,7 +299,7 @@ static void unload_under_dispatches(uint32_t rounds) {
     pthread_join(th, NULL);
     OK(aq_queue_destroy(t.q));
     EXPECT(s == AQ_OK, "unload: %s", aq_last_error());
-    EXPECT(atomic_load(&t.bad) == 0, "a dispatch failed with %s", aq_status_string(atomic_load(&t.bad)));
+    EXPECT(atomic_load(&t.bad) == 0, "a dispatch failed with %s: %s", aq_status_string(atomic_load(&t.bad)), t.why);
   }
 }
 
