@@ -55,6 +55,7 @@ struct aq_exec {
   uint8_t *watched;    /* per task: another lane waits for its signal */
   uint32_t queues_used, barriers, packets;
   uint8_t lane_kind[EXEC_LANES_MAX]; /* aq_agent_kind_t of the lane's agent */
+  uint32_t lane_queue_flags[EXEC_LANES_MAX]; /* its queue's aq_queue_options_t.flags (a collectives lane's) */
   aq_code_object_t gpu_ops;          /* the CUDA op library, when a GPU agent exists */
   uint64_t runs, run_started_ns;
   uint64_t last_run_ns; /* the last run's start to its wait's end (spin_on_gpu_lanes) */

@@ -362,7 +362,10 @@ aq_status_t aq_exec_fuse(aq_exec_t *e) {
  * kernels' one stream would hold them back until it ended. Barrier packets
  * order the two lanes as they do any two; their GPU's processors turn them
  * into event waits (runtime/drivers/cuda_events.c). Kernels never go
- * there. */
+ * there. Its queue is served first (AQ_QUEUE_HIGH_PRIORITY), so that a
+ * collective's blocks are dispatched ahead of the kernels queued beside
+ * it, as DDP's NCCL stream's are: a collective one GPU starts late holds
+ * back every GPU. */
 aq_status_t aq_exec_collective_lanes(aq_exec_t *e) {
   uint32_t lane_of[EXEC_AGENTS_MAX], moved = 0;
   for (uint32_t a = 0; a < e->nagents; ++a) lane_of[a] = UINT32_MAX;
@@ -373,6 +376,7 @@ aq_status_t aq_exec_collective_lanes(aq_exec_t *e) {
       if (e->nlanes == EXEC_LANES_MAX) continue; /* it stays with the kernels: ordered all the same */
       lane_of[a] = e->nlanes;
       e->lane_kind[e->nlanes] = e->agent_kind[a];
+      e->lane_queue_flags[e->nlanes] = AQ_QUEUE_HIGH_PRIORITY;
       e->lane_agent[e->nlanes++] = a;
     }
     e->plan.tasks[t].lane = lane_of[a];

@@ -339,21 +339,6 @@ static uint32_t join_lane(const aq_exec_t *e) {
   return join;
 }
 
-/* The lanes whose queues are served first (AQ_QUEUE_HIGH_PRIORITY): a
- * GPU's collectives lane (AQ_COMM_STREAM), so that a collective's blocks
- * are dispatched ahead of the kernels queued beside it, as DDP's NCCL
- * stream's are: a collective one GPU starts late holds back every GPU. */
-static void high_priority_lanes(const aq_exec_t *e, uint8_t *high) {
-  uint8_t other[EXEC_LANES_MAX] = {0};
-  memset(high, 0, EXEC_LANES_MAX);
-  for (uint32_t t = 0; t < e->plan.ntasks; ++t) {
-    uint32_t lane = e->plan.tasks[t].lane;
-    if (e->graph->tasks[t].kind == TASK_STREAM) high[lane] = 1;
-    else if (!e->fusion.absorbed[t]) other[lane] = 1;
-  }
-  for (uint32_t a = 0; a < e->nlanes; ++a) high[a] = high[a] && !other[a] && e->lane_kind[a] == AQ_AGENT_KIND_GPU;
-}
-
 aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size) {
   aq_graph_t *g = e->graph;
   e->kernargs = calloc(g->ntasks, sizeof(void *));
@@ -384,8 +369,6 @@ aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size) {
   e->join_lane = join_lane(e);
   for (uint32_t a = 0; a < e->nlanes; ++a)
     if (e->streams[a].npackets) AQ_RETURN_IF_ERROR(aq_signal_create(0, &e->streams[a].done));
-  uint8_t high[EXEC_LANES_MAX];
-  high_priority_lanes(e, high);
   for (uint32_t a = 0; a < e->nlanes; ++a) {
     stream_t *st = &e->streams[a];
     if (!st->npackets) continue;
@@ -405,7 +388,7 @@ aq_status_t aq_exec_lower(aq_exec_t *e, uint32_t queue_size) {
     uint32_t need = st->nprof > st->npackets ? st->nprof : st->npackets;
     uint32_t size = queue_size ? queue_size : 64;
     while (size < need) size *= 2;
-    aq_queue_options_t qo = {.size = size, .flags = high[a] ? AQ_QUEUE_HIGH_PRIORITY : 0};
+    aq_queue_options_t qo = {.size = size, .flags = e->lane_queue_flags[a]};
     aq_status_t s = aq_queue_create(e->agents[e->lane_agent[a]], &qo, &st->queue);
     if (s != AQ_OK) return s;
     aq_queue_info_t info;
