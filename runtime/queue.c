@@ -107,9 +107,8 @@ AQ_API aq_status_t aq_queue_create(aq_agent_t agent, const aq_queue_options_t *o
     return aq_error(AQ_ERROR_INVALID_ARGUMENT,
                     "queue size %u on agent %s: must be a power of two in [2, %u]", size,
                     a->info.name, a->info.queue_max_size);
-  if (options && options->flags & ~(uint32_t)AQ_QUEUE_HIGH_PRIORITY)
-    return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_create: unknown flags 0x%x",
-                    options->flags & ~(uint32_t)AQ_QUEUE_HIGH_PRIORITY);
+  uint32_t unknown = options ? options->flags & ~(uint32_t)AQ_QUEUE_HIGH_PRIORITY : 0;
+  if (unknown) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_queue_create: unknown flags 0x%x", unknown);
 
   aq_queue_impl_t *q = aligned_alloc(64, sizeof(*q));
   void *ring = q ? ring_take((size_t)size * AQ_PACKET_SIZE) : NULL;

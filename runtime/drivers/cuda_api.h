@@ -106,9 +106,10 @@ enum {
   REQ(cuFuncSetAttribute, "cuFuncSetAttribute", (CUfunction, int /* CUfunction_attribute */, int))                    \
   /* Optional: NULL on drivers before CUDA 12.4. */                                                                   \
   OPT(cuFuncLoad, "cuFuncLoad", (CUfunction))                                                                         \
-  /* Optional: CUDA graphs (cuda_graph.c); without them, no graphs. */                                                \
+  /* Optional: stream priorities (AQ_QUEUE_HIGH_PRIORITY); without them, one priority. */                            \
   OPT(cuStreamCreateWithPriority, "cuStreamCreateWithPriority", (CUstream *, unsigned, int))                          \
   OPT(cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange", (int *, int *))                                     \
+  /* Optional: CUDA graphs (cuda_graph.c); without them, no graphs. */                                                \
   OPT(cuStreamBeginCapture, "cuStreamBeginCapture_v2", (CUstream, int /* CUstreamCaptureMode */))                     \
   OPT(cuStreamEndCapture, "cuStreamEndCapture", (CUstream, CUgraph *))                                                \
   OPT(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", (CUgraphExec *, CUgraph, unsigned long long))       \

@@ -300,7 +300,7 @@ static int only_same_gpu_deps_left(const hsa_barrier_and_packet_t *b) {
 static uint32_t barrier_and(cuda_queue_t *cq, const hsa_barrier_and_packet_t *b) {
   uint32_t fault = 0;
   if (b->reserved1) wait_for_same_gpu_deps(cq, b);
-  if (!b->reserved1 || !only_same_gpu_deps_left(b)) settle_on_host(cq, b);
+  if (!only_same_gpu_deps_left(b)) settle_on_host(cq, b); /* (all met: nothing to settle either) */
   for (int i = 0; i < 5; ++i) {
     if (!b->dep_signal[i].handle) continue;
     aq_signal_slot_t *s = aq_signal_slot(b->dep_signal[i].handle);
