@@ -424,11 +424,24 @@ static int process(cuda_queue_t *cq) {
       completion = ((const hsa_barrier_or_packet_t *)p)->completion_signal;
       fault = barrier_or(cq, (const void *)p);
       break;
-    case HSA_PACKET_TYPE_AGENT_DISPATCH:
+    case HSA_PACKET_TYPE_AGENT_DISPATCH: {
       completion = ((const hsa_agent_dispatch_packet_t *)p)->completion_signal;
       what = "stream call";
+      /* Traced, a stream call (a collective) is its GPU time, as a kernel
+       * is: the host's call only queues it, and where a bucket's all-reduce
+       * waits for a peer is what a trace of several GPUs is read for. Never
+       * a profile's sample: that time is the slowest rank's. */
+      cuda_timed_t *slot = aq_trace_on() ? aq_cuda_timing_begin(cq, 0) : NULL;
       fault = stream_call(cq, (const void *)p);
+      if (slot && !fault) {
+        aq_trace_event_t ev = kernel_event(cq, what, t0, index, p);
+        ev.category = "stream";
+        aq_cuda_timing_end(cq, slot, &ev);
+        slot->sink.fn = NULL;
+        timed = 1;
+      }
       break;
+    }
     default:
       completion = ((const hsa_agent_dispatch_packet_t *)p)->completion_signal;
       fault = packet_fault(cq, AQ_ERROR_INVALID_PACKET,

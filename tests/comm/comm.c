@@ -231,6 +231,36 @@ Test(comm, gpus, .timeout = 150) {
   alone("gpus");
 }
 
+/* Traced, a collective on a GPU lane is a slice of its GPU time (category
+ * "stream"; a graph's is named for its task), not the host's moment of
+ * queueing it. */
+Test(comm, a_traced_gpu_collective_is_a_slice_of_gpu_time, .timeout = 150) {
+  if (!cuda_gpus()) cr_skip_test("skipped: no GPU");
+  char trace[] = "/tmp/aq-comm-trace-XXXXXX", path[64];
+  cr_assert(mkdtemp(trace));
+  snprintf(path, sizeof(path), "%s/t.json", trace);
+  setenv("AQ_TRACE", path, 1);
+  alone("gpus");
+  unsetenv("AQ_TRACE");
+  FILE *f = fopen(path, "r");
+  cr_assert(f, "no trace at %s", path);
+  char line[4096];
+  int slices = 0, timed = 0;
+  while (fgets(line, sizeof(line), f)) {
+    if (!strstr(line, "\"cat\":\"stream\"")) continue;
+    slices++;
+    const char *dur = strstr(line, "\"dur\":");
+    /* (the program enqueues its collectives itself: no task names them) */
+    cr_assert(strstr(line, "\"name\":\"stream call\""), "a stream slice not named as one: %s", line);
+    timed += dur && atof(dur + 6) > 0;
+  }
+  fclose(f);
+  remove(path);
+  rmdir(trace);
+  cr_assert(slices >= 5, "%d stream slices in the trace (a collective of each kind, at least)", slices);
+  cr_assert(timed > 0, "no stream slice has a GPU time");
+}
+
 /* Several GPUs of one process, a replica of the training step each: the
  * correctness contract without MPI. */
 Test(comm, gpus_data_parallel_matches_one_gpu, .timeout = 150) {
@@ -464,5 +494,69 @@ Test(comm, nccl_data_parallel_buckets_are_stream_calls) {
   const task_t *last = &g->tasks[g->ntasks - 1];
   cr_assert(last->kind == TASK_STREAM && !strncmp(last->name, "allreduce grads", 15), "last: '%s'", last->name);
   aq_graph_destroy(g);
+  AQ_ASSERT_OK(aq_comm_destroy(c));
+}
+
+/* Whether task t reads tensor x. */
+static int task_reads(const task_t *t, aq_tensor_t x) {
+  for (uint32_t r = 0; r < t->nreads; ++r)
+    if (t->reads[r] == x.id) return 1;
+  return 0;
+}
+
+/* A model smaller than the bucket cap is not one bucket: a bucket also
+ * ends where the backward pass goes on to an earlier layer, once it holds
+ * 8 MiB, so the last layers' all-reduce runs while the first layer's
+ * gradients are worked out. Smaller layers stay together, and a cap
+ * smaller than a layer still splits it. */
+Test(comm, buckets_end_at_a_layer_once_they_hold_8_mib) {
+  aq_comm_t *c = fake_nccl_comm(cpu_agent_index());
+  static const struct {
+    int64_t hidden;
+    size_t cap;
+    uint32_t buckets;
+  } cases[] = {
+      {2048, 0, 2},        /* 23 MB: the last two layers (16 MiB), then the first */
+      {1024, 0, 1},        /* 7.5 MB: no layer boundary past 8 MiB */
+      {2048, 1u << 20, 4}, /* under 1 MiB: w2, w1 and b1 alone, and the rest */
+  };
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); ++k) {
+    aq_graph_t *g;
+    aq_tensor_t x, labels, w[3], b[3], h, loss;
+    const int64_t width[4] = {784, cases[k].hidden, cases[k].hidden, 10};
+    AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+    AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 2, (int64_t[]){8, 784}, &x));
+    AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){8}, &labels));
+    h = x;
+    for (int l = 0; l < 3; ++l) {
+      char wn[8], bn[8];
+      snprintf(wn, sizeof(wn), "w%d", l + 1), snprintf(bn, sizeof(bn), "b%d", l + 1);
+      AQ_ASSERT_OK(aq_tensor_create(g, wn, AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 2, (int64_t[]){width[l], width[l + 1]}, &w[l]));
+      AQ_ASSERT_OK(aq_tensor_create(g, bn, AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, (int64_t[]){width[l + 1]}, &b[l]));
+      AQ_ASSERT_OK(aq_op_matmul(g, h, w[l], b[l], 0, 0, l < 2 ? AQ_ACTIVATION_RELU : AQ_ACTIVATION_NONE, &h));
+    }
+    AQ_ASSERT_OK(aq_op_softmax_xent(g, h, labels, &loss));
+    AQ_ASSERT_OK(aq_graph_backward(g, loss));
+    aq_data_parallel_options_t o = {.bucket_bytes = cases[k].cap};
+    AQ_ASSERT_OK(aq_graph_data_parallel(g, c, &o));
+    const task_t *bucket[8];
+    uint32_t n = 0;
+    for (uint32_t t = 0; t < g->ntasks; ++t)
+      if (!strncmp(g->tasks[t].name, "allreduce grads", 15) && n < 8) bucket[n++] = &g->tasks[t];
+    cr_assert_eq(n, cases[k].buckets, "hidden %lld, cap %zu: %u buckets, not %u", (long long)cases[k].hidden,
+                 cases[k].cap, n, cases[k].buckets);
+    if (k == 0) {
+      aq_tensor_t gw[3], gb[3];
+      for (int l = 0; l < 3; ++l) {
+        AQ_ASSERT_OK(aq_graph_gradient(g, w[l], &gw[l]));
+        AQ_ASSERT_OK(aq_graph_gradient(g, b[l], &gb[l]));
+      }
+      for (int l = 1; l < 3; ++l)
+        cr_expect(task_reads(bucket[0], gw[l]) && task_reads(bucket[0], gb[l]), "layer %d is not in the first bucket", l);
+      cr_expect(task_reads(bucket[1], gw[0]) && task_reads(bucket[1], gb[0]) && bucket[1]->nreads == 2,
+                "the second bucket is not the first layer's gradients alone");
+    }
+    aq_graph_destroy(g);
+  }
   AQ_ASSERT_OK(aq_comm_destroy(c));
 }

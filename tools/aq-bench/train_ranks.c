@@ -32,6 +32,10 @@ static int time_steps(aq_trainer_options_t *o, const aq_fashion_set_t *train, co
     fprintf(stderr, "aq-bench train: %s\n", aq_trainer_error(s));
     return 1;
   }
+  /* --explain 1: the data-parallel step's placement (the 1-rank one's is
+   * aq-bench train's), on stderr: stdout is JSON's */
+  if (o->comm && bench_arg_int("explain", 0) && aq_exec_explain(aq_trainer_exec(t), stderr) != AQ_OK)
+    fprintf(stderr, "aq-bench train: --explain: %s\n", aq_last_error());
   double *us = calloc((size_t)steps, sizeof(double));
   aq_trainer_begin_epoch(t, 0);
   for (long i = 0; i < WARMUP + steps && s == AQ_OK; ++i) {
