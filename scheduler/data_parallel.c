@@ -14,7 +14,7 @@
 #include "scheduler/collective.h"
 #include "scheduler/oplib.h"
 
-enum { DEFAULT_BUCKET_BYTES = 25u << 20 };
+enum { DEFAULT_BUCKET_BYTES = 25u << 20, STAGE_BUCKET_BYTES = 8u << 20 };
 
 /* An optimizer of the op library, as its description says. */
 static int is_optimizer(const oplib_t *lib, const task_t *t) {
@@ -36,7 +36,8 @@ static aq_status_t first_optimizer(const aq_graph_t *g, uint32_t *out) {
 
 typedef struct param {
   uint32_t tensor, grad;
-  uint32_t done; /* the last task writing the gradient */
+  uint32_t done;  /* the last task writing the gradient */
+  uint32_t depth; /* of that task: the longest chain of tasks that ends there */
 } param_t;
 
 static int by_done(const void *a, const void *b) {
@@ -44,34 +45,64 @@ static int by_done(const void *a, const void *b) {
   return x->done < y->done ? -1 : x->done > y->done;
 }
 
+/* Each task's depth: 1 + the deepest task whose output it reads (the
+ * tasks' order is their dependencies' order). Tasks of one depth in the
+ * backward pass are one stage of it: a layer's gradients, ready at about
+ * the same time. */
+static uint32_t *depths(const aq_graph_t *g) {
+  uint32_t *depth = calloc(g->ntasks ? g->ntasks : 1, sizeof(uint32_t)), *writer = malloc(g->ntensors * sizeof(uint32_t));
+  if (!depth || !writer) return free(depth), free(writer), NULL;
+  for (uint32_t x = 0; x < g->ntensors; ++x) writer[x] = UINT32_MAX;
+  for (uint32_t i = 0; i < g->ntasks; ++i) {
+    const task_t *t = &g->tasks[i];
+    for (uint32_t r = 0; r < t->nreads; ++r)
+      if (writer[t->reads[r]] != UINT32_MAX && depth[writer[t->reads[r]]] >= depth[i]) depth[i] = depth[writer[t->reads[r]]];
+    depth[i]++;
+    for (uint32_t w = 0; w < t->nwrites; ++w) writer[t->writes[w]] = i;
+  }
+  free(writer);
+  return depth;
+}
+
 /* The trained parameters, by when the backward pass finishes their
  * gradients. */
 static aq_status_t trained(aq_graph_t *g, param_t **out, uint32_t *out_n) {
   param_t *p = calloc(g->ntensors, sizeof(*p));
-  if (!p) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "aq_graph_data_parallel: no memory");
+  uint32_t *depth = depths(g);
+  if (!p || !depth) return free(p), free(depth), aq_error(AQ_ERROR_OUT_OF_MEMORY, "aq_graph_data_parallel: no memory");
   uint32_t n = 0;
   for (uint32_t x = 1; x < g->ntensors; ++x) {
     const tensor_t *t = &g->tensors[x];
     if (t->role != AQ_ROLE_PARAMETER || !t->grad) continue;
-    p[n] = (param_t){x, t->grad, 0};
+    p[n] = (param_t){x, t->grad, 0, 0};
     for (uint32_t i = 0; i < g->ntasks; ++i)
       for (uint32_t w = 0; w < g->tasks[i].nwrites; ++w)
         if (g->tasks[i].writes[w] == t->grad) p[n].done = i;
+    p[n].depth = depth[p[n].done];
     ++n;
   }
+  free(depth);
   qsort(p, n, sizeof(*p), by_done);
   *out = p, *out_n = n;
   return AQ_OK;
 }
 
 /* Buckets of consecutive entries: up to `bytes` (at least one tensor) and
- * COLL_TENSORS_MAX tensors each. */
-static aq_status_t buckets(aq_graph_t *g, aq_comm_t *comm, const uint32_t *ids, uint32_t n, size_t bytes,
-                           const coll_spec_t *like) {
+ * COLL_TENSORS_MAX tensors each. A bucket also ends where the backward
+ * pass goes on to a deeper stage (stage[], non-decreasing), once it holds
+ * STAGE_BUCKET_BYTES: a layer's gradients are then all-reduced while the
+ * layers before it are worked out, where one cap-sized bucket would wait
+ * for the whole pass of a model smaller than the cap. Not sooner: each
+ * all-reduce has a fixed cost (NCCL's, between two GPUs of one machine,
+ * about what 4 MB more would cost), which a smaller bucket does not earn
+ * back. Every rank makes the same buckets: they depend on the graph alone. */
+static aq_status_t buckets(aq_graph_t *g, aq_comm_t *comm, const uint32_t *ids, const uint32_t *stage, uint32_t n,
+                           size_t bytes, const coll_spec_t *like) {
   for (uint32_t first = 0, k = 0; first < n; ++k) {
     uint32_t end = first;
     size_t sum = 0;
-    while (end < n && end - first < COLL_TENSORS_MAX && (end == first || sum + g->tensors[ids[end]].bytes <= bytes))
+    while (end < n && end - first < COLL_TENSORS_MAX && (end == first || sum + g->tensors[ids[end]].bytes <= bytes) &&
+           (end == first || stage[end] == stage[end - 1] || sum < STAGE_BUCKET_BYTES))
       sum += g->tensors[ids[end++]].bytes;
     char name[TASK_NAME_MAX];
     snprintf(name, sizeof(name), "%s %u", like->name, k);
@@ -123,26 +154,26 @@ AQ_API aq_status_t aq_graph_data_parallel(aq_graph_t *g, aq_comm_t *comm, const 
   param_t *p = NULL;
   uint32_t n = 0;
   AQ_RETURN_IF_ERROR(trained(g, &p, &n));
-  uint32_t *ids = malloc((2 * (size_t)n + 1) * sizeof(uint32_t));
+  uint32_t *ids = malloc((3 * (size_t)n + 1) * sizeof(uint32_t)), *stage = ids ? ids + 2 * n : NULL;
   aq_status_t s = ids ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "aq_graph_data_parallel: no memory");
   if (s == AQ_OK && !n)
     s = aq_error(AQ_ERROR_INVALID_GRAPH,
                  "aq_graph_data_parallel: no parameter has a gradient (call aq_graph_backward first)");
   size_t bytes = o && o->bucket_bytes ? o->bucket_bytes : DEFAULT_BUCKET_BYTES;
   uint32_t head = g->ntasks;
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) ids[i] = p[i].tensor, ids[n + i] = p[i].grad;
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) ids[i] = p[i].tensor, ids[n + i] = p[i].grad, stage[i] = p[i].depth;
   if (s == AQ_OK) {
     /* The broadcast first (it is moved to the head, and its starts must
      * precede the gradients' in every rank's order). */
     coll_spec_t bc = {
         .name = "broadcast params", .kind = AQ_COLLECTIVE_BROADCAST, .root = o ? o->root : 0, .first_run_only = 1};
     if (comm->chain_graph == g) comm->chain_graph = NULL; /* at the head, it follows no collective */
-    s = buckets(g, comm, ids, n, bytes, &bc);
+    s = buckets(g, comm, ids, stage, n, bytes, &bc);
   }
   if (s == AQ_OK) s = to_head(g, comm, head);
   if (s == AQ_OK) {
     coll_spec_t ar = {.name = "allreduce grads", .kind = AQ_COLLECTIVE_ALLREDUCE, .reduce = AQ_REDUCE_MEAN};
-    s = buckets(g, comm, ids + n, n, bytes, &ar);
+    s = buckets(g, comm, ids + n, stage, n, bytes, &ar);
   }
   free(ids);
   free(p);

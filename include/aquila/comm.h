@@ -128,7 +128,7 @@ aq_status_t aq_op_reduce_scatter(aq_graph_t *graph, aq_comm_t *comm, aq_tensor_t
                                  aq_tensor_t *out);
 
 typedef struct aq_data_parallel_options {
-  size_t bucket_bytes; /* gradient bytes a bucket gathers; 0 = 25 MB, as DDP */
+  size_t bucket_bytes; /* gradient bytes a bucket gathers at most; 0 = 25 MB, as DDP */
   uint32_t root;       /* the rank whose parameters everyone starts from */
 } aq_data_parallel_options_t;
 
@@ -138,7 +138,9 @@ typedef struct aq_data_parallel_options {
  * task handles taken before this call name other tasks afterwards);
  * gradients, in the order the backward pass finishes them, are gathered
  * into buckets whose mean all-reduce starts once the bucket's last
- * gradient is written, while the backward pass goes on; an optimizer op
+ * gradient is written, while the backward pass goes on (a bucket ends at
+ * bucket_bytes, or where the pass goes on to an earlier layer once it
+ * holds 8 MiB: a model under the cap still overlaps); an optimizer op
  * added afterwards waits for its own bucket only. A loss divided by the
  * local batch (aq_op_softmax_xent's mean) then trains as one process with
  * the global batch would. AQ_ERROR_INVALID_GRAPH before backward or after
