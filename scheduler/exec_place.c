@@ -382,5 +382,7 @@ aq_status_t aq_exec_collective_lanes(aq_exec_t *e) {
     e->plan.tasks[t].lane = lane_of[a];
     moved++;
   }
-  return moved ? aq_plan_number_lanes(&e->plan, e->nlanes) : AQ_OK;
+  /* The kernels' lanes no longer wait for the collectives in their midst:
+   * their order is worked out again (sequence.c). */
+  return moved ? aq_plan_sequence(&e->plan, e->graph, e->nlanes) : AQ_OK;
 }

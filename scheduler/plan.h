@@ -76,6 +76,10 @@ double aq_plan_task_groups(const task_t *t);
  * to the current one as the edges allow (of the ready tasks, the one that
  * came first goes first), successor counts, and lane positions again. */
 aq_status_t aq_plan_reorder(plan_t *p, aq_graph_t *g, uint32_t nlanes);
+/* Once every task has its lane: the order in which the lanes, each in
+ * order, would run their tasks by the placement's estimates, a ready task
+ * never queued behind one that waits longer (sequence.c). */
+aq_status_t aq_plan_sequence(plan_t *p, aq_graph_t *g, uint32_t nlanes);
 /* Numbers each task's position in its lane (seq), following order. */
 aq_status_t aq_plan_number_lanes(plan_t *p, uint32_t nlanes);
 

@@ -3,6 +3,7 @@
  * split cannot regress silently whatever machine runs the tests. Agent 0 is
  * a CPU agent of one worker (lane 0), agents 1.. are GPUs (a lane each). */
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "aquila/aquila.h"
@@ -368,5 +369,50 @@ Test(placement, a_lane_waits_once_for_what_it_has_already_waited_for) {
   cr_expect(on0 >= 14 && on0 <= 17, "%u of 31 on lane 0", on0);
   cr_expect(p.heft_ns < 17 * 2000 + 1000 + 2 * 1500, "one barrier charged on the second lane: %.0f ns", p.heft_ns);
   aq_plan_free(&p);
+  aq_graph_destroy(g);
+}
+
+/* Sequencing (aq_plan_sequence): on an in-order lane, a task whose input
+ * comes late from another lane must not hold back one that is ready. Lane
+ * 1 is given, in HEFT's order, an update after a long task of lane 2 (a
+ * collective), then a small one ready from the start; sequenced, the ready
+ * one goes first. Of two tasks ready together, the one of higher rank
+ * (more work after it) goes first whatever the old order. */
+Test(placement, a_ready_task_is_not_queued_behind_one_that_waits) {
+  aq_graph_t *g;
+  cr_assert_eq(aq_graph_create(NULL, &g), AQ_OK);
+  aq_tensor_t x = tensor(g, "x", AQ_ROLE_INPUT), y = tensor(g, "y", AQ_ROLE_INPUT), slow, late, early;
+  cr_assert_eq(aq_op_relu(g, x, &slow), AQ_OK);  /* 0: lane 2, long */
+  cr_assert_eq(aq_op_relu(g, slow, &late), AQ_OK); /* 1: lane 1, after 0 */
+  cr_assert_eq(aq_op_relu(g, y, &early), AQ_OK);  /* 2: lane 1, ready at once */
+  aq_tensor_t a, b;
+  cr_assert_eq(aq_op_relu(g, early, &a), AQ_OK); /* 3: lane 1 */
+  cr_assert_eq(aq_op_relu(g, early, &b), AQ_OK); /* 4: lane 1, then a chain after it */
+  chain(g, b, 3);                                 /* 5..7: lane 1 */
+  plan_t p;
+  memset(&p, 0, sizeof(p));
+  p.ntasks = g->ntasks;
+  p.tasks = calloc(p.ntasks, sizeof(plan_task_t));
+  p.order = calloc(p.ntasks, sizeof(uint32_t));
+  cr_assert(p.tasks && p.order);
+  static const uint32_t preds[8][1] = {{0}, {0}, {0}, {2}, {2}, {4}, {5}, {6}};
+  static const uint32_t npreds[8] = {0, 1, 0, 1, 1, 1, 1, 1};
+  for (uint32_t i = 0; i < 8; ++i) {
+    p.tasks[i].preds = (uint32_t *)preds[i], p.tasks[i].npreds = npreds[i];
+    p.tasks[i].lane = i == 0 ? 2 : 1, p.tasks[i].cost_ns = i == 0 ? 100000 : 1000;
+  }
+  /* HEFT's list order by rank: the long task's chain first, 3 before 4. */
+  static const uint32_t heft_order[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  memcpy(p.order, heft_order, sizeof(heft_order));
+  cr_assert_eq(aq_plan_sequence(&p, g, 3), AQ_OK, "%s", aq_last_error());
+  uint32_t at[8];
+  for (uint32_t k = 0; k < 8; ++k) at[p.order[k]] = k;
+  cr_expect_lt(at[2], at[1], "the ready task waits behind the late one (positions %u, %u)", at[2], at[1]);
+  cr_expect_lt(at[4], at[3], "of two ready together, the one with the longer chain after it goes second (%u, %u)",
+               at[4], at[3]);
+  cr_expect_gt(at[1], at[7], "the late task goes before tasks ready long before it (%u, chain's end %u)", at[1], at[7]);
+  for (uint32_t i = 0; i < 8; ++i)
+    for (uint32_t j = 0; j < npreds[i]; ++j) cr_expect_lt(at[preds[i][j]], at[i], "task %u before its input %u", i, preds[i][j]);
+  free(p.tasks), free(p.order);
   aq_graph_destroy(g);
 }
