@@ -355,22 +355,59 @@ aq_status_t aq_exec_fuse(aq_exec_t *e) {
   return aq_fuse_plan(&in, &e->plan, &e->fusion);
 }
 
+/* What a collective's own stream costs: the two event waits between it
+ * and the kernels' stream. Measured on 2 H100s, the one all-reduce of a
+ * data-parallel step (nothing beside it to run) took 14 us a step longer
+ * on a stream of its own. */
+#define COMM_LANE_HOPS_NS 20000.0
+
+/* The estimated work of the kernels on stream task c's agent that neither
+ * lead to c nor follow from it: what runs beside c if it has a stream of
+ * its own. mark: ntasks bytes of scratch. */
+static double work_beside(const aq_exec_t *e, uint32_t c, uint8_t *mark) {
+  const plan_t *p = &e->plan;
+  enum { BEFORE = 1, AFTER = 2 };
+  memset(mark, 0, p->ntasks);
+  mark[c] = BEFORE | AFTER;
+  for (uint32_t k = p->ntasks; k-- > 0;) { /* c's predecessors, transitively */
+    uint32_t i = p->order[k];
+    if (!(mark[i] & BEFORE)) continue;
+    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) mark[p->tasks[i].preds[j]] |= BEFORE;
+    for (uint32_t j = 0; j < e->graph->tasks[i].nafter_any; ++j) mark[e->graph->tasks[i].after_any[j]] |= BEFORE;
+  }
+  for (uint32_t k = 0; k < p->ntasks; ++k) { /* and its successors */
+    uint32_t i = p->order[k];
+    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) mark[i] |= mark[p->tasks[i].preds[j]] & AFTER;
+    for (uint32_t j = 0; j < e->graph->tasks[i].nafter_any; ++j) mark[i] |= mark[e->graph->tasks[i].after_any[j]] & AFTER;
+  }
+  double ns = 0;
+  uint32_t a = e->lane_agent[p->tasks[c].lane];
+  for (uint32_t i = 0; i < p->ntasks; ++i)
+    if (!mark[i] && e->graph->tasks[i].kind == TASK_KERNEL && e->lane_agent[p->tasks[i].lane] == a)
+      ns += p->tasks[i].cost_ns;
+  return ns;
+}
+
 /* AQ_COMM_STREAM (on by default). Stream calls (NCCL collectives) move to
  * a lane of their own on their GPU, after placement: a second queue, so a
  * second stream, on which a bucket's all-reduce runs beside the backward
  * kernels still to come, as DDP's communication stream does, where the
- * kernels' one stream would hold them back until it ended. Barrier packets
- * order the two lanes as they do any two; their GPU's processors turn them
- * into event waits (runtime/drivers/cuda_events.c). Kernels never go
- * there. Its queue is served first (AQ_QUEUE_HIGH_PRIORITY), so that a
- * collective's blocks are dispatched ahead of the kernels queued beside
- * it, as DDP's NCCL stream's are: a collective one GPU starts late holds
- * back every GPU. */
+ * kernels' one stream would hold them back until it ended. Only where
+ * there is such work beside it, more than the stream costs: the one
+ * all-reduce of a step waits for the whole backward pass, and the update
+ * waits for it. Barrier packets order the two lanes as they do any two;
+ * their GPU's processors turn them into event waits
+ * (runtime/drivers/cuda_events.c). Kernels never go there. Its queue is
+ * served first (AQ_QUEUE_HIGH_PRIORITY), so that a collective's blocks are
+ * dispatched ahead of the kernels queued beside it, as DDP's NCCL
+ * stream's are: a collective one GPU starts late holds back every GPU. */
 aq_status_t aq_exec_collective_lanes(aq_exec_t *e) {
   uint32_t lane_of[EXEC_AGENTS_MAX], moved = 0;
+  uint8_t *mark = malloc(e->plan.ntasks ? e->plan.ntasks : 1);
+  if (!mark) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   for (uint32_t a = 0; a < e->nagents; ++a) lane_of[a] = UINT32_MAX;
   for (uint32_t t = 0; t < e->plan.ntasks; ++t) {
-    if (e->graph->tasks[t].kind != TASK_STREAM) continue;
+    if (e->graph->tasks[t].kind != TASK_STREAM || work_beside(e, t, mark) < COMM_LANE_HOPS_NS) continue;
     uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
     if (lane_of[a] == UINT32_MAX) {
       if (e->nlanes == EXEC_LANES_MAX) continue; /* it stays with the kernels: ordered all the same */
@@ -382,6 +419,7 @@ aq_status_t aq_exec_collective_lanes(aq_exec_t *e) {
     e->plan.tasks[t].lane = lane_of[a];
     moved++;
   }
+  free(mark);
   /* The kernels' lanes no longer wait for the collectives in their midst:
    * their order is worked out again (sequence.c). */
   return moved ? aq_plan_sequence(&e->plan, e->graph, e->nlanes) : AQ_OK;

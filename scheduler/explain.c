@@ -78,7 +78,12 @@ static void reason(aq_exec_t *e, uint32_t t, uint32_t a, uint8_t eligible, FILE 
   if (task->kind == TASK_HOST) {
     fprintf(out, "a host call: CPU agents run it");
   } else if (task->kind == TASK_STREAM) {
-    fprintf(out, "a stream call (%s): on its rank's GPU, in a lane (a stream) of its own", task->kernel);
+    if (e->lane_queue_flags[p->tasks[t].lane] & AQ_QUEUE_HIGH_PRIORITY)
+      fprintf(out, "a stream call (%s): on its rank's GPU, in a lane (a stream) of its own, beside the kernels "
+                   "that neither lead to it nor follow it", task->kernel);
+    else
+      fprintf(out, "a stream call (%s): on its rank's GPU, in its kernels' lane (too little beside it to pay "
+                   "for a stream of its own)", task->kernel);
   } else if (task->agent >= 0) {
     fprintf(out, "pinned to agent %d by the graph", task->agent);
   } else if (candidates(e, eligible) == 1) {

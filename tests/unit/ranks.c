@@ -173,27 +173,47 @@ Test(ranks, each_rank_trains_on_its_own_inputs) {
   destroy_fake(c);
 }
 
-/* AQ_COMM_STREAM's lanes, on a hand-made exec whose one agent poses as a
- * GPU: a graph's collectives move to a second lane of that GPU, the
- * kernels stay, and the two lanes are ones whose barriers mark each other
- * as the same GPU's (ordered by events, never by a stream memory wait,
- * which is an order CUDA cannot see: runtime/queue.h). */
-Test(ranks, a_collective_lane_is_marked_as_its_gpus_other_stream) {
-  uint32_t cpu = cpu_agent_index();
-  aq_comm_t *c = fake_gpus_comm(cpu, cpu + 1);
-  aq_graph_t *g;
-  aq_tensor_t x, y;
-  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
-  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){8}, &x));
-  AQ_ASSERT_OK(aq_op_relu(g, x, &y));
-  AQ_ASSERT_OK(aq_op_allreduce(g, c, y, AQ_REDUCE_SUM));
+/* A hand-made exec of g whose one agent poses as a GPU: one lane, each
+ * kernel estimated at kernel_ns but task `beside` at beside_ns; then
+ * AQ_COMM_STREAM's pass. */
+static aq_exec_t *collective_lanes_of(aq_graph_t *g, uint32_t beside, double kernel_ns, double beside_ns) {
   aq_exec_t *e = calloc(1, sizeof(*e));
   cr_assert(e);
   e->graph = g;
   AQ_ASSERT_OK(units_plan(g, 1, &e->plan));
+  for (uint32_t t = 0; t < g->ntasks; ++t)
+    e->plan.tasks[t].cost_ns = g->tasks[t].kind != TASK_KERNEL ? 50000 : t == beside ? beside_ns : kernel_ns;
   e->nagents = 1, e->agent_kind[0] = AQ_AGENT_KIND_GPU;
   e->nlanes = 1, e->lane_agent[0] = 0, e->lane_kind[0] = AQ_AGENT_KIND_GPU;
   AQ_ASSERT_OK(aq_exec_collective_lanes(e));
+  return e;
+}
+
+/* AQ_COMM_STREAM's lanes: a graph's collective moves to a second lane of
+ * its GPU where kernels that neither lead to it nor follow it have more
+ * work than the second stream's event waits cost, the kernels stay, and
+ * the two lanes are ones whose barriers mark each other as the same GPU's
+ * (ordered by events, never by a stream memory wait, which is an order
+ * CUDA cannot see: runtime/queue.h). With too little beside it, it stays
+ * on the kernels' lane. */
+Test(ranks, a_collective_lane_is_marked_as_its_gpus_other_stream) {
+  uint32_t cpu = cpu_agent_index();
+  aq_comm_t *c = fake_gpus_comm(cpu, cpu + 1);
+  aq_graph_t *g;
+  aq_tensor_t x, y, z, zz;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){8}, &x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "z", AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, (int64_t[]){8}, &z));
+  AQ_ASSERT_OK(aq_op_relu(g, x, &y));
+  AQ_ASSERT_OK(aq_op_allreduce(g, c, y, AQ_REDUCE_SUM));
+  AQ_ASSERT_OK(aq_op_relu(g, z, &zz)); /* beside the all-reduce */
+  uint32_t beside = g->ntasks - 1;
+  aq_exec_t *e = collective_lanes_of(g, beside, 1000, 1000);
+  cr_assert_eq(e->nlanes, 1, "a collective with 1 us of work beside it got a stream of its own");
+  for (uint32_t t = 0; t < g->ntasks; ++t) cr_assert_eq(e->plan.tasks[t].lane, 0, "'%s' left the lane", g->tasks[t].name);
+  aq_plan_free(&e->plan);
+  free(e);
+  e = collective_lanes_of(g, beside, 1000, 100000);
   cr_assert_eq(e->nlanes, 2, "the collectives' lane was not added");
   cr_assert(e->lane_agent[1] == 0 && e->lane_kind[1] == AQ_AGENT_KIND_GPU);
   uint32_t streams = 0;
