@@ -457,18 +457,6 @@ static void gather(placer_t *pl, uint32_t i, uint32_t k, int32_t only) {
   pl->ngroups = n, pl->pred_agents = agents;
 }
 
-/* The next lane of pl->cand, taken out of it, from word *word on; UINT32_MAX
- * once none is left. Ascending, as when every lane was tried: a tie goes
- * to the lowest. */
-static uint32_t next_cand(placer_t *pl, uint32_t *word) {
-  while (*word < pl->words && !pl->cand[*word]) ++*word;
-  if (*word == pl->words) return UINT32_MAX;
-  uint64_t *bits = &pl->cand[*word];
-  uint32_t c = *word * 64 + (uint32_t)__builtin_ctzll(*bits);
-  *bits &= *bits - 1;
-  return c;
-}
-
 /* When task i's inputs are ready on lane c of agent a, and in *waits the
  * other lanes c waits for (a barrier packet each five; a lane an earlier
  * wait of c covers costs none). A producer on another lane of a costs a
@@ -531,29 +519,36 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
     uint32_t best = UINT32_MAX, cached = UINT32_MAX, nsorted = 0, best_width_ = 1;
     double best_finish = 0, best_start = 0, best_cost = 0, groups = t->groups;
     gather(pl, i, k, only);
-    for (uint32_t word = 0, c; (c = next_cand(pl, &word)) != UINT32_MAX;) {
-      uint32_t a = l->lane_agent[c];
-      double cost = cost_on(pl, i, a);
-      if (cost < 0 || !(l->eligible[i] & (1u << l->lane_kind[c]))) continue;
-      if (t->agent >= 0 && a != (uint32_t)t->agent) continue;
-      if (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST) continue;
-      /* No lane finishes a task before it is free plus the task's cost (at
-       * full width; hops, barriers and homes only add): one that cannot beat
-       * the best so far is not worked out. A GPU lane beside sixteen CPU
-       * lanes of tiny tasks almost never can. */
-      if (best != UINT32_MAX && pl->lane_free[c] + cost >= best_finish) continue;
-      uint32_t waits; /* other lanes waited for: barrier packets, five waits a packet */
-      double ready = ready_on(pl, i, c, a, &waits);
-      double start = (pl->lane_free[c] > ready ? pl->lane_free[c] : ready) + (waits + 4) / 5 * pl->barrier[a];
-      double finish = start + cost;
-      uint32_t width = 1;
-      if (pl->shares_workers >> a & 1) {
-        if (cached != a) cached = a, nsorted = sort_workers(pl, a, groups < UINT32_MAX ? (uint32_t)ceil(groups) : UINT32_MAX);
-        width = best_width(pl->sorted, nsorted, groups, start, cost, &start, &finish);
+    for (uint32_t word = 0; word < pl->words; ++word) {
+      uint64_t bits = pl->cand[word];
+      pl->cand[word] = 0;
+      while (bits) { /* ascending, as when every lane was tried: a tie goes to the lowest */
+        uint32_t c = word * 64 + (uint32_t)__builtin_ctzll(bits);
+        bits &= bits - 1;
+        uint32_t a = l->lane_agent[c];
+        double cost = cost_on(pl, i, a);
+        if (cost < 0 || !(l->eligible[i] & (1u << l->lane_kind[c]))) continue;
+        if (t->agent >= 0 && a != (uint32_t)t->agent) continue;
+        if (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST) continue;
+        /* No lane finishes a task before it is free plus the task's cost (at
+         * full width; hops, barriers and homes only add): one that cannot beat
+         * the best so far is not worked out. A GPU lane beside sixteen CPU
+         * lanes of tiny tasks almost never can. */
+        if (best != UINT32_MAX && pl->lane_free[c] + cost >= best_finish) continue;
+        uint32_t waits; /* other lanes waited for: barrier packets, five waits a packet */
+        double ready = ready_on(pl, i, c, a, &waits);
+        double start = (pl->lane_free[c] > ready ? pl->lane_free[c] : ready) + (waits + 4) / 5 * pl->barrier[a];
+        double finish = start + cost;
+        uint32_t width = 1;
+        if (pl->shares_workers >> a & 1) {
+          if (cached != a)
+            cached = a, nsorted = sort_workers(pl, a, groups < UINT32_MAX ? (uint32_t)ceil(groups) : UINT32_MAX);
+          width = best_width(pl->sorted, nsorted, groups, start, cost, &start, &finish);
+        }
+        if (t->home) finish += home_cost(pl, &g->tasks[i], a);
+        if (best == UINT32_MAX || finish < best_finish)
+          best = c, best_finish = finish, best_start = start, best_cost = finish - start, best_width_ = width;
       }
-      if (t->home) finish += home_cost(pl, &g->tasks[i], a);
-      if (best == UINT32_MAX || finish < best_finish)
-        best = c, best_finish = finish, best_start = start, best_cost = finish - start, best_width_ = width;
     }
     if (best == UINT32_MAX) {
       *fail = i;
