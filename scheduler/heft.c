@@ -180,7 +180,7 @@ static void *carve(uint8_t **at, size_t n, size_t size) {
 /* All of a placer's arrays in one block: one allocation, not twenty, for
  * each placement tried. */
 static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const plan_lanes_t *l, const hot_task_t *hot,
-                               uint64_t gpus) {
+                               uint64_t gpus, int narrow) {
   memset(pl, 0, sizeof(*pl));
   pl->p = p, pl->g = g, pl->l = l, pl->hot = hot, pl->gpus = gpus;
   uint32_t most = 1, nw = 0, na = l->nagents;
@@ -188,14 +188,16 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
   size_t n = p->ntasks ? p->ntasks : 1, nl = l->nlanes ? l->nlanes : 1, nt = g->ntensors ? g->ntensors : 1;
   size_t words = (nl + 63) / 64;
   size_t bytes = 8 * (nl + (nw ? nw : 1) + most + 2 * n + words + 2 * na) +
-                 4 * (2 * n + 2 * nt + 4 * nl + nl * nl + 3 * na + 3) + nl * sizeof(pred_lane_t) + most + nl + na + 8 * 32;
+                 4 * (2 * n + 2 * nt + 4 * nl + nl * nl + 3 * na + 3) + nl * sizeof(pred_lane_t) + most + nl + na +
+                 8 * 32;
   uint8_t *at = pl->block = malloc(bytes);
   if (!at) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   pl->lane_free = carve(&at, nl, 8), pl->worker_free = carve(&at, nw ? nw : 1, 8), pl->sorted = carve(&at, most, 8);
   pl->finish = carve(&at, n, 8), pl->cost = carve(&at, n, 8);
   pl->lane = carve(&at, n, 4), pl->seq = carve(&at, n, 4);
   pl->home = carve(&at, nt, 4), pl->gpu_home = carve(&at, nt, 4);
-  pl->agent_lanes = carve(&at, nl, 4), pl->cand = carve(&at, words, 8), pl->groups = carve(&at, nl, sizeof(pred_lane_t));
+  pl->agent_lanes = carve(&at, nl, 4), pl->cand = carve(&at, words, 8);
+  pl->groups = carve(&at, nl, sizeof(pred_lane_t));
   pl->group_of = carve(&at, nl, 4), pl->group_stamp = carve(&at, nl, 4);
   pl->lane_len = carve(&at, nl, 4), pl->covered = carve(&at, nl * nl, 4);
   pl->first_worker = carve(&at, na + 1, 4), pl->first_lane = carve(&at, na + 2, 4), pl->earliest = carve(&at, na, 4);
@@ -214,9 +216,7 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
   /* A lane runs one task at a time: where every task is one work-group and
    * an agent has a worker for each of its lanes, some worker is free
    * whenever a lane is, and tracking them changes nothing (at the cost of
-   * two passes over them a task). */
-  int narrow = 1;
-  for (uint32_t i = 0; i < p->ntasks && narrow; ++i) narrow = hot[i].groups <= 1;
+   * two passes over them a task). narrow: every task is one work-group. */
   for (uint32_t a = 0; a < na && a < 64; ++a) {
     uint32_t w = workers_of(l, a), lanes = pl->first_lane[a + 1] - pl->first_lane[a];
     if (w && (!narrow || lanes > w)) pl->shares_workers |= 1ull << a;
@@ -331,11 +331,12 @@ static void take_home(placer_t *pl, const task_t *t, uint32_t a) {
 }
 
 /* Whether task t's placement depends on where its tensors live: on a
- * persistent one's home, or, with several GPUs, on any one's GPU. */
-static hot_task_t hot_of(const aq_graph_t *g, const task_t *t, int gpus) {
+ * persistent one's home, or, with several GPUs, on any one's GPU. With no
+ * persistent tensor in g (`homes` 0), its tensors are not looked at. */
+static hot_task_t hot_of(const aq_graph_t *g, const task_t *t, int gpus, int homes) {
   hot_task_t h = {aq_plan_task_groups(t), t->agent, t->nafter_any, (uint8_t)t->kind, 0};
   h.home = gpus > 1 && t->nreads + t->nwrites > 0;
-  for (uint32_t j = 0; j < t->nreads + t->nwrites && !h.home; ++j)
+  for (uint32_t j = 0; homes && j < t->nreads + t->nwrites && !h.home; ++j)
     h.home = persistent(g->tensors[j < t->nreads ? t->reads[j] : t->writes[j - t->nreads]].role);
   return h;
 }
@@ -734,7 +735,7 @@ static aq_status_t sort_by_rank(uint32_t *ids, uint32_t n, const double *rank) {
 aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint32_t n = p->ntasks, na = l->nagents;
   p->heft_one_lane_ns = -1, p->heft_one_lane_agent = -1;
-  double *mean = calloc(n, sizeof(double)), *rank = calloc(n, sizeof(double)), *below = calloc(n, sizeof(double));
+  double *mean = malloc(n * sizeof(double)), *rank = malloc(n * sizeof(double)), *below = calloc(n, sizeof(double));
   uint32_t *pos = malloc(n * sizeof(uint32_t)), *order = malloc(n * sizeof(uint32_t));
   hot_task_t *hot = malloc((n ? n : 1) * sizeof(*hot));
   uint32_t *pred_at = malloc((n + 1) * sizeof(uint32_t));
@@ -759,12 +760,12 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
    * placement tried (the task_t and tensor_t it reads are cache misses). */
   if (s == AQ_OK) pred_at[0] = 0;
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i) pred_at[i + 1] = pred_at[i] + p->tasks[i].npreds;
-  if (s == AQ_OK) pred_bytes = malloc((pred_at[n] ? pred_at[n] : 1) * sizeof(double));
-  if (s == AQ_OK && !pred_bytes) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
-  /* (With one agent no edge moves data: its bytes cost nothing.) */
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
+  /* (With one agent no edge moves data: none are kept, each counts 0.) */
+  if (s == AQ_OK && na > 1) pred_bytes = malloc((pred_at[n] ? pred_at[n] : 1) * sizeof(double));
+  if (s == AQ_OK && na > 1 && !pred_bytes) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  for (uint32_t i = 0; s == AQ_OK && pred_bytes && i < n; ++i)
     for (uint32_t j = 0; j < p->tasks[i].npreds; ++j)
-      pred_bytes[pred_at[i] + j] = na > 1 ? edge_bytes(g, p->tasks[i].preds[j], i) : 0;
+      pred_bytes[pred_at[i] + j] = edge_bytes(g, p->tasks[i].preds[j], i);
   /* An edge's mean cost: over every ordered pair of agents (the same agent
    * costing a lane hop at most), latency + bytes x ns per byte. */
   double lat = 0, per_byte = 0;
@@ -777,7 +778,12 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint64_t gpus = 0; /* the GPU agents, a bit each */
   for (uint32_t a = 0; a < na && a < 64; ++a)
     if (agent_kind(l, a) == AQ_AGENT_KIND_GPU) gpus |= 1ull << a;
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) hot[i] = hot_of(g, &g->tasks[i], __builtin_popcountll(gpus));
+  int homes = 0, narrow = 1; /* some tensor is persistent; every task is one work-group (placer_init) */
+  for (uint32_t x = 0; x < g->ntensors && !homes; ++x) homes = persistent(g->tensors[x].role);
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
+    hot[i] = hot_of(g, &g->tasks[i], __builtin_popcountll(gpus), homes);
+    narrow &= hot[i].groups <= 1;
+  }
   /* Upward ranks, in reverse topological order: a task's rank is final once
    * its successors', all later in the order, have been pushed to it
    * (below[q]: the most any successor asks of q); after-any edges order
@@ -788,7 +794,8 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
     for (uint32_t j = 0; j < p->tasks[i].npreds + hot[i].nafter_any; ++j) {
       int pred = j < p->tasks[i].npreds;
       uint32_t q = pred ? p->tasks[i].preds[j] : g->tasks[i].after_any[j - p->tasks[i].npreds];
-      double up = lat + per_byte * (pred ? pred_bytes[pred_at[i] + j] : edge_bytes(g, q, i)) + rank[i];
+      double bytes = !pred ? edge_bytes(g, q, i) : pred_bytes ? pred_bytes[pred_at[i] + j] : 0;
+      double up = lat + per_byte * bytes + rank[i];
       if (up > below[q]) below[q] = up;
     }
   }
@@ -817,8 +824,8 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint32_t fail = UINT32_MAX;
   double best_ms = -1, single_ms = -1, margin = 0;
   int32_t single_agent = -1;
-  if (s == AQ_OK) s = placer_init(&mixed, p, g, l, hot, gpus);
-  if (s == AQ_OK) s = placer_init(&single, p, g, l, hot, gpus);
+  if (s == AQ_OK) s = placer_init(&mixed, p, g, l, hot, gpus, narrow);
+  if (s == AQ_OK) s = placer_init(&single, p, g, l, hot, gpus, narrow);
   mixed.pred_bytes = single.pred_bytes = pred_bytes, mixed.pred_at = single.pred_at = pred_at;
   p->heft_dominant = s == AQ_OK && na > 1 ? dominant(&mixed) : -1;
   if (s == AQ_OK) {
