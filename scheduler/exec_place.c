@@ -99,7 +99,7 @@ uint8_t *aq_exec_eligibility(aq_exec_t *e, uint32_t kinds) {
   aq_graph_t *g = e->graph;
   uint8_t *m = calloc(g->ntasks ? g->ntasks : 1, 1);
   if (!m) return NULL;
-  uint32_t present = kinds_present(e);
+  uint32_t present = kinds_present(e), last = UINT32_MAX; /* the last kernel task looked up */
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
     if (task->kind == TASK_HOST || task->kind == TASK_STREAM) {
@@ -108,6 +108,15 @@ uint8_t *aq_exec_eligibility(aq_exec_t *e, uint32_t kinds) {
       m[t] = 1u << (task->kind == TASK_HOST ? AQ_AGENT_KIND_CPU : AQ_AGENT_KIND_GPU);
       continue;
     }
+    /* A graph runs one kernel over long stretches of tasks: a task of the
+     * last one's code object and kernel may run where it may, without a
+     * lookup per kind of agent. */
+    const task_t *like = last != UINT32_MAX ? &g->tasks[last] : NULL;
+    if (like && like->code_object.handle == task->code_object.handle && !strcmp(like->kernel, task->kernel)) {
+      m[t] = m[last];
+      continue;
+    }
+    last = t;
     for (uint8_t kind = AQ_AGENT_KIND_CPU; kind <= AQ_AGENT_KIND_GPU; ++kind) {
       if ((kinds && !(kinds & (1u << kind))) || !(present & (1u << kind))) continue;
       aq_code_object_t co = task->code_object.handle ? task->code_object
