@@ -461,8 +461,8 @@ static void gather(placer_t *pl, uint32_t i, uint32_t k, int32_t only) {
 /* When task i's inputs are ready on lane c of agent a, and in *waits the
  * other lanes c waits for (a barrier packet each five; a lane an earlier
  * wait of c covers costs none). A producer on another lane of a costs a
- * hop, one on another agent its bytes' move too. */
-static double ready_on(const placer_t *pl, uint32_t i, uint32_t c, uint32_t a, uint32_t *waits) {
+ * hop, one on another agent (across: there is one) its bytes' move too. */
+static double ready_on(const placer_t *pl, uint32_t i, uint32_t c, uint32_t a, int across, uint32_t *waits) {
   const plan_lanes_t *l = pl->l;
   const uint32_t *covered = pl->covered + (size_t)c * l->nlanes;
   double ready = 0, hop = pl->hop[a];
@@ -478,7 +478,7 @@ static double ready_on(const placer_t *pl, uint32_t i, uint32_t c, uint32_t a, u
     if (r > ready) ready = r;
   }
   *waits = w;
-  if (!(pl->pred_agents & ~(a < 64 ? 1ull << a : 0))) return ready;
+  if (!across) return ready;
   /* Across agents each edge's bytes count: producer by producer. */
   const aq_graph_t *g = pl->g;
   const plan_task_t *pt = &pl->p->tasks[i];
@@ -517,8 +517,9 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   for (uint32_t k = 0; k < p->ntasks; ++k) {
     uint32_t i = p->order[k];
     const hot_task_t *t = &pl->hot[i];
-    uint32_t best = UINT32_MAX, cached = UINT32_MAX, nsorted = 0, best_width_ = 1;
-    double best_finish = 0, best_start = 0, best_cost = 0, groups = t->groups;
+    uint32_t best = UINT32_MAX, cached = UINT32_MAX, nsorted = 0, best_width_ = 1, seen = UINT32_MAX;
+    double best_finish = 0, best_start = 0, best_cost = 0, groups = t->groups, cost = -1;
+    int across = 0;
     gather(pl, i, k, only);
     for (uint32_t word = 0; word < pl->words; ++word) {
       uint64_t bits = pl->cand[word];
@@ -527,17 +528,19 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
         uint32_t c = word * 64 + (uint32_t)__builtin_ctzll(bits);
         bits &= bits - 1;
         uint32_t a = l->lane_agent[c];
-        double cost = cost_on(pl, i, a);
+        if (a != seen) { /* what the agent decides, worked out again only when the agent changes */
+          seen = a, cost = cost_on(pl, i, a), across = (pl->pred_agents & ~(a < 64 ? 1ull << a : 0)) != 0;
+          if ((t->agent >= 0 && a != (uint32_t)t->agent) || (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST))
+            cost = -1;
+        }
         if (cost < 0 || !(l->eligible[i] & (1u << l->lane_kind[c]))) continue;
-        if (t->agent >= 0 && a != (uint32_t)t->agent) continue;
-        if (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST) continue;
         /* No lane finishes a task before it is free plus the task's cost (at
          * full width; hops, barriers and homes only add): one that cannot beat
          * the best so far is not worked out. A GPU lane beside sixteen CPU
          * lanes of tiny tasks almost never can. */
         if (best != UINT32_MAX && pl->lane_free[c] + cost >= best_finish) continue;
         uint32_t waits; /* other lanes waited for: barrier packets, five waits a packet */
-        double ready = ready_on(pl, i, c, a, &waits);
+        double ready = ready_on(pl, i, c, a, across, &waits);
         double start = (pl->lane_free[c] > ready ? pl->lane_free[c] : ready) + (waits + 4) / 5 * pl->barrier[a];
         double finish = start + cost;
         uint32_t width = 1;
