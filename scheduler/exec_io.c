@@ -38,8 +38,12 @@ aq_status_t aq_exec_find_inputs(aq_exec_t *e) {
   uint8_t *written = calloc(g->ntensors, 1);
   aq_status_t s = e->given && e->first_reader && written ? AQ_OK
                                                          : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory for an exec");
-  for (uint32_t x = 0; s == AQ_OK && x < g->ntensors; ++x) e->first_reader[x] = UINT32_MAX;
-  for (uint32_t k = 0; s == AQ_OK && k < e->plan.ntasks; ++k) {
+  int inputs = 0; /* a graph without inputs or constants has its tasks walked for none */
+  for (uint32_t x = 0; s == AQ_OK && x < g->ntensors; ++x) {
+    e->first_reader[x] = UINT32_MAX;
+    inputs |= g->tensors[x].role == AQ_ROLE_INPUT || g->tensors[x].role == AQ_ROLE_CONSTANT;
+  }
+  for (uint32_t k = 0; s == AQ_OK && inputs && k < e->plan.ntasks; ++k) {
     uint32_t t = e->plan.order[k];
     const task_t *task = &g->tasks[t];
     for (uint32_t r = 0; r < task->nreads; ++r) {

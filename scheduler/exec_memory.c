@@ -76,9 +76,11 @@ aq_status_t aq_exec_plan_memory(aq_exec_t *e) {
   e->buffers = calloc(g->ntensors, sizeof(void *));
   aq_status_t s = home && offset && e->buffers ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
   for (uint32_t i = 0; s == AQ_OK && i < g->ntensors; ++i) home[i] = UINT32_MAX;
+  int gpus = 0; /* without a GPU agent, the passes below for GPU tensors would walk every task to find none */
+  for (uint32_t a = 0; a < e->nagents; ++a) gpus |= e->agent_kind[a] == AQ_AGENT_KIND_GPU;
   /* A tensor a GPU touches lives in that GPU's managed memory (the CPU can
    * reach it too); otherwise on the node of the first CPU agent to touch it. */
-  for (int pass = 0; s == AQ_OK && pass < 2; ++pass)
+  for (int pass = gpus ? 0 : 1; s == AQ_OK && pass < 2; ++pass)
     for (uint32_t k = 0; k < e->plan.ntasks; ++k) {
       uint32_t t = e->plan.order[k], a = e->lane_agent[e->plan.tasks[t].lane];
       if ((e->agent_kind[a] == AQ_AGENT_KIND_GPU) != (pass == 0)) continue;
@@ -96,7 +98,7 @@ aq_status_t aq_exec_plan_memory(aq_exec_t *e) {
   uint8_t *pinned = calloc(g->ntensors, 1);
   if (!pinned) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
   /* (Not in unified memory: there prefetch tasks move the pages, replica.c.) */
-  for (uint32_t t = 0; s == AQ_OK && !e->replicas.prefetch && t < g->ntasks; ++t) {
+  for (uint32_t t = 0; s == AQ_OK && gpus && !e->replicas.prefetch && t < g->ntasks; ++t) {
     uint32_t a = e->lane_agent[e->plan.tasks[t].lane];
     const task_t *task = &g->tasks[t];
     for (uint32_t j = 0; j < task->nreads + task->nwrites; ++j) {
@@ -111,9 +113,9 @@ aq_status_t aq_exec_plan_memory(aq_exec_t *e) {
    * device memory a synchronous copy (about 10 us a step). */
   uint8_t *read = calloc(g->ntensors, 1);
   if (!read && s == AQ_OK) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
-  for (uint32_t t = 0; s == AQ_OK && t < g->ntasks; ++t)
+  for (uint32_t t = 0; s == AQ_OK && gpus && t < g->ntasks; ++t)
     for (uint32_t r = 0; r < g->tasks[t].nreads; ++r) read[g->tasks[t].reads[r]] = 1;
-  for (uint32_t x = 0; s == AQ_OK && !e->replicas.prefetch && x < g->ntensors; ++x)
+  for (uint32_t x = 0; s == AQ_OK && gpus && !e->replicas.prefetch && x < g->ntensors; ++x)
     if (!read[x] && home[x] != UINT32_MAX && e->agent_kind[home[x]] == AQ_AGENT_KIND_GPU &&
         g->tensors[x].bytes <= 4096)
       pinned[x] = 1;

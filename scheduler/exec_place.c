@@ -99,7 +99,7 @@ uint8_t *aq_exec_eligibility(aq_exec_t *e, uint32_t kinds) {
   aq_graph_t *g = e->graph;
   uint8_t *m = calloc(g->ntasks ? g->ntasks : 1, 1);
   if (!m) return NULL;
-  uint32_t present = kinds_present(e);
+  uint32_t present = kinds_present(e), last = UINT32_MAX; /* the last kernel task looked up */
   for (uint32_t t = 0; t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
     if (task->kind == TASK_HOST || task->kind == TASK_STREAM) {
@@ -108,6 +108,15 @@ uint8_t *aq_exec_eligibility(aq_exec_t *e, uint32_t kinds) {
       m[t] = 1u << (task->kind == TASK_HOST ? AQ_AGENT_KIND_CPU : AQ_AGENT_KIND_GPU);
       continue;
     }
+    /* A graph runs one kernel over long stretches of tasks: a task of the
+     * last one's code object and kernel may run where it may, without a
+     * lookup per kind of agent. */
+    const task_t *like = last != UINT32_MAX ? &g->tasks[last] : NULL;
+    if (like && like->code_object.handle == task->code_object.handle && !strcmp(like->kernel, task->kernel)) {
+      m[t] = m[last];
+      continue;
+    }
+    last = t;
     for (uint8_t kind = AQ_AGENT_KIND_CPU; kind <= AQ_AGENT_KIND_GPU; ++kind) {
       if ((kinds && !(kinds & (1u << kind))) || !(present & (1u << kind))) continue;
       aq_code_object_t co = task->code_object.handle ? task->code_object
@@ -194,9 +203,12 @@ static int same_cost(const task_t *x, const task_t *y) {
 }
 
 /* What the memo needs of a task, computed once a task (not once an agent
- * and pass): its tensors' bytes and a hash of its name with them. */
+ * and pass): its tensors' bytes and a hash of its name with them, and
+ * whether the task before it has the same cost (as_prev: the same bytes
+ * and same_cost; graphs repeat a kernel over long stretches of tasks). */
 typedef struct task_sig {
   uint64_t bytes, hash;
+  int as_prev;
 } task_sig_t;
 
 static task_sig_t *task_sigs(const aq_graph_t *g) {
@@ -204,8 +216,12 @@ static task_sig_t *task_sigs(const aq_graph_t *g) {
   for (uint32_t t = 0; s && t < g->ntasks; ++t) {
     const task_t *task = &g->tasks[t];
     uint64_t b = task_bytes(g, task), h = (b ^ task->cost_key) * 0x9e3779b97f4a7c15ull;
+    if (t && s[t - 1].bytes == b && same_cost(&g->tasks[t - 1], task)) {
+      s[t] = (task_sig_t){b, s[t - 1].hash, 1};
+      continue;
+    }
     for (const char *c = task->kind == TASK_HOST ? task->name : task->kernel; *c; ++c) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
-    s[t] = (task_sig_t){b, h};
+    s[t] = (task_sig_t){b, h, 0};
   }
   return s;
 }
@@ -272,15 +288,25 @@ static uint64_t rank_gpus(const aq_exec_t *e) {
 static int fill_costs(aq_exec_t *e, const uint8_t *eligible, uint64_t others, cost_memo_t *memo, const task_sig_t *sigs,
                       double *c) {
   aq_graph_t *g = e->graph;
-  uint32_t short_of_samples = 0;
+  uint32_t short_of_samples = 0, samples[EXEC_AGENTS_MAX] = {0}; /* the task before's, per agent */
   int calibrate = 0;
   for (uint32_t t = 0; t < g->ntasks; ++t)
     for (uint32_t a = 0; a < e->nagents; ++a) {
       double *ct = &c[(size_t)t * e->nagents + a];
       uint32_t n = 0;
       int fresh = 0;
-      *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1) ? memo_cost(e, memo, &sigs[t], t, a, &n, &fresh)
-                                                                          : -1;
+      /* A task costing what the one before it does, with its agent kinds,
+       * would find that one's entry for each agent in the memo (one task's
+       * agents have slots apart): its cost and samples, and no miss. */
+      if (sigs[t].as_prev && eligible[t] == eligible[t - 1]) {
+        *ct = ct[-(ptrdiff_t)e->nagents];
+        n = samples[a];
+      } else {
+        *ct = eligible[t] & (1u << e->agent_kind[a]) && !((others >> a) & 1)
+                  ? memo_cost(e, memo, &sigs[t], t, a, &n, &fresh)
+                  : -1;
+        samples[a] = n;
+      }
       if (*ct < 0 || n >= PERF_MIN_SAMPLES) continue;
       short_of_samples++;
       calibrate |= fresh && aq_perf_calibratable(g, t);

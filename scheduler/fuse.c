@@ -150,10 +150,11 @@ static uint32_t fusable_by(const fuse_in_t *in, const plan_t *plan, const counts
   return UINT32_MAX;
 }
 
-/* The product t can take in under the first rule that fuses them, *rule. */
+/* The product t can take in under the first rule that fuses them, *rule
+ * (of `runs`, the rules some lane's agent runs). */
 static uint32_t fusable(const fuse_in_t *in, const plan_t *plan, const counts_t *c, const fusion_t *f, uint32_t t,
-                        walk_t *w, uint8_t *rule) {
-  uint32_t rules = consumes(in->lib, &in->graph->tasks[t]);
+                        walk_t *w, uint32_t runs, uint8_t *rule) {
+  uint32_t rules = consumes(in->lib, &in->graph->tasks[t]) & runs;
   for (; rules; rules &= rules - 1) {
     uint32_t r = (uint32_t)__builtin_ctz(rules), m = fusable_by(in, plan, c, f, t, w, r);
     if (m != UINT32_MAX) return *rule = (uint8_t)(r + 1), m;
@@ -183,12 +184,17 @@ aq_status_t aq_fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *f) {
   for (uint32_t x = 0; x < g->ntensors; ++x) f->unstored[x] = UINT32_MAX;
   if (in->off || !in->lib->table) return AQ_OK;
   f->rules = in->lib->table->fusions;
+  /* A rule no lane's agent runs fuses no pair: on CPU agents, by default,
+   * none does, and looking every task's kernel up found nothing. */
+  uint32_t runs = 0;
+  for (uint32_t l = 0; l < in->nlanes; ++l) runs |= in->agent_fuses[in->lane_agent[l]];
+  if (!runs) return AQ_OK;
   counts_t c = {0};
   walk_t w = {malloc((g->ntasks + 1) * sizeof(uint32_t)), calloc(g->ntasks + 1, 1)};
   aq_status_t s = w.stack && w.seen ? count(g, &c) : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan fusion");
   for (uint32_t t = 0; s == AQ_OK && t < g->ntasks; ++t) {
     uint8_t rule = 0;
-    uint32_t m = fusable(in, plan, &c, f, t, &w, &rule);
+    uint32_t m = fusable(in, plan, &c, f, t, &w, runs, &rule);
     if (m == UINT32_MAX) continue;
     s = merge(plan, t, m);
     if (s != AQ_OK) break;

@@ -118,6 +118,14 @@ typedef struct hot_task {
   uint8_t home; /* touches a persistent tensor (home_cost) */
 } hot_task_t;
 
+/* Of one lane, the producers of the task being placed: the latest to
+ * finish, the last in the lane's order (a wait for it covers the others),
+ * and the lane's agent. */
+typedef struct pred_lane {
+  double finish;
+  uint32_t lane, agent, seq;
+} pred_lane_t;
+
 typedef struct placer {
   plan_t *p;
   aq_graph_t *g;
@@ -133,8 +141,18 @@ typedef struct placer {
   uint64_t gpus;                            /* the GPU agents, a bit each */
   uint64_t shares_workers;                  /* the agents whose workers are tracked, a bit each (placer_init) */
   uint32_t *agent_lanes, *first_lane;       /* each agent's lanes: agent_lanes[first_lane[a]..first_lane[a+1]) */
-  uint32_t *cand, *cand_stamp;              /* per lane: the lanes a task is tried on (place) */
+  uint64_t *cand;                           /* a bit per lane: the lanes a task is tried on (gather) */
+  uint32_t words;                           /* of cand */
   uint32_t *earliest;                       /* per agent: its lane free first (place) */
+  uint8_t *kind;                            /* per agent: agent_kind, looked up once */
+  double *hop, *barrier;                    /* per agent: lane_hop_ns, barrier_ns, looked up once */
+  /* The lanes of the producers of the task being placed, each once
+   * (gather): what trying a lane reads, a pass over these rather than
+   * over the producers and the arrays of each. */
+  pred_lane_t *groups;
+  uint32_t ngroups;
+  uint32_t *group_of, *group_stamp;         /* per lane: its entry in groups, for the task stamped */
+  uint64_t pred_agents;                     /* the agents of those lanes, a bit each (all bits: one past 63) */
   const double *pred_bytes;                 /* per task, per predecessor: edge_bytes (from pred_at) */
   const uint32_t *pred_at;
   int one_lane;                             /* place(): each agent's first lane only */
@@ -145,8 +163,6 @@ typedef struct placer {
   uint32_t *seq;       /* per task: its place in its lane, from 1 */
   uint32_t *lane_len;  /* per lane: tasks so far */
   uint32_t *covered;   /* lane x lane: the last place in the second the first has waited for */
-  uint32_t *seen;      /* per lane: the evaluation that last counted a wait on it */
-  uint32_t evaluation;
   void *block; /* every array above (placer_init) */
 } placer_t;
 
@@ -164,24 +180,33 @@ static void *carve(uint8_t **at, size_t n, size_t size) {
 /* All of a placer's arrays in one block: one allocation, not twenty, for
  * each placement tried. */
 static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const plan_lanes_t *l, const hot_task_t *hot,
-                               uint64_t gpus) {
+                               uint64_t gpus, int narrow) {
   memset(pl, 0, sizeof(*pl));
   pl->p = p, pl->g = g, pl->l = l, pl->hot = hot, pl->gpus = gpus;
   uint32_t most = 1, nw = 0, na = l->nagents;
   for (uint32_t a = 0; a < na; ++a) nw += workers_of(l, a), most = workers_of(l, a) > most ? workers_of(l, a) : most;
   size_t n = p->ntasks ? p->ntasks : 1, nl = l->nlanes ? l->nlanes : 1, nt = g->ntensors ? g->ntensors : 1;
-  size_t bytes = 8 * (nl + (nw ? nw : 1) + most + 2 * n) + 4 * (2 * n + 2 * nt + 5 * nl + nl * nl + 3 * na + 3) +
-                 most + nl + 8 * 24;
+  size_t words = (nl + 63) / 64;
+  size_t bytes = 8 * (nl + (nw ? nw : 1) + most + 2 * n + words + 2 * na) +
+                 4 * (2 * n + 2 * nt + 4 * nl + nl * nl + 3 * na + 3) + nl * sizeof(pred_lane_t) + most + nl + na +
+                 8 * 32;
   uint8_t *at = pl->block = malloc(bytes);
   if (!at) return aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
   pl->lane_free = carve(&at, nl, 8), pl->worker_free = carve(&at, nw ? nw : 1, 8), pl->sorted = carve(&at, most, 8);
   pl->finish = carve(&at, n, 8), pl->cost = carve(&at, n, 8);
   pl->lane = carve(&at, n, 4), pl->seq = carve(&at, n, 4);
   pl->home = carve(&at, nt, 4), pl->gpu_home = carve(&at, nt, 4);
-  pl->agent_lanes = carve(&at, nl, 4), pl->cand = carve(&at, nl, 4), pl->cand_stamp = carve(&at, nl, 4);
-  pl->lane_len = carve(&at, nl, 4), pl->seen = carve(&at, nl, 4), pl->covered = carve(&at, nl * nl, 4);
+  pl->agent_lanes = carve(&at, nl, 4), pl->cand = carve(&at, words, 8);
+  pl->groups = carve(&at, nl, sizeof(pred_lane_t));
+  pl->group_of = carve(&at, nl, 4), pl->group_stamp = carve(&at, nl, 4);
+  pl->lane_len = carve(&at, nl, 4), pl->covered = carve(&at, nl * nl, 4);
   pl->first_worker = carve(&at, na + 1, 4), pl->first_lane = carve(&at, na + 2, 4), pl->earliest = carve(&at, na, 4);
+  pl->hop = carve(&at, na, 8), pl->barrier = carve(&at, na, 8), pl->kind = carve(&at, na, 1);
   pl->taken = carve(&at, most, 1), pl->used = carve(&at, nl, 1);
+  memset(pl->cand, 0, words * sizeof(uint64_t));
+  pl->words = (uint32_t)words;
+  for (uint32_t a = 0; a < na; ++a)
+    pl->kind[a] = agent_kind(l, a), pl->hop[a] = lane_hop_ns(l, a), pl->barrier[a] = barrier_ns(l, a);
   memset(pl->first_worker, 0, (na + 1) * sizeof(uint32_t));
   memset(pl->first_lane, 0, (na + 2) * sizeof(uint32_t));
   for (uint32_t a = 0; a < na; ++a) pl->first_worker[a + 1] = pl->first_worker[a] + workers_of(l, a);
@@ -191,9 +216,7 @@ static aq_status_t placer_init(placer_t *pl, plan_t *p, aq_graph_t *g, const pla
   /* A lane runs one task at a time: where every task is one work-group and
    * an agent has a worker for each of its lanes, some worker is free
    * whenever a lane is, and tracking them changes nothing (at the cost of
-   * two passes over them a task). */
-  int narrow = 1;
-  for (uint32_t i = 0; i < p->ntasks && narrow; ++i) narrow = hot[i].groups <= 1;
+   * two passes over them a task). narrow: every task is one work-group. */
   for (uint32_t a = 0; a < na && a < 64; ++a) {
     uint32_t w = workers_of(l, a), lanes = pl->first_lane[a + 1] - pl->first_lane[a];
     if (w && (!narrow || lanes > w)) pl->shares_workers |= 1ull << a;
@@ -308,11 +331,12 @@ static void take_home(placer_t *pl, const task_t *t, uint32_t a) {
 }
 
 /* Whether task t's placement depends on where its tensors live: on a
- * persistent one's home, or, with several GPUs, on any one's GPU. */
-static hot_task_t hot_of(const aq_graph_t *g, const task_t *t, int gpus) {
+ * persistent one's home, or, with several GPUs, on any one's GPU. With no
+ * persistent tensor in g (`homes` 0), its tensors are not looked at. */
+static hot_task_t hot_of(const aq_graph_t *g, const task_t *t, int gpus, int homes) {
   hot_task_t h = {aq_plan_task_groups(t), t->agent, t->nafter_any, (uint8_t)t->kind, 0};
   h.home = gpus > 1 && t->nreads + t->nwrites > 0;
-  for (uint32_t j = 0; j < t->nreads + t->nwrites && !h.home; ++j)
+  for (uint32_t j = 0; homes && j < t->nreads + t->nwrites && !h.home; ++j)
     h.home = persistent(g->tensors[j < t->nreads ? t->reads[j] : t->writes[j - t->nreads]].role);
   return h;
 }
@@ -397,35 +421,81 @@ static void find_earliest(placer_t *pl, uint32_t a) {
   pl->earliest[a] = first;
 }
 
-/* The lanes worth trying task i (k-th in order) on, ascending: of each
+/* The lanes worth trying task i (k-th in order) into pl->cand: of each
  * agent that may run it, the lane free first (its first lane, placing on
  * one lane an agent) and the lanes of its predecessors. Another lane of
  * the agent is never better than the one free first (the same hops from
  * every predecessor, the same workers), and trying every lane of a
- * 16-worker CPU made placing a task cost a microsecond. */
-static uint32_t candidates(placer_t *pl, uint32_t i, uint32_t k, int32_t only) {
+ * 16-worker CPU made placing a task cost a microsecond. The lanes of its
+ * producers into pl->groups, each once. */
+static void gather(placer_t *pl, uint32_t i, uint32_t k, int32_t only) {
   const plan_lanes_t *l = pl->l;
   const hot_task_t *t = &pl->hot[i];
   const plan_task_t *pt = &pl->p->tasks[i];
-  uint32_t n = 0;
   for (uint32_t a = 0; a < l->nagents; ++a) {
     if (l->cost_ns[(size_t)i * l->nagents + a] < 0 || (t->agent >= 0 && a != (uint32_t)t->agent) ||
         (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST))
       continue;
     if (pl->first_lane[a + 1] == pl->first_lane[a]) continue;
     uint32_t first = pl->one_lane ? pl->agent_lanes[pl->first_lane[a]] : pl->earliest[a];
-    if (pl->cand_stamp[first] != k + 1) pl->cand_stamp[first] = k + 1, pl->cand[n++] = first;
+    pl->cand[first / 64] |= 1ull << (first % 64);
   }
+  uint32_t n = 0;
+  uint64_t agents = 0;
   for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
     uint32_t q = j < pt->npreds ? pt->preds[j] : pl->g->tasks[i].after_any[j - pt->npreds], c = pl->lane[q];
-    if (pl->cand_stamp[c] != k + 1) pl->cand_stamp[c] = k + 1, pl->cand[n++] = c;
-  }
-  for (uint32_t x = 1; x < n; ++x) /* ascending: ties go to the lowest lane, as trying all did */
-    for (uint32_t y = x; y > 0 && pl->cand[y - 1] > pl->cand[y]; --y) {
-      uint32_t tmp = pl->cand[y];
-      pl->cand[y] = pl->cand[y - 1], pl->cand[y - 1] = tmp;
+    if (pl->group_stamp[c] != k + 1) {
+      uint32_t a = l->lane_agent[c];
+      pl->group_stamp[c] = k + 1, pl->group_of[c] = n;
+      pl->groups[n++] = (pred_lane_t){-INFINITY, c, a, 0};
+      pl->cand[c / 64] |= 1ull << (c % 64);
+      agents |= a < 64 ? 1ull << a : ~0ull;
     }
-  return n;
+    pred_lane_t *gr = &pl->groups[pl->group_of[c]];
+    if (pl->finish[q] > gr->finish) gr->finish = pl->finish[q];
+    if (pl->seq[q] > gr->seq) gr->seq = pl->seq[q];
+  }
+  pl->ngroups = n, pl->pred_agents = agents;
+}
+
+/* When task i's inputs are ready on lane c of agent a, and in *waits the
+ * other lanes c waits for (a barrier packet each five; a lane an earlier
+ * wait of c covers costs none). A producer on another lane of a costs a
+ * hop, one on another agent (across: there is one) its bytes' move too. */
+static double ready_on(const placer_t *pl, uint32_t i, uint32_t c, uint32_t a, int across, uint32_t *waits) {
+  const plan_lanes_t *l = pl->l;
+  const uint32_t *covered = pl->covered + (size_t)c * l->nlanes;
+  double ready = 0, hop = pl->hop[a];
+  uint32_t w = 0;
+  for (uint32_t x = 0; x < pl->ngroups; ++x) {
+    const pred_lane_t *gr = &pl->groups[x];
+    double r = gr->finish;
+    if (gr->lane != c) {
+      w += gr->seq > covered[gr->lane];
+      if (gr->agent != a) continue;
+      r += hop; /* (rounding is monotonic: the lane's latest producer arrives last, as each one's sum would say) */
+    }
+    if (r > ready) ready = r;
+  }
+  *waits = w;
+  if (!across) return ready;
+  /* Across agents each edge's bytes count: producer by producer. */
+  const aq_graph_t *g = pl->g;
+  const plan_task_t *pt = &pl->p->tasks[i];
+  for (uint32_t j = 0; j < pt->npreds + pl->hot[i].nafter_any; ++j) {
+    uint32_t q = j < pt->npreds ? pt->preds[j] : g->tasks[i].after_any[j - pt->npreds], aq = l->lane_agent[pl->lane[q]];
+    if (aq == a) continue;
+    double bytes = j < pt->npreds ? pl->pred_bytes[pl->pred_at[i] + j] : edge_bytes(g, q, i);
+    double r = pl->finish[q] + aq_plan_transfer_ns(l, aq, a, bytes);
+    if (r > ready) ready = r;
+  }
+  return ready;
+}
+
+/* placed_cost, with the agent's kind looked up once. */
+static double cost_on(const placer_t *pl, uint32_t i, uint32_t a) {
+  double c = pl->l->cost_ns[(size_t)i * pl->l->nagents + a];
+  return c >= 0 && pl->kind[a] == AQ_AGENT_KIND_GPU && c < GPU_LAUNCH_NS ? GPU_LAUNCH_NS : c;
 }
 
 /* Places the tasks in p->order, each where it finishes first (every kernel
@@ -442,49 +512,47 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
   for (uint32_t a = 0; a < na; ++a) find_earliest(pl, a);
   for (uint32_t w = 0; w < pl->first_worker[na]; ++w) pl->worker_free[w] = 0;
   for (uint32_t x = 0; x < g->ntensors; ++x) pl->home[x] = pl->gpu_home[x] = UINT32_MAX;
-  for (uint32_t c = 0; c < l->nlanes; ++c) pl->cand_stamp[c] = 0, pl->lane_len[c] = 0, pl->seen[c] = 0;
+  for (uint32_t c = 0; c < l->nlanes; ++c) pl->group_stamp[c] = 0, pl->lane_len[c] = 0;
   memset(pl->covered, 0, (size_t)l->nlanes * l->nlanes * sizeof(uint32_t));
-  pl->evaluation = 0;
   for (uint32_t k = 0; k < p->ntasks; ++k) {
     uint32_t i = p->order[k];
     const hot_task_t *t = &pl->hot[i];
-    const plan_task_t *pt = &p->tasks[i];
-    uint32_t best = UINT32_MAX, cached = UINT32_MAX, nsorted = 0, best_width_ = 1;
-    double best_finish = 0, best_start = 0, best_cost = 0, groups = t->groups;
-    uint32_t ncand = candidates(pl, i, k, only);
-    for (uint32_t ci = 0; ci < ncand; ++ci) {
-      uint32_t c = pl->cand[ci], a = l->lane_agent[c];
-      double cost = placed_cost(l, i, a);
-      if (cost < 0 || !(l->eligible[i] & (1u << l->lane_kind[c]))) continue;
-      if (t->agent >= 0 && a != (uint32_t)t->agent) continue;
-      if (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST) continue;
-      /* No lane finishes a task before it is free plus the task's cost (at
-       * full width; hops, barriers and homes only add): one that cannot beat
-       * the best so far is not worked out. A GPU lane beside sixteen CPU
-       * lanes of tiny tasks almost never can. */
-      if (best != UINT32_MAX && pl->lane_free[c] + cost >= best_finish) continue;
-      double ready = 0;
-      uint32_t waits = 0, ev = ++pl->evaluation; /* other lanes waited for: barrier packets, five waits a packet */
-      for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
-        uint32_t q = j < pt->npreds ? pt->preds[j] : g->tasks[i].after_any[j - pt->npreds];
-        uint32_t aq = l->lane_agent[pl->lane[q]], lq = pl->lane[q];
-        if (lq != c && pl->seq[q] > pl->covered[(size_t)c * l->nlanes + lq] && pl->seen[lq] != ev)
-          pl->seen[lq] = ev, ++waits;
-        double bytes = aq == a ? 0 : j < pt->npreds ? pl->pred_bytes[pl->pred_at[i] + j] : edge_bytes(g, q, i);
-        double hop = pl->lane[q] == c ? 0 : aq == a ? lane_hop_ns(l, a) : aq_plan_transfer_ns(l, aq, a, bytes);
-        double r = pl->finish[q] + hop;
-        if (r > ready) ready = r;
+    uint32_t best = UINT32_MAX, cached = UINT32_MAX, nsorted = 0, best_width_ = 1, seen = UINT32_MAX;
+    double best_finish = 0, best_start = 0, best_cost = 0, groups = t->groups, cost = -1;
+    int across = 0;
+    gather(pl, i, k, only);
+    for (uint32_t word = 0; word < pl->words; ++word) {
+      uint64_t bits = pl->cand[word];
+      pl->cand[word] = 0;
+      while (bits) { /* ascending, as when every lane was tried: a tie goes to the lowest */
+        uint32_t c = word * 64 + (uint32_t)__builtin_ctzll(bits);
+        bits &= bits - 1;
+        uint32_t a = l->lane_agent[c];
+        if (a != seen) { /* what the agent decides, worked out again only when the agent changes */
+          seen = a, cost = cost_on(pl, i, a), across = (pl->pred_agents & ~(a < 64 ? 1ull << a : 0)) != 0;
+          if ((t->agent >= 0 && a != (uint32_t)t->agent) || (only >= 0 && a != (uint32_t)only && t->kind != TASK_HOST))
+            cost = -1;
+        }
+        if (cost < 0 || !(l->eligible[i] & (1u << l->lane_kind[c]))) continue;
+        /* No lane finishes a task before it is free plus the task's cost (at
+         * full width; hops, barriers and homes only add): one that cannot beat
+         * the best so far is not worked out. A GPU lane beside sixteen CPU
+         * lanes of tiny tasks almost never can. */
+        if (best != UINT32_MAX && pl->lane_free[c] + cost >= best_finish) continue;
+        uint32_t waits; /* other lanes waited for: barrier packets, five waits a packet */
+        double ready = ready_on(pl, i, c, a, across, &waits);
+        double start = (pl->lane_free[c] > ready ? pl->lane_free[c] : ready) + (waits + 4) / 5 * pl->barrier[a];
+        double finish = start + cost;
+        uint32_t width = 1;
+        if (pl->shares_workers >> a & 1) {
+          if (cached != a)
+            cached = a, nsorted = sort_workers(pl, a, groups < UINT32_MAX ? (uint32_t)ceil(groups) : UINT32_MAX);
+          width = best_width(pl->sorted, nsorted, groups, start, cost, &start, &finish);
+        }
+        if (t->home) finish += home_cost(pl, &g->tasks[i], a);
+        if (best == UINT32_MAX || finish < best_finish)
+          best = c, best_finish = finish, best_start = start, best_cost = finish - start, best_width_ = width;
       }
-      double start = (pl->lane_free[c] > ready ? pl->lane_free[c] : ready) + (waits + 4) / 5 * barrier_ns(l, a);
-      double finish = start + cost;
-      uint32_t width = 1;
-      if (pl->shares_workers >> a & 1) {
-        if (cached != a) cached = a, nsorted = sort_workers(pl, a, groups < UINT32_MAX ? (uint32_t)ceil(groups) : UINT32_MAX);
-        width = best_width(pl->sorted, nsorted, groups, start, cost, &start, &finish);
-      }
-      if (t->home) finish += home_cost(pl, &g->tasks[i], a);
-      if (best == UINT32_MAX || finish < best_finish)
-        best = c, best_finish = finish, best_start = start, best_cost = finish - start, best_width_ = width;
     }
     if (best == UINT32_MAX) {
       *fail = i;
@@ -493,10 +561,10 @@ static double place(placer_t *pl, int32_t only, uint32_t *fail) {
     uint32_t a = l->lane_agent[best];
     if (pl->shares_workers >> a & 1) take_workers(pl, a, best_width_, best_start, best_finish);
     if (t->home) take_home(pl, &g->tasks[i], a);
-    for (uint32_t j = 0; j < pt->npreds + t->nafter_any; ++j) {
-      uint32_t q = j < pt->npreds ? pt->preds[j] : g->tasks[i].after_any[j - pt->npreds];
-      uint32_t *cov = &pl->covered[(size_t)best * l->nlanes + pl->lane[q]];
-      if (pl->lane[q] != best && pl->seq[q] > *cov) *cov = pl->seq[q];
+    for (uint32_t x = 0; x < pl->ngroups; ++x) {
+      const pred_lane_t *gr = &pl->groups[x];
+      uint32_t *cov = &pl->covered[(size_t)best * l->nlanes + gr->lane];
+      if (gr->lane != best && gr->seq > *cov) *cov = gr->seq;
     }
     pl->seq[i] = ++pl->lane_len[best];
     pl->lane[i] = best;
@@ -670,7 +738,7 @@ static aq_status_t sort_by_rank(uint32_t *ids, uint32_t n, const double *rank) {
 aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint32_t n = p->ntasks, na = l->nagents;
   p->heft_one_lane_ns = -1, p->heft_one_lane_agent = -1;
-  double *mean = calloc(n, sizeof(double)), *rank = calloc(n, sizeof(double)), *below = calloc(n, sizeof(double));
+  double *mean = malloc(n * sizeof(double)), *rank = malloc(n * sizeof(double)), *below = calloc(n, sizeof(double));
   uint32_t *pos = malloc(n * sizeof(uint32_t)), *order = malloc(n * sizeof(uint32_t));
   hot_task_t *hot = malloc((n ? n : 1) * sizeof(*hot));
   uint32_t *pred_at = malloc((n + 1) * sizeof(uint32_t));
@@ -695,12 +763,12 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
    * placement tried (the task_t and tensor_t it reads are cache misses). */
   if (s == AQ_OK) pred_at[0] = 0;
   for (uint32_t i = 0; s == AQ_OK && i < n; ++i) pred_at[i + 1] = pred_at[i] + p->tasks[i].npreds;
-  if (s == AQ_OK) pred_bytes = malloc((pred_at[n] ? pred_at[n] : 1) * sizeof(double));
-  if (s == AQ_OK && !pred_bytes) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
-  /* (With one agent no edge moves data: its bytes cost nothing.) */
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i)
+  /* (With one agent no edge moves data: none are kept, each counts 0.) */
+  if (s == AQ_OK && na > 1) pred_bytes = malloc((pred_at[n] ? pred_at[n] : 1) * sizeof(double));
+  if (s == AQ_OK && na > 1 && !pred_bytes) s = aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to place the graph");
+  for (uint32_t i = 0; s == AQ_OK && pred_bytes && i < n; ++i)
     for (uint32_t j = 0; j < p->tasks[i].npreds; ++j)
-      pred_bytes[pred_at[i] + j] = na > 1 ? edge_bytes(g, p->tasks[i].preds[j], i) : 0;
+      pred_bytes[pred_at[i] + j] = edge_bytes(g, p->tasks[i].preds[j], i);
   /* An edge's mean cost: over every ordered pair of agents (the same agent
    * costing a lane hop at most), latency + bytes x ns per byte. */
   double lat = 0, per_byte = 0;
@@ -713,7 +781,12 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint64_t gpus = 0; /* the GPU agents, a bit each */
   for (uint32_t a = 0; a < na && a < 64; ++a)
     if (agent_kind(l, a) == AQ_AGENT_KIND_GPU) gpus |= 1ull << a;
-  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) hot[i] = hot_of(g, &g->tasks[i], __builtin_popcountll(gpus));
+  int homes = 0, narrow = 1; /* some tensor is persistent; every task is one work-group (placer_init) */
+  for (uint32_t x = 0; x < g->ntensors && !homes; ++x) homes = persistent(g->tensors[x].role);
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
+    hot[i] = hot_of(g, &g->tasks[i], __builtin_popcountll(gpus), homes);
+    narrow &= hot[i].groups <= 1;
+  }
   /* Upward ranks, in reverse topological order: a task's rank is final once
    * its successors', all later in the order, have been pushed to it
    * (below[q]: the most any successor asks of q); after-any edges order
@@ -724,7 +797,8 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
     for (uint32_t j = 0; j < p->tasks[i].npreds + hot[i].nafter_any; ++j) {
       int pred = j < p->tasks[i].npreds;
       uint32_t q = pred ? p->tasks[i].preds[j] : g->tasks[i].after_any[j - p->tasks[i].npreds];
-      double up = lat + per_byte * (pred ? pred_bytes[pred_at[i] + j] : edge_bytes(g, q, i)) + rank[i];
+      double bytes = !pred ? edge_bytes(g, q, i) : pred_bytes ? pred_bytes[pred_at[i] + j] : 0;
+      double up = lat + per_byte * bytes + rank[i];
       if (up > below[q]) below[q] = up;
     }
   }
@@ -753,8 +827,8 @@ aq_status_t aq_plan_heft(plan_t *p, aq_graph_t *g, const plan_lanes_t *l) {
   uint32_t fail = UINT32_MAX;
   double best_ms = -1, single_ms = -1, margin = 0;
   int32_t single_agent = -1;
-  if (s == AQ_OK) s = placer_init(&mixed, p, g, l, hot, gpus);
-  if (s == AQ_OK) s = placer_init(&single, p, g, l, hot, gpus);
+  if (s == AQ_OK) s = placer_init(&mixed, p, g, l, hot, gpus, narrow);
+  if (s == AQ_OK) s = placer_init(&single, p, g, l, hot, gpus, narrow);
   mixed.pred_bytes = single.pred_bytes = pred_bytes, mixed.pred_at = single.pred_at = pred_at;
   p->heft_dominant = s == AQ_OK && na > 1 ? dominant(&mixed) : -1;
   if (s == AQ_OK) {

@@ -290,7 +290,7 @@ static aq_status_t lower_task(aq_exec_t *e, uint32_t t, const uint32_t *producer
   aq_signal_t deps[EXEC_LANES_MAX], none = {0}; /* a producer a lane at most */
   uint32_t from[EXEC_LANES_MAX];
   for (uint32_t j = 0; j < nprod; ++j) deps[j] = e->signals[producers[j]], from[j] = e->plan.tasks[producers[j]].lane;
-  AQ_RETURN_IF_ERROR(push_waits(e, pt->lane, deps, from, nprod));
+  if (nprod) AQ_RETURN_IF_ERROR(push_waits(e, pt->lane, deps, from, nprod));
   if (task->nafter_any) {
     if (task->nafter_any > 5)
       return aq_error(AQ_ERROR_INVALID_GRAPH, "an after-any edge of %u tasks (at most 5)",

@@ -45,20 +45,23 @@ aq_status_t aq_memplan_build(memplan_t *mp, const aq_graph_t *g, const plan_t *p
   mp->total = calloc(ndomains ? ndomains : 1, sizeof(size_t));
   mp->reused_by = calloc(nt ? nt : 1, sizeof(uint32_t));
   uint32_t *first = malloc((nt ? nt : 1) * sizeof(uint32_t)), *count = calloc(nt ? nt : 1, sizeof(uint32_t));
-  uint32_t *base = calloc(nt ? nt : 1, sizeof(uint32_t)), *pos = malloc((n ? n : 1) * sizeof(uint32_t));
+  uint32_t *base = calloc(nt ? nt : 1, sizeof(uint32_t));
   uint8_t *donor = calloc(nt ? nt : 1, 1), *placed = calloc(nt ? nt : 1, 1);
   uint64_t *bits = NULL;
   buffer_slot_t *slots = NULL;
-  aq_status_t s = mp->offset && mp->total && mp->reused_by && first && count && base && pos && donor && placed
+  aq_status_t s = mp->offset && mp->total && mp->reused_by && first && count && base && donor && placed
                       ? AQ_OK
                       : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan tensors");
   /* Candidates and their pairs: first toucher, touch count, and whether the
    * last touch (in plan order) reads it (else it is an output: kept). */
   uint64_t pairs = 0;
+  /* A graph whose activations are all too small to share (tiny tasks)
+   * has none: its tasks are not walked for them. */
+  int some = 0;
+  for (uint32_t x = 0; s == AQ_OK && x < nt && !some; ++x) some = reusable[x] && g->tensors[x].bytes >= MEMPLAN_MIN_BYTES;
   for (uint32_t x = 0; s == AQ_OK && x < nt; ++x) first[x] = UINT32_MAX;
-  for (uint32_t k = 0; s == AQ_OK && k < n; ++k) {
+  for (uint32_t k = 0; s == AQ_OK && some && k < n; ++k) {
     uint32_t t = p->order[k];
-    pos[t] = k;
     const task_t *task = &g->tasks[t];
     for (uint32_t j = 0; j < task->nreads + task->nwrites; ++j) {
       uint32_t x = j < task->nreads ? task->reads[j] : task->writes[j - task->nreads];
@@ -162,7 +165,7 @@ aq_status_t aq_memplan_build(memplan_t *mp, const aq_graph_t *g, const plan_t *p
     mp->offset[x] = mp->total[domain[x]];
     mp->total[domain[x]] += align_up(g->tensors[x].bytes);
   }
-  free(first), free(count), free(base), free(pos), free(donor), free(placed), free(bits), free(slots);
+  free(first), free(count), free(base), free(donor), free(placed), free(bits), free(slots);
   if (s != AQ_OK) aq_memplan_free(mp);
   return s;
 }
