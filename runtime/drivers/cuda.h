@@ -154,6 +154,10 @@ void aq_cuda_graph_release(cuda_queue_t *cq);
  * a gate that aq_cuda_timing_open opens once the kernel is launched (or its
  * launch failed): the start event then times the kernel, not its launch. */
 cuda_timed_t *aq_cuda_timing_begin(struct cuda_queue *cq, int gate);
+/* Takes the stream's time reference if it is idle and due for one (begin
+ * does too): a stream that is never idle at a timed launch, as one whose
+ * every collective follows an event wait, anchors at its barriers. */
+void aq_cuda_timing_anchor(struct cuda_queue *cq);
 void aq_cuda_timing_open(struct cuda_queue *cq);
 void aq_cuda_timing_end(struct cuda_queue *cq, cuda_timed_t *t, const aq_trace_event_t *ev);
 int aq_cuda_timing_resolve(struct cuda_queue *cq, int block);

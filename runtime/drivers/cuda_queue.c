@@ -418,6 +418,7 @@ static int process(cuda_queue_t *cq) {
     }
     case HSA_PACKET_TYPE_BARRIER_AND:
       completion = ((const hsa_barrier_and_packet_t *)p)->completion_signal;
+      if (t0) aq_cuda_timing_anchor(cq); /* before its waits make the stream busy */
       fault = barrier_and(cq, (const void *)p);
       break;
     case HSA_PACKET_TYPE_BARRIER_OR:

@@ -75,20 +75,26 @@ void aq_cuda_timing_open(cuda_queue_t *cq) {
   t->gate_closed = 0;
 }
 
+/* A reference is taken only where it cannot block: on an idle stream
+ * with nothing timed outstanding. */
+void aq_cuda_timing_anchor(cuda_queue_t *cq) {
+  cuda_timing_t *t = &cq->timing;
+  if (!t->count && (!t->ref_ns || aq_now_ns() - t->ref_ns > RECALIBRATE_NS) &&
+      aq_cu.cuStreamQuery(cq->stream) == CUDA_SUCCESS)
+    calibrate(cq); /* a failure leaves the old reference, or none */
+}
+
 cuda_timed_t *aq_cuda_timing_begin(cuda_queue_t *cq, int gate) {
   cuda_timing_t *t = &cq->timing;
   if (t->count == CUDA_TIMED_MAX) aq_cuda_timing_resolve(cq, 0);
   if (t->count == CUDA_TIMED_MAX) return NULL; /* the GPU is far behind: this one goes untimed */
-  /* A reference is taken only where it cannot block: on an idle stream.
-   * Without one the kernel is timed all the same (unanchored, see
+  /* Without a reference the kernel is timed all the same (unanchored, see
    * aq_cuda_timing_resolve): a busy stream is the common case at the first
    * timed kernel after untimed runs (the last run's host-function wake-up
    * is still on the stream when the host has seen its end and starts the
    * next run), and giving up there lost the first profiled run's first
    * kernel, so calibration got 2 samples of it instead of 3. */
-  if (!t->count && (!t->ref_ns || aq_now_ns() - t->ref_ns > RECALIBRATE_NS) &&
-      aq_cu.cuStreamQuery(cq->stream) == CUDA_SUCCESS)
-    calibrate(cq); /* a failure leaves the old reference, or none */
+  aq_cuda_timing_anchor(cq);
   cuda_timed_t *s = &t->ring[(t->head + t->count) % CUDA_TIMED_MAX];
   if (make_events(s)) return NULL;
   if (gate) close_gate(t, cq->stream);
