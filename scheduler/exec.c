@@ -108,6 +108,7 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
    * lanes of a GPU order each other with CUDA events (cuda_events.c).
    * AQ_COMM_STREAM=0 keeps them on the kernels' stream. */
   if (s == AQ_OK && aq_setting_u64(AQ_SET_COMM_STREAM)) s = aq_exec_collective_lanes(e);
+  if (s == AQ_OK) s = aq_exec_group_updates(e);
   uint64_t t_memory = t0 ? aq_now_ns() : 0;
   free(eligible), free(costs), free(links);
   if (s == AQ_OK && e->profile_left && !(e->stamps = calloc(exec_stamp_slots(e), sizeof(uint64_t))))

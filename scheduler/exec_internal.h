@@ -119,6 +119,10 @@ aq_status_t aq_exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **o
 aq_status_t aq_exec_heft_links(aq_exec_t *e, double **out);
 aq_status_t aq_exec_fuse(aq_exec_t *e);
 aq_status_t aq_exec_collective_lanes(aq_exec_t *e);
+/* SGD updates one lane queues together, as one dispatch each group, where
+ * the lane's agent fuses (exec_place.c; fuse.h: aq_fuse_groups). Last of
+ * the planning passes: it reads the final lane order. */
+aq_status_t aq_exec_group_updates(aq_exec_t *e);
 /* Whether lane `other` is another lane of lane `mine`'s GPU: a barrier there
  * waits for it by an event, not a stream memory wait (runtime/queue.h:
  * aq_barrier_same_gpu_dep). */

@@ -196,7 +196,10 @@ AQ_API aq_status_t aq_exec_bind(aq_exec_t *e, aq_tensor_t tensor, void *data, si
     /* A fused product's operands sit in its consumer's kernarg at the same
      * offsets (the fused args start with the product's); the consumer's own
      * tensors (a weight, its state, gradients) are never inputs. */
-    uint8_t *ka = e->fusion.absorbed[t] ? e->kernargs[e->fusion.unstored[task->writes[0]]] : e->kernargs[t];
+    /* (an update group's member has its entry in the lead's: kernargs[t]) */
+    uint8_t *ka = e->fusion.absorbed[t] && e->fusion.lead[t] == UINT32_MAX
+                      ? e->kernargs[e->fusion.unstored[task->writes[0]]]
+                      : e->kernargs[t];
     if (task->kind == TASK_HOST || !ka || e->fusion.product[t] != UINT32_MAX) continue;
     for (uint32_t r = 0; r < task->nreads; ++r)
       if (task->reads[r] == tensor.id && task->read_off[r] != UINT32_MAX)

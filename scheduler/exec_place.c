@@ -381,6 +381,22 @@ aq_status_t aq_exec_fuse(aq_exec_t *e) {
   return aq_fuse_plan(&in, &e->plan, &e->fusion);
 }
 
+/* Where epilogue fusion runs (aq_exec_fuse: GPUs, and CPUs under
+ * AQ_FUSION=1), so do update groups, on agents whose code object has the
+ * multi-update kernel. */
+aq_status_t aq_exec_group_updates(aq_exec_t *e) {
+  uint64_t fusion = aq_setting_u64(AQ_SET_FUSION);
+  int off = (e->flags & AQ_EXEC_NO_FUSION) || fusion == AQ_FUSION_OFF, cpu = fusion == AQ_FUSION_ON;
+  uint8_t groups[EXEC_AGENTS_MAX];
+  for (uint32_t a = 0; a < e->nagents; ++a) {
+    int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
+    aq_code_object_t co = gpu ? e->gpu_ops : e->ops;
+    groups[a] = !off && (gpu || cpu) && co.handle && has_kernel(e, co, AQ_KERNEL_SGD_MULTI, e->agent_kind[a]);
+  }
+  group_in_t in = {e->graph, e->nlanes, e->lane_agent, groups};
+  return aq_fuse_groups(&in, &e->plan, &e->fusion);
+}
+
 /* What a collective's own stream costs: the two event waits between it
  * and the kernels' stream. Measured on 2 H100s, the one all-reduce of a
  * data-parallel step (nothing beside it to run) took 14 us a step longer

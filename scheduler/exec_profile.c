@@ -105,7 +105,7 @@ void aq_exec_profile_record(aq_exec_t *e) {
     uint32_t lane = e->plan.tasks[t].lane, a = e->lane_agent[lane];
     aq_host_call_fn_t fn = e->graph->tasks[t].fn;
     if (fn == aq_exec_replica_copy || fn == aq_exec_replica_prefetch) continue;
-    if (e->fusion.product[t] != UINT32_MAX) continue; /* two ops' time: neither model's sample */
+    if (e->fusion.product[t] != UINT32_MAX || e->fusion.lead[t] != UINT32_MAX) continue; /* several ops' time */
     uint64_t t0 = e->stamps[2 * t], t1 = e->stamps[2 * t + 1];
     if (!t0 || t1 < t0) continue;
     perf_key_t k;

@@ -210,7 +210,7 @@ aq_status_t aq_fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *f) {
 }
 
 void aq_fusion_free(fusion_t *f) {
-  free(f->product), free(f->absorbed), free(f->unstored), free(f->rule);
+  free(f->product), free(f->absorbed), free(f->unstored), free(f->rule), free(f->lead), free(f->next), free(f->first);
   memset(f, 0, sizeof(*f));
 }
 

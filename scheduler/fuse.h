@@ -20,6 +20,13 @@ typedef struct fusion {
   uint8_t *rule;      /* per task: 1 + the library's rule its fused kernel follows, or 0 */
   const aq_op_fusion_t *rules; /* the library's rules */
   uint32_t count;
+  /* Update groups (fuse_group.c): SGD updates one lane queues together run
+   * as one aq_sgd_momentum_multi_f32 at the place of the group's last (its
+   * lead); the others are absorbed. Per task: its group's lead, or
+   * UINT32_MAX; the next in its group (UINT32_MAX after the lead); per
+   * lead: the group's first. */
+  uint32_t *lead, *next, *first;
+  uint32_t groups;
 } fusion_t;
 
 typedef struct fuse_in {
@@ -41,6 +48,20 @@ typedef struct fuse_in {
  * when nothing fuses. */
 aq_status_t aq_fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *out);
 void aq_fusion_free(fusion_t *f);
+
+typedef struct group_in {
+  aq_graph_t *graph;
+  uint32_t nlanes;
+  const uint32_t *lane_agent; /* lane -> agent index */
+  const uint8_t *agent_groups; /* agent -> 1 where it runs AQ_KERNEL_SGD_MULTI and fuses */
+} group_in_t;
+
+/* Update groups, on the plan's final lane order (after sequencing): on each
+ * lane, SGD updates that nothing in the run waits for, up to
+ * AQ_SGD_MULTI_MAX, between which the lane waits for no other lane's
+ * tasks it had not waited for; each group's lead then also waits for its
+ * members' predecessors. */
+aq_status_t aq_fuse_groups(const group_in_t *in, plan_t *plan, fusion_t *f);
 
 /* For a consumer that took its product in: the fused kernel it runs, the
  * bytes of that kernel's arguments, and where in them the learning rate is

@@ -60,6 +60,28 @@ static void fill_fused_kernarg(const aq_exec_t *e, uint32_t t, uint8_t *dst) {
   aq_fuse_kernarg(&e->fusion, t, mine, product, dst);
 }
 
+/* An update group's lead (fuse.h): each member's kernarg, its own, as an
+ * entry of the multi-update's; each member's kernarg address is its entry
+ * (a new learning rate goes there, aq_exec_set_learning_rate). */
+static void fill_group_kernarg(aq_exec_t *e, uint32_t lead, uint8_t *dst) {
+  aq_sgd_multi_args_t *m = (aq_sgd_multi_args_t *)(void *)dst;
+  memset(m, 0, sizeof(*m));
+  for (uint32_t t = e->fusion.first[lead]; t != UINT32_MAX && m->count < AQ_SGD_MULTI_MAX; t = e->fusion.next[t]) {
+    fill_kernarg(e, t, (uint8_t *)&m->t[m->count]);
+    e->kernargs[t] = &m->t[m->count++];
+  }
+}
+
+/* An update group's grid on a CPU (ops.h): each entry's n rounded up to
+ * the members' work-group. */
+static aq_dispatch_shape_t group_shape(const aq_exec_t *e, uint32_t lead, const aq_sgd_multi_args_t *m) {
+  aq_dispatch_shape_t sh = e->graph->tasks[lead].shape;
+  uint64_t wg = sh.workgroup[0] ? sh.workgroup[0] : 1, items = 0;
+  for (int32_t k = 0; k < m->count; ++k) items += ((uint64_t)m->t[k].n + wg - 1) / wg * wg;
+  sh.grid[0] = (uint32_t)(items < UINT32_MAX ? items : UINT32_MAX), sh.grid[1] = sh.grid[2] = 1;
+  return sh;
+}
+
 /* Where an exact exec sets a library kernel's precision, or AQ_OP_FIELD_NONE. */
 static uint32_t precision_field(const aq_exec_t *e, const char *kernel) {
   return e->exact_matmul ? aq_oplib_precision_offset(e->lib, kernel) : AQ_OP_FIELD_NONE;
@@ -94,7 +116,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
    * kernargs. The op library's GPU build may have a variant per class of
    * shapes. */
   const task_t *body = fused != UINT32_MAX ? &g->tasks[fused] : task;
-  const char *base = fused != UINT32_MAX ? aq_fuse_kernel(&e->fusion, t) : task->kernel;
+  int group = e->fusion.lead[t] == t;
+  const char *base = fused != UINT32_MAX ? aq_fuse_kernel(&e->fusion, t) : group ? AQ_KERNEL_SGD_MULTI : task->kernel;
   const char *name = gpu && !task->code_object.handle ? gpu_kernel(e, base, body->kernarg) : base;
   aq_kernel_info_t k;
   if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
@@ -117,6 +140,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   uint8_t *ka = e->kernargs[t];
   if (fused != UINT32_MAX)
     fill_fused_kernarg(e, t, ka);
+  else if (group)
+    fill_group_kernarg(e, t, ka);
   else
     fill_kernarg(e, t, ka);
   uint32_t precision = gpu && !task->code_object.handle ? precision_field(e, base) : AQ_OP_FIELD_NONE;
@@ -126,7 +151,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
   /* GPUs get each kernel's own launch shape (conv, pool and batch norm would
    * leave a GPU nearly idle under their CPU grids of one item per plane). */
-  aq_dispatch_shape_t sh = gpu ? aq_oplib_launch_shape(e->lib, AQ_AGENT_KIND_GPU, base, ka, body->shape) : body->shape;
+  aq_dispatch_shape_t cpu_shape = group ? group_shape(e, t, (const aq_sgd_multi_args_t *)(const void *)ka) : body->shape;
+  aq_dispatch_shape_t sh = gpu ? aq_oplib_launch_shape(e->lib, AQ_AGENT_KIND_GPU, base, ka, cpu_shape) : cpu_shape;
   if (gpu) AQ_RETURN_IF_ERROR(aq_graph_check_gpu_grid(task->name, name, sh));
   p->workgroup_size_x = sh.workgroup[0] ? sh.workgroup[0] : 1;
   p->workgroup_size_y = sh.workgroup[1] ? sh.workgroup[1] : 1;

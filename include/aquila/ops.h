@@ -513,6 +513,19 @@ typedef struct aq_sgd_args {
   int32_t reserved_;
 } aq_sgd_args_t;
 
+/* ---- several SGD updates in one dispatch --------------------------------------
+ * What the scheduler makes of updates queued together in one lane (a
+ * model's many small parameters would each cost a launch): entries
+ * t[0..count) are aq_sgd_momentum_f32's arguments, unchanged. With
+ * work-groups of W items, entry k takes ceil(t[k].n / W) groups, in entry
+ * order; the grid is the sum of the entries' n, each rounded up to W. */
+#define AQ_KERNEL_SGD_MULTI "aq_sgd_momentum_multi_f32"
+#define AQ_SGD_MULTI_MAX 8
+typedef struct aq_sgd_multi_args {
+  aq_sgd_args_t t[AQ_SGD_MULTI_MAX];
+  int32_t count, reserved_;
+} aq_sgd_multi_args_t;
+
 /* ---- Adam / AdamW, in place ---------------------------------------------------
  * t = *steps + 1 (the updates done so far, kept in a one-float tensor that
  * AQ_KERNEL_INCREMENT advances after the update);

@@ -37,4 +37,25 @@ static int sgd(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   return 0;
 }
 
+/* Work-group g updates the entry its index falls in (ops.h). */
+static int sgd_multi(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
+  const aq_sgd_multi_args_t *a = kernarg;
+  if (a->count < 1 || a->count > AQ_SGD_MULTI_MAX) return 1;
+  int64_t w = ctx->workgroup_size[0] ? ctx->workgroup_size[0] : 1, g = ctx->group_id[0];
+  for (int32_t k = 0; k < a->count; ++k) {
+    const aq_sgd_args_t *s = &a->t[k];
+    if (!s->w || !s->grad || !s->velocity || s->n < 0) return 1;
+    int64_t groups = (s->n + w - 1) / w;
+    if (g >= groups) {
+      g -= groups;
+      continue;
+    }
+    int64_t lo = g * w, hi = lo + w < s->n ? lo + w : s->n;
+    sgd_rows(1, hi - lo, s->w + lo, 0, s->grad + lo, 0, s->velocity + lo, 0, s->lr, s->momentum, s->weight_decay);
+    return 0;
+  }
+  return 0;
+}
+
 const aq_kernel_desc_t aq_cpu_sgd_desc = {AQ_KERNEL_SGD, sgd, sizeof(aq_sgd_args_t), 8, 0, 0};
+const aq_kernel_desc_t aq_cpu_sgd_multi_desc = {AQ_KERNEL_SGD_MULTI, sgd_multi, sizeof(aq_sgd_multi_args_t), 8, 0, 0};

@@ -8,7 +8,7 @@
 static const aq_kernel_desc_t *const all[] = {
     &aq_cpu_noop_desc,     &aq_cpu_busy_wait_desc,       &aq_cpu_matmul_desc, &aq_cpu_matmul_fused_desc,
     &aq_cpu_relu_desc,     &aq_cpu_relu_bwd_desc,        &aq_cpu_axpby_desc,
-    &aq_cpu_sgd_desc,      &aq_cpu_softmax_xent_desc,    &aq_cpu_softmax_xent_bwd_desc,
+    &aq_cpu_sgd_desc,      &aq_cpu_sgd_multi_desc, &aq_cpu_softmax_xent_desc,    &aq_cpu_softmax_xent_bwd_desc,
     &aq_cpu_sum_rows_desc, &aq_cpu_sum_rows_sgd_desc, &aq_cpu_mean_desc,         &aq_cpu_copy_desc,
     &aq_cpu_adam_desc,     &aq_cpu_increment_desc,
     &aq_cpu_sigmoid_desc,

@@ -19,6 +19,7 @@ extern const aq_kernel_desc_t aq_cpu_relu_desc;
 extern const aq_kernel_desc_t aq_cpu_relu_bwd_desc;
 extern const aq_kernel_desc_t aq_cpu_axpby_desc;
 extern const aq_kernel_desc_t aq_cpu_sgd_desc;
+extern const aq_kernel_desc_t aq_cpu_sgd_multi_desc;
 extern const aq_kernel_desc_t aq_cpu_softmax_xent_desc;
 extern const aq_kernel_desc_t aq_cpu_softmax_xent_bwd_desc;
 extern const aq_kernel_desc_t aq_cpu_sum_rows_desc;

@@ -25,6 +25,27 @@ AQ_KERNEL void aq_sgd_momentum_f32(aq_sgd_args_t p) {
   p.w[i] -= p.lr * v;
 }
 
+// Block b updates the entry its index falls in (ops.h: blocks of
+// ceil(n / blockDim.x) an entry, in entry order).
+AQ_KERNEL void aq_sgd_momentum_multi_f32(aq_sgd_multi_args_t p) {
+  int64_t b = blockIdx.x;
+  for (int k = 0; k < p.count && k < AQ_SGD_MULTI_MAX; ++k) {
+    const aq_sgd_args_t &s = p.t[k];
+    const int64_t blocks = (s.n + blockDim.x - 1) / blockDim.x;
+    if (b >= blocks) {
+      b -= blocks;
+      continue;
+    }
+    const int64_t i = b * blockDim.x + threadIdx.x;
+    if (i >= s.n) return;
+    float g = s.grad[i] + s.weight_decay * s.w[i];
+    float v = s.momentum * s.velocity[i] + g;
+    s.velocity[i] = v;
+    s.w[i] -= s.lr * v;
+    return;
+  }
+}
+
 AQ_KERNEL void aq_copy(aq_copy_args_t p) {
   int64_t i = global_x();
   if (i < p.bytes / 4) ((uint32_t *)p.dst)[i] = ((const uint32_t *)p.src)[i];

@@ -383,6 +383,13 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     const aq_batch_norm_args_t *a = (const aq_batch_norm_args_t *)kernarg;
     return aq_gpu_threads_shape(a->c * (a->slices > 1 ? a->slices : 1) * AQ_GPU_BLOCK);
   }
+  if (!strcmp(kernel, AQ_KERNEL_SGD_MULTI)) { /* each entry's blocks, in turn (ops.h) */
+    const aq_sgd_multi_args_t *a = (const aq_sgd_multi_args_t *)kernarg;
+    int64_t threads = 0;
+    for (int32_t k = 0; k < a->count && k < AQ_SGD_MULTI_MAX; ++k)
+      threads += (a->t[k].n + AQ_GPU_BLOCK - 1) / AQ_GPU_BLOCK * AQ_GPU_BLOCK;
+    return aq_gpu_threads_shape(threads);
+  }
   if (!strcmp(kernel, AQ_KERNEL_SUM_ROWS) || !strcmp(kernel, AQ_KERNEL_SUM_ROWS_SGD)) /* 8 columns x 32 row slices a block */
     return aq_gpu_threads_shape((((const aq_sum_rows_args_t *)kernarg)->cols + AQ_GPU_SUM_ROWS_WIDTH - 1) /
                                 AQ_GPU_SUM_ROWS_WIDTH * AQ_GPU_BLOCK);

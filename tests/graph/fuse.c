@@ -300,3 +300,77 @@ Test(fuse, a_gpus_default_and_exact_products_train_alike) {
   }
   destroy(&m, fast, exact);
 }
+
+/* Update groups (scheduler/fuse_group.c): SGD updates queued together on a
+ * lane run as one dispatch of up to AQ_SGD_MULTI_MAX entries, each its own
+ * update (sizes across work-groups, one element, rates of their own): what
+ * the updates one by one compute (exactly on CPUs; within tol on a GPU,
+ * whose compiler contracts each kernel's multiply-adds its own way), run
+ * after run and after a new learning rate, which reaches every entry. */
+static void grouped_updates(aq_agent_kind_t kind, float tol) {
+  enum { P = 10 };
+  static const int64_t sizes[P] = {1, 7, 4099, 100, 2, 33, 5000, 1, 64, 9};
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t w[P], grad[P];
+  for (int i = 0; i < P; ++i) {
+    char name[16];
+    snprintf(name, sizeof(name), "w%d", i);
+    AQ_ASSERT_OK(aq_tensor_create(g, name, AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 1, &sizes[i], &w[i]));
+    snprintf(name, sizeof(name), "g%d", i);
+    AQ_ASSERT_OK(aq_tensor_create(g, name, AQ_DTYPE_F32, AQ_ROLE_INPUT, 1, &sizes[i], &grad[i]));
+    aq_sgd_options_t o = {.lr = 0.01f * (float)(i + 1), .momentum = 0.1f * (float)(i % 10), .weight_decay = 1e-3f * (float)i};
+    AQ_ASSERT_OK(aq_op_sgd(g, w[i], grad[i], &o));
+  }
+  aq_exec_t *ex[2];
+  aq_exec_options_t eo[2] = {{.kernel_agent_kinds = 1u << kind}, {.kernel_agent_kinds = 1u << kind, .flags = AQ_EXEC_NO_FUSION}};
+  for (int k = 0; k < 2; ++k) AQ_ASSERT_OK(aq_graph_instantiate(g, &eo[k], &ex[k]));
+  static char dot[1 << 16];
+  read_dot(ex[0], dot, sizeof(dot));
+  /* eight in one group, two in another */
+  size_t leads = count(dot, AQ_KERNEL_SGD_MULTI), members = count(dot, "updated in its group's dispatch");
+  cr_assert(leads == 2 && members == P - 2, "%zu groups, %zu updates in them besides:\n%s", leads, members, dot);
+  read_dot(ex[1], dot, sizeof(dot));
+  cr_assert_eq(count(dot, AQ_KERNEL_SGD_MULTI), 0, "AQ_EXEC_NO_FUSION grouped updates");
+  for (int i = 0; i < P; ++i) {
+    float *v = fill((size_t)sizes[i], 40 + i, 1.0f);
+    for (int k = 0; k < 2; ++k) AQ_ASSERT_OK(aq_exec_write(ex[k], w[i], v, (size_t)sizes[i] * 4));
+    free(v);
+  }
+  for (int step = 0; step < 4; ++step) {
+    if (step == 3)
+      for (int k = 0; k < 2; ++k) AQ_ASSERT_OK(aq_exec_set_learning_rate(ex[k], 0.5f));
+    for (int i = 0; i < P; ++i) {
+      float *v = fill((size_t)sizes[i], 70 + 13 * step + i, 0.5f);
+      for (int k = 0; k < 2; ++k) AQ_ASSERT_OK(aq_exec_write(ex[k], grad[i], v, (size_t)sizes[i] * 4));
+      free(v);
+    }
+    for (int k = 0; k < 2; ++k) run(ex[k]);
+    for (int i = 0; i < P; ++i) {
+      float *a = malloc((size_t)sizes[i] * 4), *b = malloc((size_t)sizes[i] * 4);
+      AQ_ASSERT_OK(aq_exec_read(ex[0], w[i], a, (size_t)sizes[i] * 4));
+      AQ_ASSERT_OK(aq_exec_read(ex[1], w[i], b, (size_t)sizes[i] * 4));
+      for (int64_t j = 0; j < sizes[i]; ++j)
+        cr_assert(tol ? fabsf(a[j] - b[j]) <= tol * (1.0f + fabsf(b[j])) : a[j] == b[j],
+                  "step %d: w%d[%lld] grouped %.9g, one by one %.9g", step, i, (long long)j, a[j], b[j]);
+      free(a), free(b);
+    }
+  }
+  for (int k = 0; k < 2; ++k) AQ_ASSERT_OK(aq_exec_destroy(ex[k]));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+}
+
+Test(fuse, updates_queued_together_run_as_one_dispatch_with_the_same_result) {
+  /* One lane, as a GPU's: over a CPU agent's many, HEFT spreads such updates */
+  aq_shut_down();
+  setenv("AQ_CPU_LANES", "1", 1);
+  AQ_ASSERT_OK(aq_init(NULL));
+  unsetenv("AQ_CPU_LANES");
+  grouped_updates(AQ_AGENT_KIND_CPU, 0.0f);
+}
+
+Test(fuse, a_gpu_groups_updates_queued_together) {
+  if (!first_agent(AQ_AGENT_KIND_GPU).handle) cr_skip_test("skipped: no GPU");
+  restart_with("AQ_FUSION", NULL);
+  grouped_updates(AQ_AGENT_KIND_GPU, 1e-6f);
+}
