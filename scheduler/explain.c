@@ -110,6 +110,17 @@ static void reason(aq_exec_t *e, uint32_t t, uint32_t a, uint8_t eligible, FILE 
   }
 }
 
+/* Where t's update runs in an update group (fuse_group.c): which dispatch. */
+static void group_note(const aq_exec_t *e, uint32_t t, FILE *out) {
+  uint32_t lead = e->fusion.lead ? e->fusion.lead[t] : UINT32_MAX, n = 0;
+  if (lead == UINT32_MAX) return;
+  for (uint32_t m = e->fusion.first[lead]; m != UINT32_MAX; m = e->fusion.next[m]) ++n;
+  if (lead == t)
+    fprintf(out, "; runs the %u updates of its group as one %s", n, AQ_KERNEL_SGD_MULTI);
+  else
+    fprintf(out, "; updated in the dispatch of '%s', with %u others", e->graph->tasks[lead].name, n - 1);
+}
+
 AQ_API aq_status_t aq_exec_explain(aq_exec_t *e, FILE *out) {
   if (!e || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_explain: exec and out are required");
   uint8_t *eligible = aq_exec_eligibility(e, e->kinds);
@@ -135,6 +146,7 @@ AQ_API aq_status_t aq_exec_explain(aq_exec_t *e, FILE *out) {
     }
     fprintf(out, "  ");
     reason(e, t, a, eligible[t], out);
+    group_note(e, t, out);
     fprintf(out, "\n");
   }
   free(eligible);

@@ -330,6 +330,16 @@ static void grouped_updates(aq_agent_kind_t kind, float tol) {
   /* eight in one group, two in another */
   size_t leads = count(dot, AQ_KERNEL_SGD_MULTI), members = count(dot, "updated in its group's dispatch");
   cr_assert(leads == 2 && members == P - 2, "%zu groups, %zu updates in them besides:\n%s", leads, members, dot);
+  /* the explain says where each update runs */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  cr_assert(f);
+  AQ_ASSERT_OK(aq_exec_explain(ex[0], f));
+  fclose(f);
+  cr_assert_eq(count(text, "updates of its group as one"), 2, "%s", text);
+  cr_assert_eq(count(text, "updated in the dispatch of"), P - 2, "%s", text);
+  free(text);
   read_dot(ex[1], dot, sizeof(dot));
   cr_assert_eq(count(dot, AQ_KERNEL_SGD_MULTI), 0, "AQ_EXEC_NO_FUSION grouped updates");
   for (int i = 0; i < P; ++i) {
