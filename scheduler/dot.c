@@ -11,7 +11,7 @@ static const char *dot_kernel(const aq_exec_t *e, uint32_t t) {
   if (task->kind == TASK_HOST) return "host call";
   if (task->kind == TASK_STREAM) return task->kernel; /* the stream work it puts there: "nccl allreduce" */
   if (e->fusion.product[t] != UINT32_MAX) return aq_fuse_kernel(&e->fusion, t);
-  if (e->fusion.lead && e->fusion.lead[t] != UINT32_MAX)
+  if (e->fusion.lead[t] != UINT32_MAX)
     return e->fusion.lead[t] == t ? AQ_KERNEL_SGD_MULTI : "updated in its group's dispatch";
   return e->fusion.absorbed[t] ? "fused into its consumer" : task->kernel;
 }

@@ -176,7 +176,7 @@ aq_status_t aq_exec_plan_memory(aq_exec_t *e) {
 size_t aq_exec_kernarg_bytes(const aq_exec_t *e, uint32_t t) {
   if (e->graph->tasks[t].kind == TASK_STREAM) return e->graph->tasks[t].kernarg_size;
   if (e->graph->tasks[t].kind != TASK_KERNEL || e->fusion.absorbed[t]) return 0;
-  if (e->fusion.lead && e->fusion.lead[t] == t) return sizeof(aq_sgd_multi_args_t);
+  if (e->fusion.lead[t] == t) return sizeof(aq_sgd_multi_args_t);
   uint32_t product = e->fusion.product[t];
   return product != UINT32_MAX ? aq_fuse_kernarg_size(&e->fusion, t) : e->graph->tasks[t].kernarg_size;
 }

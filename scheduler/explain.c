@@ -112,7 +112,7 @@ static void reason(aq_exec_t *e, uint32_t t, uint32_t a, uint8_t eligible, FILE 
 
 /* Where t's update runs in an update group (fuse_group.c): which dispatch. */
 static void group_note(const aq_exec_t *e, uint32_t t, FILE *out) {
-  uint32_t lead = e->fusion.lead ? e->fusion.lead[t] : UINT32_MAX, n = 0;
+  uint32_t lead = e->fusion.lead[t], n = 0;
   if (lead == UINT32_MAX) return;
   for (uint32_t m = e->fusion.first[lead]; m != UINT32_MAX; m = e->fusion.next[m]) ++n;
   if (lead == t)

@@ -69,10 +69,6 @@ static int has_pred(const plan_task_t *pt, uint32_t q) {
   return 0;
 }
 
-static aq_status_t add_pred(plan_task_t *pt, uint32_t q) {
-  return has_pred(pt, q) ? AQ_OK : aq_plan_append_pred(pt, q);
-}
-
 /* Per tensor, how many tasks read and write it; per task, whether an
  * after-any edge names it (such a task must keep its own signal). */
 typedef struct counts {
@@ -166,9 +162,9 @@ static uint32_t fusable(const fuse_in_t *in, const plan_t *plan, const counts_t 
  * m's other successors wait for t (aq_plan_reorder then counts successors). */
 static aq_status_t merge(plan_t *plan, uint32_t t, uint32_t m) {
   aq_status_t s = AQ_OK;
-  for (uint32_t j = 0; s == AQ_OK && j < plan->tasks[m].npreds; ++j) s = add_pred(&plan->tasks[t], plan->tasks[m].preds[j]);
+  for (uint32_t j = 0; s == AQ_OK && j < plan->tasks[m].npreds; ++j) s = aq_plan_add_pred(&plan->tasks[t], plan->tasks[m].preds[j]);
   for (uint32_t u = 0; s == AQ_OK && u < plan->ntasks; ++u)
-    if (u != t && has_pred(&plan->tasks[u], m)) s = add_pred(&plan->tasks[u], t);
+    if (u != t && has_pred(&plan->tasks[u], m)) s = aq_plan_add_pred(&plan->tasks[u], t);
   return s;
 }
 

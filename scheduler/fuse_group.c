@@ -77,11 +77,7 @@ static aq_status_t close_group(grouper_t *gr) {
     if (m == lead) continue;
     f->absorbed[m] = 1;
     const plan_task_t *mt = &gr->plan->tasks[m];
-    for (uint32_t j = 0; j < mt->npreds; ++j) {
-      int has = 0;
-      for (uint32_t k = 0; k < lt->npreds && !has; ++k) has = lt->preds[k] == mt->preds[j];
-      if (!has) AQ_RETURN_IF_ERROR(aq_plan_append_pred(lt, mt->preds[j]));
-    }
+    for (uint32_t j = 0; j < mt->npreds; ++j) AQ_RETURN_IF_ERROR(aq_plan_add_pred(lt, mt->preds[j]));
   }
   f->groups++;
   return AQ_OK;

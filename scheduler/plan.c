@@ -332,6 +332,12 @@ aq_status_t aq_plan_number_lanes(plan_t *p, uint32_t nlanes) {
   return AQ_OK;
 }
 
+aq_status_t aq_plan_add_pred(plan_task_t *t, uint32_t pred) {
+  for (uint32_t j = 0; j < t->npreds; ++j)
+    if (t->preds[j] == pred) return AQ_OK;
+  return aq_plan_append_pred(t, pred);
+}
+
 void aq_plan_free(plan_t *p) {
   for (uint32_t i = 0; p->tasks && i < p->ntasks; ++i)
     if (p->tasks[i].cap_preds) free(p->tasks[i].preds);

@@ -60,8 +60,10 @@ int aq_plan_readable_without_writer(aq_tensor_role_t role);
  * it on lanes. */
 aq_status_t aq_plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, const plan_lanes_t *lanes);
 void aq_plan_free(plan_t *p);
-/* Adds an edge to a planned task (fusion's). */
+/* Adds an edge to a planned task (fusion's): append always, add only
+ * where the task does not have it yet. */
 aq_status_t aq_plan_append_pred(plan_task_t *t, uint32_t pred);
+aq_status_t aq_plan_add_pred(plan_task_t *t, uint32_t pred);
 /* HEFT (Topcuoglu et al.): tasks by decreasing upward rank over mean
  * costs, each on the lane where it finishes first, transfers included;
  * rewrites p->order to the rank order (a topological one). Called by
