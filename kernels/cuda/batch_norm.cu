@@ -120,14 +120,37 @@ __device__ __forceinline__ int64_t at(const aq_batch_norm_args_t &a, int64_t c, 
 
 __device__ inline bool narrow(const aq_batch_norm_args_t &a) { return a.n * a.hw < ((int64_t)1 << 31); }
 
-// Writes item it's sums of f(o) (a pair) into the partial buffer.
+// A thread's share of channel c's values [lo, hi), UNROLL at a time: f(o,
+// n) gets their offsets, the first n valid (the rest repeat the last
+// valid one, so loading them is safe). A slice is a few values a thread;
+// one at a time, each load waited for the last (an apply's stores may
+// alias its loads), so f loads all of o before it uses any.
+constexpr int UNROLL = 4;
+template <typename F>
+__device__ __forceinline__ void by_unroll(const aq_batch_norm_args_t &a, int64_t c, int64_t lo, int64_t hi, F f) {
+  const bool nr = narrow(a);
+  const int64_t nt = block_threads();
+  for (int64_t i = lo + block_thread(); i < hi; i += UNROLL * nt) {
+    int64_t o[UNROLL];
+    int n = 0;
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const bool in = i + u * nt < hi;
+      n += in;
+      o[u] = at(a, c, in ? i + u * nt : i, nr);
+    }
+    f(o, n);
+  }
+}
+
+// Writes item it's sums of f(o, n) (a pair, over n offsets) into the
+// partial buffer.
 template <typename F>
 __device__ inline void slice_sums(const aq_batch_norm_args_t &a, int64_t it, F f, double *scratch) {
   int64_t lo, hi;
   const int64_t c = slice_of(a, it, lo, hi);
-  const bool nr = narrow(a);
   double s0 = 0, s1 = 0;
-  for (int64_t i = lo + block_thread(); i < hi; i += block_threads()) f(at(a, c, i, nr), c, s0, s1);
+  by_unroll(a, c, lo, hi, [&](const int64_t(&o)[UNROLL], int n) { f(o, n, s0, s1); });
   s0 = block_sum(s0, scratch);
   s1 = block_sum(s1, scratch);
   if (block_thread() == 0) a.partial[2 * it] = s0, a.partial[2 * it + 1] = s1;
@@ -164,9 +187,16 @@ AQ_KERNEL void aq_batch_norm_stats_f32(aq_batch_norm_args_t a) {
     const double shift = a.x[(it / a.slices) * a.hw]; /* the channel's first value */
     bn::slice_sums(
         a, it,
-        [&](int64_t o, int64_t, double &s0, double &s1) {
-          const double d = (double)a.x[o] - shift;
-          s0 += d, s1 += d * d;
+        [&](const int64_t(&o)[bn::UNROLL], int n, double &s0, double &s1) {
+          float v[bn::UNROLL];
+#pragma unroll
+          for (int u = 0; u < bn::UNROLL; ++u) v[u] = a.x[o[u]];
+#pragma unroll
+          for (int u = 0; u < bn::UNROLL; ++u)
+            if (u < n) {
+              const double d = (double)v[u] - shift;
+              s0 += d, s1 += d * d;
+            }
         },
         scratch);
   }
@@ -177,7 +207,6 @@ AQ_KERNEL void aq_batch_norm_apply_f32(aq_batch_norm_args_t a) {
   if (a.training && (!a.mean || !a.rstd || !a.partial)) return;
   __shared__ double sums[2];
   const double m = (double)(a.n * a.hw);
-  const bool nr = bn::narrow(a);
   bn::each_slice(a, [&](int64_t it, int64_t c, int64_t lo, int64_t hi) {
     double mean, var;
     if (a.training) { /* the running statistics are slice 0's to update */
@@ -190,10 +219,14 @@ AQ_KERNEL void aq_batch_norm_apply_f32(aq_batch_norm_args_t a) {
     }
     const float rstd = (float)(1.0 / sqrt(var + a.eps)), g = a.gamma ? a.gamma[c] : 1.0f,
                 b = a.beta ? a.beta[c] : 0.0f, p = rstd * g, q = b - (float)mean * rstd * g;
-    for (int64_t i = lo + block_thread(); i < hi; i += block_threads()) {
-      const int64_t o = bn::at(a, c, i, nr);
-      a.y[o] = p * a.x[o] + q;
-    }
+    bn::by_unroll(a, c, lo, hi, [&](const int64_t(&o)[bn::UNROLL], int n) {
+      float v[bn::UNROLL];
+#pragma unroll
+      for (int u = 0; u < bn::UNROLL; ++u) v[u] = a.x[o[u]];
+#pragma unroll
+      for (int u = 0; u < bn::UNROLL; ++u)
+        if (u < n) a.y[o[u]] = p * v[u] + q;
+    });
   });
 }
 
@@ -204,9 +237,13 @@ AQ_KERNEL void aq_batch_norm_bwd_stats_f32(aq_batch_norm_args_t a) {
     const float mean = a.mean[it / a.slices];
     bn::slice_sums(
         a, it,
-        [&](int64_t o, int64_t, double &s0, double &s1) {
-          const float dy = a.dy[o];
-          s0 += dy, s1 += (double)dy * (a.x[o] - mean);
+        [&](const int64_t(&o)[bn::UNROLL], int n, double &s0, double &s1) {
+          float dy[bn::UNROLL], x[bn::UNROLL];
+#pragma unroll
+          for (int u = 0; u < bn::UNROLL; ++u) dy[u] = a.dy[o[u]], x[u] = a.x[o[u]];
+#pragma unroll
+          for (int u = 0; u < bn::UNROLL; ++u)
+            if (u < n) s0 += dy[u], s1 += (double)dy[u] * (x[u] - mean);
         },
         scratch);
   }
@@ -216,7 +253,6 @@ AQ_KERNEL void aq_batch_norm_bwd_apply_f32(aq_batch_norm_args_t a) {
   if (!a.x || !a.dy || !a.dx || !a.mean || !a.rstd || !a.dgamma || !a.dbeta || !bn::sliced(a)) return;
   __shared__ double sums[2];
   const double m = (double)(a.n * a.hw);
-  const bool nr = bn::narrow(a);
   bn::each_slice(a, [&](int64_t it, int64_t c, int64_t lo, int64_t hi) {
     bn::channel_sums(a, c, sums);
     const float mean = a.mean[c], rstd = a.rstd[c], g = a.gamma ? a.gamma[c] : 1.0f;
@@ -224,9 +260,13 @@ AQ_KERNEL void aq_batch_norm_bwd_apply_f32(aq_batch_norm_args_t a) {
     if (it % a.slices == 0 && block_thread() == 0) a.dgamma[c] = (float)sdyx, a.dbeta[c] = (float)sdy;
     const double kg = (double)g * rstd;
     const float k_dy = (float)kg, k_x = (float)(-kg * rstd * sdyx / m), k = (float)(-kg * sdy / m + kg * rstd * sdyx / m * mean);
-    for (int64_t i = lo + block_thread(); i < hi; i += block_threads()) {
-      const int64_t o = bn::at(a, c, i, nr);
-      a.dx[o] = k_dy * a.dy[o] + k_x * a.x[o] + k;
-    }
+    bn::by_unroll(a, c, lo, hi, [&](const int64_t(&o)[bn::UNROLL], int n) {
+      float dy[bn::UNROLL], x[bn::UNROLL];
+#pragma unroll
+      for (int u = 0; u < bn::UNROLL; ++u) dy[u] = a.dy[o[u]], x[u] = a.x[o[u]];
+#pragma unroll
+      for (int u = 0; u < bn::UNROLL; ++u)
+        if (u < n) a.dx[o[u]] = k_dy * dy[u] + k_x * x[u] + k;
+    });
   });
 }
