@@ -71,6 +71,12 @@ extern "C" {
  * positions (kernels/cuda/launch.h picks it and its grid, whose x must be
  * a multiple of the cluster); the same kernarg struct and results. */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT "aq_conv2d_bwd_filter_f32_split"
+/* The staged build (sm_90 clusters, as the split one): where a filter row's
+ * taps fit a thread's registers, a block sums a whole filter, every
+ * channel, over its share of the batch, images staged in two buffers
+ * (kernels/cuda/launch.h, aq_conv2d_filter_bytes). bf16 has its own. */
+#define AQ_KERNEL_CONV2D_BWD_FILTER_STAGED "aq_conv2d_bwd_filter_f32_staged"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED "aq_conv2d_bwd_filter_bf16_staged"
 
 #define AQ_KERNEL_MATMUL_F32_TILE64 "aq_matmul_f32_tile64"
 #define AQ_KERNEL_MATMUL_F32_ROWS "aq_matmul_f32_rows"

@@ -1,8 +1,9 @@
 // conv2d (NCHW; stride, padding, dilation) on GPUs in fp32, forward and both
-// backwards: tiled in shared memory where the planes fit (conv2d_tiled.cuh),
-// else the direct loops of conv2d_direct.cuh (the launch shapes and the work
-// each thread does are described there).
-#include "conv2d_tiled.cuh"
+// backwards: tiled in shared memory where the planes fit (conv2d_tiled.cuh;
+// the backward filter staged where its taps fit a thread, conv2d_filter.cuh),
+// else the direct loops of conv2d_direct.cuh (the launch shapes and the
+// work each thread does are described there).
+#include "conv2d_filter.cuh"
 
 AQ_KERNEL void aq_conv2d_f32(aq_conv2d_args_t a) {
   if (!a.x || !a.w || !a.y || !conv::valid(a)) return;
@@ -29,4 +30,14 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
   if (conv::tiled(a, 2)) conv::backward_filter_tiled<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
   else conv::backward_filter_fast<float, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a, a.x, a.dy);
+}
+
+// The staged build (conv2d_filter.cuh; ops_gpu.h), a kernel of its own so
+// the other paths' registers do not crowd its accumulators. Launched
+// otherwise than launch.h says, it takes the direct loops.
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_FILTER_WARPS * 32)
+    aq_conv2d_bwd_filter_f32_staged(aq_conv2d_args_t a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+  if (conv::filter_staged<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a)) conv::backward_filter_staged<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+  else conv::backward_filter(a, a.x, a.dy);
 }

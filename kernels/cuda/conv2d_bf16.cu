@@ -40,7 +40,7 @@
 // distributed shared memory (as aq_matmul_f32_split does), and split a
 // strided backward data by output phase so it skips the zeros.
 #include "launch.h"
-#include "conv2d_tiled.cuh"
+#include "conv2d_filter.cuh"
 #include "mma_bf16.cuh"
 
 #ifndef AQ_HIP
@@ -354,5 +354,14 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__
     aq_conv2d_bwd_filter_bf16_split(aq_conv2d_args_t a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
   if (conv::tiled(a, 2)) return conv::backward_filter_tiled<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, uint16_t>(a);
+  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
+}
+
+// The staged build on bf16 x and dy (conv2d_filter.cuh; ops_gpu.h).
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_FILTER_WARPS * 32)
+    aq_conv2d_bwd_filter_bf16_staged(aq_conv2d_args_t a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+  if (conv::filter_staged<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a))
+    return conv::backward_filter_staged<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, uint16_t>(a);
   conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
 }

@@ -251,12 +251,18 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_images(const aq_conv2d_
 
 /* The group segment (bytes) pass 0 (forward), 1 (backward data) or 2
  * (backward filter) runs tiled with; 0 where it does not fit. */
-static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_bytes(const aq_conv2d_args_t *a, int pass) {
+/* Whether the extents are positive and under 2^24, as the tiled passes'
+ * 32-bit index arithmetic needs. */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_tiled_extents(const aq_conv2d_args_t *a) {
   const int64_t lim = (int64_t)1 << 24;
-  if (a->n < 1 || a->c < 1 || a->k < 1 || a->r < 1 || a->s < 1 || a->p < 1 || a->q < 1 || a->h < 1 || a->wd < 1 ||
-      a->c > lim || a->k > lim || a->h > lim || a->wd > lim || a->r > lim || a->s > lim || a->stride_h < 1 ||
-      a->stride_w < 1 || a->dil_h < 1 || a->dil_w < 1 || a->pad_h < 0 || a->pad_w < 0 || a->pad_h > lim || a->pad_w > lim)
-    return 0;
+  return !(a->n < 1 || a->c < 1 || a->k < 1 || a->r < 1 || a->s < 1 || a->p < 1 || a->q < 1 || a->h < 1 ||
+           a->wd < 1 || a->c > lim || a->k > lim || a->h > lim || a->wd > lim || a->r > lim || a->s > lim ||
+           a->stride_h < 1 || a->stride_w < 1 || a->dil_h < 1 || a->dil_w < 1 || a->pad_h < 0 || a->pad_w < 0 ||
+           a->pad_h > lim || a->pad_w > lim);
+}
+
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_bytes(const aq_conv2d_args_t *a, int pass) {
+  if (!aq_conv2d_tiled_extents(a)) return 0;
   const int64_t weights = a->k * a->c * a->r * a->s;
   int64_t floats;
   if (pass == 2) {
@@ -266,6 +272,66 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_bytes(const aq_conv2d_a
     floats = weights + (pass == 0 ? a->c * aq_conv2d_tiled_window(a, 0) * aq_conv2d_tiled_stride(a) : a->k * a->p * a->q);
   }
   return floats > 0 && floats * 4 <= AQ_GPU_CONV2D_TILED_BYTES ? floats * 4 : 0;
+}
+
+/* ---- conv2d backward filter, staged (conv2d_filter.cuh) ------------------
+ * Where a filter's taps fit a thread's registers (3 x 3 or 5 x 5 at most,
+ * 3 or 5 rows, unit column stride and dilation) and one image's window
+ * and dy plane fit a stage, both backward filter builds (and bf16's split
+ * build) take this path: a block takes filter k, every channel, over its
+ * rank's share of the batch. Its warps split the channels, then each
+ * channel's staged output rows, cut into runs along q; a thread keeps the
+ * whole r x T filter in registers and slides a window of x along the run,
+ * so each dy value feeds r * T FMAs for r + 1 shared loads. Images are
+ * staged in two buffers, the next copied (cp.async) while the current is
+ * summed. A block's sums then go through shared memory in a fixed order
+ * and a cluster's in rank order, as the tiled path's do. */
+#define AQ_GPU_CONV2D_FILTER_WARPS 16      /* at most, a block */
+#define AQ_GPU_CONV2D_FILTER_STAGE 12288   /* floats a stage buffer (two of them) */
+#define AQ_GPU_CONV2D_FILTER_BYTES 114688  /* the group segment at most: two blocks an H100 SM */
+
+/* The taps a thread keeps a row, T (0: the path does not apply): filters
+ * of T rows, so that the rows are known at compile time (each other
+ * variant is code the others' registers must make room for). */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_taps(const aq_conv2d_args_t *a) {
+  const int t = a->r == 3 && a->s <= 3 ? 3 : a->r == 5 && a->s <= 5 ? 5 : 0;
+  return a->stride_w == 1 && a->dil_w == 1 ? t : 0;
+}
+
+/* Warps a block: a whole number for each channel where there are fewer
+ * channels than warps (so no warp sums two channels' rows). */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_warps(const aq_conv2d_args_t *a) {
+  const int w = AQ_GPU_CONV2D_FILTER_WARPS;
+  return a->c > 0 && a->c < w ? (int)a->c * (w / (int)a->c) : w;
+}
+
+/* Channel slots of the block's warps (warp w sums channels w % slots,
+ * + slots, ...) and the warps sharing a slot. */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_slots(const aq_conv2d_args_t *a) {
+  return a->c < AQ_GPU_CONV2D_FILTER_WARPS ? (int)a->c : AQ_GPU_CONV2D_FILTER_WARPS;
+}
+
+/* Floats of the sums after the stages: a warp's sums for each channel it
+ * took (r x T taps and the bias), then the block's (c * r * s, the bias). */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_sums(const aq_conv2d_args_t *a) {
+  const int64_t t = aq_conv2d_filter_taps(a), subs = aq_conv2d_filter_warps(a) / aq_conv2d_filter_slots(a);
+  return subs * a->c * (t * t + 1) + a->c * a->r * a->s + 1;
+}
+
+/* Images a stage holds for a block taking 1 / split of the batch (0: the
+ * path does not apply). */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_images(const aq_conv2d_args_t *a, int split) {
+  if (!aq_conv2d_tiled_extents(a) || !aq_conv2d_filter_taps(a) || split < 1) return 0;
+  const int64_t per = aq_conv2d_tiled_image_floats(a), share = (a->n + split - 1) / split;
+  const int64_t fit = per <= AQ_GPU_CONV2D_FILTER_STAGE ? AQ_GPU_CONV2D_FILTER_STAGE / per : 0;
+  return fit < share ? fit : share;
+}
+
+/* The group segment the staged path runs with (0: it does not apply). */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_bytes(const aq_conv2d_args_t *a, int split) {
+  const int64_t nb = aq_conv2d_filter_images(a, split);
+  const int64_t bytes = (2 * nb * aq_conv2d_tiled_image_floats(a) + aq_conv2d_filter_sums(a)) * 4;
+  return nb && bytes <= AQ_GPU_CONV2D_FILTER_BYTES ? bytes : 0;
 }
 
 /* ---- fp32 conv2d backward filter: two builds --------------------------------
@@ -310,6 +376,19 @@ static inline int aq_conv2d_bwd_filter_split(const aq_conv2d_args_t *a) {
   return w < AQ_GPU_CONV2D_BWD_FILTER_FILL ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT : 1;
 }
 
+/* Whether a backward filter takes the staged build. */
+static inline int aq_conv2d_filter_staged(const aq_conv2d_args_t *a) {
+  return aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT) > 0;
+}
+
+/* The staged build's: a cluster a filter. */
+static inline aq_dispatch_shape_t aq_conv2d_filter_gpu_shape(const aq_conv2d_args_t *a) {
+  const uint16_t threads = (uint16_t)(aq_conv2d_filter_warps(a) * 32);
+  aq_dispatch_shape_t s = aq_gpu_threads_shape(a->k * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * threads);
+  s.workgroup[0] = threads;
+  return s;
+}
+
 static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d_args_t *a, int split) {
   if (aq_conv2d_tiled_bytes(a, 2)) { /* blocks for fewer than half the SMs: twice the threads each */
     const int64_t blocks = a->k * split;
@@ -322,9 +401,22 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d
   return aq_gpu_threads_shape((items > 0 ? items : 1) * split * AQ_GPU_BLOCK);
 }
 
+/* Whether pooling windows tile their planes (stride the window, no
+ * padding, a whole number of windows): the backward pass then runs a thread
+ * an output, writing its window whole, rather than a thread an input
+ * gathering the windows that cover it. */
+static inline AQ_GPU_HOST_DEVICE int aq_pool_tiles(const aq_pool_args_t *a) {
+  return a->kh > 0 && a->kw > 0 && a->stride_h == a->kh && a->stride_w == a->kw && !a->pad_h && !a->pad_w &&
+         a->h == a->p * a->kh && a->w == a->q * a->kw;
+}
+
 /* The GPU build of an op kernel that suits these kernargs: one of a GPU's
  * variants, or the op's own name. */
 static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kernarg) {
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
+    return AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
+    return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_bwd_filter_split((const aq_conv2d_args_t *)kernarg) > 1)
     return AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
@@ -340,12 +432,15 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
  * must ask for: the bf16 matmul's tiles (past the 48 KB a block gets by
  * default) and the tiled conv2d passes' planes; 0 for the rest. */
 static inline uint32_t aq_gpu_op_group_segment(const char *kernel, const void *kernarg) {
-  static const char *const f32_passes[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER,
-                                           AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT};
+  static const char *const conv[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER,
+                                     AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT,
+                                     AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED};
+  const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return AQ_GPU_MATMUL_BF16_GROUP_SEGMENT;
-  for (int pass = 0; pass < 5; ++pass)
-    if (!strcmp(kernel, f32_passes[pass]))
-      return (uint32_t)aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, pass < 2 ? pass : 2);
+  for (int i = 0; i < 7; ++i) /* the tiled passes, then the staged builds */
+    if (!strcmp(kernel, conv[i]))
+      return (uint32_t)(i < 5 ? aq_conv2d_tiled_bytes(a, i < 2 ? i : 2)
+                              : aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
   return 0;
 }
 
@@ -356,6 +451,9 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED))
     return aq_matmul_f32_gpu_shape(&((const aq_matmul_fused_args_t *)kernarg)->mm);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return aq_matmul_bf16_gpu_shape((const aq_matmul_args_t *)kernarg);
+  if ((!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16)) &&
+      aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
+    return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg); /* its staged build's */
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
     return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT); /* its split build's */
   if (aq_conv2d_bf16_pass(kernel) >= 0) return aq_conv2d_bf16_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_bf16_pass(kernel));
@@ -368,14 +466,17 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
       return aq_gpu_threads_shape(aq_conv2d_tiled_bytes(a, 1) ? a->n * AQ_GPU_BLOCK : a->n * a->c * a->h * a->wd);
     return aq_conv2d_bwd_filter_gpu_shape(a, aq_conv2d_bwd_filter_split(a));
   }
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED))
+    return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT))
     return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
   if (!strcmp(kernel, AQ_KERNEL_MAX_POOL) || !strcmp(kernel, AQ_KERNEL_AVG_POOL))
     return aq_gpu_threads_shape(((const aq_pool_args_t *)kernarg)->planes * ((const aq_pool_args_t *)kernarg)->p *
                                 ((const aq_pool_args_t *)kernarg)->q);
-  if (!strcmp(kernel, AQ_KERNEL_MAX_POOL_BWD) || !strcmp(kernel, AQ_KERNEL_AVG_POOL_BWD))
-    return aq_gpu_threads_shape(((const aq_pool_args_t *)kernarg)->planes * ((const aq_pool_args_t *)kernarg)->h *
-                                ((const aq_pool_args_t *)kernarg)->w);
+  if (!strcmp(kernel, AQ_KERNEL_MAX_POOL_BWD) || !strcmp(kernel, AQ_KERNEL_AVG_POOL_BWD)) {
+    const aq_pool_args_t *a = (const aq_pool_args_t *)kernarg;
+    return aq_gpu_threads_shape(a->planes * (aq_pool_tiles(a) ? a->p * a->q : a->h * a->w));
+  }
   if (!strcmp(kernel, AQ_KERNEL_BATCH_NORM) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD))
     return aq_gpu_threads_shape(((const aq_batch_norm_args_t *)kernarg)->c * AQ_GPU_BLOCK);
   if (!strcmp(kernel, AQ_KERNEL_BATCH_NORM_STATS) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_APPLY) ||

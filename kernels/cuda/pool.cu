@@ -2,8 +2,10 @@
 // the CPU kernels define them (max-pool saves the argmax, -1 and y = 0 for a
 // window of padding only; average divides by kh * kw, padding included).
 // Forward: a thread per output; backward: a thread per input element,
-// gathering the windows that cover it (no atomics). Grid-stride: any launch.
+// gathering the windows that cover it (no atomics), or a thread an output
+// where the windows tile the plane. Grid-stride: any launch.
 #include "common.cuh"
+#include "launch.h"
 
 namespace pool {
 
@@ -49,7 +51,30 @@ __device__ inline void covering(int64_t i, int64_t pad, int32_t k, int32_t strid
   if (hi > outs - 1) hi = outs - 1;
 }
 
+// Windows that tile the plane (launch.h, aq_pool_tiles): a thread an
+// output writes its window's gradient whole: two independent loads and
+// kh * kw stores, where gathering took divisions and a load that waits on
+// the argmax's.
+__device__ inline void backward_tiles(const aq_pool_args_t &a, bool max) {
+  const int64_t total = a.planes * a.p * a.q;
+  const float inv = 1.0f / (float)(a.kh * a.kw);
+  const bool nr = narrow_items(total);
+  for (int64_t o = grid_thread(); o < total; o += grid_threads()) {
+    int64_t pl, p, q;
+    plane_coords(o, a.p, a.q, nr, pl, p, q);
+    const float g = a.dy[o];
+    const int32_t arg = max ? a.argmax[o] : -1;
+    float *dx = a.dx + pl * a.h * a.w;
+    for (int32_t i = 0; i < a.kh; ++i)
+      for (int32_t j = 0; j < a.kw; ++j) {
+        const int64_t e = (p * a.kh + i) * a.w + q * a.kw + j;
+        dx[e] = max ? (e == arg ? g : 0.0f) : g * inv;
+      }
+  }
+}
+
 __device__ inline void backward(const aq_pool_args_t &a, bool max) {
+  if (aq_pool_tiles(&a)) return backward_tiles(a, max);
   const int64_t total = a.planes * a.h * a.w;
   const float inv = 1.0f / (float)(a.kh * a.kw);
   const bool nr = narrow_items(total);

@@ -22,10 +22,12 @@ static const conv_case_t conv_cases[] = {
     {3, 64, 8, 8, 32, 3, 3, 1, 1, 1, 1, 1, 1}, /* enough filters for the plain backward filter */
     {2, 3, 70, 70, 2, 3, 3, 1, 1, 1, 1, 1, 1}, /* planes past the tiled passes' shared memory: the direct loops */
     {2, 2, 12, 12, 3, 3, 9, 1, 1, 4, 4, 1, 1}, /* 9 taps a filter row: the direct backward filter */
+    {2, 3, 11, 10, 5, 3, 3, 2, 1, 1, 1, 2, 1}, /* row stride and dilation 2, columns 1: staged backward filter */
+    {37, 2, 10, 12, 3, 5, 4, 1, 1, 1, 2, 1, 1}, /* 4 taps a row of 5 kept, an odd batch over several stages */
 };
 
 /* launch: 0 the scheduler's build and shape, 1 the CPU grid, 2 the split
- * backward filter. */
+ * backward filter, 3 the staged one. */
 static void conv_case(const conv_case_t *t, int launch) {
   aq_conv2d_args_t a = {0};
   a.n = t->n, a.c = t->c, a.h = t->h, a.wd = t->w, a.k = t->k, a.r = t->r, a.s = t->s;
@@ -62,8 +64,10 @@ static void conv_case(const conv_case_t *t, int launch) {
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
     if (launch == 1) gk_op(names[i], &a, cpu);
-    else if (launch == 2 && i == 2)
-      gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, &a, cpu));
+    else if (launch >= 2 && i == 2) { /* a build on every case: where it does not apply, its fallback */
+      const char *build = launch == 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT : AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
+      gk_run(build, &a, aq_gpu_op_shape(build, &a, cpu));
+    }
     else gk_run(aq_gpu_op_kernel(names[i], &a), &a, aq_gpu_op_shape(names[i], &a, cpu)); /* as the scheduler */
   }
   gk_expect_close("conv2d y", y, ry, (size_t)ny, 1e-4f);
@@ -83,6 +87,11 @@ Test(gpu_conv, conv2d_forward_and_backwards_stride_padding_dilation) {
 Test(gpu_conv, conv2d_bwd_filter_split_build) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 2);
 }
+/* The staged build on every case: staged where its taps fit, else the
+ * direct loops. */
+Test(gpu_conv, conv2d_bwd_filter_staged_build) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 3);
+}
 /* Which passes run tiled in shared memory, and with what launch (no GPU
  * needed): the group segment a packet asks for is what the kernel checks. */
 Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
@@ -96,17 +105,29 @@ Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
     cr_assert(g1 > 0 && g1 <= AQ_GPU_CONV2D_TILED_BYTES, "%s on LeNet's first layer: %u bytes", passes[i], g1);
     cr_assert(g2 > 0 && g2 <= AQ_GPU_CONV2D_TILED_BYTES, "%s on LeNet's second layer: %u bytes", passes[i], g2);
   }
+  /* the backward filter staged: two buffers of 6 (first layer: a 32 x 33
+   * window and a 28 x 28 plane an image) or 9 images, then the sums */
+  cr_assert_eq(aq_conv2d_filter_images(&l1, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 6);
+  cr_assert_eq(aq_conv2d_filter_images(&l2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 9);
+  const char *staged = AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
+  cr_assert_eq(aq_gpu_op_group_segment(staged, &l1), (2 * 6 * (32 * 33 + 28 * 28) + 16 * 26 + 25 + 1) * 4);
+  cr_assert_eq(aq_gpu_op_group_segment(staged, &l2), (2 * 9 * (6 * 14 * 14 + 100) + 2 * 6 * 26 + 150 + 1) * 4);
+  cr_assert(aq_gpu_op_group_segment(staged, &l1) <= AQ_GPU_CONV2D_FILTER_BYTES);
   cr_assert_eq(aq_conv2d_tiled_stride(&l1), 33, "a 32-float window row is padded off the banks");
   cr_assert_eq(aq_conv2d_tiled_stride(&l2), 14);
   aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D, &l1, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], 256 * AQ_GPU_BLOCK, "a block an image");
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &l1), AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &l1), AQ_KERNEL_CONV2D_BWD_FILTER_STAGED);
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &l1, aq_planes_grid(1));
-  cr_assert_eq(s.workgroup[0], AQ_GPU_CONV2D_TILED_FILTER_BLOCK, "48 blocks: the larger blocks");
-  cr_assert_eq(s.grid[0], 6 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_CONV2D_TILED_FILTER_BLOCK, "a cluster a filter");
+  cr_assert_eq(s.workgroup[0], 16 * 32, "one channel: every warp on it");
+  cr_assert_eq(s.grid[0], 6 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 16 * 32, "a cluster a filter");
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &l2, aq_planes_grid(1));
-  cr_assert_eq(s.workgroup[0], AQ_GPU_BLOCK, "128 blocks fill most SMs: the usual blocks");
-  cr_assert_eq(s.grid[0], 16 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK);
+  cr_assert_eq(s.workgroup[0], 12 * 32, "six channels: two warps each");
+  cr_assert_eq(s.grid[0], 16 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 12 * 32);
+  aq_conv2d_args_t strided = l2;
+  strided.stride_w = 2, strided.q = 5;
+  cr_assert_eq(aq_conv2d_filter_bytes(&strided, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 0, "a column stride of 2: not staged");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &strided), AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, "but tiled");
   aq_conv2d_args_t big = {.n = 32, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
                           .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 56, .q = 56};
   for (int i = 0; i < 3; ++i) cr_assert_eq(aq_gpu_op_group_segment(passes[i], &big), 0, "%s: direct loops", passes[i]);
@@ -180,6 +201,8 @@ Test(gpu_conv, max_and_avg_pool_forward_backward) {
     pool_case(5, 33, 17, 3, 3, 2, 1, 1, 1, g);
     pool_case(3, 8, 8, 3, 2, 3, 2, 1, 1, g); /* overlapping and uneven windows */
     pool_case(2, 257, 7, 5, 3, 4, 2, 2, 1, g);
+    pool_case(4, 28, 28, 2, 2, 2, 2, 0, 0, g); /* windows that tile the plane: a thread an output */
+    pool_case(3, 9, 6, 3, 2, 3, 2, 0, 0, g);
   }
 }
 

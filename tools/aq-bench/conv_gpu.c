@@ -123,7 +123,7 @@ typedef struct {
   aq_queue_t q;
   aq_signal_t done;
   aq_kernel_info_t k[2][3]; /* [bf16][pass] */
-  aq_kernel_info_t split, split_bf16; /* the backward filters' split builds */
+  aq_kernel_info_t builds[4]; /* the backward filters' other builds, as build_names */
   int (*sync)(void);
   cudnn_t dn;
   int reps;
@@ -190,6 +190,9 @@ static void report(const aq_conv2d_args_t *a, int bf16, int pass, int peer, doub
   bench_json_end(&j);
 }
 
+static const char *const build_names[4] = {AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT,
+                                           AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED};
+
 /* A dispatch of one pass's kernel with its GPU shape. */
 static void packet(ctx_t *c, int bf16, int pass, const aq_conv2d_args_t *a, hsa_kernel_dispatch_packet_t *p) {
   const char *name = names[bf16][pass];
@@ -202,9 +205,9 @@ static void packet(ctx_t *c, int bf16, int pass, const aq_conv2d_args_t *a, hsa_
   /* the build the scheduler would pick (the backward filters have two) */
   const char *build = aq_gpu_op_kernel(name, a);
   p->group_segment_size = aq_gpu_op_group_segment(build, a);
-  p->kernel_object = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT)        ? c->split.kernel_object
-                     : !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT) ? c->split_bf16.kernel_object
-                                                                               : c->k[bf16][pass].kernel_object;
+  p->kernel_object = c->k[bf16][pass].kernel_object;
+  for (int i = 0; i < 4; ++i)
+    if (!strcmp(build, build_names[i])) p->kernel_object = c->builds[i].kernel_object;
   p->kernarg_address = (void *)a;
   p->completion_signal.handle = c->done.handle;
 }
@@ -332,8 +335,7 @@ static int setup(ctx_t *c) {
   CHECK(aq_code_object_load("kernels-cuda.fatbin", &co));
   for (int t = 0; t < 2; ++t)
     for (int i = 0; i < 3; ++i) CHECK(aq_code_object_find_kernel(co, names[t][i], gpu, &c->k[t][i]));
-  CHECK(aq_code_object_find_kernel(co, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, gpu, &c->split));
-  CHECK(aq_code_object_find_kernel(co, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, gpu, &c->split_bf16));
+  for (int i = 0; i < 4; ++i) CHECK(aq_code_object_find_kernel(co, build_names[i], gpu, &c->builds[i]));
   CHECK(bench_device_region(gpu, &c->dev));
   CHECK(aq_queue_create(gpu, NULL, &c->q));
   CHECK(aq_signal_create(0, &c->done));
@@ -343,8 +345,11 @@ static int setup(ctx_t *c) {
 /* How a pass's build runs: tiled (it asks for a group segment), tensor
  * cores (bf16), or the direct loops; `split`: the build the op library
  * picked is the cluster-split one. */
-static const char *path_of(int tiled, int split, int bf16, int pass) {
+static const char *path_of(int tiled, int staged, int split, int bf16, int pass) {
   if (tiled && pass < 2) return "tiled in shared memory, a block an image";
+  if (staged)
+    return split ? "staged in shared memory, two buffers; a cluster a filter splitting the batch, every channel"
+                 : "staged in shared memory, two buffers; a block a filter, every channel";
   if (tiled) return split ? "tiled in shared memory, a cluster a filter splitting the batch" : "tiled, a block a filter";
   if (bf16) return "implicit GEMM on tensor cores";
   if (pass < 2) return "direct loops, a thread an output (planes past a block's shared memory)";
@@ -357,10 +362,13 @@ static void explain(const char *tok, const aq_conv2d_args_t *a, int bf16, int pa
   const char *op = names[bf16][pass], *build = aq_gpu_op_kernel(op, a);
   const aq_dispatch_shape_t sh = aq_gpu_op_shape(op, a, aq_planes_grid(1));
   const uint32_t group = aq_gpu_op_group_segment(build, a);
+  const int split = strcmp(build, op) != 0;
+  const int staged = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED) || !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED);
   uint64_t blocks = 1, threads = 1;
   for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
   fprintf(stderr, "conv %s %s %s: %s, %s; %llu blocks of %llu threads, %u bytes of shared memory a block\n", tok,
-          bf16 ? "bf16" : "f32", passes[pass], build, path_of(group > 0, strcmp(build, op) != 0, bf16, pass),
+          bf16 ? "bf16" : "f32", passes[pass], build,
+          path_of(group > 0, staged, split, bf16, pass),
           (unsigned long long)blocks, (unsigned long long)threads, group);
 }
 
