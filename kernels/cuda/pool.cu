@@ -2,7 +2,9 @@
 // the CPU kernels define them (max-pool saves the argmax, -1 and y = 0 for a
 // window of padding only; average divides by kh * kw, padding included).
 // Forward: a thread per output; backward: a thread per input element,
-// gathering the windows that cover it (no atomics). Grid-stride: any launch.
+// gathering the windows that cover it (no atomics); max-pool's also with
+// relu's backward in its write-back (the fused _bwd_relu). Grid-stride: any
+// launch.
 #include "common.cuh"
 
 namespace pool {
@@ -49,7 +51,9 @@ __device__ inline void covering(int64_t i, int64_t pad, int32_t k, int32_t strid
   if (hi > outs - 1) hi = outs - 1;
 }
 
-__device__ inline void backward(const aq_pool_args_t &a, bool max) {
+// mask: relu's forward output over the input (the fused backward keeps the
+// gradient where it is positive, as aq_relu_bwd_f32 does), or null.
+__device__ inline void backward(const aq_pool_args_t &a, bool max, const float *mask = nullptr) {
   const int64_t total = a.planes * a.h * a.w;
   const float inv = 1.0f / (float)(a.kh * a.kw);
   const bool nr = narrow_items(total);
@@ -69,7 +73,7 @@ __device__ inline void backward(const aq_pool_args_t &a, bool max) {
           g += a.dy[o] * inv;
         }
       }
-    a.dx[e] = g;
+    a.dx[e] = !mask || mask[e] > 0.0f ? g : 0.0f;
   }
 }
 
@@ -83,6 +87,9 @@ AQ_KERNEL void aq_avg_pool2d_f32(aq_pool_args_t a) {
 }
 AQ_KERNEL void aq_max_pool2d_bwd_f32(aq_pool_args_t a) {
   if (a.dy && a.dx && a.argmax && pool::valid(a)) pool::backward(a, true);
+}
+AQ_KERNEL void aq_max_pool2d_bwd_relu_f32(aq_pool_relu_bwd_args_t a) {
+  if (a.pool.dy && a.pool.dx && a.pool.argmax && a.mask && pool::valid(a.pool)) pool::backward(a.pool, true, a.mask);
 }
 AQ_KERNEL void aq_avg_pool2d_bwd_f32(aq_pool_args_t a) {
   if (a.dy && a.dx && pool::valid(a)) pool::backward(a, false);
