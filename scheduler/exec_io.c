@@ -198,7 +198,7 @@ AQ_API aq_status_t aq_exec_bind(aq_exec_t *e, aq_tensor_t tensor, void *data, si
      * tensors (a weight, its state, gradients) are never inputs. */
     /* (an update group's member has its entry in the lead's: kernargs[t]) */
     uint8_t *ka = e->fusion.absorbed[t] && e->fusion.lead[t] == UINT32_MAX
-                      ? e->kernargs[e->fusion.unstored[task->writes[0]]]
+                      ? e->kernargs[aq_fuse_consumer_of(&e->fusion, task)]
                       : e->kernargs[t];
     if (task->kind == TASK_HOST || !ka || e->fusion.product[t] != UINT32_MAX) continue;
     for (uint32_t r = 0; r < task->nreads; ++r)

@@ -121,6 +121,17 @@ static void group_note(const aq_exec_t *e, uint32_t t, FILE *out) {
     fprintf(out, "; updated in the dispatch of '%s', with %u others", e->graph->tasks[lead].name, n - 1);
 }
 
+/* Where t's work runs under epilogue fusion (fuse.c): its consumer's
+ * kernel, or its product's work in its own. */
+static void fusion_note(const aq_exec_t *e, uint32_t t, FILE *out) {
+  const aq_graph_t *g = e->graph;
+  uint32_t m = e->fusion.product[t];
+  if (m != UINT32_MAX)
+    fprintf(out, "; runs '%s' in its kernel, as %s", g->tasks[m].name, aq_fuse_kernel(&e->fusion, t));
+  else if (e->fusion.absorbed[t] && e->fusion.lead[t] == UINT32_MAX)
+    fprintf(out, "; runs in the kernel of '%s' (fused)", g->tasks[aq_fuse_consumer_of(&e->fusion, &g->tasks[t])].name);
+}
+
 AQ_API aq_status_t aq_exec_explain(aq_exec_t *e, FILE *out) {
   if (!e || !out) return aq_error(AQ_ERROR_INVALID_ARGUMENT, "aq_exec_explain: exec and out are required");
   uint8_t *eligible = aq_exec_eligibility(e, e->kinds);
@@ -147,6 +158,7 @@ AQ_API aq_status_t aq_exec_explain(aq_exec_t *e, FILE *out) {
     fprintf(out, "  ");
     reason(e, t, a, eligible[t], out);
     group_note(e, t, out);
+    fusion_note(e, t, out);
     fprintf(out, "\n");
   }
   free(eligible);

@@ -3,7 +3,10 @@
  * relu's backward likewise reads a product once to mask it; a bias
  * gradient, a sum over rows, goes to its update the same way. Fused, the
  * consumer's rule runs on the result in the producer's write-back and the
- * intermediate is never stored: one launch and one pass over it fewer. On
+ * intermediate is never stored: one launch and one pass over it fewer. A
+ * CNN's conv block has two such pairs: batch norm's apply into relu (the
+ * statistics it also writes are still written, as its rule allows), and
+ * max-pool's backward into relu's backward. On
  * a GPU that is what pays (the launches); on a CPU the consumer's arrays,
  * read in the GEMM's tile order, cost about what the pass saved, so the
  * exec fuses there only when asked (exec_place.c's aq_exec_fuse).
@@ -12,7 +15,10 @@
  * no bias, activation or batch; for a sum over rows: no accumulation) and
  * nothing else can see the product: one writer, one reader (the consumer), no
  * successor of the product that leads to the consumer, and both tasks on
- * lanes of one agent that fuses them (fuse_in_t.agent_fuses). */
+ * lanes of one agent that fuses them (fuse_in_t.agent_fuses). The gradient
+ * of a tensor read twice in the forward pass is added up by several
+ * backward tasks, so it has several writers: a pool backward writing part
+ * of one stays apart. */
 #include "scheduler/fuse.h"
 
 #include <stddef.h>
@@ -51,11 +57,39 @@ static void planned_kernarg(const aq_graph_t *g, const task_t *t, uint8_t *out) 
     }
 }
 
-/* Whether rule r runs product m (writing only x) with consumer c: m is the
- * library's, of the rule's product kernel, and the rule accepts the pair. */
+static int reads(const task_t *t, uint32_t x) {
+  for (uint32_t r = 0; r < t->nreads; ++r)
+    if (t->reads[r] == x) return 1;
+  return 0;
+}
+
+static int writes(const task_t *t, uint32_t x) {
+  for (uint32_t w = 0; w < t->nwrites; ++w)
+    if (t->writes[w] == x) return 1;
+  return 0;
+}
+
+/* Whether m writes x once, through a slot of its kernarg (which the merge
+ * points elsewhere), and its other outputs, if any, are ones the rule's
+ * fused kernel still writes and c neither reads (it would read them before
+ * the fused kernel, c itself, wrote them) nor writes. */
+static int outputs_fuse(const aq_op_fusion_t *r, const task_t *m, uint32_t x, const task_t *c) {
+  uint32_t found = 0;
+  for (uint32_t w = 0; w < m->nwrites; ++w) {
+    if (m->writes[w] == x) {
+      if (found++ || m->write_off[w] == UINT32_MAX) return 0;
+    } else if (!(r->flags & AQ_OP_FUSE_KEEPS_OTHER_OUTPUTS) || reads(c, m->writes[w]) || writes(c, m->writes[w])) {
+      return 0;
+    }
+  }
+  return found == 1;
+}
+
+/* Whether rule r runs product m (writing x, and others where the rule
+ * allows) with consumer c: m is the library's, of the rule's product
+ * kernel, and the rule accepts the pair. */
 static int fuses_as(const aq_graph_t *g, const aq_op_fusion_t *r, const task_t *m, uint32_t x, const task_t *c) {
-  if (m->nwrites != 1 || m->writes[0] != x || m->kind != TASK_KERNEL || m->code_object.handle ||
-      strcmp(m->kernel, r->product))
+  if (m->kind != TASK_KERNEL || m->code_object.handle || strcmp(m->kernel, r->product) || !outputs_fuse(r, m, x, c))
     return 0;
   uint8_t pa[TASK_KERNARG_MAX], ca[TASK_KERNARG_MAX];
   planned_kernarg(g, m, pa);
@@ -190,14 +224,14 @@ aq_status_t aq_fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *f) {
   aq_status_t s = w.stack && w.seen ? count(g, &c) : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to plan fusion");
   for (uint32_t t = 0; s == AQ_OK && t < g->ntasks; ++t) {
     uint8_t rule = 0;
-    uint32_t m = fusable(in, plan, &c, f, t, &w, runs, &rule);
-    if (m == UINT32_MAX) continue;
+    uint32_t m = fusable(in, plan, &c, f, t, &w, runs, &rule), x;
+    if (m == UINT32_MAX || !reads_at(&g->tasks[t], f->rules[rule - 1].consumer_slot, &x)) continue;
     s = merge(plan, t, m);
     if (s != AQ_OK) break;
     f->product[t] = m;
     f->rule[t] = rule;
     f->absorbed[m] = 1;
-    f->unstored[g->tasks[m].writes[0]] = t;
+    f->unstored[x] = t;
     f->count++;
   }
   if (s == AQ_OK && f->count) s = aq_plan_reorder(plan, in->graph, in->nlanes);
@@ -208,6 +242,12 @@ aq_status_t aq_fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *f) {
 void aq_fusion_free(fusion_t *f) {
   free(f->product), free(f->absorbed), free(f->unstored), free(f->rule), free(f->lead), free(f->next), free(f->first);
   memset(f, 0, sizeof(*f));
+}
+
+uint32_t aq_fuse_consumer_of(const fusion_t *f, const task_t *product) {
+  for (uint32_t w = 0; w < product->nwrites; ++w)
+    if (f->unstored[product->writes[w]] != UINT32_MAX) return f->unstored[product->writes[w]];
+  return UINT32_MAX;
 }
 
 static const aq_op_fusion_t *rule_of(const fusion_t *f, uint32_t consumer) {

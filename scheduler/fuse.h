@@ -4,7 +4,9 @@
  * Which pairs fuse, into what, and how their kernargs merge is the op
  * library's to say (kernel.h's aq_op_fusion_t): in Aquila's, a matmul with
  * relu's backward or an SGD update (aq_matmul_fused_f32), a bias gradient
- * (a sum over rows) with its SGD update (aq_sum_rows_sgd_f32). */
+ * (a sum over rows) with its SGD update (aq_sum_rows_sgd_f32), batch norm
+ * with relu (aq_batch_norm_apply_relu_f32), max-pool's backward with
+ * relu's (aq_max_pool2d_bwd_relu_f32). */
 #ifndef AQ_SCHEDULER_FUSE_H_
 #define AQ_SCHEDULER_FUSE_H_
 
@@ -69,6 +71,10 @@ aq_status_t aq_fuse_groups(const group_in_t *in, plan_t *plan, fusion_t *f);
 const char *aq_fuse_kernel(const fusion_t *f, uint32_t consumer);
 size_t aq_fuse_kernarg_size(const fusion_t *f, uint32_t consumer);
 size_t aq_fuse_lr_offset(const fusion_t *f, uint32_t consumer);
+
+/* For an absorbed product (not an update group's member): the consumer
+ * whose kernel runs it, found by the one output it does not store. */
+uint32_t aq_fuse_consumer_of(const fusion_t *f, const task_t *product);
 
 /* The fused kernel's arguments, into out (aq_fuse_kernarg_size bytes), from
  * the consumer's and the product's kernargs with their tensor addresses

@@ -130,7 +130,16 @@ typedef struct aq_op_desc {
 typedef int (*aq_op_fuse_accepts_fn)(const void *product_args, const void *consumer_args);
 typedef void (*aq_op_fuse_merge_fn)(const void *product_args, const void *consumer_args, void *fused_args);
 
-/* An epilogue fusion: a task of `product` whose one output only a task of
+/* How a fusion's product may look, as bits of aq_op_fusion_t.flags. */
+enum {
+  /* The product may write other tensors beside the one the consumer takes
+   * in (a batch norm's statistics): the fused kernel still writes them,
+   * where the product's kernarg says. Without it, the product must write
+   * that one tensor alone. */
+  AQ_OP_FUSE_KEEPS_OTHER_OUTPUTS = 1u << 0,
+};
+
+/* An epilogue fusion: a task of `product` whose output only a task of
  * `consumer` reads (at consumer_slot of its kernarg) may run with it as one
  * `fused` kernel, where accepts says so. The fused kernarg starts with the
  * product's (its offsets hold there) and has the product's grid; merge
@@ -140,7 +149,7 @@ typedef struct aq_op_fusion {
   uint32_t consumer_slot;   /* where the consumer's kernarg points at the product's output */
   uint32_t kernarg_size;    /* the fused kernel's kernarg bytes */
   uint32_t lr_offset;       /* the learning rate in the fused kernarg, or AQ_OP_FIELD_NONE */
-  uint32_t reserved_;
+  uint32_t flags;           /* AQ_OP_FUSE_* (0 in a table of before they existed) */
   aq_op_fuse_accepts_fn accepts;
   aq_op_fuse_merge_fn merge;
 } aq_op_fusion_t;

@@ -331,6 +331,18 @@ typedef struct aq_pool_args {
   int32_t kh, kw, stride_h, stride_w, pad_h, pad_w;
 } aq_pool_args_t;
 
+/* Max-pool's backward with relu's backward in its write-back, as the exec's
+ * fusion pass runs a pool backward whose dx only relu's backward reads:
+ * pool.dx = the pooled gradient where mask > 0, else 0 (mask: relu's
+ * forward output, the pool's input, planes * h * w floats). Each element
+ * is what aq_max_pool2d_bwd_f32 then aq_relu_bwd_f32 write. Grid: the pool
+ * backward's. */
+#define AQ_KERNEL_MAX_POOL_BWD_RELU "aq_max_pool2d_bwd_relu_f32"
+typedef struct aq_pool_relu_bwd_args {
+  aq_pool_args_t pool;
+  const float *mask;
+} aq_pool_relu_bwd_args_t;
+
 /* Batch norm over (n, h, w) per channel. Training: y = (x - mean) rstd gamma
  * + beta with the batch's statistics (saved), running_mean/var updated with
  * momentum; inference (training == 0): the running statistics. Backward:
@@ -367,6 +379,13 @@ typedef struct aq_batch_norm_args {
   int32_t slices;  /* the two-kernel passes: slices of a channel, >= 1 */
   double *partial; /* the two-kernel passes: c * slices * 2 sums */
 } aq_batch_norm_args_t;
+
+/* _apply with relu in its write-back: y = relu(batch norm of x), the
+ * statistics written as _apply writes them; each element is what
+ * aq_batch_norm_apply_f32 then aq_relu_f32 write. The exec's fusion pass
+ * runs it where relu is the only reader of the normalised values, y then
+ * being relu's output. Kernargs and grid: _apply's. */
+#define AQ_KERNEL_BATCH_NORM_APPLY_RELU "aq_batch_norm_apply_relu_f32"
 
 /* Slices a channel enough for some 4 work-groups per SM of a large GPU
  * (528: an H100's 132), none of fewer than AQ_BATCH_NORM_SLICE_MIN values. */

@@ -1,7 +1,8 @@
 /* Batch norm per channel over (n, h, w): training (batch statistics, running
  * statistics updated), inference, and the backward; each pass whole (an
  * item a channel) or as the graph runs it, in two kernels over slices of
- * the channels (ops.h: _stats, then _apply). A channel is n planes of hw
+ * the channels (ops.h: _stats, then _apply, which also runs with relu in
+ * its write-back when the exec fuses the pair). A channel is n planes of hw
  * contiguous floats; each plane, or the part of it in a slice, goes through
  * a loop vectorised per ISA (simd.h), partial sums in 16 lanes, plane totals
  * added in double. */
@@ -49,6 +50,16 @@ AQ_INLINE void plane_affine_body(const float *x, float *y, int64_t n, float p, f
   for (int64_t i = 0; i < n; ++i) y[i] = p * x[i] + q;
 }
 AQ_VECTORISE(plane_affine, (const float *x, float *y, int64_t n, float p, float q), (x, y, n, p, q))
+
+/* The same with relu in the write-back (the fused _apply): relu.c's select
+ * on plane_affine's value, so each element is what the pair writes. */
+AQ_INLINE void plane_affine_relu_body(const float *x, float *y, int64_t n, float p, float q) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = p * x[i] + q;
+    y[i] = v > 0.0f ? v : 0.0f;
+  }
+}
+AQ_VECTORISE(plane_affine_relu, (const float *x, float *y, int64_t n, float p, float q), (x, y, n, p, q))
 
 /* dx = k_dy dy + k_x x + k. */
 AQ_INLINE void plane_dx_body(const float *dy, const float *x, float *dx, int64_t n, float k_dy, float k_x, float k) {
@@ -218,7 +229,8 @@ static int batch_norm_stats(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   return 0;
 }
 
-static int batch_norm_apply(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
+/* _apply, and with relu in its write-back where `relu`. */
+static int apply(const void *kernarg, const aq_dispatch_ctx_t *ctx, int relu) {
   const aq_batch_norm_args_t *a = kernarg;
   if (!a->x || !a->y || !a->running_mean || !a->running_var || !sliced(a)) return 1;
   if (a->training && (!a->mean || !a->rstd || !a->partial)) return 1;
@@ -241,11 +253,15 @@ static int batch_norm_apply(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
     affine(a, c, mean, var, &p, &q);
     for (int64_t i = b, len; i < e; i += len) {
       int64_t o = run_at(a, c, i, e, &len);
-      plane_affine(a->x + o, a->y + o, len, p, q);
+      if (relu) plane_affine_relu(a->x + o, a->y + o, len, p, q);
+      else plane_affine(a->x + o, a->y + o, len, p, q);
     }
   }
   return 0;
 }
+
+static int batch_norm_apply(const void *k, const aq_dispatch_ctx_t *c) { return apply(k, c, 0); }
+static int batch_norm_apply_relu(const void *k, const aq_dispatch_ctx_t *c) { return apply(k, c, 1); }
 
 static int batch_norm_bwd_stats(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
   const aq_batch_norm_args_t *a = kernarg;
@@ -283,6 +299,8 @@ const aq_kernel_desc_t aq_cpu_batch_norm_stats_desc = {AQ_KERNEL_BATCH_NORM_STAT
                                                        sizeof(aq_batch_norm_args_t), 8, 0, 0};
 const aq_kernel_desc_t aq_cpu_batch_norm_apply_desc = {AQ_KERNEL_BATCH_NORM_APPLY, batch_norm_apply,
                                                        sizeof(aq_batch_norm_args_t), 8, 0, 0};
+const aq_kernel_desc_t aq_cpu_batch_norm_apply_relu_desc = {AQ_KERNEL_BATCH_NORM_APPLY_RELU, batch_norm_apply_relu,
+                                                            sizeof(aq_batch_norm_args_t), 8, 0, 0};
 const aq_kernel_desc_t aq_cpu_batch_norm_bwd_stats_desc = {AQ_KERNEL_BATCH_NORM_BWD_STATS, batch_norm_bwd_stats,
                                                            sizeof(aq_batch_norm_args_t), 8, 0, 0};
 const aq_kernel_desc_t aq_cpu_batch_norm_bwd_apply_desc = {AQ_KERNEL_BATCH_NORM_BWD_APPLY, batch_norm_bwd_apply,

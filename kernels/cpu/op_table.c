@@ -51,6 +51,22 @@ static int sum_rows_sgd_accepts(const void *product, const void *consumer) {
   return a.beta == 0.0f && s.n == a.cols;
 }
 
+/* relu over the whole normalised tensor: its element count is x's. */
+static int bn_relu_accepts(const void *product, const void *consumer) {
+  aq_batch_norm_args_t a;
+  aq_relu_args_t r;
+  memcpy(&a, product, sizeof(a)), memcpy(&r, consumer, sizeof(r));
+  return a.slices >= 1 && r.n == a.n * a.c * a.hw;
+}
+
+/* Max-pool's dx whole as relu's dy (avg-pool has no rule). */
+static int pool_relu_bwd_accepts(const void *product, const void *consumer) {
+  aq_pool_args_t a;
+  aq_relu_args_t r;
+  memcpy(&a, product, sizeof(a)), memcpy(&r, consumer, sizeof(r));
+  return r.n == a.planes * a.h * a.w;
+}
+
 static void matmul_sgd_merge(const void *product, const void *consumer, void *out) {
   aq_sgd_args_t s;
   memcpy(&s, consumer, sizeof(s));
@@ -81,10 +97,30 @@ static void sum_rows_sgd_merge(const void *product, const void *consumer, void *
   memcpy(out, &f, sizeof(f));
 }
 
+/* The normalised values go straight to relu's output; the statistics
+ * where the product's kernarg has them. */
+static void bn_relu_merge(const void *product, const void *consumer, void *out) {
+  aq_batch_norm_args_t f;
+  aq_relu_args_t r;
+  memcpy(&f, product, sizeof(f)), memcpy(&r, consumer, sizeof(r));
+  f.y = r.y;
+  memcpy(out, &f, sizeof(f));
+}
+
+static void pool_relu_bwd_merge(const void *product, const void *consumer, void *out) {
+  aq_relu_args_t r;
+  memcpy(&r, consumer, sizeof(r));
+  aq_pool_relu_bwd_args_t f = {.mask = r.x /* the forward output: the pool's input */};
+  memcpy(&f.pool, product, sizeof(f.pool));
+  f.pool.dx = r.y; /* relu's dx */
+  memcpy(out, &f, sizeof(f));
+}
+
 /* The fused layouts start with the product's arguments, as the table's
  * contract asks. */
 _Static_assert(offsetof(aq_matmul_fused_args_t, mm) == 0, "matmul's offsets must hold in the fused kernarg");
 _Static_assert(offsetof(aq_sum_rows_sgd_args_t, sr) == 0, "sum_rows' offsets must hold in the fused kernarg");
+_Static_assert(offsetof(aq_pool_relu_bwd_args_t, pool) == 0, "pool's offsets must hold in the fused kernarg");
 
 static const aq_op_fusion_t fusions[] = {
     {AQ_KERNEL_MATMUL, AQ_KERNEL_RELU_BWD, AQ_KERNEL_MATMUL_FUSED, offsetof(aq_relu_args_t, dy),
@@ -94,6 +130,12 @@ static const aq_op_fusion_t fusions[] = {
     {AQ_KERNEL_SUM_ROWS, AQ_KERNEL_SGD, AQ_KERNEL_SUM_ROWS_SGD, offsetof(aq_sgd_args_t, grad),
      sizeof(aq_sum_rows_sgd_args_t), offsetof(aq_sum_rows_sgd_args_t, lr), 0, sum_rows_sgd_accepts,
      sum_rows_sgd_merge},
+    /* the CNN's conv blocks: batch norm into relu (the statistics still
+     * written), max-pool's backward into relu's */
+    {AQ_KERNEL_BATCH_NORM_APPLY, AQ_KERNEL_RELU, AQ_KERNEL_BATCH_NORM_APPLY_RELU, offsetof(aq_relu_args_t, x),
+     sizeof(aq_batch_norm_args_t), NONE, AQ_OP_FUSE_KEEPS_OTHER_OUTPUTS, bn_relu_accepts, bn_relu_merge},
+    {AQ_KERNEL_MAX_POOL_BWD, AQ_KERNEL_RELU_BWD, AQ_KERNEL_MAX_POOL_BWD_RELU, offsetof(aq_relu_args_t, dy),
+     sizeof(aq_pool_relu_bwd_args_t), NONE, 0, pool_relu_bwd_accepts, pool_relu_bwd_merge},
 };
 
 /* The CUDA build's launch rules (kernels/cuda/launch.h), for the scheduler:

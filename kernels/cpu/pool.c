@@ -2,13 +2,17 @@
  * walks one output row at a time: for each tap (i, j) of the window, every
  * output column whose tap falls inside the input is updated, a loop over q
  * that is vectorised per ISA (simd.h). Taps are visited in the order (i, j)
- * with a strict '>' so the first maximum wins, as the backward expects. */
+ * with a strict '>' so the first maximum wins, as the backward expects.
+ * The backward zeroes a plane of dx and adds each output's gradient at its
+ * argmax (or over its window); fused with relu's backward, it masks the
+ * plane before leaving it. */
 #include <string.h>
 
 #include "aquila/ops.h"
 #include "kernels/cpu/grid.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/table.h"
+#include "kernels/cpu/update.h"
 
 static int valid(const aq_pool_args_t *a) {
   return a->planes > 0 && a->h > 0 && a->w > 0 && a->p > 0 && a->q > 0 && a->kh > 0 && a->kw > 0 &&
@@ -134,8 +138,9 @@ static int pool(const void *kernarg, const aq_dispatch_ctx_t *ctx, int max) {
   return 0;
 }
 
-static int pool_bwd(const void *kernarg, const aq_dispatch_ctx_t *ctx, int max) {
-  const aq_pool_args_t *a = kernarg;
+/* mask: relu's forward output over the input planes (the fused backward:
+ * each plane's gradient kept where it is positive), or NULL. */
+static int pool_bwd_masked(const aq_pool_args_t *a, const aq_dispatch_ctx_t *ctx, int max, const float *mask) {
   if (!a->dy || !a->dx || (max && !a->argmax) || !valid(a)) return 1;
   int64_t lo, hi;
   if (!aq_group_range(ctx, a->planes, &lo, &hi)) return 0;
@@ -156,8 +161,19 @@ static int pool_bwd(const void *kernarg, const aq_dispatch_ctx_t *ctx, int max) 
             if (ih >= 0 && ih < a->h && iw >= 0 && iw < a->w) dx[ih * a->w + iw] += g;
           }
       }
+    /* the plane is still in L1: relu's backward costs no pass over memory */
+    if (mask) cpu_relu_mask(1, a->h * a->w, mask + pl * a->h * a->w, 0, dx, 0, dx, 0);
   }
   return 0;
+}
+
+static int pool_bwd(const void *kernarg, const aq_dispatch_ctx_t *ctx, int max) {
+  return pool_bwd_masked(kernarg, ctx, max, NULL);
+}
+
+static int max_pool_bwd_relu(const void *kernarg, const aq_dispatch_ctx_t *ctx) {
+  const aq_pool_relu_bwd_args_t *a = kernarg;
+  return a->mask ? pool_bwd_masked(&a->pool, ctx, 1, a->mask) : 1;
 }
 
 static int max_pool(const void *k, const aq_dispatch_ctx_t *c) { return pool(k, c, 1); }
@@ -167,5 +183,7 @@ static int avg_pool_bwd(const void *k, const aq_dispatch_ctx_t *c) { return pool
 
 const aq_kernel_desc_t aq_cpu_max_pool_desc = {AQ_KERNEL_MAX_POOL, max_pool, sizeof(aq_pool_args_t), 8, 0, 0};
 const aq_kernel_desc_t aq_cpu_max_pool_bwd_desc = {AQ_KERNEL_MAX_POOL_BWD, max_pool_bwd, sizeof(aq_pool_args_t), 8, 0, 0};
+const aq_kernel_desc_t aq_cpu_max_pool_bwd_relu_desc = {AQ_KERNEL_MAX_POOL_BWD_RELU, max_pool_bwd_relu,
+                                                       sizeof(aq_pool_relu_bwd_args_t), 8, 0, 0};
 const aq_kernel_desc_t aq_cpu_avg_pool_desc = {AQ_KERNEL_AVG_POOL, avg_pool, sizeof(aq_pool_args_t), 8, 0, 0};
 const aq_kernel_desc_t aq_cpu_avg_pool_bwd_desc = {AQ_KERNEL_AVG_POOL_BWD, avg_pool_bwd, sizeof(aq_pool_args_t), 8, 0, 0};

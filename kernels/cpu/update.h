@@ -1,6 +1,7 @@
-/* Elementwise updates that two kernels share: the standalone op and a GEMM
- * write-back that fuses it (gemm.h's gemm_post_t). One body each, so the
- * fused and unfused forms compute every element alike. */
+/* Elementwise updates that two kernels share: the standalone op and a
+ * write-back that fuses it (a GEMM's, gemm.h's gemm_post_t; max-pool's
+ * backward, pool.c). One body each, so the fused and unfused forms compute
+ * every element alike. */
 #ifndef AQ_KERNELS_CPU_UPDATE_H_
 #define AQ_KERNELS_CPU_UPDATE_H_
 

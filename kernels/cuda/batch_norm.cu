@@ -6,8 +6,9 @@
 // runs (ops.h): a block per slice of a channel, so a CNN's 6 or 16 channels
 // still fill a GPU; the _stats kernels leave each slice's sums (in double)
 // in the partial buffer, the _apply kernels add a channel's in slice order,
-// the same way in every block, and finish their slice. Blocks walk their
-// items grid-stride, so any launch shape is correct.
+// the same way in every block, and finish their slice (the forward one
+// also with relu in its write-back: the fused _apply_relu). Blocks walk
+// their items grid-stride, so any launch shape is correct.
 #include "common.cuh"
 
 namespace bn {
@@ -178,6 +179,12 @@ __device__ inline void channel_sums(const aq_batch_norm_args_t &a, int64_t c, do
   __syncthreads();
 }
 
+// aq_relu_f32's rule (elementwise.cu) where Relu: v where positive, else 0.
+template <bool Relu>
+__device__ __forceinline__ float relu_if(float v) {
+  return Relu ? (v > 0.0f ? v : 0.0f) : v;
+}
+
 }  // namespace bn
 
 AQ_KERNEL void aq_batch_norm_stats_f32(aq_batch_norm_args_t a) {
@@ -202,7 +209,9 @@ AQ_KERNEL void aq_batch_norm_stats_f32(aq_batch_norm_args_t a) {
   }
 }
 
-AQ_KERNEL void aq_batch_norm_apply_f32(aq_batch_norm_args_t a) {
+// _apply, and with relu in its write-back where Relu (the fused kernel).
+template <bool Relu>
+__device__ inline void batch_norm_apply(aq_batch_norm_args_t a) {
   if (!a.x || !a.y || !a.running_mean || !a.running_var || a.n <= 0 || a.c <= 0 || a.hw <= 0 || a.slices < 1) return;
   if (a.training && (!a.mean || !a.rstd || !a.partial)) return;
   __shared__ double sums[2];
@@ -225,10 +234,13 @@ AQ_KERNEL void aq_batch_norm_apply_f32(aq_batch_norm_args_t a) {
       for (int u = 0; u < bn::UNROLL; ++u) v[u] = a.x[o[u]];
 #pragma unroll
       for (int u = 0; u < bn::UNROLL; ++u)
-        if (u < n) a.y[o[u]] = p * v[u] + q;
+        if (u < n) a.y[o[u]] = bn::relu_if<Relu>(p * v[u] + q);
     });
   });
 }
+
+AQ_KERNEL void aq_batch_norm_apply_f32(aq_batch_norm_args_t a) { batch_norm_apply<false>(a); }
+AQ_KERNEL void aq_batch_norm_apply_relu_f32(aq_batch_norm_args_t a) { batch_norm_apply<true>(a); }
 
 AQ_KERNEL void aq_batch_norm_bwd_stats_f32(aq_batch_norm_args_t a) {
   if (!a.x || !a.dy || !a.mean || !bn::sliced(a)) return;

@@ -473,14 +473,16 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (!strcmp(kernel, AQ_KERNEL_MAX_POOL) || !strcmp(kernel, AQ_KERNEL_AVG_POOL))
     return aq_gpu_threads_shape(((const aq_pool_args_t *)kernarg)->planes * ((const aq_pool_args_t *)kernarg)->p *
                                 ((const aq_pool_args_t *)kernarg)->q);
-  if (!strcmp(kernel, AQ_KERNEL_MAX_POOL_BWD) || !strcmp(kernel, AQ_KERNEL_AVG_POOL_BWD)) {
+  if (!strcmp(kernel, AQ_KERNEL_MAX_POOL_BWD) || !strcmp(kernel, AQ_KERNEL_AVG_POOL_BWD) ||
+      !strcmp(kernel, AQ_KERNEL_MAX_POOL_BWD_RELU)) { /* the fused args start with the pool's */
     const aq_pool_args_t *a = (const aq_pool_args_t *)kernarg;
     return aq_gpu_threads_shape(a->planes * (aq_pool_tiles(a) ? a->p * a->q : a->h * a->w));
   }
   if (!strcmp(kernel, AQ_KERNEL_BATCH_NORM) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD))
     return aq_gpu_threads_shape(((const aq_batch_norm_args_t *)kernarg)->c * AQ_GPU_BLOCK);
   if (!strcmp(kernel, AQ_KERNEL_BATCH_NORM_STATS) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_APPLY) ||
-      !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD_STATS) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD_APPLY)) {
+      !strcmp(kernel, AQ_KERNEL_BATCH_NORM_APPLY_RELU) || !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD_STATS) ||
+      !strcmp(kernel, AQ_KERNEL_BATCH_NORM_BWD_APPLY)) {
     const aq_batch_norm_args_t *a = (const aq_batch_norm_args_t *)kernarg;
     return aq_gpu_threads_shape(a->c * (a->slices > 1 ? a->slices : 1) * AQ_GPU_BLOCK);
   }

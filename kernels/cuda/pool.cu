@@ -3,7 +3,8 @@
 // window of padding only; average divides by kh * kw, padding included).
 // Forward: a thread per output; backward: a thread per input element,
 // gathering the windows that cover it (no atomics), or a thread an output
-// where the windows tile the plane. Grid-stride: any launch.
+// where the windows tile the plane; max-pool's also with relu's backward in
+// its write-back (the fused _bwd_relu). Grid-stride: any launch.
 #include "common.cuh"
 #include "launch.h"
 
@@ -54,8 +55,8 @@ __device__ inline void covering(int64_t i, int64_t pad, int32_t k, int32_t strid
 // Windows that tile the plane (launch.h, aq_pool_tiles): a thread an
 // output writes its window's gradient whole: two independent loads and
 // kh * kw stores, where gathering took divisions and a load that waits on
-// the argmax's.
-__device__ inline void backward_tiles(const aq_pool_args_t &a, bool max) {
+// the argmax's. mask: as backward's.
+__device__ inline void backward_tiles(const aq_pool_args_t &a, bool max, const float *mask) {
   const int64_t total = a.planes * a.p * a.q;
   const float inv = 1.0f / (float)(a.kh * a.kw);
   const bool nr = narrow_items(total);
@@ -64,17 +65,20 @@ __device__ inline void backward_tiles(const aq_pool_args_t &a, bool max) {
     plane_coords(o, a.p, a.q, nr, pl, p, q);
     const float g = a.dy[o];
     const int32_t arg = max ? a.argmax[o] : -1;
-    float *dx = a.dx + pl * a.h * a.w;
+    const int64_t plane = pl * a.h * a.w;
     for (int32_t i = 0; i < a.kh; ++i)
       for (int32_t j = 0; j < a.kw; ++j) {
         const int64_t e = (p * a.kh + i) * a.w + q * a.kw + j;
-        dx[e] = max ? (e == arg ? g : 0.0f) : g * inv;
+        const float v = max ? (e == arg ? g : 0.0f) : g * inv;
+        a.dx[plane + e] = !mask || mask[plane + e] > 0.0f ? v : 0.0f;
       }
   }
 }
 
-__device__ inline void backward(const aq_pool_args_t &a, bool max) {
-  if (aq_pool_tiles(&a)) return backward_tiles(a, max);
+// mask: relu's forward output over the input (the fused backward keeps the
+// gradient where it is positive, as aq_relu_bwd_f32 does), or null.
+__device__ inline void backward(const aq_pool_args_t &a, bool max, const float *mask = nullptr) {
+  if (aq_pool_tiles(&a)) return backward_tiles(a, max, mask);
   const int64_t total = a.planes * a.h * a.w;
   const float inv = 1.0f / (float)(a.kh * a.kw);
   const bool nr = narrow_items(total);
@@ -94,7 +98,7 @@ __device__ inline void backward(const aq_pool_args_t &a, bool max) {
           g += a.dy[o] * inv;
         }
       }
-    a.dx[e] = g;
+    a.dx[e] = !mask || mask[e] > 0.0f ? g : 0.0f;
   }
 }
 
@@ -108,6 +112,9 @@ AQ_KERNEL void aq_avg_pool2d_f32(aq_pool_args_t a) {
 }
 AQ_KERNEL void aq_max_pool2d_bwd_f32(aq_pool_args_t a) {
   if (a.dy && a.dx && a.argmax && pool::valid(a)) pool::backward(a, true);
+}
+AQ_KERNEL void aq_max_pool2d_bwd_relu_f32(aq_pool_relu_bwd_args_t a) {
+  if (a.pool.dy && a.pool.dx && a.pool.argmax && a.mask && pool::valid(a.pool)) pool::backward(a.pool, true, a.mask);
 }
 AQ_KERNEL void aq_avg_pool2d_bwd_f32(aq_pool_args_t a) {
   if (a.dy && a.dx && pool::valid(a)) pool::backward(a, false);

@@ -1,7 +1,8 @@
 /* aq_matmul_fused_f32's GPU builds against the GPU's own unfused pair (the
  * product, then aq_sgd_momentum_f32 or aq_relu_bwd_f32), on shapes that
  * select each build the way the scheduler does, at both precisions;
- * aq_sum_rows_sgd_f32 likewise. */
+ * aq_sum_rows_sgd_f32 likewise; and the conv block's fused batch norm and
+ * pool backward. */
 #include "gk.h"
 
 TestSuite(gpu_fused, .init = gk_setup, .fini = gk_teardown);
@@ -105,4 +106,77 @@ Test(gpu_fused, sgd_of_a_sum_over_rows_matches_the_unfused_pair) {
     gk_expect_close("velocity", v2, v, (size_t)cols, 1e-6f);
     aq_memory_free(x), aq_memory_free(g), aq_memory_free(w), aq_memory_free(v), aq_memory_free(w2), aq_memory_free(v2);
   }
+}
+
+/* A conv block's pairs on the GPU: aq_batch_norm_apply_relu_f32 against
+ * _apply then relu, aq_max_pool2d_bwd_relu_f32 against the pool's backward
+ * then relu's, each under the launch shape the scheduler gives the fused
+ * kernel (the product's). The fused kernels share the pair's device code:
+ * the values agree exactly. */
+static int same_shape(aq_dispatch_shape_t a, aq_dispatch_shape_t b) { /* field by field: the struct has padding */
+  for (int d = 0; d < 3; ++d)
+    if (a.grid[d] != b.grid[d] || a.workgroup[d] != b.workgroup[d]) return 0;
+  return 1;
+}
+
+static void bn_relu_gpu_case(int64_t n, int64_t c, int64_t hw) {
+  const int64_t total = n * c * hw;
+  const int32_t slices = aq_batch_norm_slices(n, c, hw);
+  float *x = gk_random((size_t)total, 21), *g = gk_random((size_t)c, 22), *b = gk_random((size_t)c, 23);
+  float *y = gk_floats((size_t)total), *r = gk_floats((size_t)total), *r2 = gk_floats((size_t)total);
+  float *pc = gk_floats((size_t)(8 * c)); /* mean, rstd, running mean and variance: twice */
+  double *partial = gk_alloc((size_t)(c * slices * 2), sizeof(double));
+  for (int64_t i = 0; i < 8 * c; ++i) pc[i] = (i / c) % 4 == 3 ? 1.0f : 0.0f;
+  aq_batch_norm_args_t a = {x, g, b, y, pc, pc + c, pc + 2 * c, pc + 3 * c, NULL, NULL, NULL, NULL, n, c, hw,
+                            1e-5f, 0.1f, 1, slices, partial};
+  aq_dispatch_shape_t cpu = aq_planes_grid(c * slices);
+  gk_run(AQ_KERNEL_BATCH_NORM_STATS, &a, aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM_STATS, &a, cpu));
+  gk_run(AQ_KERNEL_BATCH_NORM_APPLY, &a, aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM_APPLY, &a, cpu));
+  aq_relu_args_t rl = {y, NULL, r, total};
+  gk_op(AQ_KERNEL_RELU, &rl, aq_elementwise_grid(total));
+  aq_batch_norm_args_t f = a;
+  f.y = r2, f.mean = pc + 4 * c, f.rstd = pc + 5 * c, f.running_mean = pc + 6 * c, f.running_var = pc + 7 * c;
+  aq_dispatch_shape_t fs = aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM_APPLY_RELU, &f, cpu);
+  aq_dispatch_shape_t ps = aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM_APPLY, &a, cpu);
+  cr_assert(same_shape(fs, ps), "the fused kernel launches as the product");
+  gk_run(AQ_KERNEL_BATCH_NORM_APPLY_RELU, &f, fs);
+  gk_expect_close("bn relu y", r2, r, (size_t)total, 0.0f);
+  gk_expect_close("bn relu statistics", pc + 4 * c, pc, (size_t)(4 * c), 0.0f);
+  aq_memory_free(x), aq_memory_free(g), aq_memory_free(b), aq_memory_free(y), aq_memory_free(r), aq_memory_free(r2);
+  aq_memory_free(pc), aq_memory_free(partial);
+}
+
+static void pool_relu_gpu_case(int64_t planes, int64_t h, int64_t w, int32_t k, int32_t stride, int32_t pad) {
+  aq_pool_args_t a = {.planes = planes, .h = h, .w = w, .kh = k, .kw = k, .stride_h = stride, .stride_w = stride,
+                      .pad_h = pad, .pad_w = pad};
+  a.p = (h + 2 * pad - k) / stride + 1, a.q = (w + 2 * pad - k) / stride + 1;
+  const int64_t in = planes * h * w, out = planes * a.p * a.q;
+  float *x = gk_random((size_t)in, 24), *y = gk_floats((size_t)out), *dy = gk_random((size_t)out, 25);
+  float *g = gk_floats((size_t)in), *dx = gk_floats((size_t)in), *dx2 = gk_floats((size_t)in);
+  int32_t *arg = gk_alloc((size_t)out, 4);
+  for (int64_t i = 0; i < in; ++i) x[i] = x[i] > 0 ? x[i] : 0; /* relu's output */
+  a.x = x, a.y = y, a.argmax = arg, a.dy = dy, a.dx = g;
+  aq_dispatch_shape_t cpu = aq_planes_grid(planes);
+  gk_run(AQ_KERNEL_MAX_POOL, &a, aq_gpu_op_shape(AQ_KERNEL_MAX_POOL, &a, cpu));
+  gk_run(AQ_KERNEL_MAX_POOL_BWD, &a, aq_gpu_op_shape(AQ_KERNEL_MAX_POOL_BWD, &a, cpu));
+  aq_relu_args_t r = {x, g, dx, in};
+  gk_op(AQ_KERNEL_RELU_BWD, &r, aq_elementwise_grid(in));
+  aq_pool_relu_bwd_args_t f = {a, x};
+  f.pool.dx = dx2;
+  aq_dispatch_shape_t fs = aq_gpu_op_shape(AQ_KERNEL_MAX_POOL_BWD_RELU, &f, cpu);
+  aq_dispatch_shape_t ps = aq_gpu_op_shape(AQ_KERNEL_MAX_POOL_BWD, &a, cpu);
+  cr_assert(same_shape(fs, ps), "the fused kernel launches as the product");
+  gk_run(AQ_KERNEL_MAX_POOL_BWD_RELU, &f, fs);
+  gk_expect_close("pool relu dx", dx2, dx, (size_t)in, 0.0f);
+  aq_memory_free(x), aq_memory_free(y), aq_memory_free(dy), aq_memory_free(g), aq_memory_free(dx);
+  aq_memory_free(dx2), aq_memory_free(arg);
+}
+
+Test(gpu_fused, a_conv_blocks_relus_match_the_unfused_pairs) {
+  bn_relu_gpu_case(256, 6, 784); /* the Fashion-MNIST CNN's blocks */
+  bn_relu_gpu_case(256, 16, 100);
+  bn_relu_gpu_case(5, 3, 33);
+  pool_relu_gpu_case(256 * 6, 28, 28, 2, 2, 0);
+  pool_relu_gpu_case(256 * 16, 10, 10, 2, 2, 0);
+  pool_relu_gpu_case(5, 9, 7, 3, 1, 1); /* overlapping windows */
 }

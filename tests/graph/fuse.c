@@ -1,8 +1,9 @@
 /* Epilogue fusion (scheduler/fuse.c) through real execs: an MLP's training
  * step fused (AQ_FUSION=1 puts it on the CPU agent too) computes exactly
  * what the unfused step does, run after run, with a new learning rate and
- * with an input bound in place; a gradient that is never stored is refused
- * by name; the DOT file shows which tasks ran as one. */
+ * with an input bound in place; so does a CNN's conv block, its relus run
+ * in batch norm and in the pool's backward; a gradient that is never
+ * stored is refused by name; the DOT file shows which tasks ran as one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -383,4 +384,187 @@ Test(fuse, a_gpu_groups_updates_queued_together) {
   if (!first_agent(AQ_AGENT_KIND_GPU).handle) cr_skip_test("skipped: no GPU");
   restart_with("AQ_FUSION", NULL);
   grouped_updates(AQ_AGENT_KIND_GPU, 1e-6f);
+}
+
+/* ---- a CNN's conv block: conv2d -> batch norm -> relu -> max-pool ----
+ * Batch norm's apply runs with relu in its write-back (its statistics
+ * still written), max-pool's backward with relu's backward; the step
+ * computes exactly what the unfused one does. Where batch norm's output
+ * has a second reader, or relu's output two pools whose backwards add up
+ * into one gradient, that pair stays apart and the other still fuses. */
+
+enum { CB = 8, CC = 4, CS = 12, CF = CC * (CS / 2) * (CS / 2), CLASSES = 10 };
+enum { CNN_PLAIN, CNN_BN_READ_TWICE, CNN_TWO_POOLS };
+enum { CP = 7 }; /* conv w, bias, gamma, beta, fc, running mean and var */
+
+typedef struct cnn {
+  aq_graph_t *g;
+  aq_tensor_t x, labels, loss, p[CP];
+  int64_t size[CP];
+} cnn_t;
+
+static aq_tensor_t cnn_tensor(cnn_t *c, int i, const char *name, aq_tensor_role_t role, uint32_t rank, const int64_t *dims) {
+  c->size[i] = 1;
+  for (uint32_t d = 0; d < rank; ++d) c->size[i] *= dims[d];
+  AQ_ASSERT_OK(aq_tensor_create(c->g, name, AQ_DTYPE_F32, role, rank, dims, &c->p[i]));
+  return c->p[i];
+}
+
+static void build_cnn(cnn_t *c, int variant) {
+  memset(c, 0, sizeof(*c));
+  AQ_ASSERT_OK(aq_graph_create(NULL, &c->g));
+  aq_graph_t *g = c->g;
+  int two = variant == CNN_TWO_POOLS;
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 4, (int64_t[]){CB, 1, CS, CS}, &c->x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){CB}, &c->labels));
+  aq_tensor_t w = cnn_tensor(c, 0, "conv.w", AQ_ROLE_PARAMETER, 4, (int64_t[]){CC, 1, 3, 3});
+  aq_tensor_t bias = cnn_tensor(c, 1, "conv.b", AQ_ROLE_PARAMETER, 1, (int64_t[]){CC});
+  aq_tensor_t gamma = cnn_tensor(c, 2, "bn.gamma", AQ_ROLE_PARAMETER, 1, (int64_t[]){CC});
+  aq_tensor_t beta = cnn_tensor(c, 3, "bn.beta", AQ_ROLE_PARAMETER, 1, (int64_t[]){CC});
+  aq_tensor_t fc = cnn_tensor(c, 4, "fc", AQ_ROLE_PARAMETER, 2, (int64_t[]){CF, CLASSES});
+  aq_tensor_t rm = cnn_tensor(c, 5, "bn.running_mean", AQ_ROLE_STATE, 1, (int64_t[]){CC});
+  aq_tensor_t rv = cnn_tensor(c, 6, "bn.running_var", AQ_ROLE_STATE, 1, (int64_t[]){CC});
+  aq_conv2d_options_t co = {.pad_h = 1, .pad_w = 1};
+  aq_batch_norm_options_t bo = {.training = 1};
+  aq_pool_options_t po = {.kernel_h = 2, .kernel_w = 2};
+  aq_tensor_t conv, bn, r, pooled, flat, logits, none = {0};
+  AQ_ASSERT_OK(aq_op_conv2d(g, c->x, w, bias, &co, &conv));
+  AQ_ASSERT_OK(aq_op_batch_norm(g, conv, gamma, beta, rm, rv, &bo, &bn));
+  AQ_ASSERT_OK(aq_op_relu(g, bn, &r));
+  if (variant == CNN_BN_READ_TWICE) { /* the normalised values must be stored for it */
+    aq_tensor_t seen;
+    AQ_ASSERT_OK(aq_op_sigmoid(g, bn, &seen));
+  }
+  AQ_ASSERT_OK(aq_op_max_pool2d(g, r, &po, &pooled));
+  AQ_ASSERT_OK(aq_op_reshape(g, pooled, 2, (int64_t[]){CB, CF}, &flat));
+  if (two) { /* logits = flat x (a second pool of r, as CF x CB): two gradients of r to add */
+    aq_tensor_t pooled2, cols;
+    AQ_ASSERT_OK(aq_op_max_pool2d(g, r, &po, &pooled2));
+    AQ_ASSERT_OK(aq_op_reshape(g, pooled2, 2, (int64_t[]){CF, CB}, &cols));
+    AQ_ASSERT_OK(aq_op_matmul(g, flat, cols, none, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  } else {
+    AQ_ASSERT_OK(aq_op_matmul(g, flat, fc, none, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  }
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, c->labels, &c->loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, c->loss));
+  aq_sgd_options_t o = {.lr = 0.05f, .momentum = 0.9f};
+  for (int i = 0; i < (two ? 4 : 5); ++i) { /* fc takes no part in the two pools' logits */
+    aq_tensor_t grad;
+    AQ_ASSERT_OK(aq_graph_gradient(g, c->p[i], &grad));
+    AQ_ASSERT_OK(aq_op_sgd(g, c->p[i], grad, &o));
+  }
+}
+
+static aq_exec_t *instantiate_cnn(cnn_t *c, uint32_t flags, aq_agent_kind_t kind) {
+  aq_exec_t *e;
+  aq_exec_options_t eo = {.flags = flags, .kernel_agent_kinds = 1u << kind};
+  AQ_ASSERT_OK(aq_graph_instantiate(c->g, &eo, &e));
+  for (int i = 0; i < CP; ++i) {
+    float *v = fill((size_t)c->size[i], 50 + i, i == 2 ? 0.2f : 0.5f);
+    if (i == 2 || i == 6) /* gamma and the running variance about 1 */
+      for (int64_t j = 0; j < c->size[i]; ++j) v[j] += 1.0f;
+    AQ_ASSERT_OK(aq_exec_write(e, c->p[i], v, (size_t)c->size[i] * 4));
+    free(v);
+  }
+  int32_t labels[CB];
+  for (int i = 0; i < CB; ++i) labels[i] = (i * 3) % CB;
+  AQ_ASSERT_OK(aq_exec_write(e, c->labels, labels, sizeof(labels)));
+  return e;
+}
+
+/* Every parameter and running statistic equal (tol 0), or within tol. */
+static void close_cnn(cnn_t *c, aq_exec_t *a, aq_exec_t *b, const char *when, float tol) {
+  for (int i = 0; i < CP; ++i) {
+    float *va = malloc((size_t)c->size[i] * 4), *vb = malloc((size_t)c->size[i] * 4);
+    AQ_ASSERT_OK(aq_exec_read(a, c->p[i], va, (size_t)c->size[i] * 4));
+    AQ_ASSERT_OK(aq_exec_read(b, c->p[i], vb, (size_t)c->size[i] * 4));
+    for (int64_t j = 0; j < c->size[i]; ++j)
+      cr_assert(tol ? fabsf(va[j] - vb[j]) <= tol * (1.0f + fabsf(vb[j])) : va[j] == vb[j],
+                "%s: parameter %d [%lld]: %.9g against %.9g", when, i, (long long)j, va[j], vb[j]);
+    free(va), free(vb);
+  }
+  float la, lb;
+  AQ_ASSERT_OK(aq_exec_read(a, c->loss, &la, 4));
+  AQ_ASSERT_OK(aq_exec_read(b, c->loss, &lb, 4));
+  cr_assert(tol ? fabsf(la - lb) <= tol * (1.0f + fabsf(lb)) : la == lb, "%s: loss %.9g against %.9g", when, la, lb);
+}
+
+static void feed_cnn(cnn_t *c, aq_exec_t *const *e, int n, unsigned seed) {
+  float *x = fill(CB * CS * CS, seed, 1.0f);
+  for (int k = 0; k < n; ++k) AQ_ASSERT_OK(aq_exec_write(e[k], c->x, x, CB * CS * CS * 4));
+  free(x);
+}
+
+static char *explain_text(aq_exec_t *e) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  cr_assert(f);
+  AQ_ASSERT_OK(aq_exec_explain(e, f));
+  fclose(f);
+  return text;
+}
+
+/* The variant's fused pairs: batch norm into relu, pool backward into
+ * relu's backward. */
+static void expect_cnn_pairs(aq_exec_t *e, size_t bn_relu, size_t pool_relu) {
+  static char dot[1 << 17];
+  read_dot(e, dot, sizeof(dot));
+  cr_assert_eq(count(dot, AQ_KERNEL_BATCH_NORM_APPLY_RELU), bn_relu, "%s", dot);
+  cr_assert_eq(count(dot, AQ_KERNEL_MAX_POOL_BWD_RELU), pool_relu, "%s", dot);
+  char *text = explain_text(e);
+  cr_assert_eq(count(text, "as " AQ_KERNEL_BATCH_NORM_APPLY_RELU), bn_relu, "%s", text);
+  cr_assert_eq(count(text, "as " AQ_KERNEL_MAX_POOL_BWD_RELU), pool_relu, "%s", text);
+  free(text);
+}
+
+static void cnn_fused_against_plain(int variant, size_t bn_relu, size_t pool_relu) {
+  cnn_t c;
+  build_cnn(&c, variant);
+  aq_exec_t *ex[2] = {instantiate_cnn(&c, 0, AQ_AGENT_KIND_CPU),
+                      instantiate_cnn(&c, AQ_EXEC_NO_FUSION | AQ_EXEC_NO_MEMORY_REUSE, AQ_AGENT_KIND_CPU)};
+  expect_cnn_pairs(ex[0], bn_relu, pool_relu);
+  expect_cnn_pairs(ex[1], 0, 0);
+  for (int s = 0; s < STEPS; ++s) {
+    feed_cnn(&c, ex, 2, 300 + s);
+    run(ex[0]), run(ex[1]);
+    close_cnn(&c, ex[0], ex[1], "a CNN step", 0.0f);
+  }
+  AQ_ASSERT_OK(aq_exec_destroy(ex[0]));
+  AQ_ASSERT_OK(aq_exec_destroy(ex[1]));
+  AQ_ASSERT_OK(aq_graph_destroy(c.g));
+}
+
+Test(fuse, a_conv_blocks_relus_run_in_batch_norm_and_the_pools_backward) {
+  cnn_fused_against_plain(CNN_PLAIN, 1, 1);
+}
+
+Test(fuse, a_normalised_tensor_read_twice_or_a_gradient_added_up_stays_apart) {
+  cnn_fused_against_plain(CNN_BN_READ_TWICE, 0, 1);
+  cnn_fused_against_plain(CNN_TWO_POOLS, 1, 0);
+}
+
+/* On a GPU (fusion its default) the same pairs fuse, and the step trains
+ * as the GPU's unfused one (within the contractions of the other fused
+ * updates) and as the CPU's (within the two builds' sums). */
+Test(fuse, a_gpu_fuses_a_conv_blocks_relus) {
+  if (!first_agent(AQ_AGENT_KIND_GPU).handle) cr_skip_test("skipped: no GPU");
+  restart_with("AQ_FUSION", NULL);
+  cnn_t c;
+  build_cnn(&c, CNN_PLAIN);
+  aq_exec_t *ex[3] = {instantiate_cnn(&c, 0, AQ_AGENT_KIND_GPU),
+                      instantiate_cnn(&c, AQ_EXEC_NO_FUSION | AQ_EXEC_NO_MEMORY_REUSE, AQ_AGENT_KIND_GPU),
+                      instantiate_cnn(&c, AQ_EXEC_NO_FUSION | AQ_EXEC_NO_MEMORY_REUSE, AQ_AGENT_KIND_CPU)};
+  expect_cnn_pairs(ex[0], 1, 1);
+  static char dot[1 << 17];
+  read_dot(ex[0], dot, sizeof(dot));
+  cr_assert(strstr(dot, "kernels-cuda.fatbin"), "%s", dot);
+  for (int s = 0; s < STEPS; ++s) {
+    feed_cnn(&c, ex, 3, 400 + s);
+    run(ex[0]), run(ex[1]), run(ex[2]);
+    close_cnn(&c, ex[0], ex[1], "GPU fused against GPU unfused", 1e-5f);
+    close_cnn(&c, ex[0], ex[2], "GPU fused against the CPU", 1e-3f);
+  }
+  for (int k = 0; k < 3; ++k) AQ_ASSERT_OK(aq_exec_destroy(ex[k]));
+  AQ_ASSERT_OK(aq_graph_destroy(c.g));
 }

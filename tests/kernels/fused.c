@@ -2,7 +2,8 @@
  * aq_sgd_momentum_f32 or aq_relu_bwd_f32), element for element: the fused
  * write-back must compute what the two kernels do, on every path of the
  * GEMM (narrow, one A block, blocked; one depth slice or several); and
- * aq_sum_rows_sgd_f32 against aq_sum_rows_f32 then the SGD update. */
+ * aq_sum_rows_sgd_f32 against aq_sum_rows_f32 then the SGD update; the
+ * conv block's fused batch norm and pool backward against their pairs. */
 #include <string.h>
 
 #include "kernels.h"
@@ -150,4 +151,92 @@ Test(fused, sgd_of_a_sum_over_rows_equals_sum_rows_then_sgd) {
     }
     free(x), free(g), free(w), free(v), free(w2), free(v2);
   }
+}
+
+/* A conv block's pairs: aq_batch_norm_apply_relu_f32 against _apply then
+ * relu, and aq_max_pool2d_bwd_relu_f32 against the pool's backward then
+ * relu's, bit for bit (the fused kernels share the pair's loops). */
+
+/* One shape, training and inference, over `slices` slices and a grid of
+ * `wg`-item groups: y and every statistic equal. */
+static void bn_relu_case(int64_t n, int64_t c, int64_t hw, int32_t slices, uint16_t wg, int training) {
+  int64_t total = n * c * hw;
+  float *x = rnd((size_t)total, 30), *g = rnd((size_t)c, 31), *b = rnd((size_t)c, 32);
+  float *y = rnd((size_t)total, 33), *r = rnd((size_t)total, 34), *r2 = rnd((size_t)total, 35);
+  float *pc = calloc((size_t)(8 * c), sizeof(float)); /* mean, rstd, running mean and var: twice */
+  for (int64_t i = 0; i < c; ++i) pc[3 * c + i] = pc[7 * c + i] = 1.0f + 0.5f * (float)i, pc[2 * c + i] = pc[6 * c + i] = 0.1f;
+  double *partial = calloc((size_t)(c * slices * 2), sizeof(double));
+  aq_batch_norm_args_t a = {x, g, b, y, pc, pc + c, pc + 2 * c, pc + 3 * c, NULL, NULL, NULL, NULL, n, c, hw,
+                            1e-5f, 0.1f, training, slices, partial};
+  aq_dispatch_shape_t grid = {{aq_grid_items(c * slices), 1, 1}, {wg, 1, 1}};
+  if (training) AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_STATS, &a, grid));
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_APPLY, &a, grid));
+  aq_relu_args_t rl = {y, NULL, r, total};
+  AQ_ASSERT_OK(run(AQ_KERNEL_RELU, &rl, aq_elementwise_grid(total)));
+  aq_batch_norm_args_t f = a; /* the partial sums stay: _apply only reads them */
+  f.y = r2, f.mean = pc + 4 * c, f.rstd = pc + 5 * c, f.running_mean = pc + 6 * c, f.running_var = pc + 7 * c;
+  AQ_ASSERT_OK(run(AQ_KERNEL_BATCH_NORM_APPLY_RELU, &f, grid));
+  int64_t cut = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    cr_assert_eq(r2[i], r[i], "%lldx%lldx%lld, %d slices: y[%lld] = %.9g fused, %.9g unfused", (long long)n,
+                 (long long)c, (long long)hw, slices, (long long)i, r2[i], r[i]);
+    cut += r[i] == 0.0f;
+  }
+  cr_assert(total < 64 || (cut > 0 && cut < total), "relu must cut some values and pass others (%lld of %lld cut)",
+            (long long)cut, (long long)total);
+  for (int k = 0; k < 4; ++k)
+    for (int64_t i = 0; training && i < c; ++i)
+      cr_assert_eq(pc[(4 + k) * c + i], pc[k * c + i], "statistic %d of channel %lld", k, (long long)i);
+  free(x), free(g), free(b), free(y), free(r), free(r2), free(pc), free(partial);
+}
+
+Test(fused, batch_norm_with_relu_equals_batch_norm_then_relu) {
+  const int64_t shapes[][3] = {{1, 1, 4}, {5, 2, 33}, {64, 6, 784}, {64, 16, 100}, {3, 6, 2000}};
+  for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); ++i) {
+    int64_t n = shapes[i][0], c = shapes[i][1], hw = shapes[i][2];
+    for (int training = 0; training < 2; ++training) {
+      bn_relu_case(n, c, hw, aq_batch_norm_slices(n, c, hw), 1, training);
+      bn_relu_case(n, c, hw, 7, 3, training); /* slices cut planes; groups of 3 items */
+    }
+  }
+}
+
+/* Max-pool's forward on x, then its backward and relu's (mask: x, as where
+ * the pool reads relu's output) against the fused backward. */
+static void pool_relu_case(int64_t planes, int64_t h, int64_t w, int32_t k, int32_t stride, int32_t pad) {
+  aq_pool_args_t a = {.planes = planes, .h = h, .w = w, .kh = k, .kw = k, .stride_h = stride, .stride_w = stride,
+                      .pad_h = pad, .pad_w = pad};
+  a.p = (h + 2 * pad - k) / stride + 1, a.q = (w + 2 * pad - k) / stride + 1;
+  int64_t in = planes * h * w, out = planes * a.p * a.q;
+  float *x = rnd((size_t)in, 40), *y = rnd((size_t)out, 41), *dy = rnd((size_t)out, 42);
+  float *g = rnd((size_t)in, 43), *dx = rnd((size_t)in, 44), *dx2 = rnd((size_t)in, 45);
+  for (int64_t i = 0; i < in; ++i) x[i] = x[i] > 0 ? x[i] : 0; /* relu's output: about half zero */
+  int32_t *arg = malloc((size_t)out * sizeof(int32_t));
+  a.x = x, a.y = y, a.argmax = arg, a.dy = dy, a.dx = g;
+  AQ_ASSERT_OK(run(AQ_KERNEL_MAX_POOL, &a, aq_planes_grid(planes)));
+  AQ_ASSERT_OK(run(AQ_KERNEL_MAX_POOL_BWD, &a, aq_planes_grid(planes)));
+  aq_relu_args_t r = {x, g, dx, in};
+  AQ_ASSERT_OK(run(AQ_KERNEL_RELU_BWD, &r, aq_elementwise_grid(in)));
+  aq_pool_relu_bwd_args_t f = {a, x};
+  f.pool.dx = dx2;
+  AQ_ASSERT_OK(run(AQ_KERNEL_MAX_POOL_BWD_RELU, &f, aq_planes_grid(planes)));
+  int64_t passed = 0;
+  for (int64_t i = 0; i < in; ++i) {
+    cr_assert_eq(dx2[i], dx[i], "%lld planes of %lldx%lld, window %d stride %d pad %d: dx[%lld] = %.9g fused, %.9g "
+                 "unfused", (long long)planes, (long long)h, (long long)w, k, stride, pad, (long long)i, dx2[i], dx[i]);
+    passed += dx[i] != 0.0f;
+  }
+  cr_assert(passed > 0, "some gradient must pass the mask");
+  f.mask = NULL; /* outside the rules: a fault, nothing written */
+  memcpy(dx2, g, (size_t)in * 4);
+  cr_assert_eq(run(AQ_KERNEL_MAX_POOL_BWD_RELU, &f, aq_planes_grid(planes)), AQ_ERROR_KERNEL_FAULT);
+  cr_assert(!memcmp(dx2, g, (size_t)in * 4), "a refused backward wrote dx");
+  free(x), free(y), free(dy), free(g), free(dx), free(dx2), free(arg);
+}
+
+Test(fused, max_pool_backward_with_relu_equals_the_pair) {
+  pool_relu_case(64 * 6, 28, 28, 2, 2, 0);  /* the CNN's first block */
+  pool_relu_case(64 * 16, 10, 10, 2, 2, 0); /* its second */
+  pool_relu_case(5, 9, 7, 3, 1, 1);         /* overlapping windows: an input gathers several outputs */
+  pool_relu_case(3, 11, 13, 3, 2, 1);       /* padding, odd sizes */
 }

@@ -226,3 +226,130 @@ Test(fuse_pairs, an_mlp_step_fuses_every_gradient_and_relu_mask) {
   cr_assert_eq(f.f.count, 8);
   fused_free(&f, g);
 }
+
+/* A conv block's training step: conv2d -> batch norm -> relu -> max-pool
+ * -> a dense layer, backward. variant 1: batch norm's output read twice;
+ * 2: relu's output pooled twice, its gradient added up from both. */
+static aq_graph_t *conv_block(int variant, aq_tensor_t *normalised, aq_tensor_t *mean) {
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  aq_tensor_t x, labels, w, bias, gamma, beta, rm, rv, fc, c, b, r, p, flat, logits, loss, none = {0};
+  AQ_ASSERT_OK(aq_tensor_create(g, "x", AQ_DTYPE_F32, AQ_ROLE_INPUT, 4, (int64_t[]){4, 1, 8, 8}, &x));
+  AQ_ASSERT_OK(aq_tensor_create(g, "labels", AQ_DTYPE_I32, AQ_ROLE_INPUT, 1, (int64_t[]){4}, &labels));
+  AQ_ASSERT_OK(aq_tensor_create(g, "w", AQ_DTYPE_F32, AQ_ROLE_PARAMETER, 4, (int64_t[]){3, 1, 3, 3}, &w));
+  bias = make(g, "bias", AQ_ROLE_PARAMETER, 3, 0), gamma = make(g, "gamma", AQ_ROLE_PARAMETER, 3, 0);
+  beta = make(g, "beta", AQ_ROLE_PARAMETER, 3, 0), rm = make(g, "rm", AQ_ROLE_STATE, 3, 0);
+  rv = make(g, "rv", AQ_ROLE_STATE, 3, 0), fc = make(g, "fc", AQ_ROLE_PARAMETER, 48, 4);
+  aq_conv2d_options_t co = {.pad_h = 1, .pad_w = 1};
+  aq_batch_norm_options_t bo = {.training = 1};
+  aq_pool_options_t po = {.kernel_h = 2, .kernel_w = 2};
+  AQ_ASSERT_OK(aq_op_conv2d(g, x, w, bias, &co, &c));
+  AQ_ASSERT_OK(aq_op_batch_norm(g, c, gamma, beta, rm, rv, &bo, &b));
+  AQ_ASSERT_OK(aq_op_relu(g, b, &r));
+  if (variant == 1) {
+    aq_tensor_t again;
+    AQ_ASSERT_OK(aq_op_relu(g, b, &again));
+  }
+  AQ_ASSERT_OK(aq_op_max_pool2d(g, r, &po, &p));
+  AQ_ASSERT_OK(aq_op_reshape(g, p, 2, (int64_t[]){4, 48}, &flat));
+  if (variant == 2) {
+    aq_tensor_t p2, cols;
+    AQ_ASSERT_OK(aq_op_max_pool2d(g, r, &po, &p2));
+    AQ_ASSERT_OK(aq_op_reshape(g, p2, 2, (int64_t[]){48, 4}, &cols));
+    AQ_ASSERT_OK(aq_op_matmul(g, flat, cols, none, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  } else {
+    AQ_ASSERT_OK(aq_op_matmul(g, flat, fc, none, 0, 0, AQ_ACTIVATION_NONE, &logits));
+  }
+  AQ_ASSERT_OK(aq_op_softmax_xent(g, logits, labels, &loss));
+  AQ_ASSERT_OK(aq_graph_backward(g, loss));
+  *normalised = b;
+  mean->id = g->tasks[task_of(g, AQ_KERNEL_BATCH_NORM_APPLY, 0)].writes[1];
+  return g;
+}
+
+/* The fused pairs of f by rule: batch norm into relu, pool into relu's
+ * backward; whatever followed a product now follows its consumer. */
+static void count_conv_pairs(const aq_graph_t *g, const fused_t *f, uint32_t *bn_relu, uint32_t *pool_relu) {
+  *bn_relu = *pool_relu = 0;
+  for (uint32_t t = 0; t < g->ntasks; ++t) {
+    uint32_t m = f->f.product[t];
+    if (m == UINT32_MAX) continue;
+    *bn_relu += !strcmp(g->tasks[m].kernel, AQ_KERNEL_BATCH_NORM_APPLY) && !strcmp(g->tasks[t].kernel, AQ_KERNEL_RELU);
+    *pool_relu += !strcmp(g->tasks[m].kernel, AQ_KERNEL_MAX_POOL_BWD) && !strcmp(g->tasks[t].kernel, AQ_KERNEL_RELU_BWD);
+    for (uint32_t u = 0; u < g->ntasks; ++u)
+      for (uint32_t j = 0; u != t && j < f->plan.tasks[u].npreds; ++j)
+        if (f->plan.tasks[u].preds[j] == m) {
+          int after = 0;
+          for (uint32_t i = 0; i < f->plan.tasks[u].npreds; ++i) after |= f->plan.tasks[u].preds[i] == t;
+          cr_assert(after, "task %u follows product %u but not its consumer %u", u, m, t);
+        }
+  }
+}
+
+Test(fuse_pairs, a_conv_blocks_relus_run_in_batch_norm_and_the_pools_backward) {
+  aq_tensor_t b, mean;
+  aq_graph_t *g = conv_block(0, &b, &mean);
+  uint32_t bn = task_of(g, AQ_KERNEL_BATCH_NORM_APPLY, 0), relu = task_of(g, AQ_KERNEL_RELU, 0);
+  uint32_t pool = task_of(g, AQ_KERNEL_MAX_POOL_BWD, 0), mask = task_of(g, AQ_KERNEL_RELU_BWD, 0);
+  cr_assert_gt(g->tasks[bn].nwrites, 1, "batch norm also writes its statistics");
+  fused_t f;
+  fuse_on(g, 2, NULL, ALL_FORMS, 0, UINT32_MAX, 0, &f);
+  uint32_t bn_relu, pool_relu;
+  count_conv_pairs(g, &f, &bn_relu, &pool_relu);
+  cr_assert(bn_relu == 1 && pool_relu == 1, "%u, %u", bn_relu, pool_relu);
+  cr_assert_eq(f.f.product[relu], bn);
+  cr_assert_eq(f.f.product[mask], pool);
+  cr_assert_eq(f.f.unstored[b.id], relu, "the normalised values go straight to relu's output");
+  cr_assert_eq(f.f.unstored[mean.id], UINT32_MAX, "the statistics are still stored");
+  cr_assert_eq(aq_fuse_consumer_of(&f.f, &g->tasks[bn]), relu);
+  cr_assert_str_eq(aq_fuse_kernel(&f.f, relu), AQ_KERNEL_BATCH_NORM_APPLY_RELU);
+  cr_assert_str_eq(aq_fuse_kernel(&f.f, mask), AQ_KERNEL_MAX_POOL_BWD_RELU);
+  cr_assert_eq(aq_fuse_kernarg_size(&f.f, mask), sizeof(aq_pool_relu_bwd_args_t));
+  cr_assert_eq(aq_fuse_lr_offset(&f.f, relu), SIZE_MAX);
+  fused_free(&f, g);
+}
+
+Test(fuse_pairs, a_normalised_tensor_read_twice_or_a_gradient_added_up_stays_apart) {
+  for (int variant = 1; variant <= 2; ++variant) {
+    aq_tensor_t b, mean;
+    aq_graph_t *g = conv_block(variant, &b, &mean);
+    fused_t f;
+    fuse_on(g, 2, NULL, ALL_FORMS, 0, UINT32_MAX, 0, &f);
+    uint32_t bn_relu, pool_relu;
+    count_conv_pairs(g, &f, &bn_relu, &pool_relu);
+    if (variant == 1) /* a second relu reads batch norm's output */
+      cr_assert(bn_relu == 0 && pool_relu == 1, "%u, %u", bn_relu, pool_relu);
+    else /* both pools' backwards write relu's dy: two writers */
+      cr_assert(bn_relu == 1 && pool_relu == 0, "%u, %u", bn_relu, pool_relu);
+    fused_free(&f, g);
+  }
+}
+
+/* Without the rule's leave to keep other outputs, a product writing several
+ * stays apart: the fused kernel might not write them. */
+Test(fuse_pairs, a_product_with_other_outputs_fuses_only_where_its_rule_keeps_them) {
+  aq_tensor_t b, mean;
+  aq_graph_t *g = conv_block(0, &b, &mean);
+  uint32_t bn_rule = rule(AQ_KERNEL_BATCH_NORM_APPLY, AQ_KERNEL_RELU);
+  const aq_op_fusion_t *r = &lib->table->fusions[__builtin_ctz(bn_rule)];
+  cr_assert(r->flags & AQ_OP_FUSE_KEEPS_OTHER_OUTPUTS);
+  /* the library's table is read-only: the same rule without the flag, in a copy */
+  aq_op_fusion_t rules[32];
+  cr_assert_leq(lib->table->fusion_count, 32);
+  memcpy(rules, lib->table->fusions, lib->table->fusion_count * sizeof(rules[0]));
+  rules[__builtin_ctz(bn_rule)].flags = 0;
+  aq_op_table_t table = *lib->table;
+  table.fusions = rules;
+  oplib_t copy = *lib;
+  copy.table = &table;
+  fused_t f;
+  static const uint32_t one_agent[UNITS_LANES_MAX] = {0};
+  uint32_t fuses[1] = {ALL_FORMS};
+  AQ_ASSERT_OK(units_plan(g, 2, &f.plan));
+  fuse_in_t in = {g, 2, one_agent, &copy, fuses, 0};
+  AQ_ASSERT_OK(aq_fuse_plan(&in, &f.plan, &f.f));
+  uint32_t bn_relu, pool_relu;
+  count_conv_pairs(g, &f, &bn_relu, &pool_relu);
+  cr_assert(bn_relu == 0 && pool_relu == 1, "%u, %u", bn_relu, pool_relu);
+  fused_free(&f, g);
+}

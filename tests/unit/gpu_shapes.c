@@ -1,7 +1,8 @@
 /* The GPU builds' work plans (ops_gpu.h), checked where no GPU runs them:
  * every weight of a filter in exactly one run of the backward filter, the
  * split build's grid a whole number of clusters, and the split taken where
- * the plain build would leave an H100's SMs idle. */
+ * the plain build would leave an H100's SMs idle; fused kernels launched
+ * as their products. */
 #include <criterion/criterion.h>
 
 #include "kernels/cuda/launch.h"
@@ -71,4 +72,30 @@ Test(gpu_shapes, batch_norm_slices_fill_the_gpu) {
       cr_assert_eq(sh.workgroup[0], AQ_GPU_BLOCK);
     }
   }
+}
+
+/* A fused kernel launches as its product (kernel.h's aq_op_fusion_t): the
+ * conv block's fused batch norm and pool backward take their products'
+ * shapes, and their variants are their own names. */
+static int same_shape(aq_dispatch_shape_t a, aq_dispatch_shape_t b) { /* field by field: the struct has padding */
+  for (int d = 0; d < 3; ++d)
+    if (a.grid[d] != b.grid[d] || a.workgroup[d] != b.workgroup[d]) return 0;
+  return 1;
+}
+
+Test(gpu_shapes, the_conv_blocks_fused_kernels_launch_as_their_products) {
+  aq_batch_norm_args_t bn = {.n = 256, .c = 6, .hw = 784};
+  bn.slices = aq_batch_norm_slices(bn.n, bn.c, bn.hw);
+  aq_pool_relu_bwd_args_t pool = {.pool = {.planes = 256 * 6, .h = 28, .w = 28, .p = 14, .q = 14, .kh = 2, .kw = 2,
+                                           .stride_h = 2, .stride_w = 2}};
+  aq_dispatch_shape_t cpu = aq_planes_grid(bn.c * bn.slices);
+  aq_dispatch_shape_t a = aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM_APPLY_RELU, &bn, cpu);
+  aq_dispatch_shape_t b = aq_gpu_op_shape(AQ_KERNEL_BATCH_NORM_APPLY, &bn, cpu);
+  cr_assert(same_shape(a, b) && a.workgroup[0] == AQ_GPU_BLOCK);
+  cpu = aq_planes_grid(pool.pool.planes);
+  a = aq_gpu_op_shape(AQ_KERNEL_MAX_POOL_BWD_RELU, &pool, cpu);
+  b = aq_gpu_op_shape(AQ_KERNEL_MAX_POOL_BWD, &pool.pool, cpu);
+  cr_assert(same_shape(a, b) && a.grid[0] == 256 * 6 * 14 * 14, "2x2 windows tile the plane: a thread a window");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_BATCH_NORM_APPLY_RELU, &bn), AQ_KERNEL_BATCH_NORM_APPLY_RELU);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MAX_POOL_BWD_RELU, &pool), AQ_KERNEL_MAX_POOL_BWD_RELU);
 }

@@ -24,10 +24,13 @@ Test(oplib, optimizers_and_products_are_known_by_their_description) {
                offsetof(aq_matmul_fused_args_t, mm) + offsetof(aq_matmul_args_t, precision));
   cr_assert_eq(aq_oplib_precision_offset(lib, AQ_KERNEL_SGD), AQ_OP_FIELD_NONE);
   cr_assert_null(aq_oplib_find(lib, "aq_no_such_kernel"));
-  cr_assert_null(aq_oplib_find(lib, AQ_KERNEL_RELU), "relu has nothing to say: no entry");
-  /* relu's backward is the consumer of one rule, SGD of two */
-  const oplib_entry_t *relu_bwd = aq_oplib_find(lib, AQ_KERNEL_RELU_BWD), *sgd = aq_oplib_find(lib, AQ_KERNEL_SGD);
-  cr_assert(relu_bwd && __builtin_popcount(relu_bwd->consumes) == 1);
+  cr_assert_null(aq_oplib_find(lib, AQ_KERNEL_TANH), "tanh has nothing to say: no entry");
+  /* relu is the consumer of one rule (batch norm's), its backward of two
+   * (a matmul's, max-pool's), SGD of two */
+  const oplib_entry_t *relu = aq_oplib_find(lib, AQ_KERNEL_RELU), *relu_bwd = aq_oplib_find(lib, AQ_KERNEL_RELU_BWD);
+  const oplib_entry_t *sgd = aq_oplib_find(lib, AQ_KERNEL_SGD);
+  cr_assert(relu && !relu->op && __builtin_popcount(relu->consumes) == 1);
+  cr_assert(relu_bwd && __builtin_popcount(relu_bwd->consumes) == 2);
   cr_assert(sgd && __builtin_popcount(sgd->consumes) == 2);
   cr_assert_str_eq(aq_oplib_build(lib, AQ_AGENT_KIND_CPU), "kernels-cpu.so");
   cr_assert_str_eq(aq_oplib_build(lib, AQ_AGENT_KIND_GPU), "kernels-cuda.fatbin");
