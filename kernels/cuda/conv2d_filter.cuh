@@ -130,14 +130,14 @@ __device__ __forceinline__ void flush_sums(float (&acc)[T][T], float &dbias, flo
   dbias = 0.0f;
 }
 
-// Sums channel c's runs of the staged images in buf into acc (and dbias
-// where c is 0 and the bias is wanted): lane `me` of `lanes` takes runs me,
-// me + lanes, ..., output rows varying fastest (rows a window row apart
-// are in different banks).
+// Sums channel c's runs (of len columns) of the staged images in buf into
+// acc (and dbias where c is 0 and the bias is wanted): lane `me` of `lanes`
+// takes runs me, me + lanes, ..., output rows varying fastest (rows a
+// window row apart are in different banks).
 template <int T, int R>
 __device__ __forceinline__ void filter_stage(const aq_conv2d_args_t &a, const dims &d, const staged_dims &sd, const float *buf,
-                                    int nb, int c, int me, int lanes, float (&acc)[T][T], float &dbias) {
-  const int len = run_length<T>(nb * d.p, d.q, lanes), runs = (d.q + len - 1) / len, items = nb * d.p * runs;
+                                    int nb, int c, int me, int lanes, int len, float (&acc)[T][T], float &dbias) {
+  const int runs = (d.q + len - 1) / len, items = nb * d.p * runs;
   const bool bias = c == 0 && a.dbias;
   const float *dys = buf + sd.images * sd.window, *xc = buf + c * d.hs * d.ws;
   for (int it = me; it < items; it += lanes) {
@@ -163,6 +163,7 @@ __device__ void backward_filter_staged_taps(const aq_conv2d_args_t &a) {
   const int64_t n0 = a.n * rank / ranks, n1 = a.n * (rank + 1) / ranks;
   const int64_t clusters = grid_blocks() / S > 0 ? grid_blocks() / S : 1;
   const int stages = (int)((n1 - n0 + sd.images - 1) / sd.images);
+  const int len = run_length<T>(sd.images * d.p, d.q, subs * 32); /* a full stage's (the last may hold fewer) */
   for (int64_t k = grid_block() / S; k < a.k; k += clusters) {
     __syncthreads(); /* the last filter's sums are read */
     for (int i = t; i < subs * d.c * U; i += nt) red[i] = 0.0f;
@@ -184,7 +185,7 @@ __device__ void backward_filter_staged_taps(const aq_conv2d_args_t &a) {
       __syncthreads();
       const int nb = (int)min((int64_t)sd.images, n1 - b0);
       for (int c = slot; c < d.c; c += slots) {
-        filter_stage<T, R>(a, d, sd, tiled_smem + (st & 1) * half, nb, c, sub * 32 + lane, subs * 32, acc, dbias);
+        filter_stage<T, R>(a, d, sd, tiled_smem + (st & 1) * half, nb, c, sub * 32 + lane, subs * 32, len, acc, dbias);
         if (!one) flush_sums<T>(acc, dbias, red + (sub * d.c + c) * U);
       }
       __syncthreads(); /* this buffer is staged again at st + 2 */

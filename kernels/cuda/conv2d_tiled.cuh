@@ -113,19 +113,23 @@ template <typename E>
 __device__ inline void stage_windows(const dims &d, const E *x, int nb, float *dst) {
   if (d.flat) return stage_flat(dst, x, nb * d.c * d.h * d.w);
   const int t = block_thread(), nt = block_threads(), width = nt % 32 ? 1 : 32;
-  const int lane = t % width, step = nt / width, rows = d.c * d.hs;
-  int rem = t / width, img = 0;
-  for (; rem >= rows; rem -= rows) ++img;
-  for (; img < nb; img += (rem += step) / rows, rem %= rows) {
-    const int c = rem / d.hs, row = rem - c * d.hs, ih = row - d.ph;
+  const int lane = t % width, step = nt / width;
+  /* this thread's first row (image, channel, window row), then stepped
+   * without dividing: a division a row cost more than the row's copies */
+  int row = t / width, c = row / d.hs, img = c / d.c;
+  row -= c * d.hs, c -= img * d.c;
+  for (; img < nb;) {
+    const int ih = row - d.ph;
     const E *src = x + ((int64_t)img * d.c + c) * d.h * d.w + (int64_t)ih * d.w;
-    float *to = dst + (img * rows + rem) * d.ws;
+    float *to = dst + ((img * d.c + c) * d.hs + row) * d.ws;
     const bool row_in = (unsigned)ih < (unsigned)d.h;
     for (int col = lane; col < d.cols; col += width) {
       const int iw = col - d.pw;
       const bool in = row_in && (unsigned)iw < (unsigned)d.w;
       stage_one(to + col, in ? src + iw : x, in);
     }
+    for (row += step; row >= d.hs; row -= d.hs)
+      if (++c == d.c) c = 0, ++img;
   }
 }
 
