@@ -7,8 +7,11 @@
 
 AQ_KERNEL void aq_conv2d_f32(aq_conv2d_args_t a) {
   if (!a.x || !a.w || !a.y || !conv::valid(a)) return;
-  if (conv::tiled(a, 0)) conv::forward_tiled(a);
-  else conv::forward(a, a.x, a.w);
+  if (!conv::tiled(a, 0)) return conv::forward(a, a.x, a.w);
+  const int taps = conv::one_channel_taps(a);
+  if (taps == 3) conv::forward_one_channel<3>(a);
+  else if (taps == 5) conv::forward_one_channel<5>(a);
+  else conv::forward_tiled(a);
 }
 
 AQ_KERNEL void aq_conv2d_bwd_data_f32(aq_conv2d_args_t a) {

@@ -186,6 +186,56 @@ __device__ void forward_tiled(const aq_conv2d_args_t &a) {
   });
 }
 
+// A filter of one channel and at most T x T taps, unit column stride and
+// dilation (a network's first layer on grayscale images): a thread takes
+// filter k at output row p, QB columns from q0, the filter's taps in
+// registers, so a window row of QB + T - 1 values feeds QB * s FMAs, where
+// forward_tiled loads KB weights and a value for KB FMAs (and, for fewer
+// filters than KB, sums dummies). The sums are added in forward_tiled's
+// order: the same results.
+constexpr int QB = 4;
+template <int T>
+__device__ void forward_one_channel(const aq_conv2d_args_t &a) {
+  const dims d(a);
+  const int runs = (d.q + QB - 1) / QB, items = d.k * d.p * runs, last = d.cols - 1;
+  float *xs = tiled_smem, *wsm = xs + d.hs * d.ws;
+  stage_weights(a, wsm, d.k * d.crs);
+  per_image(a, items, [&](int64_t n) { stage_windows(d, a.x + n * d.h * d.w, 1, xs); }, [&](int64_t n, int it) {
+      const int run = it % runs, rest = it / runs, p = rest % d.p, k = rest / d.p, q0 = run * QB;
+      float w[T][T], acc[QB];
+#pragma unroll
+      for (int r = 0; r < T; ++r)
+#pragma unroll
+        for (int s = 0; s < T; ++s) w[r][s] = r < d.r && s < d.s ? wsm[k * d.crs + r * d.s + s] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < QB; ++j) acc[j] = 0.0f;
+#pragma unroll
+      for (int r = 0; r < T; ++r) {
+        if (r >= d.r) break;
+        const float *xr = xs + (p * d.sh + r * d.dh) * d.ws;
+        float v[QB + T - 1];
+#pragma unroll
+        for (int i = 0; i < QB + T - 1; ++i) v[i] = xr[min(q0 + i, last)];
+#pragma unroll
+        for (int s = 0; s < T; ++s)
+#pragma unroll
+          for (int j = 0; j < QB; ++j)
+            if (s < d.s) acc[j] = fmaf(w[r][s], v[j + s], acc[j]);
+      }
+      float *y = a.y + ((n * d.k + k) * d.p + p) * d.q;
+      const float b = a.bias ? a.bias[k] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < QB; ++j)
+        if (q0 + j < d.q) y[q0 + j] = acc[j] + b;
+  });
+}
+
+// Whether forward_one_channel<3> (3) or <5> (5) takes the forward.
+__device__ inline int one_channel_taps(const aq_conv2d_args_t &a) {
+  if (a.c != 1 || a.stride_w != 1 || a.dil_w != 1 || a.r > 5 || a.s > 5) return 0;
+  return a.r <= 3 && a.s <= 3 ? 3 : 5;
+}
+
 // The output index o (row or column) whose window reaches input index i
 // through tap t, or -1.
 __device__ __forceinline__ int tap_source(int i, int pad, int t, int dil, int stride, int limit) {

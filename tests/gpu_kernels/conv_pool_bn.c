@@ -24,6 +24,7 @@ static const conv_case_t conv_cases[] = {
     {2, 2, 12, 12, 3, 3, 9, 1, 1, 4, 4, 1, 1}, /* 9 taps a filter row: the direct backward filter */
     {2, 3, 11, 10, 5, 3, 3, 2, 1, 1, 1, 2, 1}, /* row stride and dilation 2, columns 1: staged backward filter */
     {37, 2, 10, 12, 3, 5, 4, 1, 1, 1, 2, 1, 1}, /* 4 taps a row of 5 kept, an odd batch over several stages */
+    {3, 1, 11, 9, 5, 3, 2, 2, 1, 1, 0, 2, 1},  /* one channel, 3 x 2 taps: the forward's taps in registers */
 };
 
 /* launch: 0 the scheduler's build and shape, 1 the CPU grid, 2 the split
