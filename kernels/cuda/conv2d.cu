@@ -16,8 +16,10 @@ AQ_KERNEL void aq_conv2d_f32(aq_conv2d_args_t a) {
 
 AQ_KERNEL void aq_conv2d_bwd_data_f32(aq_conv2d_args_t a) {
   if (!a.w || !a.dy || !a.dx || !conv::valid(a)) return;
-  if (conv::tiled(a, 1)) conv::backward_data_tiled(a);
-  else conv::backward_data(a, a.w, a.dy);
+  if (!conv::tiled(a, 1)) conv::backward_data(a, a.w, a.dy);
+  else if (!aq_conv2d_data_runs(&a)) conv::backward_data_tiled(a);
+  else if (a.c == 1) a.s <= 3 ? conv::backward_data_runs<3, 1>(a) : conv::backward_data_runs<5, 1>(a);
+  else a.s <= 3 ? conv::backward_data_runs<3, 2>(a) : conv::backward_data_runs<5, 2>(a);
 }
 
 AQ_KERNEL void __launch_bounds__(AQ_GPU_CONV2D_TILED_FILTER_BLOCK) aq_conv2d_bwd_filter_f32(aq_conv2d_args_t a) {

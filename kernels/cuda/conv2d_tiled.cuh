@@ -277,6 +277,60 @@ __device__ void backward_data_tiled(const aq_conv2d_args_t &a) {
   });
 }
 
+// Backward data with unit strides and dilations (launch.h,
+// aq_conv2d_data_runs): a thread takes a run of QB input columns of a row
+// and CB channels. For each tap row and filter, QB + T - 1 dy values (a
+// ring the unrolled loops name at compile time, taps read mirrored) and CB
+// weights a tap feed CB * QB * s FMAs, where backward_data_tiled loads a dy
+// value and KB weights for KB FMAs; and with fewer channels a thread, a
+// small plane still gives the block's threads work.
+template <int T, int CB>
+__device__ void backward_data_runs(const aq_conv2d_args_t &a) {
+  const dims d(a);
+  const int pq = d.p * d.q, hw = d.h * d.w, groups = (d.c + CB - 1) / CB, runs = (d.w + QB - 1) / QB;
+  float *dys = tiled_smem, *wsm = dys + d.k * pq;
+  stage_weights(a, wsm, d.k * d.crs);
+  per_image(a, groups * d.h * runs, [&](int64_t n) { stage_flat(dys, a.dy + n * d.k * pq, d.k * pq); }, [&](int64_t n, int it) {
+      const int run = it % runs, r1 = it / runs, ih = r1 % d.h, g = r1 / d.h;
+      const int iw0 = run * QB, c0 = g * CB, qb = iw0 + d.pw - (d.s - 1);
+      int coff[CB];
+      float acc[CB][QB];
+#pragma unroll
+      for (int j = 0; j < CB; ++j) {
+        coff[j] = (c0 + j < d.c ? c0 + j : d.c - 1) * d.rs;
+#pragma unroll
+        for (int u = 0; u < QB; ++u) acc[j][u] = 0.0f;
+      }
+      for (int r = 0; r < d.r; ++r) {
+        const int p = ih + d.ph - r;
+        if (p < 0 || p >= d.p) continue;
+        for (int k = 0; k < d.k; ++k) {
+          const float *dyr = dys + k * pq + p * d.q;
+          float v[QB + T - 1]; /* v[i]: dy at column qb + i, 0 off the plane */
+#pragma unroll
+          for (int i = 0; i < QB + T - 1; ++i) v[i] = (unsigned)(qb + i) < (unsigned)d.q ? dyr[qb + i] : 0.0f;
+          const float *wk = wsm + k * d.crs + r * d.s + d.s - 1; /* tap s - 1 - m at wk[-m] */
+#pragma unroll
+          for (int m = 0; m < T; ++m) {
+            if (m >= d.s) break;
+#pragma unroll
+            for (int j = 0; j < CB; ++j) {
+              const float w = wk[coff[j] - m];
+#pragma unroll
+              for (int u = 0; u < QB; ++u) acc[j][u] = fmaf(w, v[u + m], acc[j][u]);
+            }
+          }
+        }
+      }
+      float *dx = a.dx + (n * d.c + c0) * hw + ih * d.w + iw0;
+#pragma unroll
+      for (int j = 0; j < CB; ++j)
+#pragma unroll
+        for (int u = 0; u < QB; ++u)
+          if (c0 + j < d.c && iw0 + u < d.w) dx[(int64_t)j * hw + u] = acc[j][u];
+  });
+}
+
 // Backward filter: filter k's sums over images [n0, n1), staged `batch`
 // at a time. A unit is a channel's row of taps (c * r_count + r) or, last,
 // the bias. Where the filter has no more units than threads, thread t sums

@@ -249,6 +249,13 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_images(const aq_conv2d_
   return room / per < a->n ? room / per : a->n;
 }
 
+/* Whether the tiled backward data runs a thread on a run of input columns
+ * and two channels (conv2d_tiled.cuh, backward_data_runs): unit strides
+ * and dilations, at most 5 taps a row. */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_data_runs(const aq_conv2d_args_t *a) {
+  return a->stride_h == 1 && a->stride_w == 1 && a->dil_h == 1 && a->dil_w == 1 && a->s >= 1 && a->s <= 5;
+}
+
 /* The group segment (bytes) pass 0 (forward), 1 (backward data) or 2
  * (backward filter) runs tiled with; 0 where it does not fit. */
 /* Whether the extents are positive and under 2^24, as the tiled passes'

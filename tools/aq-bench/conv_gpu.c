@@ -345,7 +345,8 @@ static int setup(ctx_t *c) {
 /* How a pass's build runs: tiled (it asks for a group segment), tensor
  * cores (bf16), or the direct loops; `split`: the build the op library
  * picked is the cluster-split one. */
-static const char *path_of(int tiled, int staged, int split, int bf16, int pass) {
+static const char *path_of(int tiled, int staged, int split, int bf16, int pass, int runs) {
+  if (tiled && pass == 1 && runs) return "tiled in shared memory, a block an image, a thread a run of columns";
   if (tiled && pass < 2) return "tiled in shared memory, a block an image";
   if (staged)
     return split ? "staged in shared memory, two buffers; a cluster a filter splitting the batch, every channel"
@@ -368,7 +369,7 @@ static void explain(const char *tok, const aq_conv2d_args_t *a, int bf16, int pa
   for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
   fprintf(stderr, "conv %s %s %s: %s, %s; %llu blocks of %llu threads, %u bytes of shared memory a block\n", tok,
           bf16 ? "bf16" : "f32", passes[pass], build,
-          path_of(group > 0, staged, split, bf16, pass),
+          path_of(group > 0, staged, split, bf16, pass, !bf16 && aq_conv2d_data_runs(a)),
           (unsigned long long)blocks, (unsigned long long)threads, group);
 }
 
