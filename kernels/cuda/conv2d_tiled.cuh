@@ -6,10 +6,14 @@
 // window leaves the image, and each thread keeps several outputs in
 // registers, so an FMA costs about one shared load and no checks:
 //  - forward: a block an image; a thread an output position and up to KB
-//    filters (the filter's weights a warp reads are the same: broadcast);
+//    filters (the filter's weights a warp reads are the same: broadcast),
+//    or, for one input channel, one filter over a run of columns with its
+//    taps in registers;
 //  - backward data: a block an image; a thread an input position and up to
-//    KB channels, gathering the outputs whose windows cover it;
-//  - backward filter: a block a filter, or a cluster of S blocks splitting
+//    KB channels, gathering the outputs whose windows cover it, or, with
+//    unit strides, a run of columns and two channels;
+//  - backward filter (where the staged build of conv2d_filter.cuh does not
+//    apply): a block a filter, or a cluster of S blocks splitting
 //    the batch; a thread a channel's row of taps (or the bias) over a share
 //    of the staged output rows; as many images staged at a time as fit. The
 //    block's partials are summed in a fixed order, then the cluster's in

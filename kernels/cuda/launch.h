@@ -256,8 +256,6 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_data_runs(const aq_conv2d_args_t 
   return a->stride_h == 1 && a->stride_w == 1 && a->dil_h == 1 && a->dil_w == 1 && a->s >= 1 && a->s <= 5;
 }
 
-/* The group segment (bytes) pass 0 (forward), 1 (backward data) or 2
- * (backward filter) runs tiled with; 0 where it does not fit. */
 /* Whether the extents are positive and under 2^24, as the tiled passes'
  * 32-bit index arithmetic needs. */
 static inline AQ_GPU_HOST_DEVICE int aq_conv2d_tiled_extents(const aq_conv2d_args_t *a) {
@@ -268,6 +266,8 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_tiled_extents(const aq_conv2d_arg
            a->pad_h > lim || a->pad_w > lim);
 }
 
+/* The group segment (bytes) pass 0 (forward), 1 (backward data) or 2
+ * (backward filter) runs tiled with; 0 where it does not fit. */
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_bytes(const aq_conv2d_args_t *a, int pass) {
   if (!aq_conv2d_tiled_extents(a)) return 0;
   const int64_t weights = a->k * a->c * a->r * a->s;
@@ -284,9 +284,9 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_bytes(const aq_conv2d_a
 /* ---- conv2d backward filter, staged (conv2d_filter.cuh) ------------------
  * Where a filter's taps fit a thread's registers (3 x 3 or 5 x 5 at most,
  * 3 or 5 rows, unit column stride and dilation) and one image's window
- * and dy plane fit a stage, both backward filter builds (and bf16's split
- * build) take this path: a block takes filter k, every channel, over its
- * rank's share of the batch. Its warps split the channels, then each
+ * and dy plane fit a stage, the backward filter takes the staged build
+ * (AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, bf16's too; a cluster a filter): a
+ * block takes filter k, every channel, over its rank's share of the batch. Its warps split the channels, then each
  * channel's staged output rows, cut into runs along q; a thread keeps the
  * whole r x T filter in registers and slides a window of x along the run,
  * so each dy value feeds r * T FMAs for r + 1 shared loads. Images are
