@@ -417,13 +417,11 @@ static double work_beside(const aq_exec_t *e, uint32_t c, uint8_t *mark) {
   for (uint32_t k = p->ntasks; k-- > 0;) { /* c's predecessors, transitively */
     uint32_t i = p->order[k];
     if (!(mark[i] & BEFORE)) continue;
-    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) mark[p->tasks[i].preds[j]] |= BEFORE;
-    for (uint32_t j = 0; j < e->graph->tasks[i].nafter_any; ++j) mark[e->graph->tasks[i].after_any[j]] |= BEFORE;
+    for (uint32_t j = 0; j < aq_plan_waits(p, e->graph, i); ++j) mark[aq_plan_wait(p, e->graph, i, j)] |= BEFORE;
   }
   for (uint32_t k = 0; k < p->ntasks; ++k) { /* and its successors */
     uint32_t i = p->order[k];
-    for (uint32_t j = 0; j < p->tasks[i].npreds; ++j) mark[i] |= mark[p->tasks[i].preds[j]] & AFTER;
-    for (uint32_t j = 0; j < e->graph->tasks[i].nafter_any; ++j) mark[i] |= mark[e->graph->tasks[i].after_any[j]] & AFTER;
+    for (uint32_t j = 0; j < aq_plan_waits(p, e->graph, i); ++j) mark[i] |= mark[aq_plan_wait(p, e->graph, i, j)] & AFTER;
   }
   double ns = 0;
   uint32_t a = e->lane_agent[p->tasks[c].lane];

@@ -49,11 +49,9 @@ static int joins(const grouper_t *gr, uint32_t t) {
 /* Whether t, on lane c, waits for a task of another lane that c has not
  * waited for; notes its waits either way. */
 static int new_wait(grouper_t *gr, uint32_t t, uint32_t c) {
-  const plan_task_t *pt = &gr->plan->tasks[t];
-  const task_t *k = &gr->in->graph->tasks[t];
   int fresh = 0;
-  for (uint32_t j = 0; j < pt->npreds + k->nafter_any; ++j) {
-    uint32_t q = j < pt->npreds ? pt->preds[j] : k->after_any[j - pt->npreds], l = gr->plan->tasks[q].lane;
+  for (uint32_t j = 0; j < aq_plan_waits(gr->plan, gr->in->graph, t); ++j) {
+    uint32_t q = aq_plan_wait(gr->plan, gr->in->graph, t, j), l = gr->plan->tasks[q].lane;
     if (l == c || gr->plan->tasks[q].seq < gr->waited[l]) continue;
     gr->waited[l] = gr->plan->tasks[q].seq + 1;
     fresh = 1;

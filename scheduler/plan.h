@@ -62,6 +62,17 @@ aq_status_t aq_plan_build(plan_t *p, aq_graph_t *g, aq_sched_policy_t policy, co
 void aq_plan_free(plan_t *p);
 /* Adds an edge to a planned task (fusion's): append always, add only
  * where the task does not have it yet. */
+/* Task i's predecessors as its lane's queue orders them: its plan edges,
+ * then its after-any edges (which order tasks as ordinary ones do in the
+ * plan's topological order): aq_plan_waits of them, the j-th by
+ * aq_plan_wait. */
+static inline uint32_t aq_plan_waits(const plan_t *p, const aq_graph_t *g, uint32_t i) {
+  return p->tasks[i].npreds + g->tasks[i].nafter_any;
+}
+static inline uint32_t aq_plan_wait(const plan_t *p, const aq_graph_t *g, uint32_t i, uint32_t j) {
+  const plan_task_t *t = &p->tasks[i];
+  return j < t->npreds ? t->preds[j] : g->tasks[i].after_any[j - t->npreds];
+}
 aq_status_t aq_plan_append_pred(plan_task_t *t, uint32_t pred);
 aq_status_t aq_plan_add_pred(plan_task_t *t, uint32_t pred);
 /* HEFT (Topcuoglu et al.): tasks by decreasing upward rank over mean

@@ -33,15 +33,8 @@ typedef struct sequencer {
   double *rank, *ready_at, *lane_free;
 } sequencer_t;
 
-/* i's predecessors: plan edges, then after-any edges (which order tasks as
- * ordinary ones do in the plan's topological order). */
-static uint32_t npreds_of(const sequencer_t *s, uint32_t i) {
-  return s->p->tasks[i].npreds + s->g->tasks[i].nafter_any;
-}
-static uint32_t pred_of(const sequencer_t *s, uint32_t i, uint32_t j) {
-  const plan_task_t *t = &s->p->tasks[i];
-  return j < t->npreds ? t->preds[j] : s->g->tasks[i].after_any[j - t->npreds];
-}
+static uint32_t npreds_of(const sequencer_t *s, uint32_t i) { return aq_plan_waits(s->p, s->g, i); }
+static uint32_t pred_of(const sequencer_t *s, uint32_t i, uint32_t j) { return aq_plan_wait(s->p, s->g, i, j); }
 
 static void successors(sequencer_t *s) {
   uint32_t n = s->p->ntasks;
@@ -90,7 +83,7 @@ static void take(sequencer_t *s, uint32_t r) {
 
 aq_status_t aq_plan_sequence(plan_t *p, aq_graph_t *g, uint32_t nlanes) {
   uint32_t n = p->ntasks, edges = 0;
-  for (uint32_t i = 0; i < n; ++i) edges += p->tasks[i].npreds + g->tasks[i].nafter_any;
+  for (uint32_t i = 0; i < n; ++i) edges += aq_plan_waits(p, g, i);
   sequencer_t s = {.p = p, .g = g};
   s.succ_at = malloc((n + 1) * sizeof(uint32_t)), s.succ = malloc((edges ? edges : 1) * sizeof(uint32_t));
   s.pending = malloc((n + 1) * sizeof(uint32_t)), s.pos = malloc((n + 1) * sizeof(uint32_t));
