@@ -359,42 +359,47 @@ aq_status_t aq_exec_heft_links(aq_exec_t *e, double **out) {
   return AQ_OK;
 }
 
-/* The op code object agent a fuses with, or a null handle: on GPU agents,
- * where each fused pair is one launch and one pass over C fewer; on CPU
- * agents only with AQ_FUSION=1 (there, the MLP step measured no faster: the
- * consumer's extra arrays cost the GEMM about what the pass it saves did).
- * Off with AQ_EXEC_NO_FUSION or AQ_FUSION=0. */
-static aq_code_object_t fusing_ops(const aq_exec_t *e, uint32_t a) {
+/* The op code object agent a fuses with, or a null handle, and whether it
+ * runs every rule (*all) or only those flagged AQ_OP_FUSE_ON_CPUS: every
+ * rule on GPU agents, where each fused pair is one launch and one pass
+ * fewer; on CPU agents the flagged ones (elementwise consumers), and every
+ * rule only with AQ_FUSION=1 (there the MLP step measured no faster: a
+ * GEMM's epilogue reading the consumer's arrays costs about what the pass
+ * it saves did). None with AQ_EXEC_NO_FUSION or AQ_FUSION=0. */
+static aq_code_object_t fusing_ops(const aq_exec_t *e, uint32_t a, int *all) {
   uint64_t fusion = aq_setting_u64(AQ_SET_FUSION);
   int gpu = e->agent_kind[a] == AQ_AGENT_KIND_GPU;
-  if ((e->flags & AQ_EXEC_NO_FUSION) || fusion == AQ_FUSION_OFF || (!gpu && fusion != AQ_FUSION_ON))
-    return (aq_code_object_t){0};
+  *all = gpu || fusion == AQ_FUSION_ON;
+  if ((e->flags & AQ_EXEC_NO_FUSION) || fusion == AQ_FUSION_OFF) return (aq_code_object_t){0};
   return gpu ? e->gpu_ops : e->ops;
 }
 
 /* Epilogue fusion on the placed graph (fuse.h), where fusing_ops says. */
 aq_status_t aq_exec_fuse(aq_exec_t *e) {
   uint64_t fusion = aq_setting_u64(AQ_SET_FUSION);
-  int off = (e->flags & AQ_EXEC_NO_FUSION) || fusion == AQ_FUSION_OFF;
+  int off = (e->flags & AQ_EXEC_NO_FUSION) || fusion == AQ_FUSION_OFF, all;
   uint32_t fuses[EXEC_AGENTS_MAX];
   const aq_op_table_t *lib = e->lib->table;
   for (uint32_t a = 0; a < e->nagents; ++a) {
-    aq_code_object_t co = fusing_ops(e, a);
+    aq_code_object_t co = fusing_ops(e, a, &all);
     fuses[a] = 0;
     for (uint32_t r = 0; co.handle && lib && r < lib->fusion_count; ++r)
-      if (has_kernel(e, co, lib->fusions[r].fused, e->agent_kind[a])) fuses[a] |= 1u << r;
+      if ((all || (lib->fusions[r].flags & AQ_OP_FUSE_ON_CPUS)) &&
+          has_kernel(e, co, lib->fusions[r].fused, e->agent_kind[a]))
+        fuses[a] |= 1u << r;
   }
   fuse_in_t in = {e->graph, e->nlanes, e->lane_agent, e->lib, fuses, off};
   return aq_fuse_plan(&in, &e->plan, &e->fusion);
 }
 
-/* Where epilogue fusion runs, so do update groups, on agents whose code
+/* Where every fusion rule runs, so do update groups, on agents whose code
  * object has the multi-update kernel. */
 aq_status_t aq_exec_group_updates(aq_exec_t *e) {
   uint8_t groups[EXEC_AGENTS_MAX];
+  int all;
   for (uint32_t a = 0; a < e->nagents; ++a) {
-    aq_code_object_t co = fusing_ops(e, a);
-    groups[a] = co.handle && has_kernel(e, co, AQ_KERNEL_SGD_MULTI, e->agent_kind[a]);
+    aq_code_object_t co = fusing_ops(e, a, &all);
+    groups[a] = co.handle && all && has_kernel(e, co, AQ_KERNEL_SGD_MULTI, e->agent_kind[a]);
   }
   group_in_t in = {e->graph, e->nlanes, e->lane_agent, groups};
   return aq_fuse_groups(&in, &e->plan, &e->fusion);

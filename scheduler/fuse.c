@@ -7,9 +7,11 @@
  * CNN's conv block has two such pairs: batch norm's apply into relu (the
  * statistics it also writes are still written, as its rule allows), and
  * max-pool's backward into relu's backward. On
- * a GPU that is what pays (the launches); on a CPU the consumer's arrays,
- * read in the GEMM's tile order, cost about what the pass saved, so the
- * exec fuses there only when asked (exec_place.c's aq_exec_fuse).
+ * a GPU that is what pays (the launches); on a CPU a GEMM's epilogue
+ * reading the consumer's arrays in tile order costs about what the pass
+ * saved, so the exec fuses there only the rules flagged elementwise
+ * (AQ_OP_FUSE_ON_CPUS, the conv block's), the rest only when asked
+ * (exec_place.c's aq_exec_fuse).
  *
  * A pair fuses only where the op library's rule accepts it (for a matmul:
  * no bias, activation or batch; for a sum over rows: no accumulation) and

@@ -281,9 +281,11 @@ typedef enum aq_sched_policy {
 /* Every task runs as its own kernel. By default, on GPU agents, a matmul
  * whose only consumer is relu's backward or an SGD update runs that
  * consumer in its write-back, and so does a bias gradient (a sum over rows)
- * its SGD update: one launch and one pass over the result fewer. The
- * product itself, a gradient, is then never stored, and aq_exec_read
- * refuses it. Also AQ_FUSION=0; AQ_FUSION=1 fuses on CPU agents too. */
+ * its SGD update, batch norm relu and max-pool's backward relu's backward:
+ * one launch and one pass over the result fewer. The product itself is
+ * then never stored, and aq_exec_read refuses it. On CPU agents only the
+ * elementwise pairs (batch norm's and max-pool's) fuse by default. Also
+ * AQ_FUSION=0; AQ_FUSION=1 fuses every pair on CPU agents too. */
 #define AQ_EXEC_NO_FUSION (1u << 3)
 /* Every fp32 product on a GPU agent one FFMA a term (ops.h's
  * AQ_MATMUL_PRECISION_EXACT), as on CPU agents, instead of the default

@@ -137,6 +137,10 @@ enum {
    * where the product's kernarg says. Without it, the product must write
    * that one tensor alone. */
   AQ_OP_FUSE_KEEPS_OTHER_OUTPUTS = 1u << 0,
+  /* The fused kernel saves a pass over memory on CPUs too (an elementwise
+   * consumer, not a GEMM's epilogue): the exec fuses it on CPU agents by
+   * default, where the others wait for AQ_FUSION=1. */
+  AQ_OP_FUSE_ON_CPUS = 1u << 1,
 };
 
 /* An epilogue fusion: a task of `product` whose output only a task of

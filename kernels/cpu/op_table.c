@@ -131,11 +131,13 @@ static const aq_op_fusion_t fusions[] = {
      sizeof(aq_sum_rows_sgd_args_t), offsetof(aq_sum_rows_sgd_args_t, lr), 0, sum_rows_sgd_accepts,
      sum_rows_sgd_merge},
     /* the CNN's conv blocks: batch norm into relu (the statistics still
-     * written), max-pool's backward into relu's */
+     * written), max-pool's backward into relu's; elementwise, so they pay
+     * on CPUs too */
     {AQ_KERNEL_BATCH_NORM_APPLY, AQ_KERNEL_RELU, AQ_KERNEL_BATCH_NORM_APPLY_RELU, offsetof(aq_relu_args_t, x),
-     sizeof(aq_batch_norm_args_t), NONE, AQ_OP_FUSE_KEEPS_OTHER_OUTPUTS, bn_relu_accepts, bn_relu_merge},
+     sizeof(aq_batch_norm_args_t), NONE, AQ_OP_FUSE_KEEPS_OTHER_OUTPUTS | AQ_OP_FUSE_ON_CPUS, bn_relu_accepts,
+     bn_relu_merge},
     {AQ_KERNEL_MAX_POOL_BWD, AQ_KERNEL_RELU_BWD, AQ_KERNEL_MAX_POOL_BWD_RELU, offsetof(aq_relu_args_t, dy),
-     sizeof(aq_pool_relu_bwd_args_t), NONE, 0, pool_relu_bwd_accepts, pool_relu_bwd_merge},
+     sizeof(aq_pool_relu_bwd_args_t), NONE, AQ_OP_FUSE_ON_CPUS, pool_relu_bwd_accepts, pool_relu_bwd_merge},
 };
 
 /* The CUDA build's launch rules (kernels/cuda/launch.h), for the scheduler:

@@ -116,7 +116,7 @@ static aq_status_t check_fusion(const char *path, const aq_code_object_table_t *
     return aq_error(AQ_ERROR_INVALID_CODE_OBJECT,
                     "%s: fusion '%s': %u kernarg bytes cannot start with the product's %u, or slot %u lies outside "
                     "'%s''s kernargs", path, f->fused, f->kernarg_size, p->kernarg_size, f->consumer_slot, f->consumer);
-  if (f->flags & ~(uint32_t)AQ_OP_FUSE_KEEPS_OTHER_OUTPUTS) /* a newer library's promise this runtime cannot keep */
+  if (f->flags & ~(uint32_t)(AQ_OP_FUSE_KEEPS_OTHER_OUTPUTS | AQ_OP_FUSE_ON_CPUS)) /* a newer library's promise */
     return aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: fusion '%s' has flags 0x%x this runtime does not know", path,
                     f->fused, f->flags);
   return check_field(path, f->fused, "learning-rate", f->lr_offset, f->kernarg_size);
