@@ -3,7 +3,8 @@
 TEST_DATA_DIR := $(BUILD)/tests/data
 TEST_DATA += $(TEST_DATA_DIR)/test-kernels.so $(TEST_DATA_DIR)/test-kernels-v99.so \
              $(TEST_DATA_DIR)/not-aquila.so $(TEST_DATA_DIR)/test-kernels-no-ops.so \
-             $(TEST_DATA_DIR)/test-kernels-bad-ops.so $(TEST_DATA_DIR)/test-kernels-bad-lr.so
+             $(TEST_DATA_DIR)/test-kernels-bad-ops.so $(TEST_DATA_DIR)/test-kernels-bad-lr.so \
+             $(TEST_DATA_DIR)/test-kernels-bad-fusion.so
 
 $(TEST_DATA_DIR)/test-kernels.so: tests/data/test_kernels.c include/aquila/kernel.h
 	@mkdir -p $(@D)
@@ -21,6 +22,9 @@ $(TEST_DATA_DIR)/test-kernels-bad-ops.so: tests/data/test_kernels.c include/aqui
 $(TEST_DATA_DIR)/test-kernels-bad-lr.so: tests/data/test_kernels.c include/aquila/kernel.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -std=c11 -O2 -fPIC -shared -fvisibility=hidden -DTEST_OP_TABLE=3 -o $@ $<
+$(TEST_DATA_DIR)/test-kernels-bad-fusion.so: tests/data/test_kernels.c include/aquila/kernel.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -std=c11 -O2 -fPIC -shared -fvisibility=hidden -DTEST_OP_TABLE=4 -o $@ $<
 # A valid shared object that is not an Aquila code object.
 $(TEST_DATA_DIR)/not-aquila.so: tests/data/not_aquila.c
 	@mkdir -p $(@D)

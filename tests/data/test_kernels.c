@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "aquila/kernel.h"
@@ -153,9 +154,25 @@ static const aq_op_desc_t ops[] = {
      TEST_OP_TABLE == 3 ? (uint32_t)sizeof(descend_args_t) : (uint32_t)offsetof(descend_args_t, lr),
      AQ_OP_FIELD_NONE, 0},
 };
-/* no fusions, no builds for other agents */
+#if TEST_OP_TABLE == 4 /* a fusion with a flag no runtime knows (1u << 7) */
+static int any_pair(const void *product, const void *consumer) { return (void)product, (void)consumer, 1; }
+static void keep_product(const void *product, const void *consumer, void *fused) {
+  (void)consumer, memcpy(fused, product, sizeof(count_args_t));
+}
+static const aq_op_fusion_t fusions[] = {
+    {"count", "descend", "count", offsetof(descend_args_t, w), sizeof(count_args_t), AQ_OP_FIELD_NONE, 1u << 7,
+     any_pair, keep_product},
+};
+#define TEST_FUSIONS fusions
+#define TEST_FUSION_COUNT 1
+#else
+#define TEST_FUSIONS NULL
+#define TEST_FUSION_COUNT 0
+#endif
+/* no builds for other agents */
 __attribute__((visibility("default"))) const aq_op_table_t aq_op_table = {
-    AQ_OP_TABLE_MAGIC, AQ_OP_TABLE_VERSION, sizeof(ops) / sizeof(ops[0]), 0, ops, NULL, 0, 0, NULL};
+    AQ_OP_TABLE_MAGIC, AQ_OP_TABLE_VERSION, sizeof(ops) / sizeof(ops[0]), TEST_FUSION_COUNT, ops, TEST_FUSIONS, 0, 0,
+    NULL};
 #endif
 
 __attribute__((visibility("default"))) const aq_code_object_table_t aq_code_object_table = {

@@ -175,6 +175,10 @@ Test(code_object, an_op_table_that_lies_is_refused_by_name) {
   load_expect("test-kernels-bad-ops.so", AQ_ERROR_INVALID_CODE_OBJECT, "'no_such_kernel', which the kernel table lacks");
   load_expect("test-kernels-bad-lr.so", AQ_ERROR_INVALID_CODE_OBJECT,
               "op 'descend': learning-rate offset 24 does not fit its 24 bytes");
+  /* a fusion flag from a newer library (AQ_OP_FUSE_KEEPS_OTHER_OUTPUTS and
+   * AQ_OP_FUSE_ON_CPUS are known) */
+  load_expect("test-kernels-bad-fusion.so", AQ_ERROR_INVALID_CODE_OBJECT,
+              "fusion 'count' has flags 0x80 this runtime does not know");
   aq_code_object_t co;
   AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
   AQ_ASSERT_OK(aq_code_object_unload(co));
