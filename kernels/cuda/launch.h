@@ -305,17 +305,17 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_taps(const aq_conv2d_args_
   return a->stride_w == 1 && a->dil_w == 1 ? t : 0;
 }
 
-/* Warps a block: a whole number for each channel where there are fewer
- * channels than warps (so no warp sums two channels' rows). */
-static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_warps(const aq_conv2d_args_t *a) {
-  const int w = AQ_GPU_CONV2D_FILTER_WARPS;
-  return a->c > 0 && a->c < w ? (int)a->c * (w / (int)a->c) : w;
+/* Channel slots of the block's warps: warp w sums channels w % slots,
+ * + slots, ... */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_slots(const aq_conv2d_args_t *a) {
+  return a->c > 0 && a->c < AQ_GPU_CONV2D_FILTER_WARPS ? (int)a->c : AQ_GPU_CONV2D_FILTER_WARPS;
 }
 
-/* Channel slots of the block's warps (warp w sums channels w % slots,
- * + slots, ...) and the warps sharing a slot. */
-static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_slots(const aq_conv2d_args_t *a) {
-  return a->c < AQ_GPU_CONV2D_FILTER_WARPS ? (int)a->c : AQ_GPU_CONV2D_FILTER_WARPS;
+/* Warps a block: as many for each slot as fit (so no warp sums two
+ * channels' rows where there are fewer channels than warps). */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_warps(const aq_conv2d_args_t *a) {
+  const int slots = aq_conv2d_filter_slots(a);
+  return slots * (AQ_GPU_CONV2D_FILTER_WARPS / slots);
 }
 
 /* Floats of the sums after the stages: a warp's sums for each channel it
