@@ -281,7 +281,9 @@ static inline float aq_bf16_to_f32(uint16_t b) {
  * written too when dbias is not NULL). The CPU kernels run these as GEMMs
  * with an implicit im2col and, like matmul, cut the work into
  * AQ_MATMUL_PARTS_PER_WORKER parts per worker of the agent (images first);
- * the surplus groups return at once. */
+ * the surplus groups return at once. precision is matmul's
+ * (aq_matmul_precision_t): the CPU kernels are exact either way; GPU builds
+ * at the default may take tensor cores at fp32 accuracy (ops_gpu.h). */
 #define AQ_KERNEL_CONV2D "aq_conv2d_f32"
 #define AQ_KERNEL_CONV2D_BWD_DATA "aq_conv2d_bwd_data_f32"
 #define AQ_KERNEL_CONV2D_BWD_FILTER "aq_conv2d_bwd_filter_f32"
@@ -294,6 +296,7 @@ typedef struct aq_conv2d_args {
   int64_t k, r, s;           /* filters: k x c x r x s */
   int64_t p, q;              /* output: n x k x p x q */
   int32_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  int32_t precision;         /* aq_matmul_precision_t */
 } aq_conv2d_args_t;
 
 /* One work-item per plane (or slice, or channel), in at most

@@ -76,6 +76,16 @@ extern "C" {
  * channel, over its share of the batch, images staged in two buffers
  * (kernels/cuda/launch.h, aq_conv2d_filter_bytes). bf16 has its own. */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_STAGED "aq_conv2d_bwd_filter_f32_staged"
+/* ---- fp32 conv2d on tensor cores (3xTF32) -----------------------------------
+ * aq_conv2d_f32's three passes at AQ_MATMUL_PRECISION_DEFAULT for the shapes
+ * the tiled and staged builds do not take (many channels, large planes): an
+ * implicit GEMM on 64x64 tiles at fp32 accuracy, as aq_matmul_f32_x3; the
+ * backward filter splits each tile's depth over a cluster (sm_90; the grid's
+ * x a multiple of it). Same kernargs and results as the plain kernels;
+ * kernels/cuda/launch.h picks them (aq_conv2d_x3) and their grids. */
+#define AQ_KERNEL_CONV2D_X3 "aq_conv2d_f32_x3"
+#define AQ_KERNEL_CONV2D_BWD_DATA_X3 "aq_conv2d_bwd_data_f32_x3"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_X3 "aq_conv2d_bwd_filter_f32_x3"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED "aq_conv2d_bwd_filter_bf16_staged"
 
 #define AQ_KERNEL_MATMUL_F32_TILE64 "aq_matmul_f32_tile64"

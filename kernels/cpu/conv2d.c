@@ -30,7 +30,8 @@ static int valid(const aq_conv2d_args_t *a) {
   return a->n > 0 && a->c > 0 && a->h > 0 && a->wd > 0 && a->k > 0 && a->r > 0 && a->s > 0 && a->p > 0 && a->q > 0 &&
          a->stride_h > 0 && a->stride_w > 0 && a->dil_h > 0 && a->dil_w > 0 && a->pad_h >= 0 && a->pad_w >= 0 &&
          a->p == aq_conv_out(a->h, a->r, a->stride_h, a->pad_h, a->dil_h) &&
-         a->q == aq_conv_out(a->wd, a->s, a->stride_w, a->pad_w, a->dil_w);
+         a->q == aq_conv_out(a->wd, a->s, a->stride_w, a->pad_w, a->dil_w) &&
+         (a->precision == AQ_MATMUL_PRECISION_DEFAULT || a->precision == AQ_MATMUL_PRECISION_EXACT);
 }
 
 /* ---- choosing the path ------------------------------------------------------ */

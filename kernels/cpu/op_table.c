@@ -20,6 +20,9 @@ static const aq_op_desc_t ops[] = {
     {AQ_KERNEL_SUM_ROWS_SGD, AQ_OP_OPTIMIZER, offsetof(aq_sum_rows_sgd_args_t, lr), NONE, 0},
     {AQ_KERNEL_MATMUL, AQ_OP_MATMUL, NONE, offsetof(aq_matmul_args_t, precision), 0},
     {AQ_KERNEL_MATMUL_FUSED, AQ_OP_MATMUL, NONE, offsetof(aq_matmul_fused_args_t, mm.precision), 0},
+    {AQ_KERNEL_CONV2D, AQ_OP_MATMUL, NONE, offsetof(aq_conv2d_args_t, precision), 0},
+    {AQ_KERNEL_CONV2D_BWD_DATA, AQ_OP_MATMUL, NONE, offsetof(aq_conv2d_args_t, precision), 0},
+    {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_OP_MATMUL, NONE, offsetof(aq_conv2d_args_t, precision), 0},
 };
 
 /* A plain product whose epilogue the fused kernel takes over as it is

@@ -408,6 +408,60 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d
   return aq_gpu_threads_shape((items > 0 ? items : 1) * split * AQ_GPU_BLOCK);
 }
 
+/* ---- fp32 conv2d on tensor cores (conv2d_x3.cu) ------------------------------
+ * At the default precision a pass that neither the tiled passes nor the
+ * staged backward filter take runs as an implicit GEMM on 64x64 tiles
+ * (3xTF32): a block a tile, or for the backward filter (few tiles, a long
+ * depth) a cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks a tile, then
+ * the bias gradient's items (8 channels a block). An exact exec's convs
+ * keep the FFMA loops. */
+#define AQ_GPU_CONV2D_X3_TILE 64
+
+/* 0 forward, 1 backward data, 2 backward filter for aq_conv2d_f32's
+ * kernels (*x3 = 0) and their x3 builds (*x3 = 1); -1 for the rest. (A
+ * chain of literal compares, which the compiler folds where the kernel is
+ * a literal too, as the matmul builds' callers' is.) */
+static inline int aq_conv2d_f32_pass(const char *kernel, int *x3) {
+  *x3 = 0;
+  if (strncmp(kernel, "aq_conv2d_", 10)) return -1; /* most kernels: one compare a dispatch */
+  *x3 = !strcmp(kernel, AQ_KERNEL_CONV2D_X3) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_X3) ||
+        !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3);
+  return !strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_X3)                     ? 0
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_X3)     ? 1
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3) ? 2
+                                                                                                          : -1;
+}
+
+static inline int64_t aq_conv2d_x3_tiles(const aq_conv2d_args_t *a, int pass) {
+  int64_t rows = pass == 0 ? a->n * a->p * a->q : pass == 1 ? a->n * a->h * a->wd : a->c * a->r * a->s;
+  int64_t cols = pass == 1 ? a->c : a->k;
+  const int64_t t = AQ_GPU_CONV2D_X3_TILE;
+  rows = rows > 0 ? rows : 1, cols = cols > 0 ? cols : 1;
+  return (rows + t - 1) / t * ((cols + t - 1) / t);
+}
+
+/* Whether pass runs on tensor cores: the default precision, sane extents
+ * with 32-bit indices, at least half a tile of columns (a backward data
+ * into one channel would multiply 63 columns of zeros for each it keeps),
+ * and no tiled or staged build for it. */
+static inline int aq_conv2d_x3(const aq_conv2d_args_t *a, int pass) {
+  const int64_t lim = INT32_MAX;
+  if (a->precision != AQ_MATMUL_PRECISION_DEFAULT || !aq_conv2d_tiled_extents(a)) return 0;
+  if ((pass == 1 ? a->c : a->k) < AQ_GPU_CONV2D_X3_TILE / 2) return 0;
+  if (a->n * a->c * a->h * a->wd >= lim || a->k * a->c * a->r * a->s >= lim || a->n * a->k * a->p * a->q >= lim)
+    return 0;
+  return pass == 2 ? !aq_conv2d_tiled_bytes(a, 2) && !aq_conv2d_filter_staged(a) : !aq_conv2d_tiled_bytes(a, pass);
+}
+
+static inline aq_dispatch_shape_t aq_conv2d_x3_gpu_shape(const aq_conv2d_args_t *a, int pass) {
+  int64_t blocks = aq_conv2d_x3_tiles(a, pass);
+  if (pass == 2) {
+    const int64_t split = AQ_GPU_CONV2D_BWD_FILTER_SPLIT, items = a->dbias && a->k > 0 ? (a->k + 7) / 8 : 0;
+    blocks = (blocks + (items + split - 1) / split) * split;
+  }
+  return aq_gpu_threads_shape(blocks * AQ_GPU_BLOCK);
+}
+
 /* Whether pooling windows tile their planes (stride the window, no
  * padding, a whole number of windows): the backward pass then runs a thread
  * an output, writing its window whole, rather than a thread an input
@@ -420,6 +474,10 @@ static inline AQ_GPU_HOST_DEVICE int aq_pool_tiles(const aq_pool_args_t *a) {
 /* The GPU build of an op kernel that suits these kernargs: one of a GPU's
  * variants, or the op's own name. */
 static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kernarg) {
+  int x3 = 0;
+  const int pass = aq_conv2d_f32_pass(kernel, &x3);
+  if (pass >= 0 && !x3 && aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))
+    return pass == 0 ? AQ_KERNEL_CONV2D_X3 : pass == 1 ? AQ_KERNEL_CONV2D_BWD_DATA_X3 : AQ_KERNEL_CONV2D_BWD_FILTER_X3;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
@@ -458,6 +516,10 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED))
     return aq_matmul_f32_gpu_shape(&((const aq_matmul_fused_args_t *)kernarg)->mm);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return aq_matmul_bf16_gpu_shape((const aq_matmul_args_t *)kernarg);
+  int x3 = 0;
+  const int pass = aq_conv2d_f32_pass(kernel, &x3);
+  if (pass >= 0 && (x3 || aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass)))
+    return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass); /* the x3 build's, named or picked */
   if ((!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16)) &&
       aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
     return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg); /* its staged build's */

@@ -1,15 +1,7 @@
 // aq_matmul_f32 on tensor cores at fp32 accuracy (3xTF32; ops.h's
-// AQ_MATMUL_PRECISION_DEFAULT on GPUs).
-//
-// A TF32 tensor-core product keeps 11 of a float's 24 significant bits, so
-// on its own it is not an fp32 product. Split each operand x into a big part
-// hi = tf32(x) and a small one lo = x - hi (exact in fp32), which the tensor
-// cores read to TF32's 11 bits: x = hi + lo to 23 bits or so, and
-// a * b = a.hi*b.hi + a.hi*b.lo + a.lo*b.hi up to the dropped a.lo*b.lo and
-// lo's lost bits, about 2^-22 of each term, where one fp32 rounding is
-// 2^-24: over k terms the sums' own rounding is of the same order. Three
-// mma.sync a step, accumulated in fp32, smaller terms first. On an H100
-// that outruns FFMA (matmul.cu), which the 256-row products of a training
+// AQ_MATMUL_PRECISION_DEFAULT on GPUs): three TF32 mma.sync a step on
+// each operand's big and small parts (mma_tf32.cuh). On an H100 that
+// outruns FFMA (matmul.cu), which the 256-row products of a training
 // step leave bound by shared-memory reads: `aq-bench gemm --agent gpu
 // --shapes mlp` measured 18-20 us a product against 25-32.
 //
@@ -34,13 +26,16 @@
 // (HIP) the builds run matmul.cu's exact FFMA tiles instead (matmul.cu
 // comes before this file in the code object's one translation unit).
 #include "matmul_f32.cuh"
+#include "mma_tf32.cuh"
 
 namespace mm_x3 {
 
 using mm_f32::Fuse;
 using mm_f32::THREADS;
 constexpr int BM = 64, BN = 64, BK = 32;
-constexpr int LDK = BK + 4, LDM = BM + 8; /* row strides of k-contiguous / m,n-contiguous slices */
+using tf32x3::LDK;
+using tf32x3::LDM;
+static_assert(LDK == BK + 4 && LDM == BM + 8, "mma_tf32.cuh's slices are these tiles'");
 constexpr int OPERAND = BM * LDK > BK * LDM ? BM * LDK : BK * LDM;
 constexpr int LDP = BN + 4; /* the partial tile's rows */
 
@@ -89,60 +84,6 @@ __device__ __forceinline__ void load_slice(float *dst, const float *src, int64_t
   }
 }
 
-// x = hi + lo: hi is x rounded to TF32's 19 bits (to nearest, ties away,
-// as cvt.rna would, but in two integer operations: the conversion
-// instruction runs at a fraction of the ALU's rate, and bound a version of
-// this kernel that used it at FFMA's speed), lo = x - hi exactly, whose low
-// bits the tensor cores drop, as they drop any TF32 operand's. An infinite
-// or NaN x keeps lo = 0 (x - hi would be NaN), so infinities come out as
-// FFMA's would. (A finite x within half a TF32 step of FLT_MAX rounds to
-// infinity: 3.4e38, past any value a training step meets.)
-__device__ __forceinline__ void split(float x, uint32_t &hi, uint32_t &lo) {
-  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-  const float r = x - __uint_as_float(hi);
-  lo = r == r ? __float_as_uint(r) : 0u;
-}
-
-// d += a * b on a 16x8x8 tile.
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// One warp's 8-deep step at k offset kk of a slice: its 32x32 piece at
-// (wm, wn), as 2 x 4 tiles of m16n8. Fragment element (row, k) of A sits
-// at row g (+8) and k t (+4) of the tile, B's (k, col) at k t (+4) and
-// column g, where g = lane / 4 and t = lane % 4 (PTX's m16n8k8 layout).
-__device__ __forceinline__ void warp_step(float (&acc)[2][4][4], const float *sa, const float *sb, bool ta, bool tb,
-                                          int wm, int wn, int kk, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  uint32_t bh[4][2], bl[4][2];
-#pragma unroll
-  for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int n = wn + ni * 8 + g, k = kk + t + j * 4;
-      split(tb ? sb[n * LDK + k] : sb[k * LDM + n], bh[ni][j], bl[ni][j]);
-    }
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi) { /* A's fragments one m16 tile at a time: fewer registers live */
-    uint32_t ah[4], al[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = wm + mi * 16 + g + (j & 1) * 8, k = kk + t + (j >> 1) * 4;
-      split(ta ? sa[k * LDM + r] : sa[r * LDK + k], ah[j], al[j]);
-    }
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-      mma(acc[mi][ni], al, bh[ni]);
-      mma(acc[mi][ni], ah, bl[ni]);
-      mma(acc[mi][ni], ah, bh[ni]);
-    }
-  }
-}
-
 // The 64x64 tile at (row0, col0) of the product q (k already sliced), its
 // sums left in u.part.
 __device__ __forceinline__ void tile_sums(const aq_matmul_args_t &q, Shared &u, int64_t row0, int64_t col0) {
@@ -176,7 +117,7 @@ __device__ __forceinline__ void tile_sums(const aq_matmul_args_t &q, Shared &u, 
     __syncthreads();
 #pragma unroll
     for (int s = 0; s < 2; ++s)
-      warp_step(acc, u.stage[buf][0], u.stage[buf][1], ta, tb, wm, wn, (half * 2 + s) * 8, lane);
+      tf32x3::warp_step(acc, u.stage[buf][0], u.stage[buf][1], ta, tb, wm, wn, (half * 2 + s) * 8, lane);
     __syncthreads();
   }
 

@@ -25,12 +25,17 @@ static const conv_case_t conv_cases[] = {
     {2, 3, 11, 10, 5, 3, 3, 2, 1, 1, 1, 2, 1}, /* row stride and dilation 2, columns 1: staged backward filter */
     {37, 2, 10, 12, 3, 5, 4, 1, 1, 1, 2, 1, 1}, /* 4 taps a row of 5 kept, an odd batch over several stages */
     {3, 1, 11, 9, 5, 3, 2, 2, 1, 1, 0, 2, 1},  /* one channel, 3 x 2 taps: the forward's taps in registers */
+    {4, 40, 15, 13, 70, 3, 3, 1, 1, 1, 1, 1, 1}, /* tensor cores: edge tiles every way, depth 360 */
+    {3, 19, 9, 11, 67, 3, 2, 2, 2, 1, 0, 1, 2}, /* tensor cores, strided: backward data's skipped phases */
+    {2, 64, 20, 20, 65, 1, 1, 1, 1, 0, 0, 1, 1}, /* 1x1, 64 channels */
 };
 
 /* launch: 0 the scheduler's build and shape, 1 the CPU grid, 2 the split
- * backward filter, 3 the staged one. */
+ * backward filter, 3 the staged one, 4 the x3 builds (tensor cores) of
+ * every pass, 5 the scheduler's at exact precision (FFMA). */
 static void conv_case(const conv_case_t *t, int launch) {
   aq_conv2d_args_t a = {0};
+  a.precision = launch == 5 ? AQ_MATMUL_PRECISION_EXACT : AQ_MATMUL_PRECISION_DEFAULT;
   a.n = t->n, a.c = t->c, a.h = t->h, a.wd = t->w, a.k = t->k, a.r = t->r, a.s = t->s;
   a.stride_h = t->sh, a.stride_w = t->sw, a.pad_h = t->ph, a.pad_w = t->pw, a.dil_h = t->dh, a.dil_w = t->dw;
   a.p = aq_conv_out(a.h, a.r, a.stride_h, a.pad_h, a.dil_h), a.q = aq_conv_out(a.wd, a.s, a.stride_w, a.pad_w, a.dil_w);
@@ -61,10 +66,12 @@ static void conv_case(const conv_case_t *t, int launch) {
   for (int64_t i = 0; i < a.k; ++i) rdb[i] = (float)adb[i];
   a.x = x, a.w = w, a.bias = bias, a.y = y, a.dy = dy, a.dx = dx, a.dw = dw, a.dbias = db;
   const char *names[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
+  const char *x3[] = {AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3, AQ_KERNEL_CONV2D_BWD_FILTER_X3};
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
     if (launch == 1) gk_op(names[i], &a, cpu);
+    else if (launch == 4) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
     else if (launch >= 2 && i == 2) { /* a build on every case: where it does not apply, its fallback */
       const char *build = launch == 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT : AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
       gk_run(build, &a, aq_gpu_op_shape(build, &a, cpu));
@@ -92,6 +99,41 @@ Test(gpu_conv, conv2d_bwd_filter_split_build) {
  * direct loops. */
 Test(gpu_conv, conv2d_bwd_filter_staged_build) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 3);
+}
+/* Every pass on tensor cores (3xTF32) on every case, even those the picker
+ * gives other builds: fp32 accuracy, the reference's 1e-4. */
+Test(gpu_conv, conv2d_x3_builds) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 4);
+}
+/* Bad kernargs, a precision neither default nor exact among them, leave
+ * every fp32 build's outputs untouched. */
+Test(gpu_conv, bad_kernargs_write_nothing) {
+  float *in = gk_random(4096, 8), *out = gk_random(4096, 9), before[4096];
+  memcpy(before, out, sizeof(before));
+  aq_conv2d_args_t ok = {.x = in, .w = in, .y = out, .dy = in, .dx = out, .dw = out, .dbias = out + 2048, .n = 2,
+                         .c = 40, .h = 6, .wd = 6, .k = 40, .r = 3, .s = 3, .p = 6, .q = 6, .stride_h = 1,
+                         .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
+  const char *builds[] = {AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3, AQ_KERNEL_CONV2D_BWD_FILTER_X3,
+                          AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
+  for (int kind = 0; kind < 5; ++kind)
+    for (int i = 0; i < 6; ++i) {
+      aq_conv2d_args_t a = ok;
+      switch (kind) {
+        case 0: a.precision = 2; break;
+        case 1: a.precision = -1; break;
+        case 2: a.stride_w = 0; break;
+        case 3: a.c = -3; break;
+        default: i % 3 == 0 ? (a.y = NULL) : i % 3 == 1 ? (a.dx = NULL) : (a.dw = NULL); /* its output */
+      }
+      gk_run(builds[i], &a, aq_gpu_op_shape(builds[i], &a, aq_planes_grid(1)));
+      cr_assert_eq(memcmp(before, out, sizeof(before)), 0, "%s wrote under bad kernarg %d", builds[i], kind);
+    }
+  aq_memory_free(in), aq_memory_free(out);
+}
+
+/* At exact precision the picker keeps the FFMA builds. */
+Test(gpu_conv, conv2d_exact_precision) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 5);
 }
 /* Which passes run tiled in shared memory, and with what launch (no GPU
  * needed): the group segment a packet asks for is what the kernel checks. */
@@ -131,7 +173,30 @@ Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &strided), AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, "but tiled");
   aq_conv2d_args_t big = {.n = 32, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
                           .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 56, .q = 56};
-  for (int i = 0; i < 3; ++i) cr_assert_eq(aq_gpu_op_group_segment(passes[i], &big), 0, "%s: direct loops", passes[i]);
+  for (int i = 0; i < 3; ++i) cr_assert_eq(aq_gpu_op_group_segment(passes[i], &big), 0, "%s: not tiled", passes[i]);
+  /* big takes the tensor cores: a block a 64x64 tile; the backward filter a
+   * cluster a tile (576 x 64: 9 tiles), then the bias gradient's 8 items
+   * of 8 channels, a cluster's worth */
+  const char *x3[] = {AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3, AQ_KERNEL_CONV2D_BWD_FILTER_X3};
+  const char *ops[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
+  const int64_t blocks[] = {32 * 56 * 56 / 64, 32 * 56 * 56 / 64, 9 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT};
+  for (int i = 0; i < 3; ++i) {
+    cr_assert_str_eq(aq_gpu_op_kernel(ops[i], &big), x3[i]);
+    cr_assert_eq(aq_gpu_op_group_segment(x3[i], &big), 0);
+    s = aq_gpu_op_shape(ops[i], &big, aq_planes_grid(1));
+    cr_assert_eq(s.grid[0], blocks[i] * 256, "%s: %u threads", ops[i], s.grid[0]);
+    cr_assert_eq(s.workgroup[0], 256);
+    aq_dispatch_shape_t named = aq_gpu_op_shape(x3[i], &big, aq_planes_grid(1));
+    cr_assert_eq(named.grid[0], s.grid[0], "the build named launches as the build picked");
+  }
+  big.dbias = (float *)8;
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &big, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 10 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 256, "one more cluster for dbias");
+  big.precision = AQ_MATMUL_PRECISION_EXACT;
+  for (int i = 0; i < 3; ++i) cr_assert_str_neq(aq_gpu_op_kernel(ops[i], &big), x3[i], "exact: FFMA");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &l1), AQ_KERNEL_CONV2D_BWD_FILTER_STAGED,
+                   "LeNet's keep their tiled and staged builds");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D, &l1), AQ_KERNEL_CONV2D);
   l2.s = 9, l2.q = 6;
   cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER, &l2), 0, "9 taps a row: more than a thread keeps");
   cr_assert(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D, &l2) > 0, "the forward still fits");

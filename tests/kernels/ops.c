@@ -372,6 +372,22 @@ static double conv_loss(const aq_conv2d_args_t *a, const float *x, const float *
   return l;
 }
 
+/* A precision that is neither default nor exact: refused by name, y
+ * untouched; exact is taken (the CPU kernels are exact either way). */
+Test(ops, conv2d_bad_precision_faults_without_touching_memory) {
+  aq_conv2d_args_t a = {.n = 1, .c = 1, .h = 3, .wd = 3, .k = 1, .r = 1, .s = 1, .p = 3, .q = 3, .stride_h = 1,
+                        .stride_w = 1, .dil_h = 1, .dil_w = 1, .precision = 2};
+  float x[9], w[1] = {2.0f}, y[9];
+  for (int i = 0; i < 9; ++i) x[i] = (float)i, y[i] = -5.0f;
+  a.x = x, a.w = w, a.y = y;
+  cr_assert_eq(run(AQ_KERNEL_CONV2D, &a, aq_planes_grid(1)), AQ_ERROR_KERNEL_FAULT);
+  cr_assert(strstr(aq_last_error(), AQ_KERNEL_CONV2D), "%s", aq_last_error());
+  for (int i = 0; i < 9; ++i) cr_assert_eq(y[i], -5.0f);
+  a.precision = AQ_MATMUL_PRECISION_EXACT;
+  AQ_ASSERT_OK(run(AQ_KERNEL_CONV2D, &a, aq_planes_grid(1)));
+  for (int i = 0; i < 9; ++i) cr_assert_eq(y[i], 2.0f * (float)i);
+}
+
 Test(ops, conv2d_forward_and_both_backwards_by_finite_differences) {
   const int cfg[][6] = {{1, 0, 1, 1, 1, 1}, {2, 1, 1, 2, 2, 1}, {1, 2, 2, 1, 1, 2}}; /* stride, pad, dil */
   for (size_t t = 0; t < sizeof(cfg) / sizeof(cfg[0]); ++t) {

@@ -107,6 +107,7 @@ static const cli_option_t conv_options[] = {
     {"shapes", 0, CLI_TEXT, "N,C,H,W,K,R,S,STRIDE,PAD;...", "the convolutions (default: LeNet's and ResNet-like)", 0, 0},
     {"dtype", 0, CLI_CHOICE, "f32|bf16|all", "gpu: which precisions (default all)", 0, 0},
     {"explain", 0, CLI_FLAG, NULL, "gpu: each pass's build and launch on stderr; nothing runs (no GPU needed)", 0, 0},
+    {"precision", 0, CLI_TEXT, "default|exact", "gpu fp32: tensor cores at fp32 accuracy where a pass has them (default) or FFMA", 0, 0},
 };
 
 int aq_bench_conv(int argc, char **argv) {

@@ -2,7 +2,8 @@
  * data, backward filter) through a GPU agent's queue against cuDNN
  * (libcudnn.so.9 / .8, loaded by this benchmark only, each pass's fastest
  * algorithm by cudnnFind*) in the same process on the same inputs:
- *  - dtype f32: aq_conv2d_*_f32 (exact fp32) against cuDNN fp32 with
+ *  - dtype f32: aq_conv2d_*_f32 (at --precision default, tensor cores at
+ *    fp32 accuracy where a pass has them; exact: FFMA) against cuDNN fp32 with
  *    CUDNN_FMA_MATH, so no TF32;
  *  - dtype bf16: aq_conv2d_*_bf16 (bf16 inputs, fp32 accumulation and
  *    outputs; tensor cores) against cuDNN with CUDNN_DATA_BFLOAT16 tensors
@@ -19,7 +20,9 @@
  *          --dtype f32|bf16|all (default all)
  *          --reps R (default 5)
  *          --explain (each pass's build, path and launch, on stderr; nothing
- *          runs, so no GPU is needed) */
+ *          runs, so no GPU is needed)
+ *          --precision default|exact (aq_conv2d_args_t.precision of the fp32
+ *          passes) */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
@@ -123,7 +126,7 @@ typedef struct {
   aq_queue_t q;
   aq_signal_t done;
   aq_kernel_info_t k[2][3]; /* [bf16][pass] */
-  aq_kernel_info_t builds[4]; /* the backward filters' other builds, as build_names */
+  aq_kernel_info_t builds[7]; /* the passes' other builds, as build_names */
   int (*sync)(void);
   cudnn_t dn;
   int reps;
@@ -182,6 +185,7 @@ static void report(const aq_conv2d_args_t *a, int bf16, int pass, int peer, doub
   bench_json_int(&j, "w", a->wd), bench_json_int(&j, "k", a->k), bench_json_int(&j, "r", a->r);
   bench_json_int(&j, "s", a->s), bench_json_int(&j, "stride", a->stride_h), bench_json_int(&j, "pad", a->pad_h);
   bench_json_str(&j, "pass", passes[pass]);
+  if (!bf16 && !peer) bench_json_str(&j, "precision", a->precision == AQ_MATMUL_PRECISION_EXACT ? "exact" : "default");
   bench_json_num(&j, "gflops", gflops);
   if (!peer && algo >= 0) bench_json_num(&j, "ratio", ratio), bench_json_num(&j, "max_rel_diff", diff);
   if (!peer && bf16) bench_json_num(&j, "max_rel_diff_f32", diff_f32);
@@ -190,8 +194,10 @@ static void report(const aq_conv2d_args_t *a, int bf16, int pass, int peer, doub
   bench_json_end(&j);
 }
 
-static const char *const build_names[4] = {AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT,
-                                           AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED};
+static const char *const build_names[7] = {
+    AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED,
+    AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED, AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3,
+    AQ_KERNEL_CONV2D_BWD_FILTER_X3};
 
 /* A dispatch of one pass's kernel with its GPU shape. */
 static void packet(ctx_t *c, int bf16, int pass, const aq_conv2d_args_t *a, hsa_kernel_dispatch_packet_t *p) {
@@ -202,11 +208,11 @@ static void packet(ctx_t *c, int bf16, int pass, const aq_conv2d_args_t *a, hsa_
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
   p->workgroup_size_x = sh.workgroup[0], p->workgroup_size_y = sh.workgroup[1], p->workgroup_size_z = sh.workgroup[2];
   p->grid_size_x = sh.grid[0], p->grid_size_y = sh.grid[1], p->grid_size_z = sh.grid[2];
-  /* the build the scheduler would pick (the backward filters have two) */
+  /* the build the scheduler would pick */
   const char *build = aq_gpu_op_kernel(name, a);
   p->group_segment_size = aq_gpu_op_group_segment(build, a);
   p->kernel_object = c->k[bf16][pass].kernel_object;
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 7; ++i)
     if (!strcmp(build, build_names[i])) p->kernel_object = c->builds[i].kernel_object;
   p->kernarg_address = (void *)a;
   p->completion_signal.handle = c->done.handle;
@@ -217,6 +223,7 @@ static void packet(ctx_t *c, int bf16, int pass, const aq_conv2d_args_t *a, hsa_
 static int exact(ctx_t *c, aq_conv2d_args_t a, const bufs_t *b, int pass) {
   a.x = b->in[0][0], a.w = b->in[0][1], a.dy = b->in[0][2];
   a.y = a.dx = a.dw = b->ref, a.bias = NULL, a.dbias = NULL;
+  a.precision = AQ_MATMUL_PRECISION_EXACT;
   hsa_kernel_dispatch_packet_t p;
   packet(c, 0, pass, &a, &p);
   CHECK(aq_signal_store(c->done, 1));
@@ -335,7 +342,7 @@ static int setup(ctx_t *c) {
   CHECK(aq_code_object_load("kernels-cuda.fatbin", &co));
   for (int t = 0; t < 2; ++t)
     for (int i = 0; i < 3; ++i) CHECK(aq_code_object_find_kernel(co, names[t][i], gpu, &c->k[t][i]));
-  for (int i = 0; i < 4; ++i) CHECK(aq_code_object_find_kernel(co, build_names[i], gpu, &c->builds[i]));
+  for (int i = 0; i < 7; ++i) CHECK(aq_code_object_find_kernel(co, build_names[i], gpu, &c->builds[i]));
   CHECK(bench_device_region(gpu, &c->dev));
   CHECK(aq_queue_create(gpu, NULL, &c->q));
   CHECK(aq_signal_create(0, &c->done));
@@ -343,15 +350,18 @@ static int setup(ctx_t *c) {
 }
 
 /* How a pass's build runs: tiled (it asks for a group segment), tensor
- * cores (bf16), or the direct loops; `split`: the build the op library
- * picked is the cluster-split one. */
-static const char *path_of(int tiled, int staged, int split, int bf16, int pass, int runs) {
+ * cores (bf16, or fp32's x3 builds), or the direct loops; `split`: the
+ * build the op library picked is the cluster-split one. */
+static const char *path_of(int tiled, int staged, int split, int x3, int bf16, int pass, int runs) {
   if (tiled && pass == 1 && runs) return "tiled in shared memory, a block an image, a thread a run of columns";
   if (tiled && pass < 2) return "tiled in shared memory, a block an image";
   if (staged)
     return split ? "staged in shared memory, two buffers; a cluster a filter splitting the batch, every channel"
                  : "staged in shared memory, two buffers; a block a filter, every channel";
   if (tiled) return split ? "tiled in shared memory, a cluster a filter splitting the batch" : "tiled, a block a filter";
+  if (x3)
+    return pass == 2 ? "implicit GEMM on tensor cores (3xTF32), a cluster a 64x64 tile splitting its depth"
+                     : "implicit GEMM on tensor cores (3xTF32), a block a 64x64 tile";
   if (bf16) return "implicit GEMM on tensor cores";
   if (pass < 2) return "direct loops, a thread an output (planes past a block's shared memory)";
   return split ? "direct loops, runs of weights split over a cluster" : "direct loops, a block a run of weights";
@@ -365,11 +375,13 @@ static void explain(const char *tok, const aq_conv2d_args_t *a, int bf16, int pa
   const uint32_t group = aq_gpu_op_group_segment(build, a);
   const int split = strcmp(build, op) != 0;
   const int staged = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED) || !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED);
+  int x3 = 0;
+  aq_conv2d_f32_pass(build, &x3);
   uint64_t blocks = 1, threads = 1;
   for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
   fprintf(stderr, "conv %s %s %s: %s, %s; %llu blocks of %llu threads, %u bytes of shared memory a block\n", tok,
           bf16 ? "bf16" : "f32", passes[pass], build,
-          path_of(group > 0, staged, split, bf16, pass, !bf16 && aq_conv2d_data_runs(a)),
+          path_of(group > 0, staged, split, x3, bf16, pass, !bf16 && aq_conv2d_data_runs(a)),
           (unsigned long long)blocks, (unsigned long long)threads, group);
 }
 
@@ -382,6 +394,13 @@ int aq_bench_conv_gpu(int argc, char **argv) {
   if (strcmp(dtype, "all") && strcmp(dtype, "f32") && strcmp(dtype, "bf16"))
     return fprintf(stderr, "aq-bench conv: --dtype is f32, bf16 or all, not '%s'\n", dtype), 2;
   if (bench_check_conv_shapes(shapes)) return 2;
+  const char *precision = bench_arg("precision");
+  if (precision && strcmp(precision, "default") && strcmp(precision, "exact")) {
+    fprintf(stderr, "aq-bench conv: --precision %s: expected default (tensor cores at fp32 accuracy) or exact (FFMA)\n",
+            precision);
+    return 2;
+  }
+  const int exact = precision && !strcmp(precision, "exact");
   const int only_explain = bench_arg("explain") != NULL;
   ctx_t c;
   int rc = only_explain ? 0 : setup(&c);
@@ -390,6 +409,7 @@ int aq_bench_conv_gpu(int argc, char **argv) {
   for (char *tok = strtok_r(list, ";", &save); tok && !rc; tok = strtok_r(NULL, ";", &save)) {
     aq_conv2d_args_t a;
     bench_parse_conv_shape(tok, &a); /* checked above */
+    a.precision = exact ? AQ_MATMUL_PRECISION_EXACT : AQ_MATMUL_PRECISION_DEFAULT;
     if (only_explain) {
       for (int bf16 = 0; bf16 < 2; ++bf16)
         for (int pass = 0; pass < 3 && (!strcmp(dtype, "all") || !strcmp(dtype, bf16 ? "bf16" : "f32")); ++pass)

@@ -1,0 +1,151 @@
+// conv2d's passes as implicit GEMMs, the part conv2d_bf16.cu's and
+// conv2d_x3.cu's tensor-core tiles share: the index map of each pass, the
+// gathers of 16-byte chunks of either operand, and the bias gradient.
+//
+// A pass is C[rows x cols] = A[rows x depth] * B[cols x depth]^T:
+//           rows     cols  depth    A (gathered)         B (runs along depth)
+//  forward  (n,p,q)  k     (c,r,s)  x through im2col     w[k][c,r,s]
+//  bwd data (n,h,w)  c     (k,r,s)  dy through col2im    w[k][c][r,s]
+//  bwd filt (c,r,s)  k     (n,p,q)  x through im2col     dy[n][k][p,q]
+// Neither operand is materialised. A chunk is 16 bytes of consecutive depth
+// of one row or column: 8 bf16 (E = uint16_t) or 4 floats. The gather's
+// index map: A's element (row, depth (i0,i1,i2)) is a[base + i0 step0 +
+// y aw + z] with (base, y0, z0) per row (row_base), y = y0 + i1 step1 and
+// z = z0 + i2 step2 (divided by the stride in the backward data, where it
+// must divide), zero outside [0,ah) x [0,aw). B's runs are contiguous, so
+// a chunk is one 16-byte load where runs are multiples of a chunk and
+// aligned. Indices are 32-bit (fits32): larger tensors take the direct
+// loops.
+#pragma once
+#include "conv2d_direct.cuh"
+
+namespace conv_gemm {
+
+template <class E>
+struct Gemm {
+  static constexpr int CHUNK = 16 / sizeof(E); /* elements a 16-byte chunk */
+  int rows, cols, depth;
+  int rd1, rd2, rbase, rmul1, radd1, rmul2, radd2; /* row = (j0 rd1 + j1) rd2 + j2 -> base j0 rbase, y0, z0 */
+  int d1, d2, step0, step1, step2, ah, aw, sh, sw; /* depth = (i0 d1 + i1) d2 + i2 -> A's element */
+  int run, outer;                                  /* B's element (col, d) = b[col run + (d / run) outer + d % run] */
+  int plane;                                       /* C's (row, col) = out[(row / plane) cols plane + col plane + row % plane] */
+  bool bvec;
+  const E *a, *b;
+  float *out;
+  const float *bias;
+};
+
+__device__ inline bool fits32(const aq_conv2d_args_t &a) {
+  const int64_t lim = INT32_MAX;
+  return a.n * a.c * a.h * a.wd < lim && a.k * a.c * a.r * a.s < lim && a.n * a.k * a.p * a.q < lim &&
+         a.h + 2 * (int64_t)a.pad_h < lim && a.wd + 2 * (int64_t)a.pad_w < lim && a.p * a.stride_h < lim &&
+         a.q * a.stride_w < lim && a.r * a.dil_h < lim && a.s * a.dil_w < lim;
+}
+
+template <class E>
+__device__ inline Gemm<E> make_gemm(const aq_conv2d_args_t &a, int pass) {
+  const int n = (int)a.n, c = (int)a.c, h = (int)a.h, w = (int)a.wd, k = (int)a.k, r = (int)a.r, s = (int)a.s;
+  const int p = (int)a.p, q = (int)a.q;
+  Gemm<E> g;
+  g.sh = g.sw = 1;
+  g.bias = NULL;
+  if (pass == 0) {
+    g.rows = n * p * q, g.cols = k, g.depth = c * r * s;
+    g.rd1 = p, g.rd2 = q, g.rbase = c * h * w, g.rmul1 = a.stride_h, g.radd1 = -a.pad_h, g.rmul2 = a.stride_w,
+    g.radd2 = -a.pad_w;
+    g.d1 = r, g.d2 = s, g.step0 = h * w, g.step1 = a.dil_h, g.step2 = a.dil_w, g.ah = h, g.aw = w;
+    g.run = c * r * s, g.outer = 0, g.plane = p * q;
+    g.a = (const E *)a.x, g.b = (const E *)a.w, g.out = a.y, g.bias = a.bias;
+  } else if (pass == 1) {
+    g.rows = n * h * w, g.cols = c, g.depth = k * r * s;
+    g.rd1 = h, g.rd2 = w, g.rbase = k * p * q, g.rmul1 = 1, g.radd1 = a.pad_h, g.rmul2 = 1, g.radd2 = a.pad_w;
+    g.d1 = r, g.d2 = s, g.step0 = p * q, g.step1 = -a.dil_h, g.step2 = -a.dil_w, g.ah = p, g.aw = q;
+    g.sh = a.stride_h, g.sw = a.stride_w;
+    g.run = r * s, g.outer = c * r * s, g.plane = h * w;
+    g.a = (const E *)a.dy, g.b = (const E *)a.w, g.out = a.dx;
+  } else {
+    g.rows = c * r * s, g.cols = k, g.depth = n * p * q;
+    g.rd1 = r, g.rd2 = s, g.rbase = h * w, g.rmul1 = a.dil_h, g.radd1 = -a.pad_h, g.rmul2 = a.dil_w,
+    g.radd2 = -a.pad_w;
+    g.d1 = p, g.d2 = q, g.step0 = c * h * w, g.step1 = a.stride_h, g.step2 = a.stride_w, g.ah = h, g.aw = w;
+    g.run = p * q, g.outer = k * p * q, g.plane = c * r * s;
+    g.a = (const E *)a.x, g.b = (const E *)a.dy, g.out = a.dw;
+  }
+  g.bvec = g.run % Gemm<E>::CHUNK == 0 && ((uintptr_t)g.b & 15) == 0;
+  return g;
+}
+
+// A row's gather base: (offset of its image or channel, y0, z0, in range).
+template <class E>
+__device__ inline int4 row_base(const Gemm<E> &g, int row) {
+  if (row >= g.rows) return make_int4(0, 0, 0, 0);
+  const int t = row / g.rd2, j2 = row - t * g.rd2, j0 = t / g.rd1, j1 = t - j0 * g.rd1;
+  return make_int4(j0 * g.rbase, j1 * g.rmul1 + g.radd1, j2 * g.rmul2 + g.radd2, 1);
+}
+
+// Element e of a chunk, into the chunk's words.
+__device__ __forceinline__ void put(uint32_t (&v)[4], int e, uint16_t x) { v[e >> 1] |= (uint32_t)x << (16 * (e & 1)); }
+__device__ __forceinline__ void put(uint32_t (&v)[4], int e, float x) { v[e] = __float_as_uint(x); }
+
+// A's chunk of depth d0.. for the row whose base is rb.
+template <bool DIV, class E>
+__device__ __forceinline__ uint4 gather_a(const Gemm<E> &g, int4 rb, int d0) {
+  uint32_t v[4] = {0, 0, 0, 0};
+  if (rb.w && d0 < g.depth) {
+    const int t = d0 / g.d2;
+    int i2 = d0 - t * g.d2, i0 = t / g.d1, i1 = t - i0 * g.d1, off = rb.x + i0 * g.step0;
+#pragma unroll
+    for (int e = 0; e < Gemm<E>::CHUNK; ++e) {
+      if (d0 + e < g.depth) {
+        int y = rb.y + i1 * g.step1, z = rb.z + i2 * g.step2;
+        bool in = true;
+        if (DIV) { /* dy[p] feeds dx[h] only where p * stride lands exactly on h */
+          const int yq = y / g.sh, zq = z / g.sw;
+          in = y >= 0 && z >= 0 && yq * g.sh == y && zq * g.sw == z;
+          y = yq, z = zq;
+        }
+        if (in && (unsigned)y < (unsigned)g.ah && (unsigned)z < (unsigned)g.aw) put(v, e, __ldg(g.a + off + y * g.aw + z));
+      }
+      if (++i2 == g.d2) {
+        i2 = 0;
+        if (++i1 == g.d1) i1 = 0, off += g.step0;
+      }
+    }
+  }
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// B's chunk of depth d0.. for column col.
+template <class E>
+__device__ __forceinline__ uint4 gather_b(const Gemm<E> &g, int col, int d0) {
+  if (col >= g.cols || d0 >= g.depth) return make_uint4(0, 0, 0, 0);
+  const int j = d0 / g.run;
+  int o = d0 - j * g.run;
+  const E *b = g.b + col * g.run + j * g.outer + o;
+  if (g.bvec) return __ldg(reinterpret_cast<const uint4 *>(b)); /* a chunk never crosses a run */
+  uint32_t v[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int e = 0; e < Gemm<E>::CHUNK; ++e) {
+    if (d0 + e < g.depth) put(v, e, __ldg(b));
+    if (++o == g.run) o = 0, b += g.outer - g.run + 1;
+    else ++b;
+  }
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// dbias[k] for 8 channels, a warp each (256-thread blocks), lanes striding
+// over (n, p, q).
+template <class E>
+__device__ inline void bias_grad(const aq_conv2d_args_t &a, int64_t item) {
+  const int64_t k = item * 8 + (threadIdx.x >> 5), pq = a.p * a.q;
+  const int lane = threadIdx.x & 31;
+  if (k >= a.k) return;
+  const E *dy = (const E *)a.dy + k * pq;
+  float acc = 0.0f;
+  for (int64_t n = 0; n < a.n; ++n, dy += a.k * pq)
+    for (int64_t j = lane; j < pq; j += 32) acc += conv::ld(dy + j);
+  acc = warp_sum(acc);
+  if (lane == 0) a.dbias[k] = acc;
+}
+
+}  // namespace conv_gemm

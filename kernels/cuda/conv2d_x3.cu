@@ -1,0 +1,248 @@
+// aq_conv2d_f32_x3, aq_conv2d_bwd_data_f32_x3, aq_conv2d_bwd_filter_f32_x3:
+// aq_conv2d_f32's three passes as implicit GEMMs (conv2d_gemm.cuh) on
+// tensor cores at fp32 accuracy (3xTF32, mma_tf32.cuh), for the shapes the
+// tiled passes of conv2d_tiled.cuh do not take: many channels, planes past
+// a block's shared memory (a ResNet's), where the direct loops pay two
+// global loads and an index division an FMA.
+//
+// A block of 256 threads takes a 64x64 tile of C as matmul_x3.cu does: 8
+// warps, 2 x 2 of 32x32 pieces, each pair on the same piece taking
+// alternate halves of every 32-deep slice, their sums meeting in shared
+// memory at the end. Each thread gathers its share of the next slice (two
+// 16-byte chunks of A, two of B: 4 consecutive depth values of a row or
+// column) into registers while the warps multiply the current one, then
+// stores them as rows of 32 depth padded to 36 floats (two stages, one
+// barrier a slice). A's chunks are handed out row-fastest, so a warp
+// gathers 32 neighbouring positions of one depth index (consecutive x or
+// dy at stride 1); B's chunk-fastest, so a warp reads 4 runs of 128
+// contiguous bytes.
+//
+// The backward filter has few tiles (dw is c*r*s x k) and a long depth
+// (n*p*q): a cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks splits each
+// tile's depth and sums the partial tiles through distributed shared memory
+// in rank order (conv2d_direct.cuh's cluster_sums), so results depend on
+// the shape only. The bias gradient's items follow the tiles.
+// Where a pass does not apply (blocks of other than 256 threads, tensors
+// past 32-bit indices, AMD GPUs) the kernels run the direct loops, which
+// take any grid. launch.h (aq_conv2d_x3) says which shapes get these builds.
+#include "conv2d_gemm.cuh"
+#include "launch.h"
+#include "mma_tf32.cuh"
+
+#ifndef AQ_HIP
+namespace conv_x3 {
+
+constexpr int THREADS = 256, BM = 64, BN = 64, BK = 32, LDK = tf32x3::LDK, LDP = BM + 4;
+constexpr int SPLIT = AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
+static_assert(BM == AQ_GPU_CONV2D_X3_TILE && BN == AQ_GPU_CONV2D_X3_TILE, "launch.h counts these tiles");
+typedef conv_gemm::Gemm<float> Gemm;
+
+// The stages, or the finished tile: part[col][row], so the write-back reads
+// consecutive rows (consecutive outputs of a plane) and the fragments'
+// stores fall in distinct banks.
+union Shared {
+  float stage[2][2][BM * LDK]; /* [buffer][A, B] */
+  float part[BN * LDP];
+};
+
+// The tile at (row0, col0) over depth d0..g.depth, its sums left in
+// u.part. Every thread of the block must call it. The tensor cores' fp32
+// accumulation does not round to nearest, so over a depth of thousands (a
+// backward filter's n*p*q) the sums drift past fp32 accuracy; PROMOTE
+// starts the accumulators afresh every PROMOTE_SLICES slices and adds them
+// into fp32 totals with FADD, which does.
+constexpr int PROMOTE_SLICES = 2;
+template <bool DIV, bool PROMOTE>
+__device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row0, int col0, int d0) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int half = warp >> 2, wm = ((warp >> 1) & 1) * 32, wn = (warp & 1) * 32;
+  __syncthreads(); /* the previous tile is done with shared memory */
+  if (tid < BM) bases[tid] = conv_gemm::row_base(g, row0 + tid);
+  __syncthreads();
+
+  uint4 ra[2], rb[2];
+  auto fetch = [&](int k0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int q = tid + i * THREADS;
+      ra[i] = conv_gemm::gather_a<DIV>(g, bases[q % BM], k0 + (q / BM) * 4);
+      rb[i] = conv_gemm::gather_b(g, col0 + (q >> 3), k0 + (q & 7) * 4);
+    }
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int q = tid + i * THREADS;
+      *reinterpret_cast<uint4 *>(&u.stage[buf][0][(q % BM) * LDK + (q / BM) * 4]) = ra[i];
+      *reinterpret_cast<uint4 *>(&u.stage[buf][1][(q >> 3) * LDK + (q & 7) * 4]) = rb[i];
+    }
+  };
+
+  float acc[2][4][4], tot[PROMOTE ? 2 : 1][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mi][ni][j] = tot[PROMOTE ? mi : 0][ni][j] = 0.0f;
+  auto promote = [&]() {
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) tot[PROMOTE ? mi : 0][ni][j] += acc[mi][ni][j], acc[mi][ni][j] = 0.0f;
+  };
+
+  const int nk = g.depth > d0 ? (g.depth - d0 + BK - 1) / BK : 0;
+  if (nk > 0) {
+    fetch(d0);
+    store(0);
+  }
+  __syncthreads();
+  for (int kt = 0; kt < nk; ++kt) {
+    const int buf = kt & 1;
+    /* The next slice's loads are in flight while this one multiplies; the
+     * stage they go to was last read before the previous barrier. */
+    if (kt + 1 < nk) fetch(d0 + (kt + 1) * BK);
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+      tf32x3::warp_step(acc, u.stage[buf][0], u.stage[buf][1], false, true, wm, wn, (half * 2 + s) * 8, lane);
+    if (PROMOTE && (kt % PROMOTE_SLICES == PROMOTE_SLICES - 1 || kt + 1 == nk)) promote();
+    if (kt + 1 < nk) store(buf ^ 1);
+    __syncthreads();
+  }
+  if (PROMOTE) /* the totals are the sums */
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[mi][ni][j] = tot[PROMOTE ? mi : 0][ni][j];
+
+  /* The halves meet: C fragment element j of tile (mi, ni) is at row g
+   * (+8 for j >= 2), column 2t (+1 for odd j). */
+  const int g8 = lane >> 2, t2 = (lane & 3) * 2;
+  for (int h = 1; h >= 0; --h) {
+    if (half == h)
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            float *pp = &u.part[(wn + ni * 8 + t2 + (j & 1)) * LDP + wm + mi * 16 + g8 + (j >> 1) * 8];
+            *pp = h == 0 ? *pp + acc[mi][ni][j] : acc[mi][ni][j];
+          }
+    __syncthreads();
+  }
+}
+
+// C's element (row, col) of the tile at (row0, col0): its place in the
+// output, or NULL past the edges.
+__device__ __forceinline__ float *out_at(const Gemm &g, int row0, int col0, int row, int col) {
+  if (row >= BM || row0 + row >= g.rows || col0 + col >= g.cols) return NULL;
+  const int r = row0 + row, img = r / g.plane;
+  return g.out + (int64_t)img * g.cols * g.plane + (int64_t)(col0 + col) * g.plane + (r - img * g.plane);
+}
+
+__device__ inline void emit(const Gemm &g, const Shared &u, int row0, int col0) {
+  for (int e = threadIdx.x; e < BM * BN; e += THREADS) {
+    const int row = e % BM, col = e / BM;
+    float *o = out_at(g, row0, col0, row, col);
+    if (o) *o = u.part[col * LDP + row] + (g.bias ? __ldg(g.bias + col0 + col) : 0.0f);
+  }
+}
+
+// The forward or backward data pass: every tile, grid-stride; a column of
+// tiles' row tiles are consecutive blocks, which share its B tile in L2.
+template <bool DIV>
+__device__ void run(const Gemm &g, Shared &u, int4 *bases) {
+  const int64_t tiles_m = (g.rows + BM - 1) / BM, tiles = tiles_m * ((g.cols + BN - 1) / BN);
+  for (int64_t id = grid_block(); id < tiles; id += grid_blocks()) {
+    const int row0 = (int)(id % tiles_m) * BM, col0 = (int)(id / tiles_m) * BN;
+    tile<DIV, false>(g, u, bases, row0, col0, 0);
+    emit(g, u, row0, col0);
+  }
+}
+
+// The backward filter: a cluster a tile, its ranks splitting the depth in
+// slices of whole BK, then the bias gradient's items, S blocks a cluster.
+__device__ void run_filter(const aq_conv2d_args_t &a, Gemm &gs, Shared &u, int4 *bases) {
+  int ranks;
+  const int rank = conv::split_rank<SPLIT>(&ranks);
+  const int depth = gs.depth, share = ((depth + ranks - 1) / ranks + BK - 1) / BK * BK;
+  const int64_t tiles_m = (gs.rows + BM - 1) / BM, tiles = tiles_m * ((gs.cols + BN - 1) / BN);
+  const int64_t bias_items = a.dbias ? (a.k + 7) / 8 : 0, clusters = grid_blocks() / SPLIT;
+  const int64_t extra = (bias_items + SPLIT - 1) / SPLIT;
+  __syncthreads();
+  if (threadIdx.x == 0 && rank >= 0) gs.depth = (int)(rank * (int64_t)share + share < depth ? rank * share + share : depth);
+  __syncthreads();
+  for (int64_t id = grid_block() / SPLIT; id < tiles + extra; id += clusters) {
+    if (id >= tiles) { /* a cluster's items a block each, or all of them in one without clusters */
+      for (int j = rank; rank >= 0 && j < SPLIT; j += ranks)
+        if ((id - tiles) * SPLIT + j < bias_items) conv_gemm::bias_grad<float>(a, (id - tiles) * SPLIT + j);
+      continue;
+    }
+    const int row0 = (int)(id % tiles_m) * BM, col0 = (int)(id / tiles_m) * BN;
+    if (rank < 0) continue; /* without clusters, one block of a cluster's worth takes the tile */
+    tile<false, true>(gs, u, bases, row0, col0, rank * share);
+    if (ranks == 1) {
+      emit(gs, u, row0, col0);
+      continue;
+    }
+    conv::cluster_sums<SPLIT>(u.part, BN * LDP, rank, [&](int64_t i, float sum) {
+      float *o = out_at(gs, row0, col0, (int)(i % LDP), (int)(i / LDP));
+      if (o) *o = sum;
+    });
+  }
+}
+
+template <int PASS>
+__device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
+  __shared__ __align__(16) Shared u;
+  __shared__ int4 bases[BM];
+  /* In shared memory rather than registers, which the accumulators, the
+   * staged chunks and the fragments need more. */
+  __shared__ Gemm gs;
+  if (threadIdx.x == 0) gs = conv_gemm::make_gemm<float>(a, PASS);
+  __syncthreads();
+  if (PASS == 2) return run_filter(a, gs, u, bases);
+  if (PASS == 1 && (a.stride_h > 1 || a.stride_w > 1)) return run<true>(gs, u, bases);
+  run<false>(gs, u, bases);
+}
+
+__device__ inline bool applies(const aq_conv2d_args_t &a) {
+  return block_threads() == THREADS && conv_gemm::fits32(a);
+}
+
+}  // namespace conv_x3
+#endif  // !AQ_HIP
+
+// Two blocks an SM: at most 128 registers a thread.
+AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_f32_x3(aq_conv2d_args_t a) {
+  if (!a.x || !a.w || !a.y || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_x3::applies(a)) return conv_x3::convolve<0>(a);
+#endif
+  conv::forward(a, a.x, a.w);
+}
+
+AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_f32_x3(aq_conv2d_args_t a) {
+  if (!a.w || !a.dy || !a.dx || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_x3::applies(a)) return conv_x3::convolve<1>(a);
+#endif
+  conv::backward_data(a, a.w, a.dy);
+}
+
+// A cluster a tile (ops_gpu.h: the grid's x a multiple of the cluster);
+// one block an SM, for the promoted totals' registers.
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
+    aq_conv2d_bwd_filter_f32_x3(aq_conv2d_args_t a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_x3::applies(a)) return conv_x3::convolve<2>(a);
+#endif
+  conv::backward_filter(a, a.x, a.dy);
+}
