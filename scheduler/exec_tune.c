@@ -38,18 +38,20 @@ static uint32_t untuned_builds(aq_exec_t *e, uint32_t t, uint32_t a, const char 
 static void tune_task(aq_exec_t *e, uint32_t t, uint32_t a, const char **names, uint32_t n, const char *key) {
   double ns[AQ_TUNED_CANDIDATES_MAX];
   const task_t *task = &e->graph->tasks[t];
-  if (aq_perf_tune(e->graph, t, a, names, n, ns) != AQ_OK) {
-    /* left to the launch rule; timed again at the next start */
-    fprintf(stderr, "aquila: tuning %s (%s) on %s failed: %s; the launch rule's build runs\n", task->kernel, key,
-            e->agent_names[a], aq_last_error());
-    aq_error_clear();
-    return;
-  }
   tune_entry_t te;
   memset(&te, 0, sizeof(te));
   snprintf(te.arch, sizeof(te.arch), "%s", e->agent_arch[a]);
   snprintf(te.b.kernel, sizeof(te.b.kernel), "%s", task->kernel);
   snprintf(te.b.shape, sizeof(te.b.shape), "%s", key);
+  if (aq_perf_tune(e->graph, t, a, names, n, ns) != AQ_OK) {
+    /* the launch rule's build, not timed again in this process (tune.h) */
+    fprintf(stderr, "aquila: tuning %s (%s) on %s failed: %s; the launch rule's build runs\n", task->kernel, key,
+            e->agent_names[a], aq_last_error());
+    aq_error_clear();
+    snprintf(te.b.build, sizeof(te.b.build), "%s", names[0]);
+    aq_tune_put(&te);
+    return;
+  }
   uint32_t best = 0;
   for (uint32_t i = 0; i < n; ++i) {
     snprintf(te.b.candidate[i], sizeof(te.b.candidate[i]), "%s", names[i]);
@@ -104,7 +106,7 @@ AQ_API aq_status_t aq_tuned_build(aq_agent_t agent, const char *kernel, const vo
   AQ_RETURN_IF_ERROR(arch_of(agent, arch, sizeof(arch)));
   AQ_RETURN_IF_ERROR(aq_op_library_ops(&lib));
   tune_entry_t e;
-  if (!aq_tune_on() || !aq_tune_lookup(lib, arch, kernel, kernarg, &e))
+  if (!aq_tune_on() || !aq_tune_lookup(lib, arch, kernel, kernarg, &e) || !e.b.candidates) /* none, or a failure */
     return aq_error(AQ_ERROR_NOT_FOUND, "no tuned build of %s for this shape on %s%s", kernel, arch,
                     aq_tune_on() ? "" : " (AQ_TUNE=0)");
   *out = e.b;

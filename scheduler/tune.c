@@ -193,7 +193,7 @@ void aq_tune_put(const tune_entry_t *e) {
   pthread_mutex_lock(&lock);
   ensure_loaded();
   slot_t *s = slot_for(&table, &ntable, &cap_table, e);
-  if (s) s->e = *e, s->fresh = 1;
+  if (s) s->e = *e, s->fresh = e->b.candidates > 0; /* a failure's: this process's alone */
   pthread_mutex_unlock(&lock);
 }
 
@@ -202,7 +202,7 @@ size_t aq_tune_list(const char *arch, aq_tuned_build_t *out, size_t cap) {
   pthread_mutex_lock(&lock);
   ensure_loaded();
   for (size_t i = 0; i < ntable; ++i)
-    if (!strcmp(table[i].e.arch, arch)) {
+    if (!strcmp(table[i].e.arch, arch) && table[i].e.b.candidates) {
       if (n < cap) out[n] = table[i].e.b;
       n++;
     }

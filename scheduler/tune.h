@@ -46,7 +46,10 @@ aq_status_t aq_tune_write(const char *path, const tune_entry_t *entries, size_t 
 /* The kept choice for (arch, kernel, key) into *out (may be NULL); 0 if
  * none. Loads the file on first use. */
 int aq_tune_find(const char *arch, const char *kernel, const char *key, tune_entry_t *out);
-/* Keeps a choice (replacing one for the same arch, kernel and key). */
+/* Keeps a choice (replacing one for the same arch, kernel and key). One of
+ * no candidates is a failure to tune, the build the rule's: kept in this
+ * process only, so that it is not timed again at every instantiation, and
+ * never listed or saved. */
 void aq_tune_put(const tune_entry_t *e);
 /* Up to cap of the choices kept for arch into out; how many there are. */
 size_t aq_tune_list(const char *arch, aq_tuned_build_t *out, size_t cap);

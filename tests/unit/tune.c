@@ -201,6 +201,15 @@ Test(tune, the_file_reads_back_as_written) {
   cr_assert_str_eq(list[0].shape, in[0].b.shape);
   char where[1024];
   cr_assert_str_eq(aq_tune_path(where, sizeof(where)), path, "beside the models, in AQ_PERF_DIR");
+  /* a failure to tune: found (not timed again), never listed or saved */
+  tune_entry_t failed = entry(in[0].arch, "n9,c9,dbias0", AQ_KERNEL_CONV2D_BWD_FILTER);
+  failed.b.candidates = 0;
+  aq_tune_put(&failed);
+  cr_assert(aq_tune_find(failed.arch, failed.b.kernel, failed.b.shape, NULL));
+  cr_assert_eq(aq_tune_list(in[0].arch, list, 4), 1);
+  AQ_ASSERT_OK(aq_tune_save());
+  aq_tune_reset();
+  cr_assert_not(aq_tune_find(failed.arch, failed.b.kernel, failed.b.shape, NULL));
 }
 
 /* A bad file: refused with a message naming it; the table works without
