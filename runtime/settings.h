@@ -50,6 +50,8 @@ typedef enum aq_setting_type {
     "colon-separated directories searched for code objects before lib/aquila")                                     \
   X(SCHED, "AQ_SCHED", ENUM, "heft", 0, 0, "heft|eager|round-robin|pinned|locality", "graphs' placement policy")     \
   X(PERF_DIR, "AQ_PERF_DIR", PATH, "", 0, 0, NULL, "where HEFT keeps its performance models")                        \
+  X(TUNE, "AQ_TUNE", BOOL, "1", 0, 1, NULL,                                                                         \
+    "time each GPU build of an op once per shape and keep the fastest (AQ_PERF_DIR/tuned.tsv)")                     \
   X(TRACE, "AQ_TRACE", PATH, "", 0, 0, NULL, "write a Chrome trace of every packet to this file (%r: MPI rank)")     \
   X(TRACE_MAX_MB, "AQ_TRACE_MAX_MB", UINT, "2048", 1, 1048576, NULL, "trace buffer cap (MiB)")                      \
   X(CPU_ISA, "AQ_CPU_ISA", ENUM, "widest", 0, 0, "widest|avx512|avx2|generic", "cap the CPU kernels' vector ISA")   \

@@ -6,7 +6,9 @@
 
 #include "runtime/status.h"
 #include "runtime/wake.h"
+#include "scheduler/exec_internal.h"
 #include "scheduler/perfmodel.h"
+#include "scheduler/tune.h"
 
 static const uint64_t CALIBRATION_TIMEOUT_NS = 60000000000ull;
 /* Warming up: at least this long, at most this many runs. */
@@ -87,6 +89,54 @@ aq_status_t aq_perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32
     if (s == AQ_OK) s = aq_exec_wait(e, CALIBRATION_TIMEOUT_NS);
   }
   if (e && aq_exec_wait(e, CALIBRATION_TIMEOUT_NS) == AQ_OK) aq_exec_destroy(e); /* saves the models */
+  aq_graph_destroy(c);
+  return s;
+}
+
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+aq_status_t aq_perf_tune(const aq_graph_t *g, uint32_t t, uint32_t agent, const char *const *builds, uint32_t n,
+                         double *ns) {
+  enum { MOST = AQ_TUNED_CANDIDATES_MAX };
+  if (n > MOST) n = MOST;
+  aq_graph_t *c;
+  AQ_RETURN_IF_ERROR(aq_graph_create(NULL, &c));
+  uint32_t *map = calloc(g->ntensors, sizeof(uint32_t)), *stamp = calloc(g->ntensors, sizeof(uint32_t));
+  aq_status_t s = map && stamp ? AQ_OK : aq_error(AQ_ERROR_OUT_OF_MEMORY, "no memory to tune");
+  /* A copy of the first build leads the chain, untimed (calibrate.h); the
+   * copies share their tensors and run one after another. */
+  const char *forced[MOST + 1];
+  uint32_t prev = UINT32_MAX;
+  for (uint32_t i = 0; s == AQ_OK && i <= n; ++i) {
+    forced[i] = builds[i ? i - 1 : 0];
+    s = copy_task(c, g, t, agent, prev, map, stamp, &prev);
+  }
+  free(map), free(stamp);
+  aq_exec_options_t o = {.policy = AQ_SCHED_EAGER, .flags = AQ_EXEC_PROFILE | AQ_EXEC_NO_MEMORY_REUSE};
+  aq_exec_t *e = NULL;
+  aq_tune_force(forced, n + 1);
+  if (s == AQ_OK) s = aq_graph_instantiate(c, &o, &e);
+  aq_tune_force(NULL, 0);
+  if (s == AQ_OK) aq_exec_profile_from(e, UINT32_MAX); /* no candidate's time goes into the op's model */
+  if (s == AQ_OK) s = warm_up(e);
+  double times[MOST][TUNE_RUNS];
+  for (int r = 0; s == AQ_OK && r < TUNE_RUNS; ++r) {
+    s = aq_exec_run(e);
+    if (s == AQ_OK) s = aq_exec_wait(e, CALIBRATION_TIMEOUT_NS);
+    for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
+      uint64_t t0 = e->stamps[2 * (i + 1)], t1 = e->stamps[2 * (i + 1) + 1];
+      if (!t0 || t1 < t0) s = aq_error(AQ_ERROR_INTERNAL, "build %s was not timed", builds[i]);
+      else times[i][r] = (double)(t1 - t0);
+    }
+  }
+  for (uint32_t i = 0; s == AQ_OK && i < n; ++i) {
+    qsort(times[i], TUNE_RUNS, sizeof(double), by_value);
+    ns[i] = times[i][TUNE_RUNS / 2];
+  }
+  if (e && aq_exec_wait(e, CALIBRATION_TIMEOUT_NS) == AQ_OK) aq_exec_destroy(e);
   aq_graph_destroy(c);
   return s;
 }

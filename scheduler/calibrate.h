@@ -29,6 +29,12 @@ int aq_perf_calibratable(const aq_graph_t *g, uint32_t t);
  * as an exec numbers them). */
 aq_status_t aq_perf_calibrate(const aq_graph_t *g, const uint32_t *tasks, uint32_t n, uint32_t agent);
 
+/* Times task t of g on agent (as aq_perf_calibrate) under each of n
+ * builds of its kernel (the op library's names): ns[i], the median of
+ * TUNE_RUNS runs of builds[i] (tune.h). Nothing goes into the models. */
+aq_status_t aq_perf_tune(const aq_graph_t *g, uint32_t t, uint32_t agent, const char *const *builds, uint32_t n,
+                         double *ns);
+
 /* exec.c: the exec's next run is not profiled (a warm-up: workers asleep,
  * caches cold, a GPU's first launch of each kernel). */
 void aq_exec_warm_up_next(aq_exec_t *e);

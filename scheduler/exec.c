@@ -92,6 +92,8 @@ AQ_API aq_status_t aq_graph_instantiate(aq_graph_t *g, const aq_exec_options_t *
   e->flags = options ? options->flags : 0;
   if (s == AQ_OK) s = matmul_precision(e);
   double *costs = NULL, *links = NULL;
+  /* Tuned first: calibration, and every run, then times the builds kept. */
+  if (s == AQ_OK) s = aq_exec_tune(e, eligible);
   if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = aq_exec_heft_costs(e, eligible, &costs);
   if (s == AQ_OK && e->policy == AQ_SCHED_HEFT) s = aq_exec_heft_links(e, &links);
   if (s == AQ_OK && e->flags & AQ_EXEC_PROFILE) e->profile_left = UINT32_MAX;

@@ -119,6 +119,10 @@ aq_status_t aq_exec_heft_costs(aq_exec_t *e, const uint8_t *eligible, double **o
 aq_status_t aq_exec_heft_links(aq_exec_t *e, double **out);
 aq_status_t aq_exec_fuse(aq_exec_t *e);
 aq_status_t aq_exec_collective_lanes(aq_exec_t *e);
+/* exec_tune.c: times the builds of the kernels that may run on a GPU and
+ * have several for their shape, where no choice is kept (tune.h); never
+ * fails the instantiation. */
+aq_status_t aq_exec_tune(aq_exec_t *e, const uint8_t *eligible);
 /* SGD updates one lane queues together, as one dispatch each group, where
  * the lane's agent fuses (exec_place.c; fuse.h: aq_fuse_groups). Last of
  * the planning passes: it reads the final lane order. */

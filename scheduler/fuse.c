@@ -43,9 +43,7 @@ static uint32_t consumes(const oplib_t *lib, const task_t *t) {
   return e ? e->consumes : 0;
 }
 
-/* t's kernarg as a dispatch would see it, as far as the rules look: every
- * tensor slot non-null (a bias read is a bias). */
-static void planned_kernarg(const aq_graph_t *g, const task_t *t, uint8_t *out) {
+void aq_task_planned_kernarg(const aq_graph_t *g, const task_t *t, uint8_t *out) {
   memcpy(out, t->kernarg, TASK_KERNARG_MAX);
   for (uint32_t r = 0; r < t->nreads; ++r)
     if (t->read_off[r] != UINT32_MAX) {
@@ -94,8 +92,8 @@ static int fuses_as(const aq_graph_t *g, const aq_op_fusion_t *r, const task_t *
   if (m->kind != TASK_KERNEL || m->code_object.handle || strcmp(m->kernel, r->product) || !outputs_fuse(r, m, x, c))
     return 0;
   uint8_t pa[TASK_KERNARG_MAX], ca[TASK_KERNARG_MAX];
-  planned_kernarg(g, m, pa);
-  planned_kernarg(g, c, ca);
+  aq_task_planned_kernarg(g, m, pa);
+  aq_task_planned_kernarg(g, c, ca);
   return r->accepts(pa, ca);
 }
 

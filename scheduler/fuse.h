@@ -49,6 +49,10 @@ typedef struct fuse_in {
  * task that touched the product's operands). The arrays are allocated even
  * when nothing fuses. */
 aq_status_t aq_fuse_plan(const fuse_in_t *in, plan_t *plan, fusion_t *out);
+/* t's kernarg as a dispatch would see it, as far as the op library's rules
+ * look (TASK_KERNARG_MAX bytes): every tensor slot non-null (a bias read
+ * is a bias). */
+void aq_task_planned_kernarg(const aq_graph_t *g, const task_t *t, uint8_t *out);
 void aq_fusion_free(fusion_t *f);
 
 typedef struct group_in {

@@ -8,6 +8,7 @@
 
 #include "runtime/signal.h"
 #include "scheduler/exec_internal.h"
+#include "scheduler/tune.h"
 
 static aq_status_t push(stream_t *st, const void *packet) {
   if (st->npackets == st->cap) {
@@ -92,17 +93,16 @@ static void set_exact(uint8_t *kernarg, uint32_t off) {
   memcpy(kernarg + off, &exact, sizeof(exact));
 }
 
-/* The GPU build of a task's op: an exact exec's products take the FFMA
- * builds whatever precision their kernargs ask for. kernarg is the
- * product's own (a fused kernarg starts with it), which is all the picker
- * reads of either. */
-static const char *gpu_kernel(const aq_exec_t *e, const char *base, const void *kernarg) {
-  uint32_t off = precision_field(e, base);
-  if (off == AQ_OP_FIELD_NONE) return aq_oplib_launch_kernel(e->lib, AQ_AGENT_KIND_GPU, base, kernarg);
-  uint8_t exact[TASK_KERNARG_MAX];
-  memcpy(exact, kernarg, sizeof(exact));
-  set_exact(exact, off);
-  return aq_oplib_launch_kernel(e->lib, AQ_AGENT_KIND_GPU, base, exact);
+/* The GPU build of task t's op on agent a: the one tuned for its shape on
+ * the agent's model (tune.h), else the launch rule's (*tuned: 0).
+ * kernarg is the task's as dispatched (an exact exec's products already
+ * exact; a fused kernarg starts with the product's, which is all the
+ * rules read of either). */
+static const char *gpu_kernel(const aq_exec_t *e, uint32_t t, uint32_t a, const char *base, const void *kernarg,
+                              int *tuned) {
+  const char *pick = aq_tune_choice(e->lib, e->agent_arch[a], t, base, kernarg);
+  *tuned = pick != NULL;
+  return pick ? pick : aq_oplib_launch_kernel(e->lib, AQ_AGENT_KIND_GPU, base, kernarg);
 }
 
 static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kernel_dispatch_packet_t *p) {
@@ -118,22 +118,8 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
   const task_t *body = fused != UINT32_MAX ? &g->tasks[fused] : task;
   int group = e->fusion.lead[t] == t;
   const char *base = fused != UINT32_MAX ? aq_fuse_kernel(&e->fusion, t) : group ? AQ_KERNEL_SGD_MULTI : task->kernel;
-  const char *name = gpu && !task->code_object.handle ? gpu_kernel(e, base, body->kernarg) : base;
-  aq_kernel_info_t k;
-  if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
-    e->last_kernel_co = 0;
-    if (aq_code_object_find_kernel(co, name, e->agents[a], &e->last_kernel) != AQ_OK)
-      return aq_error_annotate(AQ_ERROR_INVALID_GRAPH, "placed on agent %s, which lacks kernel '%s'",
-                               e->agent_names[a], name);
-    /* remembered only once found (the names are at most 63 characters) */
-    e->last_kernel_co = co.handle, e->last_kernel_agent = a;
-    snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", name);
-  }
-  k = e->last_kernel;
+  /* The kernarg first: the build is picked from it as dispatched. */
   size_t bytes = aq_exec_kernarg_bytes(e, t);
-  if (bytes < k.kernarg_size)
-    return aq_error(AQ_ERROR_INVALID_GRAPH, "kernel '%s' takes %u bytes of kernargs, the task gives %zu", name,
-                    k.kernarg_size, bytes);
   /* No arena where no task of the agent takes kernargs (not NULL + 0). */
   e->kernargs[t] = e->kernarg_arenas[a] ? (uint8_t *)e->kernarg_arenas[a] + e->kernarg_used[a] : NULL;
   e->kernarg_used[a] += (bytes + 63) & ~(size_t)63;
@@ -146,13 +132,33 @@ static aq_status_t kernel_packet(aq_exec_t *e, uint32_t t, int barrier, hsa_kern
     fill_kernarg(e, t, ka);
   uint32_t precision = gpu && !task->code_object.handle ? precision_field(e, base) : AQ_OP_FIELD_NONE;
   if (precision != AQ_OP_FIELD_NONE) set_exact(ka, precision);
+  int tuned = 0;
+  const char *name = gpu && !task->code_object.handle ? gpu_kernel(e, t, a, base, ka ? ka : body->kernarg, &tuned) : base;
+  aq_kernel_info_t k;
+  if (!(e->last_kernel_co == co.handle && e->last_kernel_agent == a && !strcmp(e->last_kernel_name, name))) {
+    e->last_kernel_co = 0;
+    if (aq_code_object_find_kernel(co, name, e->agents[a], &e->last_kernel) != AQ_OK)
+      return aq_error_annotate(AQ_ERROR_INVALID_GRAPH, "placed on agent %s, which lacks kernel '%s'",
+                               e->agent_names[a], name);
+    /* remembered only once found (the names are at most 63 characters) */
+    e->last_kernel_co = co.handle, e->last_kernel_agent = a;
+    snprintf(e->last_kernel_name, sizeof(e->last_kernel_name), "%s", name);
+  }
+  k = e->last_kernel;
+  if (bytes < k.kernarg_size)
+    return aq_error(AQ_ERROR_INVALID_GRAPH, "kernel '%s' takes %u bytes of kernargs, the task gives %zu", name,
+                    k.kernarg_size, bytes);
   memset(p, 0, sizeof(*p));
   p->header = exec_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, barrier);
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
   /* GPUs get each kernel's own launch shape (conv, pool and batch norm would
    * leave a GPU nearly idle under their CPU grids of one item per plane). */
   aq_dispatch_shape_t cpu_shape = group ? group_shape(e, t, (const aq_sgd_multi_args_t *)(const void *)ka) : body->shape;
-  aq_dispatch_shape_t sh = gpu ? aq_oplib_launch_shape(e->lib, AQ_AGENT_KIND_GPU, base, ka, cpu_shape) : cpu_shape;
+  /* A tuned build's own shape (the op's is the rule's pick's); its group
+   * segment below is its own too. */
+  aq_dispatch_shape_t sh = !gpu    ? cpu_shape
+                           : tuned ? aq_oplib_build_shape(e->lib, AQ_AGENT_KIND_GPU, base, name, ka, cpu_shape)
+                                   : aq_oplib_launch_shape(e->lib, AQ_AGENT_KIND_GPU, base, ka, cpu_shape);
   if (gpu) AQ_RETURN_IF_ERROR(aq_graph_check_gpu_grid(task->name, name, sh));
   p->workgroup_size_x = sh.workgroup[0] ? sh.workgroup[0] : 1;
   p->workgroup_size_y = sh.workgroup[1] ? sh.workgroup[1] : 1;

@@ -109,3 +109,30 @@ uint32_t aq_oplib_group_segment(const oplib_t *lib, uint32_t agent_kind, const c
   const aq_op_build_t *b = build_for(lib, agent_kind);
   return b && b->group_segment ? b->group_segment(build, kernarg) : 0;
 }
+
+uint32_t aq_oplib_builds(const oplib_t *lib, uint32_t agent_kind, const char *kernel, const void *kernarg,
+                         const char **names, uint32_t max) {
+  const aq_op_build_t *b = build_for(lib, agent_kind);
+  if (!max) return 0;
+  uint32_t n = b && b->builds ? b->builds(kernel, kernarg, names, max) : 0;
+  if (n) return n < max ? n : max;
+  names[0] = aq_oplib_launch_kernel(lib, agent_kind, kernel, kernarg);
+  return 1;
+}
+
+aq_dispatch_shape_t aq_oplib_build_shape(const oplib_t *lib, uint32_t agent_kind, const char *kernel,
+                                         const char *build, const void *kernarg, aq_dispatch_shape_t cpu) {
+  const aq_op_build_t *b = build_for(lib, agent_kind);
+  if (!b || !b->build_shape) return aq_oplib_launch_shape(lib, agent_kind, kernel, kernarg, cpu);
+  uint32_t grid[3], wg[3];
+  for (int d = 0; d < 3; ++d) grid[d] = cpu.grid[d], wg[d] = cpu.workgroup[d];
+  b->build_shape(kernel, build, kernarg, grid, wg);
+  for (int d = 0; d < 3; ++d) cpu.grid[d] = grid[d], cpu.workgroup[d] = (uint16_t)wg[d];
+  return cpu;
+}
+
+int aq_oplib_tune_key(const oplib_t *lib, uint32_t agent_kind, const char *kernel, const void *kernarg, char *buf,
+                      size_t size) {
+  const aq_op_build_t *b = build_for(lib, agent_kind);
+  return b && b->tune_key && size && b->tune_key(kernel, kernarg, buf, size);
+}

@@ -62,5 +62,15 @@ const char *aq_oplib_launch_kernel(const oplib_t *lib, uint32_t agent_kind, cons
 aq_dispatch_shape_t aq_oplib_launch_shape(const oplib_t *lib, uint32_t agent_kind, const char *kernel,
                                           const void *kernarg, aq_dispatch_shape_t cpu);
 uint32_t aq_oplib_group_segment(const oplib_t *lib, uint32_t agent_kind, const char *build, const void *kernarg);
+/* Auto-tuning (kernel.h's aq_op_build_t hooks): the builds of kernel
+ * worth timing for these kernargs, the launch rule's pick first (without
+ * the hook: that pick alone); the shape of one of them as it runs; the
+ * text that tells these kernargs' shapes apart (0: the kernel has none). */
+uint32_t aq_oplib_builds(const oplib_t *lib, uint32_t agent_kind, const char *kernel, const void *kernarg,
+                         const char **names, uint32_t max);
+aq_dispatch_shape_t aq_oplib_build_shape(const oplib_t *lib, uint32_t agent_kind, const char *kernel,
+                                         const char *build, const void *kernarg, aq_dispatch_shape_t cpu);
+int aq_oplib_tune_key(const oplib_t *lib, uint32_t agent_kind, const char *kernel, const void *kernarg, char *buf,
+                      size_t size);
 
 #endif

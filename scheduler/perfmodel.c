@@ -208,7 +208,7 @@ int aq_perf_record(const perf_key_t *key, double bytes, double ns) {
   return kept;
 }
 
-static int mkdirs(char *path) {
+int aq_perf_mkdirs(char *path) {
   for (char *p = path + 1; *p; ++p) {
     if (*p != '/') continue;
     *p = 0;
@@ -280,7 +280,7 @@ aq_status_t aq_perf_save(void) {
     return AQ_OK;
   }
   snprintf(lockpath, sizeof(lockpath), "%s.lock", path);
-  int fd = mkdirs(lockpath) == 0 ? open(lockpath, O_CREAT | O_RDWR | O_CLOEXEC, 0644) : -1;
+  int fd = aq_perf_mkdirs(lockpath) == 0 ? open(lockpath, O_CREAT | O_RDWR | O_CLOEXEC, 0644) : -1;
   aq_status_t s = fd < 0 ? aq_error(AQ_ERROR_IO, "cannot write performance models to %s (set AQ_PERF_DIR)", path)
                          : AQ_OK;
   /* Another process's save in between: merged, not lost. */

@@ -70,6 +70,9 @@ aq_status_t aq_perf_save(void);
 /* The file's path (may not exist); "" when there is no place for it. */
 const char *aq_perf_path(char *buf, size_t size);
 
+/* Makes the directories above path's file (0; -1 if one cannot be). */
+int aq_perf_mkdirs(char *path);
+
 /* Forgets the in-memory table (tests: to re-read the file). */
 void aq_perf_reset(void);
 

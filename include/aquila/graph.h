@@ -420,6 +420,30 @@ aq_status_t aq_exec_write_dot(aq_exec_t *exec, const char *path);
  * choice. Writes to out (stdout, stderr or a file of the caller's). */
 aq_status_t aq_exec_explain(aq_exec_t *exec, FILE *out);
 
+/* ---- Auto-tuning ------------------------------------------------------------
+ * Where an op has several GPU builds for a shape (the op library lists
+ * them: kernels/cuda/launch.h), the first instantiation that may run it on
+ * a GPU times each build there once and keeps the fastest, per GPU model,
+ * in AQ_PERF_DIR/tuned.tsv, as MIOpen's find step does; later starts read
+ * it and time nothing. AQ_TUNE=0: the launch rule's build, untimed. */
+#define AQ_TUNED_CANDIDATES_MAX 8
+typedef struct aq_tuned_build {
+  char kernel[64];  /* the op's kernel */
+  char shape[192];  /* its kernargs' shape, as the op library writes it */
+  char build[64];   /* the build that runs */
+  uint32_t candidates;
+  char candidate[AQ_TUNED_CANDIDATES_MAX][64];
+  double candidate_ns[AQ_TUNED_CANDIDATES_MAX]; /* each one's median time */
+} aq_tuned_build_t;
+
+/* The choices kept for agent's model: up to capacity of them into out;
+ * *count: how many there are. */
+aq_status_t aq_tuned_builds(aq_agent_t agent, aq_tuned_build_t *out, size_t capacity, size_t *count);
+/* The choice kept for an op library kernel and its kernargs (tensor slots
+ * as a dispatch sees them) on agent; AQ_ERROR_NOT_FOUND where there is none
+ * (the launch rule's build runs), or AQ_TUNE=0. */
+aq_status_t aq_tuned_build(aq_agent_t agent, const char *kernel, const void *kernarg, aq_tuned_build_t *out);
+
 #ifdef __cplusplus
 }
 #endif

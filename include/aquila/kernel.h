@@ -16,6 +16,7 @@
 #define AQUILA_KERNEL_H_
 
 #include <stdint.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -107,7 +108,7 @@ typedef struct aq_code_object_table {
  * so the description shipped in the CPU code object holds for all of them;
  * which builds exist on an agent is still asked of its code object. */
 #define AQ_OP_TABLE_MAGIC 0x504F5141u /* "AQOP" little-endian */
-#define AQ_OP_TABLE_VERSION 1u
+#define AQ_OP_TABLE_VERSION 2u /* 2: aq_op_build_t's tuning hooks */
 #define AQ_OP_TABLE_SYMBOL "aq_op_table"
 #define AQ_OP_FIELD_NONE 0xFFFFFFFFu /* the kernel has no such field */
 
@@ -172,6 +173,17 @@ typedef struct aq_op_build {
   void (*shape)(const char *kernel, const void *kernarg, uint32_t grid[3], uint32_t workgroup[3]);
   /* The group segment (bytes) a packet of the build must ask for. */
   uint32_t (*group_segment)(const char *build, const void *kernarg);
+  /* Auto-tuning (each may be NULL: nothing is tuned). The builds of kernel
+   * worth timing against each other for these kernargs, the kernel hook's
+   * pick first: at most max names, and how many (1: nothing to choose). */
+  uint32_t (*builds)(const char *kernel, const void *kernarg, const char **names, uint32_t max);
+  /* The launch shape of build, one of kernel's builds, as that build runs
+   * (the shape hook gives the kernel hook's pick's). */
+  void (*build_shape)(const char *kernel, const char *build, const void *kernarg, uint32_t grid[3],
+                      uint32_t workgroup[3]);
+  /* The fields of these kernargs that tell shapes apart for tuning, as text
+   * without white space, into buf; 0 where kernel has no such key. */
+  int (*tune_key)(const char *kernel, const void *kernarg, char *buf, size_t size);
 } aq_op_build_t;
 
 typedef struct aq_op_table {

@@ -152,7 +152,16 @@ static void cuda_shape(const char *kernel, const void *kernarg, uint32_t grid[3]
   for (int d = 0; d < 3; ++d) grid[d] = s.grid[d], workgroup[d] = s.workgroup[d];
 }
 
-static const aq_op_build_t builds[] = {
-    {AQ_AGENT_KIND_GPU, 0, "kernels-cuda.fatbin", aq_gpu_op_kernel, cuda_shape, aq_gpu_op_group_segment}};
+static void cuda_build_shape(const char *kernel, const char *build, const void *kernarg, uint32_t grid[3],
+                             uint32_t workgroup[3]) {
+  aq_dispatch_shape_t s;
+  for (int d = 0; d < 3; ++d) s.grid[d] = grid[d], s.workgroup[d] = (uint16_t)workgroup[d];
+  s = aq_gpu_op_build_shape(kernel, build, kernarg, s);
+  for (int d = 0; d < 3; ++d) grid[d] = s.grid[d], workgroup[d] = s.workgroup[d];
+}
+
+static const aq_op_build_t builds[] = {{AQ_AGENT_KIND_GPU, 0, "kernels-cuda.fatbin", aq_gpu_op_kernel, cuda_shape,
+                                        aq_gpu_op_group_segment, aq_gpu_op_builds, cuda_build_shape,
+                                        aq_gpu_op_tune_key}};
 
 AQ_DEFINE_OP_TABLE(ops, fusions, builds);

@@ -9,6 +9,7 @@
 #ifndef AQ_KERNELS_CUDA_LAUNCH_H_
 #define AQ_KERNELS_CUDA_LAUNCH_H_
 
+#include <stdio.h>
 #include <string.h>
 
 #include "aquila/ops.h"
@@ -444,13 +445,23 @@ static inline int64_t aq_conv2d_x3_tiles(const aq_conv2d_args_t *a, int pass) {
  * with 32-bit indices, at least half a tile of columns (a backward data
  * into one channel would multiply 63 columns of zeros for each it keeps),
  * and no tiled or staged build for it. */
-static inline int aq_conv2d_x3(const aq_conv2d_args_t *a, int pass) {
+static inline int aq_conv2d_x3_fits(const aq_conv2d_args_t *a) {
   const int64_t lim = INT32_MAX;
-  if (a->precision != AQ_MATMUL_PRECISION_DEFAULT || !aq_conv2d_tiled_extents(a)) return 0;
-  if ((pass == 1 ? a->c : a->k) < AQ_GPU_CONV2D_X3_TILE / 2) return 0;
-  if (a->n * a->c * a->h * a->wd >= lim || a->k * a->c * a->r * a->s >= lim || a->n * a->k * a->p * a->q >= lim)
-    return 0;
+  return a->precision == AQ_MATMUL_PRECISION_DEFAULT && aq_conv2d_tiled_extents(a) &&
+         a->n * a->c * a->h * a->wd < lim && a->k * a->c * a->r * a->s < lim && a->n * a->k * a->p * a->q < lim;
+}
+static inline int aq_conv2d_x3(const aq_conv2d_args_t *a, int pass) {
+  if (!aq_conv2d_x3_fits(a) || (pass == 1 ? a->c : a->k) < AQ_GPU_CONV2D_X3_TILE / 2) return 0;
   return pass == 2 ? !aq_conv2d_tiled_bytes(a, 2) && !aq_conv2d_filter_staged(a) : !aq_conv2d_tiled_bytes(a, pass);
+}
+
+/* The plain forward and backward data kernels' own launches: a block an
+ * image where the pass runs tiled, else a thread an output (input). */
+static inline aq_dispatch_shape_t aq_conv2d_fwd_plain_shape(const aq_conv2d_args_t *a) {
+  return aq_gpu_threads_shape(aq_conv2d_tiled_bytes(a, 0) ? a->n * AQ_GPU_BLOCK : a->n * a->k * a->p * a->q);
+}
+static inline aq_dispatch_shape_t aq_conv2d_bwd_data_plain_shape(const aq_conv2d_args_t *a) {
+  return aq_gpu_threads_shape(aq_conv2d_tiled_bytes(a, 1) ? a->n * AQ_GPU_BLOCK : a->n * a->c * a->h * a->wd);
 }
 
 static inline aq_dispatch_shape_t aq_conv2d_x3_gpu_shape(const aq_conv2d_args_t *a, int pass) {
@@ -529,10 +540,8 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (!strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) ||
       !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) {
     const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
-    if (!strcmp(kernel, AQ_KERNEL_CONV2D))
-      return aq_gpu_threads_shape(aq_conv2d_tiled_bytes(a, 0) ? a->n * AQ_GPU_BLOCK : a->n * a->k * a->p * a->q);
-    if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA))
-      return aq_gpu_threads_shape(aq_conv2d_tiled_bytes(a, 1) ? a->n * AQ_GPU_BLOCK : a->n * a->c * a->h * a->wd);
+    if (!strcmp(kernel, AQ_KERNEL_CONV2D)) return aq_conv2d_fwd_plain_shape(a);
+    if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA)) return aq_conv2d_bwd_data_plain_shape(a);
     return aq_conv2d_bwd_filter_gpu_shape(a, aq_conv2d_bwd_filter_split(a));
   }
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED))
@@ -566,6 +575,94 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     return aq_gpu_threads_shape((((const aq_sum_rows_args_t *)kernarg)->cols + AQ_GPU_SUM_ROWS_WIDTH - 1) /
                                 AQ_GPU_SUM_ROWS_WIDTH * AQ_GPU_BLOCK);
   return aq_gpu_shape(kernel, kernarg, cpu);
+}
+
+/* ---- candidate builds, for auto-tuning --------------------------------------
+ * The builds of an op worth timing against each other for these kernargs:
+ * each is correct for any (every conv build falls back on correct loops),
+ * but a build is listed only where its launch rule applies (the staged
+ * build only where aq_conv2d_filter_staged, ...). The scheduler times each
+ * once per shape on a GPU model and keeps the fastest (scheduler/tune.h);
+ * without a tuned choice, aq_gpu_op_kernel's pick runs. A new build is one
+ * line of the table: the op, the build, where it applies (NULL: always),
+ * and its own launch shape where the build is named as the op is
+ * (aq_gpu_op_shape(op) gives the shape of the rule's pick, which for such
+ * a build is another's where the rule picks another; NULL: aq_gpu_op_shape
+ * of the build's name). Its group segment is aq_gpu_op_group_segment of its
+ * name. */
+static inline int aq_conv2d_filter_tiled(const aq_conv2d_args_t *a) { return aq_conv2d_tiled_bytes(a, 2) > 0; }
+static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_plain_shape(const aq_conv2d_args_t *a) {
+  return aq_conv2d_bwd_filter_gpu_shape(a, 1);
+}
+static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_bf16_gemm_shape(const aq_conv2d_args_t *a) {
+  return aq_conv2d_bf16_gpu_shape(a, 2);
+}
+enum { AQ_GPU_OP_BUILDS_MAX = 8, AQ_GPU_OP_BUILD_RULES_MAX = 64 }; /* a list, the table */
+typedef struct aq_gpu_op_build_rule {
+  const char *op, *build;
+  int (*applies)(const aq_conv2d_args_t *a);
+  aq_dispatch_shape_t (*own_shape)(const aq_conv2d_args_t *a);
+} aq_gpu_op_build_rule_t;
+
+/* The table's entry of op's build, or NULL. */
+static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op, const char *build, int index) {
+  static const aq_gpu_op_build_rule_t rules[] = {
+      {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D, NULL, aq_conv2d_fwd_plain_shape},
+      {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_X3, aq_conv2d_x3_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA, NULL, aq_conv2d_bwd_data_plain_shape},
+      {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_X3, aq_conv2d_x3_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3, aq_conv2d_x3_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER, NULL, aq_conv2d_bwd_filter_plain_shape},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, NULL, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, aq_conv2d_filter_staged, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16, NULL, aq_conv2d_bwd_filter_bf16_gemm_shape},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, aq_conv2d_filter_tiled, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED, aq_conv2d_filter_staged, NULL},
+  };
+  const int n = (int)(sizeof(rules) / sizeof(rules[0]));
+  if (!build) return index >= 0 && index < n && !strcmp(rules[index].op, op) ? &rules[index] : NULL;
+  for (int i = 0; i < n; ++i)
+    if (!strcmp(rules[i].op, op) && !strcmp(rules[i].build, build)) return &rules[i];
+  return NULL;
+}
+
+/* op's candidate builds for these kernargs into names (at most max), the
+ * rule's pick (aq_gpu_op_kernel) first; how many (1 for an op with one
+ * build: nothing to tune). */
+static inline uint32_t aq_gpu_op_builds(const char *op, const void *kernarg, const char **names, uint32_t max) {
+  const char *pick = aq_gpu_op_kernel(op, kernarg);
+  uint32_t n = 0;
+  if (max) names[n++] = pick;
+  for (int i = 0; i < AQ_GPU_OP_BUILD_RULES_MAX && n < max; ++i) {
+    const aq_gpu_op_build_rule_t *r = aq_gpu_op_build_rule(op, NULL, i);
+    if (r && strcmp(r->build, pick) && (!r->applies || r->applies((const aq_conv2d_args_t *)kernarg))) names[n++] = r->build;
+  }
+  return n;
+}
+
+/* The launch shape of build, one of op's builds, as that build runs: the
+ * rule's pick's is aq_gpu_op_shape(op)'s. */
+static inline aq_dispatch_shape_t aq_gpu_op_build_shape(const char *op, const char *build, const void *kernarg,
+                                                        aq_dispatch_shape_t cpu) {
+  if (!strcmp(build, aq_gpu_op_kernel(op, kernarg))) return aq_gpu_op_shape(op, kernarg, cpu);
+  const aq_gpu_op_build_rule_t *r = aq_gpu_op_build_rule(op, build, 0);
+  if (r && r->own_shape) return r->own_shape((const aq_conv2d_args_t *)kernarg);
+  return aq_gpu_op_shape(build, kernarg, cpu);
+}
+
+/* The shape fields that tell op's kernargs apart for tuning, as text
+ * without spaces, into buf; 0 for an op the table does not list. */
+static inline int aq_gpu_op_tune_key(const char *op, const void *kernarg, char *buf, size_t size) {
+  const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
+  int listed = 0;
+  for (int i = 0; i < AQ_GPU_OP_BUILD_RULES_MAX && !listed; ++i) listed = aq_gpu_op_build_rule(op, NULL, i) != NULL;
+  if (!listed) return 0;
+  int n = snprintf(buf, size,
+                   "n%lld,c%lld,h%lld,w%lld,k%lld,r%lld,s%lld,p%lld,q%lld,stride%dx%d,pad%dx%d,dil%dx%d,dbias%d,prec%d",
+                   (long long)a->n, (long long)a->c, (long long)a->h, (long long)a->wd, (long long)a->k,
+                   (long long)a->r, (long long)a->s, (long long)a->p, (long long)a->q, a->stride_h, a->stride_w,
+                   a->pad_h, a->pad_w, a->dil_h, a->dil_w, a->dbias != NULL, a->precision);
+  return n > 0 && (size_t)n < size;
 }
 
 #ifdef __cplusplus

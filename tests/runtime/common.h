@@ -4,6 +4,7 @@
 #define AQ_TESTS_RUNTIME_COMMON_H_
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,5 +133,20 @@ static inline void restart_with(const char *name, const char *value) {
   }                                                               \
   static void teardown(void) { aq_shut_down(); }                  \
   TestSuite(name, .init = setup, .fini = teardown)
+
+/* A fresh AQ_PERF_DIR (dir: /tmp/aq-<what>-XXXXXX, at least 64 bytes) and
+ * the path of `file` in it (path: at least 128 bytes); then removed. */
+static inline void perf_dir_make(char *dir, const char *what, char *path, const char *file) {
+  snprintf(dir, 64, "/tmp/aq-%s-XXXXXX", what);
+  cr_assert(mkdtemp(dir));
+  snprintf(path, 128, "%s/%s", dir, file);
+  setenv("AQ_PERF_DIR", dir, 1);
+}
+static inline void perf_dir_remove(const char *dir) {
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  cr_expect_eq(system(cmd), 0);
+  unsetenv("AQ_PERF_DIR");
+}
 
 #endif

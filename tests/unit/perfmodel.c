@@ -11,23 +11,18 @@
 #include "aquila/aquila.h"
 #include "runtime/settings.h"
 #include "scheduler/perfmodel.h"
+#include "../runtime/common.h"
 
 static char dir[64], path[128];
 
 static void setup(void) {
-  snprintf(dir, sizeof(dir), "/tmp/aq-perfmodel-XXXXXX");
-  cr_assert(mkdtemp(dir));
-  snprintf(path, sizeof(path), "%s/models.tsv", dir);
-  setenv("AQ_PERF_DIR", dir, 1);
+  perf_dir_make(dir, "perfmodel", path, "models.tsv");
   cr_assert_eq(aq_settings_load(NULL), AQ_OK); /* what aq_init does */
   aq_perf_reset();
 }
 
 static void teardown(void) {
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  cr_expect_eq(system(cmd), 0);
-  unsetenv("AQ_PERF_DIR");
+  perf_dir_remove(dir);
   aq_perf_reset();
 }
 TestSuite(perfmodel, .init = setup, .fini = teardown);

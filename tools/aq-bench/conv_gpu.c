@@ -19,12 +19,19 @@
  *          convolutions at batch 256 and three ResNet-like layers)
  *          --dtype f32|bf16|all (default all)
  *          --reps R (default 5)
- *          --explain (each pass's build, path and launch, on stderr; nothing
- *          runs, so no GPU is needed)
+ *          --explain (each pass's build, path and launch, on stderr, and
+ *          whether the build is the launch rule's or tuned, with the
+ *          candidates' times; only the tuning runs, and without a GPU
+ *          nothing does)
  *          --precision default|exact (aq_conv2d_args_t.precision of the fp32
- *          passes) */
+ *          passes)
+ * Each pass runs the build the scheduler would: for a shape with several
+ * builds, the one auto-tuning keeps for this GPU (tuned first where it is
+ * not yet: a graph of the three passes is instantiated; AQ_TUNE=0: the
+ * launch rule's). */
 #include <dlfcn.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,7 +133,8 @@ typedef struct {
   aq_queue_t q;
   aq_signal_t done;
   aq_kernel_info_t k[2][3]; /* [bf16][pass] */
-  aq_kernel_info_t builds[7]; /* the passes' other builds, as build_names */
+  aq_agent_t gpu;
+  aq_code_object_t co;
   int (*sync)(void);
   cudnn_t dn;
   int reps;
@@ -194,28 +202,67 @@ static void report(const aq_conv2d_args_t *a, int bf16, int pass, int peer, doub
   bench_json_end(&j);
 }
 
-static const char *const build_names[7] = {
-    AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED,
-    AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED, AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3,
-    AQ_KERNEL_CONV2D_BWD_FILTER_X3};
+
+/* The build of a pass the scheduler would run on gpu: the tuned one
+ * (*tuned filled), else the launch rule's. */
+static const char *build_of(aq_agent_t gpu, int bf16, int pass, const aq_conv2d_args_t *a, aq_tuned_build_t *tuned) {
+  const char *op = names[bf16][pass];
+  memset(tuned, 0, sizeof(*tuned));
+  if (gpu.handle && aq_tuned_build(gpu, op, a, tuned) == AQ_OK) return tuned->build;
+  return aq_gpu_op_kernel(op, a);
+}
 
 /* A dispatch of one pass's kernel with its GPU shape. */
 static void packet(ctx_t *c, int bf16, int pass, const aq_conv2d_args_t *a, hsa_kernel_dispatch_packet_t *p) {
   const char *name = names[bf16][pass];
-  aq_dispatch_shape_t sh = aq_gpu_op_shape(name, a, aq_planes_grid(1));
+  aq_tuned_build_t tuned;
+  const char *build = build_of(c->gpu, bf16, pass, a, &tuned);
+  aq_dispatch_shape_t sh = aq_gpu_op_build_shape(name, build, a, aq_planes_grid(1));
   memset(p, 0, sizeof(*p));
   p->header = aq_packet_header(HSA_PACKET_TYPE_KERNEL_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
   p->setup = 3 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
   p->workgroup_size_x = sh.workgroup[0], p->workgroup_size_y = sh.workgroup[1], p->workgroup_size_z = sh.workgroup[2];
   p->grid_size_x = sh.grid[0], p->grid_size_y = sh.grid[1], p->grid_size_z = sh.grid[2];
-  /* the build the scheduler would pick */
-  const char *build = aq_gpu_op_kernel(name, a);
   p->group_segment_size = aq_gpu_op_group_segment(build, a);
   p->kernel_object = c->k[bf16][pass].kernel_object;
-  for (int i = 0; i < 7; ++i)
-    if (!strcmp(build, build_names[i])) p->kernel_object = c->builds[i].kernel_object;
+  aq_kernel_info_t k; /* another build than the op's own */
+  if (strcmp(build, name) && aq_code_object_find_kernel(c->co, build, c->gpu, &k) == AQ_OK)
+    p->kernel_object = k.kernel_object;
   p->kernarg_address = (void *)a;
   p->completion_signal.handle = c->done.handle;
+}
+
+/* Has the scheduler tune a shape's passes of one dtype on the GPU, where
+ * they have several builds and none is kept yet: a graph of the three
+ * passes (the op library's kernels) instantiated for GPU agents. */
+static void tune(const aq_conv2d_args_t *a, int bf16) {
+  aq_graph_t *g;
+  if (aq_graph_create(NULL, &g) != AQ_OK) return;
+  const int64_t dims[3][4] = {{a->n, a->c, a->h, a->wd}, {a->k, a->c, a->r, a->s}, {a->n, a->k, a->p, a->q}};
+  static const char *const tensor[6] = {"x", "w", "dy", "y", "dx", "dw"};
+  static const int shape_of[6] = {0, 1, 2, 2, 0, 1}; /* y like dy, dx like x, dw like w */
+  aq_tensor_t t[6];
+  aq_status_t s = AQ_OK;
+  for (int i = 0; i < 6 && s == AQ_OK; ++i)
+    s = aq_tensor_create(g, tensor[i], AQ_DTYPE_F32, i < 3 ? AQ_ROLE_INPUT : AQ_ROLE_ACTIVATION, 4, dims[shape_of[i]],
+                         &t[i]);
+  /* each pass: the two it reads (x, w, dy) and the one it writes, at their kernarg slots */
+  static const int reads[3][2] = {{0, 1}, {1, 2}, {0, 2}};
+  const uint32_t slot[6] = {offsetof(aq_conv2d_args_t, x), offsetof(aq_conv2d_args_t, w), offsetof(aq_conv2d_args_t, dy),
+                            offsetof(aq_conv2d_args_t, y), offsetof(aq_conv2d_args_t, dx), offsetof(aq_conv2d_args_t, dw)};
+  for (int pass = 0; pass < 3 && s == AQ_OK; ++pass) {
+    aq_kernel_task_t k = {.name = passes[pass], .kernel = names[bf16][pass], .kernarg = a, .kernarg_size = sizeof(*a),
+                          .shape = aq_planes_grid(1), .read_count = 2, .write_count = 1, .agent = -1};
+    for (int r = 0; r < 2; ++r) k.reads[r] = t[reads[pass][r]], k.read_offsets[r] = slot[reads[pass][r]];
+    k.writes[0] = t[3 + pass], k.write_offsets[0] = slot[3 + pass];
+    s = aq_graph_add_kernel(g, &k, NULL);
+  }
+  aq_exec_options_t o = {.policy = AQ_SCHED_EAGER, .kernel_agent_kinds = 1u << AQ_AGENT_KIND_GPU};
+  aq_exec_t *e = NULL;
+  if (s == AQ_OK) s = aq_graph_instantiate(g, &o, &e);
+  if (s != AQ_OK) fprintf(stderr, "aq-bench conv: no tuning for %s: %s\n", bf16 ? "bf16" : "f32", aq_last_error());
+  if (e) aq_exec_destroy(e);
+  aq_graph_destroy(g);
 }
 
 /* The fp32 kernel's output for the pass, on the same (bf16) values, into
@@ -316,19 +363,24 @@ static void free_bufs(bufs_t *b) {
   aq_memory_free(b->peer), aq_memory_free(b->ref);
 }
 
+/* The first GPU agent, or a null handle. */
+static aq_agent_t first_gpu(void) {
+  aq_agent_t all[64], gpu = {0};
+  size_t n = 0;
+  if (aq_agents(all, 64, &n) != AQ_OK) return gpu;
+  for (size_t i = 0; i < n && i < 64 && !gpu.handle; ++i) {
+    aq_agent_info_t info;
+    if (aq_agent_get_info(all[i], &info) == AQ_OK && info.kind == AQ_AGENT_KIND_GPU) gpu = all[i];
+  }
+  return gpu;
+}
+
 static int setup(ctx_t *c) {
   memset(c, 0, sizeof(*c));
   c->reps = (int)bench_arg_int("reps", 5);
   if (c->reps < 1) c->reps = 1;
   CHECK(aq_init(NULL));
-  aq_agent_t all[64], gpu = {0};
-  size_t n;
-  CHECK(aq_agents(all, 64, &n));
-  for (size_t i = 0; i < n && !gpu.handle; ++i) {
-    aq_agent_info_t info;
-    CHECK(aq_agent_get_info(all[i], &info));
-    if (info.kind == AQ_AGENT_KIND_GPU) gpu = all[i];
-  }
+  aq_agent_t gpu = first_gpu();
   if (!gpu.handle) {
     fprintf(stderr, "aq-bench conv: no GPU agent\n");
     aq_shut_down();
@@ -340,9 +392,9 @@ static int setup(ctx_t *c) {
   if (!c->sync) c->dn.ok = 0;
   aq_code_object_t co;
   CHECK(aq_code_object_load("kernels-cuda.fatbin", &co));
+  c->gpu = gpu, c->co = co;
   for (int t = 0; t < 2; ++t)
     for (int i = 0; i < 3; ++i) CHECK(aq_code_object_find_kernel(co, names[t][i], gpu, &c->k[t][i]));
-  for (int i = 0; i < 7; ++i) CHECK(aq_code_object_find_kernel(co, build_names[i], gpu, &c->builds[i]));
   CHECK(bench_device_region(gpu, &c->dev));
   CHECK(aq_queue_create(gpu, NULL, &c->q));
   CHECK(aq_signal_create(0, &c->done));
@@ -367,21 +419,39 @@ static const char *path_of(int tiled, int staged, int split, int x3, int bf16, i
   return split ? "direct loops, runs of weights split over a cluster" : "direct loops, a block a run of weights";
 }
 
-/* --explain: the build the op library picks for each pass, why, and its
- * launch, as the scheduler would dispatch it (launch.h). */
-static void explain(const char *tok, const aq_conv2d_args_t *a, int bf16, int pass) {
-  const char *op = names[bf16][pass], *build = aq_gpu_op_kernel(op, a);
-  const aq_dispatch_shape_t sh = aq_gpu_op_shape(op, a, aq_planes_grid(1));
+/* --explain: the build the scheduler runs for each pass on gpu (none: no
+ * GPU here), whether tuned or the launch rule's, why, and its launch
+ * (launch.h). */
+static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, int bf16, int pass) {
+  const char *op = names[bf16][pass], *rule = aq_gpu_op_kernel(op, a);
+  aq_tuned_build_t tuned;
+  const char *build = build_of(gpu, bf16, pass, a, &tuned);
+  const aq_dispatch_shape_t sh = aq_gpu_op_build_shape(op, build, a, aq_planes_grid(1));
   const uint32_t group = aq_gpu_op_group_segment(build, a);
-  const int split = strcmp(build, op) != 0;
-  const int staged = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED) || !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED);
+  const int staged = strstr(build, "_staged") != NULL, split = staged || strstr(build, "_split") != NULL;
   int x3 = 0;
   aq_conv2d_f32_pass(build, &x3);
   uint64_t blocks = 1, threads = 1;
   for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
-  fprintf(stderr, "conv %s %s %s: %s, %s; %llu blocks of %llu threads, %u bytes of shared memory a block\n", tok,
+  const char *all[AQ_GPU_OP_BUILDS_MAX];
+  const uint32_t builds = aq_gpu_op_builds(op, a, all, AQ_GPU_OP_BUILDS_MAX);
+  char why[1024];
+  int at = 0;
+  if (tuned.candidates) {
+    at = snprintf(why, sizeof(why), "tuned (%s the launch rule's %s; timed", strcmp(build, rule) ? "over" : "as", rule);
+    for (uint32_t i = 0; i < tuned.candidates && at > 0 && (size_t)at < sizeof(why); ++i)
+      at += snprintf(why + at, sizeof(why) - (size_t)at, "%s %s %.1f us", i ? "," : "", tuned.candidate[i],
+                     tuned.candidate_ns[i] / 1e3);
+    if (at > 0 && (size_t)at < sizeof(why)) snprintf(why + at, sizeof(why) - (size_t)at, ")");
+  } else {
+    snprintf(why, sizeof(why), "the launch rule's (%s)",
+             builds < 2    ? "the one build for this shape"
+             : !gpu.handle ? "no GPU here to tune on"
+                           : "not tuned for this GPU: AQ_TUNE=0, or tuning failed");
+  }
+  fprintf(stderr, "conv %s %s %s: %s, %s; %s; %llu blocks of %llu threads, %u bytes of shared memory a block\n", tok,
           bf16 ? "bf16" : "f32", passes[pass], build,
-          path_of(group > 0, staged, split, x3, bf16, pass, !bf16 && aq_conv2d_data_runs(a)),
+          path_of(group > 0, staged, split, x3, bf16, pass, !bf16 && aq_conv2d_data_runs(a)), why,
           (unsigned long long)blocks, (unsigned long long)threads, group);
 }
 
@@ -405,15 +475,20 @@ int aq_bench_conv_gpu(int argc, char **argv) {
   ctx_t c;
   int rc = only_explain ? 0 : setup(&c);
   if (rc) return rc;
+  aq_agent_t gpu = {0};
+  if (only_explain && aq_init(NULL) == AQ_OK) gpu = first_gpu();
+  if (!only_explain) gpu = c.gpu;
   char *list = strdup(shapes), *save = NULL;
   for (char *tok = strtok_r(list, ";", &save); tok && !rc; tok = strtok_r(NULL, ";", &save)) {
     aq_conv2d_args_t a;
     bench_parse_conv_shape(tok, &a); /* checked above */
     a.precision = exact ? AQ_MATMUL_PRECISION_EXACT : AQ_MATMUL_PRECISION_DEFAULT;
+    for (int bf16 = 0; bf16 < 2 && gpu.handle; ++bf16)
+      if (!strcmp(dtype, "all") || !strcmp(dtype, bf16 ? "bf16" : "f32")) tune(&a, bf16);
     if (only_explain) {
       for (int bf16 = 0; bf16 < 2; ++bf16)
         for (int pass = 0; pass < 3 && (!strcmp(dtype, "all") || !strcmp(dtype, bf16 ? "bf16" : "f32")); ++pass)
-          explain(tok, &a, bf16, pass);
+          explain(gpu, tok, &a, bf16, pass);
       continue;
     }
     bufs_t b;
@@ -426,7 +501,10 @@ int aq_bench_conv_gpu(int argc, char **argv) {
     free_bufs(&b);
   }
   free(list);
-  if (only_explain) return rc;
+  if (only_explain) {
+    aq_shut_down();
+    return rc;
+  }
   aq_signal_destroy(c.done);
   aq_queue_destroy(c.q);
   aq_shut_down();

@@ -2,7 +2,7 @@
  * topology, agents, their queues' limits and memory regions, the drivers that
  * did not start and why, the code objects found, and the settings in force.
  *
- *   aq-info                     everything
+ *   aq-info                     everything (with the builds auto-tuning chose per GPU model)
  *   aq-info --code-object FILE  load one code object and list its kernels
  */
 #include <dirent.h>
@@ -88,6 +88,28 @@ static void list_collectives(void) {
   }
 }
 
+/* The builds auto-tuning chose for each GPU agent's model (AQ_PERF_DIR/tuned.tsv). */
+static void list_tuned(const aq_agent_t *agents, size_t n) {
+  printf("\nTuned builds (AQ_PERF_DIR/tuned.tsv; AQ_TUNE=0 turns tuning off)\n");
+  int gpus = 0;
+  for (size_t i = 0; i < n; ++i) {
+    aq_agent_info_t a;
+    if (aq_agent_get_info(agents[i], &a) != AQ_OK || a.kind != AQ_AGENT_KIND_GPU) continue;
+    aq_tuned_build_t t[64];
+    size_t count = 0;
+    gpus++;
+    if (aq_tuned_builds(agents[i], t, 64, &count) != AQ_OK) continue;
+    printf("  %s (%s): %zu shape%s tuned%s\n", a.name, a.device, count, count == 1 ? "" : "s", count ? "" : " yet");
+    for (size_t k = 0; k < count && k < 64; ++k) {
+      printf("    %s %s: %s (", t[k].kernel, t[k].shape, t[k].build);
+      for (uint32_t c = 0; c < t[k].candidates; ++c)
+        printf("%s%s %.1f us", c ? ", " : "", t[k].candidate[c], t[k].candidate_ns[c] / 1e3);
+      printf(")\n");
+    }
+  }
+  if (!gpus) printf("  no GPU agent here\n");
+}
+
 static void list_code_objects(void) {
   static const char *ours[] = {"kernels-cpu.so", "kernels-cuda.fatbin", "kernels-amdgcn.hsaco"};
   printf("\nCode objects\n");
@@ -147,6 +169,7 @@ int main(int argc, char **argv) {
     if (aq_driver_status(drivers[i], &msg) != AQ_OK) printf("  %-5s not built in\n", drivers[i]);
     else printf("  %-5s %s\n", drivers[i], *msg ? msg : "started");
   }
+  list_tuned(agents, n < 64 ? n : 64);
   list_collectives();
   list_code_objects();
   aq_setting_t set[32];

@@ -1,0 +1,328 @@
+/* Auto-tuning (scheduler/tune.c, kernels/cuda/launch.h): the candidate
+ * builds of each conv shape and their own launches, the tuned-builds file
+ * read back as written, a foreign, corrupt or stale file refused by name
+ * with the table still usable and the file rewritten, and AQ_TUNE. The
+ * GPU side (timing, lowering the choice) is tests/gpu/tune.c. */
+#include <stdio.h>
+
+#include "kernels/cuda/launch.h"
+#include "runtime/settings.h"
+#include "scheduler/oplib.h"
+#include "scheduler/tune.h"
+
+#include "units.h"
+
+static char dir[64], path[128];
+
+static void setup(void) {
+  perf_dir_make(dir, "tune", path, "tuned.tsv");
+  AQ_ASSERT_OK(aq_init(NULL));
+  aq_tune_reset();
+}
+
+static void teardown(void) {
+  aq_shut_down();
+  perf_dir_remove(dir);
+  unsetenv("AQ_TUNE");
+  aq_tune_reset();
+}
+TestSuite(tune, .init = setup, .fini = teardown);
+
+static aq_conv2d_args_t conv(int64_t n, int64_t c, int64_t hw, int64_t k, int64_t rs, int32_t pad, int dbias) {
+  aq_conv2d_args_t a = {.n = n, .c = c, .h = hw, .wd = hw, .k = k, .r = rs, .s = rs, .stride_h = 1, .stride_w = 1,
+                        .pad_h = pad, .pad_w = pad, .dil_h = 1, .dil_w = 1};
+  a.p = a.q = aq_conv_out(hw, rs, 1, pad, 1);
+  static float bias;
+  a.dbias = dbias ? &bias : NULL;
+  return a;
+}
+
+static int listed(const char *const *names, uint32_t n, const char *build) {
+  for (uint32_t i = 0; i < n; ++i)
+    if (!strcmp(names[i], build)) return 1;
+  return 0;
+}
+
+static int same_shape(aq_dispatch_shape_t x, aq_dispatch_shape_t y) {
+  return !memcmp(x.grid, y.grid, sizeof(x.grid)) && !memcmp(x.workgroup, y.workgroup, sizeof(x.workgroup));
+}
+
+Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_first) {
+  const aq_conv2d_args_t lenet1 = conv(256, 1, 28, 6, 5, 2, 1), lenet2 = conv(256, 6, 14, 16, 5, 0, 1);
+  const aq_conv2d_args_t wide = conv(32, 64, 56, 64, 3, 1, 0);
+  const char *names[AQ_GPU_OP_BUILDS_MAX];
+  const aq_conv2d_args_t *lenets[2] = {&lenet1, &lenet2};
+  for (int i = 0; i < 2; ++i) { /* staged, plain, split, and fp32's tensor cores */
+    uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, lenets[i], names, AQ_GPU_OP_BUILDS_MAX);
+    cr_assert_eq(n, 4, "LeNet conv %d: %u fp32 builds", i + 1, n);
+    cr_assert_str_eq(names[0], aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, lenets[i]));
+    cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_STAGED);
+    cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER) && listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT) &&
+              listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3));
+    n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, lenets[i], names, AQ_GPU_OP_BUILDS_MAX);
+    cr_assert_eq(n, 3);
+    cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED);
+    cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) &&
+              listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT));
+  }
+  /* 3x3 over 56x56 planes: no stage or tile holds them; the rule picks the
+   * tensor cores */
+  uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &wide, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert_eq(n, 3);
+  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_X3);
+  cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_FILTER);
+  cr_assert_str_eq(names[2], AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  aq_conv2d_args_t exact = wide;
+  exact.precision = AQ_MATMUL_PRECISION_EXACT;
+  n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &exact, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert(n == 2 && !listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3), "exact: FFMA builds only");
+  n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &wide, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert_eq(n, 1, "the tensor cores alone");
+  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16);
+  /* the forward: tiled, or the tensor cores */
+  cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D, &lenet1, names, AQ_GPU_OP_BUILDS_MAX), 2);
+  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D);
+  cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_X3);
+  /* ops of one build: the rule's pick alone; and max is kept */
+  aq_matmul_args_t mm = {.m = 256, .n = 1024, .k = 784, .batch = 1};
+  cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_MATMUL, &mm, names, AQ_GPU_OP_BUILDS_MAX), 1);
+  cr_assert_str_eq(names[0], aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &mm));
+  cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &lenet1, names, 2), 2);
+  cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &lenet1, names, 0), 0);
+}
+
+Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
+  const aq_conv2d_args_t cases[3] = {conv(256, 1, 28, 6, 5, 2, 1), conv(256, 6, 14, 16, 5, 0, 0), conv(32, 64, 56, 64, 3, 1, 0)};
+  const char *ops[2] = {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_BF16};
+  const aq_dispatch_shape_t cpu = aq_planes_grid(1);
+  for (int i = 0; i < 3; ++i)
+    for (int o = 0; o < 2; ++o) {
+      const aq_conv2d_args_t *a = &cases[i];
+      const char *names[AQ_GPU_OP_BUILDS_MAX];
+      uint32_t n = aq_gpu_op_builds(ops[o], a, names, AQ_GPU_OP_BUILDS_MAX);
+      /* the rule's pick launches as the op always has */
+      cr_assert(same_shape(aq_gpu_op_build_shape(ops[o], names[0], a, cpu), aq_gpu_op_shape(ops[o], a, cpu)));
+      for (uint32_t b = 0; b < n; ++b) {
+        aq_dispatch_shape_t sh = aq_gpu_op_build_shape(ops[o], names[b], a, cpu);
+        uint32_t group = aq_gpu_op_group_segment(names[b], a);
+        aq_dispatch_shape_t want;
+        uint32_t want_group;
+        if (strstr(names[b], "_x3"))
+          want = aq_conv2d_x3_gpu_shape(a, 2), want_group = 0;
+        else if (strstr(names[b], "_staged"))
+          want = aq_conv2d_filter_gpu_shape(a), want_group = (uint32_t)aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
+        else if (strstr(names[b], "_split"))
+          want = aq_conv2d_bwd_filter_gpu_shape(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), want_group = (uint32_t)aq_conv2d_tiled_bytes(a, 2);
+        else if (o == 0)
+          want = aq_conv2d_bwd_filter_gpu_shape(a, 1), want_group = (uint32_t)aq_conv2d_tiled_bytes(a, 2);
+        else
+          want = aq_conv2d_bf16_gpu_shape(a, 2), want_group = 0;
+        cr_assert(same_shape(sh, want), "case %d: %s launches as another build", i, names[b]);
+        cr_assert_eq(group, want_group, "case %d: %s's group segment", i, names[b]);
+        /* a cluster build's grid is whole clusters */
+        if (strstr(names[b], "_split") || strstr(names[b], "_staged") || strstr(names[b], "_x3"))
+          cr_assert_eq(sh.grid[0] / sh.workgroup[0] % AQ_GPU_CONV2D_BWD_FILTER_SPLIT, 0, "%s", names[b]);
+      }
+    }
+}
+
+Test(tune, the_op_library_hands_the_scheduler_its_candidates_and_keys) {
+  const oplib_t *lib;
+  AQ_ASSERT_OK(aq_op_library_ops(&lib));
+  aq_conv2d_args_t a = conv(256, 1, 28, 6, 5, 2, 1), b = a;
+  b.dbias = NULL;
+  const char *names[AQ_GPU_OP_BUILDS_MAX], *mine[AQ_GPU_OP_BUILDS_MAX];
+  uint32_t n = aq_oplib_builds(lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_CONV2D_BWD_FILTER, &a, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert_eq(n, aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &a, mine, AQ_GPU_OP_BUILDS_MAX));
+  for (uint32_t i = 0; i < n; ++i) cr_assert_str_eq(names[i], mine[i]);
+  char ka[192], kb[192];
+  cr_assert(aq_oplib_tune_key(lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_CONV2D_BWD_FILTER, &a, ka, sizeof(ka)));
+  cr_assert(aq_oplib_tune_key(lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_CONV2D_BWD_FILTER, &b, kb, sizeof(kb)));
+  cr_assert_str_eq(ka, "n256,c1,h28,w28,k6,r5,s5,p28,q28,stride1x1,pad2x2,dil1x1,dbias1,prec0");
+  cr_assert_str_neq(ka, kb, "a bias gradient is another shape");
+  cr_assert_null(strpbrk(ka, " \t\n"), "one field of the file");
+  cr_assert_not(aq_oplib_tune_key(lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_RELU, &a, ka, sizeof(ka)), "no key, not tuned");
+  cr_assert_not(aq_oplib_tune_key(lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_CONV2D_BWD_FILTER, &a, ka, 8), "cut short: none");
+  /* CPU agents have one build */
+  cr_assert_eq(aq_oplib_builds(lib, AQ_AGENT_KIND_CPU, AQ_KERNEL_CONV2D_BWD_FILTER, &a, names, AQ_GPU_OP_BUILDS_MAX), 1);
+  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER);
+}
+
+static tune_entry_t entry(const char *arch, const char *shape, const char *build) {
+  tune_entry_t e;
+  memset(&e, 0, sizeof(e));
+  snprintf(e.arch, sizeof(e.arch), "%s", arch);
+  snprintf(e.b.kernel, sizeof(e.b.kernel), "%s", AQ_KERNEL_CONV2D_BWD_FILTER);
+  snprintf(e.b.shape, sizeof(e.b.shape), "%s", shape);
+  snprintf(e.b.build, sizeof(e.b.build), "%s", build);
+  const char *c[3] = {AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT};
+  for (int i = 0; i < 3; ++i)
+    snprintf(e.b.candidate[i], sizeof(e.b.candidate[i]), "%s", c[i]), e.b.candidate_ns[i] = 1000.0 * (3 - i) + 7;
+  e.b.candidates = 3;
+  return e;
+}
+
+typedef struct got {
+  tune_entry_t e[8];
+  int n;
+} got_t;
+static void collect(const tune_entry_t *e, void *user) {
+  got_t *g = user;
+  if (g->n < 8) g->e[g->n++] = *e;
+}
+
+static void write_text(const char *text) {
+  FILE *f = fopen(path, "w");
+  cr_assert(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+Test(tune, the_file_reads_back_as_written) {
+  tune_entry_t in[2] = {entry("cuda/sm_90/132/NVIDIA_H100_80GB_HBM3", "n256,c1,dbias1", AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT),
+                        entry("cuda/sm_80/108/NVIDIA_A100", "n32,c64,dbias0", AQ_KERNEL_CONV2D_BWD_FILTER_STAGED)};
+  AQ_ASSERT_OK(aq_tune_write(path, in, 2));
+  got_t got = {0};
+  char why[512];
+  cr_assert_eq(aq_tune_read(path, collect, &got, why, sizeof(why)), TUNE_FILE_OURS);
+  cr_assert_str_empty(why);
+  cr_assert_eq(got.n, 2);
+  for (int i = 0; i < 2; ++i) {
+    cr_assert_str_eq(got.e[i].arch, in[i].arch);
+    cr_assert_str_eq(got.e[i].b.kernel, in[i].b.kernel);
+    cr_assert_str_eq(got.e[i].b.shape, in[i].b.shape);
+    cr_assert_str_eq(got.e[i].b.build, in[i].b.build);
+    cr_assert_eq(got.e[i].b.candidates, 3);
+    for (int c = 0; c < 3; ++c) {
+      cr_assert_str_eq(got.e[i].b.candidate[c], in[i].b.candidate[c]);
+      cr_assert_float_eq(got.e[i].b.candidate_ns[c], in[i].b.candidate_ns[c], 0.5);
+    }
+  }
+  /* through the table: kept, found, listed by arch, saved and read again */
+  aq_tune_put(&in[0]);
+  AQ_ASSERT_OK(aq_tune_save());
+  aq_tune_reset();
+  tune_entry_t found;
+  cr_assert(aq_tune_find(in[0].arch, in[0].b.kernel, in[0].b.shape, &found));
+  cr_assert_str_eq(found.b.build, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  cr_assert(aq_tune_find(in[1].arch, in[1].b.kernel, in[1].b.shape, NULL), "the save merged into the file's");
+  cr_assert_not(aq_tune_find("cuda/sm_90/132/Other_GPU", in[0].b.kernel, in[0].b.shape, NULL), "another GPU's");
+  aq_tuned_build_t list[4];
+  cr_assert_eq(aq_tune_list(in[0].arch, list, 4), 1);
+  cr_assert_str_eq(list[0].shape, in[0].b.shape);
+  char where[1024];
+  cr_assert_str_eq(aq_tune_path(where, sizeof(where)), path, "beside the models, in AQ_PERF_DIR");
+  /* a failure to tune: found (not timed again), never listed or saved */
+  tune_entry_t failed = entry(in[0].arch, "n9,c9,dbias0", AQ_KERNEL_CONV2D_BWD_FILTER);
+  failed.b.candidates = 0;
+  aq_tune_put(&failed);
+  cr_assert(aq_tune_find(failed.arch, failed.b.kernel, failed.b.shape, NULL));
+  cr_assert_eq(aq_tune_list(in[0].arch, list, 4), 1);
+  AQ_ASSERT_OK(aq_tune_save());
+  aq_tune_reset();
+  cr_assert_not(aq_tune_find(failed.arch, failed.b.kernel, failed.b.shape, NULL));
+}
+
+/* A bad file: refused with a message naming it; the table works without
+ * it and the next save rewrites it as ours, the good lines kept. */
+static void refused(const char *text, int state, const char *says, int good_lines) {
+  write_text(text);
+  got_t got = {0};
+  char why[512];
+  cr_assert_eq(aq_tune_read(path, collect, &got, why, sizeof(why)), state, "%s", text);
+  cr_assert(strstr(why, path), "the message names the file: %s", why);
+  cr_assert(strstr(why, says), "%s", why);
+  cr_assert_eq(got.n, good_lines);
+  aq_tune_reset();
+  tune_entry_t e = entry("cuda/sm_90/132/GPU", "n1,c1,dbias0", AQ_KERNEL_CONV2D_BWD_FILTER);
+  cr_assert_not(aq_tune_find(e.arch, e.b.kernel, e.b.shape, NULL));
+  aq_tune_put(&e);
+  AQ_ASSERT_OK(aq_tune_save());
+  got.n = 0;
+  cr_assert_eq(aq_tune_read(path, collect, &got, why, sizeof(why)), TUNE_FILE_OURS, "rewritten: %s", why);
+  cr_assert_eq(got.n, good_lines + 1);
+}
+
+Test(tune, a_foreign_file_is_refused_by_name_and_rewritten) {
+  refused("kernel class arch samples\naq_relu 1 cpu 3 1.0\n", TUNE_FILE_FOREIGN, "not an Aquila tuned-builds file", 0);
+}
+
+Test(tune, an_empty_file_is_foreign) { refused("", TUNE_FILE_FOREIGN, "not an Aquila", 0); }
+
+Test(tune, a_stale_file_is_refused_by_name_and_rewritten) {
+  refused("# aquila tuned builds v0 aquila=0.0.1\ncuda/x k n1 b b:1\n", TUNE_FILE_STALE, "another Aquila version", 0);
+}
+
+Test(tune, a_corrupt_file_keeps_its_good_lines_and_names_the_bad_one) {
+  tune_entry_t ok = entry("cuda/sm_90/132/GPU", "n2,c1,dbias0", AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  AQ_ASSERT_OK(aq_tune_write(path, &ok, 1));
+  FILE *f = fopen(path, "a");
+  cr_assert(f);
+  /* a truncated line, a build kept that was never timed, a bad time, garbage bytes */
+  fputs("cuda/sm_90/132/GPU aq_conv2d_bwd_filter_f32 n3\n", f);
+  fputs("cuda/sm_90/132/GPU aq_conv2d_bwd_filter_f32 n4 aq_other aq_conv2d_bwd_filter_f32:10\n", f);
+  fputs("cuda/sm_90/132/GPU aq_conv2d_bwd_filter_f32 n5 aq_conv2d_bwd_filter_f32 aq_conv2d_bwd_filter_f32:nan\n", f);
+  fputs("\x01\x02\xff garbage\n", f);
+  fclose(f);
+  char text[4096];
+  f = fopen(path, "r");
+  size_t len = fread(text, 1, sizeof(text) - 1, f);
+  fclose(f);
+  text[len] = 0;
+  refused(text, TUNE_FILE_CORRUPT, "4 malformed lines, the first line 4", 1);
+}
+
+/* The table over a bad file: lookups find nothing, a choice kept is found,
+ * and the save replaces the file. */
+Test(tune, the_table_goes_on_over_a_bad_file) {
+  write_text("not ours\n");
+  aq_tune_reset();
+  cr_assert_not(aq_tune_find("a", "k", "s", NULL));
+  tune_entry_t e = entry("a", "s", AQ_KERNEL_CONV2D_BWD_FILTER);
+  aq_tune_put(&e);
+  cr_assert(aq_tune_find("a", AQ_KERNEL_CONV2D_BWD_FILTER, "s", NULL));
+  AQ_ASSERT_OK(aq_tune_save());
+  aq_tune_reset();
+  cr_assert(aq_tune_find("a", AQ_KERNEL_CONV2D_BWD_FILTER, "s", NULL), "read back from the rewritten file");
+}
+
+Test(tune, aq_tune_0_turns_the_choice_off) {
+  const oplib_t *lib;
+  AQ_ASSERT_OK(aq_op_library_ops(&lib));
+  aq_conv2d_args_t a = conv(256, 1, 28, 6, 5, 2, 1);
+  char key[192];
+  cr_assert(aq_oplib_tune_key(lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_CONV2D_BWD_FILTER, &a, key, sizeof(key)));
+  tune_entry_t e = entry("cuda/test", key, AQ_KERNEL_CONV2D_BWD_FILTER);
+  aq_tune_put(&e);
+  cr_assert(aq_tune_on());
+  const char *pick = aq_tune_choice(lib, "cuda/test", 0, AQ_KERNEL_CONV2D_BWD_FILTER, &a);
+  cr_assert_str_eq(pick, AQ_KERNEL_CONV2D_BWD_FILTER, "the kept build, not the rule's staged one");
+  cr_assert_null(aq_tune_choice(lib, "cuda/other", 0, AQ_KERNEL_CONV2D_BWD_FILTER, &a), "another GPU model's: the rule");
+  /* a build the library does not list for the shape is not run */
+  snprintf(e.b.build, sizeof(e.b.build), "%s", AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED);
+  snprintf(e.b.candidate[0], sizeof(e.b.candidate[0]), "%s", e.b.build);
+  aq_tune_put(&e);
+  cr_assert_null(aq_tune_choice(lib, "cuda/test", 0, AQ_KERNEL_CONV2D_BWD_FILTER, &a));
+  /* forced (a tuning exec's candidates): task by task, whatever is kept */
+  const char *const forced[2] = {AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER};
+  aq_tune_force(forced, 2);
+  cr_assert(aq_tune_forcing());
+  cr_assert_str_eq(aq_tune_choice(lib, "cuda/other", 1, AQ_KERNEL_CONV2D_BWD_FILTER, &a), AQ_KERNEL_CONV2D_BWD_FILTER);
+  cr_assert_null(aq_tune_choice(lib, "cuda/other", 2, AQ_KERNEL_CONV2D_BWD_FILTER, &a));
+  aq_tune_force(NULL, 0);
+  cr_assert_not(aq_tune_forcing());
+  aq_shut_down();
+  setenv("AQ_TUNE", "0", 1);
+  AQ_ASSERT_OK(aq_init(NULL));
+  cr_assert_not(aq_tune_on());
+  snprintf(e.b.build, sizeof(e.b.build), "%s", AQ_KERNEL_CONV2D_BWD_FILTER);
+  aq_tune_put(&e);
+  AQ_ASSERT_OK(aq_op_library_ops(&lib));
+  cr_assert_null(aq_tune_choice(lib, "cuda/test", 0, AQ_KERNEL_CONV2D_BWD_FILTER, &a), "off: the rule's build");
+  setenv("AQ_TUNE", "2", 1);
+  aq_shut_down();
+  cr_assert_eq(aq_init(NULL), AQ_ERROR_INVALID_ARGUMENT, "a bad value is refused by name");
+  cr_assert(strstr(aq_last_error(), "AQ_TUNE"), "%s", aq_last_error());
+  unsetenv("AQ_TUNE");
+  AQ_ASSERT_OK(aq_init(NULL));
+}
