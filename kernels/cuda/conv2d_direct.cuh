@@ -28,7 +28,7 @@ namespace conv {
 __device__ inline bool valid(const aq_conv2d_args_t &a) {
   return a.n > 0 && a.c > 0 && a.h > 0 && a.wd > 0 && a.k > 0 && a.r > 0 && a.s > 0 && a.p > 0 && a.q > 0 &&
          a.stride_h > 0 && a.stride_w > 0 && a.dil_h > 0 && a.dil_w > 0 && a.pad_h >= 0 && a.pad_w >= 0 &&
-         (a.precision == AQ_MATMUL_PRECISION_DEFAULT || a.precision == AQ_MATMUL_PRECISION_EXACT);
+         (uint32_t)a.precision <= (uint32_t)AQ_MATMUL_PRECISION_EXACT; /* default or exact */
 }
 
 __device__ __forceinline__ float ld(const float *p) { return __ldg(p); }
@@ -166,16 +166,14 @@ __device__ inline int split_rank(int *ranks) {
 #endif
 }
 
-// The cluster's S blocks hand out(i, sum) the sums over the cluster, added
-// in rank order, of part[i] for i < n, each block an S-th of the i; every
-// block of the cluster must call it.
+// Rank 0 hands out(i, sum) the sums over its cluster's S blocks, added in
+// rank order, of part[i] for i < n; every block of the cluster must call it.
 template <int S, typename Out>
 __device__ inline void cluster_sums(const float *part, int64_t n, int rank, Out out) {
 #ifdef AQ_CONV_CLUSTERS
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   cluster.sync();
-  const int64_t share = (n + S - 1) / S, end = (rank + 1) * share < n ? (rank + 1) * share : n;
-  for (int64_t i = rank * share + block_thread(); i < end; i += block_threads()) {
+  for (int64_t i = block_thread(); rank == 0 && i < n; i += block_threads()) {
     float s = 0.0f;
 #pragma unroll
     for (int r = 0; r < S; ++r) s += cluster.map_shared_rank(part, r)[i];
