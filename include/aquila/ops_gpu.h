@@ -87,6 +87,10 @@ extern "C" {
 #define AQ_KERNEL_CONV2D_BWD_DATA_X3 "aq_conv2d_bwd_data_f32_x3"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_X3 "aq_conv2d_bwd_filter_f32_x3"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED "aq_conv2d_bwd_filter_bf16_staged"
+/* bf16's tensor-core backward filter with each 64x64 tile's depth split
+ * over a cluster (sm_90; the grid's x a multiple of it), for dw of few
+ * tiles; launch.h picks it and its grid. */
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT "aq_conv2d_bwd_filter_bf16_tc_split"
 
 #define AQ_KERNEL_MATMUL_F32_TILE64 "aq_matmul_f32_tile64"
 #define AQ_KERNEL_MATMUL_F32_ROWS "aq_matmul_f32_rows"

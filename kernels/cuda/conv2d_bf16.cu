@@ -69,9 +69,11 @@ static_assert(Narrow::BN == AQ_GPU_CONV2D_BF16_NARROW, "launch.h's shape counts 
 
 __host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 
-// One tile of C: rows row0.., columns col0.., over the whole depth.
+// One tile of C over depth d0..g.depth: written to C, or with part (the
+// backward filter split over a cluster: filter_split) left there as
+// part[col * (BM + 4) + row] for the cluster's sum.
 template <class T, bool DIV>
-__device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int col0) {
+__device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int col0, int d0 = 0, float *part = NULL) {
   constexpr int MI = T::MI, NI = T::NI, WARPS = T::WM * T::WN;
   int4 *bases = reinterpret_cast<int4 *>(smem + 2 * T::STAGE);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -115,15 +117,15 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-  const int nk = (g.depth + T::SLICE - 1) / T::SLICE;
-  fetch(0);
+  const int nk = g.depth > d0 ? (g.depth - d0 + T::SLICE - 1) / T::SLICE : 0;
+  fetch(d0);
   store(smem);
   __syncthreads();
   for (int kt = 0; kt < nk; ++kt) {
     uint8_t *cur = smem + (kt & 1) * T::STAGE;
     /* The next slice's loads are in flight while this one multiplies; the
      * stage they go to was last read before the previous barrier. */
-    if (kt + 1 < nk) fetch((kt + 1) * T::SLICE);
+    if (kt + 1 < nk) fetch(d0 + (kt + 1) * T::SLICE);
     const uint32_t ta = tc::smem_addr(cur + grp * T::A_BYTES), tb = tc::smem_addr(cur + T::WK * T::A_BYTES + grp * T::B_BYTES);
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) tc::warp_step<MI, NI>(acc, ta, tb, wm, wn, ks, lane);
@@ -145,6 +147,16 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
   }
 
   const int g8 = lane >> 2, t2 = (lane & 3) * 2;
+  if (part) { /* past the groups' partial tiles in shared memory (PART_AT) */
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          part[(wn + ni * 8 + t2 + (j & 1)) * (T::BM + 4) + wm + mi * 16 + g8 + (j >> 1) * 8] = acc[mi][ni][j];
+    return;
+  }
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -173,6 +185,21 @@ __device__ void run(const aq_conv2d_args_t &a, const Gemm &g, uint8_t *smem, int
     if (id < tiles) tile<T, DIV>(g, smem, (int)(id % tiles_m) * T::BM, (int)(id / tiles_m) * T::BN);
     else conv_gemm::bias_grad<uint16_t>(a, id - tiles);
   }
+}
+
+// The split backward filter's partial tile: past the groups' partials,
+// within the Small tile's shared memory.
+constexpr int PART_AT = (Small::WK - 1) * Small::BM * Small::BN * 4;
+static_assert(PART_AT + Small::BN * (Small::BM + 4) * 4 <= Small::SMEM, "the partial tile fits");
+
+__device__ void filter_split(const aq_conv2d_args_t &a) {
+  __shared__ __align__(128) uint8_t smem[Small::SMEM];
+  __shared__ Gemm gs;
+  if (threadIdx.x == 0) gs = conv_gemm::make_gemm<uint16_t>(a, 2);
+  __syncthreads();
+  float *part = reinterpret_cast<float *>(smem + PART_AT);
+  conv_gemm::filter_split<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, Small::BM, Small::BN, Small::SLICE>(
+      a, gs, part, Small::BM + 4, [&](int row0, int col0, int d0) { tile<Small, false>(gs, smem, row0, col0, d0, part); });
 }
 
 template <int PASS>
@@ -220,6 +247,18 @@ AQ_KERNEL void __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2) aq_conv2d_bwd_fi
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
 #ifndef AQ_HIP
   if (conv_bf16::tensor_cores(a)) return conv_bf16::convolve<2>(a);
+#endif
+  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
+}
+
+// The tensor cores' backward filter with each tile's depth split over a
+// cluster (conv2d_gemm.cuh's filter_split; ops_gpu.h: the grid's x a
+// multiple of the cluster): dw has few tiles and a long depth.
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
+    aq_conv2d_bwd_filter_bf16_tc_split(aq_conv2d_args_t a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_bf16::tensor_cores(a)) return conv_bf16::filter_split(a);
 #endif
   conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
 }

@@ -148,4 +148,54 @@ __device__ inline void bias_grad(const aq_conv2d_args_t &a, int64_t item) {
   if (lane == 0) a.dbias[k] = acc;
 }
 
+// C's element (row, col) of the tile at (row0, col0): its place in the
+// output, or NULL past the edges (and past a tile of bm rows).
+template <class E>
+__device__ __forceinline__ float *out_at(const Gemm<E> &g, int bm, int row0, int col0, int row, int col) {
+  if (row >= bm || row0 + row >= g.rows || col0 + col >= g.cols) return NULL;
+  const int r = row0 + row, img = r / g.plane;
+  return g.out + (int64_t)img * g.cols * g.plane + (int64_t)(col0 + col) * g.plane + (r - img * g.plane);
+}
+
+// The backward filter split over clusters of S blocks (dw has few tiles,
+// c*r*s x k, and a long depth, n*p*q): a cluster a BM x BN tile, each rank
+// a share of the depth in whole slices, gs.depth cut to the rank's end;
+// tile(row0, col0, d0) leaves the rank's sums of the tile in part
+// (part[col * ldp + row]), summed over the cluster in rank order
+// (conv::cluster_sums). Then the bias gradient's items, S a cluster.
+// Without clusters one block of each S takes the whole depth.
+template <int S, int BM, int BN, int SLICE, class E, class Tile>
+__device__ void filter_split(const aq_conv2d_args_t &a, Gemm<E> &gs, float *part, int ldp, Tile tile) {
+  int ranks;
+  const int rank = conv::split_rank<S>(&ranks);
+  const int depth = gs.depth, share = ((depth + ranks - 1) / ranks + SLICE - 1) / SLICE * SLICE;
+  const int64_t tiles_m = (gs.rows + BM - 1) / BM, tiles = tiles_m * ((gs.cols + BN - 1) / BN);
+  const int64_t bias_items = a.dbias ? (a.k + 7) / 8 : 0, clusters = grid_blocks() / S;
+  __syncthreads(); /* everyone has read gs.depth */
+  if (threadIdx.x == 0 && rank >= 0) gs.depth = (int)((int64_t)rank * share + share < depth ? rank * share + share : depth);
+  __syncthreads();
+  for (int64_t id = grid_block() / S; id < tiles + (bias_items + S - 1) / S; id += clusters) {
+    if (id >= tiles) { /* a cluster's items a block each, or all of them in one without clusters */
+      for (int j = rank; rank >= 0 && j < S; j += ranks)
+        if ((id - tiles) * S + j < bias_items) bias_grad<E>(a, (id - tiles) * S + j);
+      continue;
+    }
+    const int row0 = (int)(id % tiles_m) * BM, col0 = (int)(id / tiles_m) * BN;
+    if (rank < 0) continue;
+    tile(row0, col0, rank * share);
+    if (ranks > 1) {
+      conv::cluster_sums<S>(part, (int64_t)BN * ldp, rank, [&](int64_t i, float sum) {
+        float *o = out_at(gs, BM, row0, col0, (int)(i % ldp), (int)(i / ldp));
+        if (o) *o = sum;
+      });
+      continue;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < BM * BN; e += blockDim.x) {
+      float *o = out_at(gs, BM, row0, col0, e % BM, e / BM);
+      if (o) *o = part[(e / BM) * ldp + e % BM];
+    }
+  }
+}
+
 }  // namespace conv_gemm

@@ -138,18 +138,10 @@ __device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row
   }
 }
 
-// C's element (row, col) of the tile at (row0, col0): its place in the
-// output, or NULL past the edges.
-__device__ __forceinline__ float *out_at(const Gemm &g, int row0, int col0, int row, int col) {
-  if (row >= BM || row0 + row >= g.rows || col0 + col >= g.cols) return NULL;
-  const int r = row0 + row, img = r / g.plane;
-  return g.out + (int64_t)img * g.cols * g.plane + (int64_t)(col0 + col) * g.plane + (r - img * g.plane);
-}
-
 __device__ inline void emit(const Gemm &g, const Shared &u, int row0, int col0) {
   for (int e = threadIdx.x; e < BM * BN; e += THREADS) {
     const int row = e % BM, col = e / BM;
-    float *o = out_at(g, row0, col0, row, col);
+    float *o = conv_gemm::out_at(g, BM, row0, col0, row, col);
     if (o) *o = u.part[col * LDP + row] + (g.bias ? __ldg(g.bias + col0 + col) : 0.0f);
   }
 }
@@ -166,38 +158,6 @@ __device__ void run(const Gemm &g, Shared &u, int4 *bases) {
   }
 }
 
-// The backward filter: a cluster a tile, its ranks splitting the depth in
-// slices of whole BK, then the bias gradient's items, S blocks a cluster.
-__device__ void run_filter(const aq_conv2d_args_t &a, Gemm &gs, Shared &u, int4 *bases) {
-  int ranks;
-  const int rank = conv::split_rank<SPLIT>(&ranks);
-  const int depth = gs.depth, share = ((depth + ranks - 1) / ranks + BK - 1) / BK * BK;
-  const int64_t tiles_m = (gs.rows + BM - 1) / BM, tiles = tiles_m * ((gs.cols + BN - 1) / BN);
-  const int64_t bias_items = a.dbias ? (a.k + 7) / 8 : 0, clusters = grid_blocks() / SPLIT;
-  const int64_t extra = (bias_items + SPLIT - 1) / SPLIT;
-  __syncthreads();
-  if (threadIdx.x == 0 && rank >= 0) gs.depth = (int)(rank * (int64_t)share + share < depth ? rank * share + share : depth);
-  __syncthreads();
-  for (int64_t id = grid_block() / SPLIT; id < tiles + extra; id += clusters) {
-    if (id >= tiles) { /* a cluster's items a block each, or all of them in one without clusters */
-      for (int j = rank; rank >= 0 && j < SPLIT; j += ranks)
-        if ((id - tiles) * SPLIT + j < bias_items) conv_gemm::bias_grad<float>(a, (id - tiles) * SPLIT + j);
-      continue;
-    }
-    const int row0 = (int)(id % tiles_m) * BM, col0 = (int)(id / tiles_m) * BN;
-    if (rank < 0) continue; /* without clusters, one block of a cluster's worth takes the tile */
-    tile<false, true>(gs, u, bases, row0, col0, rank * share);
-    if (ranks == 1) {
-      emit(gs, u, row0, col0);
-      continue;
-    }
-    conv::cluster_sums<SPLIT>(u.part, BN * LDP, rank, [&](int64_t i, float sum) {
-      float *o = out_at(gs, row0, col0, (int)(i % LDP), (int)(i / LDP));
-      if (o) *o = sum;
-    });
-  }
-}
-
 template <int PASS>
 __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   __shared__ __align__(16) Shared u;
@@ -207,7 +167,10 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   __shared__ Gemm gs;
   if (threadIdx.x == 0) gs = conv_gemm::make_gemm<float>(a, PASS);
   __syncthreads();
-  if (PASS == 2) return run_filter(a, gs, u, bases);
+  if (PASS == 2) /* a cluster a tile (conv2d_gemm.cuh) */
+    return conv_gemm::filter_split<SPLIT, BM, BN, BK>(a, gs, u.part, LDP, [&](int row0, int col0, int d0) {
+      tile<false, true>(gs, u, bases, row0, col0, d0);
+    });
   if (PASS == 1 && (a.stride_h > 1 || a.stride_w > 1)) return run<true>(gs, u, bases);
   run<false>(gs, u, bases);
 }

@@ -464,13 +464,27 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_data_plain_shape(const aq_conv2d
   return aq_gpu_threads_shape(aq_conv2d_tiled_bytes(a, 1) ? a->n * AQ_GPU_BLOCK : a->n * a->c * a->h * a->wd);
 }
 
+/* A backward filter split over clusters (conv2d_gemm.cuh, filter_split):
+ * a cluster a tile, then the bias gradient's 8-channel items, a block each. */
+static inline aq_dispatch_shape_t aq_conv2d_filter_split_gpu_shape(const aq_conv2d_args_t *a, int64_t tiles) {
+  const int64_t split = AQ_GPU_CONV2D_BWD_FILTER_SPLIT, items = a->dbias && a->k > 0 ? (a->k + 7) / 8 : 0;
+  return aq_gpu_threads_shape((tiles + (items + split - 1) / split) * split * AQ_GPU_BLOCK);
+}
+
 static inline aq_dispatch_shape_t aq_conv2d_x3_gpu_shape(const aq_conv2d_args_t *a, int pass) {
-  int64_t blocks = aq_conv2d_x3_tiles(a, pass);
-  if (pass == 2) {
-    const int64_t split = AQ_GPU_CONV2D_BWD_FILTER_SPLIT, items = a->dbias && a->k > 0 ? (a->k + 7) / 8 : 0;
-    blocks = (blocks + (items + split - 1) / split) * split;
-  }
-  return aq_gpu_threads_shape(blocks * AQ_GPU_BLOCK);
+  if (pass == 2) return aq_conv2d_filter_split_gpu_shape(a, aq_conv2d_x3_tiles(a, 2));
+  return aq_gpu_threads_shape(aq_conv2d_x3_tiles(a, pass) * AQ_GPU_BLOCK);
+}
+
+/* Whether bf16's tensor-core backward filter splits its tiles' depth over
+ * clusters: sane arguments and too few tiles to fill an H100. */
+static inline int aq_conv2d_bf16_filter_split(const aq_conv2d_args_t *a) {
+  int tm, tn;
+  return aq_conv2d_tiled_extents(a) && aq_conv2d_bf16_gpu_tiles(a, 2, &tm, &tn) < AQ_GPU_CONV2D_BF16_FEW_TILES;
+}
+static inline aq_dispatch_shape_t aq_conv2d_bf16_filter_split_shape(const aq_conv2d_args_t *a) {
+  int tm, tn;
+  return aq_conv2d_filter_split_gpu_shape(a, aq_conv2d_bf16_gpu_tiles(a, 2, &tm, &tn));
 }
 
 /* Whether pooling windows tile their planes (stride the window, no
@@ -497,6 +511,8 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     return AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
     return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_bf16_filter_split((const aq_conv2d_args_t *)kernarg))
+    return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT;
   if (!strcmp(kernel, AQ_KERNEL_MATMUL))
     return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build((const aq_matmul_args_t *)kernarg), 0);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED)) /* the fused args start with the product's */
@@ -536,6 +552,9 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg); /* its staged build's */
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
     return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT); /* its split build's */
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) ||
+      (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_bf16_filter_split((const aq_conv2d_args_t *)kernarg)))
+    return aq_conv2d_bf16_filter_split_shape((const aq_conv2d_args_t *)kernarg); /* its split build's, or it named */
   if (aq_conv2d_bf16_pass(kernel) >= 0) return aq_conv2d_bf16_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_bf16_pass(kernel));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) ||
       !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) {
@@ -618,6 +637,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16, NULL, aq_conv2d_bwd_filter_bf16_gemm_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, aq_conv2d_filter_tiled, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED, aq_conv2d_filter_staged, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, aq_conv2d_tiled_extents, NULL},
   };
   const int n = (int)(sizeof(rules) / sizeof(rules[0]));
   if (!build) return index >= 0 && index < n && !strcmp(rules[index].op, op) ? &rules[index] : NULL;

@@ -94,8 +94,9 @@ static void bf16_case(const bcase_t *t) {
   const char *names[] = {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16};
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   /* 0: the tensor-core tiles; 1: one block; 2: the CPU grid; 3: as the
-   * scheduler launches (the tiled split backward filter where it fits) */
-  for (int shape = 0; shape < 4; ++shape) {
+   * scheduler launches (the tiled split backward filter where it fits);
+   * 4: the backward filter's tiles split over clusters, every case */
+  for (int shape = 0; shape < 5; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -103,6 +104,7 @@ static void bf16_case(const bcase_t *t) {
       if (shape == 0) gk_run(names[i], &a, aq_conv2d_bf16_gpu_shape(&a, i));
       else if (shape == 1) gk_run(names[i], &a, one);
       else if (shape == 2) gk_op(names[i], &a, cpu);
+      else if (shape == 4 && i == 2) gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &a, aq_conv2d_bf16_filter_split_shape(&a));
       else gk_run(build, &a, aq_gpu_op_shape(names[i], &a, cpu));
     }
     expect("y", t, shape, y, ry, my, ny);
@@ -217,4 +219,13 @@ Test(conv_bf16_shape, a_block_a_tile) {
   cr_assert(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, &lenet) > 0, "the tiled split build fits too");
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16,
                    "56x56 planes of 64 channels: the tensor cores");
+  /* with its strides given: 9 x 2 tiles of 576 x 128 are few, split over clusters */
+  big.stride_h = big.stride_w = big.dil_h = big.dil_w = 1, big.pad_h = big.pad_w = 1;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 18 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * T, "a cluster a tile");
+  big.dbias = (float *)&big;
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &big, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], (18 + 2) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * T, "and 16 items of 8 bias gradients: 2 clusters");
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &big), 0);
 }

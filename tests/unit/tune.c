@@ -60,7 +60,8 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER) && listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT) &&
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3));
     n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, lenets[i], names, AQ_GPU_OP_BUILDS_MAX);
-    cr_assert_eq(n, 3);
+    cr_assert_eq(n, 4);
+    cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT));
     cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED);
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) &&
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT));
@@ -77,8 +78,9 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &exact, names, AQ_GPU_OP_BUILDS_MAX);
   cr_assert(n == 2 && !listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3), "exact: FFMA builds only");
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &wide, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 1, "the tensor cores alone");
-  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16);
+  cr_assert_eq(n, 2, "the tensor cores, their tiles split over clusters (9 tiles) or not");
+  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
+  cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_FILTER_BF16);
   /* the forward: tiled, or the tensor cores */
   cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D, &lenet1, names, AQ_GPU_OP_BUILDS_MAX), 2);
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D);
@@ -109,6 +111,8 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
         uint32_t want_group;
         if (strstr(names[b], "_x3"))
           want = aq_conv2d_x3_gpu_shape(a, 2), want_group = 0;
+        else if (strstr(names[b], "_tc_split"))
+          want = aq_conv2d_bf16_filter_split_shape(a), want_group = 0;
         else if (strstr(names[b], "_staged"))
           want = aq_conv2d_filter_gpu_shape(a), want_group = (uint32_t)aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
         else if (strstr(names[b], "_split"))

@@ -414,7 +414,8 @@ static const char *path_of(int tiled, int staged, int split, int x3, int bf16, i
   if (x3)
     return pass == 2 ? "implicit GEMM on tensor cores (3xTF32), a cluster a 64x64 tile splitting its depth"
                      : "implicit GEMM on tensor cores (3xTF32), a block a 64x64 tile";
-  if (bf16) return "implicit GEMM on tensor cores";
+  if (bf16) return split ? "implicit GEMM on tensor cores, a cluster a 64x64 tile splitting its depth"
+                        : "implicit GEMM on tensor cores";
   if (pass < 2) return "direct loops, a thread an output (planes past a block's shared memory)";
   return split ? "direct loops, runs of weights split over a cluster" : "direct loops, a block a run of weights";
 }
