@@ -145,8 +145,16 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
   cr_assert_eq(run_program("bin/aq-bench", two, out, sizeof(out)), 0, "%s", out);
   cr_assert(strstr(out, "conv 256,1,28,28,6,5,5,1,2 f32 bwd_filter: aq_conv2d_bwd_filter_f32_staged, staged"), "%s", out);
   cr_assert(strstr(out, "bf16 bwd_filter: aq_conv2d_bwd_filter_bf16_staged, staged"), "%s", out);
-  cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 f32 fwd: aq_conv2d_f32, direct loops"), "%s", out);
+  cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 f32 fwd: aq_conv2d_f32_x3, implicit GEMM on tensor cores (3xTF32)"),
+            "%s", out);
+  cr_assert(strstr(out, "f32 bwd_filter: aq_conv2d_bwd_filter_f32_x3, implicit GEMM on tensor cores (3xTF32), a cluster"),
+            "%s", out);
   cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 bf16 fwd: aq_conv2d_bf16, implicit GEMM on tensor cores"), "%s", out);
+  const char *exact = "conv --agent gpu --explain --precision exact --dtype f32 --shapes 32,64,56,56,64,3,3,1,1";
+  cr_assert_eq(run_program("bin/aq-bench", exact, out, sizeof(out)), 0, "%s", out);
+  cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 f32 fwd: aq_conv2d_f32, direct loops"), "exact: FFMA: %s", out);
+  cr_assert_eq(run_program("bin/aq-bench", "conv --agent gpu --explain --precision tf32", out, sizeof(out)), 2);
+  cr_assert(strstr(out, "--precision tf32: expected default"), "%s", out);
   cr_assert_eq(run_program("bin/aq-bench", "conv --agent gpu --explain --shapes 4,1,8,8,2,3,3,0,1", out, sizeof(out)), 2);
   cr_assert(strstr(out, "bad shape '4,1,8,8,2,3,3,0,1'"), "%s", out);
   const char *none = "conv --agent gpu --explain --shapes 4,1,3,3,2,5,5,1,0"; /* a 5x5 filter, a 3x3 image */
