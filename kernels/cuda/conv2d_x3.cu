@@ -20,11 +20,12 @@
 // The backward filter has few tiles (dw is c*r*s x k) and a long depth
 // (n*p*q): a cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks splits each
 // tile's depth and sums the partial tiles through distributed shared memory
-// in rank order (conv2d_direct.cuh's cluster_sums), so results depend on
-// the shape only. The bias gradient's items follow the tiles.
+// in rank order (conv2d_gemm.cuh's filter_split), so results depend on the
+// shape only. The bias gradient's items follow the tiles.
 // Where a pass does not apply (blocks of other than 256 threads, tensors
 // past 32-bit indices, AMD GPUs) the kernels run the direct loops, which
-// take any grid. launch.h (aq_conv2d_x3) says which shapes get these builds.
+// take any grid. launch.h (aq_conv2d_x3) says which shapes get these builds
+// by rule; where tuning has timed them (scheduler/tune.h), its choice holds.
 #include "conv2d_gemm.cuh"
 #include "launch.h"
 #include "mma_tf32.cuh"
@@ -200,7 +201,7 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_f32_x3(aq_conv2d_arg
 }
 
 // A cluster a tile (ops_gpu.h: the grid's x a multiple of the cluster);
-// one block an SM, for the promoted totals' registers.
+// two blocks an SM as the others, the promoted totals spilling a few bytes.
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_x3(aq_conv2d_args_t a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
