@@ -330,3 +330,25 @@ Test(tune, aq_tune_0_turns_the_choice_off) {
   unsetenv("AQ_TUNE");
   AQ_ASSERT_OK(aq_init(NULL));
 }
+
+/* A choice kept at the default precision (the tensor cores' x3 build) is
+ * never run by an exact exec: the key holds the precision, and the x3
+ * build is no candidate of an exact kernarg anyway. */
+Test(tune, an_exact_exec_never_reads_a_default_precision_choice) {
+  const oplib_t *lib;
+  AQ_ASSERT_OK(aq_op_library_ops(&lib));
+  aq_conv2d_args_t a = conv(32, 64, 56, 64, 3, 1, 0), exact = a;
+  exact.precision = AQ_MATMUL_PRECISION_EXACT;
+  char key[192], exact_key[192];
+  cr_assert(aq_oplib_tune_key(lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_CONV2D_BWD_FILTER, &a, key, sizeof(key)));
+  cr_assert(aq_oplib_tune_key(lib, AQ_AGENT_KIND_GPU, AQ_KERNEL_CONV2D_BWD_FILTER, &exact, exact_key, sizeof(exact_key)));
+  cr_assert_str_neq(key, exact_key, "the precision is part of the shape");
+  tune_entry_t e = entry("cuda/test", key, AQ_KERNEL_CONV2D_BWD_FILTER_X3);
+  aq_tune_put(&e);
+  cr_assert_str_eq(aq_tune_choice(lib, "cuda/test", 0, AQ_KERNEL_CONV2D_BWD_FILTER, &a), AQ_KERNEL_CONV2D_BWD_FILTER_X3);
+  cr_assert_null(aq_tune_choice(lib, "cuda/test", 0, AQ_KERNEL_CONV2D_BWD_FILTER, &exact), "exact: the rule's FFMA build");
+  /* and were the x3 build kept under the exact key, it is not a candidate there */
+  e = entry("cuda/test", exact_key, AQ_KERNEL_CONV2D_BWD_FILTER_X3);
+  aq_tune_put(&e);
+  cr_assert_null(aq_tune_choice(lib, "cuda/test", 0, AQ_KERNEL_CONV2D_BWD_FILTER, &exact));
+}
