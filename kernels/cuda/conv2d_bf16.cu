@@ -39,6 +39,7 @@
 namespace conv_bf16 {
 
 constexpr int THREADS = AQ_GPU_CONV2D_BF16_THREADS;
+static_assert(THREADS == AQ_GPU_BLOCK, "conv_gemm::emit's blocks");
 typedef conv_gemm::Gemm<uint16_t> Gemm;
 using conv_gemm::fits32;
 using conv_gemm::gather_a;

@@ -35,12 +35,7 @@ struct Gemm {
   const float *bias;
 };
 
-__device__ inline bool fits32(const aq_conv2d_args_t &a) {
-  const int64_t lim = INT32_MAX;
-  return a.n * a.c * a.h * a.wd < lim && a.k * a.c * a.r * a.s < lim && a.n * a.k * a.p * a.q < lim &&
-         a.h + 2 * (int64_t)a.pad_h < lim && a.wd + 2 * (int64_t)a.pad_w < lim && a.p * a.stride_h < lim &&
-         a.q * a.stride_w < lim && a.r * a.dil_h < lim && a.s * a.dil_w < lim;
-}
+__device__ inline bool fits32(const aq_conv2d_args_t &a) { return aq_conv2d_fits32(&a); }
 
 template <class E>
 __device__ inline Gemm<E> make_gemm(const aq_conv2d_args_t &a, int pass) {
@@ -157,6 +152,18 @@ __device__ __forceinline__ float *out_at(const Gemm<E> &g, int bm, int row0, int
   return g.out + (int64_t)img * g.cols * g.plane + (int64_t)(col0 + col) * g.plane + (r - img * g.plane);
 }
 
+// The tile at (row0, col0), its sums in part (part[col * ldp + row]), into
+// C, with the bias where the pass has one. Blocks of AQ_GPU_BLOCK threads,
+// as every tensor-core build runs.
+template <int BM, int BN, class E>
+__device__ inline void emit(const Gemm<E> &g, const float *part, int ldp, int row0, int col0) {
+  for (int e = threadIdx.x; e < BM * BN; e += AQ_GPU_BLOCK) {
+    const int row = e % BM, col = e / BM;
+    float *o = out_at(g, BM, row0, col0, row, col);
+    if (o) *o = part[col * ldp + row] + (g.bias ? __ldg(g.bias + col0 + col) : 0.0f);
+  }
+}
+
 // The backward filter split over clusters of S blocks (dw has few tiles,
 // c*r*s x k, and a long depth, n*p*q): a cluster a BM x BN tile, each rank
 // a share of the depth in whole slices, gs.depth cut to the rank's end;
@@ -191,10 +198,7 @@ __device__ void filter_split(const aq_conv2d_args_t &a, Gemm<E> &gs, float *part
       continue;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < BM * BN; e += blockDim.x) {
-      float *o = out_at(gs, BM, row0, col0, e % BM, e / BM);
-      if (o) *o = part[(e / BM) * ldp + e % BM];
-    }
+    emit<BM, BN>(gs, part, ldp, row0, col0);
   }
 }
 

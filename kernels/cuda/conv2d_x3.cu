@@ -35,6 +35,7 @@ namespace conv_x3 {
 
 constexpr int THREADS = 256, BM = 64, BN = 64, BK = 32, LDK = tf32x3::LDK, LDP = BM + 4;
 constexpr int SPLIT = AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
+static_assert(THREADS == AQ_GPU_BLOCK, "conv_gemm::emit's blocks");
 static_assert(BM == AQ_GPU_CONV2D_X3_TILE && BN == AQ_GPU_CONV2D_X3_TILE, "launch.h counts these tiles");
 typedef conv_gemm::Gemm<float> Gemm;
 
@@ -139,14 +140,6 @@ __device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row
   }
 }
 
-__device__ inline void emit(const Gemm &g, const Shared &u, int row0, int col0) {
-  for (int e = threadIdx.x; e < BM * BN; e += THREADS) {
-    const int row = e % BM, col = e / BM;
-    float *o = conv_gemm::out_at(g, BM, row0, col0, row, col);
-    if (o) *o = u.part[col * LDP + row] + (g.bias ? __ldg(g.bias + col0 + col) : 0.0f);
-  }
-}
-
 // The forward or backward data pass: every tile, grid-stride; a column of
 // tiles' row tiles are consecutive blocks, which share its B tile in L2.
 template <bool DIV>
@@ -155,7 +148,7 @@ __device__ void run(const Gemm &g, Shared &u, int4 *bases) {
   for (int64_t id = grid_block(); id < tiles; id += grid_blocks()) {
     const int row0 = (int)(id % tiles_m) * BM, col0 = (int)(id / tiles_m) * BN;
     tile<DIV, false>(g, u, bases, row0, col0, 0);
-    emit(g, u, row0, col0);
+    conv_gemm::emit<BM, BN>(g, u.part, LDP, row0, col0);
   }
 }
 

@@ -441,15 +441,24 @@ static inline int64_t aq_conv2d_x3_tiles(const aq_conv2d_args_t *a, int pass) {
   return (rows + t - 1) / t * ((cols + t - 1) / t);
 }
 
-/* Whether pass runs on tensor cores: the default precision, sane extents
- * with 32-bit indices, at least half a tile of columns (a backward data
- * into one channel would multiply 63 columns of zeros for each it keeps),
- * and no tiled or staged build for it. */
-static inline int aq_conv2d_x3_fits(const aq_conv2d_args_t *a) {
+/* Whether the implicit GEMMs' 32-bit indices hold the tensors and windows
+ * (conv2d_gemm.cuh): else the tensor-core builds take the direct loops. */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_fits32(const aq_conv2d_args_t *a) {
   const int64_t lim = INT32_MAX;
-  return a->precision == AQ_MATMUL_PRECISION_DEFAULT && aq_conv2d_tiled_extents(a) &&
-         a->n * a->c * a->h * a->wd < lim && a->k * a->c * a->r * a->s < lim && a->n * a->k * a->p * a->q < lim;
+  return a->n * a->c * a->h * a->wd < lim && a->k * a->c * a->r * a->s < lim && a->n * a->k * a->p * a->q < lim &&
+         a->h + 2 * (int64_t)a->pad_h < lim && a->wd + 2 * (int64_t)a->pad_w < lim && a->p * a->stride_h < lim &&
+         a->q * a->stride_w < lim && a->r * a->dil_h < lim && a->s * a->dil_w < lim;
 }
+
+/* Whether the x3 builds may take a pass (a tuning candidate): the default
+ * precision, sane extents, 32-bit indices. */
+static inline int aq_conv2d_x3_fits(const aq_conv2d_args_t *a) {
+  return a->precision == AQ_MATMUL_PRECISION_DEFAULT && aq_conv2d_tiled_extents(a) && aq_conv2d_fits32(a);
+}
+/* Whether the launch rule gives pass to them: they fit, the GEMM has at
+ * least half a tile of columns (a backward data into one channel would
+ * multiply 63 columns of zeros for each it keeps), and no tiled or staged
+ * build takes the pass. */
 static inline int aq_conv2d_x3(const aq_conv2d_args_t *a, int pass) {
   if (!aq_conv2d_x3_fits(a) || (pass == 1 ? a->c : a->k) < AQ_GPU_CONV2D_X3_TILE / 2) return 0;
   return pass == 2 ? !aq_conv2d_tiled_bytes(a, 2) && !aq_conv2d_filter_staged(a) : !aq_conv2d_tiled_bytes(a, pass);
