@@ -60,55 +60,87 @@ static aq_status_t submit_wait(aq_queue_t q, aq_signal_t dep, aq_signal_t done) 
   return aq_queue_submit(q, &b, PING_TIMEOUT_NS, NULL);
 }
 
-typedef struct ping {
-  aq_queue_t from, to, back; /* back: a CPU queue that waits for a GPU's barrier */
-  aq_signal_t s1, s2, done;
+/* A measurement's queues, signals and the slots its stamps write. On the
+ * heap: a packet that outlives its timeout (workers held past
+ * PING_TIMEOUT_NS by a long dispatch, a loaded machine) still runs, and
+ * writes its stamp and completes its signal after the measurement gave up. */
+typedef struct probe {
+  aq_queue_t q[4];
+  aq_signal_t sig[4];
   uint64_t t0, t1;
-} ping_t;
+  struct probe *next; /* on the list of those left to their packets */
+} probe_t;
 
-/* One ping: from stamps and signals; to waits (and on a CPU stamps); a GPU's
- * wait is waited for by back, which stamps. The waiters go in first. */
-static aq_status_t ping_once(ping_t *p, int gpu, double *ns) {
+static probe_t *left; /* under lock */
+
+/* A probe of queues on agents on[0..nq) and ns signals of value 0, or NULL. */
+static probe_t *probe_new(const aq_agent_t *on, int nq, int ns) {
+  probe_t *p = calloc(1, sizeof(*p));
+  aq_queue_options_t qo = {.size = 64};
+  aq_status_t s = p ? AQ_OK : AQ_ERROR_OUT_OF_MEMORY;
+  for (int i = 0; i < nq && s == AQ_OK; ++i) s = aq_queue_create(on[i], &qo, &p->q[i]);
+  for (int i = 0; i < ns && s == AQ_OK; ++i) s = aq_signal_create(0, &p->sig[i]);
+  if (s == AQ_OK) return p;
+  for (int i = 0; p && i < 4; ++i) {
+    if (p->q[i].handle) aq_queue_destroy(p->q[i]);
+    if (p->sig[i].handle) aq_signal_destroy(p->sig[i]);
+  }
+  free(p);
+  return NULL;
+}
+
+/* Releases the barriers still waiting on its signals and lets its queues
+ * drain; then frees it, or, where a queue still holds packets, leaves it
+ * (queues, signals, slots: a few hundred bytes) to them, on a list. */
+static void probe_end(probe_t *p) {
+  if (!p) return;
+  int drained = 1;
+  for (int i = 0; i < 4; ++i)
+    if (p->sig[i].handle) aq_signal_store(p->sig[i], 0);
+  for (int i = 0; i < 4; ++i)
+    if (p->q[i].handle && aq_queue_wait_idle(p->q[i], PING_TIMEOUT_NS) != AQ_OK) drained = 0;
+  if (!drained) {
+    p->next = left, left = p;
+    return;
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (p->q[i].handle) aq_queue_destroy(p->q[i]);
+    if (p->sig[i].handle) aq_signal_destroy(p->sig[i]);
+  }
+  free(p);
+}
+
+/* One ping (q: from, to, back; sig: s1, s2, done): from stamps and signals;
+ * to waits (and on a CPU stamps); a GPU's wait is waited for by back (a
+ * CPU queue), which stamps. The waiters go in first. */
+static aq_status_t ping_once(probe_t *p, int gpu, double *ns) {
+  aq_queue_t from = p->q[0], to = p->q[1], back = p->q[2];
+  aq_signal_t s1 = p->sig[0], s2 = p->sig[1], done = p->sig[2], none = {0};
   aq_status_t s = AQ_OK;
-  aq_signal_t none = {0};
-  if (s == AQ_OK) s = aq_signal_store(p->s1, 1);
-  if (s == AQ_OK) s = aq_signal_store(p->s2, 1);
-  if (s == AQ_OK) s = aq_signal_store(p->done, 1);
-  if (s == AQ_OK) s = submit_wait(p->to, p->s1, gpu ? p->s2 : none);
-  if (s == AQ_OK) s = gpu ? submit_wait(p->back, p->s2, none) : AQ_OK;
-  if (s == AQ_OK) s = submit_stamp(gpu ? p->back : p->to, &p->t1, p->done);
-  if (s == AQ_OK) s = submit_stamp(p->from, &p->t0, p->s1);
-  if (s == AQ_OK) s = aq_signal_wait(p->done, AQ_SIGNAL_EQ, 0, PING_TIMEOUT_NS, NULL);
+  if (s == AQ_OK) s = aq_signal_store(s1, 1);
+  if (s == AQ_OK) s = aq_signal_store(s2, 1);
+  if (s == AQ_OK) s = aq_signal_store(done, 1);
+  if (s == AQ_OK) s = submit_wait(to, s1, gpu ? s2 : none);
+  if (s == AQ_OK) s = gpu ? submit_wait(back, s2, none) : AQ_OK;
+  if (s == AQ_OK) s = submit_stamp(gpu ? back : to, &p->t1, done);
+  if (s == AQ_OK) s = submit_stamp(from, &p->t0, s1);
+  if (s == AQ_OK) s = aq_signal_wait(done, AQ_SIGNAL_EQ, 0, PING_TIMEOUT_NS, NULL);
   if (s == AQ_OK) *ns = (double)(p->t1 - p->t0) / (gpu ? 2 : 1);
   return s;
 }
 
 /* Median one-way latency from CPU agent a to agent b, or -1. */
 static double ping(aq_agent_t a, aq_agent_t b, int b_gpu) {
-  ping_t p;
-  memset(&p, 0, sizeof(p));
-  aq_queue_options_t qo = {.size = 64};
-  aq_status_t s = aq_queue_create(a, &qo, &p.from);
-  if (s == AQ_OK) s = aq_queue_create(b, &qo, &p.to);
-  if (s == AQ_OK && b_gpu) s = aq_queue_create(a, &qo, &p.back);
-  if (s == AQ_OK) s = aq_signal_create(0, &p.s1);
-  if (s == AQ_OK) s = aq_signal_create(0, &p.s2);
-  if (s == AQ_OK) s = aq_signal_create(0, &p.done);
+  probe_t *p = probe_new((aq_agent_t[]){a, b, a}, b_gpu ? 3 : 2, 3);
   double v[PINGS];
   int n = 0;
+  aq_status_t s = p ? AQ_OK : AQ_ERROR_OUT_OF_MEMORY;
   for (int i = 0; s == AQ_OK && i < PINGS + 2; ++i) {
     double ns = 0;
-    s = ping_once(&p, b_gpu, &ns);
+    s = ping_once(p, b_gpu, &ns);
     if (s == AQ_OK && i >= 2) v[n++] = ns; /* the first ones wake threads up */
   }
-  /* A failed ping may leave packets waiting on its signals: release them. */
-  aq_signal_store(p.s1, 0), aq_signal_store(p.s2, 0);
-  aq_queue_t qs[3] = {p.from, p.to, p.back};
-  for (int i = 0; i < 3; ++i)
-    if (qs[i].handle) aq_queue_wait_idle(qs[i], PING_TIMEOUT_NS), aq_queue_destroy(qs[i]);
-  aq_signal_t sig[3] = {p.s1, p.s2, p.done};
-  for (int i = 0; i < 3; ++i)
-    if (sig[i].handle) aq_signal_destroy(sig[i]);
+  probe_end(p);
   return s == AQ_OK ? median(v, n) : -1;
 }
 
@@ -117,67 +149,50 @@ static double ping(aq_agent_t a, aq_agent_t b, int b_gpu) {
  * next, a second CPU queue waits for the last and stamps), or -1: the GPU
  * hop is what is left when the two CPU hops are taken off. */
 static double ping_chain(aq_agent_t cpu, aq_agent_t a, aq_agent_t b) {
-  aq_queue_t q[4] = {{0}}; /* cpu, a, b, cpu */
-  aq_signal_t sig[4] = {{0}};
-  aq_agent_t on[4] = {cpu, a, b, cpu};
-  aq_queue_options_t qo = {.size = 64};
-  aq_status_t s = AQ_OK;
-  for (int i = 0; i < 4 && s == AQ_OK; ++i) s = aq_queue_create(on[i], &qo, &q[i]);
-  for (int i = 0; i < 4 && s == AQ_OK; ++i) s = aq_signal_create(0, &sig[i]);
+  probe_t *p = probe_new((aq_agent_t[]){cpu, a, b, cpu}, 4, 4);
   double v[PINGS];
   int n = 0;
-  uint64_t t0 = 0, t1 = 0;
+  aq_status_t s = p ? AQ_OK : AQ_ERROR_OUT_OF_MEMORY;
   for (int r = 0; s == AQ_OK && r < PINGS + 2; ++r) {
-    for (int i = 0; i < 4 && s == AQ_OK; ++i) s = aq_signal_store(sig[i], 1);
-    for (int i = 1; i < 3 && s == AQ_OK; ++i) s = submit_wait(q[i], sig[i - 1], sig[i]);
-    if (s == AQ_OK) s = submit_wait(q[3], sig[2], (aq_signal_t){0});
-    if (s == AQ_OK) s = submit_stamp(q[3], &t1, sig[3]);
-    if (s == AQ_OK) s = submit_stamp(q[0], &t0, sig[0]);
-    if (s == AQ_OK) s = aq_signal_wait(sig[3], AQ_SIGNAL_EQ, 0, PING_TIMEOUT_NS, NULL);
-    if (s == AQ_OK && r >= 2) v[n++] = (double)(t1 - t0);
+    for (int i = 0; i < 4 && s == AQ_OK; ++i) s = aq_signal_store(p->sig[i], 1);
+    for (int i = 1; i < 3 && s == AQ_OK; ++i) s = submit_wait(p->q[i], p->sig[i - 1], p->sig[i]);
+    if (s == AQ_OK) s = submit_wait(p->q[3], p->sig[2], (aq_signal_t){0});
+    if (s == AQ_OK) s = submit_stamp(p->q[3], &p->t1, p->sig[3]);
+    if (s == AQ_OK) s = submit_stamp(p->q[0], &p->t0, p->sig[0]);
+    if (s == AQ_OK) s = aq_signal_wait(p->sig[3], AQ_SIGNAL_EQ, 0, PING_TIMEOUT_NS, NULL);
+    if (s == AQ_OK && r >= 2) v[n++] = (double)(p->t1 - p->t0);
   }
-  for (int i = 0; i < 3; ++i)
-    if (sig[i].handle) aq_signal_store(sig[i], 0);
-  for (int i = 0; i < 4; ++i)
-    if (q[i].handle) aq_queue_wait_idle(q[i], PING_TIMEOUT_NS), aq_queue_destroy(q[i]);
-  for (int i = 0; i < 4; ++i)
-    if (sig[i].handle) aq_signal_destroy(sig[i]);
+  probe_end(p);
   return s == AQ_OK ? median(v, n) : -1;
 }
 
 /* ---- a barrier packet's own cost on a CPU lane ------------------------------ */
 
-/* Stamps around `barriers` barrier-AND packets on a signal already done. */
-static aq_status_t stamped_barriers(aq_queue_t q, aq_signal_t ready, aq_signal_t done, int barriers, double *ns) {
-  uint64_t t0 = 0, t1 = 0;
-  aq_status_t s = aq_signal_store(done, 2);
-  if (s == AQ_OK) s = submit_stamp(q, &t0, done);
-  for (int i = 0; s == AQ_OK && i < barriers; ++i) s = submit_wait(q, ready, (aq_signal_t){0});
-  if (s == AQ_OK) s = submit_stamp(q, &t1, done);
-  if (s == AQ_OK) s = aq_signal_wait(done, AQ_SIGNAL_EQ, 0, PING_TIMEOUT_NS, NULL);
-  if (s == AQ_OK) *ns = (double)(t1 - t0);
+/* Stamps around `barriers` barrier-AND packets on a signal already done
+ * (q[0]; sig: ready, done). */
+static aq_status_t stamped_barriers(probe_t *p, int barriers, double *ns) {
+  aq_status_t s = aq_signal_store(p->sig[1], 2);
+  if (s == AQ_OK) s = submit_stamp(p->q[0], &p->t0, p->sig[1]);
+  for (int i = 0; s == AQ_OK && i < barriers; ++i) s = submit_wait(p->q[0], p->sig[0], (aq_signal_t){0});
+  if (s == AQ_OK) s = submit_stamp(p->q[0], &p->t1, p->sig[1]);
+  if (s == AQ_OK) s = aq_signal_wait(p->sig[1], AQ_SIGNAL_EQ, 0, PING_TIMEOUT_NS, NULL);
+  if (s == AQ_OK) *ns = (double)(p->t1 - p->t0);
   return s;
 }
 
 /* The median extra time of BARRIERS barrier packets between two stamps,
  * per packet, or -1. */
 static double barrier_cost(aq_agent_t cpu) {
-  aq_queue_options_t qo = {.size = 64};
-  aq_queue_t q = {0};
-  aq_signal_t ready = {0}, done = {0};
-  aq_status_t s = aq_queue_create(cpu, &qo, &q);
-  if (s == AQ_OK) s = aq_signal_create(0, &ready);
-  if (s == AQ_OK) s = aq_signal_create(0, &done);
+  probe_t *p = probe_new(&cpu, 1, 2);
+  aq_status_t s = p ? AQ_OK : AQ_ERROR_OUT_OF_MEMORY;
   double with[BARRIER_RUNS], without[BARRIER_RUNS];
   for (int i = 0; s == AQ_OK && i < BARRIER_RUNS + 2; ++i) { /* the first ones wake the worker */
     double w = 0, wo = 0;
-    s = stamped_barriers(q, ready, done, BARRIERS, &w);
-    if (s == AQ_OK) s = stamped_barriers(q, ready, done, 0, &wo);
+    s = stamped_barriers(p, BARRIERS, &w);
+    if (s == AQ_OK) s = stamped_barriers(p, 0, &wo);
     if (s == AQ_OK && i >= 2) with[i - 2] = w, without[i - 2] = wo;
   }
-  if (q.handle) aq_queue_wait_idle(q, PING_TIMEOUT_NS), aq_queue_destroy(q);
-  if (ready.handle) aq_signal_destroy(ready);
-  if (done.handle) aq_signal_destroy(done);
+  probe_end(p);
   if (s != AQ_OK) return -1;
   double per = (median(with, BARRIER_RUNS) - median(without, BARRIER_RUNS)) / BARRIERS;
   return per > 0 ? per : -1;

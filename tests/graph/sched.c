@@ -698,3 +698,57 @@ Test(sched, an_exec_destroyed_twice_is_refused) {
   cr_assert(strstr(aq_last_error(), "not a live exec"), "%s", aq_last_error());
   AQ_ASSERT_OK(aq_graph_destroy(g));
 }
+
+static aq_status_t hold_worker(void *user, uint64_t ms, uint64_t a2, uint64_t a3) {
+  (void)user, (void)a2, (void)a3;
+  usleep((useconds_t)(ms * 1000));
+  return AQ_OK;
+}
+
+/* heft measures its link costs with pings of stamping packets, each given
+ * a second. Where every CPU worker is held longer (here by host calls on
+ * queues of their own), the pings time out, and their stamps run after the
+ * measurement gave up: they must find memory that is still theirs (ASan
+ * caught a stamp written into a returned stack frame), and the runtime
+ * stays usable. */
+Test(sched, link_pings_that_time_out_leave_the_runtime_usable) {
+  aq_agent_t cpu = first_agent(AQ_AGENT_KIND_CPU);
+  aq_agent_info_t ai;
+  AQ_ASSERT_OK(aq_agent_get_info(cpu, &ai));
+  enum { HELD_MAX = 64 };
+  uint32_t held = ai.compute_units * 2 < HELD_MAX ? ai.compute_units * 2 : HELD_MAX; /* reserve workers too */
+  aq_queue_t q[HELD_MAX];
+  aq_signal_t done;
+  AQ_ASSERT_OK(aq_signal_create(held, &done));
+  for (uint32_t i = 0; i < held; ++i) {
+    AQ_ASSERT_OK(aq_queue_create(cpu, &(aq_queue_options_t){.size = 4}, &q[i]));
+    hsa_agent_dispatch_packet_t p;
+    memset(&p, 0, sizeof(p));
+    p.header = aq_packet_header(HSA_PACKET_TYPE_AGENT_DISPATCH, 0, HSA_FENCE_SCOPE_SYSTEM, HSA_FENCE_SCOPE_SYSTEM);
+    p.type = AQ_AGENT_DISPATCH_HOST_CALL;
+    p.arg[0] = (uint64_t)(uintptr_t)hold_worker;
+    p.arg[1] = 1300;
+    p.completion_signal.handle = done.handle;
+    AQ_ASSERT_OK(aq_queue_submit(q[i], &p, 1000000000ull, NULL));
+  }
+  aq_graph_t *g;
+  AQ_ASSERT_OK(aq_graph_create(NULL, &g));
+  int count = 0;
+  for (int i = 0; i < 4; ++i) {
+    aq_host_task_t h = {.name = "after the pings", .fn = nop_call, .user = &count, .agent = -1};
+    AQ_ASSERT_OK(aq_graph_add_host(g, &h, NULL));
+  }
+  aq_exec_t *e;
+  AQ_ASSERT_OK(aq_graph_instantiate(g, &(aq_exec_options_t){.policy = AQ_SCHED_HEFT}, &e));
+  AQ_ASSERT_OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 60ull * 1000000000ull, NULL));
+  usleep(100000); /* the late stamps run */
+  run_ok(e);
+  cr_assert_eq(count, 4);
+  AQ_ASSERT_OK(aq_exec_destroy(e));
+  AQ_ASSERT_OK(aq_graph_destroy(g));
+  for (uint32_t i = 0; i < held; ++i) {
+    AQ_ASSERT_OK(aq_queue_wait_idle(q[i], 1000000000ull));
+    AQ_ASSERT_OK(aq_queue_destroy(q[i]));
+  }
+  AQ_ASSERT_OK(aq_signal_destroy(done));
+}
