@@ -116,28 +116,6 @@ static aq_status_t dropout_bwd(aq_graph_t *g, const task_t *fwd, uint32_t dy, ui
                        1, &id);
 }
 
-/* grad(x) (+)= the backward of a pointwise op: written in place the first
- * time, else through a temporary and an add. */
-static aq_status_t pointwise_into(bw_t *b, const task_t *t, uint32_t dy, uint32_t x) {
-  aq_graph_t *g = b->g;
-  uint32_t gx;
-  AQ_RETURN_IF_ERROR(grad_of(b, x, &gx));
-  int first = !b->written[x];
-  uint32_t target = gx;
-  if (!first) AQ_RETURN_IF_ERROR(temp_like(g, x, "dpart", &target));
-  if (t->op == OP_DROPOUT) AQ_RETURN_IF_ERROR(dropout_bwd(g, t, dy, target));
-  else AQ_RETURN_IF_ERROR(unary_bwd(g, t->bwd_kernel, t->bwd_from_input ? t->in[0] : t->out, dy, target));
-  b->written[x] = 1;
-  if (first) return AQ_OK;
-  int64_t n = (int64_t)(g->tensors[x].bytes / 4);
-  aq_axpby_args_t a = {.n = n, .alpha = 1.0f, .beta = 1.0f};
-  slot_t reads[2] = {{target, offsetof(aq_axpby_args_t, x)}, {gx, offsetof(aq_axpby_args_t, y)}};
-  slot_t writes[1] = {{gx, offsetof(aq_axpby_args_t, z)}};
-  uint32_t id;
-  return aq_graph_op_task(g, "accumulate", AQ_KERNEL_AXPBY, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1,
-                       &id);
-}
-
 /* Where a backward kernel writes x's contribution: its gradient the first
  * time, else a temporary that finish() adds in. */
 static aq_status_t target_for(bw_t *b, uint32_t x, uint32_t *target, int *first) {
@@ -161,6 +139,17 @@ static aq_status_t finish(bw_t *b, uint32_t x, uint32_t target, int first) {
   uint32_t id;
   return aq_graph_op_task(g, "accumulate", AQ_KERNEL_AXPBY, &a, sizeof(a), aq_elementwise_grid(n), reads, 2, writes, 1,
                        &id);
+}
+
+/* grad(x) (+)= the backward of a pointwise op: written in place the first
+ * time, else through a temporary and an add. */
+static aq_status_t pointwise_into(bw_t *b, const task_t *t, uint32_t dy, uint32_t x) {
+  uint32_t target;
+  int first;
+  AQ_RETURN_IF_ERROR(target_for(b, x, &target, &first));
+  if (t->op == OP_DROPOUT) AQ_RETURN_IF_ERROR(dropout_bwd(b->g, t, dy, target));
+  else AQ_RETURN_IF_ERROR(unary_bwd(b->g, t->bwd_kernel, t->bwd_from_input ? t->in[0] : t->out, dy, target));
+  return finish(b, x, target, first);
 }
 
 static aq_status_t backward_conv2d(bw_t *b, const task_t *t) {
