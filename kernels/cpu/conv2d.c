@@ -543,6 +543,27 @@ static int gemm_bwd_filter(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *c
 /* ---- direct paths: a work-group per output plane (forward), input plane
  * (backward data) or filter slice (backward filter) ------------------------- */
 
+/* Tap (r, s) between one input plane and one output plane: each output
+ * position (p, q) it reaches inside the input, with the input position
+ * it reads. FORWARD: to[p, q] += w in[ih, iw]; DATA: to[ih, iw] += w
+ * out[p, q] (to is dx, out dy); FILTER: *acc += out[p, q] in[ih, iw]. */
+enum { FORWARD, DATA, FILTER };
+AQ_INLINE void tap(const aq_conv2d_args_t *a, int pass, int64_t r, int64_t s, float wv, const float *in,
+                   const float *out, float *to, double *acc) {
+  for (int64_t p = 0; p < a->p; ++p) {
+    int64_t ih = p * a->stride_h - a->pad_h + r * a->dil_h;
+    if (ih < 0 || ih >= a->h) continue;
+    for (int64_t q = 0; q < a->q; ++q) {
+      int64_t iw = q * a->stride_w - a->pad_w + s * a->dil_w;
+      if (iw < 0 || iw >= a->wd) continue;
+      const int64_t i = ih * a->wd + iw, o = p * a->q + q;
+      if (pass == FORWARD) to[o] += wv * in[i];
+      else if (pass == DATA) to[i] += wv * out[o];
+      else *acc += (double)out[o] * in[i];
+    }
+  }
+}
+
 static int direct_fwd(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
   int64_t lo, hi;
   if (!aq_group_range(ctx, a->n * a->k, &lo, &hi)) return 0;
@@ -553,17 +574,7 @@ static int direct_fwd(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
     for (int64_t c = 0; c < a->c; ++c) {
       const float *x = a->x + (n * a->c + c) * a->h * a->wd, *w = a->w + (k * a->c + c) * a->r * a->s;
       for (int64_t r = 0; r < a->r; ++r)
-        for (int64_t s = 0; s < a->s; ++s) {
-          float wv = w[r * a->s + s];
-          for (int64_t p = 0; p < a->p; ++p) {
-            int64_t ih = p * a->stride_h - a->pad_h + r * a->dil_h;
-            if (ih < 0 || ih >= a->h) continue;
-            for (int64_t q = 0; q < a->q; ++q) {
-              int64_t iw = q * a->stride_w - a->pad_w + s * a->dil_w;
-              if (iw >= 0 && iw < a->wd) y[p * a->q + q] += wv * x[ih * a->wd + iw];
-            }
-          }
-        }
+        for (int64_t s = 0; s < a->s; ++s) tap(a, FORWARD, r, s, w[r * a->s + s], x, NULL, y, NULL);
     }
   }
   return 0;
@@ -579,17 +590,7 @@ static int direct_bwd_data(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *c
     for (int64_t k = 0; k < a->k; ++k) {
       const float *dy = a->dy + (n * a->k + k) * a->p * a->q, *w = a->w + (k * a->c + c) * a->r * a->s;
       for (int64_t r = 0; r < a->r; ++r)
-        for (int64_t s = 0; s < a->s; ++s) {
-          float wv = w[r * a->s + s];
-          for (int64_t p = 0; p < a->p; ++p) {
-            int64_t ih = p * a->stride_h - a->pad_h + r * a->dil_h;
-            if (ih < 0 || ih >= a->h) continue;
-            for (int64_t q = 0; q < a->q; ++q) {
-              int64_t iw = q * a->stride_w - a->pad_w + s * a->dil_w;
-              if (iw >= 0 && iw < a->wd) dx[ih * a->wd + iw] += wv * dy[p * a->q + q];
-            }
-          }
-        }
+        for (int64_t s = 0; s < a->s; ++s) tap(a, DATA, r, s, w[r * a->s + s], NULL, dy, dx, NULL);
     }
   }
   return 0;
@@ -604,17 +605,9 @@ static int direct_bwd_filter(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t 
     for (int64_t r = 0; r < a->r; ++r)
       for (int64_t s = 0; s < a->s; ++s) {
         double acc = 0;
-        for (int64_t n = 0; n < a->n; ++n) {
-          const float *x = a->x + (n * a->c + c) * a->h * a->wd, *dy = a->dy + (n * a->k + k) * a->p * a->q;
-          for (int64_t p = 0; p < a->p; ++p) {
-            int64_t ih = p * a->stride_h - a->pad_h + r * a->dil_h;
-            if (ih < 0 || ih >= a->h) continue;
-            for (int64_t q = 0; q < a->q; ++q) {
-              int64_t iw = q * a->stride_w - a->pad_w + s * a->dil_w;
-              if (iw >= 0 && iw < a->wd) acc += (double)dy[p * a->q + q] * x[ih * a->wd + iw];
-            }
-          }
-        }
+        for (int64_t n = 0; n < a->n; ++n)
+          tap(a, FILTER, r, s, 0.0f, a->x + (n * a->c + c) * a->h * a->wd, a->dy + (n * a->k + k) * a->p * a->q,
+              NULL, &acc);
         dw[r * a->s + s] = (float)acc;
       }
     if (c == 0 && a->dbias) {
