@@ -73,6 +73,15 @@ typedef struct probe {
 
 static probe_t *left; /* under lock */
 
+/* Its queues and signals, then itself; no packet may be left in a queue. */
+static void probe_free(probe_t *p) {
+  for (int i = 0; p && i < 4; ++i) {
+    if (p->q[i].handle) aq_queue_destroy(p->q[i]);
+    if (p->sig[i].handle) aq_signal_destroy(p->sig[i]);
+  }
+  free(p);
+}
+
 /* A probe of queues on agents on[0..nq) and ns signals of value 0, or NULL. */
 static probe_t *probe_new(const aq_agent_t *on, int nq, int ns) {
   probe_t *p = calloc(1, sizeof(*p));
@@ -81,11 +90,7 @@ static probe_t *probe_new(const aq_agent_t *on, int nq, int ns) {
   for (int i = 0; i < nq && s == AQ_OK; ++i) s = aq_queue_create(on[i], &qo, &p->q[i]);
   for (int i = 0; i < ns && s == AQ_OK; ++i) s = aq_signal_create(0, &p->sig[i]);
   if (s == AQ_OK) return p;
-  for (int i = 0; p && i < 4; ++i) {
-    if (p->q[i].handle) aq_queue_destroy(p->q[i]);
-    if (p->sig[i].handle) aq_signal_destroy(p->sig[i]);
-  }
-  free(p);
+  probe_free(p);
   return NULL;
 }
 
@@ -99,15 +104,8 @@ static void probe_end(probe_t *p) {
     if (p->sig[i].handle) aq_signal_store(p->sig[i], 0);
   for (int i = 0; i < 4; ++i)
     if (p->q[i].handle && aq_queue_wait_idle(p->q[i], PING_TIMEOUT_NS) != AQ_OK) drained = 0;
-  if (!drained) {
-    p->next = left, left = p;
-    return;
-  }
-  for (int i = 0; i < 4; ++i) {
-    if (p->q[i].handle) aq_queue_destroy(p->q[i]);
-    if (p->sig[i].handle) aq_signal_destroy(p->sig[i]);
-  }
-  free(p);
+  if (drained) probe_free(p);
+  else p->next = left, left = p;
 }
 
 /* One ping (q: from, to, back; sig: s1, s2, done): from stamps and signals;
