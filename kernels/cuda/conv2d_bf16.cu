@@ -73,7 +73,7 @@ __host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; 
 // One tile of C over depth d0..g.depth: written to C, or with part (the
 // backward filter split over a cluster: filter_split) left there as
 // part[col * (BM + 4) + row] for the cluster's sum.
-template <class T, bool DIV>
+template <class T>
 __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int col0, int d0 = 0, float *part = NULL) {
   constexpr int MI = T::MI, NI = T::NI, WARPS = T::WM * T::WN;
   int4 *bases = reinterpret_cast<int4 *>(smem + 2 * T::STAGE);
@@ -89,7 +89,7 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
 #pragma unroll
     for (int i = 0; i < T::NA; ++i) {
       const int q = tid + i * THREADS, row = q % T::BM, rest = q / T::BM;
-      ra[i] = gather_a<DIV>(g, bases[row], k0 + (rest >> 2) * 32 + (rest & 3) * 8);
+      ra[i] = gather_a(g, bases[row], k0 + (rest >> 2) * 32 + (rest & 3) * 8);
     }
 #pragma unroll
     for (int i = 0; i < T::NB; ++i) {
@@ -164,8 +164,7 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + wm + mi * 16 + g8 + h * 8;
       if (row >= g.rows) continue;
-      const int img = row / g.plane;
-      float *o = g.out + (int64_t)img * g.cols * g.plane + (row - img * g.plane);
+      float *o = g.out + conv_gemm::row_at(g, row);
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
@@ -179,11 +178,13 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
 // Every tile of the pass (and the bias gradient's items after them),
 // grid-stride; a tile's row tiles are consecutive blocks, which share its
 // B tile in L2.
-template <class T, bool DIV>
-__device__ void run(const aq_conv2d_args_t &a, const Gemm &g, uint8_t *smem, int64_t extra) {
+template <class T, int PASS>
+__device__ void run(const aq_conv2d_args_t &a, Gemm &g, uint8_t *smem, int64_t extra) {
+  if (PASS == 1 && aq_conv2d_phased(&a)) /* a strided backward data: a GEMM a phase of dx (conv2d_gemm.cuh) */
+    return conv_gemm::phases<T::BM, T::BN>(a, g, [&](int row0, int col0) { tile<T>(g, smem, row0, col0); });
   const int64_t tiles_m = (g.rows + T::BM - 1) / T::BM, tiles = tiles_m * ((g.cols + T::BN - 1) / T::BN);
   for (int64_t id = grid_block(); id < tiles + extra; id += grid_blocks()) {
-    if (id < tiles) tile<T, DIV>(g, smem, (int)(id % tiles_m) * T::BM, (int)(id / tiles_m) * T::BN);
+    if (id < tiles) tile<T>(g, smem, (int)(id % tiles_m) * T::BM, (int)(id / tiles_m) * T::BN);
     else conv_gemm::bias_grad<uint16_t>(a, id - tiles);
   }
 }
@@ -200,7 +201,7 @@ __device__ void filter_split(const aq_conv2d_args_t &a) {
   __syncthreads();
   float *part = reinterpret_cast<float *>(smem + PART_AT);
   conv_gemm::filter_split<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, Small::BM, Small::BN, Small::SLICE>(
-      a, gs, part, Small::BM + 4, [&](int row0, int col0, int d0) { tile<Small, false>(gs, smem, row0, col0, d0, part); });
+      a, gs, part, Small::BM + 4, [&](int row0, int col0, int d0) { tile<Small>(gs, smem, row0, col0, d0, part); });
 }
 
 template <int PASS>
@@ -212,14 +213,12 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   __shared__ Gemm gs;
   if (threadIdx.x == 0) gs = conv_gemm::make_gemm<uint16_t>(a, PASS);
   __syncthreads();
-  const Gemm &g = gs;
-  if (PASS == 2) return run<Small, false>(a, g, smem, a.dbias ? (a.k + 7) / 8 : 0);
+  if (PASS == 2) return run<Small, 2>(a, gs, smem, a.dbias ? (a.k + 7) / 8 : 0);
   int tm, tn;
   aq_conv2d_bf16_gpu_tiles(&a, PASS, &tm, &tn);
-  const bool div = PASS == 1 && (a.stride_h > 1 || a.stride_w > 1);
-  if (tm == Small::BM) return div ? run<Small, true>(a, g, smem, 0) : run<Small, false>(a, g, smem, 0);
-  if (tm == Narrow::BM) return div ? run<Narrow, true>(a, g, smem, 0) : run<Narrow, false>(a, g, smem, 0);
-  return div ? run<Wide, true>(a, g, smem, 0) : run<Wide, false>(a, g, smem, 0);
+  if (tm == Small::BM) return run<Small, PASS>(a, gs, smem, 0);
+  if (tm == Narrow::BM) return run<Narrow, PASS>(a, gs, smem, 0);
+  run<Wide, PASS>(a, gs, smem, 0);
 }
 
 __device__ inline bool tensor_cores(const aq_conv2d_args_t &a) { return block_threads() == THREADS && fits32(a); }

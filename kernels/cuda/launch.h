@@ -159,6 +159,57 @@ static inline const char *aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build_t b, 
   return names[fused != 0][i];
 }
 
+/* ---- a strided backward data, one implicit GEMM a phase ----------------------
+ * dy[p] feeds dx[h] through tap r where p stride = h + pad - r dil. The rows
+ * h of one phase (h % stride) all take the same run of taps: first, first +
+ * step, ... (step = stride / gcd(stride, dil)), tap i reading dy's row hh +
+ * add - i dstep for dx's row hh stride + phase. One GEMM a phase (a phase of
+ * rows x one of columns) skips the products that an undivided pass takes
+ * with dy's zeros between its strides: three in four at stride 2. A phase
+ * with no tap (count 0) has dx zero. */
+typedef struct aq_conv2d_phase {
+  int first, count, step, add, dstep, outs; /* outs: dx's rows of the phase */
+} aq_conv2d_phase_t;
+
+static inline AQ_GPU_HOST_DEVICE aq_conv2d_phase_t aq_conv2d_phase(int64_t extent, int64_t taps, int64_t stride,
+                                                                   int64_t pad, int64_t dil, int64_t phase) {
+  int64_t g = stride, d = dil;
+  while (d) {
+    const int64_t m = g % d;
+    g = d, d = m;
+  }
+  aq_conv2d_phase_t t = {-1, 0, (int)(stride / g), 0, (int)(dil / g), (int)((extent - phase + stride - 1) / stride)};
+  for (int64_t r = 0; r < t.step && r < taps; ++r) /* the taps' residue class: its least member is below step */
+    if ((phase + pad - r * dil) % stride == 0) {
+      t.first = (int)r, t.count = (int)((taps - r + t.step - 1) / t.step), t.add = (int)((phase + pad - r * dil) / stride);
+      break;
+    }
+  return t;
+}
+
+/* Whether a backward data runs by phase: a stride (dx's every position is
+ * some phase's). */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_phased(const aq_conv2d_args_t *a) {
+  return a->stride_h > 1 || a->stride_w > 1;
+}
+
+/* The tiles of tm x tn that a pass's implicit GEMM has (the phases' at a
+ * strided backward data; at least one). */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_gemm_tiles(const aq_conv2d_args_t *a, int pass, int64_t tm,
+                                                              int64_t tn) {
+  int64_t rows = pass == 0 ? a->n * a->p * a->q : pass == 1 ? a->n * a->h * a->wd : a->c * a->r * a->s;
+  int64_t cols = pass == 1 ? a->c : a->k, tiles = 0;
+  cols = cols > 0 ? cols : 1;
+  if (pass != 1 || !aq_conv2d_phased(a) || rows < 1) return ((rows > 0 ? rows : 1) + tm - 1) / tm * ((cols + tn - 1) / tn);
+  for (int64_t ph = 0; ph < a->stride_h && ph < a->h; ++ph)
+    for (int64_t pw = 0; pw < a->stride_w && pw < a->wd; ++pw) {
+      const int64_t r = a->n * aq_conv2d_phase(a->h, a->r, a->stride_h, a->pad_h, a->dil_h, ph).outs *
+                        aq_conv2d_phase(a->wd, a->s, a->stride_w, a->pad_w, a->dil_w, pw).outs;
+      tiles += (r + tm - 1) / tm * ((cols + tn - 1) / tn);
+    }
+  return tiles > 0 ? tiles : 1;
+}
+
 #define AQ_GPU_CONV2D_BF16_NARROW 64
 #define AQ_GPU_CONV2D_BF16_FEW_TILES 132 /* an H100's SMs */
 
@@ -174,12 +225,10 @@ static inline int aq_conv2d_bf16_pass(const char *kernel) {
 
 /* A pass's tile (rows x columns of its GEMM), and how many tiles it has. */
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_gpu_tiles(const aq_conv2d_args_t *a, int pass, int *tm, int *tn) {
-  int64_t rows = pass == 0 ? a->n * a->p * a->q : pass == 1 ? a->n * a->h * a->wd : a->c * a->r * a->s;
-  int64_t cols = pass == 1 ? a->c : a->k;
-  rows = rows > 0 ? rows : 1, cols = cols > 0 ? cols : 1;
+  const int64_t cols = pass == 1 ? a->c : a->k;
   *tm = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 256 : 128, *tn = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 64 : 128;
-  int64_t tiles = (rows + *tm - 1) / *tm * ((cols + *tn - 1) / *tn);
-  if (pass == 2 || tiles < AQ_GPU_CONV2D_BF16_FEW_TILES) *tm = *tn = 64, tiles = (rows + 63) / 64 * ((cols + 63) / 64);
+  int64_t tiles = aq_conv2d_gemm_tiles(a, pass, *tm, *tn);
+  if (pass == 2 || tiles < AQ_GPU_CONV2D_BF16_FEW_TILES) *tm = *tn = 64, tiles = aq_conv2d_gemm_tiles(a, pass, 64, 64);
   return tiles;
 }
 
@@ -434,11 +483,7 @@ static inline int aq_conv2d_f32_pass(const char *kernel, int *x3) {
 }
 
 static inline int64_t aq_conv2d_x3_tiles(const aq_conv2d_args_t *a, int pass) {
-  int64_t rows = pass == 0 ? a->n * a->p * a->q : pass == 1 ? a->n * a->h * a->wd : a->c * a->r * a->s;
-  int64_t cols = pass == 1 ? a->c : a->k;
-  const int64_t t = AQ_GPU_CONV2D_X3_TILE;
-  rows = rows > 0 ? rows : 1, cols = cols > 0 ? cols : 1;
-  return (rows + t - 1) / t * ((cols + t - 1) / t);
+  return aq_conv2d_gemm_tiles(a, pass, AQ_GPU_CONV2D_X3_TILE, AQ_GPU_CONV2D_X3_TILE);
 }
 
 /* Whether the implicit GEMMs' 32-bit indices hold the tensors and windows

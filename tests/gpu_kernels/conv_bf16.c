@@ -38,6 +38,11 @@ static const bcase_t cases[] = {
     {4, 3, 96, 96, 16, 3, 3, 2, 2, 1, 1, 1, 1},   /* 256x64 backward data, stride 2 */
     {2, 4, 66, 66, 130, 3, 3, 1, 1, 1, 1, 1, 1},  /* 128x128 forward */
     {2, 130, 66, 66, 4, 3, 3, 2, 2, 1, 1, 1, 1},  /* 128x128 backward data, stride 2 */
+    /* A strided backward data runs a GEMM a phase of dx (launch.h): */
+    {2, 40, 7, 8, 66, 1, 1, 2, 2, 0, 0, 1, 1},    /* 1x1 stride 2: three phases without a tap, dx zero */
+    {2, 33, 5, 4, 64, 5, 5, 3, 3, 2, 2, 1, 1},    /* stride 3 over 5 x 4: phases of 2, 1 rows and columns */
+    {2, 34, 9, 9, 33, 4, 4, 4, 4, 0, 0, 2, 2},    /* stride 4, dilation 2: odd phases without a tap */
+    {2, 3, 32, 32, 64, 16, 16, 16, 16, 0, 0, 1, 1}, /* a patch embedding: 256 phases, a tap each */
 };
 
 static uint16_t *bf16_random(size_t n, unsigned seed, double *vals) {

@@ -28,6 +28,12 @@ static const conv_case_t conv_cases[] = {
     {4, 40, 15, 13, 70, 3, 3, 1, 1, 1, 1, 1, 1}, /* tensor cores: edge tiles every way, depth 360 */
     {3, 19, 9, 11, 67, 3, 2, 2, 2, 1, 0, 1, 2}, /* tensor cores, strided: backward data's skipped phases */
     {2, 64, 20, 20, 65, 1, 1, 1, 1, 0, 0, 1, 1}, /* 1x1, 64 channels */
+    /* A strided backward data runs a GEMM a phase of dx (launch.h): */
+    {2, 40, 7, 8, 66, 1, 1, 2, 2, 0, 0, 1, 1},   /* 1x1 stride 2: three phases without a tap, dx zero */
+    {2, 33, 5, 4, 64, 5, 5, 3, 3, 2, 2, 1, 1},   /* stride 3 over 5 x 4: phases of 2, 1 rows and columns */
+    {1, 36, 6, 7, 40, 3, 3, 2, 2, 1, 1, 3, 3},   /* dilation 3: every other tap a phase */
+    {2, 34, 9, 9, 33, 4, 4, 4, 4, 0, 0, 2, 2},   /* stride 4, dilation 2: odd phases without a tap */
+    {2, 3, 32, 32, 64, 16, 16, 16, 16, 0, 0, 1, 1}, /* a patch embedding: 256 phases, a tap each */
 };
 
 /* launch: 0 the scheduler's build and shape, 1 the CPU grid, 2 the split

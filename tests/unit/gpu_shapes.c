@@ -99,3 +99,50 @@ Test(gpu_shapes, the_conv_blocks_fused_kernels_launch_as_their_products) {
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_BATCH_NORM_APPLY_RELU, &bn), AQ_KERNEL_BATCH_NORM_APPLY_RELU);
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_MAX_POOL_BWD_RELU, &pool), AQ_KERNEL_MAX_POOL_BWD_RELU);
 }
+
+/* A strided backward data's phases (launch.h): for every dx row h, the taps
+ * of its phase (h % stride) are exactly those r with dy[p] p stride = h +
+ * pad - r dil, and each reads the row the phase's map says; the phases'
+ * rows add up to dx's. Against brute force over strides, dilations,
+ * paddings, filter and plane sizes. */
+Test(gpu_shapes, conv2d_phases_take_exactly_the_taps_that_reach_a_row) {
+  for (int stride = 1; stride <= 5; ++stride)
+    for (int dil = 1; dil <= 4; ++dil)
+      for (int pad = 0; pad <= 3; ++pad)
+        for (int taps = 1; taps <= 6; ++taps)
+          for (int extent = 1; extent <= 12; ++extent) {
+            int rows = 0;
+            for (int ph = 0; ph < stride; ++ph) {
+              aq_conv2d_phase_t t = aq_conv2d_phase(extent, taps, stride, pad, dil, ph);
+              int outs = 0;
+              for (int h = ph; h < extent; h += stride, ++outs) {
+                const int hh = h / stride;
+                int seen = 0;
+                for (int r = 0; r < taps; ++r) {
+                  const int v = h + pad - r * dil;
+                  const int reaches = v % stride == 0;
+                  const int i = t.count > 0 ? (r - t.first) / t.step : -1;
+                  const int listed = t.count > 0 && r >= t.first && (r - t.first) % t.step == 0 && i < t.count;
+                  cr_assert_eq(listed, reaches, "stride %d dil %d pad %d taps %d extent %d: row %d tap %d", stride,
+                               dil, pad, taps, extent, h, r);
+                  if (!reaches) continue;
+                  cr_assert_eq(hh + t.add - i * t.dstep, v / stride, "row %d tap %d reads dy row %d", h, r, v / stride);
+                  seen++;
+                }
+                cr_assert_eq(seen, t.count > 0 ? t.count : 0);
+              }
+              cr_assert_eq(t.outs, outs, "stride %d extent %d phase %d", stride, extent, ph);
+              rows += outs;
+            }
+            cr_assert_eq(rows, extent);
+          }
+  /* A GEMM's tiles: the phases' at a strided backward data, each phase's
+   * own row tiles (here 4 phases of 3 x 3 = 9 rows each: 4 tiles of 64
+   * where the undivided pass has 36 rows in 1). */
+  aq_conv2d_args_t a = {.n = 1, .c = 64, .h = 6, .wd = 6, .k = 8, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
+                        .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 3, .q = 3};
+  cr_assert_eq(aq_conv2d_gemm_tiles(&a, 1, 64, 64), 4);
+  cr_assert_eq(aq_conv2d_gemm_tiles(&a, 0, 64, 64), 1);
+  a.stride_h = a.stride_w = 1, a.p = a.q = 6;
+  cr_assert_eq(aq_conv2d_gemm_tiles(&a, 1, 64, 64), 1);
+}
