@@ -22,6 +22,10 @@ CPPFLAGS := -Iinclude -I. -D_GNU_SOURCE -DAQ_VERSION_STRING='"$(VERSION)"'
 CFLAGS  := -std=c11 $(OPT) -g -fPIC -pthread -Wall -Wextra -Werror -Wno-format-truncation -MMD -MP \
            -fvisibility=hidden
 LDFLAGS := -pthread
+# C++ only where a test builds kernels/cuda's thread-level headers for the
+# host (tests/unit/*.cc): the C flags, sanitizers included, in C++17 (and
+# nvcc's unroll pragmas passed over).
+CXXFLAGS = $(filter-out -std=c11,$(CFLAGS)) -std=c++17 -Wno-unknown-pragmas
 ifeq ($(SAN),thread)
   CFLAGS  += -fsanitize=thread -O1
   LDFLAGS += -fsanitize=thread
@@ -83,6 +87,9 @@ $(DEPS_OK): tools/install-deps.sh
 $(OBJDIR)/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -c $< -o $@
+$(OBJDIR)/%.o: %.cc | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
 $(LIB_SO): $(LIB_OBJS)
 	@mkdir -p $(@D)
@@ -123,9 +130,10 @@ $(foreach e,$(EXAMPLES),$(eval $(call program,$(BUILD)/examples/$(e),examples/$(
 $(foreach t,$(filter-out unit,$(TESTS)),$(eval $(call program,$(BUILD)/tests/$(t),tests/$(t),$$(CRIT_LIBS) $$(PKG_LIBS) $$(AS_NEEDED_BLAS) $$(ZLIB_LIBS))))
 # Unit tests of the library's internal modules (tests/unit) link the static
 # library: the shared one exports only the aq_ API.
-$(BUILD)/tests/unit: $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard tests/unit/*.c)) $(LIB_A)
+$(BUILD)/tests/unit: $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard tests/unit/*.c)) \
+                    $(patsubst %.cc,$(OBJDIR)/%.o,$(wildcard tests/unit/*.cc)) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(CRIT_LIBS) $(PKG_LIBS)
+	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(CRIT_LIBS) $(PKG_LIBS)
 # The thread stress program is plain C: ThreadSanitizer cannot run Criterion.
 STRESS_BIN := $(BUILD)/tests/stress
 $(eval $(call program,$(STRESS_BIN),tests/stress,$$(PKG_LIBS)))

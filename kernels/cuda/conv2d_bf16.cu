@@ -21,15 +21,10 @@
 // elements or more take the direct path (conv2d_direct.cuh), as do blocks
 // of other than 256 threads and AMD GPUs.
 //
-// Where the time goes (H100, aq-bench conv --agent gpu, against cuDNN's
-// bf16 convolutions): forward 0.5-0.95x, backward data 0.6x at stride 1
-// (3.6x on LeNet's, where cuDNN picks a slow algorithm) but 0.18x at
-// stride 2, whose implicit GEMM multiplies three zeros in four; backward
-// filter 0.02-0.13x where dw has few tiles (LeNet's, a 64-channel ResNet
-// layer: 1 to 9 blocks on 132 SMs), 0.6x where it has many. The next steps:
-// split the backward filter's depth over a cluster of blocks summed through
-// distributed shared memory (as aq_matmul_f32_split does), and split a
-// strided backward data by output phase so it skips the zeros.
+// A strided backward data runs one GEMM a phase of dx (conv2d_gemm_map.cuh),
+// so no tile multiplies the zeros between dy's strides; where dw has few
+// tiles, the backward filter splits its depth over a cluster instead
+// (aq_conv2d_bwd_filter_bf16_tc_split).
 #include "launch.h"
 #include "conv2d_filter.cuh"
 #include "conv2d_gemm.cuh"
@@ -43,7 +38,6 @@ static_assert(THREADS == AQ_GPU_BLOCK, "conv_gemm::emit's blocks");
 typedef conv_gemm::Gemm<uint16_t> Gemm;
 using conv_gemm::fits32;
 using conv_gemm::gather_a;
-using conv_gemm::gather_b;
 using conv_gemm::row_base;
 
 // BM x BN tiles of C; WM x WN warps of (16 MI) x (8 NI) each, times WK
@@ -73,7 +67,7 @@ __host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; 
 // One tile of C over depth d0..g.depth: written to C, or with part (the
 // backward filter split over a cluster: filter_split) left there as
 // part[col * (BM + 4) + row] for the cluster's sum.
-template <class T>
+template <class T, bool PH = false>
 __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int col0, int d0 = 0, float *part = NULL) {
   constexpr int MI = T::MI, NI = T::NI, WARPS = T::WM * T::WN;
   int4 *bases = reinterpret_cast<int4 *>(smem + 2 * T::STAGE);
@@ -94,7 +88,7 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
 #pragma unroll
     for (int i = 0; i < T::NB; ++i) {
       const int q = tid + i * THREADS, col = (q >> 2) % T::BN, gr = (q >> 2) / T::BN;
-      rb[i] = col0 + col < g.cols ? gather_b(g, col0 + col, k0 + gr * 32 + (q & 3) * 8) : make_uint4(0, 0, 0, 0);
+      rb[i] = col0 + col < g.cols ? conv_gemm::gather_b<PH>(g, col0 + col, k0 + gr * 32 + (q & 3) * 8) : make_uint4(0, 0, 0, 0);
     }
   };
   auto store = [&](uint8_t *stage) {
@@ -164,7 +158,7 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + wm + mi * 16 + g8 + h * 8;
       if (row >= g.rows) continue;
-      float *o = g.out + conv_gemm::row_at(g, row);
+      float *o = g.out + conv_gemm::row_at<PH>(g, row);
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
@@ -181,7 +175,7 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
 template <class T, int PASS>
 __device__ void run(const aq_conv2d_args_t &a, Gemm &g, uint8_t *smem, int64_t extra) {
   if (PASS == 1 && aq_conv2d_phased(&a)) /* a strided backward data: a GEMM a phase of dx (conv2d_gemm.cuh) */
-    return conv_gemm::phases<T::BM, T::BN>(a, g, [&](int row0, int col0) { tile<T>(g, smem, row0, col0); });
+    return conv_gemm::phases<T::BM, T::BN>(a, g, grid_block(), grid_blocks(), [&](int row0, int col0) { tile<T, true>(g, smem, row0, col0); });
   const int64_t tiles_m = (g.rows + T::BM - 1) / T::BM, tiles = tiles_m * ((g.cols + T::BN - 1) / T::BN);
   for (int64_t id = grid_block(); id < tiles + extra; id += grid_blocks()) {
     if (id < tiles) tile<T>(g, smem, (int)(id % tiles_m) * T::BM, (int)(id / tiles_m) * T::BN);

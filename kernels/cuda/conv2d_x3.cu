@@ -54,7 +54,7 @@ union Shared {
 // starts the accumulators afresh every PROMOTE_SLICES slices and adds them
 // into fp32 totals with FADD, which does.
 constexpr int PROMOTE_SLICES = 2;
-template <bool PROMOTE>
+template <bool PROMOTE, bool PH>
 __device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row0, int col0, int d0) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int half = warp >> 2, wm = ((warp >> 1) & 1) * 32, wn = (warp & 1) * 32;
@@ -68,7 +68,7 @@ __device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row
     for (int i = 0; i < 2; ++i) {
       const int q = tid + i * THREADS;
       ra[i] = conv_gemm::gather_a(g, bases[q % BM], k0 + (q / BM) * 4);
-      rb[i] = conv_gemm::gather_b(g, col0 + (q >> 3), k0 + (q & 7) * 4);
+      rb[i] = conv_gemm::gather_b<PH>(g, col0 + (q >> 3), k0 + (q & 7) * 4);
     }
   };
   auto store = [&](int buf) {
@@ -146,7 +146,7 @@ __device__ void run(const Gemm &g, Shared &u, int4 *bases) {
   const int64_t tiles_m = (g.rows + BM - 1) / BM, tiles = tiles_m * ((g.cols + BN - 1) / BN);
   for (int64_t id = grid_block(); id < tiles; id += grid_blocks()) {
     const int row0 = (int)(id % tiles_m) * BM, col0 = (int)(id / tiles_m) * BN;
-    tile<false>(g, u, bases, row0, col0, 0);
+    tile<false, false>(g, u, bases, row0, col0, 0);
     conv_gemm::emit<BM, BN>(g, u.part, LDP, row0, col0);
   }
 }
@@ -162,12 +162,12 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   __syncthreads();
   if (PASS == 2) /* a cluster a tile (conv2d_gemm.cuh) */
     return conv_gemm::filter_split<SPLIT, BM, BN, BK>(a, gs, u.part, LDP, [&](int row0, int col0, int d0) {
-      tile<true>(gs, u, bases, row0, col0, d0);
+      tile<true, false>(gs, u, bases, row0, col0, d0);
     });
   if (PASS == 1 && aq_conv2d_phased(&a)) /* a GEMM a phase of dx (conv2d_gemm.cuh) */
-    return conv_gemm::phases<BM, BN>(a, gs, [&](int row0, int col0) {
-      tile<false>(gs, u, bases, row0, col0, 0);
-      conv_gemm::emit<BM, BN>(gs, u.part, LDP, row0, col0);
+    return conv_gemm::phases<BM, BN>(a, gs, grid_block(), grid_blocks(), [&](int row0, int col0) {
+      tile<false, true>(gs, u, bases, row0, col0, 0);
+      conv_gemm::emit<BM, BN, true>(gs, u.part, LDP, row0, col0);
     });
   run(gs, u, bases);
 }

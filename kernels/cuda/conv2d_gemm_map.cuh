@@ -1,0 +1,208 @@
+// conv2d's passes as implicit GEMMs: the index map of each pass, the
+// gathers of 16-byte chunks of either operand, where a row of C goes, and
+// the walk of a strided backward data's phases. Thread-level code only
+// (no shared memory of its own, no warp collectives), so that a host
+// build checks the maps against a plain convolution (tests/unit/
+// conv_gemm_maps.cc); conv2d_gemm.cuh holds the block-level parts.
+//
+// A pass is C[rows x cols] = A[rows x depth] * B[cols x depth]^T:
+//           rows     cols  depth    A (gathered)         B (runs along depth)
+//  forward  (n,p,q)  k     (c,r,s)  x through im2col     w[k][c,r,s]
+//  bwd data (n,h,w)  c     (k,r,s)  dy through col2im    w[k][c][r,s]
+//  bwd filt (c,r,s)  k     (n,p,q)  x through im2col     dy[n][k][p,q]
+// Neither operand is materialised. A strided backward data is one GEMM a
+// phase of dx (launch.h, aq_conv2d_phase): its rows are the phase's
+// positions, its depth the taps that reach them. A chunk is 16 bytes of
+// consecutive depth of one row or column: 8 bf16 (E = uint16_t) or 4
+// floats. The gather's index map: A's element (row, depth (i0,i1,i2)) is
+// a[base + i0 step0 + y aw + z] with (base, y0, z0) per row (row_base),
+// y = y0 + i1 step1 and z = z0 + i2 step2, zero outside [0,ah) x [0,aw).
+// B's runs are contiguous but in a phase, so a chunk is one 16-byte load
+// where runs are multiples of a chunk and aligned. Indices are 32-bit
+// (fits32): larger tensors take the direct loops.
+#pragma once
+#include <stdint.h>
+
+#include "launch.h"
+
+namespace conv_gemm {
+
+template <class E>
+struct Gemm {
+  static constexpr int CHUNK = 16 / sizeof(E); /* elements a 16-byte chunk */
+  int rows, cols, depth;
+  int rd1, rd2, rbase, rmul1, radd1, rmul2, radd2; /* row = (j0 rd1 + j1) rd2 + j2 -> base j0 rbase, y0, z0 */
+  int d1, d2, step0, step1, step2, ah, aw;         /* depth = (i0 d1 + i1) d2 + i2 -> A's element */
+  /* B's element (col, d = j run + i1 bd2 + i2) = b[col bcol + j outer + boff + i1 bs1 + i2 bs2] */
+  int run, outer, bcol, boff, bd2, bs1, bs2;
+  /* C's (row, col) = out[img cols plane + col plane + ooff + jh oh + jw ow], row = img rplane + jh rd2 + jw */
+  int plane, rplane, ooff, oh, ow;
+  bool bvec;
+  const E *a, *b;
+  float *out;
+  const float *bias;
+};
+
+__device__ inline bool fits32(const aq_conv2d_args_t &a) { return aq_conv2d_fits32(&a); }
+
+// Pass 0, 1 or 2 (a strided backward data's phase 0: see make_phase).
+template <class E>
+__device__ inline Gemm<E> make_gemm(const aq_conv2d_args_t &a, int pass) {
+  const int n = (int)a.n, c = (int)a.c, h = (int)a.h, w = (int)a.wd, k = (int)a.k, r = (int)a.r, s = (int)a.s;
+  const int p = (int)a.p, q = (int)a.q;
+  Gemm<E> g;
+  g.bias = NULL;
+  if (pass == 0) {
+    g.rows = n * p * q, g.cols = k, g.depth = c * r * s;
+    g.rd1 = p, g.rd2 = q, g.rbase = c * h * w, g.rmul1 = a.stride_h, g.radd1 = -a.pad_h, g.rmul2 = a.stride_w,
+    g.radd2 = -a.pad_w;
+    g.d1 = r, g.d2 = s, g.step0 = h * w, g.step1 = a.dil_h, g.step2 = a.dil_w, g.ah = h, g.aw = w;
+    g.run = c * r * s, g.outer = 0, g.plane = p * q;
+    g.a = (const E *)a.x, g.b = (const E *)a.w, g.out = a.y, g.bias = a.bias;
+  } else if (pass == 1) {
+    g.rows = n * h * w, g.cols = c, g.depth = k * r * s;
+    g.rd1 = h, g.rd2 = w, g.rbase = k * p * q, g.rmul1 = 1, g.radd1 = a.pad_h, g.rmul2 = 1, g.radd2 = a.pad_w;
+    g.d1 = r, g.d2 = s, g.step0 = p * q, g.step1 = -a.dil_h, g.step2 = -a.dil_w, g.ah = p, g.aw = q;
+    g.run = r * s, g.outer = c * r * s, g.plane = h * w;
+    g.a = (const E *)a.dy, g.b = (const E *)a.w, g.out = a.dx;
+  } else {
+    g.rows = c * r * s, g.cols = k, g.depth = n * p * q;
+    g.rd1 = r, g.rd2 = s, g.rbase = h * w, g.rmul1 = a.dil_h, g.radd1 = -a.pad_h, g.rmul2 = a.dil_w,
+    g.radd2 = -a.pad_w;
+    g.d1 = p, g.d2 = q, g.step0 = c * h * w, g.step1 = a.stride_h, g.step2 = a.stride_w, g.ah = h, g.aw = w;
+    g.run = p * q, g.outer = k * p * q, g.plane = c * r * s;
+    g.a = (const E *)a.x, g.b = (const E *)a.dy, g.out = a.dw;
+  }
+  g.bcol = g.bd2 = g.run, g.boff = 0, g.bs1 = 0, g.bs2 = 1;
+  g.rplane = g.plane, g.ooff = 0, g.oh = 0, g.ow = 1;
+  g.bvec = g.run % Gemm<E>::CHUNK == 0 && ((uintptr_t)g.b & 15) == 0;
+  return g;
+}
+
+// A strided backward data's phase ph (of stride_h x stride_w, row-major):
+// dx's positions (hh stride_h + ph / stride_w, ww stride_w + ph %
+// stride_w), the taps that reach them.
+template <class E>
+__device__ inline Gemm<E> make_phase(const aq_conv2d_args_t &a, int ph) {
+  Gemm<E> g = make_gemm<E>(a, 1);
+  const aq_conv2d_phase_t th = aq_conv2d_phase(a.h, a.r, a.stride_h, a.pad_h, a.dil_h, ph / a.stride_w),
+                          tw = aq_conv2d_phase(a.wd, a.s, a.stride_w, a.pad_w, a.dil_w, ph % a.stride_w);
+  g.rows = (int)a.n * th.outs * tw.outs, g.depth = (int)a.k * th.count * tw.count;
+  g.rd1 = th.outs, g.rd2 = tw.outs, g.radd1 = th.add, g.radd2 = tw.add;
+  g.d1 = th.count, g.d2 = tw.count, g.step1 = -th.dstep, g.step2 = -tw.dstep;
+  g.run = th.count * tw.count, g.bcol = (int)(a.r * a.s), g.boff = th.first * (int)a.s + tw.first;
+  g.bd2 = tw.count, g.bs1 = th.step * (int)a.s, g.bs2 = tw.step, g.bvec = false;
+  g.rplane = th.outs * tw.outs, g.ooff = (ph / a.stride_w) * (int)a.wd + ph % a.stride_w;
+  g.oh = a.stride_h * (int)a.wd, g.ow = a.stride_w;
+  return g;
+}
+
+// A row's gather base: (offset of its image or channel, y0, z0, in range).
+template <class E>
+__device__ inline int4 row_base(const Gemm<E> &g, int row) {
+  if (row >= g.rows) return make_int4(0, 0, 0, 0);
+  const int t = row / g.rd2, j2 = row - t * g.rd2, j0 = t / g.rd1, j1 = t - j0 * g.rd1;
+  return make_int4(j0 * g.rbase, j1 * g.rmul1 + g.radd1, j2 * g.rmul2 + g.radd2, 1);
+}
+
+// Element e of a chunk, into the chunk's words.
+__device__ __forceinline__ void put(uint32_t (&v)[4], int e, uint16_t x) { v[e >> 1] |= (uint32_t)x << (16 * (e & 1)); }
+__device__ __forceinline__ void put(uint32_t (&v)[4], int e, float x) { v[e] = __float_as_uint(x); }
+
+// A's chunk of depth d0.. for the row whose base is rb.
+template <class E>
+__device__ __forceinline__ uint4 gather_a(const Gemm<E> &g, int4 rb, int d0) {
+  uint32_t v[4] = {0, 0, 0, 0};
+  if (rb.w && d0 < g.depth) {
+    const int t = d0 / g.d2;
+    int i2 = d0 - t * g.d2, i0 = t / g.d1, i1 = t - i0 * g.d1, off = rb.x + i0 * g.step0;
+#pragma unroll
+    for (int e = 0; e < Gemm<E>::CHUNK; ++e) {
+      const int y = rb.y + i1 * g.step1, z = rb.z + i2 * g.step2;
+      if (d0 + e < g.depth && (unsigned)y < (unsigned)g.ah && (unsigned)z < (unsigned)g.aw)
+        put(v, e, __ldg(g.a + off + y * g.aw + z));
+      if (++i2 == g.d2) {
+        i2 = 0;
+        if (++i1 == g.d1) i1 = 0, off += g.step0;
+      }
+    }
+  }
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// B's chunk of depth d0.. for column col; PH: of a phase (make_phase),
+// whose runs are strided.
+template <bool PH, class E>
+__device__ __forceinline__ uint4 gather_b(const Gemm<E> &g, int col, int d0) {
+  if (col >= g.cols || d0 >= g.depth) return make_uint4(0, 0, 0, 0);
+  const int j = d0 / g.run;
+  int o = d0 - j * g.run;
+  uint32_t v[4] = {0, 0, 0, 0};
+  if (PH) {
+    const E *run = g.b + col * g.bcol + j * g.outer + g.boff;
+    int i1 = o / g.bd2, i2 = o - i1 * g.bd2;
+#pragma unroll
+    for (int e = 0; e < Gemm<E>::CHUNK; ++e) {
+      if (d0 + e < g.depth) put(v, e, __ldg(run + i1 * g.bs1 + i2 * g.bs2));
+      if (++i2 == g.bd2) {
+        i2 = 0;
+        if (++i1 * g.bd2 == g.run) i1 = 0, run += g.outer;
+      }
+    }
+    return make_uint4(v[0], v[1], v[2], v[3]);
+  }
+  const E *b = g.b + col * g.run + j * g.outer + o;
+  if (g.bvec) return __ldg(reinterpret_cast<const uint4 *>(b)); /* a chunk never crosses a run */
+#pragma unroll
+  for (int e = 0; e < Gemm<E>::CHUNK; ++e) {
+    if (d0 + e < g.depth) put(v, e, __ldg(b));
+    if (++o == g.run) o = 0, b += g.outer - g.run + 1;
+    else ++b;
+  }
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// Where C's row r starts (its column 0); columns are plane apart. PH: a
+// phase's row (make_phase).
+template <bool PH, class E>
+__device__ __forceinline__ int64_t row_at(const Gemm<E> &g, int r) {
+  const int rows = PH ? g.rplane : g.plane, img = r / rows, j = r - img * rows;
+  const int64_t o = (int64_t)img * g.cols * g.plane;
+  if (!PH) return o + j;
+  const int jh = j / g.rd2;
+  return o + g.ooff + jh * g.oh + (j - jh * g.rd2) * g.ow;
+}
+
+// C's element (row, col) of the tile at (row0, col0): its place in the
+// output, or NULL past the edges (and past a tile of bm rows).
+template <bool PH, class E>
+__device__ __forceinline__ float *out_at(const Gemm<E> &g, int bm, int row0, int col0, int row, int col) {
+  if (row >= bm || row0 + row >= g.rows || col0 + col >= g.cols) return NULL;
+  return g.out + row_at<PH>(g, row0 + row) + (int64_t)(col0 + col) * g.plane;
+}
+
+// A strided backward data's tiles, phase after phase as launch.h counts
+// them (aq_conv2d_gemm_tiles), grid-stride over them all (block of
+// blocks); gs, in shared memory, holds the phase of the block's tiles.
+// tile(row0, col0) takes one (every thread of the block calls it).
+template <int BM, int BN, class E, class Tile>
+__device__ void phases(const aq_conv2d_args_t &a, Gemm<E> &gs, int64_t block, int64_t blocks, Tile tile) {
+  const int64_t tiles_n = (a.c + BN - 1) / BN;
+  int64_t first = 0;
+  for (int ph = 0; ph < a.stride_h && ph < a.h; ++ph)
+    for (int pw = 0; pw < a.stride_w && pw < a.wd; ++pw) {
+      const int64_t rows = a.n * aq_conv2d_phase(a.h, a.r, a.stride_h, a.pad_h, a.dil_h, ph).outs *
+                           aq_conv2d_phase(a.wd, a.s, a.stride_w, a.pad_w, a.dil_w, pw).outs;
+      const int64_t tiles_m = (rows + BM - 1) / BM, end = first + tiles_m * tiles_n;
+      int64_t id = first + ((block - first) % blocks + blocks) % blocks; /* the block's first of the phase */
+      if (id < end) {
+        __syncthreads(); /* the block is done with the previous phase */
+        if (threadIdx.x == 0) gs = make_phase<E>(a, ph * a.stride_w + pw);
+        __syncthreads();
+        for (; id < end; id += blocks) tile((int)((id - first) % tiles_m) * BM, (int)((id - first) / tiles_m) * BN);
+      }
+      first = end;
+    }
+}
+
+}  // namespace conv_gemm

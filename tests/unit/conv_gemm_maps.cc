@@ -1,0 +1,174 @@
+/* The GPU implicit GEMMs' index maps (kernels/cuda/conv2d_gemm_map.cuh),
+ * built for the host: every pass of every case, fp32 chunks of 4 and bf16
+ * chunks of 8, computed through the maps' gathers and write-back as a
+ * plain GEMM, against a direct convolution; each output written once; a
+ * strided backward data through its phases, and the phases' tile walk
+ * covering dx once over several grids with as many tiles as launch.h
+ * counts. The tensor cores' arithmetic is the GPU suites'; the index maps,
+ * where a wrong stride or a lost tap hides, run here without a GPU. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "cuda_host.h"
+#include "kernels/cuda/conv2d_gemm_map.cuh"
+
+using conv_gemm::Gemm;
+
+typedef struct {
+  int64_t n, c, h, w, k, r, s;
+  int32_t sh, sw, ph, pw, dh, dw;
+} map_case_t;
+
+static const map_case_t cases[] = {
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1},      {2, 3, 7, 9, 4, 3, 2, 2, 1, 1, 0, 1, 2},
+    {3, 5, 33, 17, 7, 5, 5, 1, 1, 2, 2, 1, 1},    {2, 4, 12, 10, 3, 3, 3, 3, 2, 2, 1, 2, 1},
+    {1, 3, 9, 11, 2, 3, 3, 2, 2, 1, 1, 1, 1},     {2, 3, 11, 10, 5, 3, 3, 2, 1, 1, 1, 2, 1},
+    {3, 19, 9, 11, 67, 3, 2, 2, 2, 1, 0, 1, 2},   {2, 33, 13, 11, 7, 3, 3, 2, 2, 1, 1, 2, 1},
+    {4, 3, 31, 29, 64, 7, 7, 2, 2, 3, 3, 1, 1},   {2, 40, 7, 8, 66, 1, 1, 2, 2, 0, 0, 1, 1},
+    {2, 33, 5, 4, 64, 5, 5, 3, 3, 2, 2, 1, 1},    {1, 36, 6, 7, 40, 3, 3, 2, 2, 1, 1, 3, 3},
+    {2, 34, 9, 9, 33, 4, 4, 4, 4, 0, 0, 2, 2},    {2, 3, 32, 32, 64, 16, 16, 16, 16, 0, 0, 1, 1},
+    {2, 8, 14, 14, 8, 3, 3, 2, 2, 1, 1, 1, 1},    {1, 64, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1},
+};
+
+static float bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof(f));
+  return f;
+}
+static uint16_t to_bf16(float f) { return (uint16_t)(__float_as_uint(f) >> 16); }
+
+static float dot(uint4 a, uint4 b, float) {
+  float x[4], y[4];
+  memcpy(x, &a, 16), memcpy(y, &b, 16);
+  return x[0] * y[0] + x[1] * y[1] + x[2] * y[2] + x[3] * y[3];
+}
+static float dot(uint4 a, uint4 b, uint16_t) {
+  uint16_t x[8], y[8];
+  memcpy(x, &a, 16), memcpy(y, &b, 16);
+  float s = 0;
+  for (int i = 0; i < 8; ++i) s += bf16(x[i]) * bf16(y[i]);
+  return s;
+}
+
+/* C = A B^T through the maps, each output's writes counted at out - base. */
+template <bool PH, class E>
+static void gemm(const Gemm<E> &g, int *writes, const float *base) {
+  for (int row = 0; row < g.rows; ++row) {
+    const int4 rb = conv_gemm::row_base(g, row);
+    for (int col = 0; col < g.cols; ++col) {
+      float acc = 0;
+      for (int d = 0; d < g.depth; d += Gemm<E>::CHUNK)
+        acc += dot(conv_gemm::gather_a(g, rb, d), conv_gemm::gather_b<PH>(g, col, d), E());
+      float *o = conv_gemm::out_at<PH>(g, 1, row, col, 0, 0);
+      cr_assert(o, "row %d col %d of %d x %d has no place", row, col, g.rows, g.cols);
+      *o = acc + (g.bias ? g.bias[col] : 0.0f);
+      writes[o - base]++;
+    }
+  }
+}
+
+static void expect(const char *what, const map_case_t *t, const float *got, const double *want, const int *writes,
+                   int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    cr_assert(writes[i] == 1 && fabs(got[i] - want[i]) <= 1e-4 * (1 + fabs(want[i])),
+              "%s[%ld] (n=%ld c=%ld h=%ld w=%ld k=%ld r=%ld s=%ld stride %d,%d dil %d,%d): got %g want %g, written %d "
+              "times",
+              what, (long)i, (long)t->n, (long)t->c, (long)t->h, (long)t->w, (long)t->k, (long)t->r, (long)t->s, t->sh,
+              t->sw, t->dh, t->dw, got[i], want[i], writes[i]);
+}
+
+/* Every pass of case t with elements E (x, w, dy as E, outputs fp32). */
+template <class E>
+static void run_case(const map_case_t *t, const aq_conv2d_args_t *shape, const float *x, const float *w,
+                     const float *dy, const float *bias, const double *ry, const double *rdx, const double *rdw) {
+  aq_conv2d_args_t a = *shape;
+  const int64_t nx = a.n * a.c * a.h * a.wd, nw = a.k * a.c * a.r * a.s, ny = a.n * a.k * a.p * a.q;
+  E *xe = (E *)malloc(nx * sizeof(E)), *we = (E *)malloc(nw * sizeof(E)), *dye = (E *)malloc(ny * sizeof(E));
+  for (int64_t i = 0; i < nx; ++i) xe[i] = sizeof(E) == 2 ? (E)to_bf16(x[i]) : (E)x[i];
+  for (int64_t i = 0; i < nw; ++i) we[i] = sizeof(E) == 2 ? (E)to_bf16(w[i]) : (E)w[i];
+  for (int64_t i = 0; i < ny; ++i) dye[i] = sizeof(E) == 2 ? (E)to_bf16(dy[i]) : (E)dy[i];
+  float *y = (float *)malloc(ny * 4), *dx = (float *)malloc(nx * 4), *dw = (float *)malloc(nw * 4);
+  int *wy = (int *)calloc(ny, sizeof(int)), *wx = (int *)calloc(nx, sizeof(int)), *ww = (int *)calloc(nw, sizeof(int));
+  a.x = (const float *)xe, a.w = (const float *)we, a.dy = (const float *)dye, a.bias = bias;
+  a.y = y, a.dx = dx, a.dw = dw;
+  gemm<false>(conv_gemm::make_gemm<E>(a, 0), wy, y);
+  gemm<false>(conv_gemm::make_gemm<E>(a, 2), ww, dw);
+  if (aq_conv2d_phased(&a)) {
+    for (int ph = 0; ph < a.stride_h && ph < a.h; ++ph)
+      for (int pw = 0; pw < a.stride_w && pw < a.wd; ++pw)
+        gemm<true>(conv_gemm::make_phase<E>(a, ph * a.stride_w + pw), wx, dx);
+  } else {
+    gemm<false>(conv_gemm::make_gemm<E>(a, 1), wx, dx);
+  }
+  expect(sizeof(E) == 2 ? "bf16 y" : "y", t, y, ry, wy, ny);
+  expect(sizeof(E) == 2 ? "bf16 dx" : "dx", t, dx, rdx, wx, nx);
+  expect(sizeof(E) == 2 ? "bf16 dw" : "dw", t, dw, rdw, ww, nw);
+  free(xe), free(we), free(dye), free(y), free(dx), free(dw), free(wy), free(wx), free(ww);
+}
+
+/* The phases' walk over grids of several sizes: each dx element in one
+ * tile of one block, and as many tiles as launch.h launches blocks for. */
+static void walk_phases(const aq_conv2d_args_t *a) {
+  const int64_t nx = a->n * a->c * a->h * a->wd, grids[] = {1, 3, 7, 100};
+  int *seen = (int *)malloc(nx * sizeof(int));
+  for (int gi = 0; gi < 4; ++gi) {
+    memset(seen, 0, nx * sizeof(int));
+    int64_t tiles = 0;
+    for (int64_t b = 0; b < grids[gi]; ++b) {
+      Gemm<float> gs;
+      conv_gemm::phases<64, 64>(*a, gs, b, grids[gi], [&](int row0, int col0) {
+        tiles++;
+        for (int r = row0; r < row0 + 64 && r < gs.rows; ++r)
+          for (int c = col0; c < col0 + 64 && c < gs.cols; ++c) seen[conv_gemm::row_at<true>(gs, r) + (int64_t)c * gs.plane]++;
+      });
+    }
+    for (int64_t i = 0; i < nx; ++i) cr_assert_eq(seen[i], 1, "grid of %ld: dx[%ld] in %d tiles", (long)grids[gi], (long)i, seen[i]);
+    cr_assert_eq(tiles, aq_conv2d_gemm_tiles(a, 1, 64, 64));
+  }
+  free(seen);
+}
+
+Test(conv_gemm_maps, every_pass_and_phase_against_a_direct_convolution) {
+  uint32_t rng = 12345;
+  for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ++ci) {
+    const map_case_t *t = &cases[ci];
+    aq_conv2d_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.n = t->n, a.c = t->c, a.h = t->h, a.wd = t->w, a.k = t->k, a.r = t->r, a.s = t->s;
+    a.stride_h = t->sh, a.stride_w = t->sw, a.pad_h = t->ph, a.pad_w = t->pw, a.dil_h = t->dh, a.dil_w = t->dw;
+    a.p = aq_conv_out(a.h, a.r, a.stride_h, a.pad_h, a.dil_h), a.q = aq_conv_out(a.wd, a.s, a.stride_w, a.pad_w, a.dil_w);
+    const int64_t nx = a.n * a.c * a.h * a.wd, nw = a.k * a.c * a.r * a.s, ny = a.n * a.k * a.p * a.q;
+    float *x = (float *)malloc(nx * 4), *w = (float *)malloc(nw * 4), *dy = (float *)malloc(ny * 4);
+    float *bias = (float *)malloc(a.k * 4);
+    float *all[] = {x, w, dy, bias};
+    const int64_t sizes[] = {nx, nw, ny, a.k};
+    for (int v = 0; v < 4; ++v)
+      for (int64_t i = 0; i < sizes[v]; ++i) {
+        rng = rng * 1664525u + 1013904223u;
+        /* values bf16 holds exactly, so that both element types match one reference */
+        all[v][i] = bf16(to_bf16((float)((rng >> 8) & 0xffff) / 65536.0f - 0.5f));
+      }
+    double *ry = (double *)calloc(ny, 8), *rdx = (double *)calloc(nx, 8), *rdw = (double *)calloc(nw, 8);
+    for (int64_t n = 0; n < a.n; ++n)
+      for (int64_t k = 0; k < a.k; ++k)
+        for (int64_t p = 0; p < a.p; ++p)
+          for (int64_t q = 0; q < a.q; ++q) {
+            const int64_t o = ((n * a.k + k) * a.p + p) * a.q + q;
+            ry[o] += bias[k];
+            for (int64_t c = 0; c < a.c; ++c)
+              for (int64_t r = 0; r < a.r; ++r)
+                for (int64_t s = 0; s < a.s; ++s) {
+                  const int64_t ih = p * a.stride_h - a.pad_h + r * a.dil_h, iw = q * a.stride_w - a.pad_w + s * a.dil_w;
+                  if (ih < 0 || ih >= a.h || iw < 0 || iw >= a.wd) continue;
+                  const int64_t xi = ((n * a.c + c) * a.h + ih) * a.wd + iw, wi = ((k * a.c + c) * a.r + r) * a.s + s;
+                  ry[o] += (double)w[wi] * x[xi], rdx[xi] += (double)w[wi] * dy[o], rdw[wi] += (double)x[xi] * dy[o];
+                }
+          }
+    run_case<float>(t, &a, x, w, dy, bias, ry, rdx, rdw);
+    run_case<uint16_t>(t, &a, x, w, dy, bias, ry, rdx, rdw);
+    if (aq_conv2d_phased(&a)) walk_phases(&a);
+    free(x), free(w), free(dy), free(bias), free(ry), free(rdx), free(rdw);
+  }
+}
