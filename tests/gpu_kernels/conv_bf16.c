@@ -15,6 +15,7 @@
  * depth here (at most 3920), and a wrong index or a lost tap, which moves
  * many outputs by a term's size (0.25 on average), is far above it. */
 #include "gk.h"
+#include "../conv_taps.h"
 
 TestSuite(gpu_conv_bf16, .init = gk_setup, .fini = gk_teardown);
 
@@ -65,6 +66,26 @@ static void fill(float *p, size_t n) {
   for (size_t i = 0; i < n; ++i) p[i] = 1e30f; /* an output left unwritten fails */
 }
 
+/* The reference and its magnitudes (sums of |terms|, the tolerance's
+ * scale): y, dx, dw, dbias. */
+typedef struct {
+  const double *x, *w;
+  const float *bias;
+  const double *dy;
+  double *sum[4], *mag[4];
+} ref_t;
+static void ref_tap(void *ctx, int64_t o, int64_t k, int64_t xi, int64_t wi) {
+  ref_t *r = ctx;
+  if (xi < 0) {
+    r->sum[0][o] += r->bias[k], r->mag[0][o] += fabs(r->bias[k]);
+    r->sum[3][k] += r->dy[o], r->mag[3][k] += fabs(r->dy[o]);
+    return;
+  }
+  const double t[3] = {r->w[wi] * r->x[xi], r->w[wi] * r->dy[o], r->x[xi] * r->dy[o]};
+  const int64_t at[3] = {o, xi, wi};
+  for (int i = 0; i < 3; ++i) r->sum[i][at[i]] += t[i], r->mag[i][at[i]] += fabs(t[i]);
+}
+
 static void bf16_case(const bcase_t *t) {
   aq_conv2d_args_t a = {0};
   a.n = t->n, a.c = t->c, a.h = t->h, a.wd = t->w, a.k = t->k, a.r = t->r, a.s = t->s;
@@ -77,23 +98,8 @@ static void bf16_case(const bcase_t *t) {
   float *bias = gk_random(nk, 3), *y = gk_floats(ny), *dx = gk_floats(nx), *dw = gk_floats(nw), *db = gk_floats(nk);
   double *ry = calloc(ny, 8), *my = calloc(ny, 8), *rdx = calloc(nx, 8), *mdx = calloc(nx, 8);
   double *rdw = calloc(nw, 8), *mdw = calloc(nw, 8), *rdb = calloc(nk, 8), *mdb = calloc(nk, 8);
-  for (int64_t n = 0; n < a.n; ++n)
-    for (int64_t k = 0; k < a.k; ++k)
-      for (int64_t p = 0; p < a.p; ++p)
-        for (int64_t q = 0; q < a.q; ++q) {
-          const int64_t o = ((n * a.k + k) * a.p + p) * a.q + q;
-          ry[o] += bias[k], my[o] += fabs(bias[k]), rdb[k] += vdy[o], mdb[k] += fabs(vdy[o]);
-          for (int64_t c = 0; c < a.c; ++c)
-            for (int64_t r = 0; r < a.r; ++r)
-              for (int64_t s = 0; s < a.s; ++s) {
-                const int64_t ih = p * a.stride_h - a.pad_h + r * a.dil_h, iw = q * a.stride_w - a.pad_w + s * a.dil_w;
-                if (ih < 0 || ih >= a.h || iw < 0 || iw >= a.wd) continue;
-                const int64_t xi = ((n * a.c + c) * a.h + ih) * a.wd + iw, wi = ((k * a.c + c) * a.r + r) * a.s + s;
-                ry[o] += vw[wi] * vx[xi], my[o] += fabs(vw[wi] * vx[xi]);
-                rdx[xi] += vw[wi] * vdy[o], mdx[xi] += fabs(vw[wi] * vdy[o]);
-                rdw[wi] += vx[xi] * vdy[o], mdw[wi] += fabs(vx[xi] * vdy[o]);
-              }
-        }
+  ref_t ref = {vx, vw, bias, vdy, {ry, rdx, rdw, rdb}, {my, mdx, mdw, mdb}};
+  conv_taps(&a, ref_tap, &ref);
   a.x = (const float *)x, a.w = (const float *)w, a.bias = bias, a.y = y, a.dy = (const float *)dy;
   a.dx = dx, a.dw = dw, a.dbias = db;
   const char *names[] = {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16};

@@ -4,6 +4,7 @@
  * (aq_gpu_op_shape) and with the CPU grid the runtime's aq_gpu_shape gives
  * (one-thread blocks: the kernels' fallback paths). */
 #include "gk.h"
+#include "../conv_taps.h"
 
 TestSuite(gpu_conv, .init = gk_setup, .fini = gk_teardown);
 
@@ -36,6 +37,20 @@ static const conv_case_t conv_cases[] = {
     {2, 3, 32, 32, 64, 16, 16, 16, 16, 0, 0, 1, 1}, /* a patch embedding: 256 phases, a tap each */
 };
 
+/* The reference: sums in double of the fp32 values. */
+typedef struct {
+  const float *x, *w, *bias, *dy;
+  double *y, *dx, *dw, *db;
+} ref_t;
+static void ref_tap(void *ctx, int64_t o, int64_t k, int64_t xi, int64_t wi) {
+  ref_t *r = ctx;
+  if (xi < 0) {
+    r->y[o] += r->bias[k], r->db[k] += r->dy[o];
+    return;
+  }
+  r->y[o] += (double)r->w[wi] * r->x[xi], r->dx[xi] += (double)r->w[wi] * r->dy[o], r->dw[wi] += (double)r->x[xi] * r->dy[o];
+}
+
 /* launch: 0 the scheduler's build and shape, 1 the CPU grid, 2 the split
  * backward filter, 3 the staged one, 4 the x3 builds (tensor cores) of
  * every pass, 5 the scheduler's at exact precision (FFMA). */
@@ -51,21 +66,8 @@ static void conv_case(const conv_case_t *t, int launch) {
   float *dw = gk_floats((size_t)nw), *db = gk_floats((size_t)a.k);
   float *ry = calloc((size_t)ny, 4), *rdx = calloc((size_t)nx, 4), *rdw = calloc((size_t)nw, 4), *rdb = calloc((size_t)a.k, 4);
   double *ay = calloc((size_t)ny, 8), *adx = calloc((size_t)nx, 8), *adw = calloc((size_t)nw, 8), *adb = calloc((size_t)a.k, 8);
-  for (int64_t n = 0; n < a.n; ++n)
-    for (int64_t k = 0; k < a.k; ++k)
-      for (int64_t p = 0; p < a.p; ++p)
-        for (int64_t q = 0; q < a.q; ++q) {
-          int64_t o = ((n * a.k + k) * a.p + p) * a.q + q;
-          ay[o] += bias[k], adb[k] += dy[o];
-          for (int64_t c = 0; c < a.c; ++c)
-            for (int64_t r = 0; r < a.r; ++r)
-              for (int64_t s = 0; s < a.s; ++s) {
-                int64_t ih = p * a.stride_h - a.pad_h + r * a.dil_h, iw = q * a.stride_w - a.pad_w + s * a.dil_w;
-                if (ih < 0 || ih >= a.h || iw < 0 || iw >= a.wd) continue;
-                int64_t xi = ((n * a.c + c) * a.h + ih) * a.wd + iw, wi = ((k * a.c + c) * a.r + r) * a.s + s;
-                ay[o] += (double)w[wi] * x[xi], adx[xi] += (double)w[wi] * dy[o], adw[wi] += (double)x[xi] * dy[o];
-              }
-        }
+  ref_t ref = {x, w, bias, dy, ay, adx, adw, adb};
+  conv_taps(&a, ref_tap, &ref);
   for (int64_t i = 0; i < ny; ++i) ry[i] = (float)ay[i];
   for (int64_t i = 0; i < nx; ++i) rdx[i] = (float)adx[i];
   for (int64_t i = 0; i < nw; ++i) rdw[i] = (float)adw[i];

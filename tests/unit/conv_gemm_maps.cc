@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "../conv_taps.h"
 #include "cuda_host.h"
 #include "kernels/cuda/conv2d_gemm_map.cuh"
 
@@ -130,6 +131,19 @@ static void walk_phases(const aq_conv2d_args_t *a) {
   free(seen);
 }
 
+typedef struct {
+  const float *x, *w, *bias, *dy;
+  double *y, *dx, *dw;
+} ref_t;
+static void ref_tap(void *ctx, int64_t o, int64_t k, int64_t xi, int64_t wi) {
+  ref_t *r = (ref_t *)ctx;
+  if (xi < 0) {
+    r->y[o] += r->bias[k];
+    return;
+  }
+  r->y[o] += (double)r->w[wi] * r->x[xi], r->dx[xi] += (double)r->w[wi] * r->dy[o], r->dw[wi] += (double)r->x[xi] * r->dy[o];
+}
+
 Test(conv_gemm_maps, every_pass_and_phase_against_a_direct_convolution) {
   uint32_t rng = 12345;
   for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ++ci) {
@@ -151,21 +165,8 @@ Test(conv_gemm_maps, every_pass_and_phase_against_a_direct_convolution) {
         all[v][i] = bf16(to_bf16((float)((rng >> 8) & 0xffff) / 65536.0f - 0.5f));
       }
     double *ry = (double *)calloc(ny, 8), *rdx = (double *)calloc(nx, 8), *rdw = (double *)calloc(nw, 8);
-    for (int64_t n = 0; n < a.n; ++n)
-      for (int64_t k = 0; k < a.k; ++k)
-        for (int64_t p = 0; p < a.p; ++p)
-          for (int64_t q = 0; q < a.q; ++q) {
-            const int64_t o = ((n * a.k + k) * a.p + p) * a.q + q;
-            ry[o] += bias[k];
-            for (int64_t c = 0; c < a.c; ++c)
-              for (int64_t r = 0; r < a.r; ++r)
-                for (int64_t s = 0; s < a.s; ++s) {
-                  const int64_t ih = p * a.stride_h - a.pad_h + r * a.dil_h, iw = q * a.stride_w - a.pad_w + s * a.dil_w;
-                  if (ih < 0 || ih >= a.h || iw < 0 || iw >= a.wd) continue;
-                  const int64_t xi = ((n * a.c + c) * a.h + ih) * a.wd + iw, wi = ((k * a.c + c) * a.r + r) * a.s + s;
-                  ry[o] += (double)w[wi] * x[xi], rdx[xi] += (double)w[wi] * dy[o], rdw[wi] += (double)x[xi] * dy[o];
-                }
-          }
+    ref_t ref = {x, w, bias, dy, ry, rdx, rdw};
+    conv_taps(&a, ref_tap, &ref);
     run_case<float>(t, &a, x, w, dy, bias, ry, rdx, rdw);
     run_case<uint16_t>(t, &a, x, w, dy, bias, ry, rdx, rdw);
     if (aq_conv2d_phased(&a)) walk_phases(&a);
