@@ -88,7 +88,8 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
 #pragma unroll
     for (int i = 0; i < T::NB; ++i) {
       const int q = tid + i * THREADS, col = (q >> 2) % T::BN, gr = (q >> 2) / T::BN;
-      rb[i] = col0 + col < g.cols ? conv_gemm::gather_b<PH>(g, col0 + col, k0 + gr * 32 + (q & 3) * 8) : make_uint4(0, 0, 0, 0);
+      rb[i] = col0 + col < g.cols ? conv_gemm::gather_b<PH>(g, col0 + col, k0 + gr * 32 + (q & 3) * 8)
+                                  : make_uint4(0, 0, 0, 0);
     }
   };
   auto store = [&](uint8_t *stage) {
@@ -174,8 +175,9 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
 // B tile in L2.
 template <class T, int PASS>
 __device__ void run(const aq_conv2d_args_t &a, Gemm &g, uint8_t *smem, int64_t extra) {
-  if (PASS == 1 && aq_conv2d_phased(&a)) /* a strided backward data: a GEMM a phase of dx (conv2d_gemm.cuh) */
-    return conv_gemm::phases<T::BM, T::BN>(a, g, grid_block(), grid_blocks(), [&](int row0, int col0) { tile<T, true>(g, smem, row0, col0); });
+  if (PASS == 1 && aq_conv2d_phased(&a)) /* a strided backward data: a GEMM a phase of dx (conv2d_gemm_map.cuh) */
+    return conv_gemm::phases<T::BM, T::BN>(a, g, grid_block(), grid_blocks(),
+                                           [&](int row0, int col0) { tile<T, true>(g, smem, row0, col0); });
   const int64_t tiles_m = (g.rows + T::BM - 1) / T::BM, tiles = tiles_m * ((g.cols + T::BN - 1) / T::BN);
   for (int64_t id = grid_block(); id < tiles + extra; id += grid_blocks()) {
     if (id < tiles) tile<T>(g, smem, (int)(id % tiles_m) * T::BM, (int)(id / tiles_m) * T::BN);

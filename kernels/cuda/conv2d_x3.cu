@@ -164,7 +164,7 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
     return conv_gemm::filter_split<SPLIT, BM, BN, BK>(a, gs, u.part, LDP, [&](int row0, int col0, int d0) {
       tile<true, false>(gs, u, bases, row0, col0, d0);
     });
-  if (PASS == 1 && aq_conv2d_phased(&a)) /* a GEMM a phase of dx (conv2d_gemm.cuh) */
+  if (PASS == 1 && aq_conv2d_phased(&a)) /* a GEMM a phase of dx (conv2d_gemm_map.cuh) */
     return conv_gemm::phases<BM, BN>(a, gs, grid_block(), grid_blocks(), [&](int row0, int col0) {
       tile<false, true>(gs, u, bases, row0, col0, 0);
       conv_gemm::emit<BM, BN, true>(gs, u.part, LDP, row0, col0);
