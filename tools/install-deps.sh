@@ -5,6 +5,8 @@ set -eu
 need=()
 have_pc() { pkg-config --exists "$1" 2>/dev/null; }
 command -v pkg-config >/dev/null || need+=(pkg-config)
+# The host-side checks of the CUDA index maps (tests/unit/*.cc) are C++.
+command -v g++ >/dev/null || need+=(g++)
 have_pc hwloc || need+=(libhwloc-dev)
 have_pc numa || need+=(libnuma-dev)
 have_pc criterion || need+=(libcriterion-dev)
