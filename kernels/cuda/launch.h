@@ -346,6 +346,14 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_bytes(const aq_conv2d_a
 #define AQ_GPU_CONV2D_FILTER_WARPS 16      /* at most, a block */
 #define AQ_GPU_CONV2D_FILTER_STAGE 12288   /* floats a stage buffer (two of them) */
 #define AQ_GPU_CONV2D_FILTER_BYTES 114688  /* the group segment at most: two blocks an H100 SM */
+/* A grid of no more blocks than an H100 has SMs (a LeNet's: 6 or 16
+ * filters, 8 blocks each) has a block alone on its SM, with shared memory
+ * left over: its stages hold that many more images, so fewer stages (each
+ * a copy waited for and a barrier) sum the block's share of the batch. At
+ * most an A100's opt-in group segment. */
+#define AQ_GPU_CONV2D_FILTER_STAGE_ALONE 20480
+#define AQ_GPU_CONV2D_FILTER_BYTES_ALONE 166912
+#define AQ_GPU_CONV2D_FILTER_ALONE_BLOCKS 132 /* an H100's SMs */
 
 /* The taps a thread keeps a row, T (0: the path does not apply): filters
  * of T rows, so that the rows are known at compile time (each other
@@ -377,18 +385,36 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_sums(const aq_conv2d_a
 
 /* Images a stage holds for a block taking 1 / split of the batch (0: the
  * path does not apply). */
-static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_images(const aq_conv2d_args_t *a, int split) {
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_images_in(const aq_conv2d_args_t *a, int split,
+                                                                    int64_t stage) {
   if (!aq_conv2d_tiled_extents(a) || !aq_conv2d_filter_taps(a) || split < 1) return 0;
   const int64_t per = aq_conv2d_tiled_image_floats(a), share = (a->n + split - 1) / split;
-  const int64_t fit = per <= AQ_GPU_CONV2D_FILTER_STAGE ? AQ_GPU_CONV2D_FILTER_STAGE / per : 0;
+  const int64_t fit = per <= stage ? stage / per : 0;
   return fit < share ? fit : share;
+}
+
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_bytes_of(const aq_conv2d_args_t *a, int64_t images) {
+  return (2 * images * aq_conv2d_tiled_image_floats(a) + aq_conv2d_filter_sums(a)) * 4;
+}
+
+/* Whether each block of the staged build is alone on its SM. */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_alone(const aq_conv2d_args_t *a, int split) {
+  return a->k * split <= AQ_GPU_CONV2D_FILTER_ALONE_BLOCKS;
+}
+
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_images(const aq_conv2d_args_t *a, int split) {
+  if (aq_conv2d_filter_alone(a, split)) {
+    const int64_t nb = aq_conv2d_filter_images_in(a, split, AQ_GPU_CONV2D_FILTER_STAGE_ALONE);
+    if (nb && aq_conv2d_filter_bytes_of(a, nb) <= AQ_GPU_CONV2D_FILTER_BYTES_ALONE) return nb;
+  }
+  return aq_conv2d_filter_images_in(a, split, AQ_GPU_CONV2D_FILTER_STAGE);
 }
 
 /* The group segment the staged path runs with (0: it does not apply). */
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_bytes(const aq_conv2d_args_t *a, int split) {
-  const int64_t nb = aq_conv2d_filter_images(a, split);
-  const int64_t bytes = (2 * nb * aq_conv2d_tiled_image_floats(a) + aq_conv2d_filter_sums(a)) * 4;
-  return nb && bytes <= AQ_GPU_CONV2D_FILTER_BYTES ? bytes : 0;
+  const int64_t nb = aq_conv2d_filter_images(a, split), bytes = aq_conv2d_filter_bytes_of(a, nb);
+  const int64_t most = aq_conv2d_filter_alone(a, split) ? AQ_GPU_CONV2D_FILTER_BYTES_ALONE : AQ_GPU_CONV2D_FILTER_BYTES;
+  return nb && bytes <= most ? bytes : 0;
 }
 
 /* ---- fp32 conv2d backward filter: two builds --------------------------------
@@ -576,8 +602,10 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
 
 /* The group segment (dynamic shared memory, bytes) a GPU kernel's packet
  * must ask for: the bf16 matmul's tiles (past the 48 KB a block gets by
- * default) and the tiled conv2d passes' planes; 0 for the rest. */
-static inline uint32_t aq_gpu_op_group_segment(const char *kernel, const void *kernarg) {
+ * default) and the tiled conv2d passes' planes; 0 for the rest. Not
+ * inlined: a caller's kernarg of another op would have GCC warn of the
+ * conv2d reads it cannot tell are never made. */
+static __attribute__((noinline, unused)) uint32_t aq_gpu_op_group_segment(const char *kernel, const void *kernarg) {
   static const char *const conv[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER,
                                      AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT,
                                      AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED};

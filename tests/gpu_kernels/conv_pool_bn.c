@@ -156,14 +156,23 @@ Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
     cr_assert(g1 > 0 && g1 <= AQ_GPU_CONV2D_TILED_BYTES, "%s on LeNet's first layer: %u bytes", passes[i], g1);
     cr_assert(g2 > 0 && g2 <= AQ_GPU_CONV2D_TILED_BYTES, "%s on LeNet's second layer: %u bytes", passes[i], g2);
   }
-  /* the backward filter staged: two buffers of 6 (first layer: a 32 x 33
-   * window and a 28 x 28 plane an image) or 9 images, then the sums */
-  cr_assert_eq(aq_conv2d_filter_images(&l1, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 6);
-  cr_assert_eq(aq_conv2d_filter_images(&l2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 9);
+  /* the backward filter staged, a block alone on its SM (6 or 16 filters,
+   * 8 blocks each): two buffers of 11 (first layer: a 32 x 33 window and a
+   * 28 x 28 plane an image) or 16 images, then the sums */
+  cr_assert(aq_conv2d_filter_alone(&l1, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
+  cr_assert(aq_conv2d_filter_alone(&l2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
+  cr_assert_eq(aq_conv2d_filter_images(&l1, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 11);
+  cr_assert_eq(aq_conv2d_filter_images(&l2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 16);
   const char *staged = AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
-  cr_assert_eq(aq_gpu_op_group_segment(staged, &l1), (2 * 6 * (32 * 33 + 28 * 28) + 16 * 26 + 25 + 1) * 4);
-  cr_assert_eq(aq_gpu_op_group_segment(staged, &l2), (2 * 9 * (6 * 14 * 14 + 100) + 2 * 6 * 26 + 150 + 1) * 4);
-  cr_assert(aq_gpu_op_group_segment(staged, &l1) <= AQ_GPU_CONV2D_FILTER_BYTES);
+  cr_assert_eq(aq_gpu_op_group_segment(staged, &l1), (2 * 11 * (32 * 33 + 28 * 28) + 16 * 26 + 25 + 1) * 4);
+  cr_assert_eq(aq_gpu_op_group_segment(staged, &l2), (2 * 16 * (6 * 14 * 14 + 100) + 2 * 6 * 26 + 150 + 1) * 4);
+  cr_assert(aq_gpu_op_group_segment(staged, &l2) <= AQ_GPU_CONV2D_FILTER_BYTES_ALONE);
+  /* more filters than SMs for their blocks: two blocks an SM, 6 images */
+  aq_conv2d_args_t wide = l1;
+  wide.k = 32;
+  cr_assert(!aq_conv2d_filter_alone(&wide, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
+  cr_assert_eq(aq_conv2d_filter_images(&wide, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 6);
+  cr_assert(aq_gpu_op_group_segment(staged, &wide) <= AQ_GPU_CONV2D_FILTER_BYTES);
   cr_assert_eq(aq_conv2d_tiled_stride(&l1), 33, "a 32-float window row is padded off the banks");
   cr_assert_eq(aq_conv2d_tiled_stride(&l2), 14);
   aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D, &l1, aq_planes_grid(1));
