@@ -112,28 +112,32 @@ __device__ inline void stage_flat(float *dst, const float *src, int n) {
 // (c-major; row 0 is the input's row -pad_h), one after another in dst.
 // Without padding the windows are the images: one flat copy. Otherwise a
 // warp a row, so index arithmetic is paid a row, not an element (blocks of
-// partial warps: a thread a row).
+// partial warps: a thread a row). Staged row r is window row r % hs of
+// plane r / hs; the rows are stepped through without dividing, the
+// source's offset carried from row to row (one recomputed a row, in 64
+// bits, was most of a LeNet backward filter's instructions). Offsets are
+// 32-bit: the nb windows fit a stage of shared memory.
 template <typename E>
 __device__ inline void stage_windows(const dims &d, const E *x, int nb, float *dst) {
   if (d.flat) return stage_flat(dst, x, nb * d.c * d.h * d.w);
   const int t = block_thread(), nt = block_threads(), width = nt % 32 ? 1 : 32;
-  const int lane = t % width, step = nt / width;
-  /* this thread's first row (image, channel, window row), then stepped
-   * without dividing: a division a row cost more than the row's copies */
-  int row = t / width, c = row / d.hs, img = c / d.c;
-  row -= c * d.hs, c -= img * d.c;
-  for (; img < nb;) {
-    const int ih = row - d.ph;
-    const E *src = x + ((int64_t)img * d.c + c) * d.h * d.w + (int64_t)ih * d.w;
-    float *to = dst + ((img * d.c + c) * d.hs + row) * d.ws;
+  const int lane = t % width, step = nt / width, rows = nb * d.c * d.hs;
+  int r = t / width, wr = r % d.hs;
+  /* the offset of window row wr's source row (-pad_h .. h + pad_h) */
+  int from = r / d.hs * d.h * d.w + (wr - d.ph) * d.w;
+  const int next_plane = d.h * d.w - d.hs * d.w, advance = step * d.w;
+  for (; r < rows; r += step) {
+    const int ih = wr - d.ph;
+    const E *src = x + from;
+    float *to = dst + r * d.ws;
     const bool row_in = (unsigned)ih < (unsigned)d.h;
     for (int col = lane; col < d.cols; col += width) {
       const int iw = col - d.pw;
       const bool in = row_in && (unsigned)iw < (unsigned)d.w;
       stage_one(to + col, in ? src + iw : x, in);
     }
-    for (row += step; row >= d.hs; row -= d.hs)
-      if (++c == d.c) c = 0, ++img;
+    from += advance;
+    for (wr += step; wr >= d.hs; wr -= d.hs) from += next_plane;
   }
 }
 
