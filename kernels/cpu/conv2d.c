@@ -84,7 +84,7 @@ typedef struct conv_pack {
 } conv_pack_t;
 
 /* B = col(x) (CRS x PQ): columns are output pixels j = (p, q), depth l =
- * (c, r, s). A panel's 32 pixels are a few runs along output rows; for one
+ * (c, r, s). A panel's nr pixels are a few runs along output rows; for one
  * tap (r, s) each run reads one input row, contiguously when stride_w is 1,
  * so the panel is filled by short copies with zeros where the tap falls
  * into the padding. */
@@ -93,7 +93,7 @@ typedef struct run {
 } run_t;
 
 static inline __attribute__((always_inline)) void pack_col_body(const void *vctx, int64_t first, int64_t count,
-                                                                int64_t l0, int64_t kc, float *dst) {
+                                                                int64_t l0, int64_t kc, int64_t nr, float *dst) {
   const conv_pack_t *cp = vctx;
   const aq_conv2d_args_t *a = cp->a;
   const int32_t H = (int32_t)a->h, W = (int32_t)a->wd, RS = (int32_t)(a->r * a->s), S = (int32_t)a->s;
@@ -108,8 +108,8 @@ static inline __attribute__((always_inline)) void pack_col_body(const void *vctx
       if (++rs == RS) rs = 0, ++c;
     }
   }
-  for (int64_t c0 = 0; c0 < count; c0 += GEMM_NR, dst += kc * GEMM_NR) {
-    int32_t cols = (int32_t)(count - c0 < GEMM_NR ? count - c0 : GEMM_NR);
+  for (int64_t c0 = 0; c0 < count; c0 += nr, dst += kc * nr) {
+    int32_t cols = (int32_t)(count - c0 < nr ? count - c0 : nr);
     run_t runs[GEMM_NR];
     int nruns = 0;
     for (int32_t j = 0; j < cols;) {
@@ -121,7 +121,7 @@ static inline __attribute__((always_inline)) void pack_col_body(const void *vctx
     for (int64_t l = 0; l < kc; ++l) {
       const float *xc = cp->x + tap_c[l];
       int32_t dr = tap_dr[l], ds = tap_ds[l];
-      float *d = dst + l * GEMM_NR;
+      float *d = dst + l * nr;
       for (int i = 0; i < nruns; ++i) {
         const run_t *u = &runs[i];
         float *o = d + u->col;
@@ -147,7 +147,7 @@ static inline __attribute__((always_inline)) void pack_col_body(const void *vctx
           }
         }
       }
-      for (int32_t t = cols; t < GEMM_NR; ++t) d[t] = 0.0f;
+      for (int32_t t = cols; t < nr; ++t) d[t] = 0.0f;
     }
   }
 }
@@ -161,14 +161,14 @@ static inline __attribute__((always_inline)) void pack_col_body(const void *vctx
 enum { COLT_BLOCK = 64 };
 
 static inline __attribute__((always_inline)) void pack_colt_body(const void *vctx, int64_t first, int64_t count,
-                                                                 int64_t l0, int64_t kc, float *dst) {
+                                                                 int64_t l0, int64_t kc, int64_t nr, float *dst) {
   const conv_pack_t *cp = vctx;
   const aq_conv2d_args_t *a = cp->a;
   const int32_t H = (int32_t)a->h, W = (int32_t)a->wd, RS = (int32_t)(a->r * a->s), S = (int32_t)a->s;
   const int32_t Q = (int32_t)a->q, sh = a->stride_h, sw = a->stride_w;
   const int64_t PQ = a->p * a->q, CHW = a->c * a->h * a->wd;
-  for (int64_t c0 = 0; c0 < count; c0 += GEMM_NR, dst += kc * GEMM_NR) {
-    int32_t cols = (int32_t)(count - c0 < GEMM_NR ? count - c0 : GEMM_NR);
+  for (int64_t c0 = 0; c0 < count; c0 += nr, dst += kc * nr) {
+    int32_t cols = (int32_t)(count - c0 < nr ? count - c0 : nr);
     int64_t tap_c[GEMM_NR];
     int32_t tap_dr[GEMM_NR], tap_ds[GEMM_NR];
     for (int32_t j = 0; j < cols; ++j) {
@@ -189,20 +189,20 @@ static inline __attribute__((always_inline)) void pack_colt_body(const void *vct
         runs[nruns++] = (run_t){p, q, m, i};
         i += m;
       }
-      float *blk = dst + lb * GEMM_NR;
-      for (int32_t j = 0; j < GEMM_NR; ++j) {
+      float *blk = dst + lb * nr;
+      for (int32_t j = 0; j < nr; ++j) {
         float *d = blk + j;
         if (j >= cols) {
-          for (int32_t i = 0; i < len; ++i) d[i * GEMM_NR] = 0.0f;
+          for (int32_t i = 0; i < len; ++i) d[i * nr] = 0.0f;
           continue;
         }
         int32_t dr = tap_dr[j], ds = tap_ds[j];
         for (int u = 0; u < nruns; ++u) {
           const run_t *r = &runs[u];
-          float *o = d + (int64_t)r->col * GEMM_NR;
+          float *o = d + (int64_t)r->col * nr;
           int32_t ih = r->p * sh + dr;
           if ((uint32_t)ih >= (uint32_t)H) {
-            for (int32_t t = 0; t < r->len; ++t) o[t * GEMM_NR] = 0.0f;
+            for (int32_t t = 0; t < r->len; ++t) o[t * nr] = 0.0f;
             continue;
           }
           const float *xr = img[u] + tap_c[j] + (int64_t)ih * W;
@@ -211,13 +211,13 @@ static inline __attribute__((always_inline)) void pack_colt_body(const void *vct
             lo = lo < 0 ? 0 : lo > r->len ? r->len : lo;
             hi = hi > r->len ? r->len : hi < lo ? lo : hi;
             const float *src = xr + r->q0 + ds;
-            for (int32_t t = 0; t < lo; ++t) o[t * GEMM_NR] = 0.0f;
-            for (int32_t t = lo; t < hi; ++t) o[t * GEMM_NR] = src[t];
-            for (int32_t t = hi; t < r->len; ++t) o[t * GEMM_NR] = 0.0f;
+            for (int32_t t = 0; t < lo; ++t) o[t * nr] = 0.0f;
+            for (int32_t t = lo; t < hi; ++t) o[t * nr] = src[t];
+            for (int32_t t = hi; t < r->len; ++t) o[t * nr] = 0.0f;
           } else {
             for (int32_t t = 0; t < r->len; ++t) {
               int32_t iw = (r->q0 + t) * sw + ds;
-              o[t * GEMM_NR] = (uint32_t)iw < (uint32_t)W ? xr[iw] : 0.0f;
+              o[t * nr] = (uint32_t)iw < (uint32_t)W ? xr[iw] : 0.0f;
             }
           }
         }
@@ -227,46 +227,50 @@ static inline __attribute__((always_inline)) void pack_colt_body(const void *vct
 }
 
 /* A = dy viewed as K x (N*PQ): rows are filters k, depth l = pixels (n, p, q)
- * of every image; MR-row panels p[l * MR + r]. Each row is read
+ * of every image; mr-row panels p[l * mr + r]. Each row is read
  * contiguously within an image. */
-static void pack_dy(const void *vctx, int64_t first, int64_t count, int64_t l0, int64_t kc, float *dst) {
+static void pack_dy(const void *vctx, int64_t first, int64_t count, int64_t l0, int64_t kc, int64_t mr, float *dst) {
   const conv_pack_t *cp = vctx;
   const aq_conv2d_args_t *a = cp->a;
   const int64_t PQ = a->p * a->q;
-  for (int64_t r0 = 0; r0 < count; r0 += GEMM_MR, dst += kc * GEMM_MR) {
-    int64_t rows = count - r0 < GEMM_MR ? count - r0 : GEMM_MR;
-    if (rows < GEMM_MR) memset(dst, 0, (size_t)kc * GEMM_MR * sizeof(float));
+  for (int64_t r0 = 0; r0 < count; r0 += mr, dst += kc * mr) {
+    int64_t rows = count - r0 < mr ? count - r0 : mr;
+    if (rows < mr) memset(dst, 0, (size_t)(kc * mr) * sizeof(float));
     for (int64_t r = 0; r < rows; ++r) {
       int64_t k = first + r0 + r;
       for (int64_t l = 0; l < kc;) {
         int64_t pix = l0 + l, n = pix / PQ, pq = pix % PQ, len = PQ - pq < kc - l ? PQ - pq : kc - l;
         const float *src = a->dy + (n * a->k + k) * PQ + pq;
-        float *d = dst + l * GEMM_MR + r;
-        for (int64_t t = 0; t < len; ++t) d[t * GEMM_MR] = src[t];
+        float *d = dst + l * mr + r;
+        for (int64_t t = 0; t < len; ++t) d[t * mr] = src[t];
         l += len;
       }
     }
   }
 }
 
-static void pack_col_generic(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, float *d) {
-  pack_col_body(c, f, n, l0, kc, d);
+static void pack_col_generic(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w, float *d) {
+  pack_col_body(c, f, n, l0, kc, w, d);
 }
-static void pack_colt_generic(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, float *d) {
-  pack_colt_body(c, f, n, l0, kc, d);
+static void pack_colt_generic(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w, float *d) {
+  pack_colt_body(c, f, n, l0, kc, w, d);
 }
 #if defined(__x86_64__)
-AQ_TARGET_AVX512 static void pack_col_avx512(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, float *d) {
-  pack_col_body(c, f, n, l0, kc, d);
+AQ_TARGET_AVX512 static void pack_col_avx512(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w,
+                                             float *d) {
+  pack_col_body(c, f, n, l0, kc, w, d);
 }
-AQ_TARGET_AVX512 static void pack_colt_avx512(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, float *d) {
-  pack_colt_body(c, f, n, l0, kc, d);
+AQ_TARGET_AVX512 static void pack_colt_avx512(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w,
+                                              float *d) {
+  pack_colt_body(c, f, n, l0, kc, w, d);
 }
-AQ_TARGET_AVX2 static void pack_col_avx2(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, float *d) {
-  pack_col_body(c, f, n, l0, kc, d);
+AQ_TARGET_AVX2 static void pack_col_avx2(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w,
+                                         float *d) {
+  pack_col_body(c, f, n, l0, kc, w, d);
 }
-AQ_TARGET_AVX2 static void pack_colt_avx2(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, float *d) {
-  pack_colt_body(c, f, n, l0, kc, d);
+AQ_TARGET_AVX2 static void pack_colt_avx2(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w,
+                                          float *d) {
+  pack_colt_body(c, f, n, l0, kc, w, d);
 }
 #endif
 

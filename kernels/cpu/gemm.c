@@ -1,5 +1,6 @@
 /* GEMM: for each GEMM_NC-wide slice of the part's columns and each
- * GEMM_KC-deep slice of k, B is packed once into NR-column panels; every
+ * GEMM_KC-deep slice of k, B is packed once into NR-column panels (NR the
+ * engine's: gemm_engine.h); every
  * GEMM_MC-row block of A is packed into MR-row panels and streamed against
  * it, one MR x NR micro-tile at a time (BLIS's loop order: the B micro-panel
  * stays in L1 while A micro-panels come from L2). Packing zero-pads partial
@@ -138,8 +139,8 @@ static int skip_wanted(void) {
  * the caller's packer if it gave one. */
 static void pack_b_panels(const gemm_part_t *p, const engine_t *en, int64_t j0, int64_t nc, int64_t l0, int64_t kc,
                           float *pb) {
-  if (p->pack_b) p->pack_b(p->pack_ctx, j0, nc, l0, kc, pb);
-  else en->pack_b(p, l0, kc, j0, nc, pb);
+  if (p->pack_b) p->pack_b(p->pack_ctx, j0, nc, l0, kc, en->nr, pb);
+  else en->pack_b(p, l0, kc, j0, nc, en->nr, pb);
 }
 
 /* Packs rows [i0, i0 + mc) of op(A), depth [l0, l0 + kc), into pa and,
@@ -148,7 +149,7 @@ static void pack_b_panels(const gemm_part_t *p, const engine_t *en, int64_t j0, 
 static const gemm_skip_t *pack_a_block(const gemm_part_t *p, const engine_t *en, int64_t i0, int64_t mc, int64_t l0,
                                        int64_t kc, float *pa, gemm_skip_t *sk) {
   if (kc <= 0) return NULL;
-  if (p->pack_a) p->pack_a(p->pack_ctx, i0, mc, l0, kc, pa);
+  if (p->pack_a) p->pack_a(p->pack_ctx, i0, mc, l0, kc, GEMM_MR, pa);
   else en->pack_a(p, i0, mc, l0, kc, pa);
   if (!sk || !en->skip_plan) return NULL;
   en->skip_plan(pa, mc, kc, sk);
@@ -174,14 +175,15 @@ static inline void micro_full(const engine_t *en, const gemm_skip_t *sk, int64_t
 }
 
 /* Fetches C and the fused consumer's other array over rows [row, row +
- * rows), columns [col, col + GEMM_NR). */
-static inline void post_prefetch(const gemm_part_t *p, const gemm_post_t *q, int64_t rows, int64_t row, int64_t col) {
+ * rows), columns [col, col + cols) (16 or 32). */
+static inline void post_prefetch(const gemm_part_t *p, const gemm_post_t *q, int64_t rows, int64_t row, int64_t col,
+                                 int64_t cols) {
   const float *o = q->kind == GEMM_POST_RELU_MASK ? q->mask : q->velocity;
   int64_t ldo = q->kind == GEMM_POST_RELU_MASK ? q->ldmask : q->ldv;
   for (int64_t r = 0; r < rows; ++r) {
     const float *c = p->c + (row + r) * p->ldc + col, *x = o + (row + r) * ldo + col;
-    __builtin_prefetch(c, 1), __builtin_prefetch(c + 16, 1);
-    __builtin_prefetch(x), __builtin_prefetch(x + 16);
+    __builtin_prefetch(c, 1), __builtin_prefetch(c + cols - 16, 1);
+    __builtin_prefetch(x), __builtin_prefetch(x + cols - 16);
   }
 }
 
@@ -202,8 +204,8 @@ static void macro_post(const gemm_part_t *p, const engine_t *en, const float *pa
     for (int64_t ir = 0; ir < mc; ir += GEMM_MR) {
       int64_t rows = mc - ir < GEMM_MR ? mc - ir : GEMM_MR;
       int64_t next = mc - ir - GEMM_MR < GEMM_MR ? mc - ir - GEMM_MR : GEMM_MR;
-      for (int64_t jr = 0; jr < cols; jr += GEMM_NR) {
-        post_prefetch(p, e->post, next, i0 + ir + GEMM_MR, j0 + jb + jr);
+      for (int64_t jr = 0; jr < cols; jr += en->nr) {
+        post_prefetch(p, e->post, next, i0 + ir + GEMM_MR, j0 + jb + jr, en->nr);
         if (rows <= 6) en->micro_half(kc, pa + ir * kc, pb + (jb + jr) * kc, strip + jr, POST_LD, &raw);
         else micro_full(en, sk, ir / GEMM_MR, kc, pa + ir * kc, pb + (jb + jr) * kc, strip + jr, POST_LD, &raw);
       }
@@ -225,8 +227,9 @@ static void macro(const gemm_part_t *p, const engine_t *en, const float *pa, con
   }
   float buf[GEMM_MR * GEMM_NR] __attribute__((aligned(64)));
   const epi_t raw = {1.0f, 0.0f, NULL, NULL, 0, NULL};
-  for (int64_t jr = 0; jr < nc; jr += GEMM_NR) {
-    int64_t cols = nc - jr < GEMM_NR ? nc - jr : GEMM_NR;
+  const int64_t NR = en->nr;
+  for (int64_t jr = 0; jr < nc; jr += NR) {
+    int64_t cols = nc - jr < NR ? nc - jr : NR;
     epi_t ej = *e;
     if (e->bias) ej.bias = e->bias + j0 + jr;
     for (int64_t ir = 0; ir < mc; ir += GEMM_MR) {
@@ -234,21 +237,21 @@ static void macro(const gemm_part_t *p, const engine_t *en, const float *pa, con
       float *c = p->c + (i0 + ir) * p->ldc + j0 + jr;
       ej.bias_row = e->bias_row ? e->bias_row + i0 + ir : NULL;
       const float *a = pa + ir * kc, *b = pb + jr * kc;
-      if (rows == GEMM_MR && cols == GEMM_NR) {
+      if (rows == GEMM_MR && cols == NR) {
         micro_full(en, sk, ir / GEMM_MR, kc, a, b, c, p->ldc, &ej);
         continue;
       }
-      if (cols == GEMM_NR && en->rows[rows]) {
+      if (cols == NR && en->rows[rows]) {
         en->rows[rows](kc, a, b, c, p->ldc, &ej);
         continue;
       }
       /* A partial micro-tile: the product into a full-size buffer, then the
        * epilogue on the part of it that lies inside C. */
-      if (rows <= 6) en->micro_half(kc, a, b, buf, GEMM_NR, &raw);
-      else micro_full(en, sk, ir / GEMM_MR, kc, a, b, buf, GEMM_NR, &raw);
+      if (rows <= 6) en->micro_half(kc, a, b, buf, NR, &raw);
+      else micro_full(en, sk, ir / GEMM_MR, kc, a, b, buf, NR, &raw);
       for (int64_t r = 0; r < rows; ++r) {
         float *cr = c + r * p->ldc;
-        for (int64_t j = 0; j < cols; ++j) cr[j] = epi_one(&ej, buf[r * GEMM_NR + j], &cr[j], r, j);
+        for (int64_t j = 0; j < cols; ++j) cr[j] = epi_one(&ej, buf[r * NR + j], &cr[j], r, j);
       }
     }
   }
@@ -272,9 +275,11 @@ static int64_t a_block_cut(int64_t mc, int64_t MC) {
 }
 
 /* A part whose rows fit one A block (small M: a convolution's filters, a
- * batch of activations) packs A once per KC slice and then each NR-column
- * B micro-panel right before the micro-kernels use it, so B goes through
- * L1 / L2 once instead of being written to a large panel and read back. */
+ * batch of activations) packs A once per KC slice and then GEMM_NR columns
+ * of B (one micro-panel, or two of an engine with NR 16: the packer reads
+ * whole 128-byte runs of B's rows) right before the micro-kernels use
+ * them, so B goes through L1 / L2 once instead of being written to a
+ * large panel and read back. */
 static void part_fused(const gemm_part_t *p, const engine_t *en, float *pa, float *pb, gemm_skip_t *skip) {
   const int64_t KC = en->kc;
   for (int64_t pc = 0; pc < p->k || pc == 0; pc += KC) {

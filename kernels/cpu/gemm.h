@@ -19,7 +19,7 @@
 
 enum {
   GEMM_MR = 12,   /* rows of the micro-tile (broadcast from packed A) */
-  GEMM_NR = 32,   /* columns of the micro-tile (two AVX-512 vectors of packed B) */
+  GEMM_NR = 32,   /* columns of the widest micro-tile (two AVX-512 vectors of packed B); an engine's divide it */
   GEMM_KC = 512,  /* depth of one packed block (fewer passes over C) */
   GEMM_MC = 384,  /* rows of A packed at a time (the A block lives in L2) */
   GEMM_NC = 1024, /* columns of B packed at a time (the B panel lives in L2/L3) */
@@ -28,12 +28,14 @@ enum {
 /* Activations the epilogue applies after bias (the values of aq_activation_t). */
 enum { GEMM_ACT_NONE = 0, GEMM_ACT_RELU = 1 };
 
-/* A packer: MR-row panels of op(A) rows [first, first + count) (pack_a), or
- * NR-column panels of op(B) columns [first, first + count) (pack_b), depth
- * [l0, l0 + kc); a panel holds p[l * MR + r] (p[l * NR + c]), and a partial
- * panel is zero-padded. Convolution packs straight from the image this way
- * (an implicit im2col). */
-typedef void (*gemm_pack_fn)(const void *ctx, int64_t first, int64_t count, int64_t l0, int64_t kc, float *dst);
+/* A packer: panels `width` wide of op(A) rows [first, first + count)
+ * (pack_a: width is GEMM_MR), or of op(B) columns (pack_b: width is the
+ * micro-tile's, at most GEMM_NR, which the ISA picks), depth [l0, l0 + kc);
+ * a panel holds p[l * width + r] (p[l * width + c]), and a partial panel is
+ * zero-padded. Convolution packs straight from the image this way (an
+ * implicit im2col). */
+typedef void (*gemm_pack_fn)(const void *ctx, int64_t first, int64_t count, int64_t l0, int64_t kc, int64_t width,
+                             float *dst);
 
 /* A consumer of the product fused into its write-back (aq_matmul_fused_f32):
  * after the epilogue, on the last depth slice, each row segment v of the

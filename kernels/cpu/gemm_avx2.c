@@ -71,36 +71,46 @@ AQ_TARGET_AVX2 void gemm_pack_a_avx2(const gemm_part_t *p, int64_t i0, int64_t m
   }
 }
 
-/* pack_b with AVX2 (the AVX-512 engine uses it too): a row-major B is
- * copied as the portable packer copies it; a transposed B (B[j * ldb + l],
- * the data gradient of a matmul) is transposed 8 x 8 at a time instead of
- * one float per strided store. */
-AQ_TARGET_AVX2 void gemm_pack_b_avx2(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc,
-                                       float *dst) {
-  if (!p->trans_b) {
-    /* Full panels: four vector copies a row, the rows a few ahead
-     * prefetched (they lie ldb apart, often 4 KB: the hardware prefetcher
-     * does not follow them across a panel's 32 columns). */
-    int64_t c0 = 0;
-    for (; c0 + GEMM_NR <= nc; c0 += GEMM_NR, dst += kc * GEMM_NR) {
-      const float *src = p->b + l0 * p->ldb + j0 + c0;
-      for (int64_t l = 0; l < kc; ++l, src += p->ldb) {
-        __builtin_prefetch(src + 8 * p->ldb);
-        __builtin_prefetch(src + 8 * p->ldb + 16);
-        __m256 x0 = _mm256_loadu_ps(src), x1 = _mm256_loadu_ps(src + 8), x2 = _mm256_loadu_ps(src + 16),
-               x3 = _mm256_loadu_ps(src + 24);
-        _mm256_store_ps(dst + l * GEMM_NR, x0);
-        _mm256_store_ps(dst + l * GEMM_NR + 8, x1);
-        _mm256_store_ps(dst + l * GEMM_NR + 16, x2);
-        _mm256_store_ps(dst + l * GEMM_NR + 24, x3);
-      }
+/* pack_b with AVX2, nr columns a panel (16 for this engine, 32 for the
+ * AVX-512 ones, which use it too): a row-major B is copied nr / 8 vectors
+ * a row; a transposed B (B[j * ldb + l], the data gradient of a matmul)
+ * is transposed 8 x 8 at a time instead of one float per strided store. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void pack_b_rows_avx2(const gemm_part_t *p, int64_t l0,
+                                                                                   int64_t kc, int64_t j0, int64_t nc,
+                                                                                   int64_t nr, float *dst) {
+  /* GEMM_NR columns a pass, into GEMM_NR / nr panels: vector copies, the
+   * rows a few ahead prefetched (they lie ldb apart, often 4 KB: the
+   * hardware prefetcher does not follow them; and a pass over 16 columns
+   * only, one line a row, packed the MLP's B more slowly). */
+  int64_t c0 = 0;
+  for (; c0 + GEMM_NR <= nc; c0 += GEMM_NR, dst += kc * GEMM_NR) {
+    const float *src = p->b + l0 * p->ldb + j0 + c0;
+    for (int64_t l = 0; l < kc; ++l, src += p->ldb) {
+      __builtin_prefetch(src + 8 * p->ldb);
+      __builtin_prefetch(src + 8 * p->ldb + 16);
+      for (int64_t v = 0; v < GEMM_NR; v += 8)
+        _mm256_store_ps(dst + (v / nr) * kc * nr + l * nr + v % nr, _mm256_loadu_ps(src + v));
     }
-    if (c0 < nc) gemm_pack_b_generic(p, l0, kc, j0 + c0, nc - c0, dst);
+  }
+  for (; c0 + nr <= nc; c0 += nr, dst += kc * nr) {
+    const float *src = p->b + l0 * p->ldb + j0 + c0;
+    for (int64_t l = 0; l < kc; ++l, src += p->ldb)
+      for (int64_t v = 0; v < nr; v += 8) _mm256_store_ps(dst + l * nr + v, _mm256_loadu_ps(src + v));
+  }
+  if (c0 < nc) gemm_pack_b_generic(p, l0, kc, j0 + c0, nc - c0, nr, dst);
+}
+
+AQ_TARGET_AVX2 void gemm_pack_b_avx2(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, int64_t nr,
+                                     float *dst) {
+  if (!p->trans_b) {
+    if (nr == 16) pack_b_rows_avx2(p, l0, kc, j0, nc, 16, dst);
+    else if (nr == GEMM_NR) pack_b_rows_avx2(p, l0, kc, j0, nc, GEMM_NR, dst);
+    else pack_b_rows_avx2(p, l0, kc, j0, nc, nr, dst);
     return;
   }
-  for (int64_t c0 = 0; c0 < nc; c0 += GEMM_NR, dst += kc * GEMM_NR) {
-    int64_t cols = nc - c0 < GEMM_NR ? nc - c0 : GEMM_NR, j = j0 + c0;
-    if (cols < GEMM_NR) memset(dst, 0, (size_t)kc * GEMM_NR * sizeof(float));
+  for (int64_t c0 = 0; c0 < nc; c0 += nr, dst += kc * nr) {
+    int64_t cols = nc - c0 < nr ? nc - c0 : nr, j = j0 + c0;
+    if (cols < nr) memset(dst, 0, (size_t)(kc * nr) * sizeof(float));
     int64_t full = cols & ~(int64_t)7; /* columns packed 8 x 8 */
     for (int64_t g = 0; g < full; g += 8) {
       const float *src = p->b + (j + g) * p->ldb + l0;
@@ -109,25 +119,27 @@ AQ_TARGET_AVX2 void gemm_pack_b_avx2(const gemm_part_t *p, int64_t l0, int64_t k
         __m256 x[8];
         for (int c = 0; c < 8; ++c) x[c] = _mm256_loadu_ps(src + c * p->ldb + l);
         transpose8_avx2(x);
-        for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + (l + t) * GEMM_NR + g, x[t]);
+        for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dst + (l + t) * nr + g, x[t]);
       }
       for (; l < kc; ++l)
-        for (int c = 0; c < 8; ++c) dst[l * GEMM_NR + g + c] = src[c * p->ldb + l];
+        for (int c = 0; c < 8; ++c) dst[l * nr + g + c] = src[c * p->ldb + l];
     }
     for (int64_t c = full; c < cols; ++c) {
       const float *src = p->b + (j + c) * p->ldb + l0;
-      for (int64_t l = 0; l < kc; ++l) dst[l * GEMM_NR + c] = src[l];
+      for (int64_t l = 0; l < kc; ++l) dst[l * nr + c] = src[l];
     }
   }
 }
 
-/* AVX2 has 16 registers: the 12 x 32 tile goes as four 6 x 16 quarters of
- * twelve accumulators each. The depth is walked in slices short enough that
- * a slice of both panels (AVX2_KS x (12 + 32) floats, 22 KB) stays in L1
- * across the four quarters; between slices the quarters park their sums in
- * a tile-sized buffer, itself in L1, and after the last one each quarter
- * writes its sums to C from its registers. */
-enum { AVX2_KS = 128 };
+/* AVX2 has 16 registers: this engine's micro-tile is 12 x 16, two 6 x 16
+ * halves of twelve accumulators each, with two B vectors and a broadcast
+ * (BLIS's Haswell tile). Each half runs over the whole depth and writes C
+ * from its registers. The AVX-512 engines' 12 x 32 tile went here as four
+ * quarters that parked their sums between slices of the depth short
+ * enough to stay in L1, and lost the time of those stores and reloads.
+ * The B panel, 16 columns wide, is one 64-byte line a step and stays in
+ * L1 while the block's A panels stream past it. */
+enum { AVX2_NR = 16 };
 
 /* The write-back of 8 sums s of row r, columns [j, j + 8) of a micro-tile,
  * to p: the epilogue of epi_t. */
@@ -144,76 +156,61 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void store8_avx2(con
 /* The accumulators are twelve named variables, not an array: GCC kept an
  * array on the stack and stored it back on every step (a third of the speed). */
 #define AVX2_ROW(r)                                                                        \
-  x = _mm256_broadcast_ss(a + (r));                                                        \
+  x = _mm256_broadcast_ss(al + (r));                                                       \
   c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0);                                               \
   c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1);
 #define AVX2_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5)
 #define AVX2_ZERO(r) c##r##0 = c##r##1 = _mm256_setzero_ps();
-#define AVX2_LOAD(r) c##r##0 = _mm256_load_ps(t + (r) * GEMM_NR), c##r##1 = _mm256_load_ps(t + (r) * GEMM_NR + 8);
-#define AVX2_STORE(r) _mm256_store_ps(t + (r) * GEMM_NR, c##r##0), _mm256_store_ps(t + (r) * GEMM_NR + 8, c##r##1);
 #define AVX2_OUT(r)                                                                                \
   if ((r) < rows) {                                                                                \
-    store8_avx2(e, c##r##0, c + (r) * ldc, j, r0 + (r));                                           \
-    store8_avx2(e, c##r##1, c + (r) * ldc + 8, j + 8, r0 + (r));                                   \
+    store8_avx2(e, c##r##0, c + (r) * ldc, 0, r0 + (r));                                           \
+    store8_avx2(e, c##r##1, c + (r) * ldc + 8, 8, r0 + (r));                                       \
+  }
+/* Step l of the panels: A at a (stride GEMM_MR), B at b (stride AVX2_NR). */
+#define AVX2_STEP(l)                                                                       \
+  {                                                                                        \
+    const float *al = a + (l) * GEMM_MR, *bl = b + (l) * AVX2_NR;                          \
+    __m256 b0 = _mm256_load_ps(bl), b1 = _mm256_load_ps(bl + 8), x;                        \
+    AVX2_EACH(AVX2_ROW)                                                                    \
   }
 
-/* One quarter over ks steps (at NULL: the next ks of the panels; else the
- * ks steps listed there): from zeros (first) or its parked sums at t, to
- * t, or, on the last slice, through the epilogue to C's rows [0, rows) at
- * c (row r0, column j of the micro-tile). */
-AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void quarter_avx2(int64_t ks, const uint16_t *at,
-                                                                              const float *a, const float *b, float *t,
-                                                                              int first, int last, float *c,
-                                                                              int64_t ldc, const epi_t *e, int64_t j,
-                                                                              int64_t r0, int rows) {
-  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, x;
-  if (first) {
-    AVX2_EACH(AVX2_ZERO)
-  } else {
-    AVX2_EACH(AVX2_LOAD)
-  }
+/* A 6 x 16 half of the tile: rows [0, 6) of the A panel at a (the panel's
+ * first or second half) over n steps, every step of the panels (at NULL)
+ * or the steps listed at at, then through the epilogue to C's rows [0,
+ * rows) at c (row r0 of the micro-tile). C is fetched AQ_PREFETCH_C_AHEAD
+ * steps before the end. */
+AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void half_avx2(int64_t n, const uint16_t *at,
+                                                                           const float *a, const float *b, float *c,
+                                                                           int64_t ldc, const epi_t *e, int64_t r0,
+                                                                           int rows) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  AVX2_EACH(AVX2_ZERO)
+  int64_t ahead = n - AQ_PREFETCH_C_AHEAD > 0 ? n - AQ_PREFETCH_C_AHEAD : 0;
   if (at) {
-    for (int64_t l = 0; l < ks; ++l) {
-      const float *a_ = a, *b_ = b;
-      a = a_ + (int64_t)at[l] * GEMM_MR, b = b_ + (int64_t)at[l] * GEMM_NR;
-      __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-      AVX2_EACH(AVX2_ROW)
-      a = a_, b = b_;
-    }
+    for (int64_t l = 0; l < ahead; ++l) AVX2_STEP(at[l])
+    aq_prefetch_c(c, ldc, rows, AVX2_NR);
+    for (int64_t l = ahead; l < n; ++l) AVX2_STEP(at[l])
   } else {
+    int64_t l = 0;
 #pragma GCC unroll 4
-    for (int64_t l = 0; l < ks; ++l, a += GEMM_MR, b += GEMM_NR) {
-      __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-      AVX2_EACH(AVX2_ROW)
-    }
+    for (; l < ahead; ++l) AVX2_STEP(l)
+    aq_prefetch_c(c, ldc, rows, AVX2_NR);
+#pragma GCC unroll 4
+    for (; l < n; ++l) AVX2_STEP(l)
   }
-  if (last) {
-    AVX2_EACH(AVX2_OUT)
-  } else {
-    AVX2_EACH(AVX2_STORE)
-  }
+  AVX2_EACH(AVX2_OUT)
 }
 
-/* rows of the tile over kc steps of the panels (at NULL), or over the kc
- * steps listed at at (the panels' own rows at a, b). */
+/* rows of the tile (1 to 12) over kc steps of the panels (at NULL), or over
+ * the kc steps listed at at: the first half, then the second on the rows
+ * past 6. */
 AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows(int64_t kc, const uint16_t *at,
                                                                                   const float *a, const float *b,
                                                                                   float *c, int64_t ldc,
                                                                                   const epi_t *e, int rows) {
-  float t[GEMM_MR * GEMM_NR] __attribute__((aligned(32)));
   const epi_t le = *e; /* a local copy: C's stores cannot change it, so its fields stay in registers */
-  int64_t k0 = 0;
-  do {
-    int64_t ks = kc - k0 < AVX2_KS ? kc - k0 : AVX2_KS;
-    int last = k0 + AVX2_KS >= kc;
-    if (last) aq_prefetch_c(c, ldc, rows);
-    const float *ak = at ? a : a + k0 * GEMM_MR, *bk = at ? b : b + k0 * GEMM_NR;
-    for (int rh = 0; rh < rows; rh += 6)
-      for (int half = 0; half < 2; ++half)
-        quarter_avx2(ks, at ? at + k0 : NULL, ak + rh, bk + 16 * half, t + rh * GEMM_NR + 16 * half, k0 == 0, last,
-                     c + rh * ldc + 16 * half, ldc, &le, 16 * half, rh, rows - rh < 6 ? rows - rh : 6);
-    k0 += AVX2_KS;
-  } while (k0 < kc);
+  half_avx2(kc, at, a, b, c, ldc, &le, 0, rows < 6 ? rows : 6);
+  if (rows > 6) half_avx2(kc, at, a + 6, b, c + 6 * ldc, ldc, &le, 6, rows - 6);
 }
 AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       const epi_t *e) {
@@ -393,9 +390,9 @@ AQ_TARGET_AVX2_BMI static void sparse_build_avx2(const gemm_part_t *p, int64_t i
   }
 }
 
-/* One sub-slice for rows [0, rows), NP micro-panels b[0 .. NP) of the
- * group (4 NP vectors of sums a row, at sums + 32 * first panel): each
- * nonzero's value times its step's row of the panels. */
+/* One sub-slice for rows [0, rows), 2 NP micro-panels b[0 .. 2 NP) of the
+ * group (4 NP vectors of sums a row): each nonzero's value times its
+ * step's row of the panels. */
 AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void sparse_rows_avx2(int np, int64_t rows,
                                                                                    const float *val, const uint8_t *at,
                                                                                    const uint8_t *n,
@@ -407,9 +404,9 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void sparse_rows_avx
     _Pragma("GCC unroll 12") for (int q = 0; q < 4 * np; ++q) acc[q] = first ? _mm256_setzero_ps() : _mm256_load_ps(t + 8 * q);
     for (int j = 0; j < n[r]; ++j) {
       __m256 v = _mm256_broadcast_ss(val + j);
-      int64_t off = (int64_t)at[j] * GEMM_NR;
+      int64_t off = (int64_t)at[j] * AVX2_NR;
       _Pragma("GCC unroll 12") for (int q = 0; q < 4 * np; ++q)
-        acc[q] = _mm256_fmadd_ps(v, _mm256_load_ps(b[q >> 2] + off + (q & 3) * 8), acc[q]);
+        acc[q] = _mm256_fmadd_ps(v, _mm256_load_ps(b[q >> 1] + off + (q & 1) * 8), acc[q]);
     }
     _Pragma("GCC unroll 12") for (int q = 0; q < 4 * np; ++q) _mm256_store_ps(t + 8 * q, acc[q]);
   }
@@ -421,20 +418,26 @@ AQ_TARGET_AVX2 static void row32_avx2(const epi_t *e, const float *t, float *c, 
 }
 
 /* C's block rows [i0, i0 + mc) x columns [j0, j0 + nc) from the lists and
- * the packed B, three micro-panels a pass (12 accumulators of 16 registers;
- * the last four panels go as 2 + 2, one or two left as they are), the
- * pass's sub-slice of B (24 KB) staying in L1 while every row goes by. Two
- * panels a pass give each accumulator one multiply-add per nonzero in 8:
- * at the FMA's latency of 4 cycles the chains, not the units, set the
- * pace. */
+ * the packed B (16-column micro-panels), 96 columns a pass (12
+ * accumulators of 16 registers; the last 128 go as 64 + 64, 32 or 64 left
+ * as they are), the pass's sub-slice of B (24 KB) staying in L1 while
+ * every row goes by. 64 columns a pass give each accumulator one
+ * multiply-add per nonzero in 8: at the FMA's latency of 4 cycles the
+ * chains, not the units, set the pace. A pass's columns come in whole
+ * 32-column rows, which the write-back takes as vectors. */
 AQ_TARGET_AVX2 static void sparse_block_avx2(const gemm_part_t *p, const sparse_t *sp, const float *pb, int64_t kc,
                                              int64_t i0, int64_t mc, int64_t j0, int64_t nc, const epi_t *e) {
   int64_t nsub = (kc + AVX2_SK - 1) / AVX2_SK, panels = (nc + GEMM_NR - 1) / GEMM_NR;
+  int64_t narrow = (nc + AVX2_NR - 1) / AVX2_NR; /* micro-panels of B */
   for (int64_t k0 = 0; k0 < panels;) {
     int64_t np = panels - k0 == 4 ? 2 : panels - k0 < 3 ? panels - k0 : 3;
     for (int64_t s = 0; s < nsub; ++s) {
-      const float *b[3];
-      for (int64_t k = 0; k < 3; ++k) b[k] = pb + ((k0 + (k < np ? k : 0)) * kc + s * AVX2_SK) * GEMM_NR;
+      /* A pass's 2 np micro-panels; one past B's last column reads the first. */
+      const float *b[6];
+      for (int64_t k = 0; k < 6; ++k) {
+        int64_t q = 2 * k0 + k;
+        b[k] = pb + ((k < 2 * np && q < narrow ? q : 2 * k0) * kc + s * AVX2_SK) * AVX2_NR;
+      }
       const float *val = sp->val + (size_t)s * mc * AVX2_SK;
       const uint8_t *at = sp->at + (size_t)s * mc * AVX2_SK, *n = sp->n + s * mc;
       switch (np) {
@@ -465,5 +468,6 @@ const engine_t gemm_engine_avx2 = {
     gemm_pack_b_avx2,
     narrow_avx2,
     GEMM_KC,
-    0 /* from the L2 size: a_block_rows */};
+    0 /* from the L2 size: a_block_rows */,
+    AVX2_NR};
 #endif

@@ -101,7 +101,7 @@ AQ_TARGET_AVX512 static inline __attribute__((always_inline)) void micro512(int 
   __m512 c0[GEMM_MR], c1[GEMM_MR];
   _Pragma("GCC unroll 16") for (int r = 0; r < rows; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
   for (int64_t l = 0; l < n; ++l) {
-    if (l == n - AQ_PREFETCH_C_AHEAD) aq_prefetch_c(c, ldc, rows);
+    if (l == n - AQ_PREFETCH_C_AHEAD) aq_prefetch_c(c, ldc, rows, GEMM_NR);
     const float *bl = at ? b + (int64_t)at[l] * GEMM_NR : b + l * GEMM_NR;
     const float *al = at ? a + (int64_t)at[l] * GEMM_MR : a + l * GEMM_MR;
     __m512 b0 = _mm512_load_ps(bl), b1 = _mm512_load_ps(bl + 16);
@@ -334,7 +334,8 @@ static void narrow_avx512(int64_t k, const float *a, const float *b, int64_t sl,
    gemm_pack_b_avx2,                                                                                            \
    narrow_avx512,                                                                                          \
    GEMM_KC,                                                                                                \
-   GEMM_MC}
+   GEMM_MC,                                                                                                \
+   GEMM_NR}
 const engine_t gemm_engine_avx512 = AQ_AVX512_ENGINE(NULL, SPARSE_OTHER_PCT);
 const engine_t gemm_engine_avx512_zen4 = AQ_AVX512_ENGINE(skip_plan_avx512, SPARSE_ZEN4_PCT);
 #endif

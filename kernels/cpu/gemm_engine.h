@@ -36,7 +36,9 @@ void gemm_post_rows(const epi_t *e, float *x, int64_t ldx, int64_t rows, int64_t
 
 /* ---- micro-kernels ------------------------------------------------------------
  * C[MR][NR] (leading dimension ldc) from an A panel (p[l * MR + r]) and a
- * B panel (p[l * NR + c]), kc deep (kc may be 0: C = beta C + bias). */
+ * B panel (p[l * NR + c]), kc deep (kc may be 0: C = beta C + bias). NR is
+ * the engine's (engine_t.nr): as wide as its vectors and registers make a
+ * tile whose sums never leave them. */
 typedef void (*micro_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, const epi_t *e);
 
 /* ---- zero skipping -----------------------------------------------------------
@@ -46,16 +48,17 @@ typedef void (*micro_fn)(int64_t kc, const float *a, const float *b, float *c, i
  * four of its five products (the first layer's and the second's, forward
  * and backward), and in 16-32% of their 6-row halves. skip_plan lists, for
  * each full panel of a packed A block, the steps that hold a nonzero: for
- * the whole panel (WHOLE), or for each half apart (HALVES: two 6 x 32
- * tiles, when that leaves fewer multiply-adds than WHOLE by a margin that
- * pays for reading B twice). The skip micro-kernel reads A and B through a
- * list. Each sum runs in the same order over the same nonzero terms, so C
- * is what the dense kernel gives, bit for bit, with one exception: an Inf
- * or NaN of B that meets only zeros of A no longer makes C NaN. Partial
- * panels stay dense. The AVX2 engine and Zen 4's plan panels (gemm.c:
- * pick); on AVX2 they pay where zeros come in whole steps (a layer's dead
- * units, an image's border), random zeros leaving no step to skip in 12
- * or 6 rows. AQ_GEMM_SKIP_ZEROS=0 turns it off. */
+ * the whole panel (WHOLE), or for each half apart (HALVES: two 6-row
+ * tiles, when that leaves fewer multiply-adds than WHOLE, by a margin that
+ * pays for reading B twice where WHOLE reads it once). The skip
+ * micro-kernel reads A and B through a list. Each sum runs in the same
+ * order over the same nonzero terms, so C is what the dense kernel gives,
+ * bit for bit, with one exception: an Inf or NaN of B that meets only
+ * zeros of A no longer makes C NaN. Partial panels stay dense. The AVX2
+ * engine and Zen 4's plan panels (gemm.c: pick); on AVX2 they pay where
+ * zeros come in whole steps (a layer's dead units, an image's border),
+ * random zeros leaving no step to skip in 12 or 6 rows.
+ * AQ_GEMM_SKIP_ZEROS=0 turns it off. */
 enum { SKIP_DENSE = 0, SKIP_WHOLE = 1, SKIP_HALVES = 2 };
 struct gemm_skip {
   uint8_t mode[GEMM_MC / GEMM_MR];
@@ -115,10 +118,10 @@ typedef void (*micro_skip_fn)(int64_t n, const uint16_t *at, const float *a, con
  * often 4 KB, find their lines in L1 (about 1% on the MLP's products on
  * the 2-core EPYC, close to the noise there, and never slower). */
 #define AQ_PREFETCH_C_AHEAD 24
-static inline __attribute__((always_inline)) void aq_prefetch_c(const float *c, int64_t ldc, int rows) {
+static inline __attribute__((always_inline)) void aq_prefetch_c(const float *c, int64_t ldc, int rows, int cols) {
   for (int r = 0; r < rows; ++r) {
     __builtin_prefetch(c + r * ldc, 1);
-    __builtin_prefetch(c + r * ldc + GEMM_NR - 1, 1);
+    __builtin_prefetch(c + r * ldc + cols - 1, 1);
   }
 }
 
@@ -189,7 +192,7 @@ typedef void (*narrow_fn)(int64_t k, const float *a, const float *b, int64_t sl,
 
 typedef void (*pack_a_fn)(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc, float *dst);
 typedef void (*skip_plan_fn)(const float *pa, int64_t mc, int64_t kc, gemm_skip_t *sk);
-typedef void (*pack_b_fn)(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, float *dst);
+typedef void (*pack_b_fn)(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float *dst);
 
 typedef struct engine {
   micro_fn micro, micro_half; /* all MR rows; the first 6 only */
@@ -204,13 +207,15 @@ typedef struct engine {
   pack_b_fn pack_b;
   narrow_fn narrow;
   int64_t kc, mc; /* depth of a packed slice and rows of an A block (<= GEMM_KC, GEMM_MC); mc 0: from L2 */
+  int64_t nr;     /* columns of the micro-tile and of a packed B panel (divides GEMM_NR) */
 } engine_t;
 
-/* Packers the engines share (p[l * MR + r] and p[l * NR + c] panels). */
+/* Packers the engines share (p[l * MR + r] and p[l * nr + c] panels; the
+ * vector B packer takes nr a multiple of 8). */
 void gemm_pack_a_generic(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc, float *dst);
-void gemm_pack_b_generic(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, float *dst);
+void gemm_pack_b_generic(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float *dst);
 void gemm_pack_a_avx2(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l0, int64_t kc, float *dst);
-void gemm_pack_b_avx2(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, float *dst);
+void gemm_pack_b_avx2(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float *dst);
 
 extern const engine_t gemm_engine_generic;
 #if defined(__x86_64__)

@@ -26,24 +26,21 @@ void gemm_pack_a_generic(const gemm_part_t *p, int64_t i0, int64_t mc, int64_t l
   }
 }
 
-/* NR-column panels of op(B) columns [j0, j0 + nc), depth [l0, l0 + kc):
- * p[l * NR + c]. */
-void gemm_pack_b_generic(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, float *dst) {
-  for (int64_t c0 = 0; c0 < nc; c0 += GEMM_NR, dst += kc * GEMM_NR) {
-    int64_t cols = nc - c0 < GEMM_NR ? nc - c0 : GEMM_NR, j = j0 + c0;
+/* nr-column panels of op(B) columns [j0, j0 + nc), depth [l0, l0 + kc):
+ * p[l * nr + c]. */
+void gemm_pack_b_generic(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, int64_t nr,
+                         float *dst) {
+  for (int64_t c0 = 0; c0 < nc; c0 += nr, dst += kc * nr) {
+    int64_t cols = nc - c0 < nr ? nc - c0 : nr, j = j0 + c0;
     if (!p->trans_b) {
       const float *src = p->b + l0 * p->ldb + j;
-      if (cols == GEMM_NR) {
-        for (int64_t l = 0; l < kc; ++l, src += p->ldb) memcpy(dst + l * GEMM_NR, src, GEMM_NR * sizeof(float));
-      } else {
-        memset(dst, 0, (size_t)kc * GEMM_NR * sizeof(float));
-        for (int64_t l = 0; l < kc; ++l, src += p->ldb) memcpy(dst + l * GEMM_NR, src, (size_t)cols * sizeof(float));
-      }
+      if (cols < nr) memset(dst, 0, (size_t)(kc * nr) * sizeof(float));
+      for (int64_t l = 0; l < kc; ++l, src += p->ldb) memcpy(dst + l * nr, src, (size_t)cols * sizeof(float));
     } else {
-      if (cols < GEMM_NR) memset(dst, 0, (size_t)kc * GEMM_NR * sizeof(float));
+      if (cols < nr) memset(dst, 0, (size_t)(kc * nr) * sizeof(float));
       for (int64_t c = 0; c < cols; ++c) {
         const float *src = p->b + (j + c) * p->ldb + l0;
-        for (int64_t l = 0; l < kc; ++l) dst[l * GEMM_NR + c] = src[l];
+        for (int64_t l = 0; l < kc; ++l) dst[l * nr + c] = src[l];
       }
     }
   }
@@ -72,4 +69,4 @@ static void narrow_c(int64_t k, const float *a, const float *b, int64_t sl, int6
 }
 
 const engine_t gemm_engine_generic = {micro_c, micro_c, {NULL}, NULL, NULL, NULL, NULL, NULL, NULL, 0, gemm_pack_a_generic,
-                                        gemm_pack_b_generic, narrow_c, GEMM_KC, GEMM_MC};
+                                        gemm_pack_b_generic, narrow_c, GEMM_KC, GEMM_MC, GEMM_NR};

@@ -61,6 +61,23 @@ Test(blocked, matmul_narrow_products_every_layout) {
   check_matmul(20, 40, 300, 1, 0, 1, 0, 0.0f);
 }
 
+/* The micro-tile's edges: 12 rows by 32 columns on AVX-512, 16 on AVX2.
+ * Widths around 16 and 32 (a part's last tile full, partial, or a lone
+ * 16-column panel), rows not a multiple of 6 or 12, depth 1 and 2. */
+static void tile_edges(void) {
+  check_matmul(7, 48, 1, 0, 0, 1, 0, 0.0f);
+  check_matmul(25, 17, 3, 0, 1, 0, 1, 0.5f);
+  check_matmul(13, 80, 2, 1, 0, 1, 1, 1.0f);
+  check_matmul(6, 33, 19, 1, 1, 0, 0, 0.0f);
+  check_matmul(37, 176, 21, 0, 0, 1, 0, 0.5f);
+  check_matmul(18, 31, 1, 1, 1, 1, 1, 0.0f);
+}
+Test(blocked, matmul_tile_edges) { tile_edges(); }
+Test(blocked, matmul_tile_edges_on_avx2) {
+  kernels_restart_with("AQ_CPU_ISA", "avx2");
+  tile_edges();
+}
+
 Test(blocked, matmul_beta_zero_ignores_nans_in_c) {
   enum { M = 30, N = 40, K = 20 };
   float *a = rnd(M * K, 1), *b = rnd(K * N, 2), c[M * N];

@@ -149,6 +149,7 @@ static void bitwise_products(void) {
   /* Four fifths zero. */
   check_bitwise_more(389, 1057, 515, 0, 0, 1);
   check_bitwise_more(256, 300, 784, 1, 1, 1);
+  check_bitwise_more(100, 304, 300, 0, 1, 1); /* a last group of 48 columns: one 16-column panel past 32 */
   /* Zeros in whole steps, A too dense for sparse rows: panels planned on
    * wide parts, across blocks and slices. */
   check_bitwise_more(389, 1057, 515, 0, 1, 2);
