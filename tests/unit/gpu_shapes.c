@@ -146,3 +146,37 @@ Test(gpu_shapes, conv2d_phases_take_exactly_the_taps_that_reach_a_row) {
   a.stride_h = a.stride_w = 1, a.p = a.q = 6;
   cr_assert_eq(aq_conv2d_gemm_tiles(&a, 1, 64, 64), 1);
 }
+
+/* The staged backward filter's stages: larger where each block of its grid
+ * (a cluster a filter) is alone on an SM, within the opt-in group segment
+ * of every GPU it builds for, and the ordinary size otherwise or where the
+ * larger stages would not fit. */
+Test(gpu_shapes, conv2d_staged_filter_stages_grow_where_a_block_is_alone) {
+  const int split = AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
+  aq_conv2d_args_t l1 = {.n = 256, .c = 1, .h = 28, .wd = 28, .k = 6, .r = 5, .s = 5, .stride_h = 1, .stride_w = 1,
+                         .pad_h = 2, .pad_w = 2, .dil_h = 1, .dil_w = 1, .p = 28, .q = 28};
+  const int64_t per = aq_conv2d_tiled_image_floats(&l1);
+  cr_assert(aq_conv2d_filter_alone(&l1, split));
+  cr_assert_eq(aq_conv2d_filter_images(&l1, split), AQ_GPU_CONV2D_FILTER_STAGE_ALONE / per);
+  cr_assert_leq(aq_conv2d_filter_bytes(&l1, split), AQ_GPU_CONV2D_FILTER_BYTES_ALONE);
+  cr_assert_gt(aq_conv2d_filter_bytes(&l1, split), AQ_GPU_CONV2D_FILTER_BYTES, "more than two blocks an SM could hold");
+  /* a grid past the SMs: two blocks an SM, the ordinary stages */
+  aq_conv2d_args_t wide = l1;
+  wide.k = AQ_GPU_CONV2D_FILTER_ALONE_BLOCKS / split + 1;
+  cr_assert(!aq_conv2d_filter_alone(&wide, split));
+  cr_assert_eq(aq_conv2d_filter_images(&wide, split), AQ_GPU_CONV2D_FILTER_STAGE / per);
+  cr_assert_leq(aq_conv2d_filter_bytes(&wide, split), AQ_GPU_CONV2D_FILTER_BYTES);
+  /* a small batch: a block's share, not the stage, bounds the images */
+  aq_conv2d_args_t few = l1;
+  few.n = 16;
+  cr_assert_eq(aq_conv2d_filter_images(&few, split), 2);
+  /* every shape the staged build takes fits its limit */
+  for (int64_t c = 1; c <= 64; c *= 2)
+    for (int64_t k = 1; k <= 64; k *= 4) {
+      aq_conv2d_args_t a = l1;
+      a.c = c, a.k = k;
+      const int64_t b = aq_conv2d_filter_bytes(&a, split);
+      cr_assert_leq(b, aq_conv2d_filter_alone(&a, split) ? AQ_GPU_CONV2D_FILTER_BYTES_ALONE : AQ_GPU_CONV2D_FILTER_BYTES,
+                    "c %lld k %lld: %lld bytes", (long long)c, (long long)k, (long long)b);
+    }
+}
