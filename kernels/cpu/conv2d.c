@@ -249,29 +249,21 @@ static void pack_dy(const void *vctx, int64_t first, int64_t count, int64_t l0, 
   }
 }
 
-static void pack_col_generic(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w, float *d) {
-  pack_col_body(c, f, n, l0, kc, w, d);
-}
-static void pack_colt_generic(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w, float *d) {
-  pack_colt_body(c, f, n, l0, kc, w, d);
-}
+/* The packers compiled once for each ISA (the body inlined under its
+ * target), so that pick_col's choice runs that ISA's vector code. */
+#define PACK_COL_FOR(TARGET, isa)                                                                                 \
+  TARGET static void pack_col_##isa(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w,     \
+                                    float *d) {                                                                 \
+    pack_col_body(c, f, n, l0, kc, w, d);                                                                       \
+  }                                                                                                             \
+  TARGET static void pack_colt_##isa(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w,    \
+                                     float *d) {                                                                \
+    pack_colt_body(c, f, n, l0, kc, w, d);                                                                      \
+  }
+PACK_COL_FOR(, generic)
 #if defined(__x86_64__)
-AQ_TARGET_AVX512 static void pack_col_avx512(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w,
-                                             float *d) {
-  pack_col_body(c, f, n, l0, kc, w, d);
-}
-AQ_TARGET_AVX512 static void pack_colt_avx512(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w,
-                                              float *d) {
-  pack_colt_body(c, f, n, l0, kc, w, d);
-}
-AQ_TARGET_AVX2 static void pack_col_avx2(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w,
-                                         float *d) {
-  pack_col_body(c, f, n, l0, kc, w, d);
-}
-AQ_TARGET_AVX2 static void pack_colt_avx2(const void *c, int64_t f, int64_t n, int64_t l0, int64_t kc, int64_t w,
-                                          float *d) {
-  pack_colt_body(c, f, n, l0, kc, w, d);
-}
+PACK_COL_FOR(AQ_TARGET_AVX512, avx512)
+PACK_COL_FOR(AQ_TARGET_AVX2, avx2)
 #endif
 
 static gemm_pack_fn pick_col(void) {
