@@ -13,9 +13,7 @@ static aq_agent_t gpu;
 static char perf_dir[64];
 
 static void setup(void) {
-  snprintf(perf_dir, sizeof(perf_dir), "/tmp/aq-perf-gpu-XXXXXX");
-  cr_assert(mkdtemp(perf_dir));
-  setenv("AQ_PERF_DIR", perf_dir, 1);
+  perf_dir_make(perf_dir, "perf-gpu", NULL, NULL);
   AQ_ASSERT_OK(aq_init(NULL));
   gpu = first_agent(AQ_AGENT_KIND_GPU);
   if (!gpu.handle) {
@@ -23,16 +21,13 @@ static void setup(void) {
     aq_driver_status("cuda", &why);
     cr_log_warn("skipped: no GPU (%s)", why);
     aq_shut_down();
+    perf_dir_remove(perf_dir); /* a skip in .init runs no .fini */
     cr_skip_test("skipped: no GPU");
   }
 }
 static void teardown(void) {
   if (gpu.handle) aq_shut_down();
-  char path[128];
-  snprintf(path, sizeof(path), "%s/models.tsv", perf_dir);
-  unlink(path);
-  rmdir(perf_dir);
-  unsetenv("AQ_PERF_DIR");
+  perf_dir_remove(perf_dir);
 }
 TestSuite(gpu_heft, .init = setup, .fini = teardown);
 

@@ -151,17 +151,12 @@ Test(sched, parallel_branches_never_share_a_buffer) {
 
 static char perf_dir[64];
 static void perf_setup(void) {
-  snprintf(perf_dir, sizeof(perf_dir), "/tmp/aq-perf-test-XXXXXX");
-  cr_assert(mkdtemp(perf_dir));
+  perf_dir_make(perf_dir, "perf-test", NULL, NULL);
   restart_with("AQ_PERF_DIR", perf_dir); /* the suite's aq_init read the default */
 }
 static void perf_teardown(void) {
   teardown();
-  char path[128];
-  snprintf(path, sizeof(path), "%s/models.tsv", perf_dir);
-  unlink(path);
-  rmdir(perf_dir);
-  unsetenv("AQ_PERF_DIR");
+  perf_dir_remove(perf_dir); /* models.tsv and its lock */
 }
 
 static aq_status_t spin_call(void *user, uint64_t us, uint64_t a2, uint64_t a3) {

@@ -135,11 +135,12 @@ static inline void restart_with(const char *name, const char *value) {
   TestSuite(name, .init = setup, .fini = teardown)
 
 /* A fresh AQ_PERF_DIR (dir: /tmp/aq-<what>-XXXXXX, at least 64 bytes) and
- * the path of `file` in it (path: at least 128 bytes); then removed. */
+ * the path of `file` in it (path, unless NULL: at least 128 bytes); then
+ * removed with what the runtime wrote there (perf_dir_remove). */
 static inline void perf_dir_make(char *dir, const char *what, char *path, const char *file) {
   snprintf(dir, 64, "/tmp/aq-%s-XXXXXX", what);
   cr_assert(mkdtemp(dir));
-  snprintf(path, 128, "%s/%s", dir, file);
+  if (path) snprintf(path, 128, "%s/%s", dir, file);
   setenv("AQ_PERF_DIR", dir, 1);
 }
 static inline void perf_dir_remove(const char *dir) {
