@@ -64,10 +64,23 @@ static_assert(Narrow::BN == AQ_GPU_CONV2D_BF16_NARROW, "launch.h's shape counts 
 
 __host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 
+// What a thread holds of a chunk between its loads and its store: the
+// chunk, or where the backward filter's rows along q (RUNS: g.qrow) keep
+// the loads in flight, their Run (conv2d_gemm_map.cuh), finished at the
+// store, after the slice's multiplies.
+template <bool RUNS>
+struct Staged {
+  typedef uint4 type;
+};
+template <>
+struct Staged<true> {
+  typedef conv_gemm::Run type;
+};
+
 // One tile of C over depth d0..g.depth: written to C, or with part (the
 // backward filter split over a cluster: filter_split) left there as
 // part[col * (BM + 4) + row] for the cluster's sum.
-template <class T, bool PH = false>
+template <class T, bool PH = false, bool RUNS = false>
 __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int col0, int d0 = 0, float *part = NULL) {
   constexpr int MI = T::MI, NI = T::NI, WARPS = T::WM * T::WN;
   int4 *bases = reinterpret_cast<int4 *>(smem + 2 * T::STAGE);
@@ -78,30 +91,33 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
   for (int i = tid; i < T::BM; i += THREADS) bases[i] = row_base(g, row0 + i);
   __syncthreads();
 
-  uint4 ra[T::NA], rb[T::NB];
+  typename Staged<RUNS>::type ra[T::NA], rb[T::NB];
   auto fetch = [&](int k0) {
 #pragma unroll
     for (int i = 0; i < T::NA; ++i) {
-      const int q = tid + i * THREADS, row = q % T::BM, rest = q / T::BM;
-      ra[i] = gather_a(g, bases[row], k0 + (rest >> 2) * 32 + (rest & 3) * 8);
+      const int q = tid + i * THREADS, row = q % T::BM, rest = q / T::BM, d = k0 + (rest >> 2) * 32 + (rest & 3) * 8;
+      if constexpr (RUNS) ra[i] = conv_gemm::start_a(g, bases[row], d);
+      else ra[i] = gather_a(g, bases[row], d);
     }
 #pragma unroll
     for (int i = 0; i < T::NB; ++i) {
-      const int q = tid + i * THREADS, col = (q >> 2) % T::BN, gr = (q >> 2) / T::BN;
-      rb[i] = col0 + col < g.cols ? conv_gemm::gather_b<PH>(g, col0 + col, k0 + gr * 32 + (q & 3) * 8)
-                                  : make_uint4(0, 0, 0, 0);
+      const int q = tid + i * THREADS, col = (q >> 2) % T::BN, gr = (q >> 2) / T::BN, d = k0 + gr * 32 + (q & 3) * 8;
+      if constexpr (RUNS) rb[i] = conv_gemm::start_b(g, col0 + col, d);
+      else rb[i] = col0 + col < g.cols ? conv_gemm::gather_b<PH>(g, col0 + col, d) : make_uint4(0, 0, 0, 0);
     }
   };
   auto store = [&](uint8_t *stage) {
 #pragma unroll
     for (int i = 0; i < T::NA; ++i) {
       const int q = tid + i * THREADS, row = q % T::BM, rest = q / T::BM;
-      *reinterpret_cast<uint4 *>(stage + (rest >> 2) * T::A_BYTES + tc::off_kmajor(row, rest & 3)) = ra[i];
+      *reinterpret_cast<uint4 *>(stage + (rest >> 2) * T::A_BYTES + tc::off_kmajor(row, rest & 3)) =
+          conv_gemm::finish(ra[i]);
     }
 #pragma unroll
     for (int i = 0; i < T::NB; ++i) {
       const int q = tid + i * THREADS, col = (q >> 2) % T::BN, gr = (q >> 2) / T::BN;
-      *reinterpret_cast<uint4 *>(stage + T::WK * T::A_BYTES + gr * T::B_BYTES + tc::off_kmajor(col, q & 3)) = rb[i];
+      *reinterpret_cast<uint4 *>(stage + T::WK * T::A_BYTES + gr * T::B_BYTES + tc::off_kmajor(col, q & 3)) =
+          conv_gemm::finish(rb[i]);
     }
   };
 
@@ -122,7 +138,8 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
     /* The next slice's loads are in flight while this one multiplies; the
      * stage they go to was last read before the previous barrier. */
     if (kt + 1 < nk) fetch(d0 + (kt + 1) * T::SLICE);
-    const uint32_t ta = tc::smem_addr(cur + grp * T::A_BYTES), tb = tc::smem_addr(cur + T::WK * T::A_BYTES + grp * T::B_BYTES);
+    const uint32_t ta = tc::smem_addr(cur + grp * T::A_BYTES),
+                   tb = tc::smem_addr(cur + T::WK * T::A_BYTES + grp * T::B_BYTES);
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) tc::warp_step<MI, NI>(acc, ta, tb, wm, wn, ks, lane);
     if (kt + 1 < nk) store(smem + ((kt + 1) & 1) * T::STAGE);
@@ -134,7 +151,8 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
     float *red = reinterpret_cast<float *>(smem); /* the stages are free: the loop ended with a barrier */
     if (grp > 0)
 #pragma unroll
-      for (int j = 0; j < REGS; ++j) red[(((grp - 1) * WARPS + wmn) * REGS + j) * 32 + lane] = acc[j / (NI * 4)][(j / 4) % NI][j % 4];
+      for (int j = 0; j < REGS; ++j)
+        red[(((grp - 1) * WARPS + wmn) * REGS + j) * 32 + lane] = acc[j / (NI * 4)][(j / 4) % NI][j % 4];
     __syncthreads();
     if (grp > 0) return;
     for (int gr = 1; gr < T::WK; ++gr)
@@ -180,8 +198,15 @@ __device__ void run(const aq_conv2d_args_t &a, Gemm &g, uint8_t *smem, int64_t e
                                            [&](int row0, int col0) { tile<T, true>(g, smem, row0, col0); });
   const int64_t tiles_m = (g.rows + T::BM - 1) / T::BM, tiles = tiles_m * ((g.cols + T::BN - 1) / T::BN);
   for (int64_t id = grid_block(); id < tiles + extra; id += grid_blocks()) {
-    if (id < tiles) tile<T>(g, smem, (int)(id % tiles_m) * T::BM, (int)(id / tiles_m) * T::BN);
-    else conv_gemm::bias_grad<uint16_t>(a, id - tiles);
+    const int row0 = (int)(id % tiles_m) * T::BM, col0 = (int)(id / tiles_m) * T::BN;
+    if (id >= tiles) {
+      conv_gemm::bias_grad<uint16_t>(a, id - tiles);
+    } else if constexpr (PASS == 2) {
+      if (g.qrow) tile<T, false, true>(g, smem, row0, col0);
+      else tile<T>(g, smem, row0, col0);
+    } else {
+      tile<T>(g, smem, row0, col0);
+    }
   }
 }
 
@@ -197,7 +222,10 @@ __device__ void filter_split(const aq_conv2d_args_t &a) {
   __syncthreads();
   float *part = reinterpret_cast<float *>(smem + PART_AT);
   conv_gemm::filter_split<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, Small::BM, Small::BN, Small::SLICE>(
-      a, gs, part, Small::BM + 4, [&](int row0, int col0, int d0) { tile<Small>(gs, smem, row0, col0, d0, part); });
+      a, gs, part, Small::BM + 4, [&](int row0, int col0, int d0) {
+        if (gs.qrow) tile<Small, false, true>(gs, smem, row0, col0, d0, part);
+        else tile<Small>(gs, smem, row0, col0, d0, part);
+      });
 }
 
 template <int PASS>

@@ -18,8 +18,12 @@
 // a[base + i0 step0 + y aw + z] with (base, y0, z0) per row (row_base),
 // y = y0 + i1 step1 and z = z0 + i2 step2, zero outside [0,ah) x [0,aw).
 // B's runs are contiguous but in a phase, so a chunk is one 16-byte load
-// where runs are multiples of a chunk and aligned. Indices are 32-bit
-// (fits32): larger tensors take the direct loops.
+// where runs are multiples of a chunk and aligned. A bf16 backward filter
+// at stride 1 along rows pads its depth's rows (q) to whole chunks (qrow), so
+// that a chunk of either operand lies in one row of x or dy: one or two
+// aligned 16-byte loads, shifted and masked, rather than a load an element.
+// The depth's divisions are by multiply and shift (Div). Indices are
+// 32-bit (fits32): larger tensors take the direct loops.
 #pragma once
 #include <stdint.h>
 
@@ -27,14 +31,36 @@
 
 namespace conv_gemm {
 
+// x / d for 0 <= x < 2^31 as a multiply and a shift (Granlund and
+// Montgomery's, as CUTLASS's FastDivmod): the depth's divisors are known
+// per pass, the divisions done per chunk.
+struct Div {
+  int d;
+  uint32_t mul, shr; /* mul 0: d is 1 */
+};
+__host__ __device__ inline Div make_div(int d) {
+  Div v = {d, 0, 0};
+  if (d <= 1) return v;
+  uint32_t l = 0;
+  while ((1u << l) < (uint32_t)d) ++l; /* ceil(log2 d) */
+  v.mul = (uint32_t)(((1ull << (31 + l)) + (uint64_t)d - 1) / (uint64_t)d), v.shr = l - 1;
+  return v;
+}
+__device__ __forceinline__ int operator/(int x, const Div &v) {
+  return v.mul ? (int)(__umulhi((uint32_t)x, v.mul) >> v.shr) : x;
+}
+
 template <class E>
 struct Gemm {
   static constexpr int CHUNK = 16 / sizeof(E); /* elements a 16-byte chunk */
   int rows, cols, depth;
   int rd1, rd2, rbase, rmul1, radd1, rmul2, radd2; /* row = (j0 rd1 + j1) rd2 + j2 -> base j0 rbase, y0, z0 */
-  int d1, d2, step0, step1, step2, ah, aw;         /* depth = (i0 d1 + i1) d2 + i2 -> A's element */
+  Div d1, d2;                                      /* depth = (i0 d1 + i1) d2 + i2 -> A's element: */
+  int step0, step1, step2, ah, aw;                 /* a[base + i0 step0 + y aw + z], y, z from i1, i2 */
+  int qrow; /* > 0: the backward filter's rows of q (d2 that padded to whole chunks), q */
   /* B's element (col, d = j run + i1 bd2 + i2) = b[col bcol + j outer + boff + i1 bs1 + i2 bs2] */
-  int run, outer, bcol, boff, bd2, bs1, bs2;
+  Div run;
+  int outer, bcol, boff, bd2, bs1, bs2;
   /* C's (row, col) = out[img cols plane + col plane + ooff + jh oh + jw ow], row = img rplane + jh rd2 + jw */
   int plane, rplane, ooff, oh, ow;
   bool bvec;
@@ -56,26 +82,32 @@ __device__ inline Gemm<E> make_gemm(const aq_conv2d_args_t &a, int pass) {
     g.rows = n * p * q, g.cols = k, g.depth = c * r * s;
     g.rd1 = p, g.rd2 = q, g.rbase = c * h * w, g.rmul1 = a.stride_h, g.radd1 = -a.pad_h, g.rmul2 = a.stride_w,
     g.radd2 = -a.pad_w;
-    g.d1 = r, g.d2 = s, g.step0 = h * w, g.step1 = a.dil_h, g.step2 = a.dil_w, g.ah = h, g.aw = w;
-    g.run = c * r * s, g.outer = 0, g.plane = p * q;
+    g.d1 = make_div(r), g.d2 = make_div(s), g.step0 = h * w, g.step1 = a.dil_h, g.step2 = a.dil_w, g.ah = h, g.aw = w;
+    g.run = make_div(c * r * s), g.outer = 0, g.plane = p * q;
     g.a = (const E *)a.x, g.b = (const E *)a.w, g.out = a.y, g.bias = a.bias;
   } else if (pass == 1) {
     g.rows = n * h * w, g.cols = c, g.depth = k * r * s;
     g.rd1 = h, g.rd2 = w, g.rbase = k * p * q, g.rmul1 = 1, g.radd1 = a.pad_h, g.rmul2 = 1, g.radd2 = a.pad_w;
-    g.d1 = r, g.d2 = s, g.step0 = p * q, g.step1 = -a.dil_h, g.step2 = -a.dil_w, g.ah = p, g.aw = q;
-    g.run = r * s, g.outer = c * r * s, g.plane = h * w;
+    g.d1 = make_div(r), g.d2 = make_div(s), g.step0 = p * q, g.step1 = -a.dil_h, g.step2 = -a.dil_w, g.ah = p, g.aw = q;
+    g.run = make_div(r * s), g.outer = c * r * s, g.plane = h * w;
     g.a = (const E *)a.dy, g.b = (const E *)a.w, g.out = a.dx;
   } else {
-    g.rows = c * r * s, g.cols = k, g.depth = n * p * q;
-    g.rd1 = r, g.rd2 = s, g.rbase = h * w, g.rmul1 = a.dil_h, g.radd1 = -a.pad_h, g.rmul2 = a.dil_w,
-    g.radd2 = -a.pad_w;
-    g.d1 = p, g.d2 = q, g.step0 = c * h * w, g.step1 = a.stride_h, g.step2 = a.stride_w, g.ah = h, g.aw = w;
-    g.run = p * q, g.outer = k * p * q, g.plane = c * r * s;
+    /* At stride 1 along rows, bf16's q padded to whole chunks (qrow): fp32's
+     * chunks of 4 measured faster as elements, the kernel's registers held
+     * for the x3 sums rather than for two 16-byte loads a chunk. */
+    const bool qrow = a.stride_w == 1 && sizeof(E) == 2;
+    const int qd = qrow ? (q + Gemm<E>::CHUNK - 1) / Gemm<E>::CHUNK * Gemm<E>::CHUNK : q;
+    g.rows = c * r * s, g.cols = k, g.depth = n * p * qd;
+    g.rd1 = r, g.rd2 = s, g.rbase = h * w, g.rmul1 = a.dil_h, g.radd1 = -a.pad_h, g.rmul2 = a.dil_w, g.radd2 = -a.pad_w;
+    g.d1 = make_div(p), g.d2 = make_div(qd), g.step0 = c * h * w, g.step1 = a.stride_h, g.step2 = a.stride_w;
+    g.ah = h, g.aw = w, g.qrow = qrow ? q : 0;
+    g.run = make_div(p * q), g.outer = k * p * q, g.plane = c * r * s;
     g.a = (const E *)a.x, g.b = (const E *)a.dy, g.out = a.dw;
   }
-  g.bcol = g.bd2 = g.run, g.boff = 0, g.bs1 = 0, g.bs2 = 1;
+  if (pass != 2) g.qrow = 0;
+  g.bcol = g.bd2 = g.run.d, g.boff = 0, g.bs1 = 0, g.bs2 = 1;
   g.rplane = g.plane, g.ooff = 0, g.oh = 0, g.ow = 1;
-  g.bvec = g.run % Gemm<E>::CHUNK == 0 && ((uintptr_t)g.b & 15) == 0;
+  g.bvec = g.run.d % Gemm<E>::CHUNK == 0 && ((uintptr_t)g.b & 15) == 0;
   return g;
 }
 
@@ -89,8 +121,8 @@ __device__ inline Gemm<E> make_phase(const aq_conv2d_args_t &a, int ph) {
                           tw = aq_conv2d_phase(a.wd, a.s, a.stride_w, a.pad_w, a.dil_w, ph % a.stride_w);
   g.rows = (int)a.n * th.outs * tw.outs, g.depth = (int)a.k * th.count * tw.count;
   g.rd1 = th.outs, g.rd2 = tw.outs, g.radd1 = th.add, g.radd2 = tw.add;
-  g.d1 = th.count, g.d2 = tw.count, g.step1 = -th.dstep, g.step2 = -tw.dstep;
-  g.run = th.count * tw.count, g.bcol = (int)(a.r * a.s), g.boff = th.first * (int)a.s + tw.first;
+  g.d1 = make_div(th.count), g.d2 = make_div(tw.count), g.step1 = -th.dstep, g.step2 = -tw.dstep;
+  g.run = make_div(th.count * tw.count), g.bcol = (int)(a.r * a.s), g.boff = th.first * (int)a.s + tw.first;
   g.bd2 = tw.count, g.bs1 = th.step * (int)a.s, g.bs2 = tw.step, g.bvec = false;
   g.rplane = th.outs * tw.outs, g.ooff = (ph / a.stride_w) * (int)a.wd + ph % a.stride_w;
   g.oh = a.stride_h * (int)a.wd, g.ow = a.stride_w;
@@ -109,21 +141,86 @@ __device__ inline int4 row_base(const Gemm<E> &g, int row) {
 __device__ __forceinline__ void put(uint32_t (&v)[4], int e, uint16_t x) { v[e >> 1] |= (uint32_t)x << (16 * (e & 1)); }
 __device__ __forceinline__ void put(uint32_t (&v)[4], int e, float x) { v[e] = __float_as_uint(x); }
 
+// A chunk of row[z..] (z may be negative) with its elements outside
+// [lo, hi) zero, in two steps: start_run issues the loads of the one or
+// two aligned 16-byte chunks that hold a kept element, finish shifts and
+// masks them once they arrive, so that a kernel may multiply meanwhile.
+// Reads nothing outside [row + lo, row + hi)'s aligned chunks, so nothing
+// outside the tensor.
+struct Run {
+  uint4 lo, hi;
+  uint32_t at; /* the chunk's first byte in lo, and its kept bytes: shift | first << 8 | end << 16 */
+};
+
+template <class E>
+__device__ __forceinline__ Run start_run(const E *row, int z, int lo, int hi) {
+  constexpr int CHUNK = 16 / sizeof(E), SZ = sizeof(E);
+  const int e0 = lo - z > 0 ? lo - z : 0, e1 = hi - z < CHUNK ? hi - z : CHUNK;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  if (e0 >= e1) return Run{zero, zero, 0};
+  const uintptr_t u = (uintptr_t)row + (intptr_t)z * SZ;
+  const uint4 *at = reinterpret_cast<const uint4 *>(u & ~(uintptr_t)15);
+  const int sh = (int)(u & 15), b0 = e0 * SZ, b1 = e1 * SZ; /* kept bytes of the chunk */
+  return Run{sh + b0 < 16 ? __ldg(at) : zero, sh + b1 > 16 ? __ldg(at + 1) : zero, (uint32_t)(sh | b0 << 8 | b1 << 16)};
+}
+
+__device__ __forceinline__ uint4 finish(uint4 v) { return v; }
+__device__ __forceinline__ uint4 finish(const Run &r) {
+  const uint32_t x[8] = {r.lo.x, r.lo.y, r.lo.z, r.lo.w, r.hi.x, r.hi.y, r.hi.z, r.hi.w};
+  const int sh = r.at & 15, b0 = (r.at >> 8) & 31, b1 = r.at >> 16;
+  /* The shift: by two words, by one, then the bytes within a word (selects
+   * on the shift's bits rather than an indexed array, which would leave the
+   * registers for local memory). */
+  uint32_t w2[6], w1[5], v[4];
+#pragma unroll
+  for (int k = 0; k < 6; ++k) w2[k] = sh & 8 ? x[k + 2] : x[k];
+#pragma unroll
+  for (int k = 0; k < 5; ++k) w1[k] = sh & 4 ? w2[k + 1] : w2[k];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = __funnelshift_r(w1[i], w1[i + 1], (sh & 3) * 8);
+  if (b0 != 0 || b1 != 16) /* a chunk at a row's ends */
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int kl = b0 - 4 * i, kh = b1 - 4 * i; /* this word's kept bytes: [kl, kh) of 0..4 */
+      const uint32_t below = kl <= 0 ? 0u : kl >= 4 ? ~0u : (1u << (8 * kl)) - 1;
+      const uint32_t upto = kh <= 0 ? 0u : kh >= 4 ? ~0u : (1u << (8 * kh)) - 1;
+      v[i] &= upto & ~below;
+    }
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// A qrow pass's chunks of A (one row of x, its positions past q zero) and
+// of B (one row of dy), started.
+template <class E>
+__device__ __forceinline__ Run start_a(const Gemm<E> &g, int4 rb, int d0) {
+  const int t = d0 / g.d2, i0 = t / g.d1, y = rb.y + (t - i0 * g.d1.d) * g.step1;
+  if (!rb.w || d0 >= g.depth || (unsigned)y >= (unsigned)g.ah) return start_run(g.a, 0, 0, 0);
+  return start_run(g.a + rb.x + i0 * g.step0 + y * g.aw, rb.z + d0 - t * g.d2.d, 0,
+                   rb.z + g.qrow < g.aw ? rb.z + g.qrow : g.aw);
+}
+template <class E>
+__device__ __forceinline__ Run start_b(const Gemm<E> &g, int col, int d0) {
+  const int t = d0 / g.d2, i0 = t / g.d1;
+  if (col >= g.cols || d0 >= g.depth) return start_run(g.b, 0, 0, 0);
+  return start_run(g.b + col * g.bcol + i0 * g.outer + (t - i0 * g.d1.d) * g.qrow, d0 - t * g.d2.d, 0, g.qrow);
+}
+
 // A's chunk of depth d0.. for the row whose base is rb.
 template <class E>
 __device__ __forceinline__ uint4 gather_a(const Gemm<E> &g, int4 rb, int d0) {
+  if (g.qrow) return finish(start_a(g, rb, d0));
   uint32_t v[4] = {0, 0, 0, 0};
   if (rb.w && d0 < g.depth) {
     const int t = d0 / g.d2;
-    int i2 = d0 - t * g.d2, i0 = t / g.d1, i1 = t - i0 * g.d1, off = rb.x + i0 * g.step0;
+    int i2 = d0 - t * g.d2.d, i0 = t / g.d1, i1 = t - i0 * g.d1.d, off = rb.x + i0 * g.step0;
 #pragma unroll
     for (int e = 0; e < Gemm<E>::CHUNK; ++e) {
       const int y = rb.y + i1 * g.step1, z = rb.z + i2 * g.step2;
       if (d0 + e < g.depth && (unsigned)y < (unsigned)g.ah && (unsigned)z < (unsigned)g.aw)
         put(v, e, __ldg(g.a + off + y * g.aw + z));
-      if (++i2 == g.d2) {
+      if (++i2 == g.d2.d) {
         i2 = 0;
-        if (++i1 == g.d1) i1 = 0, off += g.step0;
+        if (++i1 == g.d1.d) i1 = 0, off += g.step0;
       }
     }
   }
@@ -134,9 +231,10 @@ __device__ __forceinline__ uint4 gather_a(const Gemm<E> &g, int4 rb, int d0) {
 // whose runs are strided.
 template <bool PH, class E>
 __device__ __forceinline__ uint4 gather_b(const Gemm<E> &g, int col, int d0) {
+  if (!PH && g.qrow) return finish(start_b(g, col, d0));
   if (col >= g.cols || d0 >= g.depth) return make_uint4(0, 0, 0, 0);
   const int j = d0 / g.run;
-  int o = d0 - j * g.run;
+  int o = d0 - j * g.run.d;
   uint32_t v[4] = {0, 0, 0, 0};
   if (PH) {
     const E *run = g.b + col * g.bcol + j * g.outer + g.boff;
@@ -146,18 +244,20 @@ __device__ __forceinline__ uint4 gather_b(const Gemm<E> &g, int col, int d0) {
       if (d0 + e < g.depth) put(v, e, __ldg(run + i1 * g.bs1 + i2 * g.bs2));
       if (++i2 == g.bd2) {
         i2 = 0;
-        if (++i1 * g.bd2 == g.run) i1 = 0, run += g.outer;
+        if (++i1 * g.bd2 == g.run.d) i1 = 0, run += g.outer;
       }
     }
     return make_uint4(v[0], v[1], v[2], v[3]);
   }
-  const E *b = g.b + col * g.run + j * g.outer + o;
+  const E *b = g.b + col * g.run.d + j * g.outer + o;
   if (g.bvec) return __ldg(reinterpret_cast<const uint4 *>(b)); /* a chunk never crosses a run */
 #pragma unroll
   for (int e = 0; e < Gemm<E>::CHUNK; ++e) {
     if (d0 + e < g.depth) put(v, e, __ldg(b));
-    if (++o == g.run) o = 0, b += g.outer - g.run + 1;
-    else ++b;
+    if (++o == g.run.d)
+      o = 0, b += g.outer - g.run.d + 1;
+    else
+      ++b;
   }
   return make_uint4(v[0], v[1], v[2], v[3]);
 }

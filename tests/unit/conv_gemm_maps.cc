@@ -53,6 +53,20 @@ static float dot(uint4 a, uint4 b, uint16_t) {
   return s;
 }
 
+/* n elements at `shift` elements past a 16-byte boundary, within whole
+ * 16-byte chunks (as GPU allocations are: an unaligned gather reads the
+ * aligned chunks that hold a tensor's first and last elements); the rest
+ * of the chunks NaN, which a gather that keeps an element outside the
+ * tensor brings into the sums. */
+template <class E>
+static E *chunks(int64_t n, int shift, void **block) {
+  const int64_t whole = (n + shift + 16 / (int64_t)sizeof(E)) * sizeof(E) / 16 * 16;
+  E *p = (E *)aligned_alloc(16, whole);
+  for (int64_t i = 0; i < whole / (int64_t)sizeof(E); ++i) p[i] = sizeof(E) == 2 ? (E)0x7fc0 : (E)NAN;
+  *block = p;
+  return p + shift;
+}
+
 /* C = A B^T through the maps, each output's writes counted at out - base. */
 template <bool PH, class E>
 static void gemm(const Gemm<E> &g, int *writes, const float *base) {
@@ -83,10 +97,12 @@ static void expect(const char *what, const map_case_t *t, const float *got, cons
 /* Every pass of case t with elements E (x, w, dy as E, outputs fp32). */
 template <class E>
 static void run_case(const map_case_t *t, const aq_conv2d_args_t *shape, const float *x, const float *w,
-                     const float *dy, const float *bias, const double *ry, const double *rdx, const double *rdw) {
+                     const float *dy, const float *bias, const double *ry, const double *rdx, const double *rdw,
+                     int shift) {
   aq_conv2d_args_t a = *shape;
   const int64_t nx = a.n * a.c * a.h * a.wd, nw = a.k * a.c * a.r * a.s, ny = a.n * a.k * a.p * a.q;
-  E *xe = (E *)malloc(nx * sizeof(E)), *we = (E *)malloc(nw * sizeof(E)), *dye = (E *)malloc(ny * sizeof(E));
+  void *bx, *bw, *bdy;
+  E *xe = chunks<E>(nx, shift, &bx), *we = chunks<E>(nw, shift, &bw), *dye = chunks<E>(ny, shift, &bdy);
   for (int64_t i = 0; i < nx; ++i) xe[i] = sizeof(E) == 2 ? (E)to_bf16(x[i]) : (E)x[i];
   for (int64_t i = 0; i < nw; ++i) we[i] = sizeof(E) == 2 ? (E)to_bf16(w[i]) : (E)w[i];
   for (int64_t i = 0; i < ny; ++i) dye[i] = sizeof(E) == 2 ? (E)to_bf16(dy[i]) : (E)dy[i];
@@ -106,7 +122,7 @@ static void run_case(const map_case_t *t, const aq_conv2d_args_t *shape, const f
   expect(sizeof(E) == 2 ? "bf16 y" : "y", t, y, ry, wy, ny);
   expect(sizeof(E) == 2 ? "bf16 dx" : "dx", t, dx, rdx, wx, nx);
   expect(sizeof(E) == 2 ? "bf16 dw" : "dw", t, dw, rdw, ww, nw);
-  free(xe), free(we), free(dye), free(y), free(dx), free(dw), free(wy), free(wx), free(ww);
+  free(bx), free(bw), free(bdy), free(y), free(dx), free(dw), free(wy), free(wx), free(ww);
 }
 
 /* The phases' walk over grids of several sizes: each dx element in one
@@ -167,9 +183,93 @@ Test(conv_gemm_maps, every_pass_and_phase_against_a_direct_convolution) {
     double *ry = (double *)calloc(ny, 8), *rdx = (double *)calloc(nx, 8), *rdw = (double *)calloc(nw, 8);
     ref_t ref = {x, w, bias, dy, ry, rdx, rdw};
     conv_taps(&a, ref_tap, &ref);
-    run_case<float>(t, &a, x, w, dy, bias, ry, rdx, rdw);
-    run_case<uint16_t>(t, &a, x, w, dy, bias, ry, rdx, rdw);
+    /* aligned tensors, and tensors an element past a 16-byte boundary */
+    for (int shift = 0; shift < 2; ++shift) {
+      run_case<float>(t, &a, x, w, dy, bias, ry, rdx, rdw, shift);
+      run_case<uint16_t>(t, &a, x, w, dy, bias, ry, rdx, rdw, shift);
+    }
     if (aq_conv2d_phased(&a)) walk_phases(&a);
     free(x), free(w), free(dy), free(bias), free(ry), free(rdx), free(rdw);
+  }
+}
+
+/* A bf16 backward filter's chunks element by element where q runs along rows
+ * padded to whole chunks (qrow): each element x's or dy's at its tap, or 0
+ * past q, in the padding or outside the tensor (which a sum of products
+ * could hide: a kept element whose partner is 0). */
+template <class E>
+static void filter_chunks(const aq_conv2d_args_t *shape, int shift) {
+  aq_conv2d_args_t a = *shape;
+  const int64_t nx = a.n * a.c * a.h * a.wd, ny = a.n * a.k * a.p * a.q;
+  void *bx, *bdy;
+  E *x = chunks<E>(nx, shift, &bx), *dy = chunks<E>(ny, shift, &bdy);
+  for (int64_t i = 0; i < nx; ++i) x[i] = (E)(i % 9973 + 1);
+  for (int64_t i = 0; i < ny; ++i) dy[i] = (E)(i % 9967 + 1);
+  a.x = (const float *)x, a.dy = (const float *)dy;
+  const Gemm<E> g = conv_gemm::make_gemm<E>(a, 2);
+  cr_assert_eq(g.qrow, a.q);
+  const int qd = g.d2.d, C = Gemm<E>::CHUNK;
+  cr_assert(qd % C == 0 && qd >= a.q && qd < a.q + C && g.depth == a.n * a.p * qd);
+  for (int d = 0; d < g.depth; d += C) {
+    for (int row = 0; row < g.rows; ++row) {
+      E got[16 / sizeof(E)];
+      const uint4 v = conv_gemm::gather_a(g, conv_gemm::row_base(g, row), d);
+      memcpy(got, &v, 16);
+      const int c = row / (int)(a.r * a.s), r = row / (int)a.s % (int)a.r, s_ = row % (int)a.s;
+      for (int e = 0; e < C; ++e) {
+        const int n = (d + e) / qd / (int)a.p, pp = (d + e) / qd % (int)a.p, qq = (d + e) % qd;
+        const int64_t y = pp * a.stride_h + r * a.dil_h - a.pad_h, z = qq + s_ * a.dil_w - a.pad_w;
+        const E want =
+            qq < a.q && y >= 0 && y < a.h && z >= 0 && z < a.wd ? x[((n * a.c + c) * a.h + y) * a.wd + z] : 0;
+        cr_assert_eq(got[e], want, "A(%d, %d) of x %ldx%ldx%ldx%ld (k %ld, %ldx%ld, pad %d, dil %d): got %d want %d",
+                     row, d + e, (long)a.n, (long)a.c, (long)a.h, (long)a.wd, (long)a.k, (long)a.r, (long)a.s, a.pad_w,
+                     a.dil_w, (int)got[e], (int)want);
+      }
+    }
+    for (int col = 0; col < g.cols; ++col) {
+      E got[16 / sizeof(E)];
+      const uint4 v = conv_gemm::gather_b<false>(g, col, d);
+      memcpy(got, &v, 16);
+      for (int e = 0; e < C; ++e) {
+        const int n = (d + e) / qd / (int)a.p, pp = (d + e) / qd % (int)a.p, qq = (d + e) % qd;
+        const E want = qq < a.q ? dy[((n * a.k + col) * a.p + pp) * a.q + qq] : 0;
+        cr_assert_eq(got[e], want, "B(%d, %d): got %d want %d", col, d + e, (int)got[e], (int)want);
+      }
+    }
+  }
+  free(bx), free(bdy);
+}
+
+Test(conv_gemm_maps, backward_filter_chunks_hold_their_taps_and_zeros) {
+  for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ++ci) {
+    const map_case_t *t = &cases[ci];
+    if (t->sw != 1) continue; /* qrow is stride 1's */
+    aq_conv2d_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.n = t->n, a.c = t->c, a.h = t->h, a.wd = t->w, a.k = t->k, a.r = t->r, a.s = t->s;
+    a.stride_h = t->sh, a.stride_w = 1, a.pad_h = t->ph, a.pad_w = t->pw, a.dil_h = t->dh, a.dil_w = t->dw;
+    a.p = aq_conv_out(a.h, a.r, a.stride_h, a.pad_h, a.dil_h), a.q = aq_conv_out(a.wd, a.s, 1, a.pad_w, a.dil_w);
+    for (int shift = 0; shift < 2; ++shift) filter_chunks<uint16_t>(&a, shift);
+  }
+}
+
+/* The depth's divisions by multiply and shift: every divisor to 2^16 at
+ * the quotients' edges, and large divisors and dividends. */
+Test(conv_gemm_maps, division_by_multiply_and_shift_is_exact) {
+  uint32_t rng = 7;
+  for (int d = 1; d < (1 << 16) + 5; ++d) {
+    const conv_gemm::Div v = conv_gemm::make_div(d);
+    const int xs[] = {
+        0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, 1000 * d - 1, INT32_MAX / d * d, INT32_MAX / d * d - 1, INT32_MAX};
+    for (int x : xs)
+      if (x >= 0) cr_assert_eq(x / v, x / d, "%d / %d: got %d", x, d, x / v);
+  }
+  for (int i = 0; i < 1000000; ++i) {
+    rng = rng * 1664525u + 1013904223u;
+    const int d = (int)(rng >> 1) >> (rng % 31) | 1;
+    rng = rng * 1664525u + 1013904223u;
+    const int x = (int)(rng >> 1);
+    const conv_gemm::Div v = conv_gemm::make_div(d);
+    cr_assert_eq(x / v, x / d, "%d / %d: got %d", x, d, x / v);
   }
 }

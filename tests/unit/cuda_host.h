@@ -23,6 +23,10 @@ static inline uint32_t __float_as_uint(float f) {
   memcpy(&u, &f, sizeof(u));
   return u;
 }
+static inline uint32_t __umulhi(uint32_t a, uint32_t b) { return (uint32_t)(((uint64_t)a * b) >> 32); }
+static inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t shift) {
+  return (uint32_t)((((uint64_t)hi << 32) | lo) >> (shift & 31));
+}
 template <class T>
 static inline T __ldg(const T *p) {
   return *p;
