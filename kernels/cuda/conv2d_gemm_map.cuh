@@ -178,13 +178,11 @@ __device__ __forceinline__ uint4 finish(const Run &r) {
   for (int k = 0; k < 5; ++k) w1[k] = sh & 4 ? w2[k + 1] : w2[k];
 #pragma unroll
   for (int i = 0; i < 4; ++i) v[i] = __funnelshift_r(w1[i], w1[i + 1], (sh & 3) * 8);
-  if (b0 != 0 || b1 != 16) /* a chunk at a row's ends */
+  if (b0 != 0 || b1 != 16) /* a chunk at a row's ends: word i keeps its bits [8 b0 - 32 i, 8 b1 - 32 i) */
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int kl = b0 - 4 * i, kh = b1 - 4 * i; /* this word's kept bytes: [kl, kh) of 0..4 */
-      const uint32_t below = kl <= 0 ? 0u : kl >= 4 ? ~0u : (1u << (8 * kl)) - 1;
-      const uint32_t upto = kh <= 0 ? 0u : kh >= 4 ? ~0u : (1u << (8 * kh)) - 1;
-      v[i] &= upto & ~below;
+      const int lo = 8 * b0 - 32 * i, hi = 8 * b1 - 32 * i;
+      v[i] &= __funnelshift_lc(~0u, 0u, hi > 0 ? hi : 0) & ~__funnelshift_lc(~0u, 0u, lo > 0 ? lo : 0);
     }
   return make_uint4(v[0], v[1], v[2], v[3]);
 }

@@ -27,6 +27,10 @@ static inline uint32_t __umulhi(uint32_t a, uint32_t b) { return (uint32_t)(((ui
 static inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t shift) {
   return (uint32_t)((((uint64_t)hi << 32) | lo) >> (shift & 31));
 }
+/* The high word of hi:lo shifted left by shift (at most 32). */
+static inline uint32_t __funnelshift_lc(uint32_t lo, uint32_t hi, uint32_t shift) {
+  return (uint32_t)(((((uint64_t)hi << 32) | lo) << (shift < 32 ? shift : 32)) >> 32);
+}
 template <class T>
 static inline T __ldg(const T *p) {
   return *p;
