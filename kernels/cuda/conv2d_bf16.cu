@@ -60,7 +60,9 @@ struct Tile {
 typedef Tile<128, 128, 2, 4, 1, 4, 4> Wide;   /* more than AQ_GPU_CONV2D_BF16_NARROW columns */
 typedef Tile<256, 64, 4, 2, 1, 4, 4> Narrow;  /* at most that many: 64 columns, twice the rows */
 typedef Tile<64, 64, 2, 2, 2, 2, 4> Small;    /* few tiles, and the backward filter: depth split in two */
+typedef Tile<32, 64, 1, 4, 2, 2, 2> Thin;     /* a backward filter of fewer tiles still */
 static_assert(Narrow::BN == AQ_GPU_CONV2D_BF16_NARROW, "launch.h's shape counts these tiles");
+static_assert(Thin::BM == AQ_GPU_CONV2D_BF16_THIN && Thin::SMEM <= Small::SMEM, "launch.h counts these; Small's room");
 
 __host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 
@@ -210,22 +212,30 @@ __device__ void run(const aq_conv2d_args_t &a, Gemm &g, uint8_t *smem, int64_t e
   }
 }
 
-// The split backward filter's partial tile: past the groups' partials,
-// within the Small tile's shared memory.
-constexpr int PART_AT = (Small::WK - 1) * Small::BM * Small::BN * 4;
-static_assert(PART_AT + Small::BN * (Small::BM + 4) * 4 <= Small::SMEM, "the partial tile fits");
+// The backward filter split over a cluster on T's tiles, its partial tile
+// past the groups' partials in T's shared memory.
+
+template <class T>
+__device__ void filter_split(const aq_conv2d_args_t &a, Gemm &gs, uint8_t *smem) {
+  constexpr int PART_AT = (T::WK - 1) * T::BM * T::BN * 4;
+  static_assert(PART_AT + T::BN * (T::BM + 4) * 4 <= T::SMEM, "the partial tile fits");
+  float *part = reinterpret_cast<float *>(smem + PART_AT);
+  conv_gemm::filter_split<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, T::BM, T::BN, T::SLICE>(
+      a, gs, part, T::BM + 4, [&](int row0, int col0, int d0) {
+        if (gs.qrow) tile<T, false, true>(gs, smem, row0, col0, d0, part);
+        else tile<T>(gs, smem, row0, col0, d0, part);
+      });
+}
 
 __device__ void filter_split(const aq_conv2d_args_t &a) {
   __shared__ __align__(128) uint8_t smem[Small::SMEM];
   __shared__ Gemm gs;
   if (threadIdx.x == 0) gs = conv_gemm::make_gemm<uint16_t>(a, 2);
   __syncthreads();
-  float *part = reinterpret_cast<float *>(smem + PART_AT);
-  conv_gemm::filter_split<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, Small::BM, Small::BN, Small::SLICE>(
-      a, gs, part, Small::BM + 4, [&](int row0, int col0, int d0) {
-        if (gs.qrow) tile<Small, false, true>(gs, smem, row0, col0, d0, part);
-        else tile<Small>(gs, smem, row0, col0, d0, part);
-      });
+  int tm, tn;
+  aq_conv2d_bf16_gpu_tiles(&a, 2, &tm, &tn);
+  if (tm == Thin::BM) filter_split<Thin>(a, gs, smem);
+  else filter_split<Small>(a, gs, smem);
 }
 
 template <int PASS>
@@ -237,9 +247,10 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   __shared__ Gemm gs;
   if (threadIdx.x == 0) gs = conv_gemm::make_gemm<uint16_t>(a, PASS);
   __syncthreads();
-  if (PASS == 2) return run<Small, 2>(a, gs, smem, a.dbias ? (a.k + 7) / 8 : 0);
   int tm, tn;
   aq_conv2d_bf16_gpu_tiles(&a, PASS, &tm, &tn);
+  if (PASS == 2 && tm == Thin::BM) return run<Thin, 2>(a, gs, smem, a.dbias ? (a.k + 7) / 8 : 0);
+  if (PASS == 2) return run<Small, 2>(a, gs, smem, a.dbias ? (a.k + 7) / 8 : 0);
   if (tm == Small::BM) return run<Small, PASS>(a, gs, smem, 0);
   if (tm == Narrow::BM) return run<Narrow, PASS>(a, gs, smem, 0);
   run<Wide, PASS>(a, gs, smem, 0);

@@ -210,8 +210,12 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_gemm_tiles(const aq_conv2d_ar
   return tiles > 0 ? tiles : 1;
 }
 
+/* The blocks of a cluster that split a backward filter's tile (or items)
+ * over the depth (sm_90; every split build, fp32's below). */
+#define AQ_GPU_CONV2D_BWD_FILTER_SPLIT 8
 #define AQ_GPU_CONV2D_BF16_NARROW 64
 #define AQ_GPU_CONV2D_BF16_FEW_TILES 132 /* an H100's SMs */
+#define AQ_GPU_CONV2D_BF16_THIN 32        /* the rows of a backward filter's tiles where 64 leave SMs idle */
 
 /* The kernels choose their tiles with AQ_GPU_HOST_DEVICE functions too. */
 
@@ -223,12 +227,16 @@ static inline int aq_conv2d_bf16_pass(const char *kernel) {
                                                              : -1;
 }
 
-/* A pass's tile (rows x columns of its GEMM), and how many tiles it has. */
+/* A pass's tile (rows x columns of its GEMM), and how many tiles it has.
+ * A backward filter whose 64x64 tiles, each split over a cluster, would
+ * leave most of an H100's SMs idle takes tiles of half the rows. */
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_gpu_tiles(const aq_conv2d_args_t *a, int pass, int *tm, int *tn) {
   const int64_t cols = pass == 1 ? a->c : a->k;
   *tm = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 256 : 128, *tn = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 64 : 128;
   int64_t tiles = aq_conv2d_gemm_tiles(a, pass, *tm, *tn);
   if (pass == 2 || tiles < AQ_GPU_CONV2D_BF16_FEW_TILES) *tm = *tn = 64, tiles = aq_conv2d_gemm_tiles(a, pass, 64, 64);
+  if (pass == 2 && tiles * AQ_GPU_CONV2D_BWD_FILTER_SPLIT < AQ_GPU_CONV2D_BF16_FEW_TILES)
+    *tm = AQ_GPU_CONV2D_BF16_THIN, tiles = aq_conv2d_gemm_tiles(a, 2, *tm, 64);
   return tiles;
 }
 
@@ -430,7 +438,6 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_bytes(const aq_conv2d_
  * of the split build must be a multiple of the cluster (as its shape's is);
  * the plain build takes any launch. */
 #define AQ_GPU_CONV2D_BWD_FILTER_WIDTH 16
-#define AQ_GPU_CONV2D_BWD_FILTER_SPLIT 8
 #define AQ_GPU_CONV2D_BWD_FILTER_FILL 264 /* 2 blocks for each of an H100's SMs */
 
 /* The weights an item takes: up to the width, fewer where the (k, c)

@@ -52,6 +52,36 @@ Test(gpu_shapes, conv2d_bwd_filter_splits_the_small_filters) {
   cr_assert_eq(sh.grid[0], (uint32_t)(aq_conv2d_bwd_filter_items(&wide, NULL) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK));
 }
 
+/* bf16's tensor-core backward filter: 64x64 tiles, or 32-row ones where
+ * the 64x64 tiles split over clusters would leave most of an H100's SMs
+ * idle; the split build's grid the chosen tiles' clusters, whatever pass
+ * the others take. */
+Test(gpu_shapes, bf16_bwd_filter_takes_thin_tiles_where_clusters_leave_sms_idle) {
+  const int64_t ck[][2] = {{64, 64}, {128, 128}, {256, 256}, {16, 16}, {64, 256}, {3, 64}};
+  for (size_t i = 0; i < sizeof(ck) / sizeof(ck[0]); ++i) {
+    aq_conv2d_args_t a = conv(32, ck[i][0], ck[i][1], 3, 3, 1);
+    int tm, tn;
+    const int64_t tiles = aq_conv2d_bf16_gpu_tiles(&a, 2, &tm, &tn), wide = aq_conv2d_gemm_tiles(&a, 2, 64, 64);
+    const int thin = wide * AQ_GPU_CONV2D_BWD_FILTER_SPLIT < AQ_GPU_CONV2D_BF16_FEW_TILES;
+    cr_assert_eq(tn, 64);
+    cr_assert_eq(tm, thin ? AQ_GPU_CONV2D_BF16_THIN : 64, "c %lld k %lld: %d rows", (long long)a.c, (long long)a.k, tm);
+    cr_assert_eq(tiles, aq_conv2d_gemm_tiles(&a, 2, tm, 64));
+    if (aq_conv2d_bf16_filter_split(&a)) {
+      aq_dispatch_shape_t sh = aq_conv2d_bf16_filter_split_shape(&a);
+      cr_assert_eq(sh.grid[0], (uint32_t)((tiles + ((a.k + 7) / 8 + AQ_GPU_CONV2D_BWD_FILTER_SPLIT - 1) / AQ_GPU_CONV2D_BWD_FILTER_SPLIT) *
+                                          AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK));
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      aq_conv2d_bf16_gpu_tiles(&a, pass, &tm, &tn);
+      cr_assert_neq(tm, AQ_GPU_CONV2D_BF16_THIN, "pass %d", pass);
+    }
+  }
+  aq_conv2d_args_t r64 = conv(32, 64, 64, 3, 3, 0);
+  int tm, tn;
+  cr_assert_eq(aq_conv2d_bf16_gpu_tiles(&r64, 2, &tm, &tn), 18, "ResNet's 64 -> 64: 18 tiles of 32 x 64");
+  cr_assert_eq(tm, AQ_GPU_CONV2D_BF16_THIN);
+}
+
 /* Batch norm's two-kernel passes: a block a slice, enough slices to fill an
  * H100 for a CNN's few channels, none smaller than the floor. */
 Test(gpu_shapes, batch_norm_slices_fill_the_gpu) {
