@@ -14,9 +14,12 @@
 // bytes).
 //
 // Where there are few tiles (and always in the backward filter, whose depth
-// n*p*q is long and whose dw is small), they are small (64x64) and two warp
-// groups split each slice's depth, their partial tiles summed through
-// shared memory in a fixed order.
+// n*p*q is long and whose dw is small), they are small (64x64, or 32x64
+// where even those leave SMs idle) and two warp groups split each slice's
+// depth, their partial tiles summed through shared memory in a fixed order.
+// At stride 1 the backward filter's chunks are whole runs of a row of x or
+// dy (conv2d_gemm_map.cuh's qrow), their loads held in flight across the
+// slice's multiplies.
 // Everything is deterministic. Indices are 32-bit: tensors of 2^31
 // elements or more take the direct path (conv2d_direct.cuh), as do blocks
 // of other than 256 threads and AMD GPUs.
@@ -214,7 +217,6 @@ __device__ void run(const aq_conv2d_args_t &a, Gemm &g, uint8_t *smem, int64_t e
 
 // The backward filter split over a cluster on T's tiles, its partial tile
 // past the groups' partials in T's shared memory.
-
 template <class T>
 __device__ void filter_split(const aq_conv2d_args_t &a, Gemm &gs, uint8_t *smem) {
   constexpr int PART_AT = (T::WK - 1) * T::BM * T::BN * 4;
