@@ -95,8 +95,9 @@ __device__ inline Gemm<E> make_gemm(const aq_conv2d_args_t &a, int pass) {
     /* At stride 1 along rows, bf16's q padded to whole chunks (qrow): fp32's
      * chunks of 4 measured faster as elements, the kernel's registers held
      * for the x3 sums rather than for two 16-byte loads a chunk. */
-    const bool qrow = a.stride_w == 1 && sizeof(E) == 2;
-    const int qd = qrow ? (q + Gemm<E>::CHUNK - 1) / Gemm<E>::CHUNK * Gemm<E>::CHUNK : q;
+    const int qc = (q + Gemm<E>::CHUNK - 1) / Gemm<E>::CHUNK * Gemm<E>::CHUNK; /* the padding's depth in 32 bits */
+    const bool qrow = a.stride_w == 1 && sizeof(E) == 2 && (int64_t)n * p * qc < INT32_MAX;
+    const int qd = qrow ? qc : q;
     g.rows = c * r * s, g.cols = k, g.depth = n * p * qd;
     g.rd1 = r, g.rd2 = s, g.rbase = h * w, g.rmul1 = a.dil_h, g.radd1 = -a.pad_h, g.rmul2 = a.dil_w, g.radd2 = -a.pad_w;
     g.d1 = make_div(p), g.d2 = make_div(qd), g.step0 = c * h * w, g.step1 = a.stride_h, g.step2 = a.stride_w;

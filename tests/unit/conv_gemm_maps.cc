@@ -240,6 +240,22 @@ static void filter_chunks(const aq_conv2d_args_t *shape, int shift) {
   free(bx), free(bdy);
 }
 
+/* The padded depth stays in 32 bits: a shape whose n p q fits but whose
+ * q padded to whole chunks would not keeps its rows unpadded. */
+Test(conv_gemm_maps, a_padded_depth_past_32_bits_keeps_q) {
+  aq_conv2d_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.n = 1 << 27, a.c = 1, a.h = 2, a.wd = 1, a.k = 1, a.r = 1, a.s = 1, a.p = 2, a.q = 1;
+  a.stride_h = a.stride_w = a.dil_h = a.dil_w = 1;
+  Gemm<uint16_t> g = conv_gemm::make_gemm<uint16_t>(a, 2);
+  cr_assert_eq(g.qrow, 0);
+  cr_assert_eq(g.depth, (int)(a.n * a.p * a.q));
+  a.n = 1 << 20;
+  g = conv_gemm::make_gemm<uint16_t>(a, 2);
+  cr_assert_eq(g.qrow, 1);
+  cr_assert_eq(g.depth, (int)(a.n * a.p * 8));
+}
+
 Test(conv_gemm_maps, backward_filter_chunks_hold_their_taps_and_zeros) {
   for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ++ci) {
     const map_case_t *t = &cases[ci];
