@@ -401,10 +401,22 @@ static int setup(ctx_t *c) {
   return 0;
 }
 
+/* bf16's tensor-core path for pass of a (launch.h's tiles; the backward
+ * filter's rows of x and dy gathered whole at stride 1), into buf. */
+static const char *bf16_path(const aq_conv2d_args_t *a, int pass, int split, char *buf, size_t size) {
+  int tm, tn;
+  aq_conv2d_bf16_gpu_tiles(a, pass, &tm, &tn);
+  snprintf(buf, size, "implicit GEMM on tensor cores, a %s a %dx%d tile%s%s", split ? "cluster" : "block", tm, tn,
+           split ? " splitting its depth" : "",
+           pass == 2 && a->stride_w == 1 ? ", rows of x and dy gathered whole (q padded to 8)" : "");
+  return buf;
+}
+
 /* How a pass's build runs: tiled (it asks for a group segment), tensor
  * cores (bf16, or fp32's x3 builds), or the direct loops; `split`: the
  * build the op library picked is the cluster-split one. */
-static const char *path_of(int tiled, int staged, int split, int x3, int bf16, int pass, int runs) {
+static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int split, int x3, int bf16, int pass,
+                           int runs, char *buf, size_t size) {
   if (tiled && pass == 1 && runs) return "tiled in shared memory, a block an image, a thread a run of columns";
   if (tiled && pass < 2) return "tiled in shared memory, a block an image";
   if (staged)
@@ -414,8 +426,7 @@ static const char *path_of(int tiled, int staged, int split, int x3, int bf16, i
   if (x3)
     return pass == 2 ? "implicit GEMM on tensor cores (3xTF32), a cluster a 64x64 tile splitting its depth"
                      : "implicit GEMM on tensor cores (3xTF32), a block a 64x64 tile";
-  if (bf16) return split ? "implicit GEMM on tensor cores, a cluster a 64x64 tile splitting its depth"
-                        : "implicit GEMM on tensor cores";
+  if (bf16) return bf16_path(a, pass, split, buf, size);
   if (pass < 2) return "direct loops, a thread an output (planes past a block's shared memory)";
   return split ? "direct loops, runs of weights split over a cluster" : "direct loops, a block a run of weights";
 }
@@ -436,7 +447,7 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
   const char *all[AQ_GPU_OP_BUILDS_MAX];
   const uint32_t builds = aq_gpu_op_builds(op, a, all, AQ_GPU_OP_BUILDS_MAX);
-  char why[1024];
+  char why[1024], path[160];
   int at = 0;
   if (tuned.candidates) {
     at = snprintf(why, sizeof(why), "tuned (%s the launch rule's %s; timed", strcmp(build, rule) ? "over" : "as", rule);
@@ -452,7 +463,8 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   }
   fprintf(stderr, "conv %s %s %s: %s, %s; %s; %llu blocks of %llu threads, %u bytes of shared memory a block\n", tok,
           bf16 ? "bf16" : "f32", passes[pass], build,
-          path_of(group > 0, staged, split, x3, bf16, pass, !bf16 && aq_conv2d_data_runs(a)), why,
+          path_of(a, group > 0, staged, split, x3, bf16, pass, !bf16 && aq_conv2d_data_runs(a), path, sizeof(path)),
+          why,
           (unsigned long long)blocks, (unsigned long long)threads, group);
 }
 
