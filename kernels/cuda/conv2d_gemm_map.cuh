@@ -77,7 +77,7 @@ __device__ inline Gemm<E> make_gemm(const aq_conv2d_args_t &a, int pass) {
   const int n = (int)a.n, c = (int)a.c, h = (int)a.h, w = (int)a.wd, k = (int)a.k, r = (int)a.r, s = (int)a.s;
   const int p = (int)a.p, q = (int)a.q;
   Gemm<E> g;
-  g.bias = NULL;
+  g.bias = NULL, g.qrow = 0;
   if (pass == 0) {
     g.rows = n * p * q, g.cols = k, g.depth = c * r * s;
     g.rd1 = p, g.rd2 = q, g.rbase = c * h * w, g.rmul1 = a.stride_h, g.radd1 = -a.pad_h, g.rmul2 = a.stride_w,
@@ -105,7 +105,6 @@ __device__ inline Gemm<E> make_gemm(const aq_conv2d_args_t &a, int pass) {
     g.run = make_div(p * q), g.outer = k * p * q, g.plane = c * r * s;
     g.a = (const E *)a.x, g.b = (const E *)a.dy, g.out = a.dw;
   }
-  if (pass != 2) g.qrow = 0;
   g.bcol = g.bd2 = g.run.d, g.boff = 0, g.bs1 = 0, g.bs2 = 1;
   g.rplane = g.plane, g.ooff = 0, g.oh = 0, g.ow = 1;
   g.bvec = g.run.d % Gemm<E>::CHUNK == 0 && ((uintptr_t)g.b & 15) == 0;
