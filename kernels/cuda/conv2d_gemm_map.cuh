@@ -38,12 +38,20 @@ struct Div {
   int d;
   uint32_t mul, shr; /* mul 0: d is 1 */
 };
+// mul = ceil(2^(31+l) / d), l = ceil(log2 d). One thread of each block
+// makes the pass's Divs while the others wait, so not by a 64-bit integer
+// division (a long subroutine on GPUs): a double's quotient, within one of
+// the floor, corrected by the remainder.
 __host__ __device__ inline Div make_div(int d) {
   Div v = {d, 0, 0};
   if (d <= 1) return v;
   uint32_t l = 0;
-  while ((1u << l) < (uint32_t)d) ++l; /* ceil(log2 d) */
-  v.mul = (uint32_t)(((1ull << (31 + l)) + (uint64_t)d - 1) / (uint64_t)d), v.shr = l - 1;
+  while ((1u << l) < (uint32_t)d) ++l;
+  const uint64_t num = 1ull << (31 + l), ud = (uint64_t)d;
+  uint64_t q = (uint64_t)((double)num / (double)d); /* < 2^32, the floor's error under 2^-21 */
+  const int64_t rem = (int64_t)(num - q * ud);
+  q = rem < 0 ? q - 1 : rem >= (int64_t)ud ? q + 1 : q; /* the floor */
+  v.mul = (uint32_t)(q * ud == num ? q : q + 1), v.shr = l - 1;
   return v;
 }
 __device__ __forceinline__ int operator/(int x, const Div &v) {

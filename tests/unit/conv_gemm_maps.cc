@@ -269,12 +269,22 @@ Test(conv_gemm_maps, backward_filter_chunks_hold_their_taps_and_zeros) {
   }
 }
 
+/* make_div's multiplier by 64-bit integer division: ceil(2^(31+l) / d). */
+static uint32_t exact_mul(int d) {
+  uint32_t l = 0;
+  while ((1u << l) < (uint32_t)d) ++l;
+  return d <= 1 ? 0 : (uint32_t)(((1ull << (31 + l)) + (uint64_t)d - 1) / (uint64_t)d);
+}
+
 /* The depth's divisions by multiply and shift: every divisor to 2^16 at
  * the quotients' edges, and large divisors and dividends. */
 Test(conv_gemm_maps, division_by_multiply_and_shift_is_exact) {
   uint32_t rng = 7;
+  for (int d : {INT32_MAX, INT32_MAX - 1, (1 << 30) + 1, 1 << 30, (1 << 30) - 1, 3 << 29, 1000003, 999999937})
+    cr_assert_eq(conv_gemm::make_div(d).mul, exact_mul(d), "d %d", d);
   for (int d = 1; d < (1 << 16) + 5; ++d) {
     const conv_gemm::Div v = conv_gemm::make_div(d);
+    cr_assert_eq(v.mul, exact_mul(d), "d %d", d);
     const int xs[] = {
         0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, 1000 * d - 1, INT32_MAX / d * d, INT32_MAX / d * d - 1, INT32_MAX};
     for (int x : xs)
@@ -286,6 +296,7 @@ Test(conv_gemm_maps, division_by_multiply_and_shift_is_exact) {
     rng = rng * 1664525u + 1013904223u;
     const int x = (int)(rng >> 1);
     const conv_gemm::Div v = conv_gemm::make_div(d);
+    cr_assert_eq(v.mul, exact_mul(d), "d %d", d);
     cr_assert_eq(x / v, x / d, "%d / %d: got %d", x, d, x / v);
   }
 }
