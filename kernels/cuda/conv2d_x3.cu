@@ -1,4 +1,4 @@
-// aq_conv2d_f32_x3, aq_conv2d_bwd_data_f32_x3, aq_conv2d_bwd_filter_f32_x3:
+// aq_conv2d_f32_x3, aq_conv2d_bwd_data_f32_x3, aq_conv2d_bwd_filter_f32_x3(_thin):
 // aq_conv2d_f32's three passes as implicit GEMMs (conv2d_gemm.cuh) on
 // tensor cores at fp32 accuracy (3xTF32, mma_tf32.cuh), for the shapes the
 // tiled passes of conv2d_tiled.cuh do not take: many channels, planes past
@@ -21,7 +21,9 @@
 // (n*p*q): a cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks splits each
 // tile's depth and sums the partial tiles through distributed shared memory
 // in rank order (conv2d_gemm.cuh's filter_split), so results depend on the
-// shape only. The bias gradient's items follow the tiles.
+// shape only. Its thin build, for dw of fewer tiles (launch.h:
+// aq_conv2d_x3_thin), takes 32x64 tiles: four warp pairs, each on a
+// quarter of every slice. The bias gradient's items follow the tiles.
 // Where a pass does not apply (blocks of other than 256 threads, tensors
 // past 32-bit indices, AMD GPUs) the kernels run the direct loops, which
 // take any grid. launch.h (aq_conv2d_x3) says which shapes get these builds
@@ -33,7 +35,7 @@
 #ifndef AQ_HIP
 namespace conv_x3 {
 
-constexpr int THREADS = 256, BM = 64, BN = 64, BK = 32, LDK = tf32x3::LDK, LDP = BM + 4;
+constexpr int THREADS = 256, BM = 64, BN = 64, BK = 32, LDK = tf32x3::LDK, LDP = BM + 4, THIN = AQ_GPU_CONV2D_X3_THIN;
 constexpr int SPLIT = AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
 static_assert(THREADS == AQ_GPU_BLOCK, "conv_gemm::emit's blocks");
 static_assert(BM == AQ_GPU_CONV2D_X3_TILE && BN == AQ_GPU_CONV2D_X3_TILE, "launch.h counts these tiles");
@@ -47,27 +49,32 @@ union Shared {
   float part[BN * LDP];
 };
 
-// The tile at (row0, col0) over depth d0..g.depth, its sums left in
-// u.part. Every thread of the block must call it. The tensor cores' fp32
+// The TM x BN tile at (row0, col0) over depth d0..g.depth, its sums left
+// in u.part (leading dimension TM + 4). Every thread of the block must
+// call it. Its 8 warps are GROUPS groups of 32x32 pieces covering the
+// tile, each group on 32 / GROUPS of every slice's depth. The tensor cores' fp32
 // accumulation does not round to nearest, so over a depth of thousands (a
 // backward filter's n*p*q) the sums drift past fp32 accuracy; PROMOTE
 // starts the accumulators afresh every PROMOTE_SLICES slices and adds them
 // into fp32 totals with FADD, which does.
 constexpr int PROMOTE_SLICES = 2;
-template <bool PROMOTE, bool PH>
+template <bool PROMOTE, bool PH, int TM = BM>
 __device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row0, int col0, int d0) {
+  constexpr int PIECES = TM / 32 * BN / 32, GROUPS = 8 / PIECES, STEPS = BK / 8 / GROUPS, NA = TM * BK / 4 / THREADS,
+                LDT = TM + 4;
+  static_assert(8 % PIECES == 0 && STEPS >= 1 && NA <= 2 && NA * THREADS * 4 == TM * BK, "whole groups, steps and chunks");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int half = warp >> 2, wm = ((warp >> 1) & 1) * 32, wn = (warp & 1) * 32;
+  const int grp = (unsigned)warp / PIECES, wm = ((unsigned)warp % PIECES >> 1) * 32, wn = (warp & 1) * 32;
   __syncthreads(); /* the previous tile is done with shared memory */
-  if (tid < BM) bases[tid] = conv_gemm::row_base(g, row0 + tid);
+  if (tid < TM) bases[tid] = conv_gemm::row_base(g, row0 + tid);
   __syncthreads();
 
-  uint4 ra[2], rb[2];
+  uint4 ra[NA], rb[2];
   auto fetch = [&](int k0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int q = tid + i * THREADS;
-      ra[i] = conv_gemm::gather_a(g, bases[q % BM], k0 + (q / BM) * 4);
+      if (i < NA) ra[i] = conv_gemm::gather_a(g, bases[q % TM], k0 + (q / TM) * 4);
       rb[i] = conv_gemm::gather_b<PH>(g, col0 + (q >> 3), k0 + (q & 7) * 4);
     }
   };
@@ -75,7 +82,7 @@ __device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int q = tid + i * THREADS;
-      *reinterpret_cast<uint4 *>(&u.stage[buf][0][(q % BM) * LDK + (q / BM) * 4]) = ra[i];
+      if (i < NA) *reinterpret_cast<uint4 *>(&u.stage[buf][0][(q % TM) * LDK + (q / TM) * 4]) = ra[i];
       *reinterpret_cast<uint4 *>(&u.stage[buf][1][(q >> 3) * LDK + (q & 7) * 4]) = rb[i];
     }
   };
@@ -108,8 +115,8 @@ __device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row
      * stage they go to was last read before the previous barrier. */
     if (kt + 1 < nk) fetch(d0 + (kt + 1) * BK);
 #pragma unroll
-    for (int s = 0; s < 2; ++s)
-      tf32x3::warp_step(acc, u.stage[buf][0], u.stage[buf][1], false, true, wm, wn, (half * 2 + s) * 8, lane);
+    for (int s = 0; s < STEPS; ++s)
+      tf32x3::warp_step(acc, u.stage[buf][0], u.stage[buf][1], false, true, wm, wn, (grp * STEPS + s) * 8, lane);
     if (PROMOTE && (kt % PROMOTE_SLICES == PROMOTE_SLICES - 1 || kt + 1 == nk)) promote();
     if (kt + 1 < nk) store(buf ^ 1);
     __syncthreads();
@@ -122,19 +129,19 @@ __device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[mi][ni][j] = tot[PROMOTE ? mi : 0][ni][j];
 
-  /* The halves meet: C fragment element j of tile (mi, ni) is at row g
-   * (+8 for j >= 2), column 2t (+1 for odd j). */
+  /* The groups meet, the last first: C fragment element j of tile (mi,
+   * ni) is at row g (+8 for j >= 2), column 2t (+1 for odd j). */
   const int g8 = lane >> 2, t2 = (lane & 3) * 2;
-  for (int h = 1; h >= 0; --h) {
-    if (half == h)
+  for (int h = GROUPS - 1; h >= 0; --h) {
+    if (grp == h)
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            float *pp = &u.part[(wn + ni * 8 + t2 + (j & 1)) * LDP + wm + mi * 16 + g8 + (j >> 1) * 8];
-            *pp = h == 0 ? *pp + acc[mi][ni][j] : acc[mi][ni][j];
+            float *pp = &u.part[(wn + ni * 8 + t2 + (j & 1)) * LDT + wm + mi * 16 + g8 + (j >> 1) * 8];
+            *pp = h < GROUPS - 1 ? *pp + acc[mi][ni][j] : acc[mi][ni][j];
           }
     __syncthreads();
   }
@@ -151,7 +158,10 @@ __device__ void run(const Gemm &g, Shared &u, int4 *bases) {
   }
 }
 
-template <int PASS>
+// PASS on TM-row tiles (the backward filter's thin build: THIN; the
+// others BM). A kernel takes one TM: ptxas spilled ten times the bytes in
+// a wide tile that shared its kernel with a thin one.
+template <int PASS, int TM = BM>
 __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   __shared__ __align__(16) Shared u;
   __shared__ int4 bases[BM];
@@ -161,8 +171,8 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   if (threadIdx.x == 0) gs = conv_gemm::make_gemm<float>(a, PASS);
   __syncthreads();
   if (PASS == 2) /* a cluster a tile (conv2d_gemm.cuh) */
-    return conv_gemm::filter_split<SPLIT, BM, BN, BK>(a, gs, u.part, LDP, [&](int row0, int col0, int d0) {
-      tile<true, false>(gs, u, bases, row0, col0, d0);
+    return conv_gemm::filter_split<SPLIT, TM, BN, BK>(a, gs, u.part, TM + 4, [&](int row0, int col0, int d0) {
+      tile<true, false, TM>(gs, u, bases, row0, col0, d0);
     });
   if (PASS == 1 && aq_conv2d_phased(&a)) /* a GEMM a phase of dx (conv2d_gemm_map.cuh) */
     return conv_gemm::phases<BM, BN>(a, gs, grid_block(), grid_blocks(), [&](int row0, int col0) {
@@ -203,6 +213,16 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
 #ifndef AQ_HIP
   if (conv_x3::applies(a)) return conv_x3::convolve<2>(a);
+#endif
+  conv::backward_filter(a, a.x, a.dy);
+}
+
+// The same on 32x64 tiles (AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN).
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
+    aq_conv2d_bwd_filter_f32_x3_thin(aq_conv2d_args_t a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_x3::applies(a)) return conv_x3::convolve<2, conv_x3::THIN>(a);
 #endif
   conv::backward_filter(a, a.x, a.dy);
 }

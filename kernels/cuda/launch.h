@@ -216,6 +216,20 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_gemm_tiles(const aq_conv2d_ar
 #define AQ_GPU_CONV2D_BF16_NARROW 64
 #define AQ_GPU_CONV2D_BF16_FEW_TILES 132 /* an H100's SMs */
 #define AQ_GPU_CONV2D_BF16_THIN 32        /* the rows of a backward filter's tiles where 64 leave SMs idle */
+/* Clusters of AQ_GPU_CONV2D_BWD_FILTER_SPLIT that an H100 runs at once, two
+ * blocks an SM (cuOccupancyMaxActiveClusters of the split builds). */
+#define AQ_GPU_CONV2D_SPLIT_CLUSTERS 30
+
+/* Whether a backward filter split over clusters, a cluster a tile, takes
+ * tiles of half the rows (wide and thin: how many tiles of each): its
+ * clusters run in waves of AQ_GPU_CONV2D_SPLIT_CLUSTERS, each cluster's
+ * time its tile's area, so 36 wide tiles (two waves, the second of 6)
+ * take the time of four thin waves, and 72 thin tiles three. Ties keep
+ * the wide tiles, which gather fewer bytes a product. */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_thin(int64_t wide, int64_t thin) {
+  const int64_t w = AQ_GPU_CONV2D_SPLIT_CLUSTERS;
+  return (thin + w - 1) / w < 2 * ((wide + w - 1) / w);
+}
 
 /* The kernels choose their tiles with AQ_GPU_HOST_DEVICE functions too. */
 
@@ -229,7 +243,10 @@ static inline int aq_conv2d_bf16_pass(const char *kernel) {
 
 /* A pass's tile (rows x columns of its GEMM), and how many tiles it has.
  * A backward filter whose 64x64 tiles, each split over a cluster, would
- * leave most of an H100's SMs idle takes tiles of half the rows. */
+ * leave most of an H100's SMs idle takes tiles of half the rows (not by
+ * aq_conv2d_filter_thin's waves: bf16's thin tiles gather too much more a
+ * product, and a ResNet's 128 -> 128 on 72 of them ran slower than on 36
+ * wide ones). */
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_gpu_tiles(const aq_conv2d_args_t *a, int pass, int *tm, int *tn) {
   const int64_t cols = pass == 1 ? a->c : a->k;
   *tm = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 256 : 128, *tn = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 64 : 128;
@@ -499,6 +516,7 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d
  * the bias gradient's items (8 channels a block). An exact exec's convs
  * keep the FFMA loops. */
 #define AQ_GPU_CONV2D_X3_TILE 64
+#define AQ_GPU_CONV2D_X3_THIN 32 /* the thin backward filter's tile rows */
 
 /* 0 forward, 1 backward data, 2 backward filter for aq_conv2d_f32's
  * kernels (*x3 = 0) and their x3 builds (*x3 = 1); -1 for the rest. (A
@@ -507,16 +525,23 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d
 static inline int aq_conv2d_f32_pass(const char *kernel, int *x3) {
   *x3 = 0;
   if (strncmp(kernel, "aq_conv2d_", 10)) return -1; /* most kernels: one compare a dispatch */
+  const int thin = !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN);
   *x3 = !strcmp(kernel, AQ_KERNEL_CONV2D_X3) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_X3) ||
-        !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3);
-  return !strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_X3)                     ? 0
-         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_X3)     ? 1
-         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3) ? 2
-                                                                                                          : -1;
+        !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3) || thin;
+  return !strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_X3)                             ? 0
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_X3)             ? 1
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3) || thin ? 2
+                                                                                                                  : -1;
 }
 
-static inline int64_t aq_conv2d_x3_tiles(const aq_conv2d_args_t *a, int pass) {
-  return aq_conv2d_gemm_tiles(a, pass, AQ_GPU_CONV2D_X3_TILE, AQ_GPU_CONV2D_X3_TILE);
+/* A pass's tiles of tm rows (and AQ_GPU_CONV2D_X3_TILE columns). */
+static inline int64_t aq_conv2d_x3_tiles(const aq_conv2d_args_t *a, int pass, int tm) {
+  return aq_conv2d_gemm_tiles(a, pass, tm, AQ_GPU_CONV2D_X3_TILE);
+}
+/* Whether the launch rule gives a backward filter the thin build
+ * (AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN): by the waves of its clusters. */
+static inline int aq_conv2d_x3_thin(const aq_conv2d_args_t *a) {
+  return aq_conv2d_filter_thin(aq_conv2d_x3_tiles(a, 2, AQ_GPU_CONV2D_X3_TILE), aq_conv2d_x3_tiles(a, 2, AQ_GPU_CONV2D_X3_THIN));
 }
 
 /* Whether the implicit GEMMs' 32-bit indices hold the tensors and windows
@@ -558,9 +583,11 @@ static inline aq_dispatch_shape_t aq_conv2d_filter_split_gpu_shape(const aq_conv
   return aq_gpu_threads_shape((tiles + (items + split - 1) / split) * split * AQ_GPU_BLOCK);
 }
 
-static inline aq_dispatch_shape_t aq_conv2d_x3_gpu_shape(const aq_conv2d_args_t *a, int pass) {
-  if (pass == 2) return aq_conv2d_filter_split_gpu_shape(a, aq_conv2d_x3_tiles(a, 2));
-  return aq_gpu_threads_shape(aq_conv2d_x3_tiles(a, pass) * AQ_GPU_BLOCK);
+/* An x3 build's launch: tm-row tiles (the thin build's
+ * AQ_GPU_CONV2D_X3_THIN, the others' AQ_GPU_CONV2D_X3_TILE). */
+static inline aq_dispatch_shape_t aq_conv2d_x3_gpu_shape(const aq_conv2d_args_t *a, int pass, int tm) {
+  if (pass == 2) return aq_conv2d_filter_split_gpu_shape(a, aq_conv2d_x3_tiles(a, 2, tm));
+  return aq_gpu_threads_shape(aq_conv2d_x3_tiles(a, pass, tm) * AQ_GPU_BLOCK);
 }
 
 /* Whether bf16's tensor-core backward filter splits its tiles' depth over
@@ -589,7 +616,10 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
   int x3 = 0;
   const int pass = aq_conv2d_f32_pass(kernel, &x3);
   if (pass >= 0 && !x3 && aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))
-    return pass == 0 ? AQ_KERNEL_CONV2D_X3 : pass == 1 ? AQ_KERNEL_CONV2D_BWD_DATA_X3 : AQ_KERNEL_CONV2D_BWD_FILTER_X3;
+    return pass == 0                                           ? AQ_KERNEL_CONV2D_X3
+           : pass == 1                                         ? AQ_KERNEL_CONV2D_BWD_DATA_X3
+           : aq_conv2d_x3_thin((const aq_conv2d_args_t *)kernarg) ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN
+                                                               : AQ_KERNEL_CONV2D_BWD_FILTER_X3;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
@@ -634,8 +664,11 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return aq_matmul_bf16_gpu_shape((const aq_matmul_args_t *)kernarg);
   int x3 = 0;
   const int pass = aq_conv2d_f32_pass(kernel, &x3);
-  if (pass >= 0 && (x3 || aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass)))
-    return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass); /* the x3 build's, named or picked */
+  if (pass >= 0 && (x3 || aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))) { /* the x3 build's, named or picked */
+    const char *build = x3 ? kernel : aq_gpu_op_kernel(kernel, kernarg);
+    const int thin = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN);
+    return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass, thin ? AQ_GPU_CONV2D_X3_THIN : AQ_GPU_CONV2D_X3_TILE);
+  }
   if ((!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16)) &&
       aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
     return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg); /* its staged build's */
@@ -720,6 +753,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA, NULL, aq_conv2d_bwd_data_plain_shape},
       {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_X3, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3, aq_conv2d_x3_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER, NULL, aq_conv2d_bwd_filter_plain_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, NULL, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, aq_conv2d_filter_staged, NULL},

@@ -53,7 +53,8 @@ static void ref_tap(void *ctx, int64_t o, int64_t k, int64_t xi, int64_t wi) {
 
 /* launch: 0 the scheduler's build and shape, 1 the CPU grid, 2 the split
  * backward filter, 3 the staged one, 4 the x3 builds (tensor cores) of
- * every pass, 5 the scheduler's at exact precision (FFMA). */
+ * every pass, 5 the scheduler's at exact precision (FFMA), 6 the x3
+ * builds with the thin backward filter. */
 static void conv_case(const conv_case_t *t, int launch) {
   aq_conv2d_args_t a = {0};
   a.precision = launch == 5 ? AQ_MATMUL_PRECISION_EXACT : AQ_MATMUL_PRECISION_DEFAULT;
@@ -74,12 +75,13 @@ static void conv_case(const conv_case_t *t, int launch) {
   for (int64_t i = 0; i < a.k; ++i) rdb[i] = (float)adb[i];
   a.x = x, a.w = w, a.bias = bias, a.y = y, a.dy = dy, a.dx = dx, a.dw = dw, a.dbias = db;
   const char *names[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
-  const char *x3[] = {AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3, AQ_KERNEL_CONV2D_BWD_FILTER_X3};
+  const char *x3[] = {AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3,
+                      launch == 6 ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN : AQ_KERNEL_CONV2D_BWD_FILTER_X3};
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
     if (launch == 1) gk_op(names[i], &a, cpu);
-    else if (launch == 4) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
+    else if (launch == 4 || launch == 6) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
     else if (launch >= 2 && i == 2) { /* a build on every case: where it does not apply, its fallback */
       const char *build = launch == 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT : AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
       gk_run(build, &a, aq_gpu_op_shape(build, &a, cpu));
@@ -112,6 +114,11 @@ Test(gpu_conv, conv2d_bwd_filter_staged_build) {
  * gives other builds: fp32 accuracy, the reference's 1e-4. */
 Test(gpu_conv, conv2d_x3_builds) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 4);
+}
+/* The same with the thin backward filter (32-row tiles, four warp groups
+ * on a slice's depth). */
+Test(gpu_conv, conv2d_x3_thin_build) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 6);
 }
 /* Bad kernargs, a precision neither default nor exact among them, leave
  * every fp32 build's outputs untouched. */
@@ -192,11 +199,12 @@ Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
                           .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 56, .q = 56};
   for (int i = 0; i < 3; ++i) cr_assert_eq(aq_gpu_op_group_segment(passes[i], &big), 0, "%s: not tiled", passes[i]);
   /* big takes the tensor cores: a block a 64x64 tile; the backward filter a
-   * cluster a tile (576 x 64: 9 tiles), then the bias gradient's 8 items
-   * of 8 channels, a cluster's worth */
-  const char *x3[] = {AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3, AQ_KERNEL_CONV2D_BWD_FILTER_X3};
+   * cluster a 32x64 tile (dw 64 x 576: 18 of them, its 9 wide ones would
+   * leave most clusters idle), then the bias gradient's 8 items of 8
+   * channels, a cluster's worth */
+  const char *x3[] = {AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN};
   const char *ops[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
-  const int64_t blocks[] = {32 * 56 * 56 / 64, 32 * 56 * 56 / 64, 9 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT};
+  const int64_t blocks[] = {32 * 56 * 56 / 64, 32 * 56 * 56 / 64, 18 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT};
   for (int i = 0; i < 3; ++i) {
     cr_assert_str_eq(aq_gpu_op_kernel(ops[i], &big), x3[i]);
     cr_assert_eq(aq_gpu_op_group_segment(x3[i], &big), 0);
@@ -208,7 +216,9 @@ Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
   }
   big.dbias = (float *)8;
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &big, aq_planes_grid(1));
-  cr_assert_eq(s.grid[0], 10 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 256, "one more cluster for dbias");
+  cr_assert_eq(s.grid[0], 19 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 256, "one more cluster for dbias");
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_X3, &big, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 10 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 256, "the wide build named: its 9 tiles and dbias");
   big.precision = AQ_MATMUL_PRECISION_EXACT;
   for (int i = 0; i < 3; ++i) cr_assert_str_neq(aq_gpu_op_kernel(ops[i], &big), x3[i], "exact: FFMA");
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &l1), AQ_KERNEL_CONV2D_BWD_FILTER_STAGED,

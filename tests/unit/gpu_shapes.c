@@ -52,10 +52,23 @@ Test(gpu_shapes, conv2d_bwd_filter_splits_the_small_filters) {
   cr_assert_eq(sh.grid[0], (uint32_t)(aq_conv2d_bwd_filter_items(&wide, NULL) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK));
 }
 
+/* A split backward filter's clusters run in waves of
+ * AQ_GPU_CONV2D_SPLIT_CLUSTERS: half-row tiles where they take fewer waves
+ * of half the time. */
+Test(gpu_shapes, filter_thin_where_waves_of_clusters_pay) {
+  cr_assert(aq_conv2d_filter_thin(9, 18), "ResNet's 64 -> 64: one wave either way, of half the time");
+  cr_assert(aq_conv2d_filter_thin(36, 72), "128 -> 128: 3 thin waves against 2 wide ones");
+  cr_assert(!aq_conv2d_filter_thin(144, 288), "a tie keeps the wide tiles");
+  cr_assert(!aq_conv2d_filter_thin(20, 40));
+  cr_assert(!aq_conv2d_filter_thin(30, 60));
+  cr_assert(aq_conv2d_filter_thin(31, 62));
+}
+
 /* bf16's tensor-core backward filter: 64x64 tiles, or 32-row ones where
  * the 64x64 tiles split over clusters would leave most of an H100's SMs
- * idle; the split build's grid the chosen tiles' clusters, whatever pass
- * the others take. */
+ * idle (not by the waves of clusters: its thin tiles ran 128 -> 128
+ * slower); the split build's grid the chosen tiles' clusters, whatever
+ * pass the others take. */
 Test(gpu_shapes, bf16_bwd_filter_takes_thin_tiles_where_clusters_leave_sms_idle) {
   const int64_t ck[][2] = {{64, 64}, {128, 128}, {256, 256}, {16, 16}, {64, 256}, {3, 64}};
   for (size_t i = 0; i < sizeof(ck) / sizeof(ck[0]); ++i) {
@@ -76,10 +89,29 @@ Test(gpu_shapes, bf16_bwd_filter_takes_thin_tiles_where_clusters_leave_sms_idle)
       cr_assert_neq(tm, AQ_GPU_CONV2D_BF16_THIN, "pass %d", pass);
     }
   }
-  aq_conv2d_args_t r64 = conv(32, 64, 64, 3, 3, 0);
+  aq_conv2d_args_t r64 = conv(32, 64, 64, 3, 3, 0), r128 = conv(32, 128, 128, 3, 3, 0), r256 = conv(32, 256, 256, 3, 3, 0);
   int tm, tn;
   cr_assert_eq(aq_conv2d_bf16_gpu_tiles(&r64, 2, &tm, &tn), 18, "ResNet's 64 -> 64: 18 tiles of 32 x 64");
   cr_assert_eq(tm, AQ_GPU_CONV2D_BF16_THIN);
+  cr_assert_eq(aq_conv2d_bf16_gpu_tiles(&r128, 2, &tm, &tn), 36, "128 -> 128: 36 tiles of 64 x 64");
+  cr_assert_eq(tm, 64);
+  cr_assert_eq(aq_conv2d_bf16_gpu_tiles(&r256, 2, &tm, &tn), 144, "256 -> 256: 144 tiles of 64 x 64");
+  cr_assert_eq(tm, 64);
+}
+
+/* fp32's 3xTF32 backward filter: the thin build where the waves of
+ * clusters say so, each build's split grid its own tiles'. */
+Test(gpu_shapes, x3_bwd_filter_thin_where_waves_pay) {
+  const int64_t ck[][3] = {{64, 64, 18}, {128, 128, 72}, {256, 256, 144}};
+  for (size_t i = 0; i < sizeof(ck) / sizeof(ck[0]); ++i) {
+    aq_conv2d_args_t a = conv(32, ck[i][0], ck[i][1], 3, 3, 0);
+    const int thin = aq_conv2d_x3_thin(&a);
+    cr_assert_eq(thin, i < 2, "c %lld", (long long)a.c);
+    cr_assert_eq(aq_conv2d_x3_tiles(&a, 2, thin ? AQ_GPU_CONV2D_X3_THIN : AQ_GPU_CONV2D_X3_TILE), ck[i][2]);
+    for (int tm = AQ_GPU_CONV2D_X3_THIN; tm <= AQ_GPU_CONV2D_X3_TILE; tm *= 2)
+      cr_assert_eq(aq_conv2d_x3_gpu_shape(&a, 2, tm).grid[0],
+                   (uint32_t)(aq_conv2d_gemm_tiles(&a, 2, tm, 64) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK));
+  }
 }
 
 /* Batch norm's two-kernel passes: a block a slice, enough slices to fill an

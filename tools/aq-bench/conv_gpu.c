@@ -413,8 +413,9 @@ static const char *bf16_path(const aq_conv2d_args_t *a, int pass, int split, cha
 }
 
 /* How a pass's build runs: tiled (it asks for a group segment), tensor
- * cores (bf16, or fp32's x3 builds), or the direct loops; `split`: the
- * build the op library picked is the cluster-split one. */
+ * cores (bf16, or fp32's x3 builds: x3 their tiles' rows, 0 for the
+ * others), or the direct loops; `split`: the build the op library picked
+ * is the cluster-split one. */
 static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int split, int x3, int bf16, int pass,
                            int runs, char *buf, size_t size) {
   if (tiled && pass == 1 && runs) return "tiled in shared memory, a block an image, a thread a run of columns";
@@ -423,9 +424,11 @@ static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int
     return split ? "staged in shared memory, two buffers; a cluster a filter splitting the batch, every channel"
                  : "staged in shared memory, two buffers; a block a filter, every channel";
   if (tiled) return split ? "tiled in shared memory, a cluster a filter splitting the batch" : "tiled, a block a filter";
-  if (x3)
-    return pass == 2 ? "implicit GEMM on tensor cores (3xTF32), a cluster a 64x64 tile splitting its depth"
-                     : "implicit GEMM on tensor cores (3xTF32), a block a 64x64 tile";
+  if (x3) {
+    snprintf(buf, size, "implicit GEMM on tensor cores (3xTF32), a %s a %dx%d tile%s", pass == 2 ? "cluster" : "block",
+             x3, AQ_GPU_CONV2D_X3_TILE, pass == 2 ? " splitting its depth" : "");
+    return buf;
+  }
   if (bf16) return bf16_path(a, pass, split, buf, size);
   if (pass < 2) return "direct loops, a thread an output (planes past a block's shared memory)";
   return split ? "direct loops, runs of weights split over a cluster" : "direct loops, a block a run of weights";
@@ -443,6 +446,7 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   const int staged = strstr(build, "_staged") != NULL, split = staged || strstr(build, "_split") != NULL;
   int x3 = 0;
   aq_conv2d_f32_pass(build, &x3);
+  if (x3) x3 = strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) ? AQ_GPU_CONV2D_X3_TILE : AQ_GPU_CONV2D_X3_THIN;
   uint64_t blocks = 1, threads = 1;
   for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
   const char *all[AQ_GPU_OP_BUILDS_MAX];
