@@ -62,9 +62,11 @@ struct Tile {
 /* The tiles aq_conv2d_bf16_gpu_tiles (launch.h) chooses among. */
 typedef Tile<128, 128, 2, 4, 1, 4, 4> Wide;   /* more than AQ_GPU_CONV2D_BF16_NARROW columns */
 typedef Tile<256, 64, 4, 2, 1, 4, 4> Narrow;  /* at most that many: 64 columns, twice the rows */
+typedef Tile<128, 64, 4, 2, 1, 2, 4> Mid;     /* the same where its waves end better (launch.h) */
 typedef Tile<64, 64, 2, 2, 2, 2, 4> Small;    /* few tiles, and the backward filter: depth split in two */
 typedef Tile<32, 64, 1, 4, 2, 2, 2> Thin;     /* a backward filter of fewer tiles still */
-static_assert(Narrow::BN == AQ_GPU_CONV2D_BF16_NARROW, "launch.h's shape counts these tiles");
+static_assert(Narrow::BN == AQ_GPU_CONV2D_BF16_NARROW && Mid::BM == 128 && Mid::BN == Narrow::BN,
+              "launch.h's shape counts these tiles");
 static_assert(Thin::BM == AQ_GPU_CONV2D_BF16_THIN && Thin::SMEM <= Small::SMEM, "launch.h counts these; Small's room");
 
 __host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
@@ -255,6 +257,7 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   if (PASS == 2) return run<Small, 2>(a, gs, smem, a.dbias ? (a.k + 7) / 8 : 0);
   if (tm == Small::BM) return run<Small, PASS>(a, gs, smem, 0);
   if (tm == Narrow::BM) return run<Narrow, PASS>(a, gs, smem, 0);
+  if (tn == Mid::BN) return run<Mid, PASS>(a, gs, smem, 0);
   run<Wide, PASS>(a, gs, smem, 0);
 }
 

@@ -216,6 +216,7 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_gemm_tiles(const aq_conv2d_ar
 #define AQ_GPU_CONV2D_BF16_NARROW 64
 #define AQ_GPU_CONV2D_BF16_FEW_TILES 132 /* an H100's SMs */
 #define AQ_GPU_CONV2D_BF16_THIN 32        /* the rows of a backward filter's tiles where 64 leave SMs idle */
+#define AQ_GPU_CONV2D_BF16_SLOTS 264      /* an H100's SMs at two blocks each */
 /* Clusters of AQ_GPU_CONV2D_BWD_FILTER_SPLIT that an H100 runs at once, two
  * blocks an SM (cuOccupancyMaxActiveClusters of the split builds). */
 #define AQ_GPU_CONV2D_SPLIT_CLUSTERS 30
@@ -242,7 +243,11 @@ static inline int aq_conv2d_bf16_pass(const char *kernel) {
 }
 
 /* A pass's tile (rows x columns of its GEMM), and how many tiles it has.
- * A backward filter whose 64x64 tiles, each split over a cluster, would
+ * At most AQ_GPU_CONV2D_BF16_NARROW columns take 256x64 tiles, or 128x64
+ * where their waves of AQ_GPU_CONV2D_BF16_SLOTS end better: a ResNet's
+ * 64 channels at 56x56 have 392 of 256 rows (a second wave half full)
+ * and 784 of 128 (three full ones of half the time). A backward filter
+ * whose 64x64 tiles, each split over a cluster, would
  * leave most of an H100's SMs idle takes tiles of half the rows (not by
  * aq_conv2d_filter_thin's waves: bf16's thin tiles gather too much more a
  * product, and a ResNet's 128 -> 128 on 72 of them ran slower than on 36
@@ -251,7 +256,12 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_gpu_tiles(const aq_conv2
   const int64_t cols = pass == 1 ? a->c : a->k;
   *tm = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 256 : 128, *tn = cols <= AQ_GPU_CONV2D_BF16_NARROW ? 64 : 128;
   int64_t tiles = aq_conv2d_gemm_tiles(a, pass, *tm, *tn);
-  if (pass == 2 || tiles < AQ_GPU_CONV2D_BF16_FEW_TILES) *tm = *tn = 64, tiles = aq_conv2d_gemm_tiles(a, pass, 64, 64);
+  if (pass == 2 || tiles < AQ_GPU_CONV2D_BF16_FEW_TILES) {
+    *tm = *tn = 64, tiles = aq_conv2d_gemm_tiles(a, pass, 64, 64);
+  } else if (*tn == 64) {
+    const int64_t mid = aq_conv2d_gemm_tiles(a, pass, 128, 64), w = AQ_GPU_CONV2D_BF16_SLOTS;
+    if ((mid + w - 1) / w < 2 * ((tiles + w - 1) / w)) *tm = 128, tiles = mid;
+  }
   if (pass == 2 && tiles * AQ_GPU_CONV2D_BWD_FILTER_SPLIT < AQ_GPU_CONV2D_BF16_FEW_TILES)
     *tm = AQ_GPU_CONV2D_BF16_THIN, tiles = aq_conv2d_gemm_tiles(a, 2, *tm, 64);
   return tiles;

@@ -37,6 +37,7 @@ static const bcase_t cases[] = {
      * above run 64x64 tiles but in the backward filter. */
     {4, 3, 96, 96, 16, 3, 3, 1, 1, 1, 1, 1, 1},   /* 256x64: forward and backward data */
     {4, 3, 96, 96, 16, 3, 3, 2, 2, 1, 1, 1, 1},   /* 256x64 backward data, stride 2 */
+    {4, 16, 136, 136, 16, 3, 3, 1, 1, 1, 1, 1, 1}, /* 128x64: forward and backward data, their waves end better */
     {2, 4, 66, 66, 130, 3, 3, 1, 1, 1, 1, 1, 1},  /* 128x128 forward */
     {2, 130, 66, 66, 4, 3, 3, 2, 2, 1, 1, 1, 1},  /* 128x128 backward data, stride 2 */
     /* A strided backward data runs a GEMM a phase of dx (launch.h): */
@@ -208,7 +209,10 @@ Test(conv_bf16_shape, a_block_a_tile) {
   cr_assert_eq(s.workgroup[0], T);
   cr_assert_eq(s.grid[0], 784 * T, "100352 rows x 128 columns: 784 tiles of 128x128");
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &big, aq_planes_grid(1));
-  cr_assert_eq(s.grid[0], 392 * T, "100352 rows x 64 columns: 392 tiles of 256x64");
+  cr_assert_eq(s.grid[0], 784 * T, "100352 rows x 64 columns: 784 tiles of 128x64 (392 of 256x64 end half a wave)");
+  aq_conv2d_args_t rows = {.n = 4, .c = 3, .h = 96, .wd = 96, .k = 16, .r = 3, .s = 3, .p = 96, .q = 96};
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &rows, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 144 * T, "36864 rows x 16 columns: 144 tiles of 256x64 (one wave; 288 of 128x64 take two)");
   aq_conv2d_args_t small = {.n = 2, .c = 64, .h = 16, .wd = 16, .k = 130, .r = 1, .s = 1, .p = 16, .q = 16};
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &small, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], 8 * 3 * T, "512 x 130: 8 big tiles are few; 24 of 64x64");

@@ -99,6 +99,26 @@ Test(gpu_shapes, bf16_bwd_filter_takes_thin_tiles_where_clusters_leave_sms_idle)
   cr_assert_eq(tm, 64);
 }
 
+/* bf16's forward and backward data at most 64 columns wide and with
+ * enough rows: 256x64 tiles, or 128x64 where their waves of
+ * AQ_GPU_CONV2D_BF16_SLOTS end better (ties keep the larger). */
+Test(gpu_shapes, bf16_narrow_passes_take_128_rows_where_waves_end_better) {
+  const int64_t hw_tm[][2] = {{56, 128}, {48, 128}, {40, 256}, {64, 256}};
+  for (size_t i = 0; i < sizeof(hw_tm) / sizeof(hw_tm[0]); ++i) {
+    aq_conv2d_args_t a = conv(32, 64, 64, 3, 3, 0);
+    a.h = a.wd = a.p = a.q = hw_tm[i][0];
+    for (int pass = 0; pass < 2; ++pass) {
+      int tm, tn;
+      const int64_t tiles = aq_conv2d_bf16_gpu_tiles(&a, pass, &tm, &tn), rows = a.n * a.p * a.q;
+      const int64_t wide = (rows + 255) / 256, mid = (rows + 127) / 128, w = AQ_GPU_CONV2D_BF16_SLOTS;
+      cr_assert_eq(tn, 64);
+      cr_assert_eq(tm, hw_tm[i][1], "%lldx%lld: %d rows", (long long)a.h, (long long)a.wd, tm);
+      cr_assert_eq(tm == 128, (mid + w - 1) / w < 2 * ((wide + w - 1) / w));
+      cr_assert_eq(tiles, tm == 128 ? mid : wide);
+    }
+  }
+}
+
 /* fp32's 3xTF32 backward filter: the thin build where the waves of
  * clusters say so, each build's split grid its own tiles'. */
 Test(gpu_shapes, x3_bwd_filter_thin_where_waves_pay) {
