@@ -233,6 +233,44 @@ __device__ __forceinline__ uint4 gather_a(const Gemm<E> &g, int4 rb, int d0) {
   return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
+// The same gather through a table of taps, for a kernel that keeps its
+// rows in registers and builds its slices' taps once a block (conv2d_x3.cu):
+// an element costs a tap's read, two bound checks and a load, where
+// gather_a's walk over the depth's indices branches at every wrap.
+// A depth index as a tap: its element's offset from the row's (ARow.base)
+// and how far it moves y and z; past the depth, y moves out of every row.
+struct Tap {
+  int off, y, z, pad;
+};
+constexpr int TAP_OUT = -(1 << 29);
+template <class E>
+__device__ __forceinline__ Tap tap_of(const Gemm<E> &g, int d) {
+  if (d >= g.depth) return Tap{0, TAP_OUT, 0, 0};
+  const int t = d / g.d2, i2 = d - t * g.d2.d, i0 = t / g.d1, i1 = t - i0 * g.d1.d;
+  const int y = i1 * g.step1, z = i2 * g.step2;
+  return Tap{i0 * g.step0 + y * g.aw + z, y, z, 0};
+}
+// A row of A as gather_taps reads it (row_base's, with g's extents).
+template <class E>
+struct ARow {
+  const E *a;
+  int base, y, z, ah, aw;
+};
+template <class E>
+__device__ __forceinline__ ARow<E> a_row(const Gemm<E> &g, int4 rb) {
+  return ARow<E>{g.a, rb.x + rb.y * g.aw + rb.z, rb.w ? rb.y : TAP_OUT, rb.z, g.ah, g.aw};
+}
+template <class E>
+__device__ __forceinline__ uint4 gather_taps(const ARow<E> &r, const Tap *t) {
+  uint32_t v[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int e = 0; e < Gemm<E>::CHUNK; ++e) {
+    const Tap k = t[e];
+    if ((unsigned)(r.y + k.y) < (unsigned)r.ah && (unsigned)(r.z + k.z) < (unsigned)r.aw) put(v, e, __ldg(r.a + r.base + k.off));
+  }
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
 // B's chunk of depth d0.. for column col; PH: of a phase (make_phase),
 // whose runs are strided.
 template <bool PH, class E>

@@ -49,6 +49,13 @@ union Shared {
   float part[BN * LDP];
 };
 
+// A tile's rows (row_base) and its next two slices' taps (A's gather,
+// conv_gemm::tap_of), built by the block once a tile and once a slice.
+struct Rows {
+  int4 base[BM];
+  conv_gemm::Tap tap[2][BK];
+};
+
 // The TM x BN tile at (row0, col0) over depth d0..g.depth, its sums left
 // in u.part (leading dimension TM + 4). Every thread of the block must
 // call it. Its 8 warps are GROUPS groups of 32x32 pieces covering the
@@ -59,22 +66,25 @@ union Shared {
 // into fp32 totals with FADD, which does.
 constexpr int PROMOTE_SLICES = 2;
 template <bool PROMOTE, bool PH, int TM = BM>
-__device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row0, int col0, int d0) {
+__device__ __noinline__ void tile(const Gemm &g, Shared &u, Rows &rs, int row0, int col0, int d0) {
   constexpr int PIECES = TM / 32 * BN / 32, GROUPS = 8 / PIECES, STEPS = BK / 8 / GROUPS, NA = TM * BK / 4 / THREADS,
                 LDT = TM + 4;
   static_assert(8 % PIECES == 0 && STEPS >= 1 && NA <= 2 && NA * THREADS * 4 == TM * BK, "whole groups, steps and chunks");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int grp = (unsigned)warp / PIECES, wm = ((unsigned)warp % PIECES >> 1) * 32, wn = (warp & 1) * 32;
   __syncthreads(); /* the previous tile is done with shared memory */
-  if (tid < TM) bases[tid] = conv_gemm::row_base(g, row0 + tid);
+  if (tid < TM) rs.base[tid] = conv_gemm::row_base(g, row0 + tid);
+  if (tid < 2 * BK) rs.tap[tid / BK][tid % BK] = conv_gemm::tap_of(g, d0 + tid);
   __syncthreads();
+  const conv_gemm::ARow<float> ar = conv_gemm::a_row(g, rs.base[tid % TM]); /* a thread's A chunks share a row */
 
   uint4 ra[NA], rb[2];
-  auto fetch = [&](int k0) {
+  auto fetch = [&](int kt) { /* slice kt's chunks */
+    const int k0 = d0 + kt * BK;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int q = tid + i * THREADS;
-      if (i < NA) ra[i] = conv_gemm::gather_a(g, bases[q % TM], k0 + (q / TM) * 4);
+      if (i < NA) ra[i] = conv_gemm::gather_taps(ar, rs.tap[kt & 1] + (q / TM) * 4);
       rb[i] = conv_gemm::gather_b<PH>(g, col0 + (q >> 3), k0 + (q & 7) * 4);
     }
   };
@@ -105,7 +115,7 @@ __device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row
 
   const int nk = g.depth > d0 ? (g.depth - d0 + BK - 1) / BK : 0;
   if (nk > 0) {
-    fetch(d0);
+    fetch(0);
     store(0);
   }
   __syncthreads();
@@ -113,12 +123,14 @@ __device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row
     const int buf = kt & 1;
     /* The next slice's loads are in flight while this one multiplies; the
      * stage they go to was last read before the previous barrier. */
-    if (kt + 1 < nk) fetch(d0 + (kt + 1) * BK);
+    if (kt + 1 < nk) fetch(kt + 1);
 #pragma unroll
     for (int s = 0; s < STEPS; ++s)
       tf32x3::warp_step(acc, u.stage[buf][0], u.stage[buf][1], false, true, wm, wn, (grp * STEPS + s) * 8, lane);
     if (PROMOTE && (kt % PROMOTE_SLICES == PROMOTE_SLICES - 1 || kt + 1 == nk)) promote();
     if (kt + 1 < nk) store(buf ^ 1);
+    /* slice kt + 2's taps where slice kt's were (read by fetch(kt), before the last barrier) */
+    if (kt + 2 < nk && tid < BK) rs.tap[buf][tid] = conv_gemm::tap_of(g, d0 + (kt + 2) * BK + tid);
     __syncthreads();
   }
   if (PROMOTE) /* the totals are the sums */
@@ -149,11 +161,11 @@ __device__ __noinline__ void tile(const Gemm &g, Shared &u, int4 *bases, int row
 
 // The forward or backward data pass: every tile, grid-stride; a column of
 // tiles' row tiles are consecutive blocks, which share its B tile in L2.
-__device__ void run(const Gemm &g, Shared &u, int4 *bases) {
+__device__ void run(const Gemm &g, Shared &u, Rows &rs) {
   const int64_t tiles_m = (g.rows + BM - 1) / BM, tiles = tiles_m * ((g.cols + BN - 1) / BN);
   for (int64_t id = grid_block(); id < tiles; id += grid_blocks()) {
     const int row0 = (int)(id % tiles_m) * BM, col0 = (int)(id / tiles_m) * BN;
-    tile<false, false>(g, u, bases, row0, col0, 0);
+    tile<false, false>(g, u, rs, row0, col0, 0);
     conv_gemm::emit<BM, BN>(g, u.part, LDP, row0, col0);
   }
 }
@@ -164,7 +176,7 @@ __device__ void run(const Gemm &g, Shared &u, int4 *bases) {
 template <int PASS, int TM = BM>
 __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   __shared__ __align__(16) Shared u;
-  __shared__ int4 bases[BM];
+  __shared__ Rows rs;
   /* In shared memory rather than registers, which the accumulators, the
    * staged chunks and the fragments need more. */
   __shared__ Gemm gs;
@@ -172,14 +184,14 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   __syncthreads();
   if (PASS == 2) /* a cluster a tile (conv2d_gemm.cuh) */
     return conv_gemm::filter_split<SPLIT, TM, BN, BK>(a, gs, u.part, TM + 4, [&](int row0, int col0, int d0) {
-      tile<true, false, TM>(gs, u, bases, row0, col0, d0);
+      tile<true, false, TM>(gs, u, rs, row0, col0, d0);
     });
   if (PASS == 1 && aq_conv2d_phased(&a)) /* a GEMM a phase of dx (conv2d_gemm_map.cuh) */
     return conv_gemm::phases<BM, BN>(a, gs, grid_block(), grid_blocks(), [&](int row0, int col0) {
-      tile<false, true>(gs, u, bases, row0, col0, 0);
+      tile<false, true>(gs, u, rs, row0, col0, 0);
       conv_gemm::emit<BM, BN, true>(gs, u.part, LDP, row0, col0);
     });
-  run(gs, u, bases);
+  run(gs, u, rs);
 }
 
 __device__ inline bool applies(const aq_conv2d_args_t &a) {

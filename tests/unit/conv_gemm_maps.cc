@@ -1,7 +1,8 @@
 /* The GPU implicit GEMMs' index maps (kernels/cuda/conv2d_gemm_map.cuh),
  * built for the host: every pass of every case, fp32 chunks of 4 and bf16
  * chunks of 8, computed through the maps' gathers and write-back as a
- * plain GEMM, against a direct convolution; each output written once; a
+ * plain GEMM, against a direct convolution; each output written once; A's
+ * chunks through the taps (conv2d_x3.cu) the same as gather_a's; a
  * strided backward data through its phases, and the phases' tile walk
  * covering dx once over several grids with as many tiles as launch.h
  * counts. The tensor cores' arithmetic is the GPU suites'; the index maps,
@@ -74,8 +75,16 @@ static void gemm(const Gemm<E> &g, int *writes, const float *base) {
     const int4 rb = conv_gemm::row_base(g, row);
     for (int col = 0; col < g.cols; ++col) {
       float acc = 0;
-      for (int d = 0; d < g.depth; d += Gemm<E>::CHUNK)
-        acc += dot(conv_gemm::gather_a(g, rb, d), conv_gemm::gather_b<PH>(g, col, d), E());
+      for (int d = 0; d < g.depth; d += Gemm<E>::CHUNK) {
+        const uint4 va = conv_gemm::gather_a(g, rb, d);
+        if (col == 0 && !g.qrow) { /* the same chunk through the taps (conv2d_x3.cu's gather) */
+          conv_gemm::Tap t[Gemm<E>::CHUNK];
+          for (int e = 0; e < Gemm<E>::CHUNK; ++e) t[e] = conv_gemm::tap_of(g, d + e);
+          const uint4 vt = conv_gemm::gather_taps(conv_gemm::a_row(g, rb), t);
+          cr_assert(!memcmp(&va, &vt, sizeof(va)), "row %d depth %d: the taps' chunk differs", row, d);
+        }
+        acc += dot(va, conv_gemm::gather_b<PH>(g, col, d), E());
+      }
       float *o = conv_gemm::out_at<PH>(g, 1, row, col, 0, 0);
       cr_assert(o, "row %d col %d of %d x %d has no place", row, col, g.rows, g.cols);
       *o = acc + (g.bias ? g.bias[col] : 0.0f);
