@@ -40,7 +40,6 @@ constexpr int THREADS = AQ_GPU_CONV2D_BF16_THREADS;
 static_assert(THREADS == AQ_GPU_BLOCK, "conv_gemm::emit's blocks");
 typedef conv_gemm::Gemm<uint16_t> Gemm;
 using conv_gemm::fits32;
-using conv_gemm::gather_a;
 using conv_gemm::row_base;
 
 // BM x BN tiles of C; WM x WN warps of (16 MI) x (8 NI) each, times WK
@@ -51,7 +50,8 @@ struct Tile {
   static constexpr int SLICE = 32 * WK;                            /* depth a stage holds */
   static constexpr int A_BYTES = BM * 64, B_BYTES = BN * 64;       /* one group's 32-deep tiles */
   static constexpr int STAGE = WK * (A_BYTES + B_BYTES);
-  static constexpr int SMEM = 2 * STAGE + BM * 16;                 /* two stages and the rows' gather bases */
+  static constexpr int TAPS = 2 * SLICE * (16 + 4);               /* two slices' taps of A and B */
+  static constexpr int SMEM = 2 * STAGE + BM * 16 + TAPS;          /* two stages, the rows' gather bases, the taps */
   static constexpr int NA = BM * 4 * WK / THREADS, NB = BN * 4 * WK / THREADS; /* chunks a thread stages */
   static_assert(32 * WM * WN * WK == THREADS, "256 threads");
   static_assert(BM == 16 * MI * WM && BN == 8 * NI * WN, "warp tiles cover the tile");
@@ -91,26 +91,40 @@ template <class T, bool PH = false, bool RUNS = false>
 __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int col0, int d0 = 0, float *part = NULL) {
   constexpr int MI = T::MI, NI = T::NI, WARPS = T::WM * T::WN;
   int4 *bases = reinterpret_cast<int4 *>(smem + 2 * T::STAGE);
+  /* Without RUNS, A's and B's chunks through the next two slices' taps
+   * (conv2d_gemm_map.cuh: tap_of, btap_of), built once a slice. */
+  conv_gemm::Tap *taps = reinterpret_cast<conv_gemm::Tap *>(smem + 2 * T::STAGE + T::BM * 16);
+  int *btaps = reinterpret_cast<int *>(taps + 2 * T::SLICE);
+  auto put_taps = [&](int buf, int at, int d) {
+    taps[buf * T::SLICE + at] = conv_gemm::tap_of(g, d), btaps[buf * T::SLICE + at] = conv_gemm::btap_of(g, d);
+  };
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int grp = warp / WARPS, wmn = warp % WARPS, wm = (wmn / T::WN) * 16 * MI, wn = (wmn % T::WN) * 8 * NI;
+  static_assert(THREADS % T::BM == 0 && 2 * T::SLICE <= THREADS, "a thread's A chunks share a row; a thread a tap");
 
   __syncthreads(); /* the previous tile is done with shared memory */
   for (int i = tid; i < T::BM; i += THREADS) bases[i] = row_base(g, row0 + i);
+  if (!RUNS && tid < 2 * T::SLICE) put_taps(tid / T::SLICE, tid % T::SLICE, d0 + tid);
   __syncthreads();
+  const conv_gemm::ARow<uint16_t> ar = conv_gemm::a_row(g, bases[tid % T::BM]);
 
   typename Staged<RUNS>::type ra[T::NA], rb[T::NB];
-  auto fetch = [&](int k0) {
+  auto fetch = [&](int kt) { /* slice kt's chunks */
+    const int k0 = d0 + kt * T::SLICE;
+    const conv_gemm::Tap *ta = taps + (kt & 1) * T::SLICE;
+    const int *tb = btaps + (kt & 1) * T::SLICE;
 #pragma unroll
     for (int i = 0; i < T::NA; ++i) {
-      const int q = tid + i * THREADS, row = q % T::BM, rest = q / T::BM, d = k0 + (rest >> 2) * 32 + (rest & 3) * 8;
-      if constexpr (RUNS) ra[i] = conv_gemm::start_a(g, bases[row], d);
-      else ra[i] = gather_a(g, bases[row], d);
+      const int q = tid + i * THREADS, row = q % T::BM, rest = q / T::BM, at = (rest >> 2) * 32 + (rest & 3) * 8;
+      if constexpr (RUNS) ra[i] = conv_gemm::start_a(g, bases[row], k0 + at);
+      else ra[i] = conv_gemm::gather_taps(ar, ta + at);
     }
 #pragma unroll
     for (int i = 0; i < T::NB; ++i) {
-      const int q = tid + i * THREADS, col = (q >> 2) % T::BN, gr = (q >> 2) / T::BN, d = k0 + gr * 32 + (q & 3) * 8;
-      if constexpr (RUNS) rb[i] = conv_gemm::start_b(g, col0 + col, d);
-      else rb[i] = col0 + col < g.cols ? conv_gemm::gather_b<PH>(g, col0 + col, d) : make_uint4(0, 0, 0, 0);
+      const int q = tid + i * THREADS, col = (q >> 2) % T::BN, gr = (q >> 2) / T::BN, at = gr * 32 + (q & 3) * 8;
+      if constexpr (RUNS) rb[i] = conv_gemm::start_b(g, col0 + col, k0 + at);
+      else if (g.bvec) rb[i] = col0 + col < g.cols ? conv_gemm::gather_b<PH>(g, col0 + col, k0 + at) : make_uint4(0, 0, 0, 0);
+      else rb[i] = conv_gemm::gather_b_taps(conv_gemm::b_col(g, col0 + col), tb + at);
     }
   };
   auto store = [&](uint8_t *stage) {
@@ -137,19 +151,21 @@ __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int co
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
   const int nk = g.depth > d0 ? (g.depth - d0 + T::SLICE - 1) / T::SLICE : 0;
-  fetch(d0);
+  fetch(0);
   store(smem);
   __syncthreads();
   for (int kt = 0; kt < nk; ++kt) {
     uint8_t *cur = smem + (kt & 1) * T::STAGE;
     /* The next slice's loads are in flight while this one multiplies; the
      * stage they go to was last read before the previous barrier. */
-    if (kt + 1 < nk) fetch(d0 + (kt + 1) * T::SLICE);
+    if (kt + 1 < nk) fetch(kt + 1);
     const uint32_t ta = tc::smem_addr(cur + grp * T::A_BYTES),
                    tb = tc::smem_addr(cur + T::WK * T::A_BYTES + grp * T::B_BYTES);
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) tc::warp_step<MI, NI>(acc, ta, tb, wm, wn, ks, lane);
     if (kt + 1 < nk) store(smem + ((kt + 1) & 1) * T::STAGE);
+    /* slice kt + 2's taps where slice kt's were (read by fetch(kt), before the last barrier) */
+    if (!RUNS && kt + 2 < nk && tid < T::SLICE) put_taps(kt & 1, tid, d0 + (kt + 2) * T::SLICE + tid);
     __syncthreads();
   }
 

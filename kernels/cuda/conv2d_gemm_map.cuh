@@ -271,6 +271,28 @@ __device__ __forceinline__ uint4 gather_taps(const ARow<E> &r, const Tap *t) {
   return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
+// B's depth index as an offset from its column's first element (b_col),
+// -1 past the depth: gather_b's map, a phase's or not (outside a phase bd2
+// is the run and bs2 1), for gather_b_taps where B's chunks cross runs.
+template <class E>
+__device__ __forceinline__ int btap_of(const Gemm<E> &g, int d) {
+  if (d >= g.depth) return -1;
+  const int j = d / g.run, o = d - j * g.run.d, i1 = o / g.bd2;
+  return j * g.outer + i1 * g.bs1 + (o - i1 * g.bd2) * g.bs2;
+}
+template <class E>
+__device__ __forceinline__ const E *b_col(const Gemm<E> &g, int col) {
+  return col < g.cols ? g.b + col * g.bcol + g.boff : NULL;
+}
+template <class E>
+__device__ __forceinline__ uint4 gather_b_taps(const E *col, const int *t) {
+  uint32_t v[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int e = 0; e < Gemm<E>::CHUNK; ++e)
+    if (col && t[e] >= 0) put(v, e, __ldg(col + t[e]));
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
 // B's chunk of depth d0.. for column col; PH: of a phase (make_phase),
 // whose runs are strided.
 template <bool PH, class E>

@@ -1,8 +1,8 @@
 /* The GPU implicit GEMMs' index maps (kernels/cuda/conv2d_gemm_map.cuh),
  * built for the host: every pass of every case, fp32 chunks of 4 and bf16
  * chunks of 8, computed through the maps' gathers and write-back as a
- * plain GEMM, against a direct convolution; each output written once; A's
- * chunks through the taps (conv2d_x3.cu) the same as gather_a's; a
+ * plain GEMM, against a direct convolution; each output written once; the
+ * chunks of A and B through taps (conv2d_x3.cu) the same as the gathers'; a
  * strided backward data through its phases, and the phases' tile walk
  * covering dx once over several grids with as many tiles as launch.h
  * counts. The tensor cores' arithmetic is the GPU suites'; the index maps,
@@ -83,7 +83,14 @@ static void gemm(const Gemm<E> &g, int *writes, const float *base) {
           const uint4 vt = conv_gemm::gather_taps(conv_gemm::a_row(g, rb), t);
           cr_assert(!memcmp(&va, &vt, sizeof(va)), "row %d depth %d: the taps' chunk differs", row, d);
         }
-        acc += dot(va, conv_gemm::gather_b<PH>(g, col, d), E());
+        const uint4 vb = conv_gemm::gather_b<PH>(g, col, d);
+        if (row == 0 && !g.qrow) { /* and B's */
+          int t[Gemm<E>::CHUNK];
+          for (int e = 0; e < Gemm<E>::CHUNK; ++e) t[e] = conv_gemm::btap_of(g, d + e);
+          const uint4 vt = conv_gemm::gather_b_taps(conv_gemm::b_col(g, col), t);
+          cr_assert(!memcmp(&vb, &vt, sizeof(vb)), "col %d depth %d: the taps' chunk of B differs", col, d);
+        }
+        acc += dot(va, vb, E());
       }
       float *o = conv_gemm::out_at<PH>(g, 1, row, col, 0, 0);
       cr_assert(o, "row %d col %d of %d x %d has no place", row, col, g.rows, g.cols);
