@@ -93,6 +93,9 @@ extern "C" {
  * over a cluster (sm_90; the grid's x a multiple of it), for dw of few
  * tiles; launch.h picks it and its grid. */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT "aq_conv2d_bwd_filter_bf16_tc_split"
+/* The same over clusters of 6: more of them at once, for dw whose tiles
+ * would take a second, near-empty wave of clusters of 8. */
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6 "aq_conv2d_bwd_filter_bf16_tc_split6"
 
 #define AQ_KERNEL_MATMUL_F32_TILE64 "aq_matmul_f32_tile64"
 #define AQ_KERNEL_MATMUL_F32_ROWS "aq_matmul_f32_rows"

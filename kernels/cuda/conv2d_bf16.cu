@@ -27,7 +27,8 @@
 // A strided backward data runs one GEMM a phase of dx (conv2d_gemm_map.cuh),
 // so no tile multiplies the zeros between dy's strides; where dw has few
 // tiles, the backward filter splits its depth over a cluster instead
-// (aq_conv2d_bwd_filter_bf16_tc_split).
+// (aq_conv2d_bwd_filter_bf16_tc_split; _tc_split6 over clusters of 6,
+// more of them at once, where clusters of 8 would take a second wave).
 #include "launch.h"
 #include "conv2d_filter.cuh"
 #include "conv2d_gemm.cuh"
@@ -233,20 +234,21 @@ __device__ void run(const aq_conv2d_args_t &a, Gemm &g, uint8_t *smem, int64_t e
   }
 }
 
-// The backward filter split over a cluster on T's tiles, its partial tile
-// past the groups' partials in T's shared memory.
-template <class T>
+// The backward filter split over a cluster of S on T's tiles, its partial
+// tile past the groups' partials in T's shared memory.
+template <int S, class T>
 __device__ void filter_split(const aq_conv2d_args_t &a, Gemm &gs, uint8_t *smem) {
   constexpr int PART_AT = (T::WK - 1) * T::BM * T::BN * 4;
   static_assert(PART_AT + T::BN * (T::BM + 4) * 4 <= T::SMEM, "the partial tile fits");
   float *part = reinterpret_cast<float *>(smem + PART_AT);
-  conv_gemm::filter_split<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, T::BM, T::BN, T::SLICE>(
+  conv_gemm::filter_split<S, T::BM, T::BN, T::SLICE>(
       a, gs, part, T::BM + 4, [&](int row0, int col0, int d0) {
         if (gs.qrow) tile<T, false, true>(gs, smem, row0, col0, d0, part);
         else tile<T>(gs, smem, row0, col0, d0, part);
       });
 }
 
+template <int S>
 __device__ void filter_split(const aq_conv2d_args_t &a) {
   __shared__ __align__(128) uint8_t smem[Small::SMEM];
   __shared__ Gemm gs;
@@ -254,8 +256,8 @@ __device__ void filter_split(const aq_conv2d_args_t &a) {
   __syncthreads();
   int tm, tn;
   aq_conv2d_bf16_gpu_tiles(&a, 2, &tm, &tn);
-  if (tm == Thin::BM) filter_split<Thin>(a, gs, smem);
-  else filter_split<Small>(a, gs, smem);
+  if (tm == Thin::BM) filter_split<S, Thin>(a, gs, smem);
+  else filter_split<S, Small>(a, gs, smem);
 }
 
 template <int PASS>
@@ -314,7 +316,17 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__
     aq_conv2d_bwd_filter_bf16_tc_split(aq_conv2d_args_t a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
 #ifndef AQ_HIP
-  if (conv_bf16::tensor_cores(a)) return conv_bf16::filter_split(a);
+  if (conv_bf16::tensor_cores(a)) return conv_bf16::filter_split<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+#endif
+  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
+}
+
+// The same over clusters of AQ_GPU_CONV2D_SPLIT6 (launch.h: aq_conv2d_bf16_split6).
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_SPLIT6) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
+    aq_conv2d_bwd_filter_bf16_tc_split6(aq_conv2d_args_t a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_bf16::tensor_cores(a)) return conv_bf16::filter_split<AQ_GPU_CONV2D_SPLIT6>(a);
 #endif
   conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
 }

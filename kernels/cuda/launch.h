@@ -218,8 +218,11 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_gemm_tiles(const aq_conv2d_ar
 #define AQ_GPU_CONV2D_BF16_THIN 32        /* the rows of a backward filter's tiles where 64 leave SMs idle */
 #define AQ_GPU_CONV2D_BF16_SLOTS 264      /* an H100's SMs at two blocks each */
 /* Clusters of AQ_GPU_CONV2D_BWD_FILTER_SPLIT that an H100 runs at once, two
- * blocks an SM (cuOccupancyMaxActiveClusters of the split builds). */
+ * blocks an SM (cuOccupancyMaxActiveClusters of the split builds), and of
+ * bf16's clusters of AQ_GPU_CONV2D_SPLIT6 (its tc_split6 build). */
 #define AQ_GPU_CONV2D_SPLIT_CLUSTERS 30
+#define AQ_GPU_CONV2D_SPLIT6 6
+#define AQ_GPU_CONV2D_SPLIT6_CLUSTERS 39
 
 /* Whether a backward filter split over clusters, a cluster a tile, takes
  * tiles of half the rows (wide and thin: how many tiles of each): its
@@ -586,11 +589,15 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_data_plain_shape(const aq_conv2d
   return aq_gpu_threads_shape(aq_conv2d_tiled_bytes(a, 1) ? a->n * AQ_GPU_BLOCK : a->n * a->c * a->h * a->wd);
 }
 
-/* A backward filter split over clusters (conv2d_gemm.cuh, filter_split):
- * a cluster a tile, then the bias gradient's 8-channel items, a block each. */
-static inline aq_dispatch_shape_t aq_conv2d_filter_split_gpu_shape(const aq_conv2d_args_t *a, int64_t tiles) {
-  const int64_t split = AQ_GPU_CONV2D_BWD_FILTER_SPLIT, items = a->dbias && a->k > 0 ? (a->k + 7) / 8 : 0;
+/* A backward filter split over clusters of split blocks (conv2d_gemm.cuh,
+ * filter_split): a cluster a tile, then the bias gradient's 8-channel
+ * items, a block each. */
+static inline aq_dispatch_shape_t aq_conv2d_filter_split_by(const aq_conv2d_args_t *a, int64_t tiles, int64_t split) {
+  const int64_t items = a->dbias && a->k > 0 ? (a->k + 7) / 8 : 0;
   return aq_gpu_threads_shape((tiles + (items + split - 1) / split) * split * AQ_GPU_BLOCK);
+}
+static inline aq_dispatch_shape_t aq_conv2d_filter_split_gpu_shape(const aq_conv2d_args_t *a, int64_t tiles) {
+  return aq_conv2d_filter_split_by(a, tiles, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
 }
 
 /* An x3 build's launch: tm-row tiles (the thin build's
@@ -606,9 +613,20 @@ static inline int aq_conv2d_bf16_filter_split(const aq_conv2d_args_t *a) {
   int tm, tn;
   return aq_conv2d_tiled_extents(a) && aq_conv2d_bf16_gpu_tiles(a, 2, &tm, &tn) < AQ_GPU_CONV2D_BF16_FEW_TILES;
 }
-static inline aq_dispatch_shape_t aq_conv2d_bf16_filter_split_shape(const aq_conv2d_args_t *a) {
+/* Clusters of 6 (tc_split6) where their waves take less time than those
+ * of 8: a wave's time a sixth of the depth against an eighth, so 36 tiles
+ * (one wave of 6, against two of 8) go to 6, and 18 (one wave either way)
+ * stay with 8. */
+static inline int aq_conv2d_bf16_split6(const aq_conv2d_args_t *a) {
   int tm, tn;
-  return aq_conv2d_filter_split_gpu_shape(a, aq_conv2d_bf16_gpu_tiles(a, 2, &tm, &tn));
+  const int64_t t = aq_conv2d_bf16_gpu_tiles(a, 2, &tm, &tn), w8 = AQ_GPU_CONV2D_SPLIT_CLUSTERS,
+                w6 = AQ_GPU_CONV2D_SPLIT6_CLUSTERS;
+  return (t + w6 - 1) / w6 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT < (t + w8 - 1) / w8 * AQ_GPU_CONV2D_SPLIT6;
+}
+/* The launch of a split build (split: its cluster's blocks). */
+static inline aq_dispatch_shape_t aq_conv2d_bf16_filter_split_shape(const aq_conv2d_args_t *a, int split) {
+  int tm, tn;
+  return aq_conv2d_filter_split_by(a, aq_conv2d_bf16_gpu_tiles(a, 2, &tm, &tn), split);
 }
 
 /* Whether pooling windows tile their planes (stride the window, no
@@ -639,7 +657,8 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
     return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_bf16_filter_split((const aq_conv2d_args_t *)kernarg))
-    return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT;
+    return aq_conv2d_bf16_split6((const aq_conv2d_args_t *)kernarg) ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6
+                                                                    : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT;
   if (!strcmp(kernel, AQ_KERNEL_MATMUL))
     return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build((const aq_matmul_args_t *)kernarg), 0);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED)) /* the fused args start with the product's */
@@ -684,9 +703,14 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg); /* its staged build's */
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
     return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT); /* its split build's */
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) ||
-      (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_bf16_filter_split((const aq_conv2d_args_t *)kernarg)))
-    return aq_conv2d_bf16_filter_split_shape((const aq_conv2d_args_t *)kernarg); /* its split build's, or it named */
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6) ||
+      (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_bf16_filter_split((const aq_conv2d_args_t *)kernarg))) {
+    const char *build = aq_gpu_op_kernel(kernel, kernarg); /* its split build's, or it named */
+    return aq_conv2d_bf16_filter_split_shape((const aq_conv2d_args_t *)kernarg,
+                                             strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6)
+                                                 ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT
+                                                 : AQ_GPU_CONV2D_SPLIT6);
+  }
   if (aq_conv2d_bf16_pass(kernel) >= 0) return aq_conv2d_bf16_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_bf16_pass(kernel));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) ||
       !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) {
@@ -771,6 +795,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, aq_conv2d_filter_tiled, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED, aq_conv2d_filter_staged, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, aq_conv2d_tiled_extents, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, aq_conv2d_tiled_extents, NULL},
   };
   const int n = (int)(sizeof(rules) / sizeof(rules[0]));
   if (!build) return index >= 0 && index < n && !strcmp(rules[index].op, op) ? &rules[index] : NULL;

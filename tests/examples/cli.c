@@ -157,7 +157,7 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
   cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 bf16 fwd: aq_conv2d_bf16, implicit GEMM on tensor cores, a block a "
                         "128x64 tile;"),
             "%s", out);
-  cr_assert(strstr(out, "bf16 bwd_filter: aq_conv2d_bwd_filter_bf16_tc_split, implicit GEMM on tensor cores, a cluster a "
+  cr_assert(strstr(out, "bf16 bwd_filter: aq_conv2d_bwd_filter_bf16_tc_split, implicit GEMM on tensor cores, a cluster of 8 a "
                         "32x64 tile splitting its depth, rows of x and dy gathered whole"),
             "%s", out);
   const char *exact = "conv --agent gpu --explain --precision exact --dtype f32 --shapes 32,64,56,56,64,3,3,1,1";

@@ -107,8 +107,9 @@ static void bf16_case(const bcase_t *t) {
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   /* 0: the tensor-core tiles; 1: one block; 2: the CPU grid; 3: as the
    * scheduler launches (the tiled split backward filter where it fits);
-   * 4: the backward filter's tiles split over clusters, every case */
-  for (int shape = 0; shape < 5; ++shape) {
+   * 4: the backward filter's tiles split over clusters of 8, every case;
+   * 5: over clusters of 6 */
+  for (int shape = 0; shape < 6; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -116,7 +117,10 @@ static void bf16_case(const bcase_t *t) {
       if (shape == 0) gk_run(names[i], &a, aq_conv2d_bf16_gpu_shape(&a, i));
       else if (shape == 1) gk_run(names[i], &a, one);
       else if (shape == 2) gk_op(names[i], &a, cpu);
-      else if (shape == 4 && i == 2) gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &a, aq_conv2d_bf16_filter_split_shape(&a));
+      else if (shape == 4 && i == 2)
+        gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &a, aq_conv2d_bf16_filter_split_shape(&a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
+      else if (shape == 5 && i == 2)
+        gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, &a, aq_conv2d_bf16_filter_split_shape(&a, AQ_GPU_CONV2D_SPLIT6));
       else gk_run(build, &a, aq_gpu_op_shape(names[i], &a, cpu));
     }
     expect("y", t, shape, y, ry, my, ny);
@@ -243,4 +247,15 @@ Test(conv_bf16_shape, a_block_a_tile) {
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &big, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], (18 + 2) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * T, "and 16 items of 8 bias gradients: 2 clusters");
   cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &big), 0);
+  /* 128 -> 128 at 28x28: 36 tiles, two waves of clusters of 8 (30 at a time), one of 6 */
+  aq_conv2d_args_t r128 = {.n = 32, .c = 128, .h = 28, .wd = 28, .k = 128, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
+                           .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 28, .q = 28};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &r128), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6);
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &r128, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 36 * AQ_GPU_CONV2D_SPLIT6 * T);
+  r128.dbias = (float *)&r128;
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, &r128, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], (36 + 3) * AQ_GPU_CONV2D_SPLIT6 * T, "16 items of 8 bias gradients: 3 clusters of 6");
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &r128, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], (36 + 2) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * T, "the build of 8 named: its own grid");
 }

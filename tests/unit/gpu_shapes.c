@@ -80,7 +80,7 @@ Test(gpu_shapes, bf16_bwd_filter_takes_thin_tiles_where_clusters_leave_sms_idle)
     cr_assert_eq(tm, thin ? AQ_GPU_CONV2D_BF16_THIN : 64, "c %lld k %lld: %d rows", (long long)a.c, (long long)a.k, tm);
     cr_assert_eq(tiles, aq_conv2d_gemm_tiles(&a, 2, tm, 64));
     if (aq_conv2d_bf16_filter_split(&a)) {
-      aq_dispatch_shape_t sh = aq_conv2d_bf16_filter_split_shape(&a);
+      aq_dispatch_shape_t sh = aq_conv2d_bf16_filter_split_shape(&a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
       cr_assert_eq(sh.grid[0], (uint32_t)((tiles + ((a.k + 7) / 8 + AQ_GPU_CONV2D_BWD_FILTER_SPLIT - 1) / AQ_GPU_CONV2D_BWD_FILTER_SPLIT) *
                                           AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK));
     }

@@ -60,8 +60,9 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER) && listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT) &&
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3) && listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN));
     n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, lenets[i], names, AQ_GPU_OP_BUILDS_MAX);
-    cr_assert_eq(n, 4);
-    cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT));
+    cr_assert_eq(n, 5);
+    cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) &&
+              listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6));
     cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED);
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) &&
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT));
@@ -82,9 +83,10 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
                 !listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN),
             "exact: FFMA builds only");
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &wide, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 2, "the tensor cores, their tiles split over clusters (9 tiles) or not");
+  cr_assert_eq(n, 3, "the tensor cores, their tiles split over clusters of 8 (18 thin tiles: one wave), of 6, or not");
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_FILTER_BF16);
+  cr_assert_str_eq(names[2], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6);
   /* the forward: tiled, or the tensor cores */
   cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D, &lenet1, names, AQ_GPU_OP_BUILDS_MAX), 2);
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D);
@@ -117,7 +119,9 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
           want = aq_conv2d_x3_gpu_shape(a, 2, strstr(names[b], "_thin") ? AQ_GPU_CONV2D_X3_THIN : AQ_GPU_CONV2D_X3_TILE),
           want_group = 0;
         else if (strstr(names[b], "_tc_split"))
-          want = aq_conv2d_bf16_filter_split_shape(a), want_group = 0;
+          want = aq_conv2d_bf16_filter_split_shape(a, strstr(names[b], "_split6") ? AQ_GPU_CONV2D_SPLIT6
+                                                                                  : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),
+          want_group = 0;
         else if (strstr(names[b], "_staged"))
           want = aq_conv2d_filter_gpu_shape(a), want_group = (uint32_t)aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
         else if (strstr(names[b], "_split"))
@@ -130,7 +134,9 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
         cr_assert_eq(group, want_group, "case %d: %s's group segment", i, names[b]);
         /* a cluster build's grid is whole clusters */
         if (strstr(names[b], "_split") || strstr(names[b], "_staged") || strstr(names[b], "_x3"))
-          cr_assert_eq(sh.grid[0] / sh.workgroup[0] % AQ_GPU_CONV2D_BWD_FILTER_SPLIT, 0, "%s", names[b]);
+          cr_assert_eq(sh.grid[0] / sh.workgroup[0] %
+                           (strstr(names[b], "_split6") ? AQ_GPU_CONV2D_SPLIT6 : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),
+                       0, "%s", names[b]);
       }
     }
 }

@@ -401,12 +401,15 @@ static int setup(ctx_t *c) {
   return 0;
 }
 
-/* bf16's tensor-core path for pass of a (launch.h's tiles; the backward
- * filter's rows of x and dy gathered whole at stride 1), into buf. */
+/* bf16's tensor-core path for pass of a (launch.h's tiles; split: the
+ * blocks of its clusters, 0 for none; the backward filter's rows of x and
+ * dy gathered whole at stride 1), into buf. */
 static const char *bf16_path(const aq_conv2d_args_t *a, int pass, int split, char *buf, size_t size) {
   int tm, tn;
+  char who[32] = "block";
   aq_conv2d_bf16_gpu_tiles(a, pass, &tm, &tn);
-  snprintf(buf, size, "implicit GEMM on tensor cores, a %s a %dx%d tile%s%s", split ? "cluster" : "block", tm, tn,
+  if (split) snprintf(who, sizeof(who), "cluster of %d", split);
+  snprintf(buf, size, "implicit GEMM on tensor cores, a %s a %dx%d tile%s%s", who, tm, tn,
            split ? " splitting its depth" : "",
            pass == 2 && a->stride_w == 1 ? ", rows of x and dy gathered whole (q padded to 8)" : "");
   return buf;
@@ -414,8 +417,8 @@ static const char *bf16_path(const aq_conv2d_args_t *a, int pass, int split, cha
 
 /* How a pass's build runs: tiled (it asks for a group segment), tensor
  * cores (bf16, or fp32's x3 builds: x3 their tiles' rows, 0 for the
- * others), or the direct loops; `split`: the build the op library picked
- * is the cluster-split one. */
+ * others), or the direct loops; `split`: the blocks of the clusters of the
+ * build the op library picked, 0 where it is not a cluster-split one. */
 static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int split, int x3, int bf16, int pass,
                            int runs, char *buf, size_t size) {
   if (tiled && pass == 1 && runs) return "tiled in shared memory, a block an image, a thread a run of columns";
@@ -443,7 +446,10 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   const char *build = build_of(gpu, bf16, pass, a, &tuned);
   const aq_dispatch_shape_t sh = aq_gpu_op_build_shape(op, build, a, aq_planes_grid(1));
   const uint32_t group = aq_gpu_op_group_segment(build, a);
-  const int staged = strstr(build, "_staged") != NULL, split = staged || strstr(build, "_split") != NULL;
+  const int staged = strstr(build, "_staged") != NULL,
+            split = !staged && !strstr(build, "_split") ? 0
+                    : strstr(build, "_split6")          ? AQ_GPU_CONV2D_SPLIT6
+                                                        : AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
   int x3 = 0;
   aq_conv2d_f32_pass(build, &x3);
   if (x3) x3 = strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) ? AQ_GPU_CONV2D_X3_TILE : AQ_GPU_CONV2D_X3_THIN;
