@@ -86,8 +86,11 @@ extern "C" {
 #define AQ_KERNEL_CONV2D_X3 "aq_conv2d_f32_x3"
 #define AQ_KERNEL_CONV2D_BWD_DATA_X3 "aq_conv2d_bwd_data_f32_x3"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_X3 "aq_conv2d_bwd_filter_f32_x3"
-/* The same on 32x64 tiles: twice the clusters, for dw of fewer tiles. */
+/* The same on 32x64 tiles: twice the clusters, for dw of fewer tiles; and
+ * over clusters of 6, more of them at once, for dw whose 64x64 tiles take
+ * two waves of clusters of 8. */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN "aq_conv2d_bwd_filter_f32_x3_thin"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6 "aq_conv2d_bwd_filter_f32_x3_split6"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED "aq_conv2d_bwd_filter_bf16_staged"
 /* bf16's tensor-core backward filter with each 64x64 tile's depth split
  * over a cluster (sm_90; the grid's x a multiple of it), for dw of few

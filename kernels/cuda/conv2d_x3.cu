@@ -1,4 +1,4 @@
-// aq_conv2d_f32_x3, aq_conv2d_bwd_data_f32_x3, aq_conv2d_bwd_filter_f32_x3(_thin):
+// aq_conv2d_f32_x3, aq_conv2d_bwd_data_f32_x3, aq_conv2d_bwd_filter_f32_x3(_thin, _split6):
 // aq_conv2d_f32's three passes as implicit GEMMs (conv2d_gemm.cuh) on
 // tensor cores at fp32 accuracy (3xTF32, mma_tf32.cuh), for the shapes the
 // tiled passes of conv2d_tiled.cuh do not take: many channels, planes past
@@ -22,8 +22,9 @@
 // tile's depth and sums the partial tiles through distributed shared memory
 // in rank order (conv2d_gemm.cuh's filter_split), so results depend on the
 // shape only. Its thin build, for dw of fewer tiles (launch.h:
-// aq_conv2d_x3_thin), takes 32x64 tiles: four warp pairs, each on a
-// quarter of every slice. The bias gradient's items follow the tiles.
+// aq_conv2d_x3_filter), takes 32x64 tiles: four warp pairs, each on a
+// quarter of every slice; its split6 build clusters of 6, more of them at
+// once. The bias gradient's items follow the tiles.
 // Where a pass does not apply (blocks of other than 256 threads, tensors
 // past 32-bit indices, AMD GPUs) the kernels run the direct loops, which
 // take any grid. launch.h (aq_conv2d_x3) says which shapes get these builds
@@ -68,7 +69,7 @@ struct Rows {
 // starts the accumulators afresh every PROMOTE_SLICES slices and adds them
 // into fp32 totals with FADD, which does.
 constexpr int PROMOTE_SLICES = 2;
-template <bool PROMOTE, bool PH, int TM = BM>
+template <bool PROMOTE, bool PH, int TM = BM, int S = SPLIT>
 __device__ __noinline__ void tile(const Gemm &g, Shared &u, Rows &rs, int row0, int col0, int d0) {
   constexpr int PIECES = TM / 32 * BN / 32, GROUPS = 8 / PIECES, STEPS = BK / 8 / GROUPS, NA = TM * BK / 4 / THREADS,
                 LDT = TM + 4;
@@ -174,9 +175,10 @@ __device__ void run(const Gemm &g, Shared &u, Rows &rs) {
 }
 
 // PASS on TM-row tiles (the backward filter's thin build: THIN; the
-// others BM). A kernel takes one TM: ptxas spilled ten times the bytes in
-// a wide tile that shared its kernel with a thin one.
-template <int PASS, int TM = BM>
+// others BM), the backward filter over clusters of S. A kernel takes one
+// TM: ptxas spilled ten times the bytes in a wide tile that shared its
+// kernel with a thin one.
+template <int PASS, int TM = BM, int S = SPLIT>
 __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   __shared__ __align__(16) Shared u;
   __shared__ Rows rs;
@@ -186,8 +188,8 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   if (threadIdx.x == 0) gs = conv_gemm::make_gemm<float>(a, PASS);
   __syncthreads();
   if (PASS == 2) /* a cluster a tile (conv2d_gemm.cuh) */
-    return conv_gemm::filter_split<SPLIT, TM, BN, BK>(a, gs, u.part, TM + 4, [&](int row0, int col0, int d0) {
-      tile<true, false, TM>(gs, u, rs, row0, col0, d0);
+    return conv_gemm::filter_split<S, TM, BN, BK>(a, gs, u.part, TM + 4, [&](int row0, int col0, int d0) {
+      tile<true, false, TM, S>(gs, u, rs, row0, col0, d0);
     });
   if (PASS == 1 && aq_conv2d_phased(&a)) /* a GEMM a phase of dx (conv2d_gemm_map.cuh) */
     return conv_gemm::phases<BM, BN>(a, gs, grid_block(), grid_blocks(), [&](int row0, int col0) {
@@ -228,6 +230,16 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
 #ifndef AQ_HIP
   if (conv_x3::applies(a)) return conv_x3::convolve<2>(a);
+#endif
+  conv::backward_filter(a, a.x, a.dy);
+}
+
+// The same over clusters of AQ_GPU_CONV2D_SPLIT6 (AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6).
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_SPLIT6) __launch_bounds__(256, 2)
+    aq_conv2d_bwd_filter_f32_x3_split6(aq_conv2d_args_t a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_x3::applies(a)) return conv_x3::convolve<2, conv_x3::BM, AQ_GPU_CONV2D_SPLIT6>(a);
 #endif
   conv::backward_filter(a, a.x, a.dy);
 }

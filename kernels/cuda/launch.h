@@ -219,7 +219,7 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_gemm_tiles(const aq_conv2d_ar
 #define AQ_GPU_CONV2D_BF16_SLOTS 264      /* an H100's SMs at two blocks each */
 /* Clusters of AQ_GPU_CONV2D_BWD_FILTER_SPLIT that an H100 runs at once, two
  * blocks an SM (cuOccupancyMaxActiveClusters of the split builds), and of
- * bf16's clusters of AQ_GPU_CONV2D_SPLIT6 (its tc_split6 build). */
+ * clusters of AQ_GPU_CONV2D_SPLIT6 (the split6 builds). */
 #define AQ_GPU_CONV2D_SPLIT_CLUSTERS 30
 #define AQ_GPU_CONV2D_SPLIT6 6
 #define AQ_GPU_CONV2D_SPLIT6_CLUSTERS 39
@@ -538,12 +538,12 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d
 static inline int aq_conv2d_f32_pass(const char *kernel, int *x3) {
   *x3 = 0;
   if (strncmp(kernel, "aq_conv2d_", 10)) return -1; /* most kernels: one compare a dispatch */
-  const int thin = !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN);
+  const int filter = !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6);
   *x3 = !strcmp(kernel, AQ_KERNEL_CONV2D_X3) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_X3) ||
-        !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3) || thin;
+        !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3) || filter;
   return !strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_X3)                             ? 0
          : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_X3)             ? 1
-         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3) || thin ? 2
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_X3) || filter ? 2
                                                                                                                   : -1;
 }
 
@@ -551,10 +551,20 @@ static inline int aq_conv2d_f32_pass(const char *kernel, int *x3) {
 static inline int64_t aq_conv2d_x3_tiles(const aq_conv2d_args_t *a, int pass, int tm) {
   return aq_conv2d_gemm_tiles(a, pass, tm, AQ_GPU_CONV2D_X3_TILE);
 }
-/* Whether the launch rule gives a backward filter the thin build
- * (AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN): by the waves of its clusters. */
-static inline int aq_conv2d_x3_thin(const aq_conv2d_args_t *a) {
-  return aq_conv2d_filter_thin(aq_conv2d_x3_tiles(a, 2, AQ_GPU_CONV2D_X3_TILE), aq_conv2d_x3_tiles(a, 2, AQ_GPU_CONV2D_X3_THIN));
+/* The launch rule's x3 backward filter by the waves of its clusters, a
+ * wave's time its tiles' area over its cluster's blocks: in 24ths, 64x64
+ * tiles over clusters of 8 take 6 a wave of 30, 32x64 ones 3, 64x64 ones
+ * over clusters of 6 8 a wave of 39. The fewest wins; ties keep the wide
+ * tiles over 8 (aq_conv2d_filter_thin), then 8 over 6. So 64 -> 64 (9
+ * tiles) goes thin, 128 -> 128 (36) over 6, 256 -> 256 at stride 2 (144)
+ * wide over 8. */
+static inline const char *aq_conv2d_x3_filter(const aq_conv2d_args_t *a) {
+  const int64_t wide = aq_conv2d_x3_tiles(a, 2, AQ_GPU_CONV2D_X3_TILE), thin = aq_conv2d_x3_tiles(a, 2, AQ_GPU_CONV2D_X3_THIN);
+  const int64_t w8 = AQ_GPU_CONV2D_SPLIT_CLUSTERS, w6 = AQ_GPU_CONV2D_SPLIT6_CLUSTERS;
+  const int by_thin = aq_conv2d_filter_thin(wide, thin);
+  const int64_t best8 = by_thin ? (thin + w8 - 1) / w8 * 3 : (wide + w8 - 1) / w8 * 6;
+  if ((wide + w6 - 1) / w6 * 8 < best8) return AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6;
+  return by_thin ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN : AQ_KERNEL_CONV2D_BWD_FILTER_X3;
 }
 
 /* Whether the implicit GEMMs' 32-bit indices hold the tensors and windows
@@ -600,10 +610,15 @@ static inline aq_dispatch_shape_t aq_conv2d_filter_split_gpu_shape(const aq_conv
   return aq_conv2d_filter_split_by(a, tiles, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
 }
 
-/* An x3 build's launch: tm-row tiles (the thin build's
- * AQ_GPU_CONV2D_X3_THIN, the others' AQ_GPU_CONV2D_X3_TILE). */
-static inline aq_dispatch_shape_t aq_conv2d_x3_gpu_shape(const aq_conv2d_args_t *a, int pass, int tm) {
-  if (pass == 2) return aq_conv2d_filter_split_gpu_shape(a, aq_conv2d_x3_tiles(a, 2, tm));
+/* An x3 build's launch (build: its name): tm-row tiles (the thin build's
+ * AQ_GPU_CONV2D_X3_THIN, the others' AQ_GPU_CONV2D_X3_TILE), the backward
+ * filter's over clusters of its size. */
+static inline aq_dispatch_shape_t aq_conv2d_x3_gpu_shape(const aq_conv2d_args_t *a, int pass, const char *build) {
+  const int tm = strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) ? AQ_GPU_CONV2D_X3_TILE : AQ_GPU_CONV2D_X3_THIN;
+  if (pass == 2)
+    return aq_conv2d_filter_split_by(a, aq_conv2d_x3_tiles(a, 2, tm),
+                                     strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6) ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT
+                                                                                          : AQ_GPU_CONV2D_SPLIT6);
   return aq_gpu_threads_shape(aq_conv2d_x3_tiles(a, pass, tm) * AQ_GPU_BLOCK);
 }
 
@@ -644,10 +659,9 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
   int x3 = 0;
   const int pass = aq_conv2d_f32_pass(kernel, &x3);
   if (pass >= 0 && !x3 && aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))
-    return pass == 0                                           ? AQ_KERNEL_CONV2D_X3
-           : pass == 1                                         ? AQ_KERNEL_CONV2D_BWD_DATA_X3
-           : aq_conv2d_x3_thin((const aq_conv2d_args_t *)kernarg) ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN
-                                                               : AQ_KERNEL_CONV2D_BWD_FILTER_X3;
+    return pass == 0   ? AQ_KERNEL_CONV2D_X3
+           : pass == 1 ? AQ_KERNEL_CONV2D_BWD_DATA_X3
+                       : aq_conv2d_x3_filter((const aq_conv2d_args_t *)kernarg);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
@@ -694,9 +708,7 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   int x3 = 0;
   const int pass = aq_conv2d_f32_pass(kernel, &x3);
   if (pass >= 0 && (x3 || aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))) { /* the x3 build's, named or picked */
-    const char *build = x3 ? kernel : aq_gpu_op_kernel(kernel, kernarg);
-    const int thin = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN);
-    return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass, thin ? AQ_GPU_CONV2D_X3_THIN : AQ_GPU_CONV2D_X3_TILE);
+    return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass, x3 ? kernel : aq_gpu_op_kernel(kernel, kernarg));
   }
   if ((!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16)) &&
       aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
@@ -788,6 +800,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_X3, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN, aq_conv2d_x3_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER, NULL, aq_conv2d_bwd_filter_plain_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, NULL, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, aq_conv2d_filter_staged, NULL},

@@ -149,7 +149,7 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
             "%s", out);
   /* 9 tiles of 64x64 would leave most of an H100's clusters idle: 32-row ones, for fp32 and bf16 */
   cr_assert(strstr(out, "f32 bwd_filter: aq_conv2d_bwd_filter_f32_x3_thin, implicit GEMM on tensor cores (3xTF32), a cluster "
-                        "a 32x64 tile splitting its depth"),
+                        "of 8 a 32x64 tile splitting its depth"),
             "%s", out);
   cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 f32 bwd_data: aq_conv2d_bwd_data_f32_x3, implicit GEMM on tensor "
                         "cores (3xTF32), a block a 64x64 tile"),

@@ -54,7 +54,7 @@ static void ref_tap(void *ctx, int64_t o, int64_t k, int64_t xi, int64_t wi) {
 /* launch: 0 the scheduler's build and shape, 1 the CPU grid, 2 the split
  * backward filter, 3 the staged one, 4 the x3 builds (tensor cores) of
  * every pass, 5 the scheduler's at exact precision (FFMA), 6 the x3
- * builds with the thin backward filter. */
+ * builds with the thin backward filter, 7 with the one over clusters of 6. */
 static void conv_case(const conv_case_t *t, int launch) {
   aq_conv2d_args_t a = {0};
   a.precision = launch == 5 ? AQ_MATMUL_PRECISION_EXACT : AQ_MATMUL_PRECISION_DEFAULT;
@@ -76,12 +76,14 @@ static void conv_case(const conv_case_t *t, int launch) {
   a.x = x, a.w = w, a.bias = bias, a.y = y, a.dy = dy, a.dx = dx, a.dw = dw, a.dbias = db;
   const char *names[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
   const char *x3[] = {AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3,
-                      launch == 6 ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN : AQ_KERNEL_CONV2D_BWD_FILTER_X3};
+                      launch == 6   ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN
+                      : launch == 7 ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6
+                                    : AQ_KERNEL_CONV2D_BWD_FILTER_X3};
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
     if (launch == 1) gk_op(names[i], &a, cpu);
-    else if (launch == 4 || launch == 6) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
+    else if (launch == 4 || launch >= 6) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
     else if (launch >= 2 && i == 2) { /* a build on every case: where it does not apply, its fallback */
       const char *build = launch == 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT : AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
       gk_run(build, &a, aq_gpu_op_shape(build, &a, cpu));
@@ -119,6 +121,10 @@ Test(gpu_conv, conv2d_x3_builds) {
  * on a slice's depth). */
 Test(gpu_conv, conv2d_x3_thin_build) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 6);
+}
+/* And over clusters of 6. */
+Test(gpu_conv, conv2d_x3_split6_build) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 7);
 }
 /* Bad kernargs, a precision neither default nor exact among them, leave
  * every fp32 build's outputs untouched. */

@@ -4,6 +4,7 @@
  * the plain build would leave an H100's SMs idle; fused kernels launched
  * as their products. */
 #include <criterion/criterion.h>
+#include <string.h>
 
 #include "kernels/cuda/launch.h"
 
@@ -120,17 +121,27 @@ Test(gpu_shapes, bf16_narrow_passes_take_128_rows_where_waves_end_better) {
 }
 
 /* fp32's 3xTF32 backward filter: the thin build where the waves of
- * clusters say so, each build's split grid its own tiles'. */
-Test(gpu_shapes, x3_bwd_filter_thin_where_waves_pay) {
-  const int64_t ck[][3] = {{64, 64, 18}, {128, 128, 72}, {256, 256, 144}};
-  for (size_t i = 0; i < sizeof(ck) / sizeof(ck[0]); ++i) {
-    aq_conv2d_args_t a = conv(32, ck[i][0], ck[i][1], 3, 3, 0);
-    const int thin = aq_conv2d_x3_thin(&a);
-    cr_assert_eq(thin, i < 2, "c %lld", (long long)a.c);
-    cr_assert_eq(aq_conv2d_x3_tiles(&a, 2, thin ? AQ_GPU_CONV2D_X3_THIN : AQ_GPU_CONV2D_X3_TILE), ck[i][2]);
-    for (int tm = AQ_GPU_CONV2D_X3_THIN; tm <= AQ_GPU_CONV2D_X3_TILE; tm *= 2)
-      cr_assert_eq(aq_conv2d_x3_gpu_shape(&a, 2, tm).grid[0],
-                   (uint32_t)(aq_conv2d_gemm_tiles(&a, 2, tm, 64) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK));
+ * clusters say so, the build over clusters of 6 where one wave of them
+ * beats two of 8, each build's split grid its own tiles' and clusters'. */
+Test(gpu_shapes, x3_bwd_filter_by_the_waves_of_its_clusters) {
+  const struct {
+    int64_t c, k, tiles;
+    const char *build;
+  } cases[] = {{64, 64, 18, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN},
+               {128, 128, 36, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6},
+               {256, 256, 144, AQ_KERNEL_CONV2D_BWD_FILTER_X3}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    aq_conv2d_args_t a = conv(32, cases[i].c, cases[i].k, 3, 3, 0);
+    cr_assert_str_eq(aq_conv2d_x3_filter(&a), cases[i].build, "c %lld", (long long)a.c);
+    const int thin = !strcmp(cases[i].build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN);
+    cr_assert_eq(aq_conv2d_x3_tiles(&a, 2, thin ? AQ_GPU_CONV2D_X3_THIN : AQ_GPU_CONV2D_X3_TILE), cases[i].tiles);
+    const char *builds[] = {AQ_KERNEL_CONV2D_BWD_FILTER_X3, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN,
+                            AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6};
+    const int rows[] = {AQ_GPU_CONV2D_X3_TILE, AQ_GPU_CONV2D_X3_THIN, AQ_GPU_CONV2D_X3_TILE},
+              split[] = {AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_SPLIT6};
+    for (int b = 0; b < 3; ++b)
+      cr_assert_eq(aq_conv2d_x3_gpu_shape(&a, 2, builds[b]).grid[0],
+                   (uint32_t)(aq_conv2d_gemm_tiles(&a, 2, rows[b], 64) * split[b] * AQ_GPU_BLOCK), "%s", builds[b]);
   }
 }
 

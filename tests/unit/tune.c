@@ -54,11 +54,12 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   const aq_conv2d_args_t *lenets[2] = {&lenet1, &lenet2};
   for (int i = 0; i < 2; ++i) { /* staged, plain, split, and fp32's tensor cores on either tile */
     uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, lenets[i], names, AQ_GPU_OP_BUILDS_MAX);
-    cr_assert_eq(n, 5, "LeNet conv %d: %u fp32 builds", i + 1, n);
+    cr_assert_eq(n, 6, "LeNet conv %d: %u fp32 builds", i + 1, n);
     cr_assert_str_eq(names[0], aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, lenets[i]));
     cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_STAGED);
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER) && listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT) &&
-              listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3) && listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN));
+              listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3) && listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) &&
+              listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6));
     n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, lenets[i], names, AQ_GPU_OP_BUILDS_MAX);
     cr_assert_eq(n, 5);
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) &&
@@ -71,16 +72,17 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
    * tensor cores, on 32-row tiles (dw's 9 wide ones would leave most
    * clusters idle), the wide ones a candidate */
   uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &wide, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 4);
+  cr_assert_eq(n, 5);
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN);
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_FILTER_X3);
-  cr_assert_str_eq(names[2], AQ_KERNEL_CONV2D_BWD_FILTER);
-  cr_assert_str_eq(names[3], AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  cr_assert_str_eq(names[2], AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6);
+  cr_assert_str_eq(names[3], AQ_KERNEL_CONV2D_BWD_FILTER);
+  cr_assert_str_eq(names[4], AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
   aq_conv2d_args_t exact = wide;
   exact.precision = AQ_MATMUL_PRECISION_EXACT;
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &exact, names, AQ_GPU_OP_BUILDS_MAX);
   cr_assert(n == 2 && !listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3) &&
-                !listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN),
+                !listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) && !listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6),
             "exact: FFMA builds only");
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &wide, names, AQ_GPU_OP_BUILDS_MAX);
   cr_assert_eq(n, 3, "the tensor cores, their tiles split over clusters of 8 (18 thin tiles: one wave), of 6, or not");
@@ -116,8 +118,7 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
         aq_dispatch_shape_t want;
         uint32_t want_group;
         if (strstr(names[b], "_x3"))
-          want = aq_conv2d_x3_gpu_shape(a, 2, strstr(names[b], "_thin") ? AQ_GPU_CONV2D_X3_THIN : AQ_GPU_CONV2D_X3_TILE),
-          want_group = 0;
+          want = aq_conv2d_x3_gpu_shape(a, 2, names[b]), want_group = 0;
         else if (strstr(names[b], "_tc_split"))
           want = aq_conv2d_bf16_filter_split_shape(a, strstr(names[b], "_split6") ? AQ_GPU_CONV2D_SPLIT6
                                                                                   : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),

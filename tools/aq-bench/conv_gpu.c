@@ -427,9 +427,13 @@ static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int
     return split ? "staged in shared memory, two buffers; a cluster a filter splitting the batch, every channel"
                  : "staged in shared memory, two buffers; a block a filter, every channel";
   if (tiled) return split ? "tiled in shared memory, a cluster a filter splitting the batch" : "tiled, a block a filter";
+  if (x3 && pass == 2) { /* every x3 backward filter splits over clusters, of 8 unless named */
+    snprintf(buf, size, "implicit GEMM on tensor cores (3xTF32), a cluster of %d a %dx%d tile splitting its depth",
+             split ? split : AQ_GPU_CONV2D_BWD_FILTER_SPLIT, x3, AQ_GPU_CONV2D_X3_TILE);
+    return buf;
+  }
   if (x3) {
-    snprintf(buf, size, "implicit GEMM on tensor cores (3xTF32), a %s a %dx%d tile%s", pass == 2 ? "cluster" : "block",
-             x3, AQ_GPU_CONV2D_X3_TILE, pass == 2 ? " splitting its depth" : "");
+    snprintf(buf, size, "implicit GEMM on tensor cores (3xTF32), a block a %dx%d tile", x3, AQ_GPU_CONV2D_X3_TILE);
     return buf;
   }
   if (bf16) return bf16_path(a, pass, split, buf, size);
