@@ -11,7 +11,9 @@
 // ldmatrix. A's chunks are handed out row-fastest (a warp gathers 32
 // neighbouring positions of one depth index: consecutive x or dy for
 // stride 1); B's chunk-fastest (a warp reads 8 rows of 64 contiguous
-// bytes).
+// bytes). Both go through the slice's taps, built by the block two slices
+// ahead (conv2d_gemm_map.cuh: tap_of, btap_of), but where B's chunks are
+// single aligned loads and in the backward filter's whole rows.
 //
 // Where there are few tiles (and always in the backward filter, whose depth
 // n*p*q is long and whose dw is small), they are small (64x64, or 32x64

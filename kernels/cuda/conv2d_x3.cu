@@ -15,7 +15,9 @@
 // barrier a slice). A's chunks are handed out row-fastest, so a warp
 // gathers 32 neighbouring positions of one depth index (consecutive x or
 // dy at stride 1); B's chunk-fastest, so a warp reads 4 runs of 128
-// contiguous bytes.
+// contiguous bytes. A thread's A chunks share one row, which it keeps in
+// registers, and reach their elements through the slice's taps, which the
+// block builds two slices ahead (conv2d_gemm_map.cuh: tap_of).
 //
 // The backward filter has few tiles (dw is c*r*s x k) and a long depth
 // (n*p*q): a cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks splits each
