@@ -250,8 +250,8 @@ static inline int aq_conv2d_bf16_pass(const char *kernel) {
  * where their waves of AQ_GPU_CONV2D_BF16_SLOTS end better: a ResNet's
  * 64 channels at 56x56 have 392 of 256 rows (a second wave half full)
  * and 784 of 128 (three full ones of half the time). A backward filter
- * whose 64x64 tiles, each split over a cluster, would
- * leave most of an H100's SMs idle takes tiles of half the rows (not by
+ * whose 64x64 tiles, each split over a cluster, would leave most of an
+ * H100's SMs idle takes tiles of half the rows (not by
  * aq_conv2d_filter_thin's waves: bf16's thin tiles gather too much more a
  * product, and a ResNet's 128 -> 128 on 72 of them ran slower than on 36
  * wide ones). */
