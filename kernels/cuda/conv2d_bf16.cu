@@ -312,25 +312,25 @@ AQ_KERNEL void __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2) aq_conv2d_bwd_fi
 }
 
 // The tensor cores' backward filter with each tile's depth split over a
-// cluster (conv2d_gemm.cuh's filter_split; ops_gpu.h: the grid's x a
-// multiple of the cluster): dw has few tiles and a long depth.
-AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
-    aq_conv2d_bwd_filter_bf16_tc_split(aq_conv2d_args_t a) {
+// cluster of S (conv2d_gemm.cuh's filter_split; ops_gpu.h: the grid's x a
+// multiple of the cluster): dw has few tiles and a long depth. A kernel
+// for each S: 8, or 6 where clusters of 8 would take a second wave
+// (launch.h: aq_conv2d_bf16_split6).
+template <int S>
+__device__ __forceinline__ void bwd_filter_tc_split(const aq_conv2d_args_t &a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
 #ifndef AQ_HIP
-  if (conv_bf16::tensor_cores(a)) return conv_bf16::filter_split<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+  if (conv_bf16::tensor_cores(a)) return conv_bf16::filter_split<S>(a);
 #endif
   conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
 }
-
-// The same over clusters of AQ_GPU_CONV2D_SPLIT6 (launch.h: aq_conv2d_bf16_split6).
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
+    aq_conv2d_bwd_filter_bf16_tc_split(aq_conv2d_args_t a) {
+  bwd_filter_tc_split<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+}
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_SPLIT6) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
     aq_conv2d_bwd_filter_bf16_tc_split6(aq_conv2d_args_t a) {
-  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-#ifndef AQ_HIP
-  if (conv_bf16::tensor_cores(a)) return conv_bf16::filter_split<AQ_GPU_CONV2D_SPLIT6>(a);
-#endif
-  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
+  bwd_filter_tc_split<AQ_GPU_CONV2D_SPLIT6>(a);
 }
 
 // Where a filter's planes fit shared memory (a LeNet's: dw has too few

@@ -225,33 +225,29 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_f32_x3(aq_conv2d_arg
   conv::backward_data(a, a.w, a.dy);
 }
 
-// A cluster a tile (ops_gpu.h: the grid's x a multiple of the cluster);
-// two blocks an SM as the others, the promoted totals spilling a few bytes.
+// The backward filter's builds, a kernel each: a cluster of S a TM-row
+// tile (ops_gpu.h: the grid's x a multiple of the cluster); two blocks an
+// SM as the others, the promoted totals spilling a few bytes.
+template <int TM, int S>
+__device__ __forceinline__ void bwd_filter_x3(const aq_conv2d_args_t &a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_x3::applies(a)) return conv_x3::convolve<2, TM, S>(a);
+#endif
+  conv::backward_filter(a, a.x, a.dy);
+}
+/* 64x64 tiles over clusters of 8 */
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_x3(aq_conv2d_args_t a) {
-  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-#ifndef AQ_HIP
-  if (conv_x3::applies(a)) return conv_x3::convolve<2>(a);
-#endif
-  conv::backward_filter(a, a.x, a.dy);
+  bwd_filter_x3<AQ_GPU_CONV2D_X3_TILE, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
 }
-
-// The same over clusters of AQ_GPU_CONV2D_SPLIT6 (AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6).
+/* over clusters of 6 (AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6) */
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_SPLIT6) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_x3_split6(aq_conv2d_args_t a) {
-  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-#ifndef AQ_HIP
-  if (conv_x3::applies(a)) return conv_x3::convolve<2, conv_x3::BM, AQ_GPU_CONV2D_SPLIT6>(a);
-#endif
-  conv::backward_filter(a, a.x, a.dy);
+  bwd_filter_x3<AQ_GPU_CONV2D_X3_TILE, AQ_GPU_CONV2D_SPLIT6>(a);
 }
-
-// The same on 32x64 tiles (AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN).
+/* 32x64 tiles over clusters of 8 (AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) */
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_x3_thin(aq_conv2d_args_t a) {
-  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-#ifndef AQ_HIP
-  if (conv_x3::applies(a)) return conv_x3::convolve<2, conv_x3::THIN>(a);
-#endif
-  conv::backward_filter(a, a.x, a.dy);
+  bwd_filter_x3<AQ_GPU_CONV2D_X3_THIN, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
 }

@@ -224,6 +224,10 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_gemm_tiles(const aq_conv2d_ar
 #define AQ_GPU_CONV2D_SPLIT6 6
 #define AQ_GPU_CONV2D_SPLIT6_CLUSTERS 39
 
+/* The waves n blocks (or clusters) take, at_once of them at a time: the
+ * tile rules below weigh a choice's waves times each one's length. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_gpu_waves(int64_t n, int64_t at_once) { return (n + at_once - 1) / at_once; }
+
 /* Whether a backward filter split over clusters, a cluster a tile, takes
  * tiles of half the rows (wide and thin: how many tiles of each): its
  * clusters run in waves of AQ_GPU_CONV2D_SPLIT_CLUSTERS, each cluster's
@@ -231,8 +235,7 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_gemm_tiles(const aq_conv2d_ar
  * take the time of four thin waves, and 72 thin tiles three. Ties keep
  * the wide tiles, which gather fewer bytes a product. */
 static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_thin(int64_t wide, int64_t thin) {
-  const int64_t w = AQ_GPU_CONV2D_SPLIT_CLUSTERS;
-  return (thin + w - 1) / w < 2 * ((wide + w - 1) / w);
+  return aq_gpu_waves(thin, AQ_GPU_CONV2D_SPLIT_CLUSTERS) < 2 * aq_gpu_waves(wide, AQ_GPU_CONV2D_SPLIT_CLUSTERS);
 }
 
 /* The kernels choose their tiles with AQ_GPU_HOST_DEVICE functions too. */
@@ -262,8 +265,8 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_gpu_tiles(const aq_conv2
   if (pass == 2 || tiles < AQ_GPU_CONV2D_BF16_FEW_TILES) {
     *tm = *tn = 64, tiles = aq_conv2d_gemm_tiles(a, pass, 64, 64);
   } else if (*tn == 64) {
-    const int64_t mid = aq_conv2d_gemm_tiles(a, pass, 128, 64), w = AQ_GPU_CONV2D_BF16_SLOTS;
-    if ((mid + w - 1) / w < 2 * ((tiles + w - 1) / w)) *tm = 128, tiles = mid;
+    const int64_t mid = aq_conv2d_gemm_tiles(a, pass, 128, 64);
+    if (aq_gpu_waves(mid, AQ_GPU_CONV2D_BF16_SLOTS) < 2 * aq_gpu_waves(tiles, AQ_GPU_CONV2D_BF16_SLOTS)) *tm = 128, tiles = mid;
   }
   if (pass == 2 && tiles * AQ_GPU_CONV2D_BWD_FILTER_SPLIT < AQ_GPU_CONV2D_BF16_FEW_TILES)
     *tm = AQ_GPU_CONV2D_BF16_THIN, tiles = aq_conv2d_gemm_tiles(a, 2, *tm, 64);
@@ -560,10 +563,10 @@ static inline int64_t aq_conv2d_x3_tiles(const aq_conv2d_args_t *a, int pass, in
  * wide over 8. */
 static inline const char *aq_conv2d_x3_filter(const aq_conv2d_args_t *a) {
   const int64_t wide = aq_conv2d_x3_tiles(a, 2, AQ_GPU_CONV2D_X3_TILE), thin = aq_conv2d_x3_tiles(a, 2, AQ_GPU_CONV2D_X3_THIN);
-  const int64_t w8 = AQ_GPU_CONV2D_SPLIT_CLUSTERS, w6 = AQ_GPU_CONV2D_SPLIT6_CLUSTERS;
   const int by_thin = aq_conv2d_filter_thin(wide, thin);
-  const int64_t best8 = by_thin ? (thin + w8 - 1) / w8 * 3 : (wide + w8 - 1) / w8 * 6;
-  if ((wide + w6 - 1) / w6 * 8 < best8) return AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6;
+  const int64_t best8 = by_thin ? aq_gpu_waves(thin, AQ_GPU_CONV2D_SPLIT_CLUSTERS) * 3
+                                : aq_gpu_waves(wide, AQ_GPU_CONV2D_SPLIT_CLUSTERS) * 6;
+  if (aq_gpu_waves(wide, AQ_GPU_CONV2D_SPLIT6_CLUSTERS) * 8 < best8) return AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6;
   return by_thin ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN : AQ_KERNEL_CONV2D_BWD_FILTER_X3;
 }
 
@@ -634,9 +637,9 @@ static inline int aq_conv2d_bf16_filter_split(const aq_conv2d_args_t *a) {
  * stay with 8. */
 static inline int aq_conv2d_bf16_split6(const aq_conv2d_args_t *a) {
   int tm, tn;
-  const int64_t t = aq_conv2d_bf16_gpu_tiles(a, 2, &tm, &tn), w8 = AQ_GPU_CONV2D_SPLIT_CLUSTERS,
-                w6 = AQ_GPU_CONV2D_SPLIT6_CLUSTERS;
-  return (t + w6 - 1) / w6 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT < (t + w8 - 1) / w8 * AQ_GPU_CONV2D_SPLIT6;
+  const int64_t t = aq_conv2d_bf16_gpu_tiles(a, 2, &tm, &tn);
+  return aq_gpu_waves(t, AQ_GPU_CONV2D_SPLIT6_CLUSTERS) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT <
+         aq_gpu_waves(t, AQ_GPU_CONV2D_SPLIT_CLUSTERS) * AQ_GPU_CONV2D_SPLIT6;
 }
 /* The launch of a split build (split: its cluster's blocks). */
 static inline aq_dispatch_shape_t aq_conv2d_bf16_filter_split_shape(const aq_conv2d_args_t *a, int split) {
