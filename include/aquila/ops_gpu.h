@@ -91,6 +91,16 @@ extern "C" {
  * two waves of clusters of 8. */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN "aq_conv2d_bwd_filter_f32_x3_thin"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6 "aq_conv2d_bwd_filter_f32_x3_split6"
+/* aq_conv2d_f32's three passes as implicit GEMMs in FFMA (exact fp32, as
+ * cuDNN's fp32 passes) on 128x64 tiles, at any precision: an exact exec's
+ * many-channel passes, and a tuning candidate beside the x3 builds. The
+ * backward filter splits each tile's depth over a cluster (sm_90; the
+ * grid's x a multiple of it). Same kernargs and results as the plain
+ * kernels; kernels/cuda/launch.h picks them (aq_conv2d_ffma) and their
+ * grids. */
+#define AQ_KERNEL_CONV2D_FFMA "aq_conv2d_f32_ffma"
+#define AQ_KERNEL_CONV2D_BWD_DATA_FFMA "aq_conv2d_bwd_data_f32_ffma"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_FFMA "aq_conv2d_bwd_filter_f32_ffma"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED "aq_conv2d_bwd_filter_bf16_staged"
 /* bf16's tensor-core backward filter with each 64x64 tile's depth split
  * over a cluster (sm_90; the grid's x a multiple of it), for dw of few

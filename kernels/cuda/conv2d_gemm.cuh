@@ -73,4 +73,34 @@ __device__ void filter_split(const aq_conv2d_args_t &a, Gemm<E> &gs, float *part
   }
 }
 
+// Every tile of a forward or backward data pass, grid-stride, a column of
+// tiles' row tiles consecutive blocks (which share its B tile in L2): a
+// strided backward data's phase after phase, as phases() walks them, the
+// others' as one GEMM. gs, in shared memory, holds the GEMM of the block's
+// tiles. tile(row0, col0, phased) is called from one place, so that a
+// kernel inlining it holds one copy of it: two spilled.
+template <int PASS, int BM, int BN, class E, class Tile>
+__device__ void each_tile(const aq_conv2d_args_t &a, Gemm<E> &gs, Tile tile) {
+  /* 32-bit tile indices (fits32 holds the rows): fewer registers held
+   * across tile(). */
+  const bool phased = PASS == 1 && aq_conv2d_phased(&a);
+  const int block = (int)grid_block(), blocks = (int)grid_blocks(), tiles_n = (int)(((PASS == 1 ? a.c : a.k) + BN - 1) / BN);
+  int first = 0;
+  for (int ph = 0; ph < (phased ? a.stride_h : 1) && ph < a.h; ++ph)
+    for (int pw = 0; pw < (phased ? a.stride_w : 1) && pw < a.wd; ++pw) {
+      const int rows = !phased    ? (int)(PASS == 0 ? a.n * a.p * a.q : a.n * a.h * a.wd)
+                       : (int)a.n * aq_conv2d_phase(a.h, a.r, a.stride_h, a.pad_h, a.dil_h, ph).outs *
+                             aq_conv2d_phase(a.wd, a.s, a.stride_w, a.pad_w, a.dil_w, pw).outs;
+      const int tiles_m = (rows + BM - 1) / BM, end = first + tiles_m * tiles_n;
+      int id = first + ((block - first) % blocks + blocks) % blocks; /* the block's first of the phase */
+      if (id < end) {
+        __syncthreads(); /* the block is done with the previous phase */
+        if (threadIdx.x == 0) gs = phased ? make_phase<E>(a, ph * (int)a.stride_w + pw) : make_gemm<E>(a, PASS);
+        __syncthreads();
+        for (; id < end; id += blocks) tile((id - first) % tiles_m * BM, (id - first) / tiles_m * BN, phased);
+      }
+      first = end;
+    }
+}
+
 }  // namespace conv_gemm

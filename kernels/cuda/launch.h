@@ -530,7 +530,8 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d
  * (3xTF32): a block a tile, or for the backward filter (few tiles, a long
  * depth) a cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks a tile, then
  * the bias gradient's items (8 channels a block). An exact exec's convs
- * keep the FFMA loops. */
+ * run in FFMA: the FFMA builds (aq_conv2d_ffma) where they apply, else the
+ * plain loops. */
 #define AQ_GPU_CONV2D_X3_TILE 64
 #define AQ_GPU_CONV2D_X3_THIN 32 /* the thin backward filter's tile rows */
 
@@ -625,6 +626,46 @@ static inline aq_dispatch_shape_t aq_conv2d_x3_gpu_shape(const aq_conv2d_args_t 
   return aq_gpu_threads_shape(aq_conv2d_x3_tiles(a, pass, tm) * AQ_GPU_BLOCK);
 }
 
+/* ---- fp32 conv2d in FFMA (conv2d_ffma.cu) -----------------------------------
+ * The three passes as implicit GEMMs in FFMA, exact fp32: a block a 128x64
+ * tile (a strided backward data's a GEMM a phase), the backward filter a
+ * cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT a tile, then the bias
+ * gradient's items. At any precision: the launch rule gives an exact
+ * exec's passes that the x3 builds take at the default one to them;
+ * tuning times them beside the x3 builds. */
+#define AQ_GPU_CONV2D_FFMA_ROWS 128
+#define AQ_GPU_CONV2D_FFMA_COLS 64
+#define AQ_GPU_CONV2D_FFMA_MIN_COLS 32 /* fewer: most of a tile's columns would be zeros */
+
+/* 0, 1 or 2, the pass of an FFMA build; -1 for the rest. */
+static inline int aq_conv2d_ffma_pass(const char *kernel) {
+  if (strncmp(kernel, "aq_conv2d_", 10) || !strstr(kernel, "_ffma")) return -1; /* most kernels: two compares */
+  return !strcmp(kernel, AQ_KERNEL_CONV2D_FFMA)                ? 0
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_FFMA)   ? 1
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA) ? 2
+                                                             : -1;
+}
+static inline aq_dispatch_shape_t aq_conv2d_ffma_gpu_shape(const aq_conv2d_args_t *a, int pass) {
+  const int64_t tiles = aq_conv2d_gemm_tiles(a, pass, AQ_GPU_CONV2D_FFMA_ROWS, AQ_GPU_CONV2D_FFMA_COLS);
+  return pass == 2 ? aq_conv2d_filter_split_gpu_shape(a, tiles) : aq_gpu_threads_shape(tiles * AQ_GPU_BLOCK);
+}
+/* Whether an FFMA build may take pass (a tuning candidate): sane extents,
+ * 32-bit indices, columns enough. */
+static inline int aq_conv2d_ffma_fits(const aq_conv2d_args_t *a, int pass) {
+  return aq_conv2d_tiled_extents(a) && aq_conv2d_fits32(a) && (pass == 1 ? a->c : a->k) >= AQ_GPU_CONV2D_FFMA_MIN_COLS;
+}
+static inline int aq_conv2d_fwd_ffma_fits(const aq_conv2d_args_t *a) { return aq_conv2d_ffma_fits(a, 0); }
+static inline int aq_conv2d_bwd_data_ffma_fits(const aq_conv2d_args_t *a) { return aq_conv2d_ffma_fits(a, 1); }
+static inline int aq_conv2d_bwd_filter_ffma_fits(const aq_conv2d_args_t *a) { return aq_conv2d_ffma_fits(a, 2); }
+/* The launch rule's FFMA build of pass, or NULL: an exact exec's passes
+ * that no tiled or staged build takes. */
+static inline const char *aq_conv2d_ffma(const aq_conv2d_args_t *a, int pass) {
+  static const char *const builds[] = {AQ_KERNEL_CONV2D_FFMA, AQ_KERNEL_CONV2D_BWD_DATA_FFMA, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA};
+  if (a->precision != AQ_MATMUL_PRECISION_EXACT || pass < 0 || pass > 2 || !aq_conv2d_ffma_fits(a, pass)) return NULL;
+  const int other = pass == 2 ? aq_conv2d_tiled_bytes(a, 2) || aq_conv2d_filter_staged(a) : aq_conv2d_tiled_bytes(a, pass) > 0;
+  return other ? NULL : builds[pass];
+}
+
 /* Whether bf16's tensor-core backward filter splits its tiles' depth over
  * clusters: sane arguments and too few tiles to fill an H100. */
 static inline int aq_conv2d_bf16_filter_split(const aq_conv2d_args_t *a) {
@@ -665,6 +706,8 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     return pass == 0   ? AQ_KERNEL_CONV2D_X3
            : pass == 1 ? AQ_KERNEL_CONV2D_BWD_DATA_X3
                        : aq_conv2d_x3_filter((const aq_conv2d_args_t *)kernarg);
+  if (pass >= 0 && !x3 && aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass))
+    return aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
@@ -713,6 +756,9 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (pass >= 0 && (x3 || aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))) { /* the x3 build's, named or picked */
     return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass, x3 ? kernel : aq_gpu_op_kernel(kernel, kernarg));
   }
+  const int ffma = aq_conv2d_ffma_pass(kernel);
+  if (ffma >= 0 || (pass >= 0 && aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass))) /* named, or the op's pick */
+    return aq_conv2d_ffma_gpu_shape((const aq_conv2d_args_t *)kernarg, ffma >= 0 ? ffma : pass);
   if ((!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16)) &&
       aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
     return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg); /* its staged build's */
@@ -799,11 +845,15 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
   static const aq_gpu_op_build_rule_t rules[] = {
       {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D, NULL, aq_conv2d_fwd_plain_shape},
       {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_X3, aq_conv2d_x3_fits, NULL},
+      {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_FFMA, aq_conv2d_fwd_ffma_fits, NULL},
+
       {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA, NULL, aq_conv2d_bwd_data_plain_shape},
       {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_X3, aq_conv2d_x3_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_FFMA, aq_conv2d_bwd_data_ffma_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6, aq_conv2d_x3_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA, aq_conv2d_bwd_filter_ffma_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER, NULL, aq_conv2d_bwd_filter_plain_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, NULL, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, aq_conv2d_filter_staged, NULL},

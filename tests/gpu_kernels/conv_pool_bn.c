@@ -79,6 +79,7 @@ static void conv_case(const conv_case_t *t, int launch) {
                       launch == 6   ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN
                       : launch == 7 ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6
                                     : AQ_KERNEL_CONV2D_BWD_FILTER_X3};
+  if (launch == 8) x3[0] = AQ_KERNEL_CONV2D_FFMA, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_FFMA, x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_FFMA;
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
@@ -126,6 +127,11 @@ Test(gpu_conv, conv2d_x3_thin_build) {
 Test(gpu_conv, conv2d_x3_split6_build) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 7);
 }
+/* The FFMA builds of every pass on every case, even those the picker
+ * gives other builds: exact fp32, the reference's 1e-4. */
+Test(gpu_conv, conv2d_ffma_builds) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 8);
+}
 /* Bad kernargs, a precision neither default nor exact among them, leave
  * every fp32 build's outputs untouched. */
 Test(gpu_conv, bad_kernargs_write_nothing) {
@@ -134,10 +140,11 @@ Test(gpu_conv, bad_kernargs_write_nothing) {
   aq_conv2d_args_t ok = {.x = in, .w = in, .y = out, .dy = in, .dx = out, .dw = out, .dbias = out + 2048, .n = 2,
                          .c = 40, .h = 6, .wd = 6, .k = 40, .r = 3, .s = 3, .p = 6, .q = 6, .stride_h = 1,
                          .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
-  const char *builds[] = {AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3, AQ_KERNEL_CONV2D_BWD_FILTER_X3,
-                          AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
+  const char *builds[] = {AQ_KERNEL_CONV2D_X3,   AQ_KERNEL_CONV2D_BWD_DATA_X3,   AQ_KERNEL_CONV2D_BWD_FILTER_X3,
+                          AQ_KERNEL_CONV2D,      AQ_KERNEL_CONV2D_BWD_DATA,      AQ_KERNEL_CONV2D_BWD_FILTER,
+                          AQ_KERNEL_CONV2D_FFMA, AQ_KERNEL_CONV2D_BWD_DATA_FFMA, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA};
   for (int kind = 0; kind < 5; ++kind)
-    for (int i = 0; i < 6; ++i) {
+    for (int i = 0; i < 9; ++i) {
       aq_conv2d_args_t a = ok;
       switch (kind) {
         case 0: a.precision = 2; break;
@@ -152,7 +159,9 @@ Test(gpu_conv, bad_kernargs_write_nothing) {
   aq_memory_free(in), aq_memory_free(out);
 }
 
-/* At exact precision the picker keeps the FFMA builds. */
+/* At exact precision the picker keeps FFMA: the implicit GEMMs of
+ * conv2d_ffma.cu where they apply (the cases of 32 filters or more), else
+ * the plain loops. */
 Test(gpu_conv, conv2d_exact_precision) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 5);
 }
@@ -226,7 +235,17 @@ Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_X3, &big, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], 10 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 256, "the wide build named: its 9 tiles and dbias");
   big.precision = AQ_MATMUL_PRECISION_EXACT;
-  for (int i = 0; i < 3; ++i) cr_assert_str_neq(aq_gpu_op_kernel(ops[i], &big), x3[i], "exact: FFMA");
+  /* exact: the FFMA builds, a block a 128x64 tile; the backward filter's 5
+   * tiles (dw 576 x 64) a cluster each, then dbias's */
+  const char *ffma[] = {AQ_KERNEL_CONV2D_FFMA, AQ_KERNEL_CONV2D_BWD_DATA_FFMA, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA};
+  const int64_t ffma_blocks[] = {32 * 56 * 56 / 128, 32 * 56 * 56 / 128, 6 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT};
+  for (int i = 0; i < 3; ++i) {
+    cr_assert_str_eq(aq_gpu_op_kernel(ops[i], &big), ffma[i], "exact: FFMA");
+    s = aq_gpu_op_shape(ops[i], &big, aq_planes_grid(1));
+    cr_assert_eq(s.grid[0], ffma_blocks[i] * 256, "%s: %u threads", ffma[i], s.grid[0]);
+    cr_assert_eq(aq_gpu_op_shape(ffma[i], &big, aq_planes_grid(1)).grid[0], s.grid[0], "named as picked");
+    cr_assert_eq(aq_gpu_op_group_segment(ffma[i], &big), 0);
+  }
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &l1), AQ_KERNEL_CONV2D_BWD_FILTER_STAGED,
                    "LeNet's keep their tiled and staged builds");
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D, &l1), AQ_KERNEL_CONV2D);

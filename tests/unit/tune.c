@@ -72,18 +72,27 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
    * tensor cores, on 32-row tiles (dw's 9 wide ones would leave most
    * clusters idle), the wide ones a candidate */
   uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &wide, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 5);
+  cr_assert_eq(n, 6);
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN);
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_FILTER_X3);
   cr_assert_str_eq(names[2], AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6);
-  cr_assert_str_eq(names[3], AQ_KERNEL_CONV2D_BWD_FILTER);
-  cr_assert_str_eq(names[4], AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  cr_assert_str_eq(names[3], AQ_KERNEL_CONV2D_BWD_FILTER_FFMA);
+  cr_assert_str_eq(names[4], AQ_KERNEL_CONV2D_BWD_FILTER);
+  cr_assert_str_eq(names[5], AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
   aq_conv2d_args_t exact = wide;
   exact.precision = AQ_MATMUL_PRECISION_EXACT;
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &exact, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert(n == 2 && !listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3) &&
+  cr_assert(n == 3 && !listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3) &&
                 !listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) && !listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6),
             "exact: FFMA builds only");
+  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_FFMA, "the implicit GEMM first, the plain loops timed beside it");
+  for (int pass = 0; pass < 2; ++pass) { /* and the forward's and backward data's */
+    const char *op = pass ? AQ_KERNEL_CONV2D_BWD_DATA : AQ_KERNEL_CONV2D;
+    n = aq_gpu_op_builds(op, &exact, names, AQ_GPU_OP_BUILDS_MAX);
+    cr_assert(n == 2 && !strcmp(names[0], pass ? AQ_KERNEL_CONV2D_BWD_DATA_FFMA : AQ_KERNEL_CONV2D_FFMA) && !strcmp(names[1], op));
+    n = aq_gpu_op_builds(op, &wide, names, AQ_GPU_OP_BUILDS_MAX);
+    cr_assert(n == 3 && listed(names, n, pass ? AQ_KERNEL_CONV2D_BWD_DATA_FFMA : AQ_KERNEL_CONV2D_FFMA), "a candidate of x3's");
+  }
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &wide, names, AQ_GPU_OP_BUILDS_MAX);
   cr_assert_eq(n, 3, "the tensor cores, their tiles split over clusters of 8 (18 thin tiles: one wave), of 6, or not");
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
@@ -119,6 +128,8 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
         uint32_t want_group;
         if (strstr(names[b], "_x3"))
           want = aq_conv2d_x3_gpu_shape(a, 2, names[b]), want_group = 0;
+        else if (strstr(names[b], "_ffma"))
+          want = aq_conv2d_ffma_gpu_shape(a, 2), want_group = 0;
         else if (strstr(names[b], "_tc_split"))
           want = aq_conv2d_bf16_filter_split_shape(a, strstr(names[b], "_split6") ? AQ_GPU_CONV2D_SPLIT6
                                                                                   : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),

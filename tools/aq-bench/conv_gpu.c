@@ -419,8 +419,8 @@ static const char *bf16_path(const aq_conv2d_args_t *a, int pass, int split, cha
  * cores (bf16, or fp32's x3 builds: x3 their tiles' rows, 0 for the
  * others), or the direct loops; `split`: the blocks of the clusters of the
  * build the op library picked, 0 where it is not a cluster-split one. */
-static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int split, int x3, int bf16, int pass,
-                           int runs, char *buf, size_t size) {
+static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int split, int x3, int ffma, int bf16,
+                           int pass, int runs, char *buf, size_t size) {
   if (tiled && pass == 1 && runs) return "tiled in shared memory, a block an image, a thread a run of columns";
   if (tiled && pass < 2) return "tiled in shared memory, a block an image";
   if (staged)
@@ -434,6 +434,14 @@ static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int
   }
   if (x3) {
     snprintf(buf, size, "implicit GEMM on tensor cores (3xTF32), a block a %dx%d tile", x3, AQ_GPU_CONV2D_X3_TILE);
+    return buf;
+  }
+  if (ffma) {
+    if (pass == 2)
+      snprintf(buf, size, "implicit GEMM in FFMA, a cluster of %d a %dx%d tile splitting its depth",
+               AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_FFMA_ROWS, AQ_GPU_CONV2D_FFMA_COLS);
+    else
+      snprintf(buf, size, "implicit GEMM in FFMA, a block a %dx%d tile", AQ_GPU_CONV2D_FFMA_ROWS, AQ_GPU_CONV2D_FFMA_COLS);
     return buf;
   }
   if (bf16) return bf16_path(a, pass, split, buf, size);
@@ -457,6 +465,7 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   int x3 = 0;
   aq_conv2d_f32_pass(build, &x3);
   if (x3) x3 = strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) ? AQ_GPU_CONV2D_X3_TILE : AQ_GPU_CONV2D_X3_THIN;
+  const int ffma = aq_conv2d_ffma_pass(build) >= 0;
   uint64_t blocks = 1, threads = 1;
   for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
   const char *all[AQ_GPU_OP_BUILDS_MAX];
@@ -477,7 +486,7 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   }
   fprintf(stderr, "conv %s %s %s: %s, %s; %s; %llu blocks of %llu threads, %u bytes of shared memory a block\n", tok,
           bf16 ? "bf16" : "f32", passes[pass], build,
-          path_of(a, group > 0, staged, split, x3, bf16, pass, !bf16 && aq_conv2d_data_runs(a), path, sizeof(path)),
+          path_of(a, group > 0, staged, split, x3, ffma, bf16, pass, !bf16 && aq_conv2d_data_runs(a), path, sizeof(path)),
           why,
           (unsigned long long)blocks, (unsigned long long)threads, group);
 }
