@@ -162,7 +162,11 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
             "%s", out);
   const char *exact = "conv --agent gpu --explain --precision exact --dtype f32 --shapes 32,64,56,56,64,3,3,1,1";
   cr_assert_eq(run_program("bin/aq-bench", exact, out, sizeof(out)), 0, "%s", out);
-  cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 f32 fwd: aq_conv2d_f32, direct loops"), "exact: FFMA: %s", out);
+  cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 f32 fwd: aq_conv2d_f32_ffma, implicit GEMM in FFMA, a block a 128x64 tile"),
+            "exact: FFMA: %s", out);
+  cr_assert(strstr(out, "f32 bwd_filter: aq_conv2d_bwd_filter_f32_ffma, implicit GEMM in FFMA, a cluster of 8 a 128x64 tile "
+                        "splitting its depth; the launch rule's"),
+            "%s", out);
   cr_assert_eq(run_program("bin/aq-bench", "conv --agent gpu --explain --precision tf32", out, sizeof(out)), 2);
   cr_assert(strstr(out, "--precision tf32: expected default"), "%s", out);
   cr_assert_eq(run_program("bin/aq-bench", "conv --agent gpu --explain --shapes 4,1,8,8,2,3,3,0,1", out, sizeof(out)), 2);
