@@ -13,6 +13,9 @@
  *    inputs of both dtypes hold the same (bf16) values, and bf16 lines also
  *    carry max_rel_diff_f32, the difference from Aquila's exact fp32 kernel
  *    on them.
+ * The cuDNN line names the algorithm cudnnFind* picked (algo, algo_name):
+ * at stride 1 its fp32 picks are FFT and Winograd ones, which multiply less
+ * than the direct convolution whose multiply-adds every gflops counts.
  *
  * aq_bench_conv (conv.c) calls aq_bench_conv_gpu when --agent gpu is given.
  * Options: --shapes N,C,H,W,K,R,S,STRIDE,PAD[;...] (default two LeNet-like
@@ -183,6 +186,20 @@ static double compare(const void *ours, const void *peer, size_t count, int bf16
   return dmax / (cmax > 0 ? cmax : 1);
 }
 
+/* cuDNN's name of a pass's algorithm (cudnnConvolution{Fwd,BwdData,
+ * BwdFilter}Algo_t). The FFT and Winograd ones multiply less than a
+ * direct convolution does: their gflops, counted as every pass's are (the
+ * direct convolution's multiply-adds), run past the arithmetic they do. */
+static const char *algo_name(int pass, int algo) {
+  static const char *const fwd[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct", "fft", "fft_tiling",
+                                    "winograd", "winograd_nonfused"};
+  static const char *const data[] = {"algo_0", "algo_1", "fft", "fft_tiling", "winograd", "winograd_nonfused"};
+  static const char *const filter[] = {"algo_0", "algo_1", "fft", "algo_3", "winograd", "winograd_nonfused", "fft_tiling"};
+  const char *const *names[] = {fwd, data, filter};
+  const int counts[] = {8, 6, 7};
+  return algo >= 0 && algo < counts[pass] ? names[pass][algo] : "unknown";
+}
+
 static void report(const aq_conv2d_args_t *a, int bf16, int pass, int peer, double gflops, double ratio, double diff,
                    double diff_f32, int algo, int reps) {
   bench_json_t j;
@@ -197,7 +214,7 @@ static void report(const aq_conv2d_args_t *a, int bf16, int pass, int peer, doub
   bench_json_num(&j, "gflops", gflops);
   if (!peer && algo >= 0) bench_json_num(&j, "ratio", ratio), bench_json_num(&j, "max_rel_diff", diff);
   if (!peer && bf16) bench_json_num(&j, "max_rel_diff_f32", diff_f32);
-  if (peer) bench_json_int(&j, "algo", algo);
+  if (peer) bench_json_int(&j, "algo", algo), bench_json_str(&j, "algo_name", algo_name(pass, algo));
   bench_json_int(&j, "reps", reps);
   bench_json_end(&j);
 }
