@@ -101,6 +101,13 @@ extern "C" {
 #define AQ_KERNEL_CONV2D_FFMA "aq_conv2d_f32_ffma"
 #define AQ_KERNEL_CONV2D_BWD_DATA_FFMA "aq_conv2d_bwd_data_f32_ffma"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_FFMA "aq_conv2d_bwd_filter_f32_ffma"
+/* aq_conv2d_f32's forward and backward data for 3x3 filters at unit
+ * stride and dilation as Winograd's F(2x2, 3x3): 16 multiplies a 2x2
+ * output tile and channel pair for a direct convolution's 36, within a few
+ * fp32 roundings of each term. Same kernargs as the plain kernels;
+ * kernels/cuda/launch.h picks them (aq_conv2d_wino) and their grids. */
+#define AQ_KERNEL_CONV2D_WINO "aq_conv2d_f32_wino"
+#define AQ_KERNEL_CONV2D_BWD_DATA_WINO "aq_conv2d_bwd_data_f32_wino"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED "aq_conv2d_bwd_filter_bf16_staged"
 /* bf16's tensor-core backward filter with each 64x64 tile's depth split
  * over a cluster (sm_90; the grid's x a multiple of it), for dw of few

@@ -529,9 +529,10 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_gpu_shape(const aq_conv2d
  * staged backward filter take runs as an implicit GEMM on 64x64 tiles
  * (3xTF32): a block a tile, or for the backward filter (few tiles, a long
  * depth) a cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks a tile, then
- * the bias gradient's items (8 channels a block). An exact exec's convs
- * run in FFMA: the FFMA builds (aq_conv2d_ffma) where they apply, else the
- * plain loops. */
+ * the bias gradient's items (8 channels a block). The forward and
+ * backward data of 3x3 filters at unit stride go to the Winograd builds
+ * instead (aq_conv2d_wino). An exact exec's convs run in FFMA: the FFMA
+ * builds (aq_conv2d_ffma) where they apply, else the plain loops. */
 #define AQ_GPU_CONV2D_X3_TILE 64
 #define AQ_GPU_CONV2D_X3_THIN 32 /* the thin backward filter's tile rows */
 
@@ -666,6 +667,46 @@ static inline const char *aq_conv2d_ffma(const aq_conv2d_args_t *a, int pass) {
   return other ? NULL : builds[pass];
 }
 
+/* ---- fp32 conv2d as Winograd's F(2x2, 3x3) (conv2d_winograd.cu) -----------
+ * The forward and backward data of 3x3 filters at unit stride and
+ * dilation: a block 32 output tiles of 2x2 by 32 output channels. */
+#define AQ_GPU_CONV2D_WINO_TILES 32
+#define AQ_GPU_CONV2D_WINO_COLS 32
+
+/* The shapes the Winograd builds take: 3x3, unit strides and dilations, a
+ * padding of 0 to 2 the same both ways. */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_wino_shape(const aq_conv2d_args_t *a) {
+  return a->r == 3 && a->s == 3 && a->stride_h == 1 && a->stride_w == 1 && a->dil_h == 1 && a->dil_w == 1 &&
+         a->pad_h == a->pad_w && a->pad_h >= 0 && a->pad_h <= 2;
+}
+/* 0 or 1, the pass of a Winograd build; -1 for the rest. */
+static inline int aq_conv2d_wino_pass(const char *kernel) {
+  if (strncmp(kernel, "aq_conv2d_", 10) || !strstr(kernel, "_wino")) return -1;
+  return !strcmp(kernel, AQ_KERNEL_CONV2D_WINO) ? 0 : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_WINO) ? 1 : -1;
+}
+static inline aq_dispatch_shape_t aq_conv2d_wino_gpu_shape(const aq_conv2d_args_t *a, int pass) {
+  const int64_t ho = pass ? a->h : a->p, wo = pass ? a->wd : a->q, cols = pass ? a->c : a->k;
+  const int64_t tiles = (a->n > 0 ? a->n : 1) * (((ho > 0 ? ho : 1) + 1) / 2) * (((wo > 0 ? wo : 1) + 1) / 2);
+  return aq_gpu_threads_shape((tiles + AQ_GPU_CONV2D_WINO_TILES - 1) / AQ_GPU_CONV2D_WINO_TILES *
+                              (((cols > 0 ? cols : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS) * AQ_GPU_BLOCK);
+}
+/* Whether a Winograd build may take pass (a tuning candidate): the default
+ * precision (its transforms' additions round), its shapes, sane extents,
+ * 32-bit indices, and channels enough on either side. */
+static inline int aq_conv2d_wino_fits(const aq_conv2d_args_t *a, int pass) {
+  return a->precision == AQ_MATMUL_PRECISION_DEFAULT && aq_conv2d_wino_shape(a) && aq_conv2d_tiled_extents(a) &&
+         aq_conv2d_fits32(a) && (pass ? a->c : a->k) >= AQ_GPU_CONV2D_FFMA_MIN_COLS &&
+         (pass ? a->k : a->c) >= AQ_GPU_CONV2D_FFMA_MIN_COLS;
+}
+/* The launch rule's Winograd build of pass, or NULL: where it fits and
+ * the x3 builds would take the pass. */
+static inline const char *aq_conv2d_wino(const aq_conv2d_args_t *a, int pass) {
+  if (pass < 0 || pass > 1 || !aq_conv2d_wino_fits(a, pass) || !aq_conv2d_x3(a, pass)) return NULL;
+  return pass ? AQ_KERNEL_CONV2D_BWD_DATA_WINO : AQ_KERNEL_CONV2D_WINO;
+}
+static inline int aq_conv2d_fwd_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 0); }
+static inline int aq_conv2d_bwd_data_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 1); }
+
 /* Whether bf16's tensor-core backward filter splits its tiles' depth over
  * clusters: sane arguments and too few tiles to fill an H100. */
 static inline int aq_conv2d_bf16_filter_split(const aq_conv2d_args_t *a) {
@@ -702,6 +743,8 @@ static inline AQ_GPU_HOST_DEVICE int aq_pool_tiles(const aq_pool_args_t *a) {
 static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kernarg) {
   int x3 = 0;
   const int pass = aq_conv2d_f32_pass(kernel, &x3);
+  if (pass >= 0 && !x3 && aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass))
+    return aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass);
   if (pass >= 0 && !x3 && aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))
     return pass == 0   ? AQ_KERNEL_CONV2D_X3
            : pass == 1 ? AQ_KERNEL_CONV2D_BWD_DATA_X3
@@ -752,7 +795,9 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     return aq_matmul_f32_gpu_shape(&((const aq_matmul_fused_args_t *)kernarg)->mm);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return aq_matmul_bf16_gpu_shape((const aq_matmul_args_t *)kernarg);
   int x3 = 0;
-  const int pass = aq_conv2d_f32_pass(kernel, &x3);
+  const int pass = aq_conv2d_f32_pass(kernel, &x3), wino = aq_conv2d_wino_pass(kernel);
+  if (wino >= 0 || (pass >= 0 && !x3 && aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass))) /* named, or picked */
+    return aq_conv2d_wino_gpu_shape((const aq_conv2d_args_t *)kernarg, wino >= 0 ? wino : pass);
   if (pass >= 0 && (x3 || aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))) { /* the x3 build's, named or picked */
     return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass, x3 ? kernel : aq_gpu_op_kernel(kernel, kernarg));
   }
@@ -846,10 +891,12 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D, NULL, aq_conv2d_fwd_plain_shape},
       {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_X3, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_FFMA, aq_conv2d_fwd_ffma_fits, NULL},
+      {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_WINO, aq_conv2d_fwd_wino_fits, NULL},
 
       {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA, NULL, aq_conv2d_bwd_data_plain_shape},
       {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_X3, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_FFMA, aq_conv2d_bwd_data_ffma_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_WINO, aq_conv2d_bwd_data_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6, aq_conv2d_x3_fits, NULL},

@@ -29,6 +29,9 @@ static const conv_case_t conv_cases[] = {
     {4, 40, 15, 13, 70, 3, 3, 1, 1, 1, 1, 1, 1}, /* tensor cores: edge tiles every way, depth 360 */
     {3, 19, 9, 11, 67, 3, 2, 2, 2, 1, 0, 1, 2}, /* tensor cores, strided: backward data's skipped phases */
     {2, 64, 20, 20, 65, 1, 1, 1, 1, 0, 0, 1, 1}, /* 1x1, 64 channels */
+    /* Winograd's 3x3 at unit stride: tiles past odd planes' edges, channels past a step of 8, pads 0 and 2 */
+    {3, 13, 9, 7, 37, 3, 3, 1, 1, 0, 0, 1, 1},
+    {2, 9, 6, 5, 33, 3, 3, 1, 1, 2, 2, 1, 1},
     /* A strided backward data runs a GEMM a phase of dx (launch.h): */
     {2, 40, 7, 8, 66, 1, 1, 2, 2, 0, 0, 1, 1},   /* 1x1 stride 2: three phases without a tap, dx zero */
     {2, 33, 5, 4, 64, 5, 5, 3, 3, 2, 2, 1, 1},   /* stride 3 over 5 x 4: phases of 2, 1 rows and columns */
@@ -80,6 +83,7 @@ static void conv_case(const conv_case_t *t, int launch) {
                       : launch == 7 ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6
                                     : AQ_KERNEL_CONV2D_BWD_FILTER_X3};
   if (launch == 8) x3[0] = AQ_KERNEL_CONV2D_FFMA, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_FFMA, x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_FFMA;
+  if (launch == 9) x3[0] = AQ_KERNEL_CONV2D_WINO, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_WINO, x3[2] = aq_gpu_op_kernel(names[2], &a);
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
@@ -132,6 +136,13 @@ Test(gpu_conv, conv2d_x3_split6_build) {
 Test(gpu_conv, conv2d_ffma_builds) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 8);
 }
+/* The Winograd builds of the forward and backward data on every case: F(2x2,
+ * 3x3) where the filter is 3x3 at unit stride and dilation (edge tiles of
+ * odd planes, every padding it takes), else the direct loops; the
+ * reference's 1e-4. */
+Test(gpu_conv, conv2d_wino_builds) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 9);
+}
 /* Bad kernargs, a precision neither default nor exact among them, leave
  * every fp32 build's outputs untouched. */
 Test(gpu_conv, bad_kernargs_write_nothing) {
@@ -142,9 +153,10 @@ Test(gpu_conv, bad_kernargs_write_nothing) {
                          .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
   const char *builds[] = {AQ_KERNEL_CONV2D_X3,   AQ_KERNEL_CONV2D_BWD_DATA_X3,   AQ_KERNEL_CONV2D_BWD_FILTER_X3,
                           AQ_KERNEL_CONV2D,      AQ_KERNEL_CONV2D_BWD_DATA,      AQ_KERNEL_CONV2D_BWD_FILTER,
-                          AQ_KERNEL_CONV2D_FFMA, AQ_KERNEL_CONV2D_BWD_DATA_FFMA, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA};
+                          AQ_KERNEL_CONV2D_FFMA, AQ_KERNEL_CONV2D_BWD_DATA_FFMA, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA,
+                          AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN};
   for (int kind = 0; kind < 5; ++kind)
-    for (int i = 0; i < 9; ++i) {
+    for (int i = 0; i < 12; ++i) {
       aq_conv2d_args_t a = ok;
       switch (kind) {
         case 0: a.precision = 2; break;
@@ -213,13 +225,15 @@ Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
   aq_conv2d_args_t big = {.n = 32, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
                           .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 56, .q = 56};
   for (int i = 0; i < 3; ++i) cr_assert_eq(aq_gpu_op_group_segment(passes[i], &big), 0, "%s: not tiled", passes[i]);
-  /* big takes the tensor cores: a block a 64x64 tile; the backward filter a
-   * cluster a 32x64 tile (dw 64 x 576: 18 of them, its 9 wide ones would
-   * leave most clusters idle), then the bias gradient's 8 items of 8
-   * channels, a cluster's worth */
-  const char *x3[] = {AQ_KERNEL_CONV2D_X3, AQ_KERNEL_CONV2D_BWD_DATA_X3, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN};
+  /* big's backward filter takes the tensor cores: a cluster a 32x64 tile
+   * (dw 64 x 576: 18 of them, its 9 wide ones would leave most clusters
+   * idle), then the bias gradient's 8 items of 8 channels, a cluster's
+   * worth */
+  const char *x3[] = {AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN};
   const char *ops[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
-  const int64_t blocks[] = {32 * 56 * 56 / 64, 32 * 56 * 56 / 64, 18 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT};
+  /* and its 3x3 forward and backward data, at unit stride, Winograd's F(2x2, 3x3): 28 x 28 tiles of 2x2 an
+   * image, 32 of them by 32 channels a block */
+  const int64_t blocks[] = {32 * 28 * 28 / 32 * 2, 32 * 28 * 28 / 32 * 2, 18 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT};
   for (int i = 0; i < 3; ++i) {
     cr_assert_str_eq(aq_gpu_op_kernel(ops[i], &big), x3[i]);
     cr_assert_eq(aq_gpu_op_group_segment(x3[i], &big), 0);

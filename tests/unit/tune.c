@@ -91,8 +91,16 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
     n = aq_gpu_op_builds(op, &exact, names, AQ_GPU_OP_BUILDS_MAX);
     cr_assert(n == 2 && !strcmp(names[0], pass ? AQ_KERNEL_CONV2D_BWD_DATA_FFMA : AQ_KERNEL_CONV2D_FFMA) && !strcmp(names[1], op));
     n = aq_gpu_op_builds(op, &wide, names, AQ_GPU_OP_BUILDS_MAX);
-    cr_assert(n == 3 && listed(names, n, pass ? AQ_KERNEL_CONV2D_BWD_DATA_FFMA : AQ_KERNEL_CONV2D_FFMA), "a candidate of x3's");
+    cr_assert(n == 4 && listed(names, n, pass ? AQ_KERNEL_CONV2D_BWD_DATA_FFMA : AQ_KERNEL_CONV2D_FFMA) &&
+                  listed(names, n, pass ? AQ_KERNEL_CONV2D_BWD_DATA_WINO : AQ_KERNEL_CONV2D_WINO),
+              "FFMA and Winograd candidates of x3's: %u", n);
+    n = aq_gpu_op_builds(op, &exact, names, AQ_GPU_OP_BUILDS_MAX);
+    cr_assert(!listed(names, n, pass ? AQ_KERNEL_CONV2D_BWD_DATA_WINO : AQ_KERNEL_CONV2D_WINO), "exact: no Winograd");
   }
+  aq_conv2d_args_t strided = wide;
+  strided.stride_h = strided.stride_w = 2, strided.p = strided.q = 28;
+  n = aq_gpu_op_builds(AQ_KERNEL_CONV2D, &strided, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert(!listed(names, n, AQ_KERNEL_CONV2D_WINO), "Winograd's F(2x2, 3x3): unit strides only");
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &wide, names, AQ_GPU_OP_BUILDS_MAX);
   cr_assert_eq(n, 3, "the tensor cores, their tiles split over clusters of 8 (18 thin tiles: one wave), of 6, or not");
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);

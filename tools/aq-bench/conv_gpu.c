@@ -434,10 +434,15 @@ static const char *bf16_path(const aq_conv2d_args_t *a, int pass, int split, cha
 
 /* How a pass's build runs: tiled (it asks for a group segment), tensor
  * cores (bf16, or fp32's x3 builds: x3 their tiles' rows, 0 for the
- * others), or the direct loops; `split`: the blocks of the clusters of the
+ * others), FFMA (ffma 1) or Winograd's (ffma -1), or the direct loops; `split`: the blocks of the clusters of the
  * build the op library picked, 0 where it is not a cluster-split one. */
 static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int split, int x3, int ffma, int bf16,
                            int pass, int runs, char *buf, size_t size) {
+  if (ffma < 0) {
+    snprintf(buf, size, "Winograd's F(2x2, 3x3), a block %d output tiles of 2x2 by %d channels", AQ_GPU_CONV2D_WINO_TILES,
+             AQ_GPU_CONV2D_WINO_COLS);
+    return buf;
+  }
   if (tiled && pass == 1 && runs) return "tiled in shared memory, a block an image, a thread a run of columns";
   if (tiled && pass < 2) return "tiled in shared memory, a block an image";
   if (staged)
@@ -482,7 +487,7 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   int x3 = 0;
   aq_conv2d_f32_pass(build, &x3);
   if (x3) x3 = strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) ? AQ_GPU_CONV2D_X3_TILE : AQ_GPU_CONV2D_X3_THIN;
-  const int ffma = aq_conv2d_ffma_pass(build) >= 0;
+  const int ffma = aq_conv2d_wino_pass(build) >= 0 ? -1 : aq_conv2d_ffma_pass(build) >= 0; /* -1: Winograd's */
   uint64_t blocks = 1, threads = 1;
   for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
   const char *all[AQ_GPU_OP_BUILDS_MAX];

@@ -1,0 +1,228 @@
+// aq_conv2d_f32_wino, aq_conv2d_bwd_data_f32_wino: aq_conv2d_f32's forward
+// and backward data for 3x3 filters at unit stride and dilation as
+// Winograd's F(2x2, 3x3) (Lavin and Gray): each 2x2 tile of the output is
+// A^T [sum over channels of (G g G^T) . (B^T d B)] A, 16 multiplies a tile
+// and channel pair where a direct convolution makes 36, the rest additions.
+// cuDNN's fp32 passes at stride 1 are FFT and Winograd algorithms; the
+// direct implicit GEMMs (conv2d_x3.cu, conv2d_ffma.cu) do 2.25x the
+// multiplies. The transforms' additions cost accuracy: sums of products of
+// sums, within a few fp32 roundings of each term (the tests' 1e-4 of the
+// largest output; a direct pass's error is one rounding a term).
+//
+// A block of 256 threads takes 32 tiles by 32 output channels through all
+// 16 of the transform's elements: its threads are 16 groups, one an element
+// e, each thread 8 tiles by 8 channels of e's product (a GEMM over the
+// input channels). Input channels go 8 at a time: each thread transforms one
+// 4x4 patch of the input (B^T d B, zero outside the image) and one filter
+// (G g G^T) into shared memory, then every thread multiplies its 8 x 8 over
+// those 8 channels (two 16-byte loads of each operand a channel for 64
+// FMAs). The sums leave through shared memory half the channels at a time,
+// A^T M A giving each tile's 2x2 outputs (with the bias). The backward data
+// is the forward over dy with each filter turned half a circle and its
+// channels swapped, padded 2 - pad. Sums run over the channels in order:
+// results depend on the shape only. Where a pass does not apply (blocks of
+// other than 256 threads, other filters or strides, tensors past 32-bit
+// indices, AMD GPUs) the kernels run the direct loops.
+#include "conv2d_direct.cuh"
+#include "launch.h"
+
+#ifndef AQ_HIP
+namespace conv_wino {
+
+constexpr int THREADS = 256, TILES = 32, COLS = 32, CC = 8; /* a block's tiles, channels; input channels a step */
+constexpr int LDS = TILES + 4;                              /* row stride of U and V (TILES == COLS) */
+constexpr int HALF = COLS / 2, LDM = HALF + 1;              /* the sums' way out: half the channels at a time */
+static_assert(TILES == COLS && THREADS == 16 * 16 && CC * TILES == THREADS, "16 elements x 4 x 4 threads of 8 x 8");
+
+union Shared {
+  struct {
+    float u[16][CC][LDS]; /* B^T d B: [element][channel][tile] */
+    float v[16][CC][LDS]; /* G g G^T: [element][channel][output channel] */
+  } s;
+  float m[16][TILES][LDM]; /* the sums of half the output channels: [element][tile][channel] */
+};
+
+// A pass as a forward convolution: in[n][cin][hin][win] * filter -> out[n][cout][hout][wout].
+struct Pass {
+  const float *in, *w, *bias;
+  float *out;
+  int n, cin, hin, win, cout, hout, wout, pad, th, tw, tiles;
+  bool flip; /* the backward data: filter (co, ci, r, s) = w[ci][co][2 - r][2 - s] */
+};
+
+__device__ inline Pass make_pass(const aq_conv2d_args_t &a, int pass) {
+  Pass p;
+  p.n = (int)a.n, p.flip = pass == 1;
+  if (!p.flip) {
+    p.in = a.x, p.out = a.y, p.bias = a.bias, p.cin = (int)a.c, p.hin = (int)a.h, p.win = (int)a.wd;
+    p.cout = (int)a.k, p.hout = (int)a.p, p.wout = (int)a.q, p.pad = a.pad_h;
+  } else {
+    p.in = a.dy, p.out = a.dx, p.bias = NULL, p.cin = (int)a.k, p.hin = (int)a.p, p.win = (int)a.q;
+    p.cout = (int)a.c, p.hout = (int)a.h, p.wout = (int)a.wd, p.pad = 2 - a.pad_h;
+  }
+  p.w = a.w, p.th = (p.hout + 1) / 2, p.tw = (p.wout + 1) / 2, p.tiles = p.n * p.th * p.tw;
+  return p;
+}
+
+// Tile t's first input element (its patch's top left, maybe outside the
+// image) and where it is: image n, patch row y0, column x0.
+__device__ __forceinline__ void tile_at(const Pass &p, int t, int *n, int *y0, int *x0) {
+  const int per = p.th * p.tw, q = t % per;
+  *n = t / per, *y0 = q / p.tw * 2 - p.pad, *x0 = q % p.tw * 2 - p.pad;
+}
+
+// The input patch of tile t (< p.tiles) in channel ci, transformed (B^T d B)
+// into u[e] (e = 4 i + j), zeros outside the image.
+__device__ __forceinline__ void input_transform(const Pass &p, int t, int ci, float u[16]) {
+  int n, y0, x0;
+  tile_at(p, t, &n, &y0, &x0);
+  const float *src = p.in + ((int64_t)n * p.cin + ci) * p.hin * p.win;
+  float d[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int y = y0 + i, x = x0 + j;
+      d[i][j] = (unsigned)y < (unsigned)p.hin && (unsigned)x < (unsigned)p.win ? __ldg(src + y * p.win + x) : 0.0f;
+    }
+  float b[4][4]; /* B^T d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3 */
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    b[0][j] = d[0][j] - d[2][j], b[1][j] = d[1][j] + d[2][j], b[2][j] = d[2][j] - d[1][j], b[3][j] = d[1][j] - d[3][j];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) /* (B^T d) B: the same on the columns */
+    u[4 * i] = b[i][0] - b[i][2], u[4 * i + 1] = b[i][1] + b[i][2], u[4 * i + 2] = b[i][2] - b[i][1],
+          u[4 * i + 3] = b[i][1] - b[i][3];
+}
+
+// The filter from input channel ci to output channel co, transformed
+// (G g G^T) into v[e].
+__device__ __forceinline__ void filter_transform(const Pass &p, int co, int ci, float v[16]) {
+  float g[3][3];
+  const float *src = p.flip ? p.w + ((int64_t)ci * p.cout + co) * 9 : p.w + ((int64_t)co * p.cin + ci) * 9;
+#pragma unroll
+  for (int r = 0; r < 3; ++r)
+#pragma unroll
+    for (int s = 0; s < 3; ++s) g[r][s] = __ldg(src + (p.flip ? (2 - r) * 3 + 2 - s : r * 3 + s));
+  float h[4][3]; /* G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 */
+#pragma unroll
+  for (int s = 0; s < 3; ++s) {
+    const float e = 0.5f * (g[0][s] + g[2][s]), o = 0.5f * g[1][s];
+    h[0][s] = g[0][s], h[1][s] = e + o, h[2][s] = e - o, h[3][s] = g[2][s];
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float e = 0.5f * (h[i][0] + h[i][2]), o = 0.5f * h[i][1];
+    v[4 * i] = h[i][0], v[4 * i + 1] = e + o, v[4 * i + 2] = e - o, v[4 * i + 3] = h[i][2];
+  }
+}
+
+// The block tile of tiles [t0, t0 + TILES) and output channels [c0, c0 + COLS).
+__device__ __forceinline__ void block_tile(const Pass &p, Shared &sh, int t0, int c0) {
+  const int tid = threadIdx.x, e = tid >> 4, ts = (tid >> 2) & 3, cs = tid & 3; /* e's 4 x 4 threads */
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+
+  for (int ci0 = 0; ci0 < p.cin; ci0 += CC) {
+    { /* One patch and one filter a thread: the patch of channel tid / 32 of
+       * the step and tile tid % 32; the filter of output channel tid % 32
+       * and channel tid / 32, or, forward, whose filters lie 9 floats a
+       * channel apart (w[co][ci]), of output channel tid / 8 and channel
+       * tid % 8, so that a warp reads 4 runs of 72 floats rather than 32
+       * scattered filters. */
+      const int c = tid / TILES, i = tid % TILES, fc = p.flip ? c : tid % CC, fo = p.flip ? i : tid / CC;
+      float x[16], y[16];
+#pragma unroll
+      for (int k = 0; k < 16; ++k) x[k] = y[k] = 0.0f;
+      if (ci0 + c < p.cin && t0 + i < p.tiles) input_transform(p, t0 + i, ci0 + c, x);
+      if (ci0 + fc < p.cin && c0 + fo < p.cout) filter_transform(p, c0 + fo, ci0 + fc, y);
+      __syncthreads(); /* the last step's operands are read */
+#pragma unroll
+      for (int k = 0; k < 16; ++k) sh.s.u[k][c][i] = x[k], sh.s.v[k][fc][fo] = y[k];
+      __syncthreads();
+    }
+#pragma unroll
+    for (int c = 0; c < CC; ++c) {
+      const float4 u0 = *reinterpret_cast<const float4 *>(&sh.s.u[e][c][ts * 8]),
+                   u1 = *reinterpret_cast<const float4 *>(&sh.s.u[e][c][ts * 8 + 4]),
+                   v0 = *reinterpret_cast<const float4 *>(&sh.s.v[e][c][cs * 8]),
+                   v1 = *reinterpret_cast<const float4 *>(&sh.s.v[e][c][cs * 8 + 4]);
+      const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w}, v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(u[i], v[j], acc[i][j]);
+    }
+  }
+
+  /* Out, half the output channels at a time: the threads holding them park
+   * their sums, then each thread makes two (tile, channel) pairs' outputs. */
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    __syncthreads(); /* the operands, or the last half, are done with */
+    if (cs / 2 == h)
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sh.m[e][ts * 8 + i][(cs % 2) * 8 + j] = acc[i][j];
+    __syncthreads();
+#pragma unroll
+    for (int q = tid; q < TILES * HALF; q += THREADS) {
+      const int i = q % TILES, co = c0 + h * HALF + q / TILES, t = t0 + i;
+      if (t >= p.tiles || co >= p.cout) continue;
+      float m[16];
+#pragma unroll
+      for (int k = 0; k < 16; ++k) m[k] = sh.m[k][i][q / TILES];
+      float r[2][4]; /* A^T m: rows m0 + m1 + m2, m1 - m2 - m3 */
+#pragma unroll
+      for (int j = 0; j < 4; ++j) r[0][j] = m[j] + m[4 + j] + m[8 + j], r[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
+      int n, y0, x0;
+      tile_at(p, t, &n, &y0, &x0);
+      const int y = y0 + p.pad, x = x0 + p.pad;
+      const float b = p.bias ? __ldg(p.bias + co) : 0.0f;
+      float *dst = p.out + ((int64_t)n * p.cout + co) * p.hout * p.wout;
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+        if (y + a >= p.hout) continue;
+        dst[(y + a) * p.wout + x] = r[a][0] + r[a][1] + r[a][2] + b;
+        if (x + 1 < p.wout) dst[(y + a) * p.wout + x + 1] = r[a][1] - r[a][2] - r[a][3] + b;
+      }
+    }
+  }
+}
+
+template <int PASS>
+__device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
+  __shared__ __align__(16) Shared sh;
+  const Pass p = make_pass(a, PASS);
+  const int64_t tiles_t = (p.tiles + TILES - 1) / TILES, blocks = tiles_t * ((p.cout + COLS - 1) / COLS);
+  for (int64_t id = grid_block(); id < blocks; id += grid_blocks())
+    block_tile(p, sh, (int)(id % tiles_t) * TILES, (int)(id / tiles_t) * COLS);
+}
+
+// 3x3 filters, unit strides and dilations, the padding a 3x3 window's
+// (0 to 2, the same both ways), 32-bit indices.
+__device__ inline bool applies(const aq_conv2d_args_t &a) {
+  return block_threads() == THREADS && aq_conv2d_wino_shape(&a) && aq_conv2d_fits32(&a);
+}
+
+}  // namespace conv_wino
+#endif  // !AQ_HIP
+
+template <int PASS>
+__device__ __forceinline__ void wino_pass(const aq_conv2d_args_t &a) {
+  const bool tensors = PASS == 0 ? a.x && a.w && a.y : a.w && a.dy && a.dx;
+  if (!tensors || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_wino::applies(a)) return conv_wino::convolve<PASS>(a);
+#endif
+  if (PASS == 0) conv::forward(a, a.x, a.w);
+  if (PASS == 1) conv::backward_data(a, a.w, a.dy);
+}
+
+// Two blocks an SM: at most 128 registers a thread.
+AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_f32_wino(aq_conv2d_args_t a) { wino_pass<0>(a); }
+AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_f32_wino(aq_conv2d_args_t a) { wino_pass<1>(a); }
