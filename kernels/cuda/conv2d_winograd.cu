@@ -16,7 +16,8 @@
 // 4x4 patch of the input (B^T d B, zero outside the image) and one filter
 // (G g G^T) into shared memory, then every thread multiplies its 8 x 8 over
 // those 8 channels (two 16-byte loads of each operand a channel for 64
-// FMAs). The sums leave through shared memory half the channels at a time,
+// FMAs), while its next patch's loads are in flight (which bits of the
+// patch lie inside the image found once a block tile). The sums leave through shared memory half the channels at a time,
 // A^T M A giving each tile's 2x2 outputs (with the bias). The backward data
 // is the forward over dy with each filter turned half a circle and its
 // channels swapped, padded 2 - pad. Sums run over the channels in order:
@@ -71,44 +72,58 @@ __device__ __forceinline__ void tile_at(const Pass &p, int t, int *n, int *y0, i
   *n = t / per, *y0 = q / p.tw * 2 - p.pad, *x0 = q % p.tw * 2 - p.pad;
 }
 
-// The input patch of tile t (< p.tiles) in channel ci, transformed (B^T d B)
-// into u[e] (e = 4 i + j), zeros outside the image.
-__device__ __forceinline__ void input_transform(const Pass &p, int t, int ci, float u[16]) {
+// A thread's patch: tile t's top left element in channel 0 (maybe outside
+// the image) and which of its 16 elements lie inside (none past the
+// tiles), found once a block tile; a step then loads channel ci's, a step
+// ahead, so that the loads' latency passes under the current step's
+// multiplies.
+struct Patch {
+  const float *at;
+  uint32_t in; /* bit 4 i + j: element (i, j) inside the image */
+};
+__device__ __forceinline__ Patch patch_of(const Pass &p, int t) {
   int n, y0, x0;
   tile_at(p, t, &n, &y0, &x0);
-  const float *src = p.in + ((int64_t)n * p.cin + ci) * p.hin * p.win;
-  float d[4][4];
+  Patch q = {p.in + (int64_t)n * p.cin * p.hin * p.win + (int64_t)y0 * p.win + x0, 0};
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int k = 0; k < 16; ++k)
+    q.in |= (t < p.tiles && (unsigned)(y0 + k / 4) < (unsigned)p.hin && (unsigned)(x0 + k % 4) < (unsigned)p.win ? 1u : 0u) << k;
+  return q;
+}
+__device__ __forceinline__ void load_patch(const Pass &p, const Patch &q, int ci, float d[16]) {
+  const float *src = q.at + (int64_t)ci * p.hin * p.win;
+  const uint32_t in = ci < p.cin ? q.in : 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int y = y0 + i, x = x0 + j;
-      d[i][j] = (unsigned)y < (unsigned)p.hin && (unsigned)x < (unsigned)p.win ? __ldg(src + y * p.win + x) : 0.0f;
-    }
+  for (int k = 0; k < 16; ++k) d[k] = in >> k & 1 ? __ldg(src + (k / 4) * p.win + k % 4) : 0.0f;
+}
+// The filter from input channel ci to output channel co (zeros past the
+// channels); the backward data's turned half a circle.
+__device__ __forceinline__ void load_filter(const Pass &p, int co, int ci, float g[9]) {
+  const bool f = co < p.cout && ci < p.cin;
+  const float *w = p.flip ? p.w + ((int64_t)ci * p.cout + co) * 9 : p.w + ((int64_t)co * p.cin + ci) * 9;
+#pragma unroll
+  for (int k = 0; k < 9; ++k) g[k] = f ? __ldg(w + (p.flip ? 8 - k : k)) : 0.0f;
+}
+
+// B^T d B of a 4x4 patch d into u[e] (e = 4 i + j).
+__device__ __forceinline__ void input_transform(const float d[16], float u[16]) {
   float b[4][4]; /* B^T d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3 */
 #pragma unroll
   for (int j = 0; j < 4; ++j)
-    b[0][j] = d[0][j] - d[2][j], b[1][j] = d[1][j] + d[2][j], b[2][j] = d[2][j] - d[1][j], b[3][j] = d[1][j] - d[3][j];
+    b[0][j] = d[j] - d[8 + j], b[1][j] = d[4 + j] + d[8 + j], b[2][j] = d[8 + j] - d[4 + j], b[3][j] = d[4 + j] - d[12 + j];
 #pragma unroll
   for (int i = 0; i < 4; ++i) /* (B^T d) B: the same on the columns */
     u[4 * i] = b[i][0] - b[i][2], u[4 * i + 1] = b[i][1] + b[i][2], u[4 * i + 2] = b[i][2] - b[i][1],
           u[4 * i + 3] = b[i][1] - b[i][3];
 }
 
-// The filter from input channel ci to output channel co, transformed
-// (G g G^T) into v[e].
-__device__ __forceinline__ void filter_transform(const Pass &p, int co, int ci, float v[16]) {
-  float g[3][3];
-  const float *src = p.flip ? p.w + ((int64_t)ci * p.cout + co) * 9 : p.w + ((int64_t)co * p.cin + ci) * 9;
-#pragma unroll
-  for (int r = 0; r < 3; ++r)
-#pragma unroll
-    for (int s = 0; s < 3; ++s) g[r][s] = __ldg(src + (p.flip ? (2 - r) * 3 + 2 - s : r * 3 + s));
+// G g G^T of a 3x3 filter g into v[e].
+__device__ __forceinline__ void filter_transform(const float g[9], float v[16]) {
   float h[4][3]; /* G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 */
 #pragma unroll
   for (int s = 0; s < 3; ++s) {
-    const float e = 0.5f * (g[0][s] + g[2][s]), o = 0.5f * g[1][s];
-    h[0][s] = g[0][s], h[1][s] = e + o, h[2][s] = e - o, h[3][s] = g[2][s];
+    const float e = 0.5f * (g[s] + g[6 + s]), o = 0.5f * g[3 + s];
+    h[0][s] = g[s], h[1][s] = e + o, h[2][s] = e - o, h[3][s] = g[6 + s];
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -126,24 +141,28 @@ __device__ __forceinline__ void block_tile(const Pass &p, Shared &sh, int t0, in
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
 
+  /* A thread's share of each step: the patch of channel tid / 32 of the
+   * step and tile tid % 32; the filter of output channel tid % 32 and
+   * channel tid / 32, or, forward, whose filters lie 9 floats a channel
+   * apart (w[co][ci]), of output channel tid / 8 and channel tid % 8, so
+   * that a warp reads 4 runs of 72 floats rather than 32 scattered
+   * filters. */
+  const int c = tid / TILES, i = tid % TILES, fc = p.flip ? c : tid % CC, fo = p.flip ? i : tid / CC;
+  const Patch patch = patch_of(p, t0 + i);
+  float raw[16];
+  load_patch(p, patch, c, raw);
   for (int ci0 = 0; ci0 < p.cin; ci0 += CC) {
-    { /* One patch and one filter a thread: the patch of channel tid / 32 of
-       * the step and tile tid % 32; the filter of output channel tid % 32
-       * and channel tid / 32, or, forward, whose filters lie 9 floats a
-       * channel apart (w[co][ci]), of output channel tid / 8 and channel
-       * tid % 8, so that a warp reads 4 runs of 72 floats rather than 32
-       * scattered filters. */
-      const int c = tid / TILES, i = tid % TILES, fc = p.flip ? c : tid % CC, fo = p.flip ? i : tid / CC;
-      float x[16], y[16];
-#pragma unroll
-      for (int k = 0; k < 16; ++k) x[k] = y[k] = 0.0f;
-      if (ci0 + c < p.cin && t0 + i < p.tiles) input_transform(p, t0 + i, ci0 + c, x);
-      if (ci0 + fc < p.cin && c0 + fo < p.cout) filter_transform(p, c0 + fo, ci0 + fc, y);
+    {
+      float x[16], y[16], g[9];
+      load_filter(p, c0 + fo, ci0 + fc, g);
+      input_transform(raw, x);
+      filter_transform(g, y);
       __syncthreads(); /* the last step's operands are read */
 #pragma unroll
       for (int k = 0; k < 16; ++k) sh.s.u[k][c][i] = x[k], sh.s.v[k][fc][fo] = y[k];
       __syncthreads();
     }
+    if (ci0 + CC < p.cin) load_patch(p, patch, ci0 + CC + c, raw);
 #pragma unroll
     for (int c = 0; c < CC; ++c) {
       const float4 u0 = *reinterpret_cast<const float4 *>(&sh.s.u[e][c][ts * 8]),
