@@ -25,6 +25,7 @@
 // other than 256 threads, other filters or strides, tensors past 32-bit
 // indices, AMD GPUs) the kernels run the direct loops.
 #include "conv2d_direct.cuh"
+#include "conv2d_gemm.cuh"
 #include "launch.h"
 
 #ifndef AQ_HIP
@@ -228,6 +229,175 @@ __device__ inline bool applies(const aq_conv2d_args_t &a) {
   return block_threads() == THREADS && aq_conv2d_wino_shape(&a) && aq_conv2d_fits32(&a);
 }
 
+// ---- the backward filter: F(3x3, 2x2) --------------------------------------
+// dw[k][c] (3x3) sums, over images and 2x2 tiles of dy, the correlation of
+// x's 4x4 patch under the tile with the tile: A^T [(G dy G^T) . (B^T x B)] A
+// with F(3x3, 2x2)'s matrices (B^T's last row d3 - d1, G 4x2, A^T 3x4),
+// the sum over tiles taken in the transformed domain: for each element e a
+// GEMM of K x C over a depth of tiles, 8 tiles a step, a block 32 filters
+// by 32 channels (each thread 8x8 of one element's) and a cluster of
+// AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks each a share of the tiles. The
+// tile's dw leaves in four quarters of its channels: A^T M A, then summed
+// over the cluster in rank order (conv::cluster_sums). Then dbias's items.
+constexpr int FSTEP = 8, FQ = 8; /* tiles a step; channels a quarter */
+static_assert(FSTEP * COLS == THREADS, "one patch and one dy tile a thread a step");
+
+union FShared {
+  struct {
+    float u[16][FSTEP][LDS]; /* B^T x B: [element][tile][channel] */
+    float v[16][FSTEP][LDS]; /* G dy G^T: [element][tile][filter] */
+  } s;
+  struct {
+    float m[16][COLS][FQ + 1]; /* a quarter's sums: [element][filter][channel] */
+    float part[COLS * FQ * 9]; /* its dw: [filter][channel][r][s] */
+  } q;
+};
+
+// Tile t's x patch in channel c and dy tile in filter k, raw, zeros outside
+// the image, past dy's edge, past the tiles or channels.
+__device__ __forceinline__ void load_fraw(const aq_conv2d_args_t &a, int th, int tw, int t, int tiles, int c, int k,
+                                          float d[16], float g[4]) {
+  const int per = th * tw, n = t / per, q = t % per, ty = q / tw * 2, tx = q % tw * 2;
+  const int y0 = ty - a.pad_h, x0 = tx - a.pad_w, h = (int)a.h, w = (int)a.wd, p = (int)a.p, qq = (int)a.q;
+  const bool tin = t < tiles;
+  const float *xs = a.x + ((int64_t)n * a.c + c) * h * w, *gs = a.dy + ((int64_t)n * a.k + k) * p * qq;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int y = y0 + i, x = x0 + j;
+      d[4 * i + j] = tin && c < a.c && (unsigned)y < (unsigned)h && (unsigned)x < (unsigned)w ? __ldg(xs + y * w + x) : 0.0f;
+    }
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      g[2 * i + j] = tin && k < a.k && ty + i < p && tx + j < qq ? __ldg(gs + (ty + i) * qq + tx + j) : 0.0f;
+}
+
+// B^T d B with F(3x3, 2x2)'s B^T (rows d0 - d2, d1 + d2, d2 - d1, d3 - d1).
+__device__ __forceinline__ void finput_transform(const float d[16], float u[16]) {
+  float b[4][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    b[0][j] = d[j] - d[8 + j], b[1][j] = d[4 + j] + d[8 + j], b[2][j] = d[8 + j] - d[4 + j], b[3][j] = d[12 + j] - d[4 + j];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    u[4 * i] = b[i][0] - b[i][2], u[4 * i + 1] = b[i][1] + b[i][2], u[4 * i + 2] = b[i][2] - b[i][1],
+          u[4 * i + 3] = b[i][3] - b[i][1];
+}
+// G g G^T of a 2x2 dy tile (G's rows g0, (g0 + g1) / 2, (g0 - g1) / 2, g1).
+__device__ __forceinline__ void ftile_transform(const float g[4], float v[16]) {
+  float h[4][2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+    h[0][j] = g[j], h[1][j] = 0.5f * (g[j] + g[2 + j]), h[2][j] = 0.5f * (g[j] - g[2 + j]), h[3][j] = g[2 + j];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    v[4 * i] = h[i][0], v[4 * i + 1] = 0.5f * (h[i][0] + h[i][1]), v[4 * i + 2] = 0.5f * (h[i][0] - h[i][1]),
+          v[4 * i + 3] = h[i][1];
+}
+
+// The rank's share [t0, t1) of the tiles for dw's filters [k0, k0 + 32) and
+// channels [c0, c0 + 32), summed over the cluster into dw.
+template <int S>
+__device__ __forceinline__ void filter_tile(const aq_conv2d_args_t &a, FShared &sh, int th, int tw, int tiles, int t0,
+                                            int t1, int k0, int c0, int rank, int ranks) {
+  const int tid = threadIdx.x, e = tid >> 4, ks = (tid >> 2) & 3, cs = tid & 3;
+  const int tt = tid % FSTEP, oc = tid / FSTEP; /* the thread's tile of a step, and channel (patch) or filter (dy tile) */
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+  float d[16], g[4];
+  if (t0 < t1) load_fraw(a, th, tw, t0 + tt < t1 ? t0 + tt : tiles, tiles, c0 + oc, k0 + oc, d, g);
+  for (int ts = t0; ts < t1; ts += FSTEP) {
+    {
+      float u[16], v[16];
+      finput_transform(d, u);
+      ftile_transform(g, v);
+      __syncthreads(); /* the last step's operands are read */
+#pragma unroll
+      for (int k = 0; k < 16; ++k) sh.s.u[k][tt][oc] = u[k], sh.s.v[k][tt][oc] = v[k];
+      __syncthreads();
+    }
+    const int nt = ts + FSTEP + tt;
+    if (ts + FSTEP < t1) load_fraw(a, th, tw, nt < t1 ? nt : tiles, tiles, c0 + oc, k0 + oc, d, g);
+#pragma unroll
+    for (int t = 0; t < FSTEP; ++t) {
+      const float4 v0 = *reinterpret_cast<const float4 *>(&sh.s.v[e][t][ks * 8]),
+                   v1 = *reinterpret_cast<const float4 *>(&sh.s.v[e][t][ks * 8 + 4]),
+                   u0 = *reinterpret_cast<const float4 *>(&sh.s.u[e][t][cs * 8]),
+                   u1 = *reinterpret_cast<const float4 *>(&sh.s.u[e][t][cs * 8 + 4]);
+      const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w}, u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(v[i], u[j], acc[i][j]);
+    }
+  }
+  /* Out a quarter of the channels at a time: the threads holding them park
+   * their sums, each thread makes one (filter, channel) pair's 3x3, and the
+   * cluster sums them. */
+#pragma unroll
+  for (int h = 0; h < COLS / FQ; ++h) {
+    __syncthreads(); /* the operands, or the last quarter, are done with */
+    if (cs == h)
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sh.q.m[e][ks * 8 + i][j] = acc[i][j];
+    __syncthreads();
+    {
+      const int k = tid / FQ, c = tid % FQ;
+      float m[16], r[3][4]; /* A^T m: rows m0 + m1 + m2, m1 - m2, m1 + m2 + m3 */
+#pragma unroll
+      for (int x = 0; x < 16; ++x) m[x] = sh.q.m[x][k][c];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        r[0][j] = m[j] + m[4 + j] + m[8 + j], r[1][j] = m[4 + j] - m[8 + j], r[2][j] = m[4 + j] + m[8 + j] + m[12 + j];
+      float *o = sh.q.part + (k * FQ + c) * 9;
+#pragma unroll
+      for (int i = 0; i < 3; ++i)
+        o[3 * i] = r[i][0] + r[i][1] + r[i][2], o[3 * i + 1] = r[i][1] - r[i][2], o[3 * i + 2] = r[i][1] + r[i][2] + r[i][3];
+    }
+    auto store = [&](int64_t i, float sum) {
+      const int k = (int)(i / (FQ * 9)), c = (int)(i / 9 % FQ), rs = (int)(i % 9), kk = k0 + k, cc = c0 + h * FQ + c;
+      if (kk < a.k && cc < a.c) a.dw[((int64_t)kk * a.c + cc) * 9 + rs] = sum;
+    };
+    if (ranks > 1) {
+      conv::cluster_sums<S>(sh.q.part, COLS * FQ * 9, rank, store);
+    } else {
+      __syncthreads();
+      for (int i = tid; i < COLS * FQ * 9; i += THREADS) store(i, sh.q.part[i]);
+    }
+  }
+}
+
+// dw's tiles of 32 x 32 a cluster of S, each rank a share of dy's tiles in
+// whole steps, then dbias's 8-channel items, S a cluster.
+template <int S>
+__device__ __forceinline__ void filter(const aq_conv2d_args_t &a) {
+  __shared__ __align__(16) FShared sh;
+  int ranks;
+  const int rank = conv::split_rank<S>(&ranks);
+  const int th = (int)(a.p + 1) / 2, tw = (int)(a.q + 1) / 2, tiles = (int)a.n * th * tw;
+  const int share = ((tiles + ranks - 1) / ranks + FSTEP - 1) / FSTEP * FSTEP;
+  const int64_t tk = (a.k + COLS - 1) / COLS, blocks_out = tk * ((a.c + COLS - 1) / COLS);
+  const int64_t bias_items = a.dbias ? (a.k + 7) / 8 : 0, clusters = grid_blocks() / S;
+  for (int64_t id = grid_block() / S; id < blocks_out + (bias_items + S - 1) / S; id += clusters) {
+    if (id >= blocks_out) {
+      for (int j = rank; rank >= 0 && j < S; j += ranks)
+        if ((id - blocks_out) * S + j < bias_items) conv_gemm::bias_grad<float>(a, (id - blocks_out) * S + j);
+      continue;
+    }
+    if (rank < 0) continue;
+    const int t0 = rank * share, t1 = t0 + share < tiles ? t0 + share : tiles;
+    filter_tile<S>(a, sh, th, tw, tiles, t0, t1, (int)(id % tk) * COLS, (int)(id / tk) * COLS, rank, ranks);
+  }
+}
+
 }  // namespace conv_wino
 #endif  // !AQ_HIP
 
@@ -245,3 +415,14 @@ __device__ __forceinline__ void wino_pass(const aq_conv2d_args_t &a) {
 // Two blocks an SM: at most 128 registers a thread.
 AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_f32_wino(aq_conv2d_args_t a) { wino_pass<0>(a); }
 AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_f32_wino(aq_conv2d_args_t a) { wino_pass<1>(a); }
+
+// A cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT a tile of dw (ops_gpu.h: the
+// grid's x a multiple of the cluster).
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
+    aq_conv2d_bwd_filter_f32_wino(aq_conv2d_args_t a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_wino::applies(a)) return conv_wino::filter<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+#endif
+  conv::backward_filter(a, a.x, a.dy);
+}

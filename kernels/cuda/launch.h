@@ -682,9 +682,16 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_wino_shape(const aq_conv2d_args_t
 /* 0 or 1, the pass of a Winograd build; -1 for the rest. */
 static inline int aq_conv2d_wino_pass(const char *kernel) {
   if (strncmp(kernel, "aq_conv2d_", 10) || !strstr(kernel, "_wino")) return -1;
-  return !strcmp(kernel, AQ_KERNEL_CONV2D_WINO) ? 0 : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_WINO) ? 1 : -1;
+  return !strcmp(kernel, AQ_KERNEL_CONV2D_WINO)                ? 0
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_WINO)   ? 1
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) ? 2
+                                                             : -1;
 }
 static inline aq_dispatch_shape_t aq_conv2d_wino_gpu_shape(const aq_conv2d_args_t *a, int pass) {
+  if (pass == 2) /* dw's 32 x 32 tiles, a cluster each */
+    return aq_conv2d_filter_split_by(a, ((a->k > 0 ? a->k : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS *
+                                            (((a->c > 0 ? a->c : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS),
+                                     AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
   const int64_t ho = pass ? a->h : a->p, wo = pass ? a->wd : a->q, cols = pass ? a->c : a->k;
   const int64_t tiles = (a->n > 0 ? a->n : 1) * (((ho > 0 ? ho : 1) + 1) / 2) * (((wo > 0 ? wo : 1) + 1) / 2);
   return aq_gpu_threads_shape((tiles + AQ_GPU_CONV2D_WINO_TILES - 1) / AQ_GPU_CONV2D_WINO_TILES *
@@ -699,13 +706,21 @@ static inline int aq_conv2d_wino_fits(const aq_conv2d_args_t *a, int pass) {
          (pass ? a->k : a->c) >= AQ_GPU_CONV2D_FFMA_MIN_COLS;
 }
 /* The launch rule's Winograd build of pass, or NULL: where it fits and
- * the x3 builds would take the pass. */
+ * the x3 builds would take the pass; the backward filter where dw has
+ * AQ_GPU_CONV2D_WINO_FILTER_TILES tiles of 32 x 32 or more (its clusters
+ * of 8 split the tiles of dy: 64 -> 64's 4 tiles, 32 blocks, ran 0.76x of
+ * x3's thin build, 64 -> 128's 8 tiles 1.31x). */
+#define AQ_GPU_CONV2D_WINO_FILTER_TILES 8
 static inline const char *aq_conv2d_wino(const aq_conv2d_args_t *a, int pass) {
-  if (pass < 0 || pass > 1 || !aq_conv2d_wino_fits(a, pass) || !aq_conv2d_x3(a, pass)) return NULL;
-  return pass ? AQ_KERNEL_CONV2D_BWD_DATA_WINO : AQ_KERNEL_CONV2D_WINO;
+  static const char *const builds[] = {AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_WINO};
+  if (pass < 0 || pass > 2 || !aq_conv2d_wino_fits(a, pass) || !aq_conv2d_x3(a, pass)) return NULL;
+  const int64_t tiles = (a->k + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS *
+                        ((a->c + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS);
+  return pass == 2 && tiles < AQ_GPU_CONV2D_WINO_FILTER_TILES ? NULL : builds[pass];
 }
 static inline int aq_conv2d_fwd_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 0); }
 static inline int aq_conv2d_bwd_data_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 1); }
+static inline int aq_conv2d_bwd_filter_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 2); }
 
 /* Whether bf16's tensor-core backward filter splits its tiles' depth over
  * clusters: sane arguments and too few tiles to fill an H100. */
@@ -901,6 +916,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA, aq_conv2d_bwd_filter_ffma_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_WINO, aq_conv2d_bwd_filter_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER, NULL, aq_conv2d_bwd_filter_plain_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, NULL, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, aq_conv2d_filter_staged, NULL},

@@ -83,7 +83,7 @@ static void conv_case(const conv_case_t *t, int launch) {
                       : launch == 7 ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6
                                     : AQ_KERNEL_CONV2D_BWD_FILTER_X3};
   if (launch == 8) x3[0] = AQ_KERNEL_CONV2D_FFMA, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_FFMA, x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_FFMA;
-  if (launch == 9) x3[0] = AQ_KERNEL_CONV2D_WINO, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_WINO, x3[2] = aq_gpu_op_kernel(names[2], &a);
+  if (launch == 9) x3[0] = AQ_KERNEL_CONV2D_WINO, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_WINO, x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_WINO;
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);

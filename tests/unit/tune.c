@@ -72,13 +72,14 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
    * tensor cores, on 32-row tiles (dw's 9 wide ones would leave most
    * clusters idle), the wide ones a candidate */
   uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &wide, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 6);
+  cr_assert_eq(n, 7);
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN);
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_FILTER_X3);
   cr_assert_str_eq(names[2], AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6);
   cr_assert_str_eq(names[3], AQ_KERNEL_CONV2D_BWD_FILTER_FFMA);
-  cr_assert_str_eq(names[4], AQ_KERNEL_CONV2D_BWD_FILTER);
-  cr_assert_str_eq(names[5], AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  cr_assert_str_eq(names[4], AQ_KERNEL_CONV2D_BWD_FILTER_WINO);
+  cr_assert_str_eq(names[5], AQ_KERNEL_CONV2D_BWD_FILTER);
+  cr_assert_str_eq(names[6], AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
   aq_conv2d_args_t exact = wide;
   exact.precision = AQ_MATMUL_PRECISION_EXACT;
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &exact, names, AQ_GPU_OP_BUILDS_MAX);
@@ -97,6 +98,13 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
     n = aq_gpu_op_builds(op, &exact, names, AQ_GPU_OP_BUILDS_MAX);
     cr_assert(!listed(names, n, pass ? AQ_KERNEL_CONV2D_BWD_DATA_WINO : AQ_KERNEL_CONV2D_WINO), "exact: no Winograd");
   }
+  /* the backward filter's Winograd build where dw has clusters enough */
+  const aq_conv2d_args_t c128 = conv(32, 128, 28, 128, 3, 1, 0);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &c128), AQ_KERNEL_CONV2D_BWD_FILTER_WINO, "16 tiles of dw");
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &c128, aq_planes_grid(1)).grid[0],
+               16 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK, "a cluster a tile");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &wide), AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN,
+                   "4 tiles: too few clusters");
   aq_conv2d_args_t strided = wide;
   strided.stride_h = strided.stride_w = 2, strided.p = strided.q = 28;
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D, &strided, names, AQ_GPU_OP_BUILDS_MAX);
@@ -138,6 +146,8 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
           want = aq_conv2d_x3_gpu_shape(a, 2, names[b]), want_group = 0;
         else if (strstr(names[b], "_ffma"))
           want = aq_conv2d_ffma_gpu_shape(a, 2), want_group = 0;
+        else if (strstr(names[b], "_wino"))
+          want = aq_conv2d_wino_gpu_shape(a, 2), want_group = 0;
         else if (strstr(names[b], "_tc_split"))
           want = aq_conv2d_bf16_filter_split_shape(a, strstr(names[b], "_split6") ? AQ_GPU_CONV2D_SPLIT6
                                                                                   : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),

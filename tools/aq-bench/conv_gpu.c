@@ -438,6 +438,11 @@ static const char *bf16_path(const aq_conv2d_args_t *a, int pass, int split, cha
  * build the op library picked, 0 where it is not a cluster-split one. */
 static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int split, int x3, int ffma, int bf16,
                            int pass, int runs, char *buf, size_t size) {
+  if (ffma < 0 && pass == 2) {
+    snprintf(buf, size, "Winograd's F(3x3, 2x2), a cluster of %d a %dx%d tile of dw splitting dy's tiles",
+             AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_WINO_COLS, AQ_GPU_CONV2D_WINO_COLS);
+    return buf;
+  }
   if (ffma < 0) {
     snprintf(buf, size, "Winograd's F(2x2, 3x3), a block %d output tiles of 2x2 by %d channels", AQ_GPU_CONV2D_WINO_TILES,
              AQ_GPU_CONV2D_WINO_COLS);
