@@ -10,11 +10,13 @@
 
 #include "aquila/status.h"
 
-/* Records a message; returns its id (never 0). Keeps the last 256. */
+/* Records a message; returns its id (never 0), which carries the status
+ * (AQ_ERROR_INTERNAL for AQ_OK or an unknown one). Keeps the last 256
+ * messages. */
 uint32_t aq_fault_record(aq_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Copies the message of id into buf ("fault N: no longer recorded" if gone)
- * and returns its status. */
+/* Copies the message of id into buf (that it is no longer recorded, if
+ * gone) and returns its status, gone or not. */
 aq_status_t aq_fault_message(uint32_t id, char *buf, size_t size);
 
 #endif /* AQ_RUNTIME_FAULT_H_ */

@@ -49,6 +49,43 @@ Test(faults, a_bad_pointer_fails_its_packet_and_the_worker_goes_on) {
 }
 
 /* A kernel that aborts takes the process with it, but says where first. */
+/* A signal's first fault sticks until its error is reset, while later
+ * faults overwrite the ring of messages (256 of them): the signal still
+ * fails with the status it failed with, its message said to be gone (a
+ * stress test's waiter once read AQ_ERROR_KERNEL_FAULT for a dispatch that
+ * had failed with AQ_ERROR_INVALID_PACKET, 256 faults before). */
+Test(faults, a_failed_signal_keeps_its_status_after_its_message_is_gone) {
+  aq_queue_t q;
+  AQ_ASSERT_OK(aq_queue_create(agent, NULL, &q));
+  aq_kernel_info_t k = test_kernel(co, agent, "noop");
+  aq_signal_t first, later;
+  AQ_ASSERT_OK(aq_signal_create(1, &first));
+  AQ_ASSERT_OK(aq_signal_create(1, &later));
+  hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, NULL, 1, 1, first);
+  p.kernel_object = 0x1234; /* not a kernel: the worker fails the packet */
+  AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+  cr_assert_eq(aq_signal_wait(first, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL), AQ_ERROR_INVALID_PACKET);
+  cr_assert(strstr(aq_last_error(), "kernel_object"), "%s", aq_last_error());
+  p.completion_signal.handle = later.handle;
+  for (int i = 0; i < 300; ++i) { /* more faults than the ring keeps */
+    AQ_ASSERT_OK(aq_signal_store(later, 1));
+    AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+    cr_assert_eq(aq_signal_wait(later, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL), AQ_ERROR_INVALID_PACKET);
+    aq_status_t e;
+    AQ_ASSERT_OK(aq_signal_get_error(later, 1, &e));
+  }
+  cr_assert_eq(aq_signal_wait(first, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL), AQ_ERROR_INVALID_PACKET, "%s", aq_last_error());
+  cr_assert(strstr(aq_last_error(), "no longer recorded") && strstr(aq_last_error(), "AQ_ERROR_INVALID_PACKET"), "%s",
+            aq_last_error());
+  aq_status_t e;
+  AQ_ASSERT_OK(aq_signal_get_error(first, 1, &e));
+  cr_assert_eq(e, AQ_ERROR_INVALID_PACKET);
+  AQ_ASSERT_OK(aq_signal_get_error(first, 0, &e));
+  cr_assert_eq(e, AQ_OK, "reset");
+  aq_signal_destroy(first), aq_signal_destroy(later);
+  aq_queue_destroy(q);
+}
+
 Test(faults_abort, an_abort_is_reported_before_the_process_dies) {
   int fds[2];
   cr_assert_eq(pipe(fds), 0);
