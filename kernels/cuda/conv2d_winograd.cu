@@ -1,26 +1,29 @@
-// aq_conv2d_f32_wino, aq_conv2d_bwd_data_f32_wino: aq_conv2d_f32's forward
-// and backward data for 3x3 filters at unit stride and dilation as
-// Winograd's F(2x2, 3x3) (Lavin and Gray): each 2x2 tile of the output is
-// A^T [sum over channels of (G g G^T) . (B^T d B)] A, 16 multiplies a tile
-// and channel pair where a direct convolution makes 36, the rest additions.
-// cuDNN's fp32 passes at stride 1 are FFT and Winograd algorithms; the
-// direct implicit GEMMs (conv2d_x3.cu, conv2d_ffma.cu) do 2.25x the
-// multiplies. The transforms' additions cost accuracy: sums of products of
-// sums, within a few fp32 roundings of each term (the tests' 1e-4 of the
-// largest output; a direct pass's error is one rounding a term).
+// aq_conv2d_f32_wino, aq_conv2d_bwd_data_f32_wino, aq_conv2d_bwd_filter_f32_wino:
+// aq_conv2d_f32's three passes for 3x3 filters at unit stride and dilation
+// as Winograd's minimal filtering (Lavin and Gray). The forward's 2x2
+// output tiles are A^T [sum over channels of (G g G^T) . (B^T d B)] A,
+// F(2x2, 3x3): 16 multiplies a tile and channel pair where a direct
+// convolution makes 36, the rest additions; the backward data is the
+// forward over dy with each filter turned half a circle and its channels
+// swapped, padded 2 - pad; the backward filter is F(3x3, 2x2), dy's 2x2
+// tiles the filter (below). cuDNN's fp32 passes at stride 1 are FFT and
+// Winograd algorithms; the direct implicit GEMMs (conv2d_x3.cu,
+// conv2d_ffma.cu) make 2.25x the multiplies. The transforms' additions
+// cost accuracy: a few fp32 roundings a term where a direct pass has one
+// (within the tests' 1e-4 of a double reference).
 //
 // A block of 256 threads takes 32 tiles by 32 output channels through all
 // 16 of the transform's elements: its threads are 16 groups, one an element
 // e, each thread 8 tiles by 8 channels of e's product (a GEMM over the
-// input channels). Input channels go 8 at a time: each thread transforms one
-// 4x4 patch of the input (B^T d B, zero outside the image) and one filter
-// (G g G^T) into shared memory, then every thread multiplies its 8 x 8 over
-// those 8 channels (two 16-byte loads of each operand a channel for 64
-// FMAs), while its next patch's loads are in flight (which bits of the
-// patch lie inside the image found once a block tile). The sums leave through shared memory half the channels at a time,
-// A^T M A giving each tile's 2x2 outputs (with the bias). The backward data
-// is the forward over dy with each filter turned half a circle and its
-// channels swapped, padded 2 - pad. Sums run over the channels in order:
+// input channels). Input channels go 8 at a time: each thread transforms
+// one 4x4 patch of the input (B^T d B, zero outside the image) and one
+// filter (G g G^T) into shared memory, then every thread multiplies its 8
+// x 8 over those 8 channels (two 16-byte loads of each operand a channel
+// for 64 FMAs) while its next patch's loads are in flight (which elements
+// of the patch lie inside the image found once a block tile). The sums
+// leave through shared memory half the channels at a time, A^T M A giving
+// each tile's 2x2 outputs (with the bias). Sums run over the channels (the
+// backward filter's over the tiles, then the cluster's ranks) in order:
 // results depend on the shape only. Where a pass does not apply (blocks of
 // other than 256 threads, other filters or strides, tensors past 32-bit
 // indices, AMD GPUs) the kernels run the direct loops.
