@@ -687,11 +687,14 @@ static inline int aq_conv2d_wino_pass(const char *kernel) {
          : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) ? 2
                                                              : -1;
 }
+/* The backward filter's tiles of dw, 32 x 32 (filters by channels). */
+static inline int64_t aq_conv2d_wino_filter_tiles(const aq_conv2d_args_t *a) {
+  return ((a->k > 0 ? a->k : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS *
+         (((a->c > 0 ? a->c : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS);
+}
 static inline aq_dispatch_shape_t aq_conv2d_wino_gpu_shape(const aq_conv2d_args_t *a, int pass) {
-  if (pass == 2) /* dw's 32 x 32 tiles, a cluster each */
-    return aq_conv2d_filter_split_by(a, ((a->k > 0 ? a->k : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS *
-                                            (((a->c > 0 ? a->c : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS),
-                                     AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
+  if (pass == 2) /* a cluster a tile of dw */
+    return aq_conv2d_filter_split_by(a, aq_conv2d_wino_filter_tiles(a), AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
   const int64_t ho = pass ? a->h : a->p, wo = pass ? a->wd : a->q, cols = pass ? a->c : a->k;
   const int64_t tiles = (a->n > 0 ? a->n : 1) * (((ho > 0 ? ho : 1) + 1) / 2) * (((wo > 0 ? wo : 1) + 1) / 2);
   return aq_gpu_threads_shape((tiles + AQ_GPU_CONV2D_WINO_TILES - 1) / AQ_GPU_CONV2D_WINO_TILES *
@@ -714,9 +717,7 @@ static inline int aq_conv2d_wino_fits(const aq_conv2d_args_t *a, int pass) {
 static inline const char *aq_conv2d_wino(const aq_conv2d_args_t *a, int pass) {
   static const char *const builds[] = {AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_WINO};
   if (pass < 0 || pass > 2 || !aq_conv2d_wino_fits(a, pass) || !aq_conv2d_x3(a, pass)) return NULL;
-  const int64_t tiles = (a->k + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS *
-                        ((a->c + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS);
-  return pass == 2 && tiles < AQ_GPU_CONV2D_WINO_FILTER_TILES ? NULL : builds[pass];
+  return pass == 2 && aq_conv2d_wino_filter_tiles(a) < AQ_GPU_CONV2D_WINO_FILTER_TILES ? NULL : builds[pass];
 }
 static inline int aq_conv2d_fwd_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 0); }
 static inline int aq_conv2d_bwd_data_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 1); }
