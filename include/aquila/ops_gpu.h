@@ -111,6 +111,7 @@ extern "C" {
 /* The backward filter as F(3x3, 2x2), each 32 x 32 tile of dw over a
  * cluster (sm_90; the grid's x a multiple of it). */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_WINO "aq_conv2d_bwd_filter_f32_wino"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN "aq_conv2d_bwd_filter_f32_wino_thin"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED "aq_conv2d_bwd_filter_bf16_staged"
 /* bf16's tensor-core backward filter with each 64x64 tile's depth split
  * over a cluster (sm_90; the grid's x a multiple of it), for dw of few

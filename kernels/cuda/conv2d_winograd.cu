@@ -1,4 +1,4 @@
-// aq_conv2d_f32_wino, aq_conv2d_bwd_data_f32_wino, aq_conv2d_bwd_filter_f32_wino:
+// aq_conv2d_f32_wino, aq_conv2d_bwd_data_f32_wino, aq_conv2d_bwd_filter_f32_wino(_thin):
 // aq_conv2d_f32's three passes for 3x3 filters at unit stride and dilation
 // as Winograd's minimal filtering (Lavin and Gray). The forward's 2x2
 // output tiles are A^T [sum over channels of (G g G^T) . (B^T d B)] A,
@@ -237,22 +237,33 @@ __device__ inline bool applies(const aq_conv2d_args_t &a) {
 // x's 4x4 patch under the tile with the tile: A^T [(G dy G^T) . (B^T x B)] A
 // with F(3x3, 2x2)'s matrices (B^T's last row d3 - d1, G 4x2, A^T 3x4),
 // the sum over tiles taken in the transformed domain: for each element e a
-// GEMM of K x C over a depth of tiles, 8 tiles a step, a block 32 filters
-// by 32 channels (each thread 8x8 of one element's) and a cluster of
-// AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks each a share of the tiles. The
-// tile's dw leaves in four quarters of its channels: A^T M A, then summed
-// over the cluster in rank order (conv::cluster_sums). Then dbias's items.
-constexpr int FSTEP = 8, FQ = 8; /* tiles a step; channels a quarter */
-static_assert(FSTEP * COLS == THREADS, "one patch and one dy tile a thread a step");
+// GEMM of K x C over a depth of tiles, 8 tiles a step, a block FK filters
+// by 32 channels (each thread FK / 4 x 8 of one element's) and a cluster
+// of AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks each a share of the tiles. dw
+// has few tiles and the clusters alone split dy's: the thin build (FK =
+// 16) makes twice the blocks of the wide one (32), for dw of too few wide
+// tiles to keep the SMs busy, at the cost of each patch transformed twice
+// (launch.h: aq_conv2d_wino). The tile's dw leaves FQ channels at a time,
+// a (filter, channel) pair a thread: A^T M A, then summed over the
+// cluster in rank order (conv::cluster_sums). Then dbias's items.
+constexpr int FSTEP = 8; /* tiles a step */
+static_assert(FSTEP * COLS == THREADS, "one patch and at most one dy tile a thread a step");
 
+template <int FK>
+struct FTile {
+  static constexpr int MI = FK / 4, Q = THREADS / FK; /* a thread's filters; channels a round out */
+  static_assert(FK <= COLS && MI % 4 == 0 && Q % 8 == 0, "whole float4s; a thread's 8 channels in one round");
+};
+
+template <int FK>
 union FShared {
   struct {
     float u[16][FSTEP][LDS]; /* B^T x B: [element][tile][channel] */
     float v[16][FSTEP][LDS]; /* G dy G^T: [element][tile][filter] */
   } s;
   struct {
-    float m[16][COLS][FQ + 1]; /* a quarter's sums: [element][filter][channel] */
-    float part[COLS * FQ * 9]; /* its dw: [filter][channel][r][s] */
+    float m[16][FK][FTile<FK>::Q + 1]; /* a round's sums: [element][filter][channel] */
+    float part[FK * FTile<FK>::Q * 9]; /* its dw: [filter][channel][r][s] */
   } q;
 };
 
@@ -301,20 +312,22 @@ __device__ __forceinline__ void ftile_transform(const float g[4], float v[16]) {
           v[4 * i + 3] = h[i][1];
 }
 
-// The rank's share [t0, t1) of the tiles for dw's filters [k0, k0 + 32) and
+// The rank's share [t0, t1) of the tiles for dw's filters [k0, k0 + FK) and
 // channels [c0, c0 + 32), summed over the cluster into dw.
-template <int S>
-__device__ __forceinline__ void filter_tile(const aq_conv2d_args_t &a, FShared &sh, int th, int tw, int tiles, int t0,
+template <int FK, int S>
+__device__ __forceinline__ void filter_tile(const aq_conv2d_args_t &a, FShared<FK> &sh, int th, int tw, int tiles, int t0,
                                             int t1, int k0, int c0, int rank, int ranks) {
   const int tid = threadIdx.x, e = tid >> 4, ks = (tid >> 2) & 3, cs = tid & 3;
   const int tt = tid % FSTEP, oc = tid / FSTEP; /* the thread's tile of a step, and channel (patch) or filter (dy tile) */
-  float acc[8][8];
+  constexpr int FMI = FTile<FK>::MI, FQ = FTile<FK>::Q;
+  float acc[FMI][8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < FMI; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
   float d[16], g[4];
-  if (t0 < t1) load_fraw(a, th, tw, t0 + tt < t1 ? t0 + tt : tiles, tiles, c0 + oc, k0 + oc, d, g);
+  const int fk = oc < FK ? k0 + oc : (int)a.k; /* the threads past the tile's filters load no dy */
+  if (t0 < t1) load_fraw(a, th, tw, t0 + tt < t1 ? t0 + tt : tiles, tiles, c0 + oc, fk, d, g);
   for (int ts = t0; ts < t1; ts += FSTEP) {
     {
       float u[16], v[16];
@@ -322,35 +335,40 @@ __device__ __forceinline__ void filter_tile(const aq_conv2d_args_t &a, FShared &
       ftile_transform(g, v);
       __syncthreads(); /* the last step's operands are read */
 #pragma unroll
-      for (int k = 0; k < 16; ++k) sh.s.u[k][tt][oc] = u[k], sh.s.v[k][tt][oc] = v[k];
+      for (int k = 0; k < 16; ++k) {
+        sh.s.u[k][tt][oc] = u[k];
+        if (oc < FK) sh.s.v[k][tt][oc] = v[k];
+      }
       __syncthreads();
     }
     const int nt = ts + FSTEP + tt;
-    if (ts + FSTEP < t1) load_fraw(a, th, tw, nt < t1 ? nt : tiles, tiles, c0 + oc, k0 + oc, d, g);
+    if (ts + FSTEP < t1) load_fraw(a, th, tw, nt < t1 ? nt : tiles, tiles, c0 + oc, fk, d, g);
 #pragma unroll
     for (int t = 0; t < FSTEP; ++t) {
-      const float4 v0 = *reinterpret_cast<const float4 *>(&sh.s.v[e][t][ks * 8]),
-                   v1 = *reinterpret_cast<const float4 *>(&sh.s.v[e][t][ks * 8 + 4]),
-                   u0 = *reinterpret_cast<const float4 *>(&sh.s.u[e][t][cs * 8]),
-                   u1 = *reinterpret_cast<const float4 *>(&sh.s.u[e][t][cs * 8 + 4]);
-      const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w}, u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+      float v[FMI], u[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
+      for (int i = 0; i < FMI; i += 4)
+        *reinterpret_cast<float4 *>(&v[i]) = *reinterpret_cast<const float4 *>(&sh.s.v[e][t][ks * FMI + i]);
+#pragma unroll
+      for (int j = 0; j < 8; j += 4)
+        *reinterpret_cast<float4 *>(&u[j]) = *reinterpret_cast<const float4 *>(&sh.s.u[e][t][cs * 8 + j]);
+#pragma unroll
+      for (int i = 0; i < FMI; ++i)
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(v[i], u[j], acc[i][j]);
     }
   }
-  /* Out a quarter of the channels at a time: the threads holding them park
-   * their sums, each thread makes one (filter, channel) pair's 3x3, and the
-   * cluster sums them. */
+  /* Out FQ channels at a time: the threads holding them park their sums,
+   * each thread makes one (filter, channel) pair's 3x3, and the cluster
+   * sums them. */
 #pragma unroll
   for (int h = 0; h < COLS / FQ; ++h) {
-    __syncthreads(); /* the operands, or the last quarter, are done with */
-    if (cs == h)
+    __syncthreads(); /* the operands, or the last round, are done with */
+    if (cs * 8 / FQ == h)
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
+      for (int i = 0; i < FMI; ++i)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) sh.q.m[e][ks * 8 + i][j] = acc[i][j];
+        for (int j = 0; j < 8; ++j) sh.q.m[e][ks * FMI + i][cs * 8 % FQ + j] = acc[i][j];
     __syncthreads();
     {
       const int k = tid / FQ, c = tid % FQ;
@@ -370,24 +388,24 @@ __device__ __forceinline__ void filter_tile(const aq_conv2d_args_t &a, FShared &
       if (kk < a.k && cc < a.c) a.dw[((int64_t)kk * a.c + cc) * 9 + rs] = sum;
     };
     if (ranks > 1) {
-      conv::cluster_sums<S>(sh.q.part, COLS * FQ * 9, rank, store);
+      conv::cluster_sums<S>(sh.q.part, FK * FQ * 9, rank, store);
     } else {
       __syncthreads();
-      for (int i = tid; i < COLS * FQ * 9; i += THREADS) store(i, sh.q.part[i]);
+      for (int i = tid; i < FK * FQ * 9; i += THREADS) store(i, sh.q.part[i]);
     }
   }
 }
 
-// dw's tiles of 32 x 32 a cluster of S, each rank a share of dy's tiles in
+// dw's tiles of FK x 32 a cluster of S, each rank a share of dy's tiles in
 // whole steps, then dbias's 8-channel items, S a cluster.
-template <int S>
+template <int FK, int S>
 __device__ __forceinline__ void filter(const aq_conv2d_args_t &a) {
-  __shared__ __align__(16) FShared sh;
+  __shared__ __align__(16) FShared<FK> sh;
   int ranks;
   const int rank = conv::split_rank<S>(&ranks);
   const int th = (int)(a.p + 1) / 2, tw = (int)(a.q + 1) / 2, tiles = (int)a.n * th * tw;
   const int share = ((tiles + ranks - 1) / ranks + FSTEP - 1) / FSTEP * FSTEP;
-  const int64_t tk = (a.k + COLS - 1) / COLS, blocks_out = tk * ((a.c + COLS - 1) / COLS);
+  const int64_t tk = (a.k + FK - 1) / FK, blocks_out = aq_conv2d_wino_filter_tiles(&a, FK);
   const int64_t bias_items = a.dbias ? (a.k + 7) / 8 : 0, clusters = grid_blocks() / S;
   for (int64_t id = grid_block() / S; id < blocks_out + (bias_items + S - 1) / S; id += clusters) {
     if (id >= blocks_out) {
@@ -397,7 +415,7 @@ __device__ __forceinline__ void filter(const aq_conv2d_args_t &a) {
     }
     if (rank < 0) continue;
     const int t0 = rank * share, t1 = t0 + share < tiles ? t0 + share : tiles;
-    filter_tile<S>(a, sh, th, tw, tiles, t0, t1, (int)(id % tk) * COLS, (int)(id / tk) * COLS, rank, ranks);
+    filter_tile<FK, S>(a, sh, th, tw, tiles, t0, t1, (int)(id % tk) * FK, (int)(id / tk) * COLS, rank, ranks);
   }
 }
 
@@ -420,12 +438,20 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_f32_wino(aq_conv2d_args_t a) 
 AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_f32_wino(aq_conv2d_args_t a) { wino_pass<1>(a); }
 
 // A cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT a tile of dw (ops_gpu.h: the
-// grid's x a multiple of the cluster).
-AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
-    aq_conv2d_bwd_filter_f32_wino(aq_conv2d_args_t a) {
+// grid's x a multiple of the cluster), FK filters by 32 channels.
+template <int FK>
+__device__ __forceinline__ void wino_filter(const aq_conv2d_args_t &a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
 #ifndef AQ_HIP
-  if (conv_wino::applies(a)) return conv_wino::filter<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+  if (conv_wino::applies(a)) return conv_wino::filter<FK, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
 #endif
   conv::backward_filter(a, a.x, a.dy);
+}
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
+    aq_conv2d_bwd_filter_f32_wino(aq_conv2d_args_t a) {
+  wino_filter<AQ_GPU_CONV2D_WINO_COLS>(a);
+}
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
+    aq_conv2d_bwd_filter_f32_wino_thin(aq_conv2d_args_t a) {
+  wino_filter<AQ_GPU_CONV2D_WINO_FILTER_THIN>(a);
 }

@@ -684,17 +684,25 @@ static inline int aq_conv2d_wino_pass(const char *kernel) {
   if (strncmp(kernel, "aq_conv2d_", 10) || !strstr(kernel, "_wino")) return -1;
   return !strcmp(kernel, AQ_KERNEL_CONV2D_WINO)                ? 0
          : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_WINO)   ? 1
-         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) ? 2
-                                                             : -1;
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN) ? 2
+                                                                                                                 : -1;
 }
-/* The backward filter's tiles of dw, 32 x 32 (filters by channels). */
-static inline int64_t aq_conv2d_wino_filter_tiles(const aq_conv2d_args_t *a) {
-  return ((a->k > 0 ? a->k : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS *
+/* The backward filter's tiles of dw, rows x 32 (filters by channels): its
+ * build's 32, or the thin build's AQ_GPU_CONV2D_WINO_FILTER_THIN. */
+#define AQ_GPU_CONV2D_WINO_FILTER_THIN 16
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_wino_filter_tiles(const aq_conv2d_args_t *a, int rows) {
+  return ((a->k > 0 ? a->k : 1) + rows - 1) / rows *
          (((a->c > 0 ? a->c : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS);
 }
-static inline aq_dispatch_shape_t aq_conv2d_wino_gpu_shape(const aq_conv2d_args_t *a, int pass) {
+/* The launch of Winograd build (its name). */
+static inline aq_dispatch_shape_t aq_conv2d_wino_gpu_shape(const aq_conv2d_args_t *a, const char *build) {
+  const int pass = aq_conv2d_wino_pass(build);
   if (pass == 2) /* a cluster a tile of dw */
-    return aq_conv2d_filter_split_by(a, aq_conv2d_wino_filter_tiles(a), AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
+    return aq_conv2d_filter_split_by(a,
+                                     aq_conv2d_wino_filter_tiles(a, strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN)
+                                                                        ? AQ_GPU_CONV2D_WINO_COLS
+                                                                        : AQ_GPU_CONV2D_WINO_FILTER_THIN),
+                                     AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
   const int64_t ho = pass ? a->h : a->p, wo = pass ? a->wd : a->q, cols = pass ? a->c : a->k;
   const int64_t tiles = (a->n > 0 ? a->n : 1) * (((ho > 0 ? ho : 1) + 1) / 2) * (((wo > 0 ? wo : 1) + 1) / 2);
   return aq_gpu_threads_shape((tiles + AQ_GPU_CONV2D_WINO_TILES - 1) / AQ_GPU_CONV2D_WINO_TILES *
@@ -711,13 +719,18 @@ static inline int aq_conv2d_wino_fits(const aq_conv2d_args_t *a, int pass) {
 /* The launch rule's Winograd build of pass, or NULL: where it fits and
  * the x3 builds would take the pass; the backward filter where dw has
  * AQ_GPU_CONV2D_WINO_FILTER_TILES tiles of 32 x 32 or more (its clusters
- * of 8 split the tiles of dy: 64 -> 64's 4 tiles, 32 blocks, ran 0.76x of
- * x3's thin build, 64 -> 128's 8 tiles 1.31x). */
+ * of 8 split the tiles of dy; fewer left SMs idle), else its thin build
+ * where dw has that many of 16 x 32 (which transforms each patch twice,
+ * slower where the wide tiles fill the GPU), else none. */
 #define AQ_GPU_CONV2D_WINO_FILTER_TILES 8
 static inline const char *aq_conv2d_wino(const aq_conv2d_args_t *a, int pass) {
   static const char *const builds[] = {AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_WINO};
   if (pass < 0 || pass > 2 || !aq_conv2d_wino_fits(a, pass) || !aq_conv2d_x3(a, pass)) return NULL;
-  return pass == 2 && aq_conv2d_wino_filter_tiles(a) < AQ_GPU_CONV2D_WINO_FILTER_TILES ? NULL : builds[pass];
+  if (pass < 2 || aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_COLS) >= AQ_GPU_CONV2D_WINO_FILTER_TILES)
+    return builds[pass];
+  return aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_FILTER_THIN) >= AQ_GPU_CONV2D_WINO_FILTER_TILES
+             ? AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN
+             : NULL;
 }
 static inline int aq_conv2d_fwd_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 0); }
 static inline int aq_conv2d_bwd_data_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 1); }
@@ -813,7 +826,8 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   int x3 = 0;
   const int pass = aq_conv2d_f32_pass(kernel, &x3), wino = aq_conv2d_wino_pass(kernel);
   if (wino >= 0 || (pass >= 0 && !x3 && aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass))) /* named, or picked */
-    return aq_conv2d_wino_gpu_shape((const aq_conv2d_args_t *)kernarg, wino >= 0 ? wino : pass);
+    return aq_conv2d_wino_gpu_shape((const aq_conv2d_args_t *)kernarg,
+                                    wino >= 0 ? kernel : aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass));
   if (pass >= 0 && (x3 || aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))) { /* the x3 build's, named or picked */
     return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass, x3 ? kernel : aq_gpu_op_kernel(kernel, kernarg));
   }
@@ -894,7 +908,7 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_plain_shape(const aq_conv
 static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_bf16_gemm_shape(const aq_conv2d_args_t *a) {
   return aq_conv2d_bf16_gpu_shape(a, 2);
 }
-enum { AQ_GPU_OP_BUILDS_MAX = 8, AQ_GPU_OP_BUILD_RULES_MAX = 64 }; /* a list, the table */
+enum { AQ_GPU_OP_BUILDS_MAX = 12, AQ_GPU_OP_BUILD_RULES_MAX = 64 }; /* a list, the table */
 typedef struct aq_gpu_op_build_rule {
   const char *op, *build;
   int (*applies)(const aq_conv2d_args_t *a);
@@ -918,6 +932,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA, aq_conv2d_bwd_filter_ffma_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_WINO, aq_conv2d_bwd_filter_wino_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN, aq_conv2d_bwd_filter_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER, NULL, aq_conv2d_bwd_filter_plain_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, NULL, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, aq_conv2d_filter_staged, NULL},

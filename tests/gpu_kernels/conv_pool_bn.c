@@ -57,7 +57,9 @@ static void ref_tap(void *ctx, int64_t o, int64_t k, int64_t xi, int64_t wi) {
 /* launch: 0 the scheduler's build and shape, 1 the CPU grid, 2 the split
  * backward filter, 3 the staged one, 4 the x3 builds (tensor cores) of
  * every pass, 5 the scheduler's at exact precision (FFMA), 6 the x3
- * builds with the thin backward filter, 7 with the one over clusters of 6. */
+ * builds with the thin backward filter, 7 with the one over clusters of 6,
+ * 8 the FFMA builds, 9 the Winograd builds, 10 with the thin backward
+ * filter. */
 static void conv_case(const conv_case_t *t, int launch) {
   aq_conv2d_args_t a = {0};
   a.precision = launch == 5 ? AQ_MATMUL_PRECISION_EXACT : AQ_MATMUL_PRECISION_DEFAULT;
@@ -83,7 +85,8 @@ static void conv_case(const conv_case_t *t, int launch) {
                       : launch == 7 ? AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6
                                     : AQ_KERNEL_CONV2D_BWD_FILTER_X3};
   if (launch == 8) x3[0] = AQ_KERNEL_CONV2D_FFMA, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_FFMA, x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_FFMA;
-  if (launch == 9) x3[0] = AQ_KERNEL_CONV2D_WINO, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_WINO, x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_WINO;
+  if (launch >= 9) x3[0] = AQ_KERNEL_CONV2D_WINO, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_WINO, x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_WINO;
+  if (launch == 10) x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN;
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
@@ -143,6 +146,10 @@ Test(gpu_conv, conv2d_ffma_builds) {
 Test(gpu_conv, conv2d_wino_builds) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 9);
 }
+/* The same with the backward filter's thin build (16 x 32 tiles of dw). */
+Test(gpu_conv, conv2d_wino_thin_build) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 10);
+}
 /* Bad kernargs, a precision neither default nor exact among them, leave
  * every fp32 build's outputs untouched. */
 Test(gpu_conv, bad_kernargs_write_nothing) {
@@ -154,16 +161,19 @@ Test(gpu_conv, bad_kernargs_write_nothing) {
   const char *builds[] = {AQ_KERNEL_CONV2D_X3,   AQ_KERNEL_CONV2D_BWD_DATA_X3,   AQ_KERNEL_CONV2D_BWD_FILTER_X3,
                           AQ_KERNEL_CONV2D,      AQ_KERNEL_CONV2D_BWD_DATA,      AQ_KERNEL_CONV2D_BWD_FILTER,
                           AQ_KERNEL_CONV2D_FFMA, AQ_KERNEL_CONV2D_BWD_DATA_FFMA, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA,
-                          AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN};
+                          AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN,
+                          AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6, AQ_KERNEL_CONV2D_BWD_FILTER_WINO,
+                          AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN};
   for (int kind = 0; kind < 5; ++kind)
-    for (int i = 0; i < 12; ++i) {
+    for (int i = 0; i < (int)(sizeof(builds) / sizeof(builds[0])); ++i) {
       aq_conv2d_args_t a = ok;
       switch (kind) {
         case 0: a.precision = 2; break;
         case 1: a.precision = -1; break;
         case 2: a.stride_w = 0; break;
         case 3: a.c = -3; break;
-        default: i % 3 == 0 ? (a.y = NULL) : i % 3 == 1 ? (a.dx = NULL) : (a.dw = NULL); /* its output */
+        default: /* its output */
+          strstr(builds[i], "bwd_filter") ? (a.dw = NULL) : strstr(builds[i], "bwd_data") ? (a.dx = NULL) : (a.y = NULL);
       }
       gk_run(builds[i], &a, aq_gpu_op_shape(builds[i], &a, aq_planes_grid(1)));
       cr_assert_eq(memcmp(before, out, sizeof(before)), 0, "%s wrote under bad kernarg %d", builds[i], kind);

@@ -68,18 +68,19 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) &&
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT));
   }
-  /* 3x3 over 56x56 planes: no stage or tile holds them; the rule picks the
-   * tensor cores, on 32-row tiles (dw's 9 wide ones would leave most
-   * clusters idle), the wide ones a candidate */
+  /* 3x3 over 56x56 planes: no stage or tile holds them; the rule picks
+   * Winograd's thin build (dw's 4 tiles of 32 x 32 would leave most
+   * clusters idle), the tensor cores' and the wide one candidates */
   uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &wide, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 7);
-  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN);
+  cr_assert_eq(n, 8);
+  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN);
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_FILTER_X3);
-  cr_assert_str_eq(names[2], AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6);
-  cr_assert_str_eq(names[3], AQ_KERNEL_CONV2D_BWD_FILTER_FFMA);
-  cr_assert_str_eq(names[4], AQ_KERNEL_CONV2D_BWD_FILTER_WINO);
-  cr_assert_str_eq(names[5], AQ_KERNEL_CONV2D_BWD_FILTER);
-  cr_assert_str_eq(names[6], AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  cr_assert_str_eq(names[2], AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN);
+  cr_assert_str_eq(names[3], AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6);
+  cr_assert_str_eq(names[4], AQ_KERNEL_CONV2D_BWD_FILTER_FFMA);
+  cr_assert_str_eq(names[5], AQ_KERNEL_CONV2D_BWD_FILTER_WINO);
+  cr_assert_str_eq(names[6], AQ_KERNEL_CONV2D_BWD_FILTER);
+  cr_assert_str_eq(names[7], AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
   aq_conv2d_args_t exact = wide;
   exact.precision = AQ_MATMUL_PRECISION_EXACT;
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &exact, names, AQ_GPU_OP_BUILDS_MAX);
@@ -103,8 +104,13 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &c128), AQ_KERNEL_CONV2D_BWD_FILTER_WINO, "16 tiles of dw");
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &c128, aq_planes_grid(1)).grid[0],
                16 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK, "a cluster a tile");
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &wide), AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN,
-                   "4 tiles: too few clusters");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &wide), AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN,
+                   "4 tiles: too few clusters; 8 thin ones");
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &wide, aq_planes_grid(1)).grid[0],
+               8 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK, "a cluster a 16 x 32 tile");
+  const aq_conv2d_args_t c32 = conv(32, 32, 56, 32, 3, 1, 0);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &c32), AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN,
+                   "2 thin tiles: x3's");
   aq_conv2d_args_t strided = wide;
   strided.stride_h = strided.stride_w = 2, strided.p = strided.q = 28;
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D, &strided, names, AQ_GPU_OP_BUILDS_MAX);
@@ -147,7 +153,7 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
         else if (strstr(names[b], "_ffma"))
           want = aq_conv2d_ffma_gpu_shape(a, 2), want_group = 0;
         else if (strstr(names[b], "_wino"))
-          want = aq_conv2d_wino_gpu_shape(a, 2), want_group = 0;
+          want = aq_conv2d_wino_gpu_shape(a, names[b]), want_group = 0;
         else if (strstr(names[b], "_tc_split"))
           want = aq_conv2d_bf16_filter_split_shape(a, strstr(names[b], "_split6") ? AQ_GPU_CONV2D_SPLIT6
                                                                                   : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),
@@ -163,7 +169,7 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
         cr_assert(same_shape(sh, want), "case %d: %s launches as another build", i, names[b]);
         cr_assert_eq(group, want_group, "case %d: %s's group segment", i, names[b]);
         /* a cluster build's grid is whole clusters */
-        if (strstr(names[b], "_split") || strstr(names[b], "_staged") || strstr(names[b], "_x3"))
+        if (strstr(names[b], "_split") || strstr(names[b], "_staged") || strstr(names[b], "_x3") || strstr(names[b], "_wino"))
           cr_assert_eq(sh.grid[0] / sh.workgroup[0] %
                            (strstr(names[b], "_split6") ? AQ_GPU_CONV2D_SPLIT6 : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),
                        0, "%s", names[b]);

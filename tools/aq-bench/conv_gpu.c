@@ -440,7 +440,7 @@ static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int
                            int pass, int runs, char *buf, size_t size) {
   if (ffma < 0 && pass == 2) {
     snprintf(buf, size, "Winograd's F(3x3, 2x2), a cluster of %d a %dx%d tile of dw splitting dy's tiles",
-             AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_WINO_COLS, AQ_GPU_CONV2D_WINO_COLS);
+             AQ_GPU_CONV2D_BWD_FILTER_SPLIT, x3, AQ_GPU_CONV2D_WINO_COLS);
     return buf;
   }
   if (ffma < 0) {
@@ -493,6 +493,8 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   aq_conv2d_f32_pass(build, &x3);
   if (x3) x3 = strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) ? AQ_GPU_CONV2D_X3_TILE : AQ_GPU_CONV2D_X3_THIN;
   const int ffma = aq_conv2d_wino_pass(build) >= 0 ? -1 : aq_conv2d_ffma_pass(build) >= 0; /* -1: Winograd's */
+  if (ffma < 0) /* the rows of its backward filter's tiles */
+    x3 = strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN) ? AQ_GPU_CONV2D_WINO_COLS : AQ_GPU_CONV2D_WINO_FILTER_THIN;
   uint64_t blocks = 1, threads = 1;
   for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
   const char *all[AQ_GPU_OP_BUILDS_MAX];
