@@ -71,6 +71,7 @@ struct Gemm {
   int outer, bcol, boff, bd2, bs1, bs2;
   /* C's (row, col) = out[img cols plane + col plane + ooff + jh oh + jw ow], row = img rplane + jh rd2 + jw */
   int plane, rplane, ooff, oh, ow;
+  Div rpl, rq; /* rplane and rd2, for C's rows: a division an output element otherwise */
   bool bvec;
   const E *a, *b;
   float *out;
@@ -115,6 +116,7 @@ __device__ inline Gemm<E> make_gemm(const aq_conv2d_args_t &a, int pass) {
   }
   g.bcol = g.bd2 = g.run.d, g.boff = 0, g.bs1 = 0, g.bs2 = 1;
   g.rplane = g.plane, g.ooff = 0, g.oh = 0, g.ow = 1;
+  g.rpl = make_div(g.rplane), g.rq = make_div(g.rd2);
   g.bvec = g.run.d % Gemm<E>::CHUNK == 0 && ((uintptr_t)g.b & 15) == 0;
   return g;
 }
@@ -133,6 +135,7 @@ __device__ inline Gemm<E> make_phase(const aq_conv2d_args_t &a, int ph) {
   g.run = make_div(th.count * tw.count), g.bcol = (int)(a.r * a.s), g.boff = th.first * (int)a.s + tw.first;
   g.bd2 = tw.count, g.bs1 = th.step * (int)a.s, g.bs2 = tw.step, g.bvec = false;
   g.rplane = th.outs * tw.outs, g.ooff = (ph / a.stride_w) * (int)a.wd + ph % a.stride_w;
+  g.rpl = make_div(g.rplane), g.rq = make_div(g.rd2);
   g.oh = a.stride_h * (int)a.wd, g.ow = a.stride_w;
   return g;
 }
@@ -141,7 +144,7 @@ __device__ inline Gemm<E> make_phase(const aq_conv2d_args_t &a, int ph) {
 template <class E>
 __device__ inline int4 row_base(const Gemm<E> &g, int row) {
   if (row >= g.rows) return make_int4(0, 0, 0, 0);
-  const int t = row / g.rd2, j2 = row - t * g.rd2, j0 = t / g.rd1, j1 = t - j0 * g.rd1;
+  const int t = row / g.rq, j2 = row - t * g.rd2, j0 = t / g.rd1, j1 = t - j0 * g.rd1;
   return make_int4(j0 * g.rbase, j1 * g.rmul1 + g.radd1, j2 * g.rmul2 + g.radd2, 1);
 }
 
@@ -304,7 +307,7 @@ __device__ __forceinline__ uint4 gather_b(const Gemm<E> &g, int col, int d0) {
   uint32_t v[4] = {0, 0, 0, 0};
   if (PH) {
     const E *run = g.b + col * g.bcol + j * g.outer + g.boff;
-    int i1 = o / g.bd2, i2 = o - i1 * g.bd2;
+    int i1 = o / g.d2, i2 = o - i1 * g.bd2; /* a phase's d2 divides by bd2 */
 #pragma unroll
     for (int e = 0; e < Gemm<E>::CHUNK; ++e) {
       if (d0 + e < g.depth) put(v, e, __ldg(run + i1 * g.bs1 + i2 * g.bs2));
@@ -332,10 +335,10 @@ __device__ __forceinline__ uint4 gather_b(const Gemm<E> &g, int col, int d0) {
 // phase's row (make_phase).
 template <bool PH, class E>
 __device__ __forceinline__ int64_t row_at(const Gemm<E> &g, int r) {
-  const int rows = PH ? g.rplane : g.plane, img = r / rows, j = r - img * rows;
+  const int img = r / g.rpl, j = r - img * g.rplane; /* rplane is plane outside a phase */
   const int64_t o = (int64_t)img * g.cols * g.plane;
   if (!PH) return o + j;
-  const int jh = j / g.rd2;
+  const int jh = j / g.rq;
   return o + g.ooff + jh * g.oh + (j - jh * g.rd2) * g.ow;
 }
 

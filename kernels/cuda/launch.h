@@ -659,10 +659,16 @@ static inline int aq_conv2d_fwd_ffma_fits(const aq_conv2d_args_t *a) { return aq
 static inline int aq_conv2d_bwd_data_ffma_fits(const aq_conv2d_args_t *a) { return aq_conv2d_ffma_fits(a, 1); }
 static inline int aq_conv2d_bwd_filter_ffma_fits(const aq_conv2d_args_t *a) { return aq_conv2d_ffma_fits(a, 2); }
 /* The launch rule's FFMA build of pass, or NULL: an exact exec's passes
- * that no tiled or staged build takes. */
+ * that no tiled or staged build takes; at the default precision, a
+ * strided backward data that x3 would take, whose phases' GEMMs (a few
+ * deep, most shallow: a stride-2 3x3 filter's take 1 to 4 taps) x3 ran no
+ * faster and up to a third slower. */
 static inline const char *aq_conv2d_ffma(const aq_conv2d_args_t *a, int pass) {
   static const char *const builds[] = {AQ_KERNEL_CONV2D_FFMA, AQ_KERNEL_CONV2D_BWD_DATA_FFMA, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA};
-  if (a->precision != AQ_MATMUL_PRECISION_EXACT || pass < 0 || pass > 2 || !aq_conv2d_ffma_fits(a, pass)) return NULL;
+  if (pass < 0 || pass > 2 || !aq_conv2d_ffma_fits(a, pass)) return NULL;
+  if (a->precision == AQ_MATMUL_PRECISION_DEFAULT)
+    return pass == 1 && aq_conv2d_phased(a) && aq_conv2d_x3(a, 1) ? builds[1] : NULL;
+  if (a->precision != AQ_MATMUL_PRECISION_EXACT) return NULL;
   const int other = pass == 2 ? aq_conv2d_tiled_bytes(a, 2) || aq_conv2d_filter_staged(a) : aq_conv2d_tiled_bytes(a, pass) > 0;
   return other ? NULL : builds[pass];
 }
@@ -774,12 +780,12 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
   const int pass = aq_conv2d_f32_pass(kernel, &x3);
   if (pass >= 0 && !x3 && aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass))
     return aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass);
+  if (pass >= 0 && !x3 && aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass))
+    return aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass);
   if (pass >= 0 && !x3 && aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))
     return pass == 0   ? AQ_KERNEL_CONV2D_X3
            : pass == 1 ? AQ_KERNEL_CONV2D_BWD_DATA_X3
                        : aq_conv2d_x3_filter((const aq_conv2d_args_t *)kernarg);
-  if (pass >= 0 && !x3 && aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass))
-    return aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
@@ -828,12 +834,12 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (wino >= 0 || (pass >= 0 && !x3 && aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass))) /* named, or picked */
     return aq_conv2d_wino_gpu_shape((const aq_conv2d_args_t *)kernarg,
                                     wino >= 0 ? kernel : aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass));
+  const int ffma = aq_conv2d_ffma_pass(kernel);
+  if (ffma >= 0 || (pass >= 0 && !x3 && aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass))) /* named, or the op's pick */
+    return aq_conv2d_ffma_gpu_shape((const aq_conv2d_args_t *)kernarg, ffma >= 0 ? ffma : pass);
   if (pass >= 0 && (x3 || aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))) { /* the x3 build's, named or picked */
     return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass, x3 ? kernel : aq_gpu_op_kernel(kernel, kernarg));
   }
-  const int ffma = aq_conv2d_ffma_pass(kernel);
-  if (ffma >= 0 || (pass >= 0 && aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass))) /* named, or the op's pick */
-    return aq_conv2d_ffma_gpu_shape((const aq_conv2d_args_t *)kernarg, ffma >= 0 ? ffma : pass);
   if ((!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16)) &&
       aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
     return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg); /* its staged build's */

@@ -115,6 +115,14 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   strided.stride_h = strided.stride_w = 2, strided.p = strided.q = 28;
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D, &strided, names, AQ_GPU_OP_BUILDS_MAX);
   cr_assert(!listed(names, n, AQ_KERNEL_CONV2D_WINO), "Winograd's F(2x2, 3x3): unit strides only");
+  /* a strided backward data: FFMA by rule, x3 a candidate; at unit stride x3's */
+  n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_DATA, &strided, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert(n >= 2 && !strcmp(names[0], AQ_KERNEL_CONV2D_BWD_DATA_FFMA) && listed(names, n, AQ_KERNEL_CONV2D_BWD_DATA_X3));
+  cr_assert(same_shape(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA, &strided, aq_planes_grid(1)),
+                       aq_conv2d_ffma_gpu_shape(&strided, 1)));
+  aq_conv2d_args_t unit = wide;
+  unit.r = unit.s = 5, unit.pad_h = unit.pad_w = 2; /* no Winograd */
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA, &unit), AQ_KERNEL_CONV2D_BWD_DATA_X3);
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &wide, names, AQ_GPU_OP_BUILDS_MAX);
   cr_assert_eq(n, 3, "the tensor cores, their tiles split over clusters of 8 (18 thin tiles: one wave), of 6, or not");
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
