@@ -87,10 +87,24 @@ __device__ __forceinline__ void staged() {
 #endif
 }
 
+// bf16 widens in registers, so its copies are loads then stores, not
+// cp.async: a thread issues WIDEN loads before it stores any, where one
+// at a time paid a global load's latency an element (a bf16 LeNet
+// backward filter's stages took 1.5x fp32's).
+constexpr int WIDEN = 4;
+
 // Stages n elements from src to dst: floats 16 bytes a copy where both
-// are aligned, bf16 one by one.
+// are aligned, bf16 WIDEN elements a thread at a time.
 __device__ inline void stage_flat(float *dst, const uint16_t *src, int n) {
-  for (int i = block_thread(); i < n; i += block_threads()) stage_one(dst + i, src + i, true);
+  const int t = block_thread(), nt = block_threads();
+  for (int i0 = t; i0 < n; i0 += WIDEN * nt) {
+    float v[WIDEN];
+#pragma unroll
+    for (int u = 0; u < WIDEN; ++u) v[u] = i0 + u * nt < n ? ld(src + i0 + u * nt) : 0.0f;
+#pragma unroll
+    for (int u = 0; u < WIDEN; ++u)
+      if (i0 + u * nt < n) dst[i0 + u * nt] = v[u];
+  }
 }
 
 __device__ inline void stage_flat(float *dst, const float *src, int n) {
@@ -126,6 +140,30 @@ __device__ inline void stage_windows(const dims &d, const E *x, int nb, float *d
   /* the offset of window row wr's source row (-pad_h .. h + pad_h) */
   int from = r / d.hs * d.h * d.w + (wr - d.ph) * d.w;
   const int next_plane = d.h * d.w - d.hs * d.w, advance = step * d.w;
+  if (sizeof(E) == 2) { /* bf16: WIDEN rows' loads, then their stores */
+    for (; r < rows; r += WIDEN * step) {
+      int off[WIDEN], ih[WIDEN];
+#pragma unroll
+      for (int g = 0; g < WIDEN; ++g) {
+        off[g] = from, ih[g] = wr - d.ph;
+        from += advance;
+        for (wr += step; wr >= d.hs; wr -= d.hs) from += next_plane;
+      }
+      for (int col = lane; col < d.cols; col += width) {
+        const int iw = col - d.pw;
+        float v[WIDEN];
+#pragma unroll
+        for (int g = 0; g < WIDEN; ++g)
+          v[g] = r + g * step < rows && (unsigned)ih[g] < (unsigned)d.h && (unsigned)iw < (unsigned)d.w
+                     ? ld(x + off[g] + iw)
+                     : 0.0f;
+#pragma unroll
+        for (int g = 0; g < WIDEN; ++g)
+          if (r + g * step < rows) dst[(r + g * step) * d.ws + col] = v[g];
+      }
+    }
+    return;
+  }
   for (; r < rows; r += step) {
     const int ih = wr - d.ph;
     const E *src = x + from;
