@@ -239,11 +239,11 @@ __device__ inline bool applies(const aq_conv2d_args_t &a) {
 // the sum over tiles taken in the transformed domain: for each element e a
 // GEMM of K x C over a depth of tiles, 8 tiles a step, a block FK filters
 // by 32 channels (each thread FK / 4 x 8 of one element's) and a cluster
-// of AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks each a share of the tiles. dw
-// has few tiles and the clusters alone split dy's: the thin build (FK =
-// 16) makes twice the blocks of the wide one (32), for dw of too few wide
-// tiles to keep the SMs busy, at the cost of each patch transformed twice
-// (launch.h: aq_conv2d_wino). The tile's dw leaves FQ channels at a time,
+// of S blocks each a share of the tiles. dw has few tiles and the clusters
+// alone split dy's: the thin build (FK = 16, S = 16) makes four times the
+// blocks of the wide one (32, 8), for dw of too few wide tiles to keep
+// the SMs busy, at the cost of each patch transformed twice (launch.h:
+// aq_conv2d_wino). The tile's dw leaves FQ channels at a time,
 // a (filter, channel) pair a thread: A^T M A, then summed over the
 // cluster in rank order (conv::cluster_sums). Then dbias's items.
 constexpr int FSTEP = 8; /* tiles a step */
@@ -437,21 +437,22 @@ __device__ __forceinline__ void wino_pass(const aq_conv2d_args_t &a) {
 AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_f32_wino(aq_conv2d_args_t a) { wino_pass<0>(a); }
 AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_f32_wino(aq_conv2d_args_t a) { wino_pass<1>(a); }
 
-// A cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT a tile of dw (ops_gpu.h: the
-// grid's x a multiple of the cluster), FK filters by 32 channels.
-template <int FK>
+// A cluster of S a tile of dw (ops_gpu.h: the grid's x a multiple of the
+// cluster), FK filters by 32 channels: the wide build over clusters of 8,
+// the thin one over clusters of 16 (launch.h: aq_conv2d_wino).
+template <int FK, int S>
 __device__ __forceinline__ void wino_filter(const aq_conv2d_args_t &a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
 #ifndef AQ_HIP
-  if (conv_wino::applies(a)) return conv_wino::filter<FK, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+  if (conv_wino::applies(a)) return conv_wino::filter<FK, S>(a);
 #endif
   conv::backward_filter(a, a.x, a.dy);
 }
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_wino(aq_conv2d_args_t a) {
-  wino_filter<AQ_GPU_CONV2D_WINO_COLS>(a);
+  wino_filter<AQ_GPU_CONV2D_WINO_COLS, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
 }
-AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_WINO_THIN_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_wino_thin(aq_conv2d_args_t a) {
-  wino_filter<AQ_GPU_CONV2D_WINO_FILTER_THIN>(a);
+  wino_filter<AQ_GPU_CONV2D_WINO_FILTER_THIN, AQ_GPU_CONV2D_WINO_THIN_SPLIT>(a);
 }

@@ -696,6 +696,7 @@ static inline int aq_conv2d_wino_pass(const char *kernel) {
 /* The backward filter's tiles of dw, rows x 32 (filters by channels): its
  * build's 32, or the thin build's AQ_GPU_CONV2D_WINO_FILTER_THIN. */
 #define AQ_GPU_CONV2D_WINO_FILTER_THIN 16
+#define AQ_GPU_CONV2D_WINO_THIN_SPLIT 16 /* the thin build's cluster (past 8: non-portable, sm_90's most) */
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_wino_filter_tiles(const aq_conv2d_args_t *a, int rows) {
   return ((a->k > 0 ? a->k : 1) + rows - 1) / rows *
          (((a->c > 0 ? a->c : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS);
@@ -704,11 +705,11 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_wino_filter_tiles(const aq_co
 static inline aq_dispatch_shape_t aq_conv2d_wino_gpu_shape(const aq_conv2d_args_t *a, const char *build) {
   const int pass = aq_conv2d_wino_pass(build);
   if (pass == 2) /* a cluster a tile of dw */
-    return aq_conv2d_filter_split_by(a,
-                                     aq_conv2d_wino_filter_tiles(a, strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN)
-                                                                        ? AQ_GPU_CONV2D_WINO_COLS
-                                                                        : AQ_GPU_CONV2D_WINO_FILTER_THIN),
-                                     AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
+    return strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN)
+               ? aq_conv2d_filter_split_by(a, aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_COLS),
+                                           AQ_GPU_CONV2D_BWD_FILTER_SPLIT)
+               : aq_conv2d_filter_split_by(a, aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_FILTER_THIN),
+                                           AQ_GPU_CONV2D_WINO_THIN_SPLIT);
   const int64_t ho = pass ? a->h : a->p, wo = pass ? a->wd : a->q, cols = pass ? a->c : a->k;
   const int64_t tiles = (a->n > 0 ? a->n : 1) * (((ho > 0 ? ho : 1) + 1) / 2) * (((wo > 0 ? wo : 1) + 1) / 2);
   return aq_gpu_threads_shape((tiles + AQ_GPU_CONV2D_WINO_TILES - 1) / AQ_GPU_CONV2D_WINO_TILES *
@@ -723,20 +724,19 @@ static inline int aq_conv2d_wino_fits(const aq_conv2d_args_t *a, int pass) {
          (pass ? a->k : a->c) >= AQ_GPU_CONV2D_FFMA_MIN_COLS;
 }
 /* The launch rule's Winograd build of pass, or NULL: where it fits and
- * the x3 builds would take the pass; the backward filter where dw has
- * AQ_GPU_CONV2D_WINO_FILTER_TILES tiles of 32 x 32 or more (its clusters
- * of 8 split the tiles of dy; fewer left SMs idle), else its thin build
- * where dw has that many of 16 x 32 (which transforms each patch twice,
- * slower where the wide tiles fill the GPU), else none. */
-#define AQ_GPU_CONV2D_WINO_FILTER_TILES 8
+ * the x3 builds would take the pass. The backward filter's clusters split
+ * the tiles of dy, so dw's few tiles decide how many blocks run: where dw
+ * has AQ_GPU_CONV2D_WINO_WIDE_TILES tiles of 32 x 32 (two blocks an SM
+ * over clusters of 8), the wide build; else the thin one (16 x 32 tiles,
+ * each patch transformed twice, but four times the blocks, over clusters
+ * of 16, which cost more where the wide tiles fill the GPU already). */
+#define AQ_GPU_CONV2D_WINO_WIDE_TILES 32
 static inline const char *aq_conv2d_wino(const aq_conv2d_args_t *a, int pass) {
   static const char *const builds[] = {AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_WINO};
   if (pass < 0 || pass > 2 || !aq_conv2d_wino_fits(a, pass) || !aq_conv2d_x3(a, pass)) return NULL;
-  if (pass < 2 || aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_COLS) >= AQ_GPU_CONV2D_WINO_FILTER_TILES)
+  if (pass < 2 || aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_COLS) >= AQ_GPU_CONV2D_WINO_WIDE_TILES)
     return builds[pass];
-  return aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_FILTER_THIN) >= AQ_GPU_CONV2D_WINO_FILTER_TILES
-             ? AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN
-             : NULL;
+  return AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN;
 }
 static inline int aq_conv2d_fwd_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 0); }
 static inline int aq_conv2d_bwd_data_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 1); }

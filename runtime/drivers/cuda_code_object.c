@@ -66,6 +66,9 @@ aq_status_t aq_cuda_co_load(const char *path, const void *bytes, size_t size, vo
       if (aq_cu.cuFuncLoad && aq_cu.cuFuncLoad(fns[i]) != CUDA_SUCCESS)
         s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: cannot load kernel %u", path, i);
       if (s != AQ_OK) break;
+      /* Clusters past 8 blocks (a kernel's __cluster_dims__) launch only
+       * where allowed; GPUs without clusters refuse, which is no matter. */
+      (void)aq_cu.cuFuncSetAttribute(fns[i], CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
       CUresult r = aq_cu.cuFuncGetName(&k->name, fns[i]);
       if (r != CUDA_SUCCESS || !k->name) {
         s = aq_error(AQ_ERROR_INVALID_CODE_OBJECT, "%s: kernel %u: cuFuncGetName: %s", path, i, aq_cuda_error(r));

@@ -149,7 +149,7 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
                         "tiles of 2x2 by 32 channels; the launch rule's"),
             "%s", out);
   /* 4 tiles of 32x32 would leave most of an H100's clusters idle: 16-row ones for fp32, 32-row ones for bf16 */
-  cr_assert(strstr(out, "f32 bwd_filter: aq_conv2d_bwd_filter_f32_wino_thin, Winograd's F(3x3, 2x2), a cluster of 8 a "
+  cr_assert(strstr(out, "f32 bwd_filter: aq_conv2d_bwd_filter_f32_wino_thin, Winograd's F(3x3, 2x2), a cluster of 16 a "
                         "16x32 tile of dw splitting dy's tiles"),
             "%s", out);
   cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 f32 bwd_data: aq_conv2d_bwd_data_f32_wino, Winograd's"), "%s", out);

@@ -235,15 +235,15 @@ Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
   aq_conv2d_args_t big = {.n = 32, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
                           .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 56, .q = 56};
   for (int i = 0; i < 3; ++i) cr_assert_eq(aq_gpu_op_group_segment(passes[i], &big), 0, "%s: not tiled", passes[i]);
-  /* big's backward filter takes Winograd's thin build: a cluster a 16 x 32
-   * tile of dw (64 x 64 of 3x3: 8 of them, its 4 wide ones would leave
-   * most clusters idle), then the bias gradient's 8 items of 8 channels, a
-   * cluster's worth */
+  /* big's backward filter takes Winograd's thin build: a cluster of 16 a
+   * 16 x 32 tile of dw (64 x 64 of 3x3: 8 of them, its 4 wide ones would
+   * leave most SMs idle), then the bias gradient's 8 items of 8 channels,
+   * a cluster's worth */
   const char *x3[] = {AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN};
   const char *ops[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER};
   /* and its 3x3 forward and backward data, at unit stride, Winograd's F(2x2, 3x3): 28 x 28 tiles of 2x2 an
    * image, 32 of them by 32 channels a block */
-  const int64_t blocks[] = {32 * 28 * 28 / 32 * 2, 32 * 28 * 28 / 32 * 2, 8 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT};
+  const int64_t blocks[] = {32 * 28 * 28 / 32 * 2, 32 * 28 * 28 / 32 * 2, 8 * AQ_GPU_CONV2D_WINO_THIN_SPLIT};
   for (int i = 0; i < 3; ++i) {
     cr_assert_str_eq(aq_gpu_op_kernel(ops[i], &big), x3[i]);
     cr_assert_eq(aq_gpu_op_group_segment(x3[i], &big), 0);
@@ -255,7 +255,7 @@ Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
   }
   big.dbias = (float *)8;
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &big, aq_planes_grid(1));
-  cr_assert_eq(s.grid[0], 9 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 256, "one more cluster for dbias");
+  cr_assert_eq(s.grid[0], 9 * AQ_GPU_CONV2D_WINO_THIN_SPLIT * 256, "one more cluster for dbias");
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_X3, &big, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], 10 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 256, "the wide build named: its 9 tiles and dbias");
   big.precision = AQ_MATMUL_PRECISION_EXACT;

@@ -99,18 +99,23 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
     n = aq_gpu_op_builds(op, &exact, names, AQ_GPU_OP_BUILDS_MAX);
     cr_assert(!listed(names, n, pass ? AQ_KERNEL_CONV2D_BWD_DATA_WINO : AQ_KERNEL_CONV2D_WINO), "exact: no Winograd");
   }
-  /* the backward filter's Winograd build where dw has clusters enough */
-  const aq_conv2d_args_t c128 = conv(32, 128, 28, 128, 3, 1, 0);
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &c128), AQ_KERNEL_CONV2D_BWD_FILTER_WINO, "16 tiles of dw");
+  /* the backward filter's wide Winograd build where dw has tiles enough
+   * for two blocks an SM, else its thin one over clusters of 16 */
+  const aq_conv2d_args_t c256 = conv(32, 256, 14, 256, 3, 1, 0), c128 = conv(32, 128, 28, 128, 3, 1, 0);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &c256), AQ_KERNEL_CONV2D_BWD_FILTER_WINO, "64 tiles of dw");
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &c256, aq_planes_grid(1)).grid[0],
+               64 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK, "a cluster a tile");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &c128), AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN,
+                   "16 wide tiles: 32 thin ones");
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &c128, aq_planes_grid(1)).grid[0],
-               16 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK, "a cluster a tile");
+               32 * AQ_GPU_CONV2D_WINO_THIN_SPLIT * AQ_GPU_BLOCK);
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &wide), AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN,
                    "4 tiles: too few clusters; 8 thin ones");
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &wide, aq_planes_grid(1)).grid[0],
-               8 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK, "a cluster a 16 x 32 tile");
+               8 * AQ_GPU_CONV2D_WINO_THIN_SPLIT * AQ_GPU_BLOCK, "a cluster a 16 x 32 tile");
   const aq_conv2d_args_t c32 = conv(32, 32, 56, 32, 3, 1, 0);
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &c32), AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN,
-                   "2 thin tiles: x3's");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &c32), AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN,
+                   "2 thin tiles, 32 blocks: still Winograd's");
   aq_conv2d_args_t strided = wide;
   strided.stride_h = strided.stride_w = 2, strided.p = strided.q = 28;
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D, &strided, names, AQ_GPU_OP_BUILDS_MAX);
@@ -179,7 +184,9 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
         /* a cluster build's grid is whole clusters */
         if (strstr(names[b], "_split") || strstr(names[b], "_staged") || strstr(names[b], "_x3") || strstr(names[b], "_wino"))
           cr_assert_eq(sh.grid[0] / sh.workgroup[0] %
-                           (strstr(names[b], "_split6") ? AQ_GPU_CONV2D_SPLIT6 : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),
+                           (strstr(names[b], "_split6")      ? AQ_GPU_CONV2D_SPLIT6
+                            : strstr(names[b], "_wino_thin") ? AQ_GPU_CONV2D_WINO_THIN_SPLIT
+                                                             : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),
                        0, "%s", names[b]);
       }
     }

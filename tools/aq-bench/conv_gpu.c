@@ -440,7 +440,8 @@ static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int
                            int pass, int runs, char *buf, size_t size) {
   if (ffma < 0 && pass == 2) {
     snprintf(buf, size, "Winograd's F(3x3, 2x2), a cluster of %d a %dx%d tile of dw splitting dy's tiles",
-             AQ_GPU_CONV2D_BWD_FILTER_SPLIT, x3, AQ_GPU_CONV2D_WINO_COLS);
+             x3 == AQ_GPU_CONV2D_WINO_FILTER_THIN ? AQ_GPU_CONV2D_WINO_THIN_SPLIT : AQ_GPU_CONV2D_BWD_FILTER_SPLIT, x3,
+             AQ_GPU_CONV2D_WINO_COLS);
     return buf;
   }
   if (ffma < 0) {
