@@ -11,16 +11,27 @@
 #include "scheduler/exec_internal.h"
 #include "scheduler/tune.h"
 
+/* Whether a kept choice timed each of names. */
+static int timed_every(const aq_tuned_build_t *b, const char *const *names, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t c = 0;
+    while (c < b->candidates && strcmp(b->candidate[c], names[i])) ++c;
+    if (c == b->candidates) return 0;
+  }
+  return 1;
+}
+
 /* Task t's builds on GPU agent a, where they are worth timing: how many
- * (0: none to time), their names in names, the shape's key in key. */
+ * (0: none to time), their names in names, the shape's key in key. A kept
+ * choice holds unless the library now lists a build it did not time (one
+ * a later Aquila added: the version that wrote the file may be the same),
+ * or it records a failure to tune in this process. */
 static uint32_t untuned_builds(aq_exec_t *e, uint32_t t, uint32_t a, const char **names, char *key, size_t size) {
   const task_t *task = &e->graph->tasks[t];
   uint8_t ka[TASK_KERNARG_MAX];
   aq_task_planned_kernarg(e->graph, task, ka);
   uint32_t n = aq_oplib_builds(e->lib, AQ_AGENT_KIND_GPU, task->kernel, ka, names, AQ_TUNED_CANDIDATES_MAX);
-  if (n < 2 || !aq_oplib_tune_key(e->lib, AQ_AGENT_KIND_GPU, task->kernel, ka, key, size) ||
-      aq_tune_find(e->agent_arch[a], task->kernel, key, NULL))
-    return 0;
+  if (n < 2 || !aq_oplib_tune_key(e->lib, AQ_AGENT_KIND_GPU, task->kernel, ka, key, size)) return 0;
   /* a build this GPU's code object lacks (an sm_90 cluster build on an older GPU) is not a candidate */
   uint32_t m = 0;
   for (uint32_t i = 0; i < n; ++i) {
@@ -28,7 +39,11 @@ static uint32_t untuned_builds(aq_exec_t *e, uint32_t t, uint32_t a, const char 
     if (aq_code_object_find_kernel(e->gpu_ops, names[i], e->agents[a], &k) == AQ_OK) names[m++] = names[i];
     else aq_error_clear();
   }
-  return m > 1 ? m : 0;
+  tune_entry_t kept;
+  if (m < 2 || (aq_tune_find(e->agent_arch[a], task->kernel, key, &kept) &&
+                (!kept.b.candidates || timed_every(&kept.b, names, m))))
+    return 0;
+  return m;
 }
 
 /* What a build must save over an earlier one to be kept instead: timing

@@ -11,6 +11,7 @@
 
 #include "../runtime/common.h"
 #include "aquila/ops_gpu.h"
+#include "kernels/cuda/launch.h" /* the op library's candidate builds of a shape */
 
 #include <criterion/parameterized.h>
 
@@ -167,6 +168,23 @@ static void arch_of(char *arch, size_t size) {
     if (arch[i] == ' ' || arch[i] == '\t' || arch[i] == '\n') arch[i] = '_';
 }
 
+/* A kept line for lenet()'s backward filter on arch choosing build, its
+ * candidates the first `count` builds the library lists for the shape,
+ * with made-up times 3001, 2002, 1003, ... ns. */
+static void keep_line(const char *arch, const char *build, uint32_t count) {
+  aq_conv2d_args_t a = lenet();
+  const char *names[AQ_GPU_OP_BUILDS_MAX];
+  const uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &a, names, AQ_GPU_OP_BUILDS_MAX);
+  FILE *f = fopen(path, "w");
+  cr_assert(f);
+  fprintf(f, "# aquila tuned builds v1 aquila=%s\n", AQ_VERSION_STRING);
+  fprintf(f, "%s %s n64,c1,h28,w28,k6,r5,s5,p28,q28,stride1x1,pad2x2,dil1x1,dbias1,prec0 %s ", arch,
+          AQ_KERNEL_CONV2D_BWD_FILTER, build);
+  for (uint32_t i = 0; i < count && i < n; ++i) fprintf(f, "%s%s:%u", i ? "," : "", names[i], 3001 - 999 * (i % 3));
+  fprintf(f, "\n");
+  fclose(f);
+}
+
 /* A file kept by an earlier process naming each build in turn: read, not
  * timed again (its made-up times stay), run, and equal to the rule's. */
 ParameterizedTestParameters(gpu_tune, a_kept_choice_of_each_build_is_read_and_runs) {
@@ -181,12 +199,7 @@ ParameterizedTest(int *which, gpu_tune, a_kept_choice_of_each_build_is_read_and_
   arch_of(arch, sizeof(arch));
   /* the runtime starts again, so that the file is read as a later start reads it */
   aq_shut_down();
-  FILE *f = fopen(path, "w");
-  cr_assert(f);
-  fprintf(f, "# aquila tuned builds v1 aquila=%s\n", AQ_VERSION_STRING);
-  fprintf(f, "%s %s n64,c1,h28,w28,k6,r5,s5,p28,q28,stride1x1,pad2x2,dil1x1,dbias1,prec0 %s %s:3001,%s:2002,%s:1003\n", arch,
-          AQ_KERNEL_CONV2D_BWD_FILTER, build, names[0], names[1], names[2]);
-  fclose(f);
+  keep_line(arch, build, AQ_GPU_OP_BUILDS_MAX);
   char *text = slurp();
   start();
   float *got = malloc(sizeof(float) * OUT), *rule = malloc(sizeof(float) * OUT);
@@ -201,4 +214,28 @@ ParameterizedTest(int *which, gpu_tune, a_kept_choice_of_each_build_is_read_and_
   rule_results(rule);
   expect_close(got, rule, build);
   free(got), free(rule), free(text), free(after);
+}
+
+/* A kept choice that never timed a build the library now lists (written
+ * before that build existed) is timed again, every build, and rewritten. */
+Test(gpu_tune, a_kept_choice_missing_a_build_is_timed_again) {
+  char arch[256];
+  arch_of(arch, sizeof(arch));
+  aq_shut_down();
+  keep_line(arch, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, 2); /* the rule's pick, listed first */
+  char *text = slurp();
+  start();
+  aq_tuned_build_t t;
+  aq_conv2d_args_t a = lenet();
+  AQ_ASSERT_OK(aq_tuned_build(gpu, AQ_KERNEL_CONV2D_BWD_FILTER, &a, &t));
+  cr_assert_eq(t.candidates, 2, "the kept line read: %u", t.candidates);
+  float *got = malloc(sizeof(float) * OUT);
+  run_bwd_filter(got);
+  AQ_ASSERT_OK(aq_tuned_build(gpu, AQ_KERNEL_CONV2D_BWD_FILTER, &a, &t));
+  cr_assert_eq(t.candidates, 6, "every build timed: %u", t.candidates);
+  for (uint32_t i = 0; i < t.candidates; ++i)
+    cr_assert(t.candidate_ns[i] != 3001 && t.candidate_ns[i] != 2002, "%s timed again", t.candidate[i]);
+  char *after = slurp();
+  cr_assert_str_neq(after, text, "the file rewritten");
+  free(got), free(text), free(after);
 }
