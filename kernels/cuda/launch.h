@@ -701,7 +701,7 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_wino_filter_tiles(const aq_co
   return ((a->k > 0 ? a->k : 1) + rows - 1) / rows *
          (((a->c > 0 ? a->c : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS);
 }
-/* The launch of Winograd build (its name). */
+/* A Winograd build's launch (build: its name). */
 static inline aq_dispatch_shape_t aq_conv2d_wino_gpu_shape(const aq_conv2d_args_t *a, const char *build) {
   const int pass = aq_conv2d_wino_pass(build);
   if (pass == 2) /* a cluster a tile of dw */
