@@ -298,4 +298,17 @@ __device__ inline void backward_filter_fast(const aq_conv2d_args_t &a, const T *
   else backward_filter(a, xs, dys);
 }
 
+// An fp32 build's kernel entry for PASS (0 forward, 1 backward data, 2
+// backward filter): nothing without the pass's tensors or with bad
+// kernargs; else build(), which runs the build and returns true where it
+// applies; else the direct loops, which take any launch.
+template <int PASS, class Build>
+__device__ __forceinline__ void pass_entry(const aq_conv2d_args_t &a, Build build) {
+  const bool tensors = PASS == 0 ? a.x && a.w && a.y : PASS == 1 ? a.w && a.dy && a.dx : a.x && a.dy && a.dw;
+  if (!tensors || !valid(a) || build()) return;
+  if (PASS == 0) forward(a, a.x, a.w);
+  if (PASS == 1) backward_data(a, a.w, a.dy);
+  if (PASS == 2) backward_filter(a, a.x, a.dy);
+}
+
 }  // namespace conv

@@ -190,18 +190,15 @@ __device__ inline bool applies(const aq_conv2d_args_t &a) {
 }  // namespace conv_ffma
 #endif  // !AQ_HIP
 
-// PASS's kernel: nothing without its tensors or with bad kernargs, the
-// direct loops where the GEMM does not apply.
+// PASS's kernel: the direct loops where the GEMM does not apply.
 template <int PASS>
 __device__ __forceinline__ void ffma_pass(const aq_conv2d_args_t &a) {
-  const bool tensors = PASS == 0 ? a.x && a.w && a.y : PASS == 1 ? a.w && a.dy && a.dx : a.x && a.dy && a.dw;
-  if (!tensors || !conv::valid(a)) return;
+  conv::pass_entry<PASS>(a, [&] {
 #ifndef AQ_HIP
-  if (conv_ffma::applies(a)) return conv_ffma::convolve<PASS>(a);
+    if (conv_ffma::applies(a)) return conv_ffma::convolve<PASS>(a), true;
 #endif
-  if (PASS == 0) conv::forward(a, a.x, a.w);
-  if (PASS == 1) conv::backward_data(a, a.w, a.dy);
-  if (PASS == 2) conv::backward_filter(a, a.x, a.dy);
+    return false;
+  });
 }
 
 // Three blocks an SM: at most 85 registers a thread.

@@ -424,13 +424,12 @@ __device__ __forceinline__ void filter(const aq_conv2d_args_t &a) {
 
 template <int PASS>
 __device__ __forceinline__ void wino_pass(const aq_conv2d_args_t &a) {
-  const bool tensors = PASS == 0 ? a.x && a.w && a.y : a.w && a.dy && a.dx;
-  if (!tensors || !conv::valid(a)) return;
+  conv::pass_entry<PASS>(a, [&] {
 #ifndef AQ_HIP
-  if (conv_wino::applies(a)) return conv_wino::convolve<PASS>(a);
+    if (conv_wino::applies(a)) return conv_wino::convolve<PASS>(a), true;
 #endif
-  if (PASS == 0) conv::forward(a, a.x, a.w);
-  if (PASS == 1) conv::backward_data(a, a.w, a.dy);
+    return false;
+  });
 }
 
 // Two blocks an SM: at most 128 registers a thread.
@@ -442,11 +441,12 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_f32_wino(aq_conv2d_a
 // the thin one over clusters of 16 (launch.h: aq_conv2d_wino).
 template <int FK, int S>
 __device__ __forceinline__ void wino_filter(const aq_conv2d_args_t &a) {
-  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+  conv::pass_entry<2>(a, [&] {
 #ifndef AQ_HIP
-  if (conv_wino::applies(a)) return conv_wino::filter<FK, S>(a);
+    if (conv_wino::applies(a)) return conv_wino::filter<FK, S>(a), true;
 #endif
-  conv::backward_filter(a, a.x, a.dy);
+    return false;
+  });
 }
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_wino(aq_conv2d_args_t a) {

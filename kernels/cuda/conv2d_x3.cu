@@ -209,45 +209,36 @@ __device__ inline bool applies(const aq_conv2d_args_t &a) {
 #endif  // !AQ_HIP
 
 // Two blocks an SM: at most 128 registers a thread.
-AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_f32_x3(aq_conv2d_args_t a) {
-  if (!a.x || !a.w || !a.y || !conv::valid(a)) return;
+// PASS on tiles of TM rows over clusters of S (the backward filter's),
+// else the direct loops.
+template <int PASS, int TM = AQ_GPU_CONV2D_X3_TILE, int S = AQ_GPU_CONV2D_BWD_FILTER_SPLIT>
+__device__ __forceinline__ void x3_pass(const aq_conv2d_args_t &a) {
+  conv::pass_entry<PASS>(a, [&] {
 #ifndef AQ_HIP
-  if (conv_x3::applies(a)) return conv_x3::convolve<0>(a);
+    if (conv_x3::applies(a)) return conv_x3::convolve<PASS, TM, S>(a), true;
 #endif
-  conv::forward(a, a.x, a.w);
+    return false;
+  });
 }
 
-AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_f32_x3(aq_conv2d_args_t a) {
-  if (!a.w || !a.dy || !a.dx || !conv::valid(a)) return;
-#ifndef AQ_HIP
-  if (conv_x3::applies(a)) return conv_x3::convolve<1>(a);
-#endif
-  conv::backward_data(a, a.w, a.dy);
-}
+AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_f32_x3(aq_conv2d_args_t a) { x3_pass<0>(a); }
+AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_f32_x3(aq_conv2d_args_t a) { x3_pass<1>(a); }
 
 // The backward filter's builds, a kernel each: a cluster of S a TM-row
 // tile (ops_gpu.h: the grid's x a multiple of the cluster); two blocks an
 // SM as the others, the promoted totals spilling a few bytes.
-template <int TM, int S>
-__device__ __forceinline__ void bwd_filter_x3(const aq_conv2d_args_t &a) {
-  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-#ifndef AQ_HIP
-  if (conv_x3::applies(a)) return conv_x3::convolve<2, TM, S>(a);
-#endif
-  conv::backward_filter(a, a.x, a.dy);
-}
 /* 64x64 tiles over clusters of 8 */
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_x3(aq_conv2d_args_t a) {
-  bwd_filter_x3<AQ_GPU_CONV2D_X3_TILE, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+  x3_pass<2>(a);
 }
 /* over clusters of 6 (AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6) */
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_SPLIT6) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_x3_split6(aq_conv2d_args_t a) {
-  bwd_filter_x3<AQ_GPU_CONV2D_X3_TILE, AQ_GPU_CONV2D_SPLIT6>(a);
+  x3_pass<2, AQ_GPU_CONV2D_X3_TILE, AQ_GPU_CONV2D_SPLIT6>(a);
 }
 /* 32x64 tiles over clusters of 8 (AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) */
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_x3_thin(aq_conv2d_args_t a) {
-  bwd_filter_x3<AQ_GPU_CONV2D_X3_THIN, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+  x3_pass<2, AQ_GPU_CONV2D_X3_THIN>(a);
 }
