@@ -13,11 +13,8 @@
 
 /* Whether a kept choice timed each of names. */
 static int timed_every(const aq_tuned_build_t *b, const char *const *names, uint32_t n) {
-  for (uint32_t i = 0; i < n; ++i) {
-    uint32_t c = 0;
-    while (c < b->candidates && strcmp(b->candidate[c], names[i])) ++c;
-    if (c == b->candidates) return 0;
-  }
+  for (uint32_t i = 0; i < n; ++i)
+    if (!aq_tune_timed(b, names[i])) return 0;
   return 1;
 }
 
@@ -32,6 +29,9 @@ static uint32_t untuned_builds(aq_exec_t *e, uint32_t t, uint32_t a, const char 
   aq_task_planned_kernarg(e->graph, task, ka);
   uint32_t n = aq_oplib_builds(e->lib, AQ_AGENT_KIND_GPU, task->kernel, ka, names, AQ_TUNED_CANDIDATES_MAX);
   if (n < 2 || !aq_oplib_tune_key(e->lib, AQ_AGENT_KIND_GPU, task->kernel, ka, key, size)) return 0;
+  tune_entry_t kept;
+  const int found = aq_tune_find(e->agent_arch[a], task->kernel, key, &kept);
+  if (found && (!kept.b.candidates || timed_every(&kept.b, names, n))) return 0; /* without a lookup a build */
   /* a build this GPU's code object lacks (an sm_90 cluster build on an older GPU) is not a candidate */
   uint32_t m = 0;
   for (uint32_t i = 0; i < n; ++i) {
@@ -39,11 +39,7 @@ static uint32_t untuned_builds(aq_exec_t *e, uint32_t t, uint32_t a, const char 
     if (aq_code_object_find_kernel(e->gpu_ops, names[i], e->agents[a], &k) == AQ_OK) names[m++] = names[i];
     else aq_error_clear();
   }
-  tune_entry_t kept;
-  if (m < 2 || (aq_tune_find(e->agent_arch[a], task->kernel, key, &kept) &&
-                (!kept.b.candidates || timed_every(&kept.b, names, m))))
-    return 0;
-  return m;
+  return m < 2 || (found && timed_every(&kept.b, names, m)) ? 0 : m;
 }
 
 /* What a build must save over an earlier one to be kept instead: timing

@@ -59,9 +59,13 @@ static int parse_candidates(char *text, aq_tuned_build_t *b) {
     snprintf(b->candidate[b->candidates], sizeof(b->candidate[0]), "%s", tok);
     b->candidate_ns[b->candidates++] = ns;
   }
+  return aq_tune_timed(b, b->build); /* the build kept must be one of those timed */
+}
+
+int aq_tune_timed(const aq_tuned_build_t *b, const char *build) {
   for (uint32_t i = 0; i < b->candidates; ++i)
-    if (!strcmp(b->candidate[i], b->build)) return 1;
-  return 0; /* the build kept must be one of those timed */
+    if (!strcmp(b->candidate[i], build)) return 1;
+  return 0;
 }
 
 /* A line's fields into e; 0 if malformed. */

@@ -43,6 +43,8 @@ int aq_tune_read(const char *path, void (*into)(const tune_entry_t *, void *), v
 /* Writes entries[0..n) as a whole file at path (through a temporary file). */
 aq_status_t aq_tune_write(const char *path, const tune_entry_t *entries, size_t n);
 
+/* Whether a choice timed build (one of its candidates). */
+int aq_tune_timed(const aq_tuned_build_t *b, const char *build);
 /* The kept choice for (arch, kernel, key) into *out (may be NULL); 0 if
  * none. Loads the file on first use. */
 int aq_tune_find(const char *arch, const char *kernel, const char *key, tune_entry_t *out);
