@@ -434,13 +434,13 @@ static const char *bf16_path(const aq_conv2d_args_t *a, int pass, int split, cha
 
 /* How a pass's build runs: tiled (it asks for a group segment), tensor
  * cores (bf16, or fp32's x3 builds: x3 their tiles' rows, 0 for the
- * others), FFMA (ffma 1) or Winograd's (ffma -1), or the direct loops; `split`: the blocks of the clusters of the
- * build the op library picked, 0 where it is not a cluster-split one. */
+ * others), FFMA (ffma 1) or Winograd's (ffma -1; x3 its backward filter's
+ * tile rows), or the direct loops; `split`: the blocks of the clusters of
+ * the build the op library picked, 0 where it is not a cluster-split one. */
 static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int split, int x3, int ffma, int bf16,
                            int pass, int runs, char *buf, size_t size) {
   if (ffma < 0 && pass == 2) {
-    snprintf(buf, size, "Winograd's F(3x3, 2x2), a cluster of %d a %dx%d tile of dw splitting dy's tiles",
-             x3 == AQ_GPU_CONV2D_WINO_FILTER_THIN ? AQ_GPU_CONV2D_WINO_THIN_SPLIT : AQ_GPU_CONV2D_BWD_FILTER_SPLIT, x3,
+    snprintf(buf, size, "Winograd's F(3x3, 2x2), a cluster of %d a %dx%d tile of dw splitting dy's tiles", split, x3,
              AQ_GPU_CONV2D_WINO_COLS);
     return buf;
   }
@@ -486,16 +486,18 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   const char *build = build_of(gpu, bf16, pass, a, &tuned);
   const aq_dispatch_shape_t sh = aq_gpu_op_build_shape(op, build, a, aq_planes_grid(1));
   const uint32_t group = aq_gpu_op_group_segment(build, a);
-  const int staged = strstr(build, "_staged") != NULL,
-            split = !staged && !strstr(build, "_split") ? 0
-                    : strstr(build, "_split6")          ? AQ_GPU_CONV2D_SPLIT6
-                                                        : AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
+  /* thin: Winograd's thin backward filter, over clusters of its own size */
+  const int staged = strstr(build, "_staged") != NULL, thin = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN),
+            split = thin                                                  ? AQ_GPU_CONV2D_WINO_THIN_SPLIT
+                    : !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT
+                    : !staged && !strstr(build, "_split")              ? 0
+                    : strstr(build, "_split6")                         ? AQ_GPU_CONV2D_SPLIT6
+                                                                       : AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
   int x3 = 0;
   aq_conv2d_f32_pass(build, &x3);
   if (x3) x3 = strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) ? AQ_GPU_CONV2D_X3_TILE : AQ_GPU_CONV2D_X3_THIN;
   const int ffma = aq_conv2d_wino_pass(build) >= 0 ? -1 : aq_conv2d_ffma_pass(build) >= 0; /* -1: Winograd's */
-  if (ffma < 0) /* the rows of its backward filter's tiles */
-    x3 = strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN) ? AQ_GPU_CONV2D_WINO_COLS : AQ_GPU_CONV2D_WINO_FILTER_THIN;
+  if (ffma < 0) x3 = thin ? AQ_GPU_CONV2D_WINO_FILTER_THIN : AQ_GPU_CONV2D_WINO_COLS; /* its backward filter's tile rows */
   uint64_t blocks = 1, threads = 1;
   for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
   const char *all[AQ_GPU_OP_BUILDS_MAX];
