@@ -76,6 +76,10 @@ extern "C" {
  * channel, over its share of the batch, images staged in two buffers
  * (kernels/cuda/launch.h, aq_conv2d_filter_bytes). bf16 has its own. */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_STAGED "aq_conv2d_bwd_filter_f32_staged"
+/* The same over clusters of 4 and of 16 (non-portable: sm_90's most): a
+ * grid whose clusters of 8 would take a second wave, or leave SMs idle. */
+#define AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4 "aq_conv2d_bwd_filter_f32_staged4"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16 "aq_conv2d_bwd_filter_f32_staged16"
 /* ---- fp32 conv2d on tensor cores (3xTF32) -----------------------------------
  * aq_conv2d_f32's three passes at AQ_MATMUL_PRECISION_DEFAULT for the shapes
  * the tiled and staged builds do not take (many channels, large planes): an
@@ -113,6 +117,8 @@ extern "C" {
 #define AQ_KERNEL_CONV2D_BWD_FILTER_WINO "aq_conv2d_bwd_filter_f32_wino"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN "aq_conv2d_bwd_filter_f32_wino_thin"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED "aq_conv2d_bwd_filter_bf16_staged"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4 "aq_conv2d_bwd_filter_bf16_staged4"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16 "aq_conv2d_bwd_filter_bf16_staged16"
 /* bf16's tensor-core backward filter with each 64x64 tile's depth split
  * over a cluster (sm_90; the grid's x a multiple of it), for dw of few
  * tiles; launch.h picks it and its grid. */

@@ -37,12 +37,8 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__
   else conv::backward_filter_fast<float, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a, a.x, a.dy);
 }
 
-// The staged build (conv2d_filter.cuh; ops_gpu.h), a kernel of its own so
-// the other paths' registers do not crowd its accumulators. Launched
-// otherwise than launch.h says, it takes the direct loops.
-AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_FILTER_WARPS * 32)
-    aq_conv2d_bwd_filter_f32_staged(aq_conv2d_args_t a) {
-  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-  if (conv::filter_staged<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a)) conv::backward_filter_staged<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
-  else conv::backward_filter(a, a.x, a.dy);
-}
+// The staged builds (conv2d_filter.cuh; ops_gpu.h), over clusters of 8, 4
+// and 16.
+AQ_CONV2D_STAGED_KERNEL(aq_conv2d_bwd_filter_f32_staged, AQ_GPU_CONV2D_BWD_FILTER_SPLIT, float)
+AQ_CONV2D_STAGED_KERNEL(aq_conv2d_bwd_filter_f32_staged4, AQ_GPU_CONV2D_STAGED_FEW, float)
+AQ_CONV2D_STAGED_KERNEL(aq_conv2d_bwd_filter_f32_staged16, AQ_GPU_CONV2D_STAGED_MANY, float)

@@ -344,11 +344,7 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__
   conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
 }
 
-// The staged build on bf16 x and dy (conv2d_filter.cuh; ops_gpu.h).
-AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_FILTER_WARPS * 32)
-    aq_conv2d_bwd_filter_bf16_staged(aq_conv2d_args_t a) {
-  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-  if (conv::filter_staged<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a))
-    return conv::backward_filter_staged<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, uint16_t>(a);
-  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
-}
+// The staged builds on bf16 x and dy (conv2d_filter.cuh; ops_gpu.h).
+AQ_CONV2D_STAGED_KERNEL(aq_conv2d_bwd_filter_bf16_staged, AQ_GPU_CONV2D_BWD_FILTER_SPLIT, uint16_t)
+AQ_CONV2D_STAGED_KERNEL(aq_conv2d_bwd_filter_bf16_staged4, AQ_GPU_CONV2D_STAGED_FEW, uint16_t)
+AQ_CONV2D_STAGED_KERNEL(aq_conv2d_bwd_filter_bf16_staged16, AQ_GPU_CONV2D_STAGED_MANY, uint16_t)

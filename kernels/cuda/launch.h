@@ -395,6 +395,9 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_bytes(const aq_conv2d_a
 #define AQ_GPU_CONV2D_FILTER_STAGE_ALONE 20480
 #define AQ_GPU_CONV2D_FILTER_BYTES_ALONE 166912
 #define AQ_GPU_CONV2D_FILTER_ALONE_BLOCKS 132 /* an H100's SMs */
+/* The staged builds' clusters besides AQ_GPU_CONV2D_BWD_FILTER_SPLIT's. */
+#define AQ_GPU_CONV2D_STAGED_FEW 4
+#define AQ_GPU_CONV2D_STAGED_MANY 16
 
 /* The taps a thread keeps a row, T (0: the path does not apply): filters
  * of T rows, so that the rows are known at compile time (each other
@@ -404,58 +407,127 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_taps(const aq_conv2d_args_
   return a->stride_w == 1 && a->dil_w == 1 ? t : 0;
 }
 
-/* Channel slots of the block's warps: warp w sums channels w % slots,
- * + slots, ... */
-static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_slots(const aq_conv2d_args_t *a) {
-  return a->c > 0 && a->c < AQ_GPU_CONV2D_FILTER_WARPS ? (int)a->c : AQ_GPU_CONV2D_FILTER_WARPS;
+/* Clusters of split staged blocks an H100 or H200 runs at once, a block an
+ * SM (its 128 registers a thread; cuOccupancyMaxActiveClusters: clusters
+ * keep to a GPC, whose SMs are not a multiple of 8 or 16). */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_at_once(int split) {
+  return split <= AQ_GPU_CONV2D_STAGED_FEW ? 30 : split <= AQ_GPU_CONV2D_BWD_FILTER_SPLIT ? 15 : 7;
 }
 
-/* Warps a block: as many for each slot as fit (so no warp sums two
- * channels' rows where there are fewer channels than warps). */
-static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_warps(const aq_conv2d_args_t *a) {
-  const int slots = aq_conv2d_filter_slots(a);
+/* A block takes `group` filters (a cluster the same ones over its share of
+ * the batch), so that an image's window is staged once for them all; its
+ * units are the (filter, channel) pairs, filter-major. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_units(const aq_conv2d_args_t *a, int64_t group) {
+  return (a->c > 0 ? a->c : 1) * group;
+}
+
+/* Unit slots of the block's warps: warp w sums units w % slots, + slots,
+ * ... */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_slots(const aq_conv2d_args_t *a, int64_t group) {
+  const int64_t units = aq_conv2d_filter_units(a, group);
+  return units < AQ_GPU_CONV2D_FILTER_WARPS ? (int)units : AQ_GPU_CONV2D_FILTER_WARPS;
+}
+
+/* Warps a block: as many for each slot as fit (so no warp sums two units'
+ * rows where there are fewer units than warps). */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_warps(const aq_conv2d_args_t *a, int64_t group) {
+  const int slots = aq_conv2d_filter_slots(a, group);
   return slots * (AQ_GPU_CONV2D_FILTER_WARPS / slots);
 }
 
-/* Floats of the sums after the stages: a warp's sums for each channel it
- * took (r x T taps and the bias), then the block's (c * r * s, the bias). */
-static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_sums(const aq_conv2d_args_t *a) {
-  const int64_t t = aq_conv2d_filter_taps(a), subs = aq_conv2d_filter_warps(a) / aq_conv2d_filter_slots(a);
-  return subs * a->c * (t * t + 1) + a->c * a->r * a->s + 1;
+/* Floats of the sums after the stages: a warp's sums for each unit it took
+ * (r x T taps and the bias), then the block's for each filter (c * r * s,
+ * the bias). */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_sums(const aq_conv2d_args_t *a, int64_t group) {
+  const int64_t t = aq_conv2d_filter_taps(a), subs = aq_conv2d_filter_warps(a, group) / aq_conv2d_filter_slots(a, group);
+  return subs * aq_conv2d_filter_units(a, group) * (t * t + 1) + group * (a->c * a->r * a->s + 1);
+}
+
+/* Floats an image takes in a stage: its window of every channel, then the
+ * group's dy planes. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_image_floats(const aq_conv2d_args_t *a, int64_t group) {
+  return aq_conv2d_tiled_image_floats(a) + (group - 1) * a->p * a->q;
 }
 
 /* Images a stage holds for a block taking 1 / split of the batch (0: the
  * path does not apply). */
-static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_images_in(const aq_conv2d_args_t *a, int split,
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_images_in(const aq_conv2d_args_t *a, int split, int64_t group,
                                                                     int64_t stage) {
-  if (!aq_conv2d_tiled_extents(a) || !aq_conv2d_filter_taps(a) || split < 1) return 0;
-  const int64_t per = aq_conv2d_tiled_image_floats(a), share = (a->n + split - 1) / split;
+  if (!aq_conv2d_tiled_extents(a) || !aq_conv2d_filter_taps(a) || split < 1 || group < 1) return 0;
+  const int64_t per = aq_conv2d_filter_image_floats(a, group), share = (a->n + split - 1) / split;
   const int64_t fit = per <= stage ? stage / per : 0;
   return fit < share ? fit : share;
 }
 
-static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_bytes_of(const aq_conv2d_args_t *a, int64_t images) {
-  return (2 * images * aq_conv2d_tiled_image_floats(a) + aq_conv2d_filter_sums(a)) * 4;
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_bytes_of(const aq_conv2d_args_t *a, int64_t group,
+                                                                   int64_t images) {
+  return (2 * images * aq_conv2d_filter_image_floats(a, group) + aq_conv2d_filter_sums(a, group)) * 4;
 }
 
 /* Whether each block of the staged build is alone on its SM. */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_alone_in(const aq_conv2d_args_t *a, int split, int64_t group) {
+  return group > 0 && (a->k + group - 1) / group * split <= AQ_GPU_CONV2D_FILTER_ALONE_BLOCKS;
+}
+
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_images_of(const aq_conv2d_args_t *a, int split, int64_t group) {
+  if (aq_conv2d_filter_alone_in(a, split, group)) {
+    const int64_t nb = aq_conv2d_filter_images_in(a, split, group, AQ_GPU_CONV2D_FILTER_STAGE_ALONE);
+    if (nb && aq_conv2d_filter_bytes_of(a, group, nb) <= AQ_GPU_CONV2D_FILTER_BYTES_ALONE) return nb;
+  }
+  return aq_conv2d_filter_images_in(a, split, group, AQ_GPU_CONV2D_FILTER_STAGE);
+}
+
+/* The group segment the staged path runs with for a group (0: it does not
+ * fit). */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_bytes_in(const aq_conv2d_args_t *a, int split, int64_t group) {
+  const int64_t nb = aq_conv2d_filter_images_of(a, split, group), bytes = aq_conv2d_filter_bytes_of(a, group, nb);
+  const int64_t most =
+      aq_conv2d_filter_alone_in(a, split, group) ? AQ_GPU_CONV2D_FILTER_BYTES_ALONE : AQ_GPU_CONV2D_FILTER_BYTES;
+  return nb && bytes <= most ? bytes : 0;
+}
+
+/* The time a grid of groups of filters takes over clusters of split, in
+ * the units of an image's work: its waves of clusters, each a block's
+ * share of the batch, every image its window staged (weighed 15 a float)
+ * and for each filter its dy plane (7 a value) and the sums (an FMA each),
+ * plus a block's fixed cost, about 16 images of one filter (weights
+ * fitted to the staged build's instruction counts and times on LeNet's
+ * layers over clusters of 4, 8 and 16). */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_cost(const aq_conv2d_args_t *a, int split, int64_t group) {
+  const int64_t t = aq_conv2d_filter_taps(a), window = a->c * aq_conv2d_tiled_window(a, 0) * aq_conv2d_tiled_stride(a);
+  const int64_t plane = a->p * a->q * (7 + a->c * a->r * t);
+  const int64_t clusters = (a->k + group - 1) / group, share = (a->n + split - 1) / split;
+  return aq_gpu_waves(clusters, aq_conv2d_filter_at_once(split)) * (share * (15 * window + group * plane) +
+                                                                    16 * (15 * window + plane));
+}
+
+/* The filters a staged block takes over clusters of split: the group of
+ * least cost whose stage fits (units at most a warp each), or 0 where none
+ * does (the path does not apply). The least of those that make as many
+ * clusters (it costs less), so a kernel reads it off its grid: k over the
+ * clusters, rounded up. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_group(const aq_conv2d_args_t *a, int split) {
+  int64_t best = 0, cost = 0;
+  for (int64_t g = 1; g <= a->k && (g == 1 || aq_conv2d_filter_units(a, g) <= AQ_GPU_CONV2D_FILTER_WARPS); ++g) {
+    if (!aq_conv2d_filter_bytes_in(a, split, g)) continue;
+    const int64_t c = aq_conv2d_filter_cost(a, split, g);
+    if (!best || c < cost) best = g, cost = c;
+  }
+  return best;
+}
+
 static inline AQ_GPU_HOST_DEVICE int aq_conv2d_filter_alone(const aq_conv2d_args_t *a, int split) {
-  return a->k * split <= AQ_GPU_CONV2D_FILTER_ALONE_BLOCKS;
+  return aq_conv2d_filter_alone_in(a, split, aq_conv2d_filter_group(a, split));
 }
 
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_images(const aq_conv2d_args_t *a, int split) {
-  if (aq_conv2d_filter_alone(a, split)) {
-    const int64_t nb = aq_conv2d_filter_images_in(a, split, AQ_GPU_CONV2D_FILTER_STAGE_ALONE);
-    if (nb && aq_conv2d_filter_bytes_of(a, nb) <= AQ_GPU_CONV2D_FILTER_BYTES_ALONE) return nb;
-  }
-  return aq_conv2d_filter_images_in(a, split, AQ_GPU_CONV2D_FILTER_STAGE);
+  return aq_conv2d_filter_images_of(a, split, aq_conv2d_filter_group(a, split));
 }
 
 /* The group segment the staged path runs with (0: it does not apply). */
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_filter_bytes(const aq_conv2d_args_t *a, int split) {
-  const int64_t nb = aq_conv2d_filter_images(a, split), bytes = aq_conv2d_filter_bytes_of(a, nb);
-  const int64_t most = aq_conv2d_filter_alone(a, split) ? AQ_GPU_CONV2D_FILTER_BYTES_ALONE : AQ_GPU_CONV2D_FILTER_BYTES;
-  return nb && bytes <= most ? bytes : 0;
+  const int64_t g = aq_conv2d_filter_group(a, split);
+  return g ? aq_conv2d_filter_bytes_in(a, split, g) : 0;
 }
 
 /* ---- fp32 conv2d backward filter: two builds --------------------------------
@@ -503,11 +575,47 @@ static inline int aq_conv2d_bwd_filter_split(const aq_conv2d_args_t *a) {
 static inline int aq_conv2d_filter_staged(const aq_conv2d_args_t *a) {
   return aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT) > 0;
 }
+static inline int aq_conv2d_filter_staged4(const aq_conv2d_args_t *a) {
+  return aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_STAGED_FEW) > 0;
+}
+static inline int aq_conv2d_filter_staged16(const aq_conv2d_args_t *a) {
+  return aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_STAGED_MANY) > 0;
+}
 
-/* The staged build's: a cluster a filter. */
-static inline aq_dispatch_shape_t aq_conv2d_filter_gpu_shape(const aq_conv2d_args_t *a) {
-  const uint16_t threads = (uint16_t)(aq_conv2d_filter_warps(a) * 32);
-  aq_dispatch_shape_t s = aq_gpu_threads_shape(a->k * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * threads);
+/* A staged build's cluster (build: its name), or 0: not a staged build. */
+static inline int aq_conv2d_staged_split(const char *build) {
+  static const char *const names[] = {AQ_KERNEL_CONV2D_BWD_FILTER_STAGED,      AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4,
+                                      AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16,    AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED,
+                                      AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16};
+  static const int splits[] = {AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_STAGED_FEW, AQ_GPU_CONV2D_STAGED_MANY};
+  for (int i = 0; i < 6; ++i)
+    if (!strcmp(build, names[i])) return splits[i % 3];
+  return 0;
+}
+
+/* The staged build the launch rule picks (fp32's or bf16's backward
+ * filter), where aq_conv2d_filter_staged: the cluster whose grid costs
+ * least (aq_conv2d_filter_cost), 8 on a tie. */
+static inline const char *aq_conv2d_filter_staged_build(const aq_conv2d_args_t *a, int bf16) {
+  static const char *const builds[2][3] = {
+      {AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4,
+       AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16}};
+  int best = 0;
+  int64_t cost = 0;
+  for (int i = 0; i < 3; ++i) {
+    const int split = aq_conv2d_staged_split(builds[0][i]);
+    const int64_t g = aq_conv2d_filter_group(a, split), c = g ? aq_conv2d_filter_cost(a, split, g) : 0;
+    if (g && (!cost || c < cost)) best = i, cost = c;
+  }
+  return builds[bf16 ? 1 : 0][best];
+}
+
+/* A staged build's launch: a cluster of split blocks a group of filters. */
+static inline aq_dispatch_shape_t aq_conv2d_filter_gpu_shape(const aq_conv2d_args_t *a, int split) {
+  const int64_t group = aq_conv2d_filter_group(a, split) > 0 ? aq_conv2d_filter_group(a, split) : 1;
+  const uint16_t threads = (uint16_t)(aq_conv2d_filter_warps(a, group) * 32);
+  aq_dispatch_shape_t s = aq_gpu_threads_shape((a->k + group - 1) / group * split * threads);
   s.workgroup[0] = threads;
   return s;
 }
@@ -786,10 +894,9 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     return pass == 0   ? AQ_KERNEL_CONV2D_X3
            : pass == 1 ? AQ_KERNEL_CONV2D_BWD_DATA_X3
                        : aq_conv2d_x3_filter((const aq_conv2d_args_t *)kernarg);
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
-    return AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
-    return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED;
+  const int bf16_filter = !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16);
+  if ((bf16_filter || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
+    return aq_conv2d_filter_staged_build((const aq_conv2d_args_t *)kernarg, bf16_filter);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_bwd_filter_split((const aq_conv2d_args_t *)kernarg) > 1)
     return AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
@@ -811,14 +918,12 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
  * conv2d reads it cannot tell are never made. */
 static __attribute__((noinline, unused)) uint32_t aq_gpu_op_group_segment(const char *kernel, const void *kernarg) {
   static const char *const conv[] = {AQ_KERNEL_CONV2D, AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_FILTER,
-                                     AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT,
-                                     AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED};
+                                     AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT};
   const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return AQ_GPU_MATMUL_BF16_GROUP_SEGMENT;
-  for (int i = 0; i < 7; ++i) /* the tiled passes, then the staged builds */
-    if (!strcmp(kernel, conv[i]))
-      return (uint32_t)(i < 5 ? aq_conv2d_tiled_bytes(a, i < 2 ? i : 2)
-                              : aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
+  if (aq_conv2d_staged_split(kernel)) return (uint32_t)aq_conv2d_filter_bytes(a, aq_conv2d_staged_split(kernel));
+  for (int i = 0; i < 5; ++i) /* the tiled passes */
+    if (!strcmp(kernel, conv[i])) return (uint32_t)aq_conv2d_tiled_bytes(a, i < 2 ? i : 2);
   return 0;
 }
 
@@ -841,8 +946,8 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass, x3 ? kernel : aq_gpu_op_kernel(kernel, kernarg));
   }
   if ((!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16)) &&
-      aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
-    return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg); /* its staged build's */
+      aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg)) /* its staged build's */
+    return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_staged_split(aq_gpu_op_kernel(kernel, kernarg)));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
     return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT); /* its split build's */
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6) ||
@@ -861,8 +966,8 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA)) return aq_conv2d_bwd_data_plain_shape(a);
     return aq_conv2d_bwd_filter_gpu_shape(a, aq_conv2d_bwd_filter_split(a));
   }
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED))
-    return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg);
+  if (aq_conv2d_staged_split(kernel))
+    return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_staged_split(kernel));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT))
     return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
   if (!strcmp(kernel, AQ_KERNEL_MAX_POOL) || !strcmp(kernel, AQ_KERNEL_AVG_POOL))
@@ -942,9 +1047,13 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER, NULL, aq_conv2d_bwd_filter_plain_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, NULL, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, aq_conv2d_filter_staged, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4, aq_conv2d_filter_staged4, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16, aq_conv2d_filter_staged16, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16, NULL, aq_conv2d_bwd_filter_bf16_gemm_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, aq_conv2d_filter_tiled, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED, aq_conv2d_filter_staged, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4, aq_conv2d_filter_staged4, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16, aq_conv2d_filter_staged16, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, aq_conv2d_tiled_extents, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, aq_conv2d_tiled_extents, NULL},
   };

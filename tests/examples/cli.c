@@ -143,8 +143,8 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
   char out[8192];
   const char *two = "conv --agent gpu --explain --shapes '256,1,28,28,6,5,5,1,2;32,64,56,56,64,3,3,1,1'";
   cr_assert_eq(run_program("bin/aq-bench", two, out, sizeof(out)), 0, "%s", out);
-  cr_assert(strstr(out, "conv 256,1,28,28,6,5,5,1,2 f32 bwd_filter: aq_conv2d_bwd_filter_f32_staged, staged"), "%s", out);
-  cr_assert(strstr(out, "bf16 bwd_filter: aq_conv2d_bwd_filter_bf16_staged, staged"), "%s", out);
+  cr_assert(strstr(out, "conv 256,1,28,28,6,5,5,1,2 f32 bwd_filter: aq_conv2d_bwd_filter_f32_staged16, staged"), "%s", out);
+  cr_assert(strstr(out, "bf16 bwd_filter: aq_conv2d_bwd_filter_bf16_staged16, staged"), "%s", out);
   cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 f32 fwd: aq_conv2d_f32_wino, Winograd's F(2x2, 3x3), a block 32 output "
                         "tiles of 2x2 by 32 channels; the launch rule's"),
             "%s", out);

@@ -108,8 +108,9 @@ static void bf16_case(const bcase_t *t) {
   /* 0: the tensor-core tiles; 1: one block; 2: the CPU grid; 3: as the
    * scheduler launches (the tiled split backward filter where it fits);
    * 4: the backward filter's tiles split over clusters of 8, every case;
-   * 5: over clusters of 6 */
-  for (int shape = 0; shape < 6; ++shape) {
+   * 5: over clusters of 6; 6, 7: the staged backward filter over clusters
+   * of 4 and 16, every case (the direct loops where it does not apply) */
+  for (int shape = 0; shape < 8; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -121,7 +122,10 @@ static void bf16_case(const bcase_t *t) {
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &a, aq_conv2d_bf16_filter_split_shape(&a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
       else if (shape == 5 && i == 2)
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, &a, aq_conv2d_bf16_filter_split_shape(&a, AQ_GPU_CONV2D_SPLIT6));
-      else gk_run(build, &a, aq_gpu_op_shape(names[i], &a, cpu));
+      else if (shape >= 6 && i == 2) {
+        const char *staged = shape == 6 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4 : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16;
+        gk_run(staged, &a, aq_gpu_op_shape(staged, &a, cpu));
+      } else gk_run(build, &a, aq_gpu_op_shape(names[i], &a, cpu));
     }
     expect("y", t, shape, y, ry, my, ny);
     expect("dx", t, shape, dx, rdx, mdx, nx);
@@ -231,7 +235,7 @@ Test(conv_bf16_shape, a_block_a_tile) {
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &lenet), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED,
                    "16 filters of 150 weights: 3 tiles; the staged build instead");
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &lenet, aq_planes_grid(1));
-  cr_assert_eq(s.grid[0], 16 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * s.workgroup[0], "the staged build's grid: a cluster a filter");
+  cr_assert_eq(s.grid[0], 8 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * s.workgroup[0], "the staged build's grid: a cluster a pair of filters");
   aq_dispatch_shape_t s2 = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED, &lenet, aq_planes_grid(1));
   cr_assert_eq(s2.grid[0], s.grid[0]);
   cr_assert(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED, &lenet) > 0);

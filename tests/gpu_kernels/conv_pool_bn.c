@@ -59,7 +59,7 @@ static void ref_tap(void *ctx, int64_t o, int64_t k, int64_t xi, int64_t wi) {
  * every pass, 5 the scheduler's at exact precision (FFMA), 6 the x3
  * builds with the thin backward filter, 7 with the one over clusters of 6,
  * 8 the FFMA builds, 9 the Winograd builds, 10 with the thin backward
- * filter. */
+ * filter, 11 and 12 the staged backward filter over clusters of 4 and 16. */
 static void conv_case(const conv_case_t *t, int launch) {
   aq_conv2d_args_t a = {0};
   a.precision = launch == 5 ? AQ_MATMUL_PRECISION_EXACT : AQ_MATMUL_PRECISION_DEFAULT;
@@ -91,9 +91,12 @@ static void conv_case(const conv_case_t *t, int launch) {
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
     if (launch == 1) gk_op(names[i], &a, cpu);
-    else if (launch == 4 || launch >= 6) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
+    else if (launch == 4 || (launch >= 6 && launch <= 10)) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
     else if (launch >= 2 && i == 2) { /* a build on every case: where it does not apply, its fallback */
-      const char *build = launch == 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT : AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
+      const char *build = launch == 2    ? AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT
+                          : launch == 11 ? AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4
+                          : launch == 12 ? AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16
+                                         : AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
       gk_run(build, &a, aq_gpu_op_shape(build, &a, cpu));
     }
     else gk_run(aq_gpu_op_kernel(names[i], &a), &a, aq_gpu_op_shape(names[i], &a, cpu)); /* as the scheduler */
@@ -119,6 +122,11 @@ Test(gpu_conv, conv2d_bwd_filter_split_build) {
  * direct loops. */
 Test(gpu_conv, conv2d_bwd_filter_staged_build) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 3);
+}
+/* And over clusters of 4 and of 16 (non-portable). */
+Test(gpu_conv, conv2d_bwd_filter_staged_builds_of_other_clusters) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 11);
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 12);
 }
 /* Every pass on tensor cores (3xTF32) on every case, even those the picker
  * gives other builds: fp32 accuracy, the reference's 1e-4. */
@@ -200,34 +208,35 @@ Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
     cr_assert(g1 > 0 && g1 <= AQ_GPU_CONV2D_TILED_BYTES, "%s on LeNet's first layer: %u bytes", passes[i], g1);
     cr_assert(g2 > 0 && g2 <= AQ_GPU_CONV2D_TILED_BYTES, "%s on LeNet's second layer: %u bytes", passes[i], g2);
   }
-  /* the backward filter staged, a block alone on its SM (6 or 16 filters,
-   * 8 blocks each): two buffers of 11 (first layer: a 32 x 33 window and a
-   * 28 x 28 plane an image) or 16 images, then the sums */
+  /* the backward filter staged over clusters of 8, a block alone on its
+   * SM (6 filters a cluster each, or 16 in pairs): two buffers of 11
+   * (first layer: a 32 x 33 window and a 28 x 28 plane an image) or 14
+   * images (6 windows of 14 x 14, two planes of 10 x 10), then the sums */
   cr_assert(aq_conv2d_filter_alone(&l1, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
   cr_assert(aq_conv2d_filter_alone(&l2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
   cr_assert_eq(aq_conv2d_filter_images(&l1, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 11);
-  cr_assert_eq(aq_conv2d_filter_images(&l2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 16);
+  cr_assert_eq(aq_conv2d_filter_images(&l2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 14);
   const char *staged = AQ_KERNEL_CONV2D_BWD_FILTER_STAGED;
   cr_assert_eq(aq_gpu_op_group_segment(staged, &l1), (2 * 11 * (32 * 33 + 28 * 28) + 16 * 26 + 25 + 1) * 4);
-  cr_assert_eq(aq_gpu_op_group_segment(staged, &l2), (2 * 16 * (6 * 14 * 14 + 100) + 2 * 6 * 26 + 150 + 1) * 4);
+  cr_assert_eq(aq_gpu_op_group_segment(staged, &l2), (2 * 14 * (6 * 14 * 14 + 2 * 100) + 12 * 26 + 2 * (150 + 1)) * 4);
   cr_assert(aq_gpu_op_group_segment(staged, &l2) <= AQ_GPU_CONV2D_FILTER_BYTES_ALONE);
-  /* more filters than SMs for their blocks: two blocks an SM, 6 images */
+  /* more filters than SMs for their blocks (8 channels: pairs at most):
+   * two blocks an SM, the ordinary stages */
   aq_conv2d_args_t wide = l1;
-  wide.k = 32;
+  wide.c = 8, wide.k = 64;
   cr_assert(!aq_conv2d_filter_alone(&wide, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
-  cr_assert_eq(aq_conv2d_filter_images(&wide, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 6);
   cr_assert(aq_gpu_op_group_segment(staged, &wide) <= AQ_GPU_CONV2D_FILTER_BYTES);
   cr_assert_eq(aq_conv2d_tiled_stride(&l1), 33, "a 32-float window row is padded off the banks");
   cr_assert_eq(aq_conv2d_tiled_stride(&l2), 14);
   aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D, &l1, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], 256 * AQ_GPU_BLOCK, "a block an image");
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &l1), AQ_KERNEL_CONV2D_BWD_FILTER_STAGED);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &l1), AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16);
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &l1, aq_planes_grid(1));
   cr_assert_eq(s.workgroup[0], 16 * 32, "one channel: every warp on it");
-  cr_assert_eq(s.grid[0], 6 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 16 * 32, "a cluster a filter");
+  cr_assert_eq(s.grid[0], 6 * AQ_GPU_CONV2D_STAGED_MANY * 16 * 32, "a cluster of 16 a filter");
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &l2, aq_planes_grid(1));
-  cr_assert_eq(s.workgroup[0], 12 * 32, "six channels: two warps each");
-  cr_assert_eq(s.grid[0], 16 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 12 * 32);
+  cr_assert_eq(s.workgroup[0], 12 * 32, "six channels of two filters: a warp each");
+  cr_assert_eq(s.grid[0], 8 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * 12 * 32, "a cluster a pair of filters");
   aq_conv2d_args_t strided = l2;
   strided.stride_w = 2, strided.q = 5;
   cr_assert_eq(aq_conv2d_filter_bytes(&strided, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 0, "a column stride of 2: not staged");
@@ -270,7 +279,7 @@ Test(conv_tiled_shape, small_planes_tiled_large_ones_direct) {
     cr_assert_eq(aq_gpu_op_shape(ffma[i], &big, aq_planes_grid(1)).grid[0], s.grid[0], "named as picked");
     cr_assert_eq(aq_gpu_op_group_segment(ffma[i], &big), 0);
   }
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &l1), AQ_KERNEL_CONV2D_BWD_FILTER_STAGED,
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &l1), AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16,
                    "LeNet's keep their tiled and staged builds");
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D, &l1), AQ_KERNEL_CONV2D);
   l2.s = 9, l2.q = 6;

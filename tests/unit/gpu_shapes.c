@@ -241,35 +241,70 @@ Test(gpu_shapes, conv2d_phases_take_exactly_the_taps_that_reach_a_row) {
 }
 
 /* The staged backward filter's stages: larger where each block of its grid
- * (a cluster a filter) is alone on an SM, within the opt-in group segment
- * of every GPU it builds for, and the ordinary size otherwise or where the
- * larger stages would not fit. */
+ * (a cluster a group of filters) is alone on an SM, within the opt-in
+ * group segment of every GPU it builds for, and the ordinary size
+ * otherwise or where the larger stages would not fit. */
 Test(gpu_shapes, conv2d_staged_filter_stages_grow_where_a_block_is_alone) {
   const int split = AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
   aq_conv2d_args_t l1 = {.n = 256, .c = 1, .h = 28, .wd = 28, .k = 6, .r = 5, .s = 5, .stride_h = 1, .stride_w = 1,
                          .pad_h = 2, .pad_w = 2, .dil_h = 1, .dil_w = 1, .p = 28, .q = 28};
   const int64_t per = aq_conv2d_tiled_image_floats(&l1);
+  cr_assert_eq(aq_conv2d_filter_group(&l1, split), 1, "6 clusters a filter each fill an H100 in one wave");
   cr_assert(aq_conv2d_filter_alone(&l1, split));
   cr_assert_eq(aq_conv2d_filter_images(&l1, split), AQ_GPU_CONV2D_FILTER_STAGE_ALONE / per);
   cr_assert_leq(aq_conv2d_filter_bytes(&l1, split), AQ_GPU_CONV2D_FILTER_BYTES_ALONE);
   cr_assert_gt(aq_conv2d_filter_bytes(&l1, split), AQ_GPU_CONV2D_FILTER_BYTES, "more than two blocks an SM could hold");
-  /* a grid past the SMs: two blocks an SM, the ordinary stages */
+  /* a grid past the SMs (8 channels: groups of 2 filters at most): two
+   * blocks an SM, the ordinary stages */
   aq_conv2d_args_t wide = l1;
-  wide.k = AQ_GPU_CONV2D_FILTER_ALONE_BLOCKS / split + 1;
+  wide.c = 8, wide.k = 64;
+  const int64_t g = aq_conv2d_filter_group(&wide, split);
+  cr_assert(g == 1 || g == 2);
   cr_assert(!aq_conv2d_filter_alone(&wide, split));
-  cr_assert_eq(aq_conv2d_filter_images(&wide, split), AQ_GPU_CONV2D_FILTER_STAGE / per);
+  cr_assert_eq(aq_conv2d_filter_images(&wide, split), AQ_GPU_CONV2D_FILTER_STAGE / aq_conv2d_filter_image_floats(&wide, g));
   cr_assert_leq(aq_conv2d_filter_bytes(&wide, split), AQ_GPU_CONV2D_FILTER_BYTES);
   /* a small batch: a block's share, not the stage, bounds the images */
   aq_conv2d_args_t few = l1;
   few.n = 16;
   cr_assert_eq(aq_conv2d_filter_images(&few, split), 2);
-  /* every shape the staged build takes fits its limit */
+  /* every shape the staged build takes fits its limit, and its group is
+   * the one a kernel reads off the grid (k over the clusters, rounded up) */
   for (int64_t c = 1; c <= 64; c *= 2)
-    for (int64_t k = 1; k <= 64; k *= 4) {
-      aq_conv2d_args_t a = l1;
-      a.c = c, a.k = k;
-      const int64_t b = aq_conv2d_filter_bytes(&a, split);
-      cr_assert_leq(b, aq_conv2d_filter_alone(&a, split) ? AQ_GPU_CONV2D_FILTER_BYTES_ALONE : AQ_GPU_CONV2D_FILTER_BYTES,
-                    "c %lld k %lld: %lld bytes", (long long)c, (long long)k, (long long)b);
-    }
+    for (int64_t k = 1; k <= 64; k *= 4)
+      for (int sp = 4; sp <= 16; sp *= 2) {
+        aq_conv2d_args_t a = l1;
+        a.c = c, a.k = k;
+        const int64_t b = aq_conv2d_filter_bytes(&a, sp), group = aq_conv2d_filter_group(&a, sp);
+        cr_assert_leq(b, aq_conv2d_filter_alone(&a, sp) ? AQ_GPU_CONV2D_FILTER_BYTES_ALONE : AQ_GPU_CONV2D_FILTER_BYTES,
+                      "c %lld k %lld: %lld bytes", (long long)c, (long long)k, (long long)b);
+        if (!b) continue;
+        const int64_t clusters = (k + group - 1) / group;
+        cr_assert_eq((k + clusters - 1) / clusters, group, "c %lld k %lld split %d", (long long)c, (long long)k, sp);
+        cr_assert(group == 1 || aq_conv2d_filter_units(&a, group) <= AQ_GPU_CONV2D_FILTER_WARPS);
+      }
+}
+
+/* The staged build's group and cluster: the least cost of each cluster's
+ * best group (LeNet-like 1 -> 32: five filters a cluster of 16, seven
+ * clusters in one wave, where a filter a cluster of 8 took three waves). */
+Test(gpu_shapes, conv2d_staged_filter_groups_filters_where_clusters_would_take_waves) {
+  aq_conv2d_args_t a = {.n = 256, .c = 1, .h = 28, .wd = 28, .k = 32, .r = 5, .s = 5, .stride_h = 1, .stride_w = 1,
+                        .pad_h = 2, .pad_w = 2, .dil_h = 1, .dil_w = 1, .p = 28, .q = 28};
+  cr_assert_eq(aq_conv2d_filter_group(&a, AQ_GPU_CONV2D_STAGED_MANY), 5);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &a), AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16);
+  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &a, aq_planes_grid(1));
+  cr_assert_eq(s.workgroup[0], 15 * 32, "5 units, 3 warps each");
+  cr_assert_eq(s.grid[0], 7 * 16 * s.workgroup[0], "7 clusters of 16");
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16, &a),
+               aq_conv2d_filter_bytes_of(&a, 5, aq_conv2d_filter_images(&a, AQ_GPU_CONV2D_STAGED_MANY)));
+  /* a group costs more a block: with clusters enough for a filter each, one */
+  a.k = 6;
+  cr_assert_eq(aq_conv2d_filter_group(&a, AQ_GPU_CONV2D_STAGED_MANY), 1);
+  /* LeNet's second layer: 6 channels, pairs of filters over clusters of 8 (12 units) */
+  aq_conv2d_args_t l2 = {.n = 256, .c = 6, .h = 14, .wd = 14, .k = 16, .r = 5, .s = 5, .stride_h = 1, .stride_w = 1,
+                         .dil_h = 1, .dil_w = 1, .p = 10, .q = 10};
+  cr_assert_eq(aq_conv2d_filter_group(&l2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 2);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &l2), AQ_KERNEL_CONV2D_BWD_FILTER_STAGED);
+  l2.c = 9; /* 18 units: a filter a block */
+  cr_assert_eq(aq_conv2d_filter_group(&l2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 1);
 }

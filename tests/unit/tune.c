@@ -52,19 +52,23 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   const aq_conv2d_args_t wide = conv(32, 64, 56, 64, 3, 1, 0);
   const char *names[AQ_GPU_OP_BUILDS_MAX];
   const aq_conv2d_args_t *lenets[2] = {&lenet1, &lenet2};
-  for (int i = 0; i < 2; ++i) { /* staged, plain, split, and fp32's tensor cores on either tile */
+  for (int i = 0; i < 2; ++i) { /* staged (three clusters), plain, split, and fp32's tensor cores */
     uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, lenets[i], names, AQ_GPU_OP_BUILDS_MAX);
-    cr_assert_eq(n, 6, "LeNet conv %d: %u fp32 builds", i + 1, n);
+    cr_assert_eq(n, 8, "LeNet conv %d: %u fp32 builds", i + 1, n);
+    cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4) && listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16));
     cr_assert_str_eq(names[0], aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, lenets[i]));
-    cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_STAGED);
+    cr_assert_str_eq(names[0], i ? AQ_KERNEL_CONV2D_BWD_FILTER_STAGED : AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16,
+                     "the staged build of least cost: 6 filters over 6 clusters of 16, 16 in pairs over clusters of 8");
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER) && listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT) &&
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3) && listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) &&
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6));
     n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, lenets[i], names, AQ_GPU_OP_BUILDS_MAX);
-    cr_assert_eq(n, 5);
+    cr_assert_eq(n, 7);
+    cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4) &&
+              listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16));
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) &&
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6));
-    cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED);
+    cr_assert_str_eq(names[0], i ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16);
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) &&
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT));
   }
@@ -145,6 +149,12 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &lenet1, names, 0), 0);
 }
 
+/* A staged build's cluster, from its name's suffix (0: not staged). */
+static int staged_cluster(const char *name) {
+  const char *s = strstr(name, "_staged");
+  return !s ? 0 : !strcmp(s, "_staged4") ? 4 : !strcmp(s, "_staged16") ? 16 : 8;
+}
+
 Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
   const aq_conv2d_args_t cases[3] = {conv(256, 1, 28, 6, 5, 2, 1), conv(256, 6, 14, 16, 5, 0, 0), conv(32, 64, 56, 64, 3, 1, 0)};
   const char *ops[2] = {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_BF16};
@@ -171,8 +181,9 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
           want = aq_conv2d_bf16_filter_split_shape(a, strstr(names[b], "_split6") ? AQ_GPU_CONV2D_SPLIT6
                                                                                   : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),
           want_group = 0;
-        else if (strstr(names[b], "_staged"))
-          want = aq_conv2d_filter_gpu_shape(a), want_group = (uint32_t)aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
+        else if (staged_cluster(names[b]))
+          want = aq_conv2d_filter_gpu_shape(a, staged_cluster(names[b])),
+          want_group = (uint32_t)aq_conv2d_filter_bytes(a, staged_cluster(names[b]));
         else if (strstr(names[b], "_split"))
           want = aq_conv2d_bwd_filter_gpu_shape(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), want_group = (uint32_t)aq_conv2d_tiled_bytes(a, 2);
         else if (o == 0)
@@ -186,6 +197,7 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
           cr_assert_eq(sh.grid[0] / sh.workgroup[0] %
                            (strstr(names[b], "_split6")      ? AQ_GPU_CONV2D_SPLIT6
                             : strstr(names[b], "_wino_thin") ? AQ_GPU_CONV2D_WINO_THIN_SPLIT
+                            : staged_cluster(names[b])       ? staged_cluster(names[b])
                                                              : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),
                        0, "%s", names[b]);
       }

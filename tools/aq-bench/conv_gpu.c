@@ -451,9 +451,12 @@ static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int
   }
   if (tiled && pass == 1 && runs) return "tiled in shared memory, a block an image, a thread a run of columns";
   if (tiled && pass < 2) return "tiled in shared memory, a block an image";
-  if (staged)
-    return split ? "staged in shared memory, two buffers; a cluster a filter splitting the batch, every channel"
-                 : "staged in shared memory, two buffers; a block a filter, every channel";
+  if (staged) { /* a staged build always runs over clusters */
+    const int64_t group = aq_conv2d_filter_group(a, split);
+    snprintf(buf, size, "staged in shared memory, two buffers; a cluster of %d blocks a group of %lld filter%s, splitting the batch, every channel",
+             split, (long long)group, group == 1 ? "" : "s");
+    return buf;
+  }
   if (tiled) return split ? "tiled in shared memory, a cluster a filter splitting the batch" : "tiled, a block a filter";
   if (x3 && pass == 2) { /* every x3 backward filter splits over clusters, of 8 unless named */
     snprintf(buf, size, "implicit GEMM on tensor cores (3xTF32), a cluster of %d a %dx%d tile splitting its depth",
@@ -487,10 +490,11 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   const aq_dispatch_shape_t sh = aq_gpu_op_build_shape(op, build, a, aq_planes_grid(1));
   const uint32_t group = aq_gpu_op_group_segment(build, a);
   /* thin: Winograd's thin backward filter, over clusters of its own size */
-  const int staged = strstr(build, "_staged") != NULL, thin = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN),
+  const int staged = aq_conv2d_staged_split(build), thin = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN),
             split = thin                                                  ? AQ_GPU_CONV2D_WINO_THIN_SPLIT
                     : !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT
-                    : !staged && !strstr(build, "_split")              ? 0
+                    : staged                                           ? staged
+                    : !strstr(build, "_split")                         ? 0
                     : strstr(build, "_split6")                         ? AQ_GPU_CONV2D_SPLIT6
                                                                        : AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
   int x3 = 0;
