@@ -297,6 +297,14 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_gpu_shape(const aq_conv2d_args_
  * The group segment the scheduler gives the packet is what the kernel
  * checks: launched without it (a CPU grid), the direct loops run. */
 #define AQ_GPU_CONV2D_TILED_BYTES 40960 /* under the 48 KB a launch gets unasked, static shared memory beside */
+/* The backward data's, where a block's image has many filters' dy planes
+ * (LeNet-like 1 -> 32: 101 KB): two blocks an H100 SM still, the opt-in
+ * size the CUDA driver raises a kernel's limit to (cuda_queue.c), where
+ * the direct loops read each dy value from global memory for every tap.
+ * Only for a batch of an image for each SM at least: a block an image
+ * leaves a smaller batch's GPU mostly idle. */
+#define AQ_GPU_CONV2D_TILED_DATA_BYTES 112640
+#define AQ_GPU_CONV2D_TILED_DATA_IMAGES 132 /* an H100's SMs */
 #define AQ_GPU_CONV2D_TILED_KB 8        /* forward: filters a thread; backward data: channels a thread */
 #define AQ_GPU_CONV2D_TILED_TAPS 8      /* backward filter: a filter row's taps at most */
 #define AQ_GPU_CONV2D_TILED_UPT 4       /* backward filter: filter rows a thread at most */
@@ -369,7 +377,9 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_bytes(const aq_conv2d_a
   } else {
     floats = weights + (pass == 0 ? a->c * aq_conv2d_tiled_window(a, 0) * aq_conv2d_tiled_stride(a) : a->k * a->p * a->q);
   }
-  return floats > 0 && floats * 4 <= AQ_GPU_CONV2D_TILED_BYTES ? floats * 4 : 0;
+  const int64_t most = pass == 1 && a->n >= AQ_GPU_CONV2D_TILED_DATA_IMAGES ? AQ_GPU_CONV2D_TILED_DATA_BYTES
+                                                                            : AQ_GPU_CONV2D_TILED_BYTES;
+  return floats > 0 && floats * 4 <= most ? floats * 4 : 0;
 }
 
 /* ---- conv2d backward filter, staged (conv2d_filter.cuh) ------------------

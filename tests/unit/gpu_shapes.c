@@ -308,3 +308,18 @@ Test(gpu_shapes, conv2d_staged_filter_groups_filters_where_clusters_would_take_w
   l2.c = 9; /* 18 units: a filter a block */
   cr_assert_eq(aq_conv2d_filter_group(&l2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 1);
 }
+
+/* The tiled backward data stages an image's dy planes past 48 KB where
+ * the batch has an image for each SM (LeNet-like 1 -> 32: 32 planes of
+ * 28 x 28), and keeps a small batch on the direct loops. */
+Test(gpu_shapes, conv2d_tiled_backward_data_grows_past_48_kb_for_a_large_batch) {
+  aq_conv2d_args_t a = {.n = 256, .c = 1, .h = 28, .wd = 28, .k = 32, .r = 5, .s = 5, .stride_h = 1, .stride_w = 1,
+                        .pad_h = 2, .pad_w = 2, .dil_h = 1, .dil_w = 1, .p = 28, .q = 28};
+  cr_assert_eq(aq_conv2d_tiled_bytes(&a, 1), (32 * 28 * 28 + 32 * 25) * 4);
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_DATA, &a), (32 * 28 * 28 + 32 * 25) * 4);
+  cr_assert_eq(aq_conv2d_tiled_bytes(&a, 0), (32 * 25 + 32 * 33) * 4, "the forward: filters and a window");
+  a.n = 8;
+  cr_assert_eq(aq_conv2d_tiled_bytes(&a, 1), 0, "8 images: the direct loops");
+  a.n = 256, a.k = 64;
+  cr_assert_eq(aq_conv2d_tiled_bytes(&a, 1), 0, "64 planes pass two blocks an SM");
+}
