@@ -171,6 +171,14 @@ extern "C" {
 #define AQ_KERNEL_CONV2D_BWD_DATA_BF16 "aq_conv2d_bwd_data_bf16"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16 "aq_conv2d_bwd_filter_bf16"
 #define AQ_GPU_CONV2D_BF16_THREADS 256
+/* The forward and backward data of 3x3 filters at unit stride and
+ * dilation as the fp32 Winograd builds run them, on bf16 x, w and dy
+ * widened as loaded (fp32 transforms and sums); the same kernargs and
+ * grid rules as AQ_KERNEL_CONV2D_WINO. launch.h picks the backward
+ * data's, whose tensor-core tiles gather the filters an element at a
+ * time; the forward's is a tuning candidate. */
+#define AQ_KERNEL_CONV2D_BF16_WINO "aq_conv2d_bf16_wino"
+#define AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO "aq_conv2d_bwd_data_bf16_wino"
 /* aq_conv2d_bwd_filter_bf16's build for filters whose planes fit a block's
  * shared memory (a LeNet's, whose dw has too few tiles for the tensor
  * cores): the fp32 split build's tiled sums on bf16 x and dy, a cluster of

@@ -298,17 +298,19 @@ __device__ inline void backward_filter_fast(const aq_conv2d_args_t &a, const T *
   else backward_filter(a, xs, dys);
 }
 
-// An fp32 build's kernel entry for PASS (0 forward, 1 backward data, 2
-// backward filter): nothing without the pass's tensors or with bad
-// kernargs; else build(), which runs the build and returns true where it
-// applies; else the direct loops, which take any launch.
-template <int PASS, class Build>
+// A build's kernel entry for PASS (0 forward, 1 backward data, 2 backward
+// filter) on inputs of E (float, or uint16_t holding bf16): nothing
+// without the pass's tensors or with bad kernargs; else build(), which
+// runs the build and returns true where it applies; else the direct
+// loops, which take any launch.
+template <int PASS, typename E = float, class Build>
 __device__ __forceinline__ void pass_entry(const aq_conv2d_args_t &a, Build build) {
   const bool tensors = PASS == 0 ? a.x && a.w && a.y : PASS == 1 ? a.w && a.dy && a.dx : a.x && a.dy && a.dw;
   if (!tensors || !valid(a) || build()) return;
-  if (PASS == 0) forward(a, a.x, a.w);
-  if (PASS == 1) backward_data(a, a.w, a.dy);
-  if (PASS == 2) backward_filter(a, a.x, a.dy);
+  const E *x = (const E *)a.x, *w = (const E *)a.w, *dy = (const E *)a.dy;
+  if (PASS == 0) forward(a, x, w);
+  if (PASS == 1) backward_data(a, w, dy);
+  if (PASS == 2) backward_filter(a, x, dy);
 }
 
 }  // namespace conv

@@ -1,6 +1,8 @@
 // aq_conv2d_f32_wino, aq_conv2d_bwd_data_f32_wino, aq_conv2d_bwd_filter_f32_wino(_thin):
 // aq_conv2d_f32's three passes for 3x3 filters at unit stride and dilation
-// as Winograd's minimal filtering (Lavin and Gray). The forward's 2x2
+// as Winograd's minimal filtering (Lavin and Gray); aq_conv2d_bf16_wino and
+// aq_conv2d_bwd_data_bf16_wino run the bf16 passes' forward and backward
+// data the same way, their inputs widened as loaded. The forward's 2x2
 // output tiles are A^T [sum over channels of (G g G^T) . (B^T d B)] A,
 // F(2x2, 3x3): 16 multiplies a tile and channel pair where a direct
 // convolution makes 36, the rest additions; the backward data is the
@@ -48,30 +50,36 @@ union Shared {
 };
 
 // A pass as a forward convolution: in[n][cin][hin][win] * filter -> out[n][cout][hout][wout].
+// E: the element type of in and the filters (float, or uint16_t holding
+// bf16, widened as loaded: the bf16 passes' Winograd builds).
+template <typename E>
 struct Pass {
-  const float *in, *w, *bias;
+  const E *in, *w;
+  const float *bias;
   float *out;
   int n, cin, hin, win, cout, hout, wout, pad, th, tw, tiles;
   bool flip; /* the backward data: filter (co, ci, r, s) = w[ci][co][2 - r][2 - s] */
 };
 
-__device__ inline Pass make_pass(const aq_conv2d_args_t &a, int pass) {
-  Pass p;
+template <typename E>
+__device__ inline Pass<E> make_pass(const aq_conv2d_args_t &a, int pass) {
+  Pass<E> p;
   p.n = (int)a.n, p.flip = pass == 1;
   if (!p.flip) {
-    p.in = a.x, p.out = a.y, p.bias = a.bias, p.cin = (int)a.c, p.hin = (int)a.h, p.win = (int)a.wd;
+    p.in = (const E *)a.x, p.out = a.y, p.bias = a.bias, p.cin = (int)a.c, p.hin = (int)a.h, p.win = (int)a.wd;
     p.cout = (int)a.k, p.hout = (int)a.p, p.wout = (int)a.q, p.pad = a.pad_h;
   } else {
-    p.in = a.dy, p.out = a.dx, p.bias = NULL, p.cin = (int)a.k, p.hin = (int)a.p, p.win = (int)a.q;
+    p.in = (const E *)a.dy, p.out = a.dx, p.bias = NULL, p.cin = (int)a.k, p.hin = (int)a.p, p.win = (int)a.q;
     p.cout = (int)a.c, p.hout = (int)a.h, p.wout = (int)a.wd, p.pad = 2 - a.pad_h;
   }
-  p.w = a.w, p.th = (p.hout + 1) / 2, p.tw = (p.wout + 1) / 2, p.tiles = p.n * p.th * p.tw;
+  p.w = (const E *)a.w, p.th = (p.hout + 1) / 2, p.tw = (p.wout + 1) / 2, p.tiles = p.n * p.th * p.tw;
   return p;
 }
 
 // Tile t's first input element (its patch's top left, maybe outside the
 // image) and where it is: image n, patch row y0, column x0.
-__device__ __forceinline__ void tile_at(const Pass &p, int t, int *n, int *y0, int *x0) {
+template <class P>
+__device__ __forceinline__ void tile_at(const P &p, int t, int *n, int *y0, int *x0) {
   const int per = p.th * p.tw, q = t % per;
   *n = t / per, *y0 = q / p.tw * 2 - p.pad, *x0 = q % p.tw * 2 - p.pad;
 }
@@ -81,32 +89,36 @@ __device__ __forceinline__ void tile_at(const Pass &p, int t, int *n, int *y0, i
 // tiles), found once a block tile; a step then loads channel ci's, a step
 // ahead, so that the loads' latency passes under the current step's
 // multiplies.
+template <typename E>
 struct Patch {
-  const float *at;
+  const E *at;
   uint32_t in; /* bit 4 i + j: element (i, j) inside the image */
 };
-__device__ __forceinline__ Patch patch_of(const Pass &p, int t) {
+template <typename E>
+__device__ __forceinline__ Patch<E> patch_of(const Pass<E> &p, int t) {
   int n, y0, x0;
   tile_at(p, t, &n, &y0, &x0);
-  Patch q = {p.in + (int64_t)n * p.cin * p.hin * p.win + (int64_t)y0 * p.win + x0, 0};
+  Patch<E> q = {p.in + (int64_t)n * p.cin * p.hin * p.win + (int64_t)y0 * p.win + x0, 0};
 #pragma unroll
   for (int k = 0; k < 16; ++k)
     q.in |= (t < p.tiles && (unsigned)(y0 + k / 4) < (unsigned)p.hin && (unsigned)(x0 + k % 4) < (unsigned)p.win ? 1u : 0u) << k;
   return q;
 }
-__device__ __forceinline__ void load_patch(const Pass &p, const Patch &q, int ci, float d[16]) {
-  const float *src = q.at + (int64_t)ci * p.hin * p.win;
+template <typename E>
+__device__ __forceinline__ void load_patch(const Pass<E> &p, const Patch<E> &q, int ci, float d[16]) {
+  const E *src = q.at + (int64_t)ci * p.hin * p.win;
   const uint32_t in = ci < p.cin ? q.in : 0;
 #pragma unroll
-  for (int k = 0; k < 16; ++k) d[k] = in >> k & 1 ? __ldg(src + (k / 4) * p.win + k % 4) : 0.0f;
+  for (int k = 0; k < 16; ++k) d[k] = in >> k & 1 ? conv::ld(src + (k / 4) * p.win + k % 4) : 0.0f;
 }
 // The filter from input channel ci to output channel co (zeros past the
 // channels); the backward data's turned half a circle.
-__device__ __forceinline__ void load_filter(const Pass &p, int co, int ci, float g[9]) {
+template <typename E>
+__device__ __forceinline__ void load_filter(const Pass<E> &p, int co, int ci, float g[9]) {
   const bool f = co < p.cout && ci < p.cin;
-  const float *w = p.flip ? p.w + ((int64_t)ci * p.cout + co) * 9 : p.w + ((int64_t)co * p.cin + ci) * 9;
+  const E *w = p.flip ? p.w + ((int64_t)ci * p.cout + co) * 9 : p.w + ((int64_t)co * p.cin + ci) * 9;
 #pragma unroll
-  for (int k = 0; k < 9; ++k) g[k] = f ? __ldg(w + (p.flip ? 8 - k : k)) : 0.0f;
+  for (int k = 0; k < 9; ++k) g[k] = f ? conv::ld(w + (p.flip ? 8 - k : k)) : 0.0f;
 }
 
 // B^T d B of a 4x4 patch d into u[e] (e = 4 i + j).
@@ -137,7 +149,8 @@ __device__ __forceinline__ void filter_transform(const float g[9], float v[16]) 
 }
 
 // The block tile of tiles [t0, t0 + TILES) and output channels [c0, c0 + COLS).
-__device__ __forceinline__ void block_tile(const Pass &p, Shared &sh, int t0, int c0) {
+template <typename E>
+__device__ __forceinline__ void block_tile(const Pass<E> &p, Shared &sh, int t0, int c0) {
   const int tid = threadIdx.x, e = tid >> 4, ts = (tid >> 2) & 3, cs = tid & 3; /* e's 4 x 4 threads */
   float acc[8][8];
 #pragma unroll
@@ -152,7 +165,7 @@ __device__ __forceinline__ void block_tile(const Pass &p, Shared &sh, int t0, in
    * that a warp reads 4 runs of 72 floats rather than 32 scattered
    * filters. */
   const int c = tid / TILES, i = tid % TILES, fc = p.flip ? c : tid % CC, fo = p.flip ? i : tid / CC;
-  const Patch patch = patch_of(p, t0 + i);
+  const Patch<E> patch = patch_of(p, t0 + i);
   float raw[16];
   load_patch(p, patch, c, raw);
   for (int ci0 = 0; ci0 < p.cin; ci0 += CC) {
@@ -217,10 +230,10 @@ __device__ __forceinline__ void block_tile(const Pass &p, Shared &sh, int t0, in
   }
 }
 
-template <int PASS>
+template <int PASS, typename E = float>
 __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   __shared__ __align__(16) Shared sh;
-  const Pass p = make_pass(a, PASS);
+  const Pass<E> p = make_pass<E>(a, PASS);
   const int64_t tiles_t = (p.tiles + TILES - 1) / TILES, blocks = tiles_t * ((p.cout + COLS - 1) / COLS);
   for (int64_t id = grid_block(); id < blocks; id += grid_blocks())
     block_tile(p, sh, (int)(id % tiles_t) * TILES, (int)(id / tiles_t) * COLS);
@@ -422,11 +435,11 @@ __device__ __forceinline__ void filter(const aq_conv2d_args_t &a) {
 }  // namespace conv_wino
 #endif  // !AQ_HIP
 
-template <int PASS>
+template <int PASS, typename E = float>
 __device__ __forceinline__ void wino_pass(const aq_conv2d_args_t &a) {
-  conv::pass_entry<PASS>(a, [&] {
+  conv::pass_entry<PASS, E>(a, [&] {
 #ifndef AQ_HIP
-    if (conv_wino::applies(a)) return conv_wino::convolve<PASS>(a), true;
+    if (conv_wino::applies(a)) return conv_wino::convolve<PASS, E>(a), true;
 #endif
     return false;
   });
@@ -435,6 +448,10 @@ __device__ __forceinline__ void wino_pass(const aq_conv2d_args_t &a) {
 // Two blocks an SM: at most 128 registers a thread.
 AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_f32_wino(aq_conv2d_args_t a) { wino_pass<0>(a); }
 AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_f32_wino(aq_conv2d_args_t a) { wino_pass<1>(a); }
+// The bf16 passes' (ops_gpu.h): bf16 x, w and dy widened as loaded, the
+// transforms and sums in fp32, as the fp32 builds'.
+AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bf16_wino(aq_conv2d_args_t a) { wino_pass<0, uint16_t>(a); }
+AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_bf16_wino(aq_conv2d_args_t a) { wino_pass<1, uint16_t>(a); }
 
 // A cluster of S a tile of dw (ops_gpu.h: the grid's x a multiple of the
 // cluster), FK filters by 32 channels: the wide build over clusters of 8,

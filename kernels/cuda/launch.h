@@ -806,8 +806,8 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_wino_shape(const aq_conv2d_args_t
 /* 0 or 1, the pass of a Winograd build; -1 for the rest. */
 static inline int aq_conv2d_wino_pass(const char *kernel) {
   if (strncmp(kernel, "aq_conv2d_", 10) || !strstr(kernel, "_wino")) return -1;
-  return !strcmp(kernel, AQ_KERNEL_CONV2D_WINO)                ? 0
-         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_WINO)   ? 1
+  return !strcmp(kernel, AQ_KERNEL_CONV2D_WINO) || !strcmp(kernel, AQ_KERNEL_CONV2D_BF16_WINO) ? 0
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_WINO) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO) ? 1
          : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN) ? 2
                                                                                                                  : -1;
 }
@@ -833,13 +833,19 @@ static inline aq_dispatch_shape_t aq_conv2d_wino_gpu_shape(const aq_conv2d_args_
   return aq_gpu_threads_shape((tiles + AQ_GPU_CONV2D_WINO_TILES - 1) / AQ_GPU_CONV2D_WINO_TILES *
                               (((cols > 0 ? cols : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS) * AQ_GPU_BLOCK);
 }
-/* Whether a Winograd build may take pass (a tuning candidate): the default
- * precision (its transforms' additions round), its shapes, sane extents,
+/* Whether a bf16 Winograd build may take pass: its shapes, sane extents,
  * 32-bit indices, and channels enough on either side. */
+static inline int aq_conv2d_bf16_wino_fits(const aq_conv2d_args_t *a, int pass) {
+  return aq_conv2d_wino_shape(a) && aq_conv2d_tiled_extents(a) && aq_conv2d_fits32(a) &&
+         (pass ? a->c : a->k) >= AQ_GPU_CONV2D_FFMA_MIN_COLS && (pass ? a->k : a->c) >= AQ_GPU_CONV2D_FFMA_MIN_COLS;
+}
+static inline int aq_conv2d_fwd_bf16_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_bf16_wino_fits(a, 0); }
+static inline int aq_conv2d_bwd_data_bf16_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_bf16_wino_fits(a, 1); }
+/* Whether an fp32 Winograd build may take pass (a tuning candidate): the
+ * default precision (its transforms' additions round) and the bf16
+ * builds' conditions. */
 static inline int aq_conv2d_wino_fits(const aq_conv2d_args_t *a, int pass) {
-  return a->precision == AQ_MATMUL_PRECISION_DEFAULT && aq_conv2d_wino_shape(a) && aq_conv2d_tiled_extents(a) &&
-         aq_conv2d_fits32(a) && (pass ? a->c : a->k) >= AQ_GPU_CONV2D_FFMA_MIN_COLS &&
-         (pass ? a->k : a->c) >= AQ_GPU_CONV2D_FFMA_MIN_COLS;
+  return a->precision == AQ_MATMUL_PRECISION_DEFAULT && aq_conv2d_bf16_wino_fits(a, pass);
 }
 /* The launch rule's Winograd build of pass, or NULL: where it fits and
  * the x3 builds would take the pass. The backward filter's clusters split
@@ -900,6 +906,8 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     return aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass);
   if (pass >= 0 && !x3 && aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass))
     return aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass);
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16) && aq_conv2d_bwd_data_bf16_wino_fits((const aq_conv2d_args_t *)kernarg))
+    return AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO;
   if (pass >= 0 && !x3 && aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))
     return pass == 0   ? AQ_KERNEL_CONV2D_X3
            : pass == 1 ? AQ_KERNEL_CONV2D_BWD_DATA_X3
@@ -946,9 +954,9 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return aq_matmul_bf16_gpu_shape((const aq_matmul_args_t *)kernarg);
   int x3 = 0;
   const int pass = aq_conv2d_f32_pass(kernel, &x3), wino = aq_conv2d_wino_pass(kernel);
-  if (wino >= 0 || (pass >= 0 && !x3 && aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass))) /* named, or picked */
-    return aq_conv2d_wino_gpu_shape((const aq_conv2d_args_t *)kernarg,
-                                    wino >= 0 ? kernel : aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass));
+  const char *pick = aq_gpu_op_kernel(kernel, kernarg);
+  if (wino >= 0 || aq_conv2d_wino_pass(pick) >= 0) /* named, or picked */
+    return aq_conv2d_wino_gpu_shape((const aq_conv2d_args_t *)kernarg, wino >= 0 ? kernel : pick);
   const int ffma = aq_conv2d_ffma_pass(kernel);
   if (ffma >= 0 || (pass >= 0 && !x3 && aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass))) /* named, or the op's pick */
     return aq_conv2d_ffma_gpu_shape((const aq_conv2d_args_t *)kernarg, ffma >= 0 ? ffma : pass);
@@ -1026,6 +1034,9 @@ static inline int aq_conv2d_filter_tiled(const aq_conv2d_args_t *a) { return aq_
 static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_plain_shape(const aq_conv2d_args_t *a) {
   return aq_conv2d_bwd_filter_gpu_shape(a, 1);
 }
+static inline aq_dispatch_shape_t aq_conv2d_bwd_data_bf16_gemm_shape(const aq_conv2d_args_t *a) {
+  return aq_conv2d_bf16_gpu_shape(a, 1);
+}
 static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_bf16_gemm_shape(const aq_conv2d_args_t *a) {
   return aq_conv2d_bf16_gpu_shape(a, 2);
 }
@@ -1059,6 +1070,9 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, aq_conv2d_filter_staged, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4, aq_conv2d_filter_staged4, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16, aq_conv2d_filter_staged16, NULL},
+      {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_WINO, aq_conv2d_fwd_bf16_wino_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, NULL, aq_conv2d_bwd_data_bf16_gemm_shape},
+      {AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO, aq_conv2d_bwd_data_bf16_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16, NULL, aq_conv2d_bwd_filter_bf16_gemm_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, aq_conv2d_filter_tiled, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED, aq_conv2d_filter_staged, NULL},

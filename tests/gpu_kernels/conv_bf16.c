@@ -109,8 +109,9 @@ static void bf16_case(const bcase_t *t) {
    * scheduler launches (the tiled split backward filter where it fits);
    * 4: the backward filter's tiles split over clusters of 8, every case;
    * 5: over clusters of 6; 6, 7: the staged backward filter over clusters
-   * of 4 and 16, every case (the direct loops where it does not apply) */
-  for (int shape = 0; shape < 8; ++shape) {
+   * of 4 and 16, every case (the direct loops where it does not apply);
+   * 8: the Winograd forward and backward data, every case (the same) */
+  for (int shape = 0; shape < 9; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -122,7 +123,10 @@ static void bf16_case(const bcase_t *t) {
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &a, aq_conv2d_bf16_filter_split_shape(&a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
       else if (shape == 5 && i == 2)
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, &a, aq_conv2d_bf16_filter_split_shape(&a, AQ_GPU_CONV2D_SPLIT6));
-      else if (shape >= 6 && i == 2) {
+      else if (shape == 8 && i < 2) {
+        const char *wino = i ? AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO : AQ_KERNEL_CONV2D_BF16_WINO;
+        gk_run(wino, &a, aq_gpu_op_shape(wino, &a, cpu));
+      } else if (shape >= 6 && shape < 8 && i == 2) {
         const char *staged = shape == 6 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4 : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16;
         gk_run(staged, &a, aq_gpu_op_shape(staged, &a, cpu));
       } else gk_run(build, &a, aq_gpu_op_shape(names[i], &a, cpu));
@@ -262,4 +266,35 @@ Test(conv_bf16_shape, a_block_a_tile) {
   cr_assert_eq(s.grid[0], (36 + 3) * AQ_GPU_CONV2D_SPLIT6 * T, "16 items of 8 bias gradients: 3 clusters of 6");
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &r128, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], (36 + 2) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * T, "the build of 8 named: its own grid");
+}
+
+/* The backward data of 3x3 filters at unit stride takes the Winograd build
+ * (fp32 sums on bf16 inputs), whose filters are loaded whole where the
+ * tensor-core tiles gather them an element at a time; the tiles stay a
+ * tuning candidate, with their own grid, and the forward keeps its tiles
+ * with Winograd's a candidate. Too few channels, or a stride: the tiles. */
+Test(conv_bf16_shape, stride_one_3x3_backward_data_takes_winograd) {
+  aq_conv2d_args_t a = {.n = 32, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
+                        .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 56, .q = 56};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &a), AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO);
+  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &a, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 32 * 28 * 28 / AQ_GPU_CONV2D_WINO_TILES * (64 / AQ_GPU_CONV2D_WINO_COLS) * AQ_GPU_BLOCK,
+               "32 tiles of 2x2 by 32 channels a block");
+  const char *names[AQ_GPU_OP_BUILDS_MAX];
+  uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &a, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert_eq(n, 2);
+  cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_DATA_BF16);
+  aq_dispatch_shape_t tiles = aq_gpu_op_build_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16, names[1], &a, aq_planes_grid(1));
+  cr_assert_eq(tiles.grid[0], aq_conv2d_bf16_gpu_shape(&a, 1).grid[0], "the tiles' own grid");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16);
+  n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BF16, &a, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert_eq(n, 2);
+  cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BF16_WINO);
+  aq_conv2d_args_t few = a, strided = a;
+  few.c = 16;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &few), AQ_KERNEL_CONV2D_BWD_DATA_BF16);
+  strided.stride_h = strided.stride_w = 2, strided.p = strided.q = 28;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &strided), AQ_KERNEL_CONV2D_BWD_DATA_BF16);
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &strided, aq_planes_grid(1)).grid[0],
+               aq_conv2d_bf16_gpu_shape(&strided, 1).grid[0]);
 }
