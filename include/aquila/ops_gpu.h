@@ -178,6 +178,10 @@ extern "C" {
  * data's, whose tensor-core tiles gather the filters an element at a
  * time; the forward's is a tuning candidate. */
 #define AQ_KERNEL_CONV2D_BF16_WINO "aq_conv2d_bf16_wino"
+/* The forward of few 64x64 tiles (small planes, many channels) with each
+ * tile's depth split over a cluster of 2 (sm_90; the grid's x a multiple
+ * of it); launch.h picks it and its grid. */
+#define AQ_KERNEL_CONV2D_BF16_SPLIT "aq_conv2d_bf16_split"
 #define AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO "aq_conv2d_bwd_data_bf16_wino"
 /* aq_conv2d_bwd_filter_bf16's build for filters whose planes fit a block's
  * shared memory (a LeNet's, whose dw has too few tiles for the tensor

@@ -88,7 +88,7 @@ struct Staged<true> {
 };
 
 // One tile of C over depth d0..g.depth: written to C, or with part (the
-// backward filter split over a cluster: filter_split) left there as
+// pass split over a cluster: split) left there as
 // part[col * (BM + 4) + row] for the cluster's sum.
 template <class T, bool PH = false, bool RUNS = false>
 __device__ __noinline__ void tile(const Gemm &g, uint8_t *smem, int row0, int col0, int d0 = 0, float *part = NULL) {
@@ -236,30 +236,34 @@ __device__ void run(const aq_conv2d_args_t &a, Gemm &g, uint8_t *smem, int64_t e
   }
 }
 
-// The backward filter split over a cluster of S on T's tiles, its partial
-// tile past the groups' partials in T's shared memory.
-template <int S, class T>
-__device__ void filter_split(const aq_conv2d_args_t &a, Gemm &gs, uint8_t *smem) {
+// PASS (the backward filter, or the forward) split over a cluster of S on
+// T's tiles, its partial tile past the groups' partials in T's shared
+// memory.
+template <int S, int PASS, class T>
+__device__ void split(const aq_conv2d_args_t &a, Gemm &gs, uint8_t *smem) {
   constexpr int PART_AT = (T::WK - 1) * T::BM * T::BN * 4;
   static_assert(PART_AT + T::BN * (T::BM + 4) * 4 <= T::SMEM, "the partial tile fits");
   float *part = reinterpret_cast<float *>(smem + PART_AT);
-  conv_gemm::filter_split<S, T::BM, T::BN, T::SLICE>(
+  conv_gemm::depth_split<S, T::BM, T::BN, T::SLICE, PASS>(
       a, gs, part, T::BM + 4, [&](int row0, int col0, int d0) {
-        if (gs.qrow) tile<T, false, true>(gs, smem, row0, col0, d0, part);
-        else tile<T>(gs, smem, row0, col0, d0, part);
+        if constexpr (PASS == 2)
+          if (gs.qrow) return tile<T, false, true>(gs, smem, row0, col0, d0, part);
+        tile<T>(gs, smem, row0, col0, d0, part);
       });
 }
 
-template <int S>
-__device__ void filter_split(const aq_conv2d_args_t &a) {
+// The split builds' tiles: the backward filter's thin ones where
+// aq_conv2d_bf16_gpu_tiles takes them, else 64x64.
+template <int S, int PASS>
+__device__ void split(const aq_conv2d_args_t &a) {
   __shared__ __align__(128) uint8_t smem[Small::SMEM];
   __shared__ Gemm gs;
-  if (threadIdx.x == 0) gs = conv_gemm::make_gemm<uint16_t>(a, 2);
+  if (threadIdx.x == 0) gs = conv_gemm::make_gemm<uint16_t>(a, PASS);
   __syncthreads();
   int tm, tn;
-  aq_conv2d_bf16_gpu_tiles(&a, 2, &tm, &tn);
-  if (tm == Thin::BM) filter_split<S, Thin>(a, gs, smem);
-  else filter_split<S, Small>(a, gs, smem);
+  aq_conv2d_bf16_gpu_tiles(&a, PASS, &tm, &tn);
+  if (PASS == 2 && tm == Thin::BM) split<S, PASS, Thin>(a, gs, smem);
+  else split<S, PASS, Small>(a, gs, smem);
 }
 
 template <int PASS>
@@ -312,7 +316,7 @@ AQ_KERNEL void __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2) aq_conv2d_bwd_fi
 }
 
 // The tensor cores' backward filter with each tile's depth split over a
-// cluster of S (conv2d_gemm.cuh's filter_split; ops_gpu.h: the grid's x a
+// cluster of S (conv2d_gemm.cuh's depth_split; ops_gpu.h: the grid's x a
 // multiple of the cluster): dw has few tiles and a long depth. A kernel
 // for each S: 8, or 6 where clusters of 8 would take a second wave
 // (launch.h: aq_conv2d_bf16_split6).
@@ -320,7 +324,7 @@ template <int S>
 __device__ __forceinline__ void bwd_filter_tc_split(const aq_conv2d_args_t &a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
 #ifndef AQ_HIP
-  if (conv_bf16::tensor_cores(a)) return conv_bf16::filter_split<S>(a);
+  if (conv_bf16::tensor_cores(a)) return conv_bf16::split<S, 2>(a);
 #endif
   conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
 }
@@ -331,6 +335,18 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_SPLIT6) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
     aq_conv2d_bwd_filter_bf16_tc_split6(aq_conv2d_args_t a) {
   bwd_filter_tc_split<AQ_GPU_CONV2D_SPLIT6>(a);
+}
+
+// The forward of few tiles (small planes, many channels: a ResNet's last
+// layers), each 64x64 tile's depth split over a cluster (launch.h:
+// aq_conv2d_bf16_fwd_split; ops_gpu.h: the grid's x a multiple of it).
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BF16_FWD_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
+    aq_conv2d_bf16_split(aq_conv2d_args_t a) {
+  if (!a.x || !a.w || !a.y || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_bf16::tensor_cores(a)) return conv_bf16::split<AQ_GPU_CONV2D_BF16_FWD_SPLIT, 0>(a);
+#endif
+  conv::forward(a, (const uint16_t *)a.x, (const uint16_t *)a.w);
 }
 
 // Where a filter's planes fit shared memory (a LeNet's: dw has too few

@@ -22,7 +22,7 @@
 // A strided backward data runs a GEMM a phase (conv_gemm::each_tile); the
 // backward filter (few tiles, a long depth) splits each tile's depth over a
 // cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks, summed in rank order
-// (conv_gemm::filter_split). Where a pass does not apply (blocks of other
+// (conv_gemm::depth_split). Where a pass does not apply (blocks of other
 // than 256 threads, tensors past 32-bit indices, AMD GPUs) the kernels run
 // the direct loops, which take any grid. launch.h (aq_conv2d_ffma) says
 // which shapes get these builds by rule; where tuning has timed them
@@ -174,7 +174,7 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   if (PASS == 2) { /* a cluster a tile (conv2d_gemm.cuh) */
     if (threadIdx.x == 0) gs = conv_gemm::make_gemm<float>(a, 2);
     __syncthreads();
-    return conv_gemm::filter_split<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, BM, BN, BK>(
+    return conv_gemm::depth_split<AQ_GPU_CONV2D_BWD_FILTER_SPLIT, BM, BN, BK>(
         a, gs, u.part, LDP, [&](int row0, int col0, int d0) { tile<true>(gs, u, ts, row0, col0, d0); });
   }
   conv_gemm::each_tile<PASS, BM, BN>(a, gs, [&](int row0, int col0, bool phased) {

@@ -1,7 +1,7 @@
 // conv2d's passes as implicit GEMMs, the part conv2d_bf16.cu's and
 // conv2d_x3.cu's tensor-core tiles share beyond the index maps
 // (conv2d_gemm_map.cuh): the write-back of a finished tile, the bias
-// gradient, and the backward filter's depth split over a cluster.
+// gradient, and a pass's depth split over a cluster.
 #pragma once
 #include "conv2d_direct.cuh"
 #include "conv2d_gemm_map.cuh"
@@ -35,20 +35,22 @@ __device__ inline void emit(const Gemm<E> &g, const float *part, int ldp, int ro
   }
 }
 
-// The backward filter split over clusters of S blocks (dw has few tiles,
-// c*r*s x k, and a long depth, n*p*q): a cluster a BM x BN tile, each rank
-// a share of the depth in whole slices, gs.depth cut to the rank's end;
+// A pass of few tiles and a long depth split over clusters of S blocks
+// (the backward filter's dw, c*r*s x k over n*p*q; a forward of small
+// planes and many channels): a cluster a BM x BN tile, each rank a share
+// of the depth in whole slices, gs.depth cut to the rank's end;
 // tile(row0, col0, d0) leaves the rank's sums of the tile in part
 // (part[col * ldp + row]), summed over the cluster in rank order
-// (conv::cluster_sums). Then the bias gradient's items, S a cluster.
-// Without clusters one block of each S takes the whole depth.
-template <int S, int BM, int BN, int SLICE, class E, class Tile>
-__device__ void filter_split(const aq_conv2d_args_t &a, Gemm<E> &gs, float *part, int ldp, Tile tile) {
+// (conv::cluster_sums), with the forward's bias. Then the backward
+// filter's bias gradient items, S a cluster. Without clusters one block of
+// each S takes the whole depth.
+template <int S, int BM, int BN, int SLICE, int PASS = 2, class E, class Tile>
+__device__ void depth_split(const aq_conv2d_args_t &a, Gemm<E> &gs, float *part, int ldp, Tile tile) {
   int ranks;
   const int rank = conv::split_rank<S>(&ranks);
   const int depth = gs.depth, share = ((depth + ranks - 1) / ranks + SLICE - 1) / SLICE * SLICE;
   const int64_t tiles_m = (gs.rows + BM - 1) / BM, tiles = tiles_m * ((gs.cols + BN - 1) / BN);
-  const int64_t bias_items = a.dbias ? (a.k + 7) / 8 : 0, clusters = grid_blocks() / S;
+  const int64_t bias_items = PASS == 2 && a.dbias ? (a.k + 7) / 8 : 0, clusters = grid_blocks() / S;
   __syncthreads(); /* everyone has read gs.depth */
   if (threadIdx.x == 0 && rank >= 0) gs.depth = (int)((int64_t)rank * share + share < depth ? rank * share + share : depth);
   __syncthreads();
@@ -63,8 +65,9 @@ __device__ void filter_split(const aq_conv2d_args_t &a, Gemm<E> &gs, float *part
     tile(row0, col0, rank * share);
     if (ranks > 1) {
       conv::cluster_sums<S>(part, (int64_t)BN * ldp, rank, [&](int64_t i, float sum) {
-        float *o = out_at<false>(gs, BM, row0, col0, (int)(i % ldp), (int)(i / ldp));
-        if (o) *o = sum;
+        const int row = (int)(i % ldp), col = (int)(i / ldp);
+        float *o = out_at<false>(gs, BM, row0, col0, row, col);
+        if (o) *o = PASS == 0 && gs.bias ? sum + __ldg(gs.bias + col0 + col) : sum;
       });
       continue;
     }

@@ -22,7 +22,7 @@
 // The backward filter has few tiles (dw is c*r*s x k) and a long depth
 // (n*p*q): a cluster of AQ_GPU_CONV2D_BWD_FILTER_SPLIT blocks splits each
 // tile's depth and sums the partial tiles through distributed shared memory
-// in rank order (conv2d_gemm.cuh's filter_split), so results depend on the
+// in rank order (conv2d_gemm.cuh's depth_split), so results depend on the
 // shape only. Its thin build, for dw of fewer tiles (launch.h:
 // aq_conv2d_x3_filter), takes 32x64 tiles: four warp pairs, each on a
 // quarter of every slice; its split6 build clusters of 6, more of them at
@@ -190,7 +190,7 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
   if (threadIdx.x == 0) gs = conv_gemm::make_gemm<float>(a, PASS);
   __syncthreads();
   if (PASS == 2) /* a cluster a tile (conv2d_gemm.cuh) */
-    return conv_gemm::filter_split<S, TM, BN, BK>(a, gs, u.part, TM + 4, [&](int row0, int col0, int d0) {
+    return conv_gemm::depth_split<S, TM, BN, BK>(a, gs, u.part, TM + 4, [&](int row0, int col0, int d0) {
       tile<true, false, TM, S>(gs, u, rs, row0, col0, d0);
     });
   if (PASS == 1 && aq_conv2d_phased(&a)) /* a GEMM a phase of dx (conv2d_gemm_map.cuh) */

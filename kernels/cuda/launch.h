@@ -882,6 +882,24 @@ static inline int aq_conv2d_bf16_split6(const aq_conv2d_args_t *a) {
   return aq_gpu_waves(t, AQ_GPU_CONV2D_SPLIT6_CLUSTERS) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT <
          aq_gpu_waves(t, AQ_GPU_CONV2D_SPLIT_CLUSTERS) * AQ_GPU_CONV2D_SPLIT6;
 }
+/* Whether bf16's forward splits its tiles' depth over clusters of
+ * AQ_GPU_CONV2D_BF16_FWD_SPLIT (aq_conv2d_bf16_split): its tiles are the
+ * 64x64 ones (too few larger ones), which leave SMs idle, and the split
+ * tiles still run in one wave. */
+#define AQ_GPU_CONV2D_BF16_FWD_SPLIT 2
+static inline int aq_conv2d_bf16_fwd_split(const aq_conv2d_args_t *a) {
+  int tm, tn;
+  const int64_t tiles = aq_conv2d_bf16_gpu_tiles(a, 0, &tm, &tn);
+  return aq_conv2d_tiled_extents(a) && tm == 64 && tiles < AQ_GPU_CONV2D_BF16_FEW_TILES &&
+         tiles * AQ_GPU_CONV2D_BF16_FWD_SPLIT <= AQ_GPU_CONV2D_BF16_SLOTS;
+}
+/* Its launch: a cluster a 64x64 tile. */
+static inline aq_dispatch_shape_t aq_conv2d_bf16_fwd_split_shape(const aq_conv2d_args_t *a) {
+  return aq_gpu_threads_shape(aq_conv2d_gemm_tiles(a, 0, 64, 64) * AQ_GPU_CONV2D_BF16_FWD_SPLIT * AQ_GPU_BLOCK);
+}
+static inline aq_dispatch_shape_t aq_conv2d_fwd_bf16_tiles_shape(const aq_conv2d_args_t *a) {
+  return aq_conv2d_bf16_gpu_shape(a, 0);
+}
 /* The launch of a split build (split: its cluster's blocks). */
 static inline aq_dispatch_shape_t aq_conv2d_bf16_filter_split_shape(const aq_conv2d_args_t *a, int split) {
   int tm, tn;
@@ -908,6 +926,8 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     return aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16) && aq_conv2d_bwd_data_bf16_wino_fits((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16) && aq_conv2d_bf16_fwd_split((const aq_conv2d_args_t *)kernarg))
+    return AQ_KERNEL_CONV2D_BF16_SPLIT;
   if (pass >= 0 && !x3 && aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))
     return pass == 0   ? AQ_KERNEL_CONV2D_X3
            : pass == 1 ? AQ_KERNEL_CONV2D_BWD_DATA_X3
@@ -976,6 +996,8 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
                                                  ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT
                                                  : AQ_GPU_CONV2D_SPLIT6);
   }
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_SPLIT) || !strcmp(pick, AQ_KERNEL_CONV2D_BF16_SPLIT)) /* named, or picked */
+    return aq_conv2d_bf16_fwd_split_shape((const aq_conv2d_args_t *)kernarg);
   if (aq_conv2d_bf16_pass(kernel) >= 0) return aq_conv2d_bf16_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_bf16_pass(kernel));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) ||
       !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) {
@@ -1034,6 +1056,11 @@ static inline int aq_conv2d_filter_tiled(const aq_conv2d_args_t *a) { return aq_
 static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_plain_shape(const aq_conv2d_args_t *a) {
   return aq_conv2d_bwd_filter_gpu_shape(a, 1);
 }
+/* The forward's split build where its 64x64 tiles are few (a candidate
+ * even where they would not all run at once). */
+static inline int aq_conv2d_fwd_bf16_split_fits(const aq_conv2d_args_t *a) {
+  return aq_conv2d_tiled_extents(a) && aq_conv2d_gemm_tiles(a, 0, 64, 64) < AQ_GPU_CONV2D_BF16_SLOTS;
+}
 static inline aq_dispatch_shape_t aq_conv2d_bwd_data_bf16_gemm_shape(const aq_conv2d_args_t *a) {
   return aq_conv2d_bf16_gpu_shape(a, 1);
 }
@@ -1070,6 +1097,8 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, aq_conv2d_filter_staged, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4, aq_conv2d_filter_staged4, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16, aq_conv2d_filter_staged16, NULL},
+      {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16, NULL, aq_conv2d_fwd_bf16_tiles_shape},
+      {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_SPLIT, aq_conv2d_fwd_bf16_split_fits, NULL},
       {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_WINO, aq_conv2d_fwd_bf16_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, NULL, aq_conv2d_bwd_data_bf16_gemm_shape},
       {AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO, aq_conv2d_bwd_data_bf16_wino_fits, NULL},

@@ -110,8 +110,9 @@ static void bf16_case(const bcase_t *t) {
    * 4: the backward filter's tiles split over clusters of 8, every case;
    * 5: over clusters of 6; 6, 7: the staged backward filter over clusters
    * of 4 and 16, every case (the direct loops where it does not apply);
-   * 8: the Winograd forward and backward data, every case (the same) */
-  for (int shape = 0; shape < 9; ++shape) {
+   * 8: the Winograd forward and backward data, every case (the same);
+   * 9: the forward's tiles split over clusters of 2, every case */
+  for (int shape = 0; shape < 10; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -123,6 +124,8 @@ static void bf16_case(const bcase_t *t) {
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &a, aq_conv2d_bf16_filter_split_shape(&a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
       else if (shape == 5 && i == 2)
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, &a, aq_conv2d_bf16_filter_split_shape(&a, AQ_GPU_CONV2D_SPLIT6));
+      else if (shape == 9 && i == 0)
+        gk_run(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, cpu));
       else if (shape == 8 && i < 2) {
         const char *wino = i ? AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO : AQ_KERNEL_CONV2D_BF16_WINO;
         gk_run(wino, &a, aq_gpu_op_shape(wino, &a, cpu));
@@ -297,4 +300,24 @@ Test(conv_bf16_shape, stride_one_3x3_backward_data_takes_winograd) {
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &strided), AQ_KERNEL_CONV2D_BWD_DATA_BF16);
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &strided, aq_planes_grid(1)).grid[0],
                aq_conv2d_bf16_gpu_shape(&strided, 1).grid[0]);
+}
+
+/* A forward of few 64x64 tiles (a ResNet's 256 -> 256 at 14x14, stride 2:
+ * 100 of them) splits each tile's depth over a cluster of 2, 200 blocks in
+ * one wave; more tiles than a wave holds split keep the blocks. */
+Test(conv_bf16_shape, a_forward_of_few_tiles_splits_their_depth) {
+  aq_conv2d_args_t a = {.n = 32, .c = 256, .h = 14, .wd = 14, .k = 256, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
+                        .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 7, .q = 7};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT);
+  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 25 * 4 * AQ_GPU_CONV2D_BF16_FWD_SPLIT * AQ_GPU_BLOCK, "1568 x 256: 25 x 4 tiles, a cluster each");
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, aq_planes_grid(1)).grid[0], s.grid[0]);
+  const char *names[AQ_GPU_OP_BUILDS_MAX];
+  const uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BF16, &a, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert_eq(n, 2, "the split build and the tiles (a stride: no Winograd)");
+  cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BF16);
+  cr_assert_eq(aq_gpu_op_build_shape(AQ_KERNEL_CONV2D_BF16, names[1], &a, aq_planes_grid(1)).grid[0],
+               aq_conv2d_bf16_gpu_shape(&a, 0).grid[0], "the tiles' own grid");
+  a.n = 64, a.h = a.wd = 28, a.p = a.q = 14; /* 196 x 4 tiles of 64x64: a wave's worth unsplit */
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16);
 }
