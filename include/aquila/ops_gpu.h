@@ -126,6 +126,10 @@ extern "C" {
 /* The same over clusters of 6: more of them at once, for dw whose tiles
  * would take a second, near-empty wave of clusters of 8. */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6 "aq_conv2d_bwd_filter_bf16_tc_split6"
+/* And over clusters of 16 (non-portable, sm_90's most): as many blocks on
+ * tiles of twice the rows, or twice the blocks, for dw of fewer tiles
+ * still. */
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16 "aq_conv2d_bwd_filter_bf16_tc_split16"
 
 #define AQ_KERNEL_MATMUL_F32_TILE64 "aq_matmul_f32_tile64"
 #define AQ_KERNEL_MATMUL_F32_ROWS "aq_matmul_f32_rows"

@@ -253,15 +253,15 @@ __device__ void split(const aq_conv2d_args_t &a, Gemm &gs, uint8_t *smem) {
 }
 
 // The split builds' tiles: the backward filter's thin ones where
-// aq_conv2d_bf16_gpu_tiles takes them, else 64x64.
+// aq_conv2d_bf16_split_tiles takes them, else 64x64.
 template <int S, int PASS>
 __device__ void split(const aq_conv2d_args_t &a) {
   __shared__ __align__(128) uint8_t smem[Small::SMEM];
   __shared__ Gemm gs;
   if (threadIdx.x == 0) gs = conv_gemm::make_gemm<uint16_t>(a, PASS);
   __syncthreads();
-  int tm, tn;
-  aq_conv2d_bf16_gpu_tiles(&a, PASS, &tm, &tn);
+  int tm = 64;
+  if (PASS == 2) aq_conv2d_bf16_split_tiles(&a, S, &tm);
   if (PASS == 2 && tm == Thin::BM) split<S, PASS, Thin>(a, gs, smem);
   else split<S, PASS, Small>(a, gs, smem);
 }
@@ -319,7 +319,7 @@ AQ_KERNEL void __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2) aq_conv2d_bwd_fi
 // cluster of S (conv2d_gemm.cuh's depth_split; ops_gpu.h: the grid's x a
 // multiple of the cluster): dw has few tiles and a long depth. A kernel
 // for each S: 8, or 6 where clusters of 8 would take a second wave
-// (launch.h: aq_conv2d_bf16_split6).
+// (launch.h: aq_conv2d_bf16_split_build); 16 for dw of fewer tiles still.
 template <int S>
 __device__ __forceinline__ void bwd_filter_tc_split(const aq_conv2d_args_t &a) {
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
@@ -335,6 +335,10 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_SPLIT6) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
     aq_conv2d_bwd_filter_bf16_tc_split6(aq_conv2d_args_t a) {
   bwd_filter_tc_split<AQ_GPU_CONV2D_SPLIT6>(a);
+}
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_SPLIT16) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
+    aq_conv2d_bwd_filter_bf16_tc_split16(aq_conv2d_args_t a) {
+  bwd_filter_tc_split<AQ_GPU_CONV2D_SPLIT16>(a);
 }
 
 // The forward of few tiles (small planes, many channels: a ResNet's last

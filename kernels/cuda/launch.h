@@ -223,6 +223,8 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_gemm_tiles(const aq_conv2d_ar
 #define AQ_GPU_CONV2D_SPLIT_CLUSTERS 30
 #define AQ_GPU_CONV2D_SPLIT6 6
 #define AQ_GPU_CONV2D_SPLIT6_CLUSTERS 39
+#define AQ_GPU_CONV2D_SPLIT16 16 /* bf16's tensor-core backward filter's most (non-portable) */
+#define AQ_GPU_CONV2D_SPLIT16_CLUSTERS 14
 
 /* The waves n blocks (or clusters) take, at_once of them at a time: the
  * tile rules below weigh a choice's waves times each one's length. */
@@ -872,16 +874,6 @@ static inline int aq_conv2d_bf16_filter_split(const aq_conv2d_args_t *a) {
   int tm, tn;
   return aq_conv2d_tiled_extents(a) && aq_conv2d_bf16_gpu_tiles(a, 2, &tm, &tn) < AQ_GPU_CONV2D_BF16_FEW_TILES;
 }
-/* Clusters of 6 (tc_split6) where their waves take less time than those
- * of 8: a wave's time a sixth of the depth against an eighth, so 36 tiles
- * (one wave of 6, against two of 8) go to 6, and 18 (one wave either way)
- * stay with 8. */
-static inline int aq_conv2d_bf16_split6(const aq_conv2d_args_t *a) {
-  int tm, tn;
-  const int64_t t = aq_conv2d_bf16_gpu_tiles(a, 2, &tm, &tn);
-  return aq_gpu_waves(t, AQ_GPU_CONV2D_SPLIT6_CLUSTERS) * AQ_GPU_CONV2D_BWD_FILTER_SPLIT <
-         aq_gpu_waves(t, AQ_GPU_CONV2D_SPLIT_CLUSTERS) * AQ_GPU_CONV2D_SPLIT6;
-}
 /* Whether bf16's forward splits its tiles' depth over clusters of
  * AQ_GPU_CONV2D_BF16_FWD_SPLIT (aq_conv2d_bf16_split): its tiles are the
  * 64x64 ones (too few larger ones), which leave SMs idle, and the split
@@ -900,10 +892,54 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_fwd_split_shape(const aq_conv2d
 static inline aq_dispatch_shape_t aq_conv2d_fwd_bf16_tiles_shape(const aq_conv2d_args_t *a) {
   return aq_conv2d_bf16_gpu_shape(a, 0);
 }
+/* A split build's tiles of dw (*tm: their rows) over clusters of split:
+ * the thin ones where 64x64 tiles split over clusters of split (of 8 at
+ * least) would leave an H100's SMs idle. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_split_tiles(const aq_conv2d_args_t *a, int split, int *tm) {
+  const int64_t small = aq_conv2d_gemm_tiles(a, 2, 64, 64);
+  *tm = small * (split < AQ_GPU_CONV2D_BWD_FILTER_SPLIT ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT : split) <
+                AQ_GPU_CONV2D_BF16_FEW_TILES
+            ? AQ_GPU_CONV2D_BF16_THIN
+            : 64;
+  return *tm == 64 ? small : aq_conv2d_gemm_tiles(a, 2, *tm, 64);
+}
+/* The tensor-core backward filter's split builds' clusters (build: its
+ * name), or 0 for another build. */
+static inline int aq_conv2d_bf16_tc_split(const char *build) {
+  static const char *const names[] = {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6,
+                                      AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16};
+  static const int splits[] = {AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_SPLIT6, AQ_GPU_CONV2D_SPLIT16};
+  for (int i = 0; i < 3; ++i)
+    if (!strcmp(build, names[i])) return splits[i];
+  return 0;
+}
+/* The split build of least time: its clusters' waves (clusters of 6, 8
+ * and 16 at once: 39, 30 and 14, two blocks an SM), each a block's share
+ * of a tile's depth, its tile's rows over its cluster. Ties go to the
+ * taller tiles (fewer bytes gathered a product), then to 8, 6, 16 in
+ * turn. So 128 -> 128's 36 tiles of 64x64 go to 6 (one wave), 64 -> 64's
+ * 9 to 16 (144 blocks on 64x64 tiles, where 8 took 18 of 32 rows), and
+ * 18 of 32 rows stay with 8 (the same tiles over 16 take two waves). */
+static inline const char *aq_conv2d_bf16_split_build(const aq_conv2d_args_t *a) {
+  static const char *const builds[] = {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6,
+                                       AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16};
+  static const int64_t at_once[] = {AQ_GPU_CONV2D_SPLIT_CLUSTERS, AQ_GPU_CONV2D_SPLIT6_CLUSTERS,
+                                    AQ_GPU_CONV2D_SPLIT16_CLUSTERS};
+  int best = 0, best_tm = 0;
+  int64_t cost = 0;
+  for (int i = 0; i < 3; ++i) {
+    const int split = aq_conv2d_bf16_tc_split(builds[i]);
+    int tm;
+    const int64_t tiles = aq_conv2d_bf16_split_tiles(a, split, &tm);
+    const int64_t c = aq_gpu_waves(tiles, at_once[i]) * tm * 48 / split; /* 48: whole for 6, 8, 16 */
+    if (!i || c < cost || (c == cost && tm > best_tm)) best = i, cost = c, best_tm = tm;
+  }
+  return builds[best];
+}
 /* The launch of a split build (split: its cluster's blocks). */
 static inline aq_dispatch_shape_t aq_conv2d_bf16_filter_split_shape(const aq_conv2d_args_t *a, int split) {
-  int tm, tn;
-  return aq_conv2d_filter_split_by(a, aq_conv2d_bf16_gpu_tiles(a, 2, &tm, &tn), split);
+  int tm;
+  return aq_conv2d_filter_split_by(a, aq_conv2d_bf16_split_tiles(a, split, &tm), split);
 }
 
 /* Whether pooling windows tile their planes (stride the window, no
@@ -940,8 +976,7 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
     return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_bf16_filter_split((const aq_conv2d_args_t *)kernarg))
-    return aq_conv2d_bf16_split6((const aq_conv2d_args_t *)kernarg) ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6
-                                                                    : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT;
+    return aq_conv2d_bf16_split_build((const aq_conv2d_args_t *)kernarg);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL))
     return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build((const aq_matmul_args_t *)kernarg), 0);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED)) /* the fused args start with the product's */
@@ -988,14 +1023,9 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_staged_split(aq_gpu_op_kernel(kernel, kernarg)));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
     return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT); /* its split build's */
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6) ||
-      (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_bf16_filter_split((const aq_conv2d_args_t *)kernarg))) {
-    const char *build = aq_gpu_op_kernel(kernel, kernarg); /* its split build's, or it named */
+  if (aq_conv2d_bf16_tc_split(kernel) || aq_conv2d_bf16_tc_split(pick)) /* named, or picked */
     return aq_conv2d_bf16_filter_split_shape((const aq_conv2d_args_t *)kernarg,
-                                             strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6)
-                                                 ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT
-                                                 : AQ_GPU_CONV2D_SPLIT6);
-  }
+                                             aq_conv2d_bf16_tc_split(aq_conv2d_bf16_tc_split(kernel) ? kernel : pick));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_SPLIT) || !strcmp(pick, AQ_KERNEL_CONV2D_BF16_SPLIT)) /* named, or picked */
     return aq_conv2d_bf16_fwd_split_shape((const aq_conv2d_args_t *)kernarg);
   if (aq_conv2d_bf16_pass(kernel) >= 0) return aq_conv2d_bf16_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_bf16_pass(kernel));
@@ -1109,6 +1139,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16, aq_conv2d_filter_staged16, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, aq_conv2d_tiled_extents, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, aq_conv2d_tiled_extents, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, aq_conv2d_bf16_filter_split, NULL},
   };
   const int n = (int)(sizeof(rules) / sizeof(rules[0]));
   if (!build) return index >= 0 && index < n && !strcmp(rules[index].op, op) ? &rules[index] : NULL;

@@ -111,8 +111,9 @@ static void bf16_case(const bcase_t *t) {
    * 5: over clusters of 6; 6, 7: the staged backward filter over clusters
    * of 4 and 16, every case (the direct loops where it does not apply);
    * 8: the Winograd forward and backward data, every case (the same);
-   * 9: the forward's tiles split over clusters of 2, every case */
-  for (int shape = 0; shape < 10; ++shape) {
+   * 9: the forward's tiles split over clusters of 2, every case; 10: the
+   * backward filter's over clusters of 16 */
+  for (int shape = 0; shape < 11; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -124,6 +125,9 @@ static void bf16_case(const bcase_t *t) {
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &a, aq_conv2d_bf16_filter_split_shape(&a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT));
       else if (shape == 5 && i == 2)
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, &a, aq_conv2d_bf16_filter_split_shape(&a, AQ_GPU_CONV2D_SPLIT6));
+      else if (shape == 10 && i == 2)
+        gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, &a,
+               aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, &a, cpu));
       else if (shape == 9 && i == 0)
         gk_run(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, cpu));
       else if (shape == 8 && i < 2) {
@@ -320,4 +324,23 @@ Test(conv_bf16_shape, a_forward_of_few_tiles_splits_their_depth) {
                aq_conv2d_bf16_gpu_shape(&a, 0).grid[0], "the tiles' own grid");
   a.n = 64, a.h = a.wd = 28, a.p = a.q = 14; /* 196 x 4 tiles of 64x64: a wave's worth unsplit */
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16);
+}
+
+/* A backward filter of 9 tiles of 64x64 (64 -> 64, 3x3) splits them over
+ * clusters of 16 (144 blocks, the tiles of twice the rows that clusters
+ * of 8 would take for as many blocks); 18 of them (64 -> 128) stay with
+ * 8, as 16 would take two waves. */
+Test(conv_bf16_shape, a_backward_filter_of_nine_tiles_splits_over_sixteen) {
+  aq_conv2d_args_t a = {.n = 32, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
+                        .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 56, .q = 56};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16);
+  int tm;
+  cr_assert_eq(aq_conv2d_bf16_split_tiles(&a, AQ_GPU_CONV2D_SPLIT16, &tm), 9);
+  cr_assert_eq(tm, 64);
+  cr_assert_eq(aq_conv2d_bf16_split_tiles(&a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT, &tm), 18, "8: thin tiles");
+  cr_assert_eq(tm, AQ_GPU_CONV2D_BF16_THIN);
+  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 9 * 16 * AQ_GPU_BLOCK);
+  a.k = 128;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
 }

@@ -63,7 +63,8 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3) && listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) &&
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6));
     n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, lenets[i], names, AQ_GPU_OP_BUILDS_MAX);
-    cr_assert_eq(n, 7);
+    cr_assert_eq(n, 8);
+    cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16));
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4) &&
               listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16));
     cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) &&
@@ -133,10 +134,11 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   unit.r = unit.s = 5, unit.pad_h = unit.pad_w = 2; /* no Winograd */
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA, &unit), AQ_KERNEL_CONV2D_BWD_DATA_X3);
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &wide, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 3, "the tensor cores, their tiles split over clusters of 8 (18 thin tiles: one wave), of 6, or not");
-  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
+  cr_assert_eq(n, 4, "the tensor cores, their tiles split over clusters of 16 (9 tiles of 64x64), 8, 6, or not");
+  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16);
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_FILTER_BF16);
-  cr_assert_str_eq(names[2], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6);
+  cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) &&
+            listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6));
   /* the forward: tiled, or the tensor cores */
   cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D, &lenet1, names, AQ_GPU_OP_BUILDS_MAX), 2);
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D);
@@ -147,6 +149,13 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   cr_assert_str_eq(names[0], aq_gpu_op_kernel(AQ_KERNEL_MATMUL, &mm));
   cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &lenet1, names, 2), 2);
   cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &lenet1, names, 0), 0);
+}
+
+/* A bf16 tensor-core split build's cluster, from its name's suffix (0:
+ * not one). */
+static int tc_cluster(const char *name) {
+  const char *s = strstr(name, "_tc_split");
+  return !s ? 0 : !strcmp(s, "_tc_split6") ? 6 : !strcmp(s, "_tc_split16") ? 16 : 8;
 }
 
 /* A staged build's cluster, from its name's suffix (0: not staged). */
@@ -177,10 +186,8 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
           want = aq_conv2d_ffma_gpu_shape(a, 2), want_group = 0;
         else if (strstr(names[b], "_wino"))
           want = aq_conv2d_wino_gpu_shape(a, names[b]), want_group = 0;
-        else if (strstr(names[b], "_tc_split"))
-          want = aq_conv2d_bf16_filter_split_shape(a, strstr(names[b], "_split6") ? AQ_GPU_CONV2D_SPLIT6
-                                                                                  : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),
-          want_group = 0;
+        else if (tc_cluster(names[b]))
+          want = aq_conv2d_bf16_filter_split_shape(a, tc_cluster(names[b])), want_group = 0;
         else if (staged_cluster(names[b]))
           want = aq_conv2d_filter_gpu_shape(a, staged_cluster(names[b])),
           want_group = (uint32_t)aq_conv2d_filter_bytes(a, staged_cluster(names[b]));
@@ -195,7 +202,8 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
         /* a cluster build's grid is whole clusters */
         if (strstr(names[b], "_split") || strstr(names[b], "_staged") || strstr(names[b], "_x3") || strstr(names[b], "_wino"))
           cr_assert_eq(sh.grid[0] / sh.workgroup[0] %
-                           (strstr(names[b], "_split6")      ? AQ_GPU_CONV2D_SPLIT6
+                           (tc_cluster(names[b])             ? tc_cluster(names[b])
+                            : strstr(names[b], "_split6")    ? AQ_GPU_CONV2D_SPLIT6
                             : strstr(names[b], "_wino_thin") ? AQ_GPU_CONV2D_WINO_THIN_SPLIT
                             : staged_cluster(names[b])       ? staged_cluster(names[b])
                                                              : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),

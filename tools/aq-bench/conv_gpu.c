@@ -426,6 +426,7 @@ static const char *bf16_path(const aq_conv2d_args_t *a, int pass, int split, cha
   char who[32] = "block";
   aq_conv2d_bf16_gpu_tiles(a, pass, &tm, &tn);
   if (split && pass == 0) tm = tn = 64; /* the forward's split build: always its 64x64 tiles */
+  if (split && pass == 2) aq_conv2d_bf16_split_tiles(a, split, &tm), tn = 64; /* the backward filter's, by its cluster */
   if (split) snprintf(who, sizeof(who), "cluster of %d", split);
   snprintf(buf, size, "implicit GEMM on tensor cores, a %s a %dx%d tile%s%s", who, tm, tn,
            split ? " splitting its depth" : "",
@@ -495,6 +496,7 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
             split = thin                                                  ? AQ_GPU_CONV2D_WINO_THIN_SPLIT
                     : !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT
                     : staged                                           ? staged
+                    : aq_conv2d_bf16_tc_split(build)                   ? aq_conv2d_bf16_tc_split(build)
                     : !strstr(build, "_split")                         ? 0
                     : !strcmp(build, AQ_KERNEL_CONV2D_BF16_SPLIT)      ? AQ_GPU_CONV2D_BF16_FWD_SPLIT
                     : strstr(build, "_split6")                         ? AQ_GPU_CONV2D_SPLIT6
