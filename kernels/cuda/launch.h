@@ -623,11 +623,13 @@ static inline const char *aq_conv2d_filter_staged_build(const aq_conv2d_args_t *
   return builds[bf16 ? 1 : 0][best];
 }
 
-/* A staged build's launch: a cluster of split blocks a group of filters. */
+/* A staged build's launch: a cluster of split blocks a group of filters
+ * (one cluster at least: a grid of none would not be whole clusters). */
 static inline aq_dispatch_shape_t aq_conv2d_filter_gpu_shape(const aq_conv2d_args_t *a, int split) {
   const int64_t group = aq_conv2d_filter_group(a, split) > 0 ? aq_conv2d_filter_group(a, split) : 1;
+  const int64_t clusters = a->k > 0 ? (a->k + group - 1) / group : 1;
   const uint16_t threads = (uint16_t)(aq_conv2d_filter_warps(a, group) * 32);
-  aq_dispatch_shape_t s = aq_gpu_threads_shape((a->k + group - 1) / group * split * threads);
+  aq_dispatch_shape_t s = aq_gpu_threads_shape(clusters * split * threads);
   s.workgroup[0] = threads;
   return s;
 }

@@ -199,9 +199,20 @@ Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
   aq_conv2d_args_t ok = {.x = (const float *)in, .w = (const float *)in, .y = out, .dy = (const float *)in,
                          .dx = out, .dw = out, .dbias = out + 2048, .n = 2, .c = 3, .h = 8, .wd = 8, .k = 4, .r = 3,
                          .s = 3, .p = 8, .q = 8, .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
-  const char *names[] = {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16};
+  /* the ops as the scheduler runs them (the rule's build, the op's
+   * shape), then every other build by name */
+  const char *names[] = {AQ_KERNEL_CONV2D_BF16,
+                         AQ_KERNEL_CONV2D_BWD_DATA_BF16,
+                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16,
+                         AQ_KERNEL_CONV2D_BF16_WINO,
+                         AQ_KERNEL_CONV2D_BF16_SPLIT,
+                         AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO,
+                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16,
+                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4,
+                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16};
   for (int kind = 0; kind < 8; ++kind)
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); ++i) {
+      const int pass = strstr(names[i], "bwd_filter") ? 2 : strstr(names[i], "bwd_data") ? 1 : 0;
       aq_conv2d_args_t a = ok;
       switch (kind) {
         case 0: a.n = -1; break;
@@ -210,10 +221,10 @@ Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
         case 3: a.dil_w = 0; break;
         case 4: a.pad_h = -1; break;
         case 5: a.q = 0; break;
-        case 6: i == 1 ? (a.dy = NULL) : (a.x = NULL); break;  /* an input the pass reads */
-        default: i == 0 ? (a.y = NULL) : i == 1 ? (a.dx = NULL) : (a.dw = NULL); /* its output */
+        case 6: pass == 1 ? (a.dy = NULL) : (a.x = NULL); break;  /* an input the pass reads */
+        default: pass == 0 ? (a.y = NULL) : pass == 1 ? (a.dx = NULL) : (a.dw = NULL); /* its output */
       }
-      const char *build = aq_gpu_op_kernel(names[i], &a); /* as the scheduler: the build, the op's shape */
+      const char *build = i < 3 ? aq_gpu_op_kernel(names[i], &a) : names[i];
       gk_run(build, &a, aq_gpu_op_shape(names[i], &a, aq_planes_grid(1)));
       cr_assert_eq(memcmp(before, out, sizeof(before)), 0, "%s wrote under bad kernarg %d", build, kind);
     }

@@ -171,7 +171,8 @@ Test(gpu_conv, bad_kernargs_write_nothing) {
                           AQ_KERNEL_CONV2D_FFMA, AQ_KERNEL_CONV2D_BWD_DATA_FFMA, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA,
                           AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN,
                           AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6, AQ_KERNEL_CONV2D_BWD_FILTER_WINO,
-                          AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN};
+                          AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED,
+                          AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16};
   for (int kind = 0; kind < 5; ++kind)
     for (int i = 0; i < (int)(sizeof(builds) / sizeof(builds[0])); ++i) {
       aq_conv2d_args_t a = ok;

@@ -323,3 +323,17 @@ Test(gpu_shapes, conv2d_tiled_backward_data_grows_past_48_kb_for_a_large_batch) 
   a.n = 256, a.k = 64;
   cr_assert_eq(aq_conv2d_tiled_bytes(&a, 1), 0, "64 planes pass two blocks an SM");
 }
+
+/* A staged build named for kernargs of no filters still launches whole
+ * clusters (its kernel then writes nothing): a grid of none was rounded
+ * to one block, which the CUDA driver refuses for a cluster kernel. */
+Test(gpu_shapes, a_staged_build_launches_whole_clusters_for_bad_kernargs) {
+  aq_conv2d_args_t a = {.n = 2, .c = 3, .h = 8, .wd = 8, .k = 0, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
+                        .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 8, .q = 8};
+  const int splits[] = {4, 8, 16};
+  for (int i = 0; i < 3; ++i) {
+    const aq_dispatch_shape_t s = aq_conv2d_filter_gpu_shape(&a, splits[i]);
+    cr_assert(s.grid[0] > 0 && s.grid[0] / s.workgroup[0] % splits[i] == 0, "clusters of %d: %u threads of %u", splits[i],
+              s.grid[0], s.workgroup[0]);
+  }
+}
