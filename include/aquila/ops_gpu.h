@@ -72,9 +72,10 @@ extern "C" {
  * a multiple of the cluster); the same kernarg struct and results. */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT "aq_conv2d_bwd_filter_f32_split"
 /* The staged build (sm_90 clusters, as the split one): where a filter row's
- * taps fit a thread's registers, a block sums a whole filter, every
- * channel, over its share of the batch, images staged in two buffers
- * (kernels/cuda/launch.h, aq_conv2d_filter_bytes). bf16 has its own. */
+ * taps fit a thread's registers, a block sums a group of whole filters,
+ * every channel, over its share of the batch, images staged in two
+ * buffers (kernels/cuda/launch.h, aq_conv2d_filter_bytes). bf16 has its
+ * own. */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_STAGED "aq_conv2d_bwd_filter_f32_staged"
 /* The same over clusters of 4 and of 16 (non-portable: sm_90's most): a
  * grid whose clusters of 8 would take a second wave, or leave SMs idle. */

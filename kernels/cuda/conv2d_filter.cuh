@@ -2,11 +2,12 @@
 // where it applies and the group segment it needs). The tiled path of
 // conv2d_tiled.cuh sums a row of taps a thread, one shared load a tap, and
 // stages a few images at a time with nothing in flight while it sums: on a
-// LeNet's layers that is latency, not arithmetic. Here a block takes one
-// filter over its share of the batch, every channel:
-//  - its warps split the channels (a whole number of warps each, or a warp
-//    several channels in turn), then each channel's staged output rows,
-//    cut into runs along q, a run a lane;
+// LeNet's layers that is latency, not arithmetic. Here a block takes a
+// group of filters (launch.h: aq_conv2d_filter_group; the images' windows
+// staged once for them all) over its share of the batch, every channel:
+//  - its warps split the (filter, channel) units (a whole number of warps
+//    each, or a warp several units in turn), then each unit's staged
+//    output rows, cut into runs along q, a run a lane;
 //  - a thread keeps the filter's r x T taps in registers and slides a
 //    window of T columns of x (a ring whose slots the unrolled loop names
 //    at compile time) along its run, so each dy value feeds r * T FMAs for

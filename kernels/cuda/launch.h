@@ -388,9 +388,11 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_tiled_bytes(const aq_conv2d_a
  * Where a filter's taps fit a thread's registers (3 x 3 or 5 x 5 at most,
  * 3 or 5 rows, unit column stride and dilation) and one image's window
  * and dy plane fit a stage, the backward filter takes the staged build
- * (AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, bf16's too; a cluster a filter): a
- * block takes filter k, every channel, over its rank's share of the batch. Its warps split the channels, then each
- * channel's staged output rows, cut into runs along q; a thread keeps the
+ * (AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, bf16's too, over clusters of 8;
+ * _STAGED4 and _STAGED16 over 4 and 16; a cluster a group of filters): a
+ * block takes the group, every channel, over its rank's share of the
+ * batch. Its warps split the (filter, channel) units, then each unit's
+ * staged output rows, cut into runs along q; a thread keeps the
  * whole r x T filter in registers and slides a window of x along the run,
  * so each dy value feeds r * T FMAs for r + 1 shared loads. Images are
  * staged in two buffers, the next copied (cp.async) while the current is
