@@ -596,15 +596,21 @@ static inline int aq_conv2d_filter_staged16(const aq_conv2d_args_t *a) {
   return aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_STAGED_MANY) > 0;
 }
 
+/* The cluster of build where it is names[i] (splits[i]), or 0. */
+static inline int aq_gpu_build_split(const char *build, const char *const *names, const int *splits, int n) {
+  for (int i = 0; i < n; ++i)
+    if (!strcmp(build, names[i])) return splits[i];
+  return 0;
+}
+
 /* A staged build's cluster (build: its name), or 0: not a staged build. */
 static inline int aq_conv2d_staged_split(const char *build) {
   static const char *const names[] = {AQ_KERNEL_CONV2D_BWD_FILTER_STAGED,      AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4,
                                       AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16,    AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED,
                                       AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16};
-  static const int splits[] = {AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_STAGED_FEW, AQ_GPU_CONV2D_STAGED_MANY};
-  for (int i = 0; i < 6; ++i)
-    if (!strcmp(build, names[i])) return splits[i % 3];
-  return 0;
+  static const int splits[] = {AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_STAGED_FEW, AQ_GPU_CONV2D_STAGED_MANY,
+                               AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_STAGED_FEW, AQ_GPU_CONV2D_STAGED_MANY};
+  return aq_gpu_build_split(build, names, splits, 6);
 }
 
 /* The staged build the launch rule picks (fp32's or bf16's backward
@@ -913,9 +919,7 @@ static inline int aq_conv2d_bf16_tc_split(const char *build) {
   static const char *const names[] = {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6,
                                       AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16};
   static const int splits[] = {AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_SPLIT6, AQ_GPU_CONV2D_SPLIT16};
-  for (int i = 0; i < 3; ++i)
-    if (!strcmp(build, names[i])) return splits[i];
-  return 0;
+  return aq_gpu_build_split(build, names, splits, 3);
 }
 /* The split build of least time: its clusters' waves (clusters of 6, 8
  * and 16 at once: 39, 30 and 14, two blocks an SM), each a block's share
