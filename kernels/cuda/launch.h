@@ -634,7 +634,7 @@ static inline const char *aq_conv2d_filter_staged_build(const aq_conv2d_args_t *
 /* A staged build's launch: a cluster of split blocks a group of filters
  * (one cluster at least: a grid of none would not be whole clusters). */
 static inline aq_dispatch_shape_t aq_conv2d_filter_gpu_shape(const aq_conv2d_args_t *a, int split) {
-  const int64_t group = aq_conv2d_filter_group(a, split) > 0 ? aq_conv2d_filter_group(a, split) : 1;
+  const int64_t found = aq_conv2d_filter_group(a, split), group = found > 0 ? found : 1;
   const int64_t clusters = a->k > 0 ? (a->k + group - 1) / group : 1;
   const uint16_t threads = (uint16_t)(aq_conv2d_filter_warps(a, group) * 32);
   aq_dispatch_shape_t s = aq_gpu_threads_shape(clusters * split * threads);
@@ -1024,11 +1024,11 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (ffma >= 0 || (pass >= 0 && !x3 && aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass))) /* named, or the op's pick */
     return aq_conv2d_ffma_gpu_shape((const aq_conv2d_args_t *)kernarg, ffma >= 0 ? ffma : pass);
   if (pass >= 0 && (x3 || aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))) { /* the x3 build's, named or picked */
-    return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass, x3 ? kernel : aq_gpu_op_kernel(kernel, kernarg));
+    return aq_conv2d_x3_gpu_shape((const aq_conv2d_args_t *)kernarg, pass, x3 ? kernel : pick);
   }
-  if ((!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16)) &&
-      aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg)) /* its staged build's */
-    return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_staged_split(aq_gpu_op_kernel(kernel, kernarg)));
+  if (aq_conv2d_staged_split(kernel) || aq_conv2d_staged_split(pick)) /* named, or picked */
+    return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg,
+                                      aq_conv2d_staged_split(aq_conv2d_staged_split(kernel) ? kernel : pick));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
     return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT); /* its split build's */
   if (aq_conv2d_bf16_tc_split(kernel) || aq_conv2d_bf16_tc_split(pick)) /* named, or picked */
@@ -1044,8 +1044,6 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA)) return aq_conv2d_bwd_data_plain_shape(a);
     return aq_conv2d_bwd_filter_gpu_shape(a, aq_conv2d_bwd_filter_split(a));
   }
-  if (aq_conv2d_staged_split(kernel))
-    return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_staged_split(kernel));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT))
     return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT);
   if (!strcmp(kernel, AQ_KERNEL_MAX_POOL) || !strcmp(kernel, AQ_KERNEL_AVG_POOL))
