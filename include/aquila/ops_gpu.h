@@ -131,6 +131,13 @@ extern "C" {
  * tiles of twice the rows, or twice the blocks, for dw of fewer tiles
  * still. */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16 "aq_conv2d_bwd_filter_bf16_tc_split16"
+/* bf16's backward filter of a filter three taps wide at unit stride, a
+ * block a row of taps of a 64-filter x 32-channel tile over its share of
+ * dy's rows, staged whole (sm_90: its cluster's blocks split the rows;
+ * clusters of 16, or of 8 in the _rows8 build); launch.h says where it
+ * applies and picks its grid. */
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS "aq_conv2d_bwd_filter_bf16_rows"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8 "aq_conv2d_bwd_filter_bf16_rows8"
 
 #define AQ_KERNEL_MATMUL_F32_TILE64 "aq_matmul_f32_tile64"
 #define AQ_KERNEL_MATMUL_F32_ROWS "aq_matmul_f32_rows"

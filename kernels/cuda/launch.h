@@ -950,6 +950,66 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_filter_split_shape(const aq_con
   return aq_conv2d_filter_split_by(a, aq_conv2d_bf16_split_tiles(a, split, &tm), split);
 }
 
+/* ---- bf16's backward filter by rows (conv2d_bf16_rows.cu) -------------------
+ * A cluster a tile of dw: 64 filters x 32 channels x one filter row r of
+ * three taps, its blocks a share of dy's rows (n, p) each, staged whole
+ * with the rows of x they meet (cp.async). So it takes unit stride and
+ * dilation, filters three taps wide, a row of dy within DROW elements (the
+ * products' 16-wide steps read up to 64) and of x within XROW - XOFF, the
+ * padding within XOFF, and rows of an even number of elements (4-byte
+ * copies); 32-bit indices. */
+#define AQ_GPU_CONV2D_ROWS_FILTERS 64
+#define AQ_GPU_CONV2D_ROWS_CHANNELS 32
+#define AQ_GPU_CONV2D_ROWS_XOFF 8
+#define AQ_GPU_CONV2D_ROWS_XROW 88
+#define AQ_GPU_CONV2D_ROWS_DROW 72
+/* A rows build's block (split: its cluster): four warp groups of a row of
+ * dy each over clusters of 16 (a block an SM: few tiles), two over
+ * clusters of 8 (two blocks an SM); and its group segment, three stages of
+ * a row a group. */
+#define AQ_GPU_CONV2D_ROWS_THREADS(split) ((split) == 16 ? 512 : 256)
+#define AQ_GPU_CONV2D_ROWS_BYTES(threads)                                                                            \
+  (3 * ((threads) / 128) *                                                                                              \
+   (AQ_GPU_CONV2D_ROWS_FILTERS * AQ_GPU_CONV2D_ROWS_DROW + AQ_GPU_CONV2D_ROWS_CHANNELS * AQ_GPU_CONV2D_ROWS_XROW) * 2)
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bf16_rows_fits(const aq_conv2d_args_t *a) {
+  return aq_conv2d_tiled_extents(a) && aq_conv2d_fits32(a) && a->s == 3 && a->stride_h == 1 && a->stride_w == 1 &&
+         a->dil_h == 1 && a->dil_w == 1 && a->q <= 64 && a->wd <= AQ_GPU_CONV2D_ROWS_XROW - AQ_GPU_CONV2D_ROWS_XOFF &&
+         a->pad_w <= AQ_GPU_CONV2D_ROWS_XOFF && a->q % 2 == 0 && a->wd % 2 == 0;
+}
+/* Its tiles: filter tiles x channel tiles x filter rows. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_rows_tiles(const aq_conv2d_args_t *a) {
+  return (a->k + AQ_GPU_CONV2D_ROWS_FILTERS - 1) / AQ_GPU_CONV2D_ROWS_FILTERS *
+         ((a->c + AQ_GPU_CONV2D_ROWS_CHANNELS - 1) / AQ_GPU_CONV2D_ROWS_CHANNELS) * a->r;
+}
+/* A rows build's cluster (build: its name), or 0: not a rows build. */
+static inline int aq_conv2d_bf16_rows_split(const char *build) {
+  static const char *const names[] = {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8};
+  static const int splits[] = {AQ_GPU_CONV2D_SPLIT16, AQ_GPU_CONV2D_BWD_FILTER_SPLIT};
+  return aq_gpu_build_split(build, names, splits, 2);
+}
+/* Its launch: a cluster a tile, then the bias gradient's items; whole
+ * clusters for kernargs of no tiles too (the kernel refuses them). */
+static inline aq_dispatch_shape_t aq_conv2d_bf16_rows_shape(const aq_conv2d_args_t *a, int split) {
+  const int64_t tiles = aq_conv2d_bf16_rows_tiles(a), items = a->dbias && a->k > 0 ? (a->k + 7) / 8 : 0;
+  aq_dispatch_shape_t s = aq_gpu_threads_shape(((tiles > 0 ? tiles : 1) + (items + split - 1) / split) * split *
+                                               AQ_GPU_CONV2D_ROWS_THREADS(split));
+  s.workgroup[0] = (uint16_t)AQ_GPU_CONV2D_ROWS_THREADS(split);
+  return s;
+}
+/* The rows build the launch rule gives a (its name), or NULL: clusters of
+ * 16 where the tiles run in one wave of them (AQ_GPU_CONV2D_ROWS16_CLUSTERS
+ * at once, cuOccupancyMaxActiveClusters), else of 8 where they take at
+ * most two (AQ_GPU_CONV2D_ROWS8_CLUSTERS); more tiles, each of fewer rows,
+ * run faster as the implicit GEMM's. */
+#define AQ_GPU_CONV2D_ROWS16_CLUSTERS 7
+#define AQ_GPU_CONV2D_ROWS8_CLUSTERS 30
+static inline const char *aq_conv2d_bf16_rows_build(const aq_conv2d_args_t *a) {
+  if (!aq_conv2d_bf16_rows_fits(a)) return NULL;
+  const int64_t tiles = aq_conv2d_bf16_rows_tiles(a);
+  if (tiles <= AQ_GPU_CONV2D_ROWS16_CLUSTERS) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS;
+  return aq_gpu_waves(tiles, AQ_GPU_CONV2D_ROWS8_CLUSTERS) <= 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8 : NULL;
+}
+
 /* Whether pooling windows tile their planes (stride the window, no
  * padding, a whole number of windows): the backward pass then runs a thread
  * an output, writing its window whole, rather than a thread an input
@@ -983,6 +1043,8 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     return AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
     return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_bf16_rows_build((const aq_conv2d_args_t *)kernarg))
+    return aq_conv2d_bf16_rows_build((const aq_conv2d_args_t *)kernarg);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_bf16_filter_split((const aq_conv2d_args_t *)kernarg))
     return aq_conv2d_bf16_split_build((const aq_conv2d_args_t *)kernarg);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL))
@@ -1003,6 +1065,7 @@ static __attribute__((noinline, unused)) uint32_t aq_gpu_op_group_segment(const 
   const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return AQ_GPU_MATMUL_BF16_GROUP_SEGMENT;
   if (aq_conv2d_staged_split(kernel)) return (uint32_t)aq_conv2d_filter_bytes(a, aq_conv2d_staged_split(kernel));
+  if (aq_conv2d_bf16_rows_split(kernel)) return AQ_GPU_CONV2D_ROWS_BYTES(AQ_GPU_CONV2D_ROWS_THREADS(aq_conv2d_bf16_rows_split(kernel)));
   for (int i = 0; i < 5; ++i) /* the tiled passes */
     if (!strcmp(kernel, conv[i])) return (uint32_t)aq_conv2d_tiled_bytes(a, i < 2 ? i : 2);
   return 0;
@@ -1034,6 +1097,9 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (aq_conv2d_bf16_tc_split(kernel) || aq_conv2d_bf16_tc_split(pick)) /* named, or picked */
     return aq_conv2d_bf16_filter_split_shape((const aq_conv2d_args_t *)kernarg,
                                              aq_conv2d_bf16_tc_split(aq_conv2d_bf16_tc_split(kernel) ? kernel : pick));
+  if (aq_conv2d_bf16_rows_split(kernel) || aq_conv2d_bf16_rows_split(pick)) /* named, or picked */
+    return aq_conv2d_bf16_rows_shape((const aq_conv2d_args_t *)kernarg,
+                                     aq_conv2d_bf16_rows_split(aq_conv2d_bf16_rows_split(kernel) ? kernel : pick));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_SPLIT) || !strcmp(pick, AQ_KERNEL_CONV2D_BF16_SPLIT)) /* named, or picked */
     return aq_conv2d_bf16_fwd_split_shape((const aq_conv2d_args_t *)kernarg);
   if (aq_conv2d_bf16_pass(kernel) >= 0) return aq_conv2d_bf16_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_bf16_pass(kernel));
@@ -1146,6 +1212,8 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, aq_conv2d_tiled_extents, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, aq_conv2d_tiled_extents, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, aq_conv2d_bf16_filter_split, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, aq_conv2d_bf16_rows_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8, aq_conv2d_bf16_rows_fits, NULL},
   };
   const int n = (int)(sizeof(rules) / sizeof(rules[0]));
   if (!build) return index >= 0 && index < n && !strcmp(rules[index].op, op) ? &rules[index] : NULL;

@@ -148,7 +148,7 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
   cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 f32 fwd: aq_conv2d_f32_wino, Winograd's F(2x2, 3x3), a block 32 output "
                         "tiles of 2x2 by 32 channels; the launch rule's"),
             "%s", out);
-  /* 4 tiles of 32x32 would leave most of an H100's clusters idle: 16-row ones for fp32; bf16 its 9 of 64x64 over 16 */
+  /* 4 tiles of 32x32 would leave most of an H100's clusters idle: 16-row ones for fp32; bf16 a cluster of 16 a row of taps */
   cr_assert(strstr(out, "f32 bwd_filter: aq_conv2d_bwd_filter_f32_wino_thin, Winograd's F(3x3, 2x2), a cluster of 16 a "
                         "16x32 tile of dw splitting dy's tiles"),
             "%s", out);
@@ -156,8 +156,8 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
   cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 bf16 fwd: aq_conv2d_bf16, implicit GEMM on tensor cores, a block a "
                         "128x64 tile;"),
             "%s", out);
-  cr_assert(strstr(out, "bf16 bwd_filter: aq_conv2d_bwd_filter_bf16_tc_split16, implicit GEMM on tensor cores, a cluster of 16 "
-                        "a 64x64 tile splitting its depth, rows of x and dy gathered whole"),
+  cr_assert(strstr(out, "bf16 bwd_filter: aq_conv2d_bwd_filter_bf16_rows, tensor cores, a cluster of 16 a filter row of a "
+                        "64-filter x 32-channel tile, splitting dy's rows (staged whole); the launch rule's"),
             "%s", out);
   const char *exact = "conv --agent gpu --explain --precision exact --dtype f32 --shapes 32,64,56,56,64,3,3,1,1";
   cr_assert_eq(run_program("bin/aq-bench", exact, out, sizeof(out)), 0, "%s", out);

@@ -45,6 +45,12 @@ static const bcase_t cases[] = {
     {2, 33, 5, 4, 64, 5, 5, 3, 3, 2, 2, 1, 1},    /* stride 3 over 5 x 4: phases of 2, 1 rows and columns */
     {2, 34, 9, 9, 33, 4, 4, 4, 4, 0, 0, 2, 2},    /* stride 4, dilation 2: odd phases without a tap */
     {2, 3, 32, 32, 64, 16, 16, 16, 16, 0, 0, 1, 1}, /* a patch embedding: 256 phases, a tap each */
+    /* The rows builds' (launch.h: aq_conv2d_bf16_rows_fits): three taps wide at unit stride, even rows. */
+    {2, 40, 10, 12, 70, 3, 3, 1, 1, 1, 1, 1, 1},  /* 2 x 2 tiles, both cut short; 8-byte copies; 20 rows over 16 */
+    {3, 33, 9, 16, 64, 5, 3, 1, 1, 2, 0, 1, 1},   /* 5 filter rows; no padding along q: 4-byte copies, even taps */
+    {2, 64, 8, 64, 32, 3, 3, 1, 1, 1, 1, 1, 1},   /* q = 64: four steps a row, 16-byte copies */
+    {2, 8, 6, 14, 8, 3, 3, 1, 1, 1, 2, 1, 1},     /* padding 2 along q (q = 16 > w) */
+    {4, 32, 30, 28, 64, 3, 3, 1, 1, 1, 1, 1, 1},  /* 120 rows: each rank's through the three stages */
 };
 
 static uint16_t *bf16_random(size_t n, unsigned seed, double *vals) {
@@ -112,8 +118,10 @@ static void bf16_case(const bcase_t *t) {
    * of 4 and 16, every case (the direct loops where it does not apply);
    * 8: the Winograd forward and backward data, every case (the same);
    * 9: the forward's tiles split over clusters of 2, every case; 10: the
-   * backward filter's over clusters of 16 */
-  for (int shape = 0; shape < 11; ++shape) {
+   * backward filter's over clusters of 16; 11, 12: the rows builds over
+   * clusters of 16 and 8, every case (the direct loops where they do not
+   * apply) */
+  for (int shape = 0; shape < 13; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -128,7 +136,10 @@ static void bf16_case(const bcase_t *t) {
       else if (shape == 10 && i == 2)
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, &a,
                aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, &a, cpu));
-      else if (shape == 9 && i == 0)
+      else if (shape >= 11 && i == 2) {
+        const char *rows = shape == 11 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8;
+        gk_run(rows, &a, aq_gpu_op_shape(rows, &a, cpu));
+      } else if (shape == 9 && i == 0)
         gk_run(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, cpu));
       else if (shape == 8 && i < 2) {
         const char *wino = i ? AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO : AQ_KERNEL_CONV2D_BF16_WINO;
@@ -209,7 +220,9 @@ Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
                          AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4,
-                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16};
+                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16,
+                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS,
+                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8};
   for (int kind = 0; kind < 8; ++kind)
     for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); ++i) {
       const int pass = strstr(names[i], "bwd_filter") ? 2 : strstr(names[i], "bwd_data") ? 1 : 0;
@@ -264,10 +277,12 @@ Test(conv_bf16_shape, a_block_a_tile) {
   cr_assert(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, &lenet) > 0, "the tiled split build fits too");
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16,
                    "56x56 planes of 64 channels: the tensor cores");
-  /* with its strides given: 9 x 2 tiles of 576 x 128 are few, split over clusters */
+  /* with its strides given: 9 x 2 tiles of 576 x 128 are few, split over
+   * clusters (the rows build's rule, three taps wide at unit stride, first) */
   big.stride_h = big.stride_w = big.dil_h = big.dil_w = 1, big.pad_h = big.pad_w = 1;
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
-  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big, aq_planes_grid(1));
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8);
+  cr_assert_str_eq(aq_conv2d_bf16_split_build(&big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &big, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], 18 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * T, "a cluster a tile");
   big.dbias = (float *)&big;
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &big, aq_planes_grid(1));
@@ -276,8 +291,8 @@ Test(conv_bf16_shape, a_block_a_tile) {
   /* 128 -> 128 at 28x28: 36 tiles, two waves of clusters of 8 (30 at a time), one of 6 */
   aq_conv2d_args_t r128 = {.n = 32, .c = 128, .h = 28, .wd = 28, .k = 128, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
                            .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 28, .q = 28};
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &r128), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6);
-  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &r128, aq_planes_grid(1));
+  cr_assert_str_eq(aq_conv2d_bf16_split_build(&r128), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6);
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, &r128, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], 36 * AQ_GPU_CONV2D_SPLIT6 * T);
   r128.dbias = (float *)&r128;
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6, &r128, aq_planes_grid(1));
@@ -344,14 +359,51 @@ Test(conv_bf16_shape, a_forward_of_few_tiles_splits_their_depth) {
 Test(conv_bf16_shape, a_backward_filter_of_nine_tiles_splits_over_sixteen) {
   aq_conv2d_args_t a = {.n = 32, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
                         .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 56, .q = 56};
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16);
+  cr_assert_str_eq(aq_conv2d_bf16_split_build(&a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16);
   int tm;
   cr_assert_eq(aq_conv2d_bf16_split_tiles(&a, AQ_GPU_CONV2D_SPLIT16, &tm), 9);
   cr_assert_eq(tm, 64);
   cr_assert_eq(aq_conv2d_bf16_split_tiles(&a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT, &tm), 18, "8: thin tiles");
   cr_assert_eq(tm, AQ_GPU_CONV2D_BF16_THIN);
-  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1));
+  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, &a, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], 9 * 16 * AQ_GPU_BLOCK);
   a.k = 128;
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
+  cr_assert_str_eq(aq_conv2d_bf16_split_build(&a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
+}
+
+/* A backward filter three taps wide at unit stride takes the rows builds:
+ * over clusters of 16, blocks of 512 threads, where its tiles (64 filters
+ * x 32 channels x a filter row) run in one wave of them; over clusters of
+ * 8, blocks of 256, where they take at most two waves of those; the
+ * implicit GEMM past that, and for other filters, strides or rows. */
+Test(conv_bf16_shape, three_taps_at_unit_stride_take_the_rows_builds) {
+  aq_conv2d_args_t a = {.n = 8, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
+                        .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 56, .q = 56};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS);
+  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1));
+  cr_assert_eq(s.workgroup[0], 512);
+  cr_assert_eq(s.grid[0], 6 * 16 * 512, "1 x 2 x 3 tiles, a cluster of 16 each");
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, &a), 3 * 4 * (64 * 72 + 32 * 88) * 2);
+  a.dbias = (float *)&a;
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], (6 + 1) * 16 * 512, "and 8 items of 8 bias gradients: a cluster");
+  a.dbias = NULL, a.c = a.k = 128, a.h = a.wd = a.p = a.q = 28;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8, "24 tiles");
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1));
+  cr_assert_eq(s.workgroup[0], 256);
+  cr_assert_eq(s.grid[0], 24 * 8 * 256);
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8, &a), 3 * 2 * (64 * 72 + 32 * 88) * 2);
+  a.c = a.k = 256, a.h = a.wd = a.p = a.q = 14;
+  cr_assert_null(aq_conv2d_bf16_rows_build(&a), "96 tiles: four waves of clusters of 8");
+  aq_conv2d_args_t other = {.n = 8, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
+                            .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 28, .q = 28};
+  cr_assert(!aq_conv2d_bf16_rows_fits(&other), "stride 2");
+  other.stride_h = other.stride_w = 1, other.p = other.q = 56, other.r = other.s = 5, other.pad_h = other.pad_w = 2;
+  cr_assert(!aq_conv2d_bf16_rows_fits(&other), "five taps wide");
+  other.r = other.s = 3, other.pad_h = other.pad_w = 1, other.h = other.wd = other.p = other.q = 112;
+  cr_assert(!aq_conv2d_bf16_rows_fits(&other), "rows of dy past 64");
+  other.h = other.wd = other.p = other.q = 55;
+  cr_assert(!aq_conv2d_bf16_rows_fits(&other), "odd rows: 4-byte copies");
+  other.h = other.wd = other.p = other.q = 56;
+  cr_assert(aq_conv2d_bf16_rows_fits(&other));
 }

@@ -134,11 +134,14 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   unit.r = unit.s = 5, unit.pad_h = unit.pad_w = 2; /* no Winograd */
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA, &unit), AQ_KERNEL_CONV2D_BWD_DATA_X3);
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &wide, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 4, "the tensor cores, their tiles split over clusters of 16 (9 tiles of 64x64), 8, 6, or not");
-  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16);
+  cr_assert_eq(n, 6, "three taps wide at unit stride: the rows builds over clusters of 16 and 8, the tensor cores' tiles "
+                     "split over clusters of 16, 8, 6, or not");
+  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, "6 tiles of 64 filters x 32 channels x a filter row");
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_FILTER_BF16);
   cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) &&
-            listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6));
+            listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6) &&
+            listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16) &&
+            listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8));
   /* the forward: tiled, or the tensor cores */
   cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D, &lenet1, names, AQ_GPU_OP_BUILDS_MAX), 2);
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D);
@@ -156,6 +159,12 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
 static int tc_cluster(const char *name) {
   const char *s = strstr(name, "_tc_split");
   return !s ? 0 : !strcmp(s, "_tc_split6") ? 6 : !strcmp(s, "_tc_split16") ? 16 : 8;
+}
+
+/* A rows build's cluster, from its name's suffix (0: not one). */
+static int rows_cluster(const char *name) {
+  const char *s = strstr(name, "_rows");
+  return !s ? 0 : !strcmp(s, "_rows8") ? 8 : 16;
 }
 
 /* A staged build's cluster, from its name's suffix (0: not staged). */
@@ -188,6 +197,8 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
           want = aq_conv2d_wino_gpu_shape(a, names[b]), want_group = 0;
         else if (tc_cluster(names[b]))
           want = aq_conv2d_bf16_filter_split_shape(a, tc_cluster(names[b])), want_group = 0;
+        else if (rows_cluster(names[b]))
+          want = aq_conv2d_bf16_rows_shape(a, rows_cluster(names[b])), want_group = AQ_GPU_CONV2D_ROWS_BYTES(AQ_GPU_CONV2D_ROWS_THREADS(rows_cluster(names[b])));
         else if (staged_cluster(names[b]))
           want = aq_conv2d_filter_gpu_shape(a, staged_cluster(names[b])),
           want_group = (uint32_t)aq_conv2d_filter_bytes(a, staged_cluster(names[b]));
@@ -200,9 +211,11 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
         cr_assert(same_shape(sh, want), "case %d: %s launches as another build", i, names[b]);
         cr_assert_eq(group, want_group, "case %d: %s's group segment", i, names[b]);
         /* a cluster build's grid is whole clusters */
-        if (strstr(names[b], "_split") || strstr(names[b], "_staged") || strstr(names[b], "_x3") || strstr(names[b], "_wino"))
+        if (strstr(names[b], "_split") || strstr(names[b], "_staged") || strstr(names[b], "_x3") || strstr(names[b], "_wino") ||
+            rows_cluster(names[b]))
           cr_assert_eq(sh.grid[0] / sh.workgroup[0] %
                            (tc_cluster(names[b])             ? tc_cluster(names[b])
+                            : rows_cluster(names[b])         ? rows_cluster(names[b])
                             : strstr(names[b], "_split6")    ? AQ_GPU_CONV2D_SPLIT6
                             : strstr(names[b], "_wino_thin") ? AQ_GPU_CONV2D_WINO_THIN_SPLIT
                             : staged_cluster(names[b])       ? staged_cluster(names[b])

@@ -524,10 +524,15 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
              : !gpu.handle ? "no GPU here to tune on"
                            : "not tuned for this GPU: AQ_TUNE=0, or tuning failed");
   }
+  const int rows = aq_conv2d_bf16_rows_split(build); /* bf16's rows builds: their own path */
+  const char *how = path;
+  if (rows)
+    snprintf(path, sizeof(path), "tensor cores, a cluster of %d a filter row of a %d-filter x %d-channel tile, splitting dy's rows (staged whole)",
+             rows, AQ_GPU_CONV2D_ROWS_FILTERS, AQ_GPU_CONV2D_ROWS_CHANNELS);
+  else
+    how = path_of(a, group > 0, staged, split, x3, ffma, bf16, pass, !bf16 && aq_conv2d_data_runs(a), path, sizeof(path));
   fprintf(stderr, "conv %s %s %s: %s, %s; %s; %llu blocks of %llu threads, %u bytes of shared memory a block\n", tok,
-          bf16 ? "bf16" : "f32", passes[pass], build,
-          path_of(a, group > 0, staged, split, x3, ffma, bf16, pass, !bf16 && aq_conv2d_data_runs(a), path, sizeof(path)),
-          why,
+          bf16 ? "bf16" : "f32", passes[pass], build, how, why,
           (unsigned long long)blocks, (unsigned long long)threads, group);
 }
 

@@ -1,0 +1,303 @@
+// aq_conv2d_bwd_filter_bf16_rows (and _rows8): bf16's backward filter of a
+// filter three taps wide at unit stride, a row of taps a block, on tensor
+// cores (launch.h: aq_conv2d_bf16_rows_fits says where it applies).
+//
+// The implicit GEMM's backward filter (conv2d_bf16.cu) gathers B, x's
+// windows, a column per (c, r, s): each x value is loaded and stored into
+// shared memory once for every tap that reads it, an element at a time
+// where s is odd. Here a block takes one filter row r, its three taps, and
+// a tile of 64 filters x 32 channels; its share of dy's rows (n, p) is
+// copied whole (cp.async, three stages), each with the row of x it meets
+// (h = p + r - pad), as they lie in memory. A warp's B fragment of tap s is
+// then x's row at an offset of s: the three taps' fragments come from the
+// same two or three words, the odd taps' through a byte permute, and dy's
+// rows feed A through ldmatrix. Two warp groups take alternate rows and add
+// their sums in shared memory; a cluster's blocks split the rows and add
+// theirs in rank order, each rank a slice of the tile (deterministic). Then
+// the bias gradient's items, as the other split builds' (conv2d_gemm.cuh).
+#include "launch.h"
+#include "conv2d_filter.cuh"
+#include "conv2d_gemm.cuh"
+#include "mma_bf16.cuh"
+
+#ifndef AQ_HIP
+namespace conv_rows {
+
+constexpr int KT = AQ_GPU_CONV2D_ROWS_FILTERS, CT = AQ_GPU_CONV2D_ROWS_CHANNELS, TAPS = 3;
+constexpr int XOFF = AQ_GPU_CONV2D_ROWS_XOFF; /* x[w] lies at XOFF + w of its staged row; zeros before and after */
+constexpr int XROW = AQ_GPU_CONV2D_ROWS_XROW, DROW = AQ_GPU_CONV2D_ROWS_DROW; /* elements a staged row */
+constexpr int STAGES = 3, TILE = KT * CT * TAPS, MI = KT / 16;
+static_assert(CT == 4 * 8, "groups of four warps, a warp 8 channels");
+
+// A block of T threads: T / 128 warp groups, each a row (n, p) of a stage.
+template <int T>
+struct Block {
+  static constexpr int THREADS = T, GROUPS = T / 128, RPS = GROUPS;
+  static constexpr int DY_BYTES = RPS * KT * DROW * 2, X_BYTES = RPS * CT * XROW * 2, STAGE = DY_BYTES + X_BYTES;
+  static_assert(T % 128 == 0 && STAGES * STAGE == AQ_GPU_CONV2D_ROWS_BYTES(T), "launch.h's group segment");
+  static_assert(GROUPS * TILE * 4 <= STAGES * STAGE, "the groups' sums and the block's tile fit in the stages");
+};
+static_assert(XROW % 8 == 0 && DROW % 8 == 0 && XOFF % 8 == 0, "16-byte rows");
+/* A warp's B words: lanes (g, t) read word g * XROW / 2 + t, 32 banks apart
+ * only if the row's words are an odd multiple of 4; ldmatrix's 8 rows of dy
+ * fall in 8 bank groups where DROW / 8 is odd. */
+static_assert((XROW / 2) % 8 == 4 && (DROW / 8) % 2 == 1, "conflict-free rows");
+
+// One copy of U bytes into shared memory, zeros where !valid (src-size 0).
+template <int U>
+__device__ __forceinline__ void copy(uint32_t dst, const void *src, bool valid) {
+  if constexpr (U == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(U), "r"(valid ? U : 0)
+                 : "memory");
+}
+
+// The block's job: the pass's sizes in 32-bit, its tile and its rows.
+struct Job {
+  int c, h, w, k, p, q, r, pad_h, pad_w;
+  int pq, kpq, hw, chw; /* strides: a filter's plane of dy, an image's; a channel's plane of x, an image's */
+  int k0, c0, tap_row;  /* the tile: filters k0.., channels c0.., filter row tap_row */
+  int row0, row1;       /* the block's rows (n, p), n * p + p */
+};
+
+// Stages rows j.. j + RPS - 1 (those below job.row1; zeros for the rest)
+// into the stage at st: dy's rows of the tile's filters, item by item,
+// then x's of its channels at h = p + r - pad (zeros off the plane), U
+// bytes a copy. A pass of the block's threads copies PASS rows of 128
+// bytes, a row per 128 / U lanes, so which tensor a pass copies is known
+// at compile time, and which item but for the thread's first row where a
+// pass spans two items of x; x's rows (up to 160 bytes) take a second
+// copy a lane.
+template <int U, class B>
+__device__ __forceinline__ void stage(const uint16_t *dy, const uint16_t *x, const Job &jb, uint32_t st, int j) {
+  constexpr int RPS = B::RPS, LANES = 128 / U, PASS = B::THREADS / 32 * (32 / LANES), DY_PASSES = RPS * KT / PASS,
+                PASSES = DY_PASSES + RPS * CT / PASS;
+  static_assert(KT % PASS == 0 && (RPS * CT) % PASS == 0 && (PASS <= CT || PASS == 2 * CT), "whole passes of each tensor");
+  const int lane = threadIdx.x & 31, u = (lane % LANES) * U, first = (threadIdx.x >> 5) * (32 / LANES) + lane / LANES;
+  int dyi[RPS], xi[RPS]; /* the items' offsets in dy and x (32-bit: fewer registers) */
+  bool live[RPS], xlive[RPS];
+  int n = j / jb.p, p = j - n * jb.p;
+#pragma unroll
+  for (int g = 0; g < RPS; ++g) {
+    if (g && ++p == jb.p) p = 0, ++n;
+    const int hh = p + jb.tap_row - jb.pad_h;
+    live[g] = j + g < jb.row1, xlive[g] = live[g] && hh >= 0 && hh < jb.h;
+    dyi[g] = n * jb.kpq + p * jb.q, xi[g] = n * jb.chw + hh * jb.w;
+  }
+#pragma unroll
+  for (int m = 0; m < PASSES; ++m) {
+    if (m < DY_PASSES) {
+      const int g = m * PASS / KT, kk = m * PASS % KT + first;
+      const bool v = live[g] && jb.k0 + kk < jb.k;
+      const uint8_t *src = (const uint8_t *)(dy + (v ? dyi[g] + (jb.k0 + kk) * jb.pq : 0)) + u;
+      const uint32_t dst = st + (g * KT + kk) * DROW * 2 + u;
+      if (u < jb.q * 2) copy<U>(dst, src, v);
+    } else {
+      const int at = (m - DY_PASSES) * PASS, g0 = at / CT; /* a pass of 2 CT rows: items g0 and g0 + 1 */
+      const bool second = PASS > CT && first >= CT;
+      const int cc = PASS > CT ? first % CT : at % CT + first;
+      const bool v = (second ? xlive[g0 + (PASS > CT)] : xlive[g0]) && jb.c0 + cc < jb.c;
+      const int xg = second ? xi[g0 + (PASS > CT)] : xi[g0];
+      const uint8_t *src = (const uint8_t *)(x + (v ? xg + (jb.c0 + cc) * jb.hw : 0)) + u;
+      const uint32_t dst = st + B::DY_BYTES + (((g0 + second) * CT + cc) * XROW + XOFF) * 2 + u;
+      if (u < jb.w * 2) copy<U>(dst, src, v);
+      if (u + 128 < jb.w * 2) copy<U>(dst + 128, src + 128, v);
+    }
+  }
+}
+
+// The products of one staged row (dy's at dys, x's at xs) into a warp's
+// tile, 64 filters x its 8 channels x 3 taps; ODD: x's pairs for tap 0
+// start at odd elements (XOFF - pad_w odd).
+template <bool ODD>
+__device__ __forceinline__ void row_products(float (&acc)[MI][TAPS][4], const uint8_t *dys, const uint8_t *xs,
+                                             const Job &jb, int w4, int lane) {
+  const int g8 = lane >> 2, t = lane & 3;
+  const uint32_t ta = tc::smem_addr(dys) + ((lane & 15) * DROW + (lane >> 4) * 8) * 2;
+  /* the word holding element e0 (even) or e0 - 1 (odd) of the warp's channel's row */
+  const uint32_t *xw = reinterpret_cast<const uint32_t *>(xs + ((w4 * 8 + g8) * XROW) * 2) +
+                       ((XOFF - jb.pad_w + 2 * t) >> 1);
+  const int steps = (jb.q + 15) >> 4;
+  for (int ks = 0; ks < steps; ++ks) {
+    uint32_t b[TAPS][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t *wd = xw + ks * 8 + h * 4;
+      const uint32_t w0 = wd[0], w1 = wd[1];
+      if constexpr (ODD) {
+        const uint32_t w2 = wd[2];
+        b[0][h] = __byte_perm(w0, w1, 0x5432), b[1][h] = w1, b[2][h] = __byte_perm(w1, w2, 0x5432);
+      } else {
+        b[0][h] = w0, b[1][h] = __byte_perm(w0, w1, 0x5432), b[2][h] = w1;
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+      uint32_t af[4];
+      tc::ldsm_x4(ta + (mi * 16 * DROW + ks * 16) * 2, af);
+#pragma unroll
+      for (int s = 0; s < TAPS; ++s) tc::mma(acc[mi][s], af, b[s][0], b[s][1]);
+    }
+  }
+}
+
+// The block's sums of its rows into part[(kk * CT + cc) * TAPS + s]: the
+// rows through the stages (copies of U bytes), then group 1's sums added
+// to group 0's.
+template <int U, class B>
+__device__ inline void block_tile(const aq_conv2d_args_t &a, const Job &jb, uint8_t *smem, float *part) {
+  constexpr int THREADS = B::THREADS, GROUPS = B::GROUPS, RPS = B::RPS, STAGE = B::STAGE;
+  const uint16_t *dy = (const uint16_t *)a.dy, *x = (const uint16_t *)a.x;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = warp >> 2, w4 = warp & 3;
+  __syncthreads(); /* the previous tile is done with shared memory */
+  for (int i = tid; i < STAGES * STAGE / 16; i += THREADS) reinterpret_cast<uint4 *>(smem)[i] = make_uint4(0, 0, 0, 0);
+  __syncthreads(); /* the zeros the copies leave around the rows are down */
+  float acc[MI][TAPS][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int s = 0; s < TAPS; ++s)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][s][e] = 0.0f;
+  const int steps = (jb.row1 - jb.row0 + RPS - 1) / RPS;
+#pragma unroll
+  for (int i = 0; i < STAGES - 1; ++i) {
+    if (i < steps) stage<U, B>(dy, x, jb, tc::smem_addr(smem + i * STAGE), jb.row0 + i * RPS);
+    conv::stage_commit();
+  }
+  const bool odd = (XOFF - jb.pad_w) & 1;
+  for (int it = 0; it < steps; ++it) {
+    conv::stage_wait<STAGES - 2>();
+    __syncthreads(); /* stage it is in for everyone; stage it - 1 is read */
+    if (it + STAGES - 1 < steps)
+      stage<U, B>(dy, x, jb, tc::smem_addr(smem + (it + STAGES - 1) % STAGES * STAGE), jb.row0 + (it + STAGES - 1) * RPS);
+    conv::stage_commit();
+    const uint8_t *st = smem + it % STAGES * STAGE;
+    if (jb.row0 + it * RPS + grp < jb.row1) {
+      const uint8_t *dys = st + grp * KT * DROW * 2, *xs = st + B::DY_BYTES + grp * CT * XROW * 2;
+      if (odd) row_products<true>(acc, dys, xs, jb, w4, lane);
+      else row_products<false>(acc, dys, xs, jb, w4, lane);
+    }
+  }
+  conv::stage_wait<0>();
+  __syncthreads(); /* the stages are free */
+  float *red = reinterpret_cast<float *>(smem);
+  constexpr int REGS = MI * TAPS * 4;
+  if (grp > 0)
+#pragma unroll
+    for (int j = 0; j < REGS; ++j) red[(((grp - 1) * 4 + w4) * REGS + j) * 32 + lane] = acc[j / (TAPS * 4)][(j / 4) % TAPS][j % 4];
+  __syncthreads();
+  if (grp > 0) return;
+  const int g8 = lane >> 2, t2 = (lane & 3) * 2;
+#pragma unroll
+  for (int j = 0; j < REGS; ++j) {
+    const int mi = j / (TAPS * 4), s = (j / 4) % TAPS, e = j % 4;
+    const int kk = mi * 16 + g8 + (e >> 1) * 8, cc = w4 * 8 + t2 + (e & 1);
+    float sum = acc[mi][s][e];
+    for (int g = 1; g < GROUPS; ++g) sum += red[(((g - 1) * 4 + w4) * REGS + j) * 32 + lane];
+    part[(kk * CT + cc) * TAPS + s] = sum;
+  }
+}
+
+// Writes element i of the tile (its sum, over the cluster) to dw.
+__device__ __forceinline__ void put(const aq_conv2d_args_t &a, const Job &jb, int i, float sum) {
+  const int s = i % TAPS, cc = (i / TAPS) % CT, kk = i / (TAPS * CT);
+  if (jb.k0 + kk < jb.k && jb.c0 + cc < jb.c)
+    a.dw[((int64_t)(jb.k0 + kk) * jb.c + jb.c0 + cc) * jb.r * TAPS + jb.tap_row * TAPS + s] = sum;
+}
+
+// The pass over clusters of S: a cluster a tile, rank by rank a share of
+// the rows; U: the copies' bytes.
+template <int S, int U, class B>
+__device__ void run(const aq_conv2d_args_t &a, uint8_t *smem) {
+  constexpr int THREADS = B::THREADS, GROUPS = B::GROUPS;
+  int ranks;
+  const int rank = conv::split_rank<S>(&ranks);
+  /* In shared memory rather than registers, which the accumulators and
+   * the copies' addresses need (it spilled). */
+  __shared__ Job jb;
+  const int ctiles = (int)((a.c + CT - 1) / CT), rows = (int)(a.n * a.p);
+  const int64_t tiles = aq_conv2d_bf16_rows_tiles(&a), clusters = grid_blocks() / S;
+  const int64_t bias_items = a.dbias ? (a.k + 7) / 8 : 0;
+  float *part = reinterpret_cast<float *>(smem) + (GROUPS - 1) * TILE; /* past groups 1..'s sums */
+  for (int64_t id = grid_block() / S; id < tiles + (bias_items + S - 1) / S; id += clusters) {
+    if (id >= tiles) { /* a cluster's items a block each, or all of them in one without clusters */
+      for (int j = rank; rank >= 0 && j < S; j += ranks)
+        if ((id - tiles) * S + j < bias_items && threadIdx.x < AQ_GPU_BLOCK) /* 8 channels to a block of 256 */
+          conv_gemm::bias_grad<uint16_t>(a, (id - tiles) * S + j);
+      continue;
+    }
+    if (rank < 0) continue;
+    __syncthreads(); /* the previous tile's job is done with */
+    if (threadIdx.x == 0) {
+      jb.c = (int)a.c, jb.h = (int)a.h, jb.w = (int)a.wd, jb.k = (int)a.k, jb.p = (int)a.p, jb.q = (int)a.q;
+      jb.r = (int)a.r, jb.pad_h = a.pad_h, jb.pad_w = a.pad_w;
+      jb.pq = jb.p * jb.q, jb.kpq = jb.k * jb.pq, jb.hw = jb.h * jb.w, jb.chw = jb.c * jb.hw;
+      jb.tap_row = (int)(id % a.r), jb.c0 = (int)(id / a.r % ctiles) * CT, jb.k0 = (int)(id / a.r / ctiles) * KT;
+      jb.row0 = (int)((int64_t)rows * rank / ranks), jb.row1 = (int)((int64_t)rows * (rank + 1) / ranks);
+    }
+    block_tile<U, B>(a, jb, smem, part); /* its first barrier publishes the job */
+#ifdef AQ_CONV_CLUSTERS
+    if (ranks > 1) { /* rank j adds slice j of the tile over the cluster, in rank order */
+      cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+      cluster.sync();
+      const int per = (TILE + S - 1) / S;
+      for (int i = rank * per + (int)threadIdx.x; i < TILE && i < (rank + 1) * per; i += THREADS) {
+        float sum = 0.0f;
+#pragma unroll 4
+        for (int q = 0; q < S; ++q) sum += cluster.map_shared_rank(part, q)[i];
+        put(a, jb, i, sum);
+      }
+      cluster.sync(); /* no rank rewrites its part before the others have read it */
+      continue;
+    }
+#endif
+    __syncthreads();
+    for (int i = threadIdx.x; i < TILE; i += THREADS) put(a, jb, i, part[i]);
+  }
+}
+
+extern __shared__ __align__(16) uint8_t rows_smem[];
+
+// The copies' width: 16 bytes where every row and both tensors allow, else
+// 8, else 4 (launch.h requires even rows).
+template <int S, int T>
+__device__ void build(const aq_conv2d_args_t &a) {
+  const uintptr_t at = (uintptr_t)a.x | (uintptr_t)a.dy;
+  const int64_t rowbytes = (a.q * 2) | (a.wd * 2);
+  if (!((at | rowbytes) & 15)) return run<S, 16, Block<T>>(a, rows_smem);
+  if (!((at | rowbytes) & 7)) return run<S, 8, Block<T>>(a, rows_smem);
+  run<S, 4, Block<T>>(a, rows_smem);
+}
+
+template <int T>
+__device__ inline bool applies(const aq_conv2d_args_t &a) {
+  return aq_conv2d_bf16_rows_fits(&a) && !(((uintptr_t)a.x | (uintptr_t)a.dy) & 3) && block_threads() == T &&
+         conv::dynamic_smem() >= AQ_GPU_CONV2D_ROWS_BYTES(T);
+}
+
+}  // namespace conv_rows
+#endif  // !AQ_HIP
+
+template <int S>
+__device__ __forceinline__ void bwd_filter_rows(const aq_conv2d_args_t &a) {
+  constexpr int T = AQ_GPU_CONV2D_ROWS_THREADS(S);
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_rows::applies<T>(a)) return conv_rows::build<S, T>(a);
+#endif
+  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
+}
+
+// Clusters of 16 (few tiles): a block of 512 threads an SM; of 8 (more):
+// two of 256 an SM. At most 128 registers a thread either way.
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_SPLIT16) __launch_bounds__(AQ_GPU_CONV2D_ROWS_THREADS(AQ_GPU_CONV2D_SPLIT16), 1)
+    aq_conv2d_bwd_filter_bf16_rows(aq_conv2d_args_t a) {
+  bwd_filter_rows<AQ_GPU_CONV2D_SPLIT16>(a);
+}
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT)
+    __launch_bounds__(AQ_GPU_CONV2D_ROWS_THREADS(AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 2)
+        aq_conv2d_bwd_filter_bf16_rows8(aq_conv2d_args_t a) {
+  bwd_filter_rows<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+}
