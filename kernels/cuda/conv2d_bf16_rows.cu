@@ -11,10 +11,12 @@
 // (h = p + r - pad), as they lie in memory. A warp's B fragment of tap s is
 // then x's row at an offset of s: the three taps' fragments come from the
 // same two or three words, the odd taps' through a byte permute, and dy's
-// rows feed A through ldmatrix. Two warp groups take alternate rows and add
-// their sums in shared memory; a cluster's blocks split the rows and add
-// theirs in rank order, each rank a slice of the tile (deterministic). Then
-// the bias gradient's items, as the other split builds' (conv2d_gemm.cuh).
+// rows feed A through ldmatrix. A block's warp groups (four of a block of
+// 512 threads over clusters of 16, two of 256 over 8) take a row of a stage
+// each and add their sums in shared memory in group order; a cluster's
+// blocks split the rows and add theirs in rank order, each rank a slice of
+// the tile (deterministic). Then the bias gradient's items, as the other
+// split builds' (conv2d_gemm.cuh).
 #include "launch.h"
 #include "conv2d_filter.cuh"
 #include "conv2d_gemm.cuh"
@@ -143,8 +145,8 @@ __device__ __forceinline__ void row_products(float (&acc)[MI][TAPS][4], const ui
 }
 
 // The block's sums of its rows into part[(kk * CT + cc) * TAPS + s]: the
-// rows through the stages (copies of U bytes), then group 1's sums added
-// to group 0's.
+// rows through the stages (copies of U bytes), then the other groups' sums
+// added to group 0's in group order.
 template <int U, class B>
 __device__ inline void block_tile(const aq_conv2d_args_t &a, const Job &jb, uint8_t *smem, float *part) {
   constexpr int THREADS = B::THREADS, GROUPS = B::GROUPS, RPS = B::RPS, STAGE = B::STAGE;
@@ -153,13 +155,7 @@ __device__ inline void block_tile(const aq_conv2d_args_t &a, const Job &jb, uint
   __syncthreads(); /* the previous tile is done with shared memory */
   for (int i = tid; i < STAGES * STAGE / 16; i += THREADS) reinterpret_cast<uint4 *>(smem)[i] = make_uint4(0, 0, 0, 0);
   __syncthreads(); /* the zeros the copies leave around the rows are down */
-  float acc[MI][TAPS][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int s = 0; s < TAPS; ++s)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][s][e] = 0.0f;
+  float acc[MI][TAPS][4] = {};
   const int steps = (jb.row1 - jb.row0 + RPS - 1) / RPS;
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {

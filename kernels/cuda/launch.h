@@ -996,18 +996,31 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_rows_shape(const aq_conv2d_args
   s.workgroup[0] = (uint16_t)AQ_GPU_CONV2D_ROWS_THREADS(split);
   return s;
 }
-/* The rows build the launch rule gives a (its name), or NULL: clusters of
- * 16 where the tiles run in one wave of them (AQ_GPU_CONV2D_ROWS16_CLUSTERS
- * at once, cuOccupancyMaxActiveClusters), else of 8 where they take at
- * most two (AQ_GPU_CONV2D_ROWS8_CLUSTERS); more tiles, each of fewer rows,
- * run faster as the implicit GEMM's. */
+/* The rows build the launch rule gives a (its name), or NULL. Each build's
+ * time: its clusters' waves (AQ_GPU_CONV2D_ROWS16_CLUSTERS of 16 at once,
+ * AQ_GPU_CONV2D_ROWS8_CLUSTERS of 8: cuOccupancyMaxActiveClusters on an
+ * H200), each a block's share of dy's rows times their 16-wide steps
+ * along q (3 a row-step for 16's blocks of four groups, 4 for 8's of two),
+ * plus 200 for the tile's fixed costs (in 50 ns: 16's times within 5% of
+ * the tuner's; 8's two blocks an SM run slower than counted, but the
+ * cheaper was the faster in each of thirteen shapes timed). The cheaper,
+ * where it takes at most two waves; more tiles, each of fewer rows, run
+ * faster as the implicit GEMM's (256 -> 256 at 14x14). */
 #define AQ_GPU_CONV2D_ROWS16_CLUSTERS 7
 #define AQ_GPU_CONV2D_ROWS8_CLUSTERS 30
+static inline int64_t aq_conv2d_bf16_rows_cost(const aq_conv2d_args_t *a, int split, int64_t *waves) {
+  const int64_t rows = a->n * a->p, steps = (a->q + 15) / 16;
+  *waves = aq_gpu_waves(aq_conv2d_bf16_rows_tiles(a),
+                        split == AQ_GPU_CONV2D_SPLIT16 ? AQ_GPU_CONV2D_ROWS16_CLUSTERS : AQ_GPU_CONV2D_ROWS8_CLUSTERS);
+  return *waves * ((rows + split - 1) / split * steps * (split == AQ_GPU_CONV2D_SPLIT16 ? 3 : 4) + 200);
+}
 static inline const char *aq_conv2d_bf16_rows_build(const aq_conv2d_args_t *a) {
   if (!aq_conv2d_bf16_rows_fits(a)) return NULL;
-  const int64_t tiles = aq_conv2d_bf16_rows_tiles(a);
-  if (tiles <= AQ_GPU_CONV2D_ROWS16_CLUSTERS) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS;
-  return aq_gpu_waves(tiles, AQ_GPU_CONV2D_ROWS8_CLUSTERS) <= 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8 : NULL;
+  int64_t w16, w8;
+  const int64_t c16 = aq_conv2d_bf16_rows_cost(a, AQ_GPU_CONV2D_SPLIT16, &w16),
+                c8 = aq_conv2d_bf16_rows_cost(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT, &w8);
+  if (c16 < c8) return w16 <= 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS : NULL;
+  return w8 <= 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8 : NULL;
 }
 
 /* Whether pooling windows tile their planes (stride the window, no

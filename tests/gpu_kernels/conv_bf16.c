@@ -120,8 +120,9 @@ static void bf16_case(const bcase_t *t) {
    * 9: the forward's tiles split over clusters of 2, every case; 10: the
    * backward filter's over clusters of 16; 11, 12: the rows builds over
    * clusters of 16 and 8, every case (the direct loops where they do not
-   * apply) */
-  for (int shape = 0; shape < 13; ++shape) {
+   * apply); 13: the rows build over one cluster, which walks every tile
+   * and the bias gradient's items in turn */
+  for (int shape = 0; shape < 14; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -137,8 +138,10 @@ static void bf16_case(const bcase_t *t) {
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, &a,
                aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, &a, cpu));
       else if (shape >= 11 && i == 2) {
-        const char *rows = shape == 11 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8;
-        gk_run(rows, &a, aq_gpu_op_shape(rows, &a, cpu));
+        const char *rows = shape == 12 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8 : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS;
+        aq_dispatch_shape_t own = aq_gpu_op_shape(rows, &a, cpu);
+        if (shape == 13) own.grid[0] = 16 * own.workgroup[0];
+        gk_run(rows, &a, own);
       } else if (shape == 9 && i == 0)
         gk_run(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, cpu));
       else if (shape == 8 && i < 2) {
@@ -280,7 +283,8 @@ Test(conv_bf16_shape, a_block_a_tile) {
   /* with its strides given: 9 x 2 tiles of 576 x 128 are few, split over
    * clusters (the rows build's rule, three taps wide at unit stride, first) */
   big.stride_h = big.stride_w = big.dil_h = big.dil_w = 1, big.pad_h = big.pad_w = 1;
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS,
+                   "12 tiles of 1792 rows: two waves of 16's blocks of four groups");
   cr_assert_str_eq(aq_conv2d_bf16_split_build(&big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT);
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, &big, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], 18 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * T, "a cluster a tile");
@@ -372,10 +376,10 @@ Test(conv_bf16_shape, a_backward_filter_of_nine_tiles_splits_over_sixteen) {
 }
 
 /* A backward filter three taps wide at unit stride takes the rows builds:
- * over clusters of 16, blocks of 512 threads, where its tiles (64 filters
- * x 32 channels x a filter row) run in one wave of them; over clusters of
- * 8, blocks of 256, where they take at most two waves of those; the
- * implicit GEMM past that, and for other filters, strides or rows. */
+ * over clusters of 16 (blocks of 512 threads) or of 8 (blocks of 256),
+ * whichever launch.h counts cheaper (waves x a block's rows and steps
+ * along q, plus a tile's fixed cost), where it takes at most two waves;
+ * the implicit GEMM past that, and for other filters, strides or rows. */
 Test(conv_bf16_shape, three_taps_at_unit_stride_take_the_rows_builds) {
   aq_conv2d_args_t a = {.n = 8, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
                         .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 56, .q = 56};
@@ -388,12 +392,16 @@ Test(conv_bf16_shape, three_taps_at_unit_stride_take_the_rows_builds) {
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], (6 + 1) * 16 * 512, "and 8 items of 8 bias gradients: a cluster");
   a.dbias = NULL, a.c = a.k = 128, a.h = a.wd = a.p = a.q = 28;
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8, "24 tiles");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8,
+                   "24 tiles: four waves of clusters of 16, one of 8");
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1));
   cr_assert_eq(s.workgroup[0], 256);
   cr_assert_eq(s.grid[0], 24 * 8 * 256);
   cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8, &a), 3 * 2 * (64 * 72 + 32 * 88) * 2);
-  a.c = a.k = 256, a.h = a.wd = a.p = a.q = 14;
+  a.n = 32, a.c = 64, a.k = 128, a.h = a.wd = a.p = a.q = 56;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS,
+                   "12 tiles of 1792 rows: two waves of 16's");
+  a.n = 8, a.c = a.k = 256, a.h = a.wd = a.p = a.q = 14;
   cr_assert_null(aq_conv2d_bf16_rows_build(&a), "96 tiles: four waves of clusters of 8");
   aq_conv2d_args_t other = {.n = 8, .c = 64, .h = 56, .wd = 56, .k = 64, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
                             .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 28, .q = 28};
