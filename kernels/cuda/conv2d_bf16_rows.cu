@@ -63,51 +63,70 @@ struct Job {
   int row0, row1;       /* the block's rows (n, p), n * p + p */
 };
 
-// Stages rows j.. j + RPS - 1 (those below job.row1; zeros for the rest)
-// into the stage at st: dy's rows of the tile's filters, item by item,
-// then x's of its channels at h = p + r - pad (zeros off the plane), U
-// bytes a copy. A pass of the block's threads copies PASS rows of 128
-// bytes, a row per 128 / U lanes, so which tensor a pass copies is known
-// at compile time, and which item but for the thread's first row where a
-// pass spans two items of x; x's rows (up to 160 bytes) take a second
-// copy a lane.
+// A thread's part of every stage's copies, fixed for a tile. A pass of the
+// block's threads copies PASS rows of 128 bytes, U bytes a copy and a row
+// per 128 / U lanes: dy's rows of the tile's filters, item by item, then
+// x's of its channels (a pass of 2 CT rows spans two items). So which
+// tensor and item a pass copies is known at compile time, and a thread's
+// rows in it but for its first, the same in every stage: their offsets in
+// an image of dy or x (-1: past the tile's filters or channels) and their
+// place in a stage are worked out once.
 template <int U, class B>
-__device__ __forceinline__ void stage(const uint16_t *dy, const uint16_t *x, const Job &jb, uint32_t st, int j) {
-  constexpr int RPS = B::RPS, LANES = 128 / U, PASS = B::THREADS / 32 * (32 / LANES), DY_PASSES = RPS * KT / PASS,
-                PASSES = DY_PASSES + RPS * CT / PASS;
+struct Copier {
+  static constexpr int RPS = B::RPS, LANES = 128 / U, PASS = B::THREADS / 32 * (32 / LANES);
+  static constexpr int DY_PASSES = RPS * KT / PASS, PASSES = DY_PASSES + RPS * CT / PASS;
+  static constexpr int DYJ = KT / PASS, XJ = PASS > CT ? 1 : CT / PASS; /* a thread's rows of an item */
   static_assert(KT % PASS == 0 && (RPS * CT) % PASS == 0 && (PASS <= CT || PASS == 2 * CT), "whole passes of each tensor");
-  const int lane = threadIdx.x & 31, u = (lane % LANES) * U, first = (threadIdx.x >> 5) * (32 / LANES) + lane / LANES;
-  int dyi[RPS], xi[RPS]; /* the items' offsets in dy and x (32-bit: fewer registers) */
-  bool live[RPS], xlive[RPS];
-  int n = j / jb.p, p = j - n * jb.p;
+  int dyrow[DYJ], xrow[XJ];
+  uint32_t dyd, xd; /* its first dy and x copies' bytes into a stage */
+  int u;            /* its byte of a row */
+  bool dy_on, x_on, x_more, second; /* its copies are in dy's, x's rows; x's second copy; the pass's second item */
+
+  __device__ __forceinline__ Copier(const Job &jb) {
+    const int lane = threadIdx.x & 31, first = (threadIdx.x >> 5) * (32 / LANES) + lane / LANES;
+    u = (lane % LANES) * U;
+    dy_on = u < jb.q * 2, x_on = u < jb.w * 2, x_more = u + 128 < jb.w * 2; /* x's rows: up to 160 bytes */
 #pragma unroll
-  for (int g = 0; g < RPS; ++g) {
-    if (g && ++p == jb.p) p = 0, ++n;
-    const int hh = p + jb.tap_row - jb.pad_h;
-    live[g] = j + g < jb.row1, xlive[g] = live[g] && hh >= 0 && hh < jb.h;
-    dyi[g] = n * jb.kpq + p * jb.q, xi[g] = n * jb.chw + hh * jb.w;
+    for (int i = 0; i < DYJ; ++i) dyrow[i] = jb.k0 + i * PASS + first < jb.k ? (jb.k0 + i * PASS + first) * jb.pq : -1;
+    second = PASS > CT && first >= CT;
+    const int cc = PASS > CT ? first % CT : first;
+#pragma unroll
+    for (int i = 0; i < XJ; ++i) xrow[i] = jb.c0 + cc + i * PASS < jb.c ? (jb.c0 + cc + i * PASS) * jb.hw : -1;
+    dyd = first * DROW * 2 + u, xd = B::DY_BYTES + ((second ? CT : 0) + cc) * XROW * 2 + XOFF * 2 + u;
   }
+
+  // Stages rows j.. j + RPS - 1 (those below job.row1; zeros for the rest)
+  // into the stage at st: x's at h = p + r - pad (zeros off the plane).
+  __device__ __forceinline__ void stage(const uint16_t *dy, const uint16_t *x, const Job &jb, uint32_t st, int j) const {
+    int dyi[RPS], xi[RPS]; /* the items' offsets in dy and x (32-bit: fewer registers) */
+    bool live[RPS], xlive[RPS];
+    int n = j / jb.p, p = j - n * jb.p;
 #pragma unroll
-  for (int m = 0; m < PASSES; ++m) {
-    if (m < DY_PASSES) {
-      const int g = m * PASS / KT, kk = m * PASS % KT + first;
-      const bool v = live[g] && jb.k0 + kk < jb.k;
-      const uint8_t *src = (const uint8_t *)(dy + (v ? dyi[g] + (jb.k0 + kk) * jb.pq : 0)) + u;
-      const uint32_t dst = st + (g * KT + kk) * DROW * 2 + u;
-      if (u < jb.q * 2) copy<U>(dst, src, v);
-    } else {
-      const int at = (m - DY_PASSES) * PASS, g0 = at / CT; /* a pass of 2 CT rows: items g0 and g0 + 1 */
-      const bool second = PASS > CT && first >= CT;
-      const int cc = PASS > CT ? first % CT : at % CT + first;
-      const bool v = (second ? xlive[g0 + (PASS > CT)] : xlive[g0]) && jb.c0 + cc < jb.c;
-      const int xg = second ? xi[g0 + (PASS > CT)] : xi[g0];
-      const uint8_t *src = (const uint8_t *)(x + (v ? xg + (jb.c0 + cc) * jb.hw : 0)) + u;
-      const uint32_t dst = st + B::DY_BYTES + (((g0 + second) * CT + cc) * XROW + XOFF) * 2 + u;
-      if (u < jb.w * 2) copy<U>(dst, src, v);
-      if (u + 128 < jb.w * 2) copy<U>(dst + 128, src + 128, v);
+    for (int g = 0; g < RPS; ++g) {
+      if (g && ++p == jb.p) p = 0, ++n;
+      const int hh = p + jb.tap_row - jb.pad_h;
+      live[g] = j + g < jb.row1, xlive[g] = live[g] && hh >= 0 && hh < jb.h;
+      dyi[g] = n * jb.kpq + p * jb.q, xi[g] = n * jb.chw + hh * jb.w;
+    }
+#pragma unroll
+    for (int m = 0; m < PASSES; ++m) {
+      if (m < DY_PASSES) {
+        const int g = m * PASS / KT, i = m * PASS % KT / PASS;
+        const bool v = live[g] && dyrow[i] >= 0;
+        const uint8_t *src = (const uint8_t *)(dy + (v ? dyi[g] + dyrow[i] : 0)) + u;
+        if (dy_on) copy<U>(st + (g * KT + i * PASS) * DROW * 2 + dyd, src, v);
+      } else {
+        const int at = (m - DY_PASSES) * PASS, g0 = at / CT, i = PASS > CT ? 0 : at % CT / PASS;
+        const int g = PASS > CT && second ? g0 + 1 : g0;
+        const bool v = xlive[g] && xrow[i] >= 0;
+        const uint8_t *src = (const uint8_t *)(x + (v ? xi[g] + xrow[i] : 0)) + u;
+        const uint32_t dst = st + (g0 * CT + i * PASS) * XROW * 2 + xd;
+        if (x_on) copy<U>(dst, src, v);
+        if (x_more) copy<U>(dst + 128, src + 128, v);
+      }
     }
   }
-}
+};
 
 // The products of one staged row (dy's at dys, x's at xs) into a warp's
 // tile, 64 filters x its 8 channels x 3 taps; ODD: x's pairs for tap 0
@@ -157,9 +176,11 @@ __device__ inline void block_tile(const aq_conv2d_args_t &a, const Job &jb, uint
   __syncthreads(); /* the zeros the copies leave around the rows are down */
   float acc[MI][TAPS][4] = {};
   const int steps = (jb.row1 - jb.row0 + RPS - 1) / RPS;
+  const Copier<U, B> copier(jb);
+  const uint32_t base = tc::smem_addr(smem);
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {
-    if (i < steps) stage<U, B>(dy, x, jb, tc::smem_addr(smem + i * STAGE), jb.row0 + i * RPS);
+    if (i < steps) copier.stage(dy, x, jb, base + i * STAGE, jb.row0 + i * RPS);
     conv::stage_commit();
   }
   const bool odd = (XOFF - jb.pad_w) & 1;
@@ -167,7 +188,7 @@ __device__ inline void block_tile(const aq_conv2d_args_t &a, const Job &jb, uint
     conv::stage_wait<STAGES - 2>();
     __syncthreads(); /* stage it is in for everyone; stage it - 1 is read */
     if (it + STAGES - 1 < steps)
-      stage<U, B>(dy, x, jb, tc::smem_addr(smem + (it + STAGES - 1) % STAGES * STAGE), jb.row0 + (it + STAGES - 1) * RPS);
+      copier.stage(dy, x, jb, base + (it + STAGES - 1) % STAGES * STAGE, jb.row0 + (it + STAGES - 1) * RPS);
     conv::stage_commit();
     const uint8_t *st = smem + it % STAGES * STAGE;
     if (jb.row0 + it * RPS + grp < jb.row1) {
