@@ -138,6 +138,8 @@ extern "C" {
  * applies and picks its grid. */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS "aq_conv2d_bwd_filter_bf16_rows"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8 "aq_conv2d_bwd_filter_bf16_rows8"
+/* The same over clusters of 16 for rows of dy past 64 positions, in chunks. */
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE "aq_conv2d_bwd_filter_bf16_rows_wide"
 
 #define AQ_KERNEL_MATMUL_F32_TILE64 "aq_matmul_f32_tile64"
 #define AQ_KERNEL_MATMUL_F32_ROWS "aq_matmul_f32_rows"

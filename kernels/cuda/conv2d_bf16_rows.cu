@@ -26,7 +26,8 @@
 namespace conv_rows {
 
 constexpr int KT = AQ_GPU_CONV2D_ROWS_FILTERS, CT = AQ_GPU_CONV2D_ROWS_CHANNELS, TAPS = 3;
-constexpr int XOFF = AQ_GPU_CONV2D_ROWS_XOFF; /* x[w] lies at XOFF + w of its staged row; zeros before and after */
+constexpr int QCHUNK = AQ_GPU_CONV2D_ROWS_QCHUNK; /* dy's rows are staged in chunks of q */
+constexpr int XOFF = AQ_GPU_CONV2D_ROWS_XOFF; /* a chunk's staged row of x starts XOFF columns before the chunk's */
 constexpr int XROW = AQ_GPU_CONV2D_ROWS_XROW, DROW = AQ_GPU_CONV2D_ROWS_DROW; /* elements a staged row */
 constexpr int STAGES = 3, TILE = KT * CT * TAPS, MI = KT / 16;
 static_assert(CT == 4 * 8, "groups of four warps, a warp 8 channels");
@@ -39,7 +40,8 @@ struct Block {
   static_assert(T % 128 == 0 && STAGES * STAGE == AQ_GPU_CONV2D_ROWS_BYTES(T), "launch.h's group segment");
   static_assert(GROUPS * TILE * 4 <= STAGES * STAGE, "the groups' sums and the block's tile fit in the stages");
 };
-static_assert(XROW % 8 == 0 && DROW % 8 == 0 && XOFF % 8 == 0, "16-byte rows");
+static_assert(XROW % 8 == 0 && DROW % 8 == 0 && XOFF % 8 == 0 && QCHUNK % 8 == 0, "16-byte rows and chunks");
+static_assert(QCHUNK <= DROW && XOFF + QCHUNK + 2 <= XROW && XROW * 2 <= 256, "a chunk's rows: two copies a lane of x's");
 /* A warp's B words: lanes (g, t) read word g * XROW / 2 + t, 32 banks apart
  * only if the row's words are an odd multiple of 4; ldmatrix's 8 rows of dy
  * fall in 8 bank groups where DROW / 8 is odd. */
@@ -59,11 +61,13 @@ __device__ __forceinline__ void copy(uint32_t dst, const void *src, bool valid) 
 struct Job {
   int c, h, w, k, p, q, r, pad_h, pad_w;
   int pq, kpq, hw, chw; /* strides: a filter's plane of dy, an image's; a channel's plane of x, an image's */
+  int chunks;           /* a row of dy's chunks of QCHUNK positions */
   int k0, c0, tap_row;  /* the tile: filters k0.., channels c0.., filter row tap_row */
-  int row0, row1;       /* the block's rows (n, p), n * p + p */
+  int row0, row1;       /* the block's rows (n, p, chunk), (n * p + p) * chunks + chunk */
 };
 
-// A thread's part of every stage's copies, fixed for a tile. A pass of the
+// A thread's part of every stage's copies, fixed for a tile (CHUNKED: q
+// past QCHUNK, rows of dy staged in chunks). A pass of the
 // block's threads copies PASS rows of 128 bytes, U bytes a copy and a row
 // per 128 / U lanes: dy's rows of the tile's filters, item by item, then
 // x's of its channels (a pass of 2 CT rows spans two items). So which
@@ -71,7 +75,7 @@ struct Job {
 // rows in it but for its first, the same in every stage: their offsets in
 // an image of dy or x (-1: past the tile's filters or channels) and their
 // place in a stage are worked out once.
-template <int U, class B>
+template <int U, class B, bool CHUNKED>
 struct Copier {
   static constexpr int RPS = B::RPS, LANES = 128 / U, PASS = B::THREADS / 32 * (32 / LANES);
   static constexpr int DY_PASSES = RPS * KT / PASS, PASSES = DY_PASSES + RPS * CT / PASS;
@@ -80,24 +84,33 @@ struct Copier {
   int dyrow[DYJ], xrow[XJ];
   uint32_t dyd, xd; /* its first dy and x copies' bytes into a stage */
   int u;            /* its byte of a row */
-  bool dy_on, x_on, x_more, second; /* its copies are in dy's, x's rows; x's second copy; the pass's second item */
+  bool dy_on, x_on, x_more, second; /* its bytes are in dy's row, x's; a second copy of x's; the pass's second item */
 
   __device__ __forceinline__ Copier(const Job &jb) {
     const int lane = threadIdx.x & 31, first = (threadIdx.x >> 5) * (32 / LANES) + lane / LANES;
     u = (lane % LANES) * U;
-    dy_on = u < jb.q * 2, x_on = u < jb.w * 2, x_more = u + 128 < jb.w * 2; /* x's rows: up to 160 bytes */
+    /* chunked: every byte of a staged row, each copy checked; else the
+     * rows as they lie in memory, x's at XOFF (zeros around them since the
+     * tile began: block_tile) */
+    dy_on = CHUNKED || u < jb.q * 2, x_on = CHUNKED || u < jb.w * 2;
+    x_more = u + 128 < (CHUNKED ? XROW * 2 : jb.w * 2);
 #pragma unroll
     for (int i = 0; i < DYJ; ++i) dyrow[i] = jb.k0 + i * PASS + first < jb.k ? (jb.k0 + i * PASS + first) * jb.pq : -1;
     second = PASS > CT && first >= CT;
     const int cc = PASS > CT ? first % CT : first;
 #pragma unroll
     for (int i = 0; i < XJ; ++i) xrow[i] = jb.c0 + cc + i * PASS < jb.c ? (jb.c0 + cc + i * PASS) * jb.hw : -1;
-    dyd = first * DROW * 2 + u, xd = B::DY_BYTES + ((second ? CT : 0) + cc) * XROW * 2 + XOFF * 2 + u;
+    dyd = first * DROW * 2 + u, xd = B::DY_BYTES + ((second ? CT : 0) + cc) * XROW * 2 + (CHUNKED ? 0 : XOFF * 2) + u;
   }
 
   // Stages rows j.. j + RPS - 1 (those below job.row1; zeros for the rest)
-  // into the stage at st: x's at h = p + r - pad (zeros off the plane).
+  // into the stage at st: (a chunk of) dy's row, and x's at h = p + r - pad
+  // (zeros off the plane). Chunked, x's from XOFF columns before the
+  // chunk's and zeros past q in dy's: every byte the products read is
+  // written, a copy's U bytes on or off x's row whole (U divides its bytes,
+  // 16 the chunk's offset).
   __device__ __forceinline__ void stage(const uint16_t *dy, const uint16_t *x, const Job &jb, uint32_t st, int j) const {
+    if constexpr (CHUNKED) return stage_chunked(dy, x, jb, st, j);
     int dyi[RPS], xi[RPS]; /* the items' offsets in dy and x (32-bit: fewer registers) */
     bool live[RPS], xlive[RPS];
     int n = j / jb.p, p = j - n * jb.p;
@@ -126,6 +139,46 @@ struct Copier {
       }
     }
   }
+
+  // The same in chunks: a pair of items at a time (a pass of x may span
+  // two), fewer registers for the chunks' bounds.
+  __device__ __forceinline__ void stage_chunked(const uint16_t *dy, const uint16_t *x, const Job &jb, uint32_t st, int j) const {
+    static_assert(RPS % 2 == 0 && (2 * CT) % PASS == 0, "x's passes within a pair of items");
+    int ch = j % jb.chunks, n = j / jb.chunks, p = n % jb.p;
+    n /= jb.p;
+#pragma unroll
+    for (int g2 = 0; g2 < RPS; g2 += 2) {
+      int dyi[2], xi[2], w0[2]; /* the items' offsets in dy and x; their chunks' first columns */
+      bool live[2], xlive[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (g2 + h && ++ch == jb.chunks && (ch = 0, ++p == jb.p)) p = 0, ++n;
+        const int hh = p + jb.tap_row - jb.pad_h;
+        w0[h] = ch * QCHUNK;
+        live[h] = j + g2 + h < jb.row1, xlive[h] = live[h] && hh >= 0 && hh < jb.h;
+        dyi[h] = n * jb.kpq + p * jb.q + w0[h], xi[h] = n * jb.chw + hh * jb.w + w0[h] - XOFF;
+      }
+#pragma unroll
+      for (int m = g2 * KT / PASS; m < (g2 + 2) * KT / PASS; ++m) { /* the pair's dy rows */
+        const int g = m * PASS / KT, h = g - g2, i = m * PASS % KT / PASS;
+        const bool v = live[h] && dyrow[i] >= 0 && u < (jb.q - w0[h]) * 2; /* zeros past q */
+        const uint8_t *src = (const uint8_t *)(dy + (v ? dyi[h] + dyrow[i] : 0)) + u;
+        copy<U>(st + (g * KT + i * PASS) * DROW * 2 + dyd, src, v);
+      }
+#pragma unroll
+      for (int m = g2 * CT / PASS; m < (g2 + 2) * CT / PASS; ++m) { /* the pair's x rows */
+        const int at = m * PASS, g0 = at / CT, i = PASS > CT ? 0 : at % CT / PASS;
+        const int h = (PASS > CT && second ? g0 + 1 : g0) - g2;
+        const int at0 = (w0[h] - XOFF) * 2 + u; /* the copy's first byte's place in x's row */
+        const bool v = xlive[h] && xrow[i] >= 0, v0 = v && at0 >= 0 && at0 < jb.w * 2,
+                   v1 = v && at0 + 128 >= 0 && at0 + 128 < jb.w * 2;
+        const uint8_t *src = (const uint8_t *)(x + (v ? xi[h] + xrow[i] : 0)) + u;
+        const uint32_t dst = st + (g0 * CT + i * PASS) * XROW * 2 + xd;
+        copy<U>(dst, v0 ? src : (const uint8_t *)x, v0);
+        if (x_more) copy<U>(dst + 128, v1 ? src + 128 : (const uint8_t *)x, v1);
+      }
+    }
+  }
 };
 
 // The products of one staged row (dy's at dys, x's at xs) into a warp's
@@ -139,7 +192,7 @@ __device__ __forceinline__ void row_products(float (&acc)[MI][TAPS][4], const ui
   /* the word holding element e0 (even) or e0 - 1 (odd) of the warp's channel's row */
   const uint32_t *xw = reinterpret_cast<const uint32_t *>(xs + ((w4 * 8 + g8) * XROW) * 2) +
                        ((XOFF - jb.pad_w + 2 * t) >> 1);
-  const int steps = (jb.q + 15) >> 4;
+  const int steps = ((jb.q < QCHUNK ? jb.q : QCHUNK) + 15) >> 4;
   for (int ks = 0; ks < steps; ++ks) {
     uint32_t b[TAPS][2];
 #pragma unroll
@@ -166,17 +219,19 @@ __device__ __forceinline__ void row_products(float (&acc)[MI][TAPS][4], const ui
 // The block's sums of its rows into part[(kk * CT + cc) * TAPS + s]: the
 // rows through the stages (copies of U bytes), then the other groups' sums
 // added to group 0's in group order.
-template <int U, class B>
-__device__ inline void block_tile(const aq_conv2d_args_t &a, const Job &jb, uint8_t *smem, float *part) {
-  constexpr int THREADS = B::THREADS, GROUPS = B::GROUPS, RPS = B::RPS, STAGE = B::STAGE;
+template <int U, class B, bool CHUNKED>
+__device__ __forceinline__ void block_tile(const aq_conv2d_args_t &a, const Job &jb, uint8_t *smem, float *part) {
+  constexpr int GROUPS = B::GROUPS, RPS = B::RPS, STAGE = B::STAGE;
   const uint16_t *dy = (const uint16_t *)a.dy, *x = (const uint16_t *)a.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = warp >> 2, w4 = warp & 3;
-  __syncthreads(); /* the previous tile is done with shared memory */
-  for (int i = tid; i < STAGES * STAGE / 16; i += THREADS) reinterpret_cast<uint4 *>(smem)[i] = make_uint4(0, 0, 0, 0);
-  __syncthreads(); /* the zeros the copies leave around the rows are down */
+  __syncthreads(); /* the previous tile is done with shared memory; its job is out */
+  if (!CHUNKED) { /* the zeros around the rows the copies leave */
+    for (int i = tid; i < STAGES * STAGE / 16; i += B::THREADS) reinterpret_cast<uint4 *>(smem)[i] = make_uint4(0, 0, 0, 0);
+    __syncthreads();
+  }
   float acc[MI][TAPS][4] = {};
   const int steps = (jb.row1 - jb.row0 + RPS - 1) / RPS;
-  const Copier<U, B> copier(jb);
+  const Copier<U, B, CHUNKED> copier(jb);
   const uint32_t base = tc::smem_addr(smem);
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {
@@ -226,7 +281,7 @@ __device__ __forceinline__ void put(const aq_conv2d_args_t &a, const Job &jb, in
 
 // The pass over clusters of S: a cluster a tile, rank by rank a share of
 // the rows; U: the copies' bytes.
-template <int S, int U, class B>
+template <int S, int U, class B, bool CHUNKED>
 __device__ void run(const aq_conv2d_args_t &a, uint8_t *smem) {
   constexpr int THREADS = B::THREADS, GROUPS = B::GROUPS;
   int ranks;
@@ -234,7 +289,7 @@ __device__ void run(const aq_conv2d_args_t &a, uint8_t *smem) {
   /* In shared memory rather than registers, which the accumulators and
    * the copies' addresses need (it spilled). */
   __shared__ Job jb;
-  const int ctiles = (int)((a.c + CT - 1) / CT), rows = (int)(a.n * a.p);
+  const int ctiles = (int)((a.c + CT - 1) / CT), rows = (int)(a.n * a.p * (CHUNKED ? (a.q + QCHUNK - 1) / QCHUNK : 1));
   const int64_t tiles = aq_conv2d_bf16_rows_tiles(&a), clusters = grid_blocks() / S;
   const int64_t bias_items = a.dbias ? (a.k + 7) / 8 : 0;
   float *part = reinterpret_cast<float *>(smem) + (GROUPS - 1) * TILE; /* past groups 1..'s sums */
@@ -251,10 +306,11 @@ __device__ void run(const aq_conv2d_args_t &a, uint8_t *smem) {
       jb.c = (int)a.c, jb.h = (int)a.h, jb.w = (int)a.wd, jb.k = (int)a.k, jb.p = (int)a.p, jb.q = (int)a.q;
       jb.r = (int)a.r, jb.pad_h = a.pad_h, jb.pad_w = a.pad_w;
       jb.pq = jb.p * jb.q, jb.kpq = jb.k * jb.pq, jb.hw = jb.h * jb.w, jb.chw = jb.c * jb.hw;
+      jb.chunks = CHUNKED ? (jb.q + QCHUNK - 1) / QCHUNK : 1;
       jb.tap_row = (int)(id % a.r), jb.c0 = (int)(id / a.r % ctiles) * CT, jb.k0 = (int)(id / a.r / ctiles) * KT;
       jb.row0 = (int)((int64_t)rows * rank / ranks), jb.row1 = (int)((int64_t)rows * (rank + 1) / ranks);
     }
-    block_tile<U, B>(a, jb, smem, part); /* its first barrier publishes the job */
+    block_tile<U, B, CHUNKED>(a, jb, smem, part); /* its first barrier publishes the job */
 #ifdef AQ_CONV_CLUSTERS
     if (ranks > 1) { /* rank j adds slice j of the tile over the cluster, in rank order */
       cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -279,30 +335,31 @@ extern __shared__ __align__(16) uint8_t rows_smem[];
 
 // The copies' width: 16 bytes where every row and both tensors allow, else
 // 8, else 4 (launch.h requires even rows).
-template <int S, int T>
+template <int S, int T, bool CHUNKED>
 __device__ void build(const aq_conv2d_args_t &a) {
   const uintptr_t at = (uintptr_t)a.x | (uintptr_t)a.dy;
   const int64_t rowbytes = (a.q * 2) | (a.wd * 2);
-  if (!((at | rowbytes) & 15)) return run<S, 16, Block<T>>(a, rows_smem);
-  if (!((at | rowbytes) & 7)) return run<S, 8, Block<T>>(a, rows_smem);
-  run<S, 4, Block<T>>(a, rows_smem);
+  if (!((at | rowbytes) & 15)) return run<S, 16, Block<T>, CHUNKED>(a, rows_smem);
+  if (!((at | rowbytes) & 7)) return run<S, 8, Block<T>, CHUNKED>(a, rows_smem);
+  run<S, 4, Block<T>, CHUNKED>(a, rows_smem);
 }
 
-template <int T>
+template <int T, bool CHUNKED>
 __device__ inline bool applies(const aq_conv2d_args_t &a) {
-  return aq_conv2d_bf16_rows_fits(&a) && !(((uintptr_t)a.x | (uintptr_t)a.dy) & 3) && block_threads() == T &&
+  return (CHUNKED ? aq_conv2d_bf16_rows_wide_fits(&a) : aq_conv2d_bf16_rows_fits(&a)) &&
+         !(((uintptr_t)a.x | (uintptr_t)a.dy) & 3) && block_threads() == T &&
          conv::dynamic_smem() >= AQ_GPU_CONV2D_ROWS_BYTES(T);
 }
 
 }  // namespace conv_rows
 #endif  // !AQ_HIP
 
-template <int S>
+template <int S, bool CHUNKED = false>
 __device__ __forceinline__ void bwd_filter_rows(const aq_conv2d_args_t &a) {
   constexpr int T = AQ_GPU_CONV2D_ROWS_THREADS(S);
   if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
 #ifndef AQ_HIP
-  if (conv_rows::applies<T>(a)) return conv_rows::build<S, T>(a);
+  if (conv_rows::applies<T, CHUNKED>(a)) return conv_rows::build<S, T, CHUNKED>(a);
 #endif
   conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
 }
@@ -317,4 +374,11 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT)
     __launch_bounds__(AQ_GPU_CONV2D_ROWS_THREADS(AQ_GPU_CONV2D_BWD_FILTER_SPLIT), 2)
         aq_conv2d_bwd_filter_bf16_rows8(aq_conv2d_args_t a) {
   bwd_filter_rows<AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+}
+// Rows of dy past QCHUNK, in chunks, over clusters of 16: a kernel of its
+// own, whose registers leave the others' alone (one kernel of both ran
+// them up to a third slower).
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_SPLIT16) __launch_bounds__(AQ_GPU_CONV2D_ROWS_THREADS(AQ_GPU_CONV2D_SPLIT16), 1)
+    aq_conv2d_bwd_filter_bf16_rows_wide(aq_conv2d_args_t a) {
+  bwd_filter_rows<AQ_GPU_CONV2D_SPLIT16, true>(a);
 }

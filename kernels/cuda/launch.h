@@ -952,14 +952,16 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_filter_split_shape(const aq_con
 
 /* ---- bf16's backward filter by rows (conv2d_bf16_rows.cu) -------------------
  * A cluster a tile of dw: 64 filters x 32 channels x one filter row r of
- * three taps, its blocks a share of dy's rows (n, p) each, staged whole
- * with the rows of x they meet (cp.async). So it takes unit stride and
- * dilation, filters three taps wide, a row of dy within DROW elements (the
- * products' 16-wide steps read up to 64) and of x within XROW - XOFF, the
- * padding within XOFF, and rows of an even number of elements (4-byte
- * copies); 32-bit indices. */
+ * three taps, its blocks a share of dy's rows (n, p), each staged whole
+ * with the row of x it meets (cp.async). So it takes unit stride and
+ * dilation, filters three taps wide, padding within XOFF, rows of an even
+ * number of elements (4-byte copies) and 32-bit indices; a row of dy within
+ * QCHUNK (the products' 16-wide steps) and of x within XROW - XOFF, or for
+ * the _rows_wide build any, in chunks of QCHUNK positions, each staged
+ * with the stretch of x's row from XOFF columns before it. */
 #define AQ_GPU_CONV2D_ROWS_FILTERS 64
 #define AQ_GPU_CONV2D_ROWS_CHANNELS 32
+#define AQ_GPU_CONV2D_ROWS_QCHUNK 64
 #define AQ_GPU_CONV2D_ROWS_XOFF 8
 #define AQ_GPU_CONV2D_ROWS_XROW 88
 #define AQ_GPU_CONV2D_ROWS_DROW 72
@@ -971,10 +973,13 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_filter_split_shape(const aq_con
 #define AQ_GPU_CONV2D_ROWS_BYTES(threads)                                                                            \
   (3 * ((threads) / 128) *                                                                                              \
    (AQ_GPU_CONV2D_ROWS_FILTERS * AQ_GPU_CONV2D_ROWS_DROW + AQ_GPU_CONV2D_ROWS_CHANNELS * AQ_GPU_CONV2D_ROWS_XROW) * 2)
-static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bf16_rows_fits(const aq_conv2d_args_t *a) {
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bf16_rows_wide_fits(const aq_conv2d_args_t *a) {
   return aq_conv2d_tiled_extents(a) && aq_conv2d_fits32(a) && a->s == 3 && a->stride_h == 1 && a->stride_w == 1 &&
-         a->dil_h == 1 && a->dil_w == 1 && a->q <= 64 && a->wd <= AQ_GPU_CONV2D_ROWS_XROW - AQ_GPU_CONV2D_ROWS_XOFF &&
-         a->pad_w <= AQ_GPU_CONV2D_ROWS_XOFF && a->q % 2 == 0 && a->wd % 2 == 0;
+         a->dil_h == 1 && a->dil_w == 1 && a->pad_w <= AQ_GPU_CONV2D_ROWS_XOFF && a->q % 2 == 0 && a->wd % 2 == 0;
+}
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bf16_rows_fits(const aq_conv2d_args_t *a) {
+  return aq_conv2d_bf16_rows_wide_fits(a) && a->q <= AQ_GPU_CONV2D_ROWS_QCHUNK &&
+         a->wd <= AQ_GPU_CONV2D_ROWS_XROW - AQ_GPU_CONV2D_ROWS_XOFF;
 }
 /* Its tiles: filter tiles x channel tiles x filter rows. */
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_rows_tiles(const aq_conv2d_args_t *a) {
@@ -983,9 +988,10 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_rows_tiles(const aq_conv
 }
 /* A rows build's cluster (build: its name), or 0: not a rows build. */
 static inline int aq_conv2d_bf16_rows_split(const char *build) {
-  static const char *const names[] = {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8};
-  static const int splits[] = {AQ_GPU_CONV2D_SPLIT16, AQ_GPU_CONV2D_BWD_FILTER_SPLIT};
-  return aq_gpu_build_split(build, names, splits, 2);
+  static const char *const names[] = {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8,
+                                      AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE};
+  static const int splits[] = {AQ_GPU_CONV2D_SPLIT16, AQ_GPU_CONV2D_BWD_FILTER_SPLIT, AQ_GPU_CONV2D_SPLIT16};
+  return aq_gpu_build_split(build, names, splits, 3);
 }
 /* Its launch: a cluster a tile, then the bias gradient's items; whole
  * clusters for kernargs of no tiles too (the kernel refuses them). */
@@ -999,7 +1005,7 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_rows_shape(const aq_conv2d_args
 /* The rows build the launch rule gives a (its name), or NULL. Each build's
  * time: its clusters' waves (AQ_GPU_CONV2D_ROWS16_CLUSTERS of 16 at once,
  * AQ_GPU_CONV2D_ROWS8_CLUSTERS of 8: cuOccupancyMaxActiveClusters on an
- * H200), each a block's share of dy's rows times their 16-wide steps
+ * H200), each a block's share of dy's rows (chunks) times their 16-wide steps
  * along q (3 a row-step for 16's blocks of four groups, 4 for 8's of two),
  * plus 200 for the tile's fixed costs (in 50 ns: 16's times within 5% of
  * the tuner's; 8's two blocks an SM run slower than counted, but the
@@ -1009,14 +1015,20 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_rows_shape(const aq_conv2d_args
 #define AQ_GPU_CONV2D_ROWS16_CLUSTERS 7
 #define AQ_GPU_CONV2D_ROWS8_CLUSTERS 30
 static inline int64_t aq_conv2d_bf16_rows_cost(const aq_conv2d_args_t *a, int split, int64_t *waves) {
-  const int64_t rows = a->n * a->p, steps = (a->q + 15) / 16;
+  const int64_t rows = a->n * a->p * ((a->q + AQ_GPU_CONV2D_ROWS_QCHUNK - 1) / AQ_GPU_CONV2D_ROWS_QCHUNK),
+                steps = ((a->q < AQ_GPU_CONV2D_ROWS_QCHUNK ? a->q : AQ_GPU_CONV2D_ROWS_QCHUNK) + 15) / 16;
   *waves = aq_gpu_waves(aq_conv2d_bf16_rows_tiles(a),
                         split == AQ_GPU_CONV2D_SPLIT16 ? AQ_GPU_CONV2D_ROWS16_CLUSTERS : AQ_GPU_CONV2D_ROWS8_CLUSTERS);
   return *waves * ((rows + split - 1) / split * steps * (split == AQ_GPU_CONV2D_SPLIT16 ? 3 : 4) + 200);
 }
 static inline const char *aq_conv2d_bf16_rows_build(const aq_conv2d_args_t *a) {
-  if (!aq_conv2d_bf16_rows_fits(a)) return NULL;
   int64_t w16, w8;
+  if (a->q > AQ_GPU_CONV2D_ROWS_QCHUNK) { /* in chunks of q, over clusters of 16 */
+    if (!aq_conv2d_bf16_rows_wide_fits(a)) return NULL;
+    aq_conv2d_bf16_rows_cost(a, AQ_GPU_CONV2D_SPLIT16, &w16);
+    return w16 <= 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE : NULL;
+  }
+  if (!aq_conv2d_bf16_rows_fits(a)) return NULL;
   const int64_t c16 = aq_conv2d_bf16_rows_cost(a, AQ_GPU_CONV2D_SPLIT16, &w16),
                 c8 = aq_conv2d_bf16_rows_cost(a, AQ_GPU_CONV2D_BWD_FILTER_SPLIT, &w8);
   if (c16 < c8) return w16 <= 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS : NULL;
@@ -1227,6 +1239,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, aq_conv2d_bf16_filter_split, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, aq_conv2d_bf16_rows_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8, aq_conv2d_bf16_rows_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE, aq_conv2d_bf16_rows_wide_fits, NULL},
   };
   const int n = (int)(sizeof(rules) / sizeof(rules[0]));
   if (!build) return index >= 0 && index < n && !strcmp(rules[index].op, op) ? &rules[index] : NULL;

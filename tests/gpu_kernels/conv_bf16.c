@@ -51,6 +51,8 @@ static const bcase_t cases[] = {
     {2, 64, 8, 64, 32, 3, 3, 1, 1, 1, 1, 1, 1},   /* q = 64: four steps a row, 16-byte copies */
     {2, 8, 6, 14, 8, 3, 3, 1, 1, 1, 2, 1, 1},     /* padding 2 along q (q = 16 > w) */
     {4, 32, 30, 28, 64, 3, 3, 1, 1, 1, 1, 1, 1},  /* 120 rows: each rank's through the three stages */
+    {1, 8, 4, 144, 40, 3, 3, 1, 1, 1, 1, 1, 1},   /* q = 144: rows of dy in chunks of 64, 64 and 16 */
+    {2, 6, 5, 130, 16, 3, 3, 1, 1, 0, 1, 1, 1},   /* q = 130: chunks of 64, 64 and 2, 4-byte copies */
 };
 
 static uint16_t *bf16_random(size_t n, unsigned seed, double *vals) {
@@ -121,8 +123,9 @@ static void bf16_case(const bcase_t *t) {
    * backward filter's over clusters of 16; 11, 12: the rows builds over
    * clusters of 16 and 8, every case (the direct loops where they do not
    * apply); 13: the rows build over one cluster, which walks every tile
-   * and the bias gradient's items in turn */
-  for (int shape = 0; shape < 14; ++shape) {
+   * and the bias gradient's items in turn; 14: the rows build in chunks
+   * of q (one chunk where q <= 64), every case */
+  for (int shape = 0; shape < 15; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -138,7 +141,9 @@ static void bf16_case(const bcase_t *t) {
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, &a,
                aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, &a, cpu));
       else if (shape >= 11 && i == 2) {
-        const char *rows = shape == 12 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8 : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS;
+        const char *rows = shape == 12   ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8
+                           : shape == 14 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE
+                                         : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS;
         aq_dispatch_shape_t own = aq_gpu_op_shape(rows, &a, cpu);
         if (shape == 13) own.grid[0] = 16 * own.workgroup[0];
         gk_run(rows, &a, own);
@@ -225,7 +230,8 @@ Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS,
-                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8};
+                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8,
+                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE};
   for (int kind = 0; kind < 8; ++kind)
     for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); ++i) {
       const int pass = strstr(names[i], "bwd_filter") ? 2 : strstr(names[i], "bwd_data") ? 1 : 0;
@@ -409,7 +415,12 @@ Test(conv_bf16_shape, three_taps_at_unit_stride_take_the_rows_builds) {
   other.stride_h = other.stride_w = 1, other.p = other.q = 56, other.r = other.s = 5, other.pad_h = other.pad_w = 2;
   cr_assert(!aq_conv2d_bf16_rows_fits(&other), "five taps wide");
   other.r = other.s = 3, other.pad_h = other.pad_w = 1, other.h = other.wd = other.p = other.q = 112;
-  cr_assert(!aq_conv2d_bf16_rows_fits(&other), "rows of dy past 64");
+  cr_assert(!aq_conv2d_bf16_rows_fits(&other) && aq_conv2d_bf16_rows_wide_fits(&other), "rows of dy past 64: in chunks");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &other), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE);
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &other, aq_planes_grid(1)).grid[0], 6 * 16 * 512);
+  other.pad_w = 9, other.q = 128;
+  cr_assert(!aq_conv2d_bf16_rows_wide_fits(&other), "padding past the 8 columns staged before a chunk");
+  other.pad_w = 1;
   other.h = other.wd = other.p = other.q = 55;
   cr_assert(!aq_conv2d_bf16_rows_fits(&other), "odd rows: 4-byte copies");
   other.h = other.wd = other.p = other.q = 56;

@@ -134,14 +134,15 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   unit.r = unit.s = 5, unit.pad_h = unit.pad_w = 2; /* no Winograd */
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA, &unit), AQ_KERNEL_CONV2D_BWD_DATA_X3);
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &wide, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 6, "three taps wide at unit stride: the rows builds over clusters of 16 and 8, the tensor cores' tiles "
-                     "split over clusters of 16, 8, 6, or not");
+  cr_assert_eq(n, 7, "three taps wide at unit stride: the rows builds over clusters of 16 and 8 (and in chunks), the "
+                     "tensor cores' tiles split over clusters of 16, 8, 6, or not");
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, "6 tiles of 64 filters x 32 channels x a filter row");
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_FILTER_BF16);
   cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT) &&
             listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT6) &&
             listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16) &&
-            listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8));
+            listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8) &&
+            listed(names, n, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE));
   /* the forward: tiled, or the tensor cores */
   cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D, &lenet1, names, AQ_GPU_OP_BUILDS_MAX), 2);
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D);
