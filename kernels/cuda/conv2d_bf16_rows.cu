@@ -1,6 +1,7 @@
-// aq_conv2d_bwd_filter_bf16_rows (and _rows8): bf16's backward filter of a
-// filter three taps wide at unit stride, a row of taps a block, on tensor
-// cores (launch.h: aq_conv2d_bf16_rows_fits says where it applies).
+// aq_conv2d_bwd_filter_bf16_rows (and _rows8, _rows_wide): bf16's backward
+// filter of a filter three taps wide at unit stride, a row of taps a
+// block, on tensor cores (launch.h: aq_conv2d_bf16_rows_fits and
+// aq_conv2d_bf16_rows_wide_fits say where they apply).
 //
 // The implicit GEMM's backward filter (conv2d_bf16.cu) gathers B, x's
 // windows, a column per (c, r, s): each x value is loaded and stored into
@@ -16,7 +17,8 @@
 // each and add their sums in shared memory in group order; a cluster's
 // blocks split the rows and add theirs in rank order, each rank a slice of
 // the tile (deterministic). Then the bias gradient's items, as the other
-// split builds' (conv2d_gemm.cuh).
+// split builds' (conv2d_gemm.cuh). _rows_wide stages rows of dy past
+// QCHUNK positions in chunks, each with the stretch of x's row it meets.
 #include "launch.h"
 #include "conv2d_filter.cuh"
 #include "conv2d_gemm.cuh"
@@ -27,7 +29,7 @@ namespace conv_rows {
 
 constexpr int KT = AQ_GPU_CONV2D_ROWS_FILTERS, CT = AQ_GPU_CONV2D_ROWS_CHANNELS, TAPS = 3;
 constexpr int QCHUNK = AQ_GPU_CONV2D_ROWS_QCHUNK; /* dy's rows are staged in chunks of q */
-constexpr int XOFF = AQ_GPU_CONV2D_ROWS_XOFF; /* a chunk's staged row of x starts XOFF columns before the chunk's */
+constexpr int XOFF = AQ_GPU_CONV2D_ROWS_XOFF; /* x[w] at XOFF + w of a staged row; a chunk's from XOFF columns before it */
 constexpr int XROW = AQ_GPU_CONV2D_ROWS_XROW, DROW = AQ_GPU_CONV2D_ROWS_DROW; /* elements a staged row */
 constexpr int STAGES = 3, TILE = KT * CT * TAPS, MI = KT / 16;
 static_assert(CT == 4 * 8, "groups of four warps, a warp 8 channels");
@@ -66,9 +68,9 @@ struct Job {
   int row0, row1;       /* the block's rows (n, p, chunk), (n * p + p) * chunks + chunk */
 };
 
-// A thread's part of every stage's copies, fixed for a tile (CHUNKED: q
-// past QCHUNK, rows of dy staged in chunks). A pass of the
-// block's threads copies PASS rows of 128 bytes, U bytes a copy and a row
+// A thread's part of every stage's copies, fixed for a tile (CHUNKED: rows
+// of dy in chunks of QCHUNK). A pass of the block's threads copies PASS
+// rows of 128 bytes, U bytes a copy and a row
 // per 128 / U lanes: dy's rows of the tile's filters, item by item, then
 // x's of its channels (a pass of 2 CT rows spans two items). So which
 // tensor and item a pass copies is known at compile time, and a thread's
