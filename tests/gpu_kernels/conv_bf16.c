@@ -208,6 +208,34 @@ Test(gpu_conv_bf16, no_bias) {
   free(vx), free(vw), free(vdy);
 }
 
+/* The rows builds copy whole 4-, 8- or 16-byte pieces of x's and dy's rows:
+ * tensors at addresses of 2-byte alignment only take the direct loops, as
+ * right (a cp.async from them would fault). */
+Test(gpu_conv_bf16, rows_builds_on_unaligned_tensors) {
+  aq_conv2d_args_t a = {.n = 2, .c = 8, .h = 8, .wd = 8, .k = 16, .r = 3, .s = 3, .p = 8, .q = 8, .stride_h = 1,
+                        .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
+  cr_assert(aq_conv2d_bf16_rows_fits(&a));
+  const size_t nx = (size_t)(a.n * a.c * a.h * a.wd), nw = (size_t)(a.k * a.c * a.r * a.s), ny = (size_t)(a.n * a.k * a.p * a.q);
+  double *vx = calloc(nx + 1, 8), *vdy = calloc(ny + 1, 8), *rdw = calloc(nw, 8), *mdw = calloc(nw, 8);
+  double *ry = calloc(ny, 8), *my = calloc(ny, 8), *rdx = calloc(nx, 8), *mdx = calloc(nx, 8), *rdb = calloc(16, 8),
+         *mdb = calloc(16, 8), *vw = calloc(nw, 8);
+  uint16_t *x = bf16_random(nx + 1, 11, vx), *dy = bf16_random(ny + 1, 12, vdy);
+  float *dw = gk_floats(nw), bias[16] = {0}; /* the reference's forward terms: no bias, zero filters */
+  ref_t ref = {vx + 1, vw, bias, vdy + 1, {ry, rdx, rdw, rdb}, {my, mdx, mdw, mdb}};
+  conv_taps(&a, ref_tap, &ref);
+  a.x = (const float *)(x + 1), a.dy = (const float *)(dy + 1), a.dw = dw;
+  const char *builds[] = {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8,
+                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE};
+  const bcase_t t = {a.n, a.c, a.h, a.wd, a.k, a.r, a.s, 1, 1, 1, 1, 1, 1};
+  for (int b = 0; b < 3; ++b) {
+    fill(dw, nw);
+    gk_run(builds[b], &a, aq_gpu_op_shape(builds[b], &a, aq_planes_grid(1)));
+    expect("dw", &t, b, dw, rdw, mdw, nw);
+  }
+  aq_memory_free(x), aq_memory_free(dy), aq_memory_free(dw);
+  free(vx), free(vdy), free(rdw), free(mdw), free(ry), free(my), free(rdx), free(mdx), free(rdb), free(mdb), free(vw);
+}
+
 /* Kernargs the kernels refuse (as the fp32 kernels and the CPU kernel do):
  * nothing is written. */
 Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
