@@ -1066,12 +1066,13 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     return aq_conv2d_filter_staged_build((const aq_conv2d_args_t *)kernarg, bf16_filter);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_bwd_filter_split((const aq_conv2d_args_t *)kernarg) > 1)
     return AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT;
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
-    return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_bf16_rows_build((const aq_conv2d_args_t *)kernarg))
-    return aq_conv2d_bf16_rows_build((const aq_conv2d_args_t *)kernarg);
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_bf16_filter_split((const aq_conv2d_args_t *)kernarg))
-    return aq_conv2d_bf16_split_build((const aq_conv2d_args_t *)kernarg);
+  if (bf16_filter) { /* tiled, by rows, or the tensor cores' tiles split over clusters */
+    const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
+    if (aq_conv2d_tiled_bytes(a, 2)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
+    const char *rows = aq_conv2d_bf16_rows_build(a); /* asked once: a cost of two builds */
+    if (rows) return rows;
+    if (aq_conv2d_bf16_filter_split(a)) return aq_conv2d_bf16_split_build(a);
+  }
   if (!strcmp(kernel, AQ_KERNEL_MATMUL))
     return aq_matmul_f32_gpu_kernel(aq_matmul_f32_gpu_build((const aq_matmul_args_t *)kernarg), 0);
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_FUSED)) /* the fused args start with the product's */
