@@ -113,6 +113,12 @@ extern "C" {
  * kernels/cuda/launch.h picks them (aq_conv2d_wino) and their grids. */
 #define AQ_KERNEL_CONV2D_WINO "aq_conv2d_f32_wino"
 #define AQ_KERNEL_CONV2D_BWD_DATA_WINO "aq_conv2d_bwd_data_f32_wino"
+/* The backward data where dy's planes are small (at most 64 positions), a
+ * block an image's 32 channels: the columns D = w^T dy in FFMA (exact
+ * fp32), then dx from D in shared memory; bf16's build is
+ * AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL (kernels/cuda/launch.h says where
+ * they apply and picks their grids and group segments). */
+#define AQ_KERNEL_CONV2D_BWD_DATA_COL "aq_conv2d_bwd_data_f32_col"
 /* The backward filter as F(3x3, 2x2), each 32 x 32 tile of dw over a
  * cluster (sm_90; the grid's x a multiple of it). */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_WINO "aq_conv2d_bwd_filter_f32_wino"
@@ -197,6 +203,12 @@ extern "C" {
  * of it); launch.h picks it and its grid. */
 #define AQ_KERNEL_CONV2D_BF16_SPLIT "aq_conv2d_bf16_split"
 #define AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO "aq_conv2d_bwd_data_bf16_wino"
+/* bf16's backward data where dy's planes are small (at most 64 positions:
+ * a ResNet's last stages and the strided layers into them), a block an
+ * image's 32 channels: the columns D = w^T dy as a dense product, then
+ * dx from D in shared memory (kernels/cuda/launch.h says where it applies
+ * and picks its grid and group segment). */
+#define AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL "aq_conv2d_bwd_data_bf16_col"
 /* aq_conv2d_bwd_filter_bf16's build for filters whose planes fit a block's
  * shared memory (a LeNet's, whose dw has too few tiles for the tensor
  * cores): the fp32 split build's tiled sums on bf16 x and dy, a cluster of

@@ -1035,6 +1035,49 @@ static inline const char *aq_conv2d_bf16_rows_build(const aq_conv2d_args_t *a) {
   return w8 <= 2 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8 : NULL;
 }
 
+/* ---- the backward data by columns (conv2d_col.cuh) --------------------------
+ * A block one image's dx for 32 channels: first D, the channels' taps
+ * (rows) by dy's positions (columns) summed over k, then each element of dx
+ * the sum of the entries its taps reach (col2im in shared memory). So dy's
+ * plane within AQ_GPU_CONV2D_COL_POSITIONS, filters of at most
+ * AQ_GPU_CONV2D_COL_TAPS taps, x's plane within AQ_GPU_CONV2D_COL_PLANE
+ * (a list of taps a position), a row of w (c r s elements of `size`
+ * bytes) of whole 16-byte chunks; 32-bit indices. Any stride, padding and
+ * dilation. Builds: bf16's on tensor cores (conv2d_bf16_col.cu), fp32's
+ * in FFMA (conv2d_ffma_col.cu); their group segments hold D (over the
+ * stages of w and dy) and the lists. */
+#define AQ_GPU_CONV2D_COL_CHANNELS 32
+#define AQ_GPU_CONV2D_COL_TAPS 9
+#define AQ_GPU_CONV2D_COL_POSITIONS 64
+#define AQ_GPU_CONV2D_COL_PLANE 256
+#define AQ_GPU_CONV2D_COL_BF16_THREADS 192
+#define AQ_GPU_CONV2D_COL_BF16_BYTES 105280
+#define AQ_GPU_CONV2D_COL_F32_THREADS 256
+#define AQ_GPU_CONV2D_COL_F32_BYTES 94976
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_col_fits(const aq_conv2d_args_t *a, int size) {
+  return aq_conv2d_tiled_extents(a) && aq_conv2d_fits32(a) && a->p * a->q <= AQ_GPU_CONV2D_COL_POSITIONS &&
+         a->r * a->s <= AQ_GPU_CONV2D_COL_TAPS && a->h * a->wd <= AQ_GPU_CONV2D_COL_PLANE &&
+         (a->c * a->r * a->s * size) % 16 == 0;
+}
+static inline int aq_conv2d_bf16_col_fits(const aq_conv2d_args_t *a) { return aq_conv2d_col_fits(a, 2); }
+static inline int aq_conv2d_f32_col_fits(const aq_conv2d_args_t *a) { return aq_conv2d_col_fits(a, 4); }
+/* The rule gives a build the shapes it fits whose filters have 6 taps or
+ * more (3x3, 2x3: at most a third of D's rows idle in bf16's six warps'
+ * tiles), fp32's where its Winograd build does not apply; the tuner times
+ * it for the rest (1x1, 2x2). */
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_col_build(const aq_conv2d_args_t *a, int size) {
+  return aq_conv2d_col_fits(a, size) && a->r * a->s >= 6;
+}
+/* A build's launch (threads: its block): a block an item (an image's 32
+ * channels), walked grid-stride. */
+static inline aq_dispatch_shape_t aq_conv2d_col_shape(const aq_conv2d_args_t *a, int threads) {
+  const int64_t items = a->n > 0 && a->c > 0 ? a->n * ((a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS) : 1,
+                most = ((int64_t)1 << 30) / threads;
+  aq_dispatch_shape_t s = aq_gpu_threads_shape((items < most ? items : most) * threads);
+  s.workgroup[0] = (uint16_t)threads;
+  return s;
+}
+
 /* Whether pooling windows tile their planes (stride the window, no
  * padding, a whole number of windows): the backward pass then runs a thread
  * an output, writing its window whole, rather than a thread an input
@@ -1047,6 +1090,11 @@ static inline AQ_GPU_HOST_DEVICE int aq_pool_tiles(const aq_pool_args_t *a) {
 /* The GPU build of an op kernel that suits these kernargs: one of a GPU's
  * variants, or the op's own name. */
 static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kernarg) {
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16) && aq_conv2d_col_build((const aq_conv2d_args_t *)kernarg, 2))
+    return AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) && aq_conv2d_col_build((const aq_conv2d_args_t *)kernarg, 4) &&
+      !aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, 1)) /* fp32's Winograd multiplies less */
+    return AQ_KERNEL_CONV2D_BWD_DATA_COL;
   int x3 = 0;
   const int pass = aq_conv2d_f32_pass(kernel, &x3);
   if (pass >= 0 && !x3 && aq_conv2d_wino((const aq_conv2d_args_t *)kernarg, pass))
@@ -1092,6 +1140,8 @@ static __attribute__((noinline, unused)) uint32_t aq_gpu_op_group_segment(const 
   if (!strcmp(kernel, AQ_KERNEL_MATMUL_BF16)) return AQ_GPU_MATMUL_BF16_GROUP_SEGMENT;
   if (aq_conv2d_staged_split(kernel)) return (uint32_t)aq_conv2d_filter_bytes(a, aq_conv2d_staged_split(kernel));
   if (aq_conv2d_bf16_rows_split(kernel)) return AQ_GPU_CONV2D_ROWS_BYTES(AQ_GPU_CONV2D_ROWS_THREADS(aq_conv2d_bf16_rows_split(kernel)));
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL)) return AQ_GPU_CONV2D_COL_BF16_BYTES;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_COL)) return AQ_GPU_CONV2D_COL_F32_BYTES;
   for (int i = 0; i < 5; ++i) /* the tiled passes */
     if (!strcmp(kernel, conv[i])) return (uint32_t)aq_conv2d_tiled_bytes(a, i < 2 ? i : 2);
   return 0;
@@ -1107,6 +1157,10 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   int x3 = 0;
   const int pass = aq_conv2d_f32_pass(kernel, &x3), wino = aq_conv2d_wino_pass(kernel);
   const char *pick = aq_gpu_op_kernel(kernel, kernarg);
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL) || !strcmp(pick, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL))
+    return aq_conv2d_col_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_BF16_THREADS); /* named, or picked */
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_COL) || !strcmp(pick, AQ_KERNEL_CONV2D_BWD_DATA_COL))
+    return aq_conv2d_col_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_F32_THREADS);
   if (wino >= 0 || aq_conv2d_wino_pass(pick) >= 0) /* named, or picked */
     return aq_conv2d_wino_gpu_shape((const aq_conv2d_args_t *)kernarg, wino >= 0 ? kernel : pick);
   const int ffma = aq_conv2d_ffma_pass(kernel);
@@ -1214,6 +1268,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_X3, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_FFMA, aq_conv2d_bwd_data_ffma_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_WINO, aq_conv2d_bwd_data_wino_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_DATA, AQ_KERNEL_CONV2D_BWD_DATA_COL, aq_conv2d_f32_col_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN, aq_conv2d_x3_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6, aq_conv2d_x3_fits, NULL},
@@ -1230,6 +1285,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_WINO, aq_conv2d_fwd_bf16_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, NULL, aq_conv2d_bwd_data_bf16_gemm_shape},
       {AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO, aq_conv2d_bwd_data_bf16_wino_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, aq_conv2d_bf16_col_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16, NULL, aq_conv2d_bwd_filter_bf16_gemm_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT, aq_conv2d_filter_tiled, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED, aq_conv2d_filter_staged, NULL},

@@ -53,6 +53,13 @@ static const bcase_t cases[] = {
     {4, 32, 30, 28, 64, 3, 3, 1, 1, 1, 1, 1, 1},  /* 120 rows: each rank's through the three stages */
     {1, 8, 4, 144, 40, 3, 3, 1, 1, 1, 1, 1, 1},   /* q = 144: rows of dy in chunks of 64, 64 and 16 */
     {2, 6, 5, 130, 16, 3, 3, 1, 1, 0, 1, 1, 1},   /* q = 130: chunks of 64, 64 and 2, 4-byte copies */
+    /* The columns build's (launch.h: aq_conv2d_bf16_col_fits): dy's plane within 64, c r s whole chunks. */
+    {2, 64, 14, 14, 40, 3, 3, 2, 2, 1, 1, 1, 1},  /* stride 2 into 7 x 7: 40 filters, a stage cut short */
+    {3, 40, 8, 8, 72, 3, 3, 1, 1, 1, 1, 1, 1},    /* 64 positions; 40 channels: a second tile of 8 */
+    {2, 16, 9, 9, 33, 2, 2, 2, 2, 0, 0, 1, 1},    /* four taps: two warps without rows; 16 channels */
+    {1, 8, 13, 11, 16, 3, 3, 2, 2, 1, 1, 2, 2},   /* stride and dilation 2: 6 x 5 positions, dy's runs unaligned */
+    {2, 32, 7, 8, 66, 1, 1, 2, 2, 0, 0, 1, 1},    /* 1x1 at stride 2: positions of x no tap reaches */
+    {1, 24, 16, 16, 8, 3, 3, 3, 3, 0, 1, 1, 1},   /* stride 3, padding along q only; 24 channels */
 };
 
 static uint16_t *bf16_random(size_t n, unsigned seed, double *vals) {
@@ -124,8 +131,9 @@ static void bf16_case(const bcase_t *t) {
    * clusters of 16 and 8, every case (the direct loops where they do not
    * apply); 13: the rows build over one cluster, which walks every tile
    * and the bias gradient's items in turn; 14: the rows build in chunks
-   * of q (one chunk where q <= 64), every case */
-  for (int shape = 0; shape < 15; ++shape) {
+   * of q (one chunk where q <= 64), every case; 15, 16: the backward data
+   * by columns with its own grid and with one block, every case */
+  for (int shape = 0; shape < 17; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -147,6 +155,10 @@ static void bf16_case(const bcase_t *t) {
         aq_dispatch_shape_t own = aq_gpu_op_shape(rows, &a, cpu);
         if (shape == 13) own.grid[0] = 16 * own.workgroup[0];
         gk_run(rows, &a, own);
+      } else if (shape >= 15 && i == 1) {
+        aq_dispatch_shape_t own = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, cpu);
+        if (shape == 16) own.grid[0] = own.workgroup[0];
+        gk_run(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, own);
       } else if (shape == 9 && i == 0)
         gk_run(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, cpu));
       else if (shape == 8 && i < 2) {
@@ -236,6 +248,32 @@ Test(gpu_conv_bf16, rows_builds_on_unaligned_tensors) {
   free(vx), free(vdy), free(rdw), free(mdw), free(ry), free(my), free(rdx), free(mdx), free(rdb), free(mdb), free(vw);
 }
 
+/* The columns build copies 16-byte pieces of w's rows and dy's runs: w or
+ * dy at an address of 2-byte alignment only takes the direct loops. */
+Test(gpu_conv_bf16, col_build_on_unaligned_tensors) {
+  aq_conv2d_args_t a = {.n = 2, .c = 16, .h = 14, .wd = 14, .k = 24, .r = 3, .s = 3, .p = 7, .q = 7, .stride_h = 2,
+                        .stride_w = 2, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
+  cr_assert(aq_conv2d_bf16_col_fits(&a));
+  const size_t nx = (size_t)(a.n * a.c * a.h * a.wd), nw = (size_t)(a.k * a.c * a.r * a.s), ny = (size_t)(a.n * a.k * a.p * a.q);
+  double *vx = calloc(nx, 8), *vdy = calloc(ny + 1, 8), *vw = calloc(nw + 1, 8), *rdw = calloc(nw, 8), *mdw = calloc(nw, 8);
+  double *ry = calloc(ny, 8), *my = calloc(ny, 8), *rdx = calloc(nx, 8), *mdx = calloc(nx, 8), *rdb = calloc(24, 8),
+         *mdb = calloc(24, 8);
+  uint16_t *w = bf16_random(nw + 1, 13, vw), *dy = bf16_random(ny + 1, 14, vdy);
+  float *dx = gk_floats(nx), bias[24] = {0};
+  const bcase_t t = {a.n, a.c, a.h, a.wd, a.k, a.r, a.s, 2, 2, 1, 1, 1, 1};
+  for (int b = 0; b < 2; ++b) { /* w, then dy, one element past its allocation's start */
+    ref_t ref = {vx, vw + (b == 0), bias, vdy + (b == 1), {ry, rdx, rdw, rdb}, {my, mdx, mdw, mdb}};
+    memset(rdx, 0, nx * 8), memset(mdx, 0, nx * 8);
+    conv_taps(&a, ref_tap, &ref);
+    a.w = (const float *)(w + (b == 0)), a.dy = (const float *)(dy + (b == 1)), a.dx = dx;
+    fill(dx, nx);
+    gk_run(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, aq_planes_grid(1)));
+    expect("dx", &t, b, dx, rdx, mdx, nx);
+  }
+  aq_memory_free(w), aq_memory_free(dy), aq_memory_free(dx);
+  free(vx), free(vdy), free(vw), free(rdw), free(mdw), free(ry), free(my), free(rdx), free(mdx), free(rdb), free(mdb);
+}
+
 /* Kernargs the kernels refuse (as the fp32 kernels and the CPU kernel do):
  * nothing is written. */
 Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
@@ -259,7 +297,8 @@ Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8,
-                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE};
+                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE,
+                         AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL};
   for (int kind = 0; kind < 8; ++kind)
     for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); ++i) {
       const int pass = strstr(names[i], "bwd_filter") ? 2 : strstr(names[i], "bwd_data") ? 1 : 0;
@@ -368,6 +407,45 @@ Test(conv_bf16_shape, stride_one_3x3_backward_data_takes_winograd) {
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &strided), AQ_KERNEL_CONV2D_BWD_DATA_BF16);
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &strided, aq_planes_grid(1)).grid[0],
                aq_conv2d_bf16_gpu_shape(&strided, 1).grid[0]);
+}
+
+/* A backward data whose dy planes hold at most 64 positions (a ResNet's
+ * 256 -> 256 at 14x14, stride 2, into 7x7; its 512 -> 512 at 7x7) takes
+ * the columns build by rule where its filters have 6 taps or more, over
+ * the strided phases' GEMMs and over Winograd; a block an image's 32
+ * channels. Filters of fewer taps keep the rule's other picks, with the
+ * columns build among the tuner's candidates. */
+Test(conv_bf16_shape, small_planes_backward_data_takes_the_columns_build) {
+  aq_conv2d_args_t a = {.n = 32, .c = 256, .h = 14, .wd = 14, .k = 256, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
+                        .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 7, .q = 7};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &a), AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL);
+  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &a, aq_planes_grid(1));
+  cr_assert_eq(s.workgroup[0], AQ_GPU_CONV2D_COL_BF16_THREADS);
+  cr_assert_eq(s.grid[0], 32 * 8 * AQ_GPU_CONV2D_COL_BF16_THREADS, "32 images x 8 tiles of 32 channels");
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a), AQ_GPU_CONV2D_COL_BF16_BYTES);
+  aq_conv2d_args_t deep = a;
+  deep.c = deep.k = 512, deep.h = deep.wd = 7, deep.stride_h = deep.stride_w = 1;
+  cr_assert(aq_conv2d_bwd_data_bf16_wino_fits(&deep));
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &deep), AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL,
+                   "over Winograd");
+  const char *names[AQ_GPU_OP_BUILDS_MAX];
+  uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &deep, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert_eq(n, 3, "the columns, the tiles, Winograd");
+  aq_conv2d_args_t other = a;
+  other.h = other.wd = 16, other.p = other.q = 8;
+  cr_assert(aq_conv2d_bf16_col_fits(&other), "64 positions");
+  other.h = other.wd = 18, other.p = other.q = 9;
+  cr_assert(!aq_conv2d_bf16_col_fits(&other), "81 positions");
+  other = a, other.c = 5;
+  cr_assert(aq_conv2d_bf16_col_fits(&other) == 0, "c r s = 45: rows of w not of whole 16-byte chunks");
+  other = a, other.r = other.s = 1, other.pad_h = other.pad_w = 0;
+  cr_assert(aq_conv2d_bf16_col_fits(&other) && !aq_conv2d_col_build(&other, 2), "1x1: one warp of six with rows");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &other), AQ_KERNEL_CONV2D_BWD_DATA_BF16);
+  n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_DATA_BF16, &other, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert_eq(n, 2);
+  cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, "a candidate all the same");
+  aq_dispatch_shape_t own = aq_gpu_op_build_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16, names[1], &other, aq_planes_grid(1));
+  cr_assert_eq(own.grid[0], s.grid[0], "its own grid as a candidate");
 }
 
 /* A forward of few 64x64 tiles (a ResNet's 256 -> 256 at 14x14, stride 2:

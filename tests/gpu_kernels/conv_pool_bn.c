@@ -38,6 +38,11 @@ static const conv_case_t conv_cases[] = {
     {1, 36, 6, 7, 40, 3, 3, 2, 2, 1, 1, 3, 3},   /* dilation 3: every other tap a phase */
     {2, 34, 9, 9, 33, 4, 4, 4, 4, 0, 0, 2, 2},   /* stride 4, dilation 2: odd phases without a tap */
     {2, 3, 32, 32, 64, 16, 16, 16, 16, 0, 0, 1, 1}, /* a patch embedding: 256 phases, a tap each */
+    /* The backward data by columns (launch.h: aq_conv2d_col_fits): dy's plane within 64, c r s of whole 16-byte chunks */
+    {2, 64, 14, 14, 40, 3, 3, 2, 2, 1, 1, 1, 1},  /* stride 2 into 7 x 7: 40 filters, a stage cut short */
+    {3, 36, 8, 8, 20, 3, 3, 1, 1, 1, 1, 1, 1},    /* 64 positions; 36 channels: a second tile of 4 */
+    {1, 4, 13, 11, 16, 3, 3, 2, 2, 1, 1, 2, 2},   /* stride and dilation 2: 6 x 5 positions */
+    {2, 8, 9, 9, 33, 2, 2, 2, 2, 0, 0, 1, 1},     /* four taps: row pairs past the filter's skipped */
 };
 
 /* The reference: sums in double of the fp32 values. */
@@ -59,7 +64,8 @@ static void ref_tap(void *ctx, int64_t o, int64_t k, int64_t xi, int64_t wi) {
  * every pass, 5 the scheduler's at exact precision (FFMA), 6 the x3
  * builds with the thin backward filter, 7 with the one over clusters of 6,
  * 8 the FFMA builds, 9 the Winograd builds, 10 with the thin backward
- * filter, 11 and 12 the staged backward filter over clusters of 4 and 16. */
+ * filter, 11 and 12 the staged backward filter over clusters of 4 and 16,
+ * 13 the backward data by columns (the scheduler's builds for the rest). */
 static void conv_case(const conv_case_t *t, int launch) {
   aq_conv2d_args_t a = {0};
   a.precision = launch == 5 ? AQ_MATMUL_PRECISION_EXACT : AQ_MATMUL_PRECISION_DEFAULT;
@@ -91,8 +97,10 @@ static void conv_case(const conv_case_t *t, int launch) {
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
     if (launch == 1) gk_op(names[i], &a, cpu);
+    else if (launch == 13 && i == 1)
+      gk_run(AQ_KERNEL_CONV2D_BWD_DATA_COL, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_COL, &a, cpu));
     else if (launch == 4 || (launch >= 6 && launch <= 10)) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
-    else if (launch >= 2 && i == 2) { /* a build on every case: where it does not apply, its fallback */
+    else if (launch >= 2 && launch != 13 && i == 2) { /* a build on every case: where it does not apply, its fallback */
       const char *build = launch == 2    ? AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT
                           : launch == 11 ? AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4
                           : launch == 12 ? AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16
@@ -158,6 +166,29 @@ Test(gpu_conv, conv2d_wino_builds) {
 Test(gpu_conv, conv2d_wino_thin_build) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 10);
 }
+/* The backward data by columns on every case: where it does not apply
+ * (planes of dy past 64 positions, ...), its fallback, the direct loops. A
+ * w at an address of 4-byte alignment only (its rows' 16-byte copies
+ * would fault) takes the direct loops too. */
+Test(gpu_conv, conv2d_bwd_data_col_build) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 13);
+  aq_conv2d_args_t a = {.n = 2, .c = 16, .h = 14, .wd = 14, .k = 24, .r = 3, .s = 3, .p = 7, .q = 7, .stride_h = 2,
+                        .stride_w = 2, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
+  cr_assert(aq_conv2d_f32_col_fits(&a));
+  const int64_t nx = a.n * a.c * a.h * a.wd, nw = a.k * a.c * a.r * a.s, ny = a.n * a.k * a.p * a.q;
+  float *w = gk_random((size_t)nw + 1, 2), *dy = gk_random((size_t)ny, 4), *dx = gk_floats((size_t)nx);
+  float *rdx = calloc((size_t)nx, 4);
+  double *ay = calloc((size_t)ny, 8), *adx = calloc((size_t)nx, 8), *adw = calloc((size_t)nw, 8), *adb = calloc(24, 8);
+  float *x = calloc((size_t)nx, 4), bias[24] = {0};
+  ref_t ref = {x, w + 1, bias, dy, ay, adx, adw, adb};
+  conv_taps(&a, ref_tap, &ref);
+  for (int64_t i = 0; i < nx; ++i) rdx[i] = (float)adx[i];
+  a.w = w + 1, a.dy = dy, a.dx = dx;
+  gk_run(AQ_KERNEL_CONV2D_BWD_DATA_COL, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_COL, &a, aq_planes_grid(1)));
+  gk_expect_close("conv2d dx (w unaligned)", dx, rdx, (size_t)nx, 1e-4f);
+  aq_memory_free(w), aq_memory_free(dy), aq_memory_free(dx);
+  free(rdx), free(ay), free(adx), free(adw), free(adb), free(x);
+}
 /* Bad kernargs, a precision neither default nor exact among them, leave
  * every fp32 build's outputs untouched. */
 Test(gpu_conv, bad_kernargs_write_nothing) {
@@ -172,7 +203,8 @@ Test(gpu_conv, bad_kernargs_write_nothing) {
                           AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN,
                           AQ_KERNEL_CONV2D_BWD_FILTER_X3_SPLIT6, AQ_KERNEL_CONV2D_BWD_FILTER_WINO,
                           AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED,
-                          AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16};
+                          AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16,
+                          AQ_KERNEL_CONV2D_BWD_DATA_COL};
   for (int kind = 0; kind < 5; ++kind)
     for (int i = 0; i < (int)(sizeof(builds) / sizeof(builds[0])); ++i) {
       aq_conv2d_args_t a = ok;
