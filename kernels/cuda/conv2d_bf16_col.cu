@@ -31,17 +31,6 @@ static_assert((WROW / 2) % 8 == 4, "ldmatrix.trans's rows of w in distinct bank 
 static_assert(STAGE % 16 == 0 && T_BYTES % 16 == 0, "16-byte copies");
 static_assert(LISTS + LIST_BYTES <= AQ_GPU_CONV2D_COL_BF16_BYTES, "launch.h's group segment");
 
-// dy's run of rows k0.. for the image, from the 16-byte boundary below it
-// to the image's last row, into the stage's raw part.
-__device__ __forceinline__ void stage_dy(const aq_conv2d_args_t &a, const Job &jb, uint32_t raw, int k0) {
-  const uint16_t *dy = (const uint16_t *)a.dy;
-  const int e0 = (jb.n * jb.k + k0) * jb.pq, e1 = (jb.n * jb.k + min(k0 + KS, jb.k)) * jb.pq, a0 = e0 & ~7;
-  for (int i = threadIdx.x; i * 8 < e1 - a0; i += THREADS) {
-    const int left = e1 - a0 - i * 8;
-    copy16(raw + i * 16, dy + a0 + i * 8, left >= 8 ? 16 : left * 2);
-  }
-}
-
 // The run of rows k0.. (raw) position-major into t: a position's 32 k in
 // four swizzled 16-byte chunks (mma_bf16.cuh's k-major rows), zeros past k
 // and past the plane. A thread a pair of rows k, positions 12 apart.
@@ -108,7 +97,8 @@ __device__ void run(const aq_conv2d_args_t &a) {
   auto stage = [&](int kt) {
     const uint32_t st = base + kt % STAGES * STAGE;
     stage_w<uint16_t, KS, WROW, WARPS>(a, jb, st, kt * KS);
-    stage_dy(a, jb, st + W_BYTES, kt * KS);
+    const int e = jb.n * jb.k + kt * KS; /* dy's rows k0.. of the image: one run */
+    stage_run<THREADS>(st + W_BYTES, (const uint16_t *)a.dy, e * jb.pq, min(e + KS, (jb.n + 1) * jb.k) * jb.pq);
   };
   for (int64_t item = grid_block(); item < a.n * ctiles; item += grid_blocks()) {
     begin_item<STAGES>(jb, item, ctiles, stage);

@@ -296,10 +296,8 @@ __device__ void run(const aq_conv2d_args_t &a, uint8_t *smem) {
   const int64_t bias_items = a.dbias ? (a.k + 7) / 8 : 0;
   float *part = reinterpret_cast<float *>(smem) + (GROUPS - 1) * TILE; /* past groups 1..'s sums */
   for (int64_t id = grid_block() / S; id < tiles + (bias_items + S - 1) / S; id += clusters) {
-    if (id >= tiles) { /* a cluster's items a block each, or all of them in one without clusters */
-      for (int j = rank; rank >= 0 && j < S; j += ranks)
-        if ((id - tiles) * S + j < bias_items && threadIdx.x < AQ_GPU_BLOCK) /* 8 channels to a block of 256 */
-          conv_gemm::bias_grad<uint16_t>(a, (id - tiles) * S + j);
+    if (id >= tiles) {
+      conv_gemm::bias_items<S, uint16_t>(a, id - tiles, bias_items, rank, ranks);
       continue;
     }
     if (rank < 0) continue;
@@ -314,17 +312,8 @@ __device__ void run(const aq_conv2d_args_t &a, uint8_t *smem) {
     }
     block_tile<U, B, CHUNKED>(a, jb, smem, part); /* its first barrier publishes the job */
 #ifdef AQ_CONV_CLUSTERS
-    if (ranks > 1) { /* rank j adds slice j of the tile over the cluster, in rank order */
-      cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-      cluster.sync();
-      const int per = (TILE + S - 1) / S;
-      for (int i = rank * per + (int)threadIdx.x; i < TILE && i < (rank + 1) * per; i += THREADS) {
-        float sum = 0.0f;
-#pragma unroll 4
-        for (int q = 0; q < S; ++q) sum += cluster.map_shared_rank(part, q)[i];
-        put(a, jb, i, sum);
-      }
-      cluster.sync(); /* no rank rewrites its part before the others have read it */
+    if (ranks > 1) {
+      conv::cluster_sums<S>(part, TILE, rank, [&](int64_t i, float sum) { put(a, jb, (int)i, sum); });
       continue;
     }
 #endif

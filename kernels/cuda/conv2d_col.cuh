@@ -67,6 +67,18 @@ __device__ __forceinline__ void stage_w(const aq_conv2d_args_t &a, const Job &jb
   }
 }
 
+// Elements e0..e1 of a tensor (E: bf16) into shared memory at raw, from
+// the 16-byte boundary below e0 (at raw + (e0 & 7) elements), the last
+// copy cut at e1: runs that start anywhere, in 16-byte copies.
+template <int THREADS>
+__device__ __forceinline__ void stage_run(uint32_t raw, const uint16_t *t, int e0, int e1) {
+  const int a0 = e0 & ~7;
+  for (int i = threadIdx.x; i * 8 < e1 - a0; i += THREADS) {
+    const int left = e1 - a0 - i * 8;
+    copy16(raw + i * 16, t + a0 + i * 8, left >= 8 ? 16 : left * 2);
+  }
+}
+
 // Starts an item: its image and channels, then the first STAGES - 1
 // stages' copies in flight (stage(kt) issues stage kt's).
 template <int STAGES, class Stage>

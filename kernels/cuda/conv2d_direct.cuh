@@ -166,20 +166,23 @@ __device__ inline int split_rank(int *ranks) {
 #endif
 }
 
-// Rank 0 hands out(i, sum) the sums over its cluster's S blocks, added in
-// rank order, of part[i] for i < n; every block of the cluster must call it.
+// The sums over a cluster's S blocks of part[i] for i < n, added in rank
+// order: rank j hands out(i, sum) for slice j of them, so the cluster's
+// blocks share the reads (out must not depend on the rank). Every block of
+// the cluster must call it.
 template <int S, typename Out>
 __device__ inline void cluster_sums(const float *part, int64_t n, int rank, Out out) {
 #ifdef AQ_CONV_CLUSTERS
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   cluster.sync();
-  for (int64_t i = block_thread(); rank == 0 && i < n; i += block_threads()) {
+  const int64_t per = (n + S - 1) / S, end = (rank + 1) * per < n ? (rank + 1) * per : n;
+  for (int64_t i = rank * per + block_thread(); i < end; i += block_threads()) {
     float s = 0.0f;
-#pragma unroll
+#pragma unroll 4
     for (int r = 0; r < S; ++r) s += cluster.map_shared_rank(part, r)[i];
     out(i, s);
   }
-  cluster.sync(); /* part is not rewritten before rank 0 has read it */
+  cluster.sync(); /* no rank rewrites its part before the others have read it */
 #else
   (void)part, (void)n, (void)rank, (void)out;
 #endif

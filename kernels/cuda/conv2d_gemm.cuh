@@ -23,6 +23,16 @@ __device__ inline void bias_grad(const aq_conv2d_args_t &a, int64_t item) {
   if (lane == 0) a.dbias[k] = acc;
 }
 
+// A cluster's share of the bias gradient's items, those past a split
+// pass's tiles (id: the cluster's place past them): a block of the cluster
+// an item (8 channels, to its first 256 threads), or all of them in one
+// block without clusters (ranks 1).
+template <int S, class E>
+__device__ inline void bias_items(const aq_conv2d_args_t &a, int64_t id, int64_t items, int rank, int ranks) {
+  for (int j = rank; rank >= 0 && j < S; j += ranks)
+    if (id * S + j < items && threadIdx.x < AQ_GPU_BLOCK) bias_grad<E>(a, id * S + j);
+}
+
 // The tile at (row0, col0), its sums in part (part[col * ldp + row]), into
 // C, with the bias where the pass has one. Blocks of AQ_GPU_BLOCK threads,
 // as every tensor-core build runs.
@@ -50,14 +60,13 @@ __device__ void depth_split(const aq_conv2d_args_t &a, Gemm<E> &gs, float *part,
   const int rank = conv::split_rank<S>(&ranks);
   const int depth = gs.depth, share = ((depth + ranks - 1) / ranks + SLICE - 1) / SLICE * SLICE;
   const int64_t tiles_m = (gs.rows + BM - 1) / BM, tiles = tiles_m * ((gs.cols + BN - 1) / BN);
-  const int64_t bias_items = PASS == 2 && a.dbias ? (a.k + 7) / 8 : 0, clusters = grid_blocks() / S;
+  const int64_t bias_count = PASS == 2 && a.dbias ? (a.k + 7) / 8 : 0, clusters = grid_blocks() / S;
   __syncthreads(); /* everyone has read gs.depth */
   if (threadIdx.x == 0 && rank >= 0) gs.depth = (int)((int64_t)rank * share + share < depth ? rank * share + share : depth);
   __syncthreads();
-  for (int64_t id = grid_block() / S; id < tiles + (bias_items + S - 1) / S; id += clusters) {
-    if (id >= tiles) { /* a cluster's items a block each, or all of them in one without clusters */
-      for (int j = rank; rank >= 0 && j < S; j += ranks)
-        if ((id - tiles) * S + j < bias_items) bias_grad<E>(a, (id - tiles) * S + j);
+  for (int64_t id = grid_block() / S; id < tiles + (bias_count + S - 1) / S; id += clusters) {
+    if (id >= tiles) {
+      bias_items<S, E>(a, id - tiles, bias_count, rank, ranks);
       continue;
     }
     const int row0 = (int)(id % tiles_m) * BM, col0 = (int)(id / tiles_m) * BN;

@@ -1068,6 +1068,25 @@ static inline int aq_conv2d_f32_col_fits(const aq_conv2d_args_t *a) { return aq_
 static inline AQ_GPU_HOST_DEVICE int aq_conv2d_col_build(const aq_conv2d_args_t *a, int size) {
   return aq_conv2d_col_fits(a, size) && a->r * a->s >= 6;
 }
+/* bf16's backward filter by columns (conv2d_bf16_col_filter.cu): a
+ * cluster a tile of dw, 64 filters by 32 channels' taps, its blocks
+ * splitting the batch (a block an SM: its images' planes and columns
+ * staged); where the backward data's builds fit. */
+#define AQ_GPU_CONV2D_COL_FILTERS 64
+#define AQ_GPU_CONV2D_COL_FILTER_THREADS 384
+#define AQ_GPU_CONV2D_COL_FILTER_SPLIT 4
+#define AQ_GPU_CONV2D_COL_FILTER_BYTES 115968
+static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape(const aq_conv2d_args_t *a) {
+  const int64_t s = AQ_GPU_CONV2D_COL_FILTER_SPLIT,
+                tiles = a->c > 0 && a->k > 0 ? (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
+                                                   ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS)
+                                             : 1,
+                items = a->dbias && a->k > 0 ? (a->k + 7) / 8 : 0;
+  aq_dispatch_shape_t sh = aq_gpu_threads_shape((tiles + (items + s - 1) / s) * s * AQ_GPU_CONV2D_COL_FILTER_THREADS);
+  sh.workgroup[0] = AQ_GPU_CONV2D_COL_FILTER_THREADS;
+  return sh;
+}
+static inline int aq_conv2d_bf16_col_filter_fits(const aq_conv2d_args_t *a) { return aq_conv2d_col_fits(a, 2); }
 /* A build's launch (threads: its block): a block an item (an image's 32
  * channels), walked grid-stride. */
 static inline aq_dispatch_shape_t aq_conv2d_col_shape(const aq_conv2d_args_t *a, int threads) {
@@ -1117,6 +1136,7 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
   if (bf16_filter) { /* tiled, by rows, or the tensor cores' tiles split over clusters */
     const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
     if (aq_conv2d_tiled_bytes(a, 2)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
+    if (aq_conv2d_col_build(a, 2)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL;
     const char *rows = aq_conv2d_bf16_rows_build(a); /* asked once: a cost of two builds */
     if (rows) return rows;
     if (aq_conv2d_bf16_filter_split(a)) return aq_conv2d_bf16_split_build(a);
@@ -1142,6 +1162,7 @@ static __attribute__((noinline, unused)) uint32_t aq_gpu_op_group_segment(const 
   if (aq_conv2d_bf16_rows_split(kernel)) return AQ_GPU_CONV2D_ROWS_BYTES(AQ_GPU_CONV2D_ROWS_THREADS(aq_conv2d_bf16_rows_split(kernel)));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL)) return AQ_GPU_CONV2D_COL_BF16_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_COL)) return AQ_GPU_CONV2D_COL_F32_BYTES;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL)) return AQ_GPU_CONV2D_COL_FILTER_BYTES;
   for (int i = 0; i < 5; ++i) /* the tiled passes */
     if (!strcmp(kernel, conv[i])) return (uint32_t)aq_conv2d_tiled_bytes(a, i < 2 ? i : 2);
   return 0;
@@ -1161,6 +1182,8 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     return aq_conv2d_col_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_BF16_THREADS); /* named, or picked */
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_COL) || !strcmp(pick, AQ_KERNEL_CONV2D_BWD_DATA_COL))
     return aq_conv2d_col_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_F32_THREADS);
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) || !strcmp(pick, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL))
+    return aq_conv2d_bf16_col_filter_shape((const aq_conv2d_args_t *)kernarg);
   if (wino >= 0 || aq_conv2d_wino_pass(pick) >= 0) /* named, or picked */
     return aq_conv2d_wino_gpu_shape((const aq_conv2d_args_t *)kernarg, wino >= 0 ? kernel : pick);
   const int ffma = aq_conv2d_ffma_pass(kernel);
@@ -1297,6 +1320,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, aq_conv2d_bf16_rows_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8, aq_conv2d_bf16_rows_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE, aq_conv2d_bf16_rows_wide_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, aq_conv2d_bf16_col_filter_fits, NULL},
   };
   const int n = (int)(sizeof(rules) / sizeof(rules[0]));
   if (!build) return index >= 0 && index < n && !strcmp(rules[index].op, op) ? &rules[index] : NULL;

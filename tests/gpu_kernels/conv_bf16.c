@@ -132,8 +132,10 @@ static void bf16_case(const bcase_t *t) {
    * apply); 13: the rows build over one cluster, which walks every tile
    * and the bias gradient's items in turn; 14: the rows build in chunks
    * of q (one chunk where q <= 64), every case; 15, 16: the backward data
-   * by columns with its own grid and with one block, every case */
-  for (int shape = 0; shape < 17; ++shape) {
+   * by columns with its own grid and with one block, every case; 17, 18:
+   * the backward filter by columns with its own grid and with one
+   * cluster (every tile and bias item in turn), every case */
+  for (int shape = 0; shape < 19; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -155,7 +157,11 @@ static void bf16_case(const bcase_t *t) {
         aq_dispatch_shape_t own = aq_gpu_op_shape(rows, &a, cpu);
         if (shape == 13) own.grid[0] = 16 * own.workgroup[0];
         gk_run(rows, &a, own);
-      } else if (shape >= 15 && i == 1) {
+      } else if (shape >= 17 && i == 2) {
+        aq_dispatch_shape_t own = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, &a, cpu);
+        if (shape == 18) own.grid[0] = AQ_GPU_CONV2D_COL_FILTER_SPLIT * own.workgroup[0];
+        gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, &a, own);
+      } else if (shape >= 15 && shape < 17 && i == 1) {
         aq_dispatch_shape_t own = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, cpu);
         if (shape == 16) own.grid[0] = own.workgroup[0];
         gk_run(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, own);
@@ -248,8 +254,9 @@ Test(gpu_conv_bf16, rows_builds_on_unaligned_tensors) {
   free(vx), free(vdy), free(rdw), free(mdw), free(ry), free(my), free(rdx), free(mdx), free(rdb), free(mdb), free(vw);
 }
 
-/* The columns build copies 16-byte pieces of w's rows and dy's runs: w or
- * dy at an address of 2-byte alignment only takes the direct loops. */
+/* The columns builds copy 16-byte pieces of w's rows and of x's and dy's
+ * runs: a tensor at an address of 2-byte alignment only takes the direct
+ * loops. */
 Test(gpu_conv_bf16, col_build_on_unaligned_tensors) {
   aq_conv2d_args_t a = {.n = 2, .c = 16, .h = 14, .wd = 14, .k = 24, .r = 3, .s = 3, .p = 7, .q = 7, .stride_h = 2,
                         .stride_w = 2, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
@@ -270,6 +277,20 @@ Test(gpu_conv_bf16, col_build_on_unaligned_tensors) {
     gk_run(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, aq_planes_grid(1)));
     expect("dx", &t, b, dx, rdx, mdx, nx);
   }
+  /* the backward filter's: dy, then x, one element past its start */
+  uint16_t *x = bf16_random(nx + 1, 15, vx = realloc(vx, (nx + 1) * 8));
+  float *dw = gk_floats(nw);
+  for (int b = 0; b < 2; ++b) {
+    ref_t ref = {vx + (b == 1), vw, bias, vdy + (b == 0), {ry, rdx, rdw, rdb}, {my, mdx, mdw, mdb}};
+    memset(rdw, 0, nw * 8), memset(mdw, 0, nw * 8);
+    conv_taps(&a, ref_tap, &ref);
+    a.w = (const float *)w, a.x = (const float *)(x + (b == 1)), a.dy = (const float *)(dy + (b == 0)), a.dw = dw;
+    fill(dw, nw);
+    gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, &a,
+           aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, &a, aq_planes_grid(1)));
+    expect("dw", &t, b, dw, rdw, mdw, nw);
+  }
+  aq_memory_free(x), aq_memory_free(dw);
   aq_memory_free(w), aq_memory_free(dy), aq_memory_free(dx);
   free(vx), free(vdy), free(vw), free(rdw), free(mdw), free(ry), free(my), free(rdx), free(mdx), free(rdb), free(mdb);
 }
@@ -298,7 +319,8 @@ Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE,
-                         AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL};
+                         AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL,
+                         AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL};
   for (int kind = 0; kind < 8; ++kind)
     for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); ++i) {
       const int pass = strstr(names[i], "bwd_filter") ? 2 : strstr(names[i], "bwd_data") ? 1 : 0;
@@ -446,6 +468,27 @@ Test(conv_bf16_shape, small_planes_backward_data_takes_the_columns_build) {
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, "a candidate all the same");
   aq_dispatch_shape_t own = aq_gpu_op_build_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16, names[1], &other, aq_planes_grid(1));
   cr_assert_eq(own.grid[0], s.grid[0], "its own grid as a candidate");
+}
+
+/* The backward filter where the backward data's columns builds fit takes
+ * its columns build by rule (filters of 6 taps or more): a cluster of 4 a
+ * tile of 64 filters by 32 channels' taps, a block an SM. */
+Test(conv_bf16_shape, small_planes_backward_filter_takes_the_columns_build) {
+  aq_conv2d_args_t a = {.n = 32, .c = 256, .h = 14, .wd = 14, .k = 256, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
+                        .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 7, .q = 7};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL);
+  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1));
+  cr_assert_eq(s.workgroup[0], AQ_GPU_CONV2D_COL_FILTER_THREADS);
+  cr_assert_eq(s.grid[0], 32 * AQ_GPU_CONV2D_COL_FILTER_SPLIT * AQ_GPU_CONV2D_COL_FILTER_THREADS, "8 x 4 tiles");
+  a.dbias = (float *)&a;
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], (32 + 8) * AQ_GPU_CONV2D_COL_FILTER_SPLIT * AQ_GPU_CONV2D_COL_FILTER_THREADS,
+               "and 32 bias items, a block each");
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, &a), AQ_GPU_CONV2D_COL_FILTER_BYTES);
+  aq_conv2d_args_t big = a;
+  big.h = big.wd = 28, big.p = big.q = 14;
+  cr_assert_str_neq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL,
+                    "196 positions of dy");
 }
 
 /* A forward of few 64x64 tiles (a ResNet's 256 -> 256 at 14x14, stride 2:
