@@ -426,7 +426,7 @@ aq_status_t aq_exec_explain(aq_exec_t *exec, FILE *out);
  * a GPU times each build there once and keeps the fastest, per GPU model,
  * in AQ_PERF_DIR/tuned.tsv, as MIOpen's find step does; later starts read
  * it and time nothing. AQ_TUNE=0: the launch rule's build, untimed. */
-#define AQ_TUNED_CANDIDATES_MAX 12
+#define AQ_TUNED_CANDIDATES_MAX 16
 typedef struct aq_tuned_build {
   char kernel[64];  /* the op's kernel */
   char shape[192];  /* its kernargs' shape, as the op library writes it */

@@ -1272,7 +1272,7 @@ static inline aq_dispatch_shape_t aq_conv2d_bwd_data_bf16_gemm_shape(const aq_co
 static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_bf16_gemm_shape(const aq_conv2d_args_t *a) {
   return aq_conv2d_bf16_gpu_shape(a, 2);
 }
-enum { AQ_GPU_OP_BUILDS_MAX = 12, AQ_GPU_OP_BUILD_RULES_MAX = 64 }; /* a list, the table */
+enum { AQ_GPU_OP_BUILDS_MAX = 16, AQ_GPU_OP_BUILD_RULES_MAX = 64 }; /* a list, the table */
 typedef struct aq_gpu_op_build_rule {
   const char *op, *build;
   int (*applies)(const aq_conv2d_args_t *a);

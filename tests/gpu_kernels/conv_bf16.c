@@ -489,6 +489,15 @@ Test(conv_bf16_shape, small_planes_backward_filter_takes_the_columns_build) {
   big.h = big.wd = 28, big.p = big.q = 14;
   cr_assert_str_neq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL,
                     "196 positions of dy");
+  /* every build of the op applies to 64 -> 64 at 8x8: the tuner's list holds them all */
+  aq_conv2d_args_t all = {.n = 32, .c = 64, .h = 8, .wd = 8, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
+                          .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 8, .q = 8};
+  const char *names[AQ_GPU_OP_BUILDS_MAX];
+  const uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &all, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert_eq(n, 12, "the GEMM's tiles, split over clusters of 8, 6, 16; tiled; staged over 8, 4, 16; rows over 16, 8, "
+                      "in chunks; columns");
+  cr_assert_str_eq(names[n - 1], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL);
+  cr_assert(n < AQ_TUNED_CANDIDATES_MAX, "room in a tuned choice's candidates");
 }
 
 /* A forward of few 64x64 tiles (a ResNet's 256 -> 256 at 14x14, stride 2:
