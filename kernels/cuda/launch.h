@@ -595,6 +595,20 @@ static inline int aq_conv2d_filter_staged4(const aq_conv2d_args_t *a) {
 static inline int aq_conv2d_filter_staged16(const aq_conv2d_args_t *a) {
   return aq_conv2d_filter_bytes(a, AQ_GPU_CONV2D_STAGED_MANY) > 0;
 }
+/* Whether the launch rule gives a backward filter to the tiled or the
+ * staged builds (a block a filter or a group of them, every channel):
+ * they fit, and dw's rows (c r s) number at most
+ * AQ_GPU_CONV2D_FILTER_RULE_ROWS (a LeNet's 25 and 150), where the tensor
+ * cores' tiles of dw would leave most of a GPU idle. Many channels on
+ * small planes run far faster on the tiles (64 -> 64 at 8x8: 300 us
+ * staged, 15-27 on them); the tuner still times both. */
+#define AQ_GPU_CONV2D_FILTER_RULE_ROWS 256
+static inline int aq_conv2d_filter_staged_rule(const aq_conv2d_args_t *a) {
+  return a->c * a->r * a->s <= AQ_GPU_CONV2D_FILTER_RULE_ROWS && aq_conv2d_filter_staged(a);
+}
+static inline int aq_conv2d_filter_tiled_rule(const aq_conv2d_args_t *a) {
+  return a->c * a->r * a->s <= AQ_GPU_CONV2D_FILTER_RULE_ROWS && aq_conv2d_tiled_bytes(a, 2) > 0;
+}
 
 /* The cluster of build where it is names[i] (splits[i]), or 0. */
 static inline int aq_gpu_build_split(const char *build, const char *const *names, const int *splits, int n) {
@@ -722,7 +736,7 @@ static inline int aq_conv2d_x3_fits(const aq_conv2d_args_t *a) {
  * build takes the pass. */
 static inline int aq_conv2d_x3(const aq_conv2d_args_t *a, int pass) {
   if (!aq_conv2d_x3_fits(a) || (pass == 1 ? a->c : a->k) < AQ_GPU_CONV2D_X3_TILE / 2) return 0;
-  return pass == 2 ? !aq_conv2d_tiled_bytes(a, 2) && !aq_conv2d_filter_staged(a) : !aq_conv2d_tiled_bytes(a, pass);
+  return pass == 2 ? !aq_conv2d_filter_tiled_rule(a) && !aq_conv2d_filter_staged_rule(a) : !aq_conv2d_tiled_bytes(a, pass);
 }
 
 /* The plain forward and backward data kernels' own launches: a block an
@@ -799,7 +813,7 @@ static inline const char *aq_conv2d_ffma(const aq_conv2d_args_t *a, int pass) {
   if (a->precision == AQ_MATMUL_PRECISION_DEFAULT)
     return pass == 1 && aq_conv2d_phased(a) && aq_conv2d_x3(a, 1) ? builds[1] : NULL;
   if (a->precision != AQ_MATMUL_PRECISION_EXACT) return NULL;
-  const int other = pass == 2 ? aq_conv2d_tiled_bytes(a, 2) || aq_conv2d_filter_staged(a) : aq_conv2d_tiled_bytes(a, pass) > 0;
+  const int other = pass == 2 ? aq_conv2d_filter_tiled_rule(a) || aq_conv2d_filter_staged_rule(a) : aq_conv2d_tiled_bytes(a, pass) > 0;
   return other ? NULL : builds[pass];
 }
 
@@ -1087,6 +1101,16 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape(const aq_conv2
   return sh;
 }
 static inline int aq_conv2d_bf16_col_filter_fits(const aq_conv2d_args_t *a) { return aq_conv2d_col_fits(a, 2); }
+/* The rule gives it the backward data's shapes of at least
+ * AQ_GPU_CONV2D_COL_FILTER_TILES tiles (clusters of 4 for a quarter of an
+ * H200's SMs and more): fewer run faster as the GEMM's tiles over clusters
+ * (64 -> 64 at 8x8, 2 tiles: 25.0 us against 14.8). */
+#define AQ_GPU_CONV2D_COL_FILTER_TILES 16
+static inline int aq_conv2d_bf16_col_filter_build(const aq_conv2d_args_t *a) {
+  return aq_conv2d_col_build(a, 2) && (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
+                                              ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS) >=
+                                          AQ_GPU_CONV2D_COL_FILTER_TILES;
+}
 /* A build's launch (threads: its block): a block an item (an image's 32
  * channels), walked grid-stride. */
 static inline aq_dispatch_shape_t aq_conv2d_col_shape(const aq_conv2d_args_t *a, int threads) {
@@ -1129,14 +1153,14 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
            : pass == 1 ? AQ_KERNEL_CONV2D_BWD_DATA_X3
                        : aq_conv2d_x3_filter((const aq_conv2d_args_t *)kernarg);
   const int bf16_filter = !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16);
-  if ((bf16_filter || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) && aq_conv2d_filter_staged((const aq_conv2d_args_t *)kernarg))
+  if ((bf16_filter || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) && aq_conv2d_filter_staged_rule((const aq_conv2d_args_t *)kernarg))
     return aq_conv2d_filter_staged_build((const aq_conv2d_args_t *)kernarg, bf16_filter);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER) && aq_conv2d_bwd_filter_split((const aq_conv2d_args_t *)kernarg) > 1)
     return AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT;
   if (bf16_filter) { /* tiled, by rows, or the tensor cores' tiles split over clusters */
     const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
-    if (aq_conv2d_tiled_bytes(a, 2)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
-    if (aq_conv2d_col_build(a, 2)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL;
+    if (aq_conv2d_filter_tiled_rule(a)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
+    if (aq_conv2d_bf16_col_filter_build(a)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL;
     const char *rows = aq_conv2d_bf16_rows_build(a); /* asked once: a cost of two builds */
     if (rows) return rows;
     if (aq_conv2d_bf16_filter_split(a)) return aq_conv2d_bf16_split_build(a);
@@ -1195,7 +1219,7 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (aq_conv2d_staged_split(kernel) || aq_conv2d_staged_split(pick)) /* named, or picked */
     return aq_conv2d_filter_gpu_shape((const aq_conv2d_args_t *)kernarg,
                                       aq_conv2d_staged_split(aq_conv2d_staged_split(kernel) ? kernel : pick));
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && aq_conv2d_tiled_bytes((const aq_conv2d_args_t *)kernarg, 2))
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16) && !strcmp(pick, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT))
     return aq_conv2d_bwd_filter_gpu_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BWD_FILTER_SPLIT); /* its split build's */
   if (aq_conv2d_bf16_tc_split(kernel) || aq_conv2d_bf16_tc_split(pick)) /* named, or picked */
     return aq_conv2d_bf16_filter_split_shape((const aq_conv2d_args_t *)kernarg,

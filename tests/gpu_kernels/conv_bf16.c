@@ -471,8 +471,9 @@ Test(conv_bf16_shape, small_planes_backward_data_takes_the_columns_build) {
 }
 
 /* The backward filter where the backward data's columns builds fit takes
- * its columns build by rule (filters of 6 taps or more): a cluster of 4 a
- * tile of 64 filters by 32 channels' taps, a block an SM. */
+ * its columns build by rule (filters of 6 taps or more, 16 tiles or more):
+ * a cluster of 4 a tile of 64 filters by 32 channels' taps, a block an
+ * SM; the staged and tiled builds only where dw has few rows (c r s). */
 Test(conv_bf16_shape, small_planes_backward_filter_takes_the_columns_build) {
   aq_conv2d_args_t a = {.n = 32, .c = 256, .h = 14, .wd = 14, .k = 256, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
                         .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 7, .q = 7};
@@ -496,8 +497,19 @@ Test(conv_bf16_shape, small_planes_backward_filter_takes_the_columns_build) {
   const uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &all, names, AQ_GPU_OP_BUILDS_MAX);
   cr_assert_eq(n, 12, "the GEMM's tiles, split over clusters of 8, 6, 16; tiled; staged over 8, 4, 16; rows over 16, 8, "
                       "in chunks; columns");
-  cr_assert_str_eq(names[n - 1], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL);
-  cr_assert(n < AQ_TUNED_CANDIDATES_MAX, "room in a tuned choice's candidates");
+  int col = 0, staged = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    col |= !strcmp(names[i], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL), staged |= strstr(names[i], "_staged") != NULL;
+  cr_assert(col && staged && n < AQ_TUNED_CANDIDATES_MAX, "room in a tuned choice's candidates");
+  /* 2 tiles of 64 x 32: the GEMM's tiles over clusters by rule (the staged
+   * builds ran 300 us against 15, the columns' 8 blocks 25) */
+  cr_assert(!strstr(names[0], "_staged") && strcmp(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) &&
+                strcmp(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT),
+            "%s", names[0]);
+  cr_assert(aq_conv2d_filter_staged(&all) && !aq_conv2d_filter_staged_rule(&all), "576 rows of dw");
+  aq_conv2d_args_t lenet = {.n = 256, .c = 6, .h = 14, .wd = 14, .k = 16, .r = 5, .s = 5, .stride_h = 1, .stride_w = 1,
+                            .dil_h = 1, .dil_w = 1, .p = 10, .q = 10};
+  cr_assert(aq_conv2d_filter_staged_rule(&lenet), "a LeNet's 150 rows of dw");
 }
 
 /* A forward of few 64x64 tiles (a ResNet's 256 -> 256 at 14x14, stride 2:
