@@ -600,8 +600,8 @@ static inline int aq_conv2d_filter_staged16(const aq_conv2d_args_t *a) {
  * they fit, and dw's rows (c r s) number at most
  * AQ_GPU_CONV2D_FILTER_RULE_ROWS (a LeNet's 25 and 150), where the tensor
  * cores' tiles of dw would leave most of a GPU idle. Many channels on
- * small planes run far faster on the tiles (64 -> 64 at 8x8: 300 us
- * staged, 15-27 on them); the tuner still times both. */
+ * small planes run an order of magnitude faster on the tiles (a block
+ * of the staged build sums every channel); the tuner still times both. */
 #define AQ_GPU_CONV2D_FILTER_RULE_ROWS 256
 static inline int aq_conv2d_filter_staged_rule(const aq_conv2d_args_t *a) {
   return a->c * a->r * a->s <= AQ_GPU_CONV2D_FILTER_RULE_ROWS && aq_conv2d_filter_staged(a);
@@ -1102,9 +1102,9 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape(const aq_conv2
 }
 static inline int aq_conv2d_bf16_col_filter_fits(const aq_conv2d_args_t *a) { return aq_conv2d_col_fits(a, 2); }
 /* The rule gives it the backward data's shapes of at least
- * AQ_GPU_CONV2D_COL_FILTER_TILES tiles (clusters of 4 for a quarter of an
- * H200's SMs and more): fewer run faster as the GEMM's tiles over clusters
- * (64 -> 64 at 8x8, 2 tiles: 25.0 us against 14.8). */
+ * AQ_GPU_CONV2D_COL_FILTER_TILES tiles (clusters of 4 for half of an
+ * H200's SMs and more): fewer leave most SMs idle, and run faster as the
+ * GEMM's tiles split over larger clusters. */
 #define AQ_GPU_CONV2D_COL_FILTER_TILES 16
 static inline int aq_conv2d_bf16_col_filter_build(const aq_conv2d_args_t *a) {
   return aq_conv2d_col_build(a, 2) && (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
