@@ -211,8 +211,8 @@ extern "C" {
 #define AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL "aq_conv2d_bwd_data_bf16_col"
 /* bf16's backward filter where dy's planes are small, by columns: a
  * cluster a tile of dw (64 filters by 32 channels' taps) splitting the
- * batch, each image's columns built in shared memory (sm_90; launch.h
- * picks its grid and group segment). */
+ * batch, each image's columns read from its planes of x staged in shared
+ * memory (sm_90; launch.h picks its grid and group segment). */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL "aq_conv2d_bwd_filter_bf16_col"
 /* aq_conv2d_bwd_filter_bf16's build for filters whose planes fit a block's
  * shared memory (a LeNet's, whose dw has too few tiles for the tensor

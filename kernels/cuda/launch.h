@@ -1084,8 +1084,8 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_col_build(const aq_conv2d_args_t 
 }
 /* bf16's backward filter by columns (conv2d_bf16_col_filter.cu): a
  * cluster a tile of dw, 64 filters by 32 channels' taps, its blocks
- * splitting the batch (a block an SM: its images' planes and columns
- * staged); where the backward data's builds fit. */
+ * splitting the batch (a block an SM, for its registers);
+ * where the backward data's builds fit. */
 #define AQ_GPU_CONV2D_COL_FILTERS 64
 #define AQ_GPU_CONV2D_COL_FILTER_THREADS 384
 #define AQ_GPU_CONV2D_COL_FILTER_SPLIT 4

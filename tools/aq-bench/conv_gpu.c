@@ -531,7 +531,7 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
              rows, AQ_GPU_CONV2D_ROWS_FILTERS, AQ_GPU_CONV2D_ROWS_CHANNELS,
              strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE) ? "whole" : "in chunks of 64");
   else if (!strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL))
-    snprintf(path, sizeof(path), "tensor cores, a cluster of %d a %d-filter x %d-channel tile of dw splitting the batch, each image's columns built in shared memory",
+    snprintf(path, sizeof(path), "tensor cores, a cluster of %d a %d-filter x %d-channel tile of dw splitting the batch, each image's columns read from its staged planes",
              AQ_GPU_CONV2D_COL_FILTER_SPLIT, AQ_GPU_CONV2D_COL_FILTERS, AQ_GPU_CONV2D_COL_CHANNELS);
   else if (!strcmp(build, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL) || !strcmp(build, AQ_KERNEL_CONV2D_BWD_DATA_COL))
     snprintf(path, sizeof(path), "%s, a block an image's %d channels: their taps x dy's positions over k, then col2im in shared memory",
