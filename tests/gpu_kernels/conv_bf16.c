@@ -295,6 +295,40 @@ Test(gpu_conv_bf16, col_build_on_unaligned_tensors) {
   free(vx), free(vdy), free(vw), free(rdw), free(mdw), free(ry), free(my), free(rdx), free(mdx), free(rdb), free(mdb);
 }
 
+/* The columns and cluster-split builds sum in an order fixed by the shape:
+ * the same inputs give the same bits when run again, and over a grid of
+ * one cluster (or block), which walks every tile in turn. */
+Test(gpu_conv_bf16, split_and_columns_builds_repeat_bit_for_bit) {
+  aq_conv2d_args_t a = {.n = 4, .c = 64, .h = 14, .wd = 14, .k = 64, .r = 3, .s = 3, .p = 7, .q = 7, .stride_h = 2,
+                        .stride_w = 2, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
+  const size_t nx = (size_t)(a.n * a.c * a.h * a.wd), nw = (size_t)(a.k * a.c * a.r * a.s), ny = (size_t)(a.n * a.k * a.p * a.q);
+  double *vx = calloc(nx, 8), *vw = calloc(nw, 8), *vdy = calloc(ny, 8);
+  uint16_t *x = bf16_random(nx, 21, vx), *w = bf16_random(nw, 22, vw), *dy = bf16_random(ny, 23, vdy);
+  float *out = gk_floats(nx + nw + 64), *first = malloc((nx + nw + 64) * 4);
+  a.x = (const float *)x, a.w = (const float *)w, a.dy = (const float *)dy;
+  a.dx = out, a.dw = out + nx, a.dbias = out + nx + nw;
+  const struct { const char *build; int pass, split; } runs[] = {
+      {AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, 1, 1},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, 2, AQ_GPU_CONV2D_COL_FILTER_SPLIT},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, 2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, 2, AQ_GPU_CONV2D_SPLIT16},
+  };
+  for (size_t b = 0; b < sizeof(runs) / sizeof(runs[0]); ++b) {
+    const size_t at = runs[b].pass == 1 ? 0 : nx, n = runs[b].pass == 1 ? nx : nw + (size_t)a.k;
+    aq_dispatch_shape_t own = aq_gpu_op_shape(runs[b].build, &a, aq_planes_grid(1)), one = own;
+    one.grid[0] = (uint32_t)runs[b].split * one.workgroup[0];
+    for (int r = 0; r < 3; ++r) {
+      fill(out + at, n);
+      gk_run(runs[b].build, &a, r < 2 ? own : one);
+      if (!r) memcpy(first, out + at, n * 4);
+      else cr_assert_eq(memcmp(first, out + at, n * 4), 0, "%s: run %d differs", runs[b].build, r);
+    }
+    for (size_t i = 0; i < n; ++i) cr_assert(isfinite(first[i]), "%s wrote [%zu]", runs[b].build, i);
+  }
+  aq_memory_free(x), aq_memory_free(w), aq_memory_free(dy), aq_memory_free(out);
+  free(first), free(vx), free(vw), free(vdy);
+}
+
 /* Kernargs the kernels refuse (as the fp32 kernels and the CPU kernel do):
  * nothing is written. */
 Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
