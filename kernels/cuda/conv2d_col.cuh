@@ -14,6 +14,7 @@
 #pragma once
 #include "launch.h"
 #include "conv2d_filter.cuh"
+#include "wgmma.cuh"
 
 #ifndef AQ_HIP
 namespace conv_col {
@@ -24,11 +25,6 @@ constexpr int DS = NP + 8; /* floats a row of D in shared memory: a half-warp's 
 constexpr int D_BYTES = ROWS * DS * 4, PLANE = AQ_GPU_CONV2D_COL_PLANE;
 constexpr int LIST_BYTES = PLANE * (TAPS * 2 + 1); /* a position's count and offsets into D */
 static_assert(ROWS * DS <= 32767 + NP, "offsets in D within a channel's rows in 16 bits");
-
-// One 16-byte copy into shared memory of `bytes` (0..16) bytes, zeros after.
-__device__ __forceinline__ void copy16(uint32_t dst, const void *src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
 
 // The pass's sizes in 32-bit, and the block's item.
 struct Job {
@@ -62,7 +58,7 @@ __device__ __forceinline__ void stage_w(const aq_conv2d_args_t &a, const Job &jb
     for (int j = 0; j < PIECES; ++j) {
       const int pc = warp + WARPS * j, e = (pc * 2 + (lane & 1)) * PER, left = tile_end - e;
       const int bytes = !on || left <= 0 ? 0 : left >= PER ? 16 : left * (int)sizeof(E);
-      if (pc < pieces) copy16(dst + e * (int)sizeof(E), w + (bytes ? row + e : 0), bytes);
+      if (pc < pieces) wg::cp_async16(dst + e * (int)sizeof(E), w + (bytes ? row + e : 0), bytes);
     }
   }
 }
@@ -75,7 +71,7 @@ __device__ __forceinline__ void stage_run(uint32_t raw, const uint16_t *t, int e
   const int a0 = e0 & ~7;
   for (int i = threadIdx.x; i * 8 < e1 - a0; i += THREADS) {
     const int left = e1 - a0 - i * 8;
-    copy16(raw + i * 16, t + a0 + i * 8, left >= 8 ? 16 : left * 2);
+    wg::cp_async16(raw + i * 16, t + a0 + i * 8, left >= 8 ? 16 : left * 2);
   }
 }
 

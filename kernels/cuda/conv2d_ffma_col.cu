@@ -28,14 +28,12 @@ static_assert(LISTS + LIST_BYTES <= AQ_GPU_CONV2D_COL_F32_BYTES, "launch.h's gro
 
 // dy's rows k0.. of the image into rows of NP floats, a copy an element
 // (zeros past k; positions past p q are left, their columns of D unused).
-__device__ __forceinline__ void stage_dy(const aq_conv2d_args_t &a, const Job &jb, uint32_t st, int k0) {
+__device__ __forceinline__ void stage_dy(const aq_conv2d_args_t &a, const Job &jb, float *b, int k0) {
   const float *dy = a.dy + ((int64_t)jb.n * jb.k + k0) * jb.pq;
   for (int i = threadIdx.x; i < KS * jb.pq; i += THREADS) {
     const int kk = i / jb.pq, pos = i - kk * jb.pq;
     const bool on = k0 + kk < jb.k;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(st + (kk * NP + pos) * 4),
-                 "l"(on ? dy + i : a.dy), "r"(on ? 4 : 0)
-                 : "memory");
+    conv::stage_one(b + kk * NP + pos, on ? dy + i : a.dy, on);
   }
 }
 
@@ -71,7 +69,7 @@ __device__ void run(const aq_conv2d_args_t &a) {
   auto stage = [&](int kt) {
     const uint32_t st = base + kt % STAGES * STAGE;
     stage_w<float, KS, ROWS, WARPS>(a, jb, st, kt * KS);
-    stage_dy(a, jb, st + W_BYTES, kt * KS);
+    stage_dy(a, jb, reinterpret_cast<float *>(smem + kt % STAGES * STAGE + W_BYTES), kt * KS);
   };
   for (int64_t item = grid_block(); item < a.n * ctiles; item += grid_blocks()) {
     begin_item<STAGES>(jb, item, ctiles, stage);

@@ -1100,7 +1100,6 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape(const aq_conv2
   sh.workgroup[0] = AQ_GPU_CONV2D_COL_FILTER_THREADS;
   return sh;
 }
-static inline int aq_conv2d_bf16_col_filter_fits(const aq_conv2d_args_t *a) { return aq_conv2d_col_fits(a, 2); }
 /* The rule gives it the backward data's shapes of at least
  * AQ_GPU_CONV2D_COL_FILTER_TILES tiles (clusters of 4 for half of an
  * H200's SMs and more): fewer leave most SMs idle, and run faster as the
@@ -1344,7 +1343,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, aq_conv2d_bf16_rows_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8, aq_conv2d_bf16_rows_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE, aq_conv2d_bf16_rows_wide_fits, NULL},
-      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, aq_conv2d_bf16_col_filter_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, aq_conv2d_bf16_col_fits, NULL},
   };
   const int n = (int)(sizeof(rules) / sizeof(rules[0]));
   if (!build) return index >= 0 && index < n && !strcmp(rules[index].op, op) ? &rules[index] : NULL;
