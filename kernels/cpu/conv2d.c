@@ -314,6 +314,9 @@ static int split_part(int64_t images, int64_t rows, int64_t cols, int64_t parts,
   return s->m0 < s->m1 && s->j0 < s->j1;
 }
 
+/* Images a forward's GEMM takes as one batch (gemm_part_t.batch). */
+enum { FWD_BATCH = 64 };
+
 static int gemm_fwd(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
   int64_t pq = a->p * a->q, crs = a->c * a->r * a->s;
   split_t s;
@@ -327,11 +330,17 @@ static int gemm_fwd(const aq_conv2d_args_t *a, const aq_dispatch_ctx_t *ctx) {
   static gemm_pack_fn col_fn;
   gemm_pack_fn col = __atomic_load_n(&col_fn, __ATOMIC_RELAXED);
   if (!col) col = pick_col(), __atomic_store_n(&col_fn, col, __ATOMIC_RELAXED);
-  for (int64_t n = s.n0; n < s.n1; ++n) {
-    conv_pack_t cp = {a, a->x + n * a->c * a->h * a->wd};
-    gemm_part_t g = {.a = a->w, .c = a->y + n * a->k * pq, .bias_row = a->bias, .pack_b = col, .pack_ctx = &cp,
+  /* The part's images as one batch: the filters are packed once a depth
+   * slice for all of them (an image's product alone repacks them, which
+   * costs as much as its multiply-adds where its plane is small). */
+  conv_pack_t cp[FWD_BATCH];
+  for (int64_t n0 = s.n0; n0 < s.n1; n0 += FWD_BATCH) {
+    int64_t count = s.n1 - n0 < FWD_BATCH ? s.n1 - n0 : FWD_BATCH;
+    for (int64_t i = 0; i < count; ++i) cp[i] = (conv_pack_t){a, a->x + (n0 + i) * a->c * a->h * a->wd};
+    gemm_part_t g = {.a = a->w, .c = a->y + n0 * a->k * pq, .bias_row = a->bias, .pack_b = col, .pack_ctx = cp,
                      .lda = crs, .ldc = pq, .m0 = s.m0, .n0 = s.j0, .mc = s.m1 - s.m0, .nc = s.j1 - s.j0,
-                     .k = crs, .alpha = 1.0f, .beta = 0.0f};
+                     .k = crs, .alpha = 1.0f, .beta = 0.0f, .batch = count, .c_stride = a->k * pq,
+                     .ctx_stride = sizeof(conv_pack_t)};
     gemm_part(&g, ctx->group_segment);
   }
   return 0;

@@ -355,7 +355,49 @@ static void part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, con
   }
 }
 
+/* Item i of a batch, as a product of its own. */
+static gemm_part_t batch_item(const gemm_part_t *p, int64_t i) {
+  gemm_part_t q = *p;
+  q.batch = 0;
+  q.c = p->c + i * p->c_stride;
+  if (p->b) q.b = p->b + i * p->b_stride;
+  if (p->pack_ctx) q.pack_ctx = (const char *)p->pack_ctx + (size_t)i * p->ctx_stride;
+  return q;
+}
+
+/* A batch whose rows fit one packed block (at most GEMM_MC): each KC slice
+ * of A is packed once, with its skip plan, and every item's B slice is
+ * packed and streamed against it in turn. The blocking of each item's sums
+ * is gemm_part's (the same KC slices), so C is what a product an item
+ * gives, bit for bit. */
+static void part_batch(const gemm_part_t *p, const engine_t *en, float *pa, float *pb, gemm_skip_t *skip) {
+  const int64_t KC = en->kc;
+  for (int64_t pc = 0; pc < p->k || pc == 0; pc += KC) {
+    int64_t kc = p->k - pc < KC ? p->k - pc : KC;
+    epi_t e = slice_epi(p, pc, pc + KC >= p->k);
+    const gemm_skip_t *sk = pack_a_block(p, en, p->m0, p->mc, pc, kc, pa, skip);
+    for (int64_t i = 0; i < p->batch; ++i) {
+      gemm_part_t q = batch_item(p, i);
+      for (int64_t jc = 0; jc < q.nc; jc += GEMM_NC) {
+        int64_t nc = q.nc - jc < GEMM_NC ? q.nc - jc : GEMM_NC;
+        if (kc > 0) pack_b_panels(&q, en, q.n0 + jc, nc, pc, kc, pb);
+        macro(&q, en, pa, sk, pb, kc, q.m0, q.mc, q.n0 + jc, nc, &e);
+      }
+    }
+    if (kc <= 0) break;
+  }
+}
+
 void gemm_part(const gemm_part_t *p, void *scratch) {
+  /* A batch too tall for one packed block, or narrow (B read in place),
+   * goes an item at a time. */
+  if (p->batch > 1 && (p->mc > GEMM_MC || p->nc <= NARROW_N)) {
+    for (int64_t i = 0; i < p->batch; ++i) {
+      gemm_part_t q = batch_item(p, i);
+      gemm_part(&q, scratch);
+    }
+    return;
+  }
   const engine_t *en = engine_get();
   float *pa = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
   float *pb = pa + (size_t)GEMM_MC * GEMM_KC;
@@ -383,10 +425,17 @@ void gemm_part(const gemm_part_t *p, void *scratch) {
   if ((sparse_fits || en->skip_plan) && skip_wanted())
     pct = p->pack_a ? 0 : p->k ? en->nonzero_pct(p, p->m0, p->mc, 0, p->k < KC ? p->k : KC) : 100;
   if (sparse_fits && pct < en->sparse_below_pct) {
-    part_sparse(p, en, pb, &sp);
+    for (int64_t i = 0; i < (p->batch > 1 ? p->batch : 1); ++i) {
+      gemm_part_t q = p->batch > 1 ? batch_item(p, i) : *p;
+      part_sparse(&q, en, pb, &sp);
+    }
     return;
   }
   if (pct >= 100) skip = NULL; /* nothing to skip: no plan */
+  if (p->batch > 1) {
+    part_batch(p, en, pa, pb, skip);
+    return;
+  }
   if (p->mc <= MC) {
     part_fused(p, en, pa, pb, skip);
     return;

@@ -67,6 +67,14 @@ typedef struct gemm_part {
   const gemm_post_t *post; /* NULL: store C */
   int64_t m0, n0, mc, nc, k;
   float alpha, beta;
+  /* A batch sharing A (a convolution's filters against each image): batch
+   * > 1 multiplies A by `batch` B's into as many C's, item i's B read at
+   * b + i * b_stride or packed through the context ctx_stride * i bytes
+   * past pack_ctx, its C at c + i * c_stride. Each depth slice of A is
+   * then packed once for the whole batch rather than once an item; the
+   * sums are each item's alone would be. 0 or 1: one product. */
+  int64_t batch, b_stride, c_stride;
+  size_t ctx_stride;
 } gemm_part_t;
 
 /* The packed A block's lists of the depth steps it keeps (gemm.c: zero

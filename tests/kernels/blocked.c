@@ -270,6 +270,43 @@ Test(blocked, conv2d_filter_gradient_is_the_same_however_it_is_cut) {
   check_conv_dw_cuts(2, 3, 9, 11, 32, 3, 1);  /* filters in the lanes, cut by blocks of 16 and taps */
 }
 
+/* The forward's GEMM takes a part's images as one batch (the filters
+ * packed once a depth slice for all of them): each image's output is, bit
+ * for bit, what the image alone gives (one image is cut into parts by
+ * rows and columns instead). zeros: that share of the filters zero, so
+ * the GEMM may take its sparse path. */
+static void check_conv_batch(int64_t n, int64_t c, int64_t h, int64_t k, int64_t r, int stride, int pad, int zeros) {
+  aq_conv2d_args_t a = {.n = n, .c = c, .h = h, .wd = h, .k = k, .r = r, .s = r, .stride_h = stride,
+                        .stride_w = stride, .pad_h = pad, .pad_w = pad, .dil_h = 1, .dil_w = 1};
+  a.p = aq_conv_out(h, r, stride, pad, 1), a.q = aq_conv_out(h, r, stride, pad, 1);
+  size_t nx = (size_t)(c * h * h), nw = (size_t)(k * c * r * r), ny = (size_t)(k * a.p * a.q);
+  float *x = rnd(nx * (size_t)n, 51), *wt = rnd(nw, 52), *b = rnd((size_t)k, 53);
+  float *y = malloc(ny * (size_t)n * 4), *one = malloc(ny * 4);
+  for (size_t i = 0; i < nw; ++i)
+    if ((int)(i * 37 % 100) < zeros) wt[i] = 0.0f;
+  a.x = x, a.w = wt, a.bias = b, a.y = y;
+  AQ_ASSERT_OK(run(AQ_KERNEL_CONV2D, &a, aq_planes_grid(n * k)));
+  for (int64_t i = 0; i < n; ++i) {
+    aq_conv2d_args_t e = a;
+    e.n = 1, e.x = x + (size_t)i * nx, e.y = one;
+    AQ_ASSERT_OK(run(AQ_KERNEL_CONV2D, &e, aq_planes_grid(k)));
+    for (size_t j = 0; j < ny; ++j)
+      cr_assert(!memcmp(&one[j], &y[(size_t)i * ny + j], sizeof(float)),
+                "n%lld c%lld %lldx%lld k%lld s%d: image %lld's y[%zu] = %a in the batch, %a alone", (long long)n,
+                (long long)c, (long long)h, (long long)h, (long long)k, stride, (long long)i, j, y[(size_t)i * ny + j],
+                one[j]);
+  }
+  free(x), free(wt), free(b), free(y), free(one);
+}
+
+Test(blocked, conv2d_forward_batch_matches_each_image_alone) {
+  kernels_restart_with("AQ_CONV_ALGO", "gemm");
+  check_conv_batch(5, 64, 14, 24, 3, 2, 1, 0);  /* 7x7 planes, two depth slices of the filters */
+  check_conv_batch(4, 20, 9, 400, 3, 1, 1, 0);  /* more filters than a packed block: image by image */
+  check_conv_batch(6, 8, 8, 13, 3, 2, 1, 0);    /* 4x4 planes: narrow products, image by image */
+  check_conv_batch(3, 64, 12, 40, 3, 1, 1, 60); /* sparse filters */
+}
+
 Test(blocked, conv2d_gemm_path_on_avx2_and_generic_isas) {
   setenv("AQ_CONV_ALGO", "gemm", 1);
   kernels_restart_with("AQ_CPU_ISA", rand() & 1 ? "avx2" : "generic"); /* one per process; either must agree */
