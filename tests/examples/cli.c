@@ -178,6 +178,10 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
   cr_assert_eq(run_program("bin/aq-bench", late, out, sizeof(out)), 2, "%s", out);
   cr_assert(strstr(out, "bad shape '2,1,8,8,2,3,3,1,1x'"), "%s", out);
   cr_assert(!strstr(out, "\"bench\""), "nothing measured before the bad entry was refused: %s", out);
+  const char *one = "conv --shapes 2,1,8,8,2,3,3,1,1 --reps 1 --passes bwd_filter --order blocks";
+  cr_assert_eq(run_program("bin/aq-bench", one, out, sizeof(out)), 0, "%s", out);
+  cr_assert(strstr(out, "\"pass\":\"bwd_filter\"") && strstr(out, "\"order\":\"blocks\""), "%s", out);
+  cr_assert(!strstr(out, "\"pass\":\"fwd\"") && !strstr(out, "\"pass\":\"bwd_data\""), "one pass: %s", out);
   cr_assert_eq(run_program("bin/aq-bench", "conv --explain", out, sizeof(out)), 2);
   cr_assert(strstr(out, "--explain is for --agent gpu"), "%s", out);
 }
@@ -224,6 +228,8 @@ Test(cli, bad_values_are_refused_by_name) {
   } bad[] = {
       {"bin/aq-bench", "gemm --agent tpu", "--agent tpu: expected cpu or gpu"},
       {"bin/aq-bench", "conv --agent tpu", "--agent tpu: expected cpu or gpu"},
+      {"bin/aq-bench", "conv --passes fwd,bwd", "--passes: 'bwd' is not fwd, bwd_data or bwd_filter"},
+      {"bin/aq-bench", "conv --order random", "--order random: expected interleaved or blocks"},
       {"bin/aq-bench", "tasks --shape bogus", "--shape bogus: expected independent, chain"},
       {"bin/aq-bench", "train --placement bogus", "--placement bogus: expected auto, cpu or gpu"},
       {"bin/aq-bench", "queue --reps 0", "--reps 0: expected a value in [1, 1000000]"},

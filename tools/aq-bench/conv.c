@@ -5,11 +5,16 @@
  * Options: --shapes N,C,H,W,K,R,S,STRIDE,PAD[;...] (default: LeNet's two
  *          convolutions and three ResNet-like layers)
  *          --reps R (default 5)
+ *          --passes fwd,bwd_data,bwd_filter: which passes (default all three)
+ *          --order interleaved|blocks: Aquila and the peer timed in turns
+ *          (default), or each side's repetitions back to back after a pause
+ *          that lets the other's threads go idle (as aq-bench gemm's)
  *          --agent cpu|gpu (gpu lines come from conv_gpu.c when built). */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "aquila/aquila.h"
 #include "aquila/ops.h"
@@ -108,7 +113,30 @@ static const cli_option_t conv_options[] = {
     {"dtype", 0, CLI_CHOICE, "f32|bf16|all", "gpu: which precisions (default all)", 0, 0},
     {"explain", 0, CLI_FLAG, NULL, "gpu: each pass's build and launch on stderr; nothing runs (no GPU needed)", 0, 0},
     {"precision", 0, CLI_TEXT, "default|exact", "gpu fp32: tensor cores at fp32 accuracy where a pass has them (default) or FFMA", 0, 0},
+    {"passes", 0, CLI_TEXT, "fwd,bwd_data,bwd_filter", "cpu: the passes to time (default all three)", 0, 0},
+    {"order", 0, CLI_CHOICE, "interleaved|blocks", "cpu: Aquila and the peer call by call (default), or each side's "
+                                                   "calls together after a pause (the peer's threads spin after a call)", 0, 0},
 };
+
+/* The passes named in a comma-separated list, as bits (1 << pass); -1 if a
+ * name is none of them. */
+static int pass_mask(const char *list) {
+  if (!list) return 7;
+  int mask = 0;
+  char *copy = strdup(list), *save = NULL;
+  for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    int pass = 0;
+    while (pass < 3 && strcmp(t, passes[pass])) ++pass;
+    if (pass == 3) {
+      fprintf(stderr, "aq-bench conv: --passes: '%s' is not fwd, bwd_data or bwd_filter\n", t);
+      mask = -1;
+      break;
+    }
+    mask |= 1 << pass;
+  }
+  free(copy);
+  return mask ? mask : -1;
+}
 
 int aq_bench_conv(int argc, char **argv) {
   BENCH_OPTIONS("conv", conv_options, argc, argv);
@@ -128,6 +156,10 @@ int aq_bench_conv(int argc, char **argv) {
   }
   int reps = (int)bench_arg_int("reps", 5);
   if (reps < 1) reps = 1;
+  const int mask = pass_mask(bench_arg("passes"));
+  if (mask < 0) return 2;
+  const char *order = bench_arg("order");
+  const int blocks = order && !strcmp(order, "blocks");
   const char *shapes = bench_arg("shapes");
   if (!shapes)
     shapes = "64,1,28,28,6,5,5,1,2;64,6,14,14,16,5,5,1,0;8,64,56,56,64,3,3,1,1;8,128,28,28,128,3,3,1,1;"
@@ -170,15 +202,25 @@ int aq_bench_conv(int argc, char **argv) {
     double flops = 2.0 * (double)ny * (double)(a.c * a.r * a.s);
     fprintf(stderr, "conv: %s\n", tok);
     for (int pass = 0; pass < 3; ++pass) {
+      if (!(mask & 1 << pass)) continue;
       float *mine = pass == 0 ? y : pass == 1 ? dx : dw;
       size_t n_out = pass == 0 ? ny : pass == 1 ? nx : nw;
       double *ta = calloc((size_t)reps, sizeof(double)), *tb = calloc((size_t)reps, sizeof(double));
       /* A warm-up of each, then interleaved repetitions, so drift in the
        * machine's speed hits both alike. */
+      const struct timespec pause = {0, 400 * 1000 * 1000};
       run_aquila(q, &k[pass], &a, pass, done);
       peer_pass(pass, &a, col, peer);
+      if (blocks) nanosleep(&pause, NULL);
       for (int r = 0; r < reps; ++r) {
         ta[r] = run_aquila(q, &k[pass], &a, pass, done);
+        if (blocks) continue;
+        uint64_t t0 = bench_now_ns();
+        peer_pass(pass, &a, col, peer);
+        tb[r] = (double)(bench_now_ns() - t0) / 1e9;
+      }
+      if (blocks) nanosleep(&pause, NULL);
+      for (int r = 0; blocks && r < reps; ++r) {
         uint64_t t0 = bench_now_ns();
         peer_pass(pass, &a, col, peer);
         tb[r] = (double)(bench_now_ns() - t0) / 1e9;
@@ -202,6 +244,7 @@ int aq_bench_conv(int argc, char **argv) {
         bench_json_num(&j, "gflops", pe ? gb : ga);
         if (!pe) bench_json_num(&j, "ratio", ga / gb), bench_json_num(&j, "max_rel_diff", dmax / (cmax > 0 ? cmax : 1));
         if (pe) bench_json_str(&j, "method", "im2col+sgemm");
+        if (blocks) bench_json_str(&j, "order", "blocks");
         bench_json_int(&j, "reps", reps);
         bench_json_end(&j);
       }
