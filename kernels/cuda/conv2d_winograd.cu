@@ -32,6 +32,7 @@
 #include "conv2d_direct.cuh"
 #include "conv2d_gemm.cuh"
 #include "launch.h"
+#include "mma_tf32.cuh"
 
 #ifndef AQ_HIP
 namespace conv_wino {
@@ -256,7 +257,8 @@ __device__ inline bool applies(const aq_conv2d_args_t &a) {
 // alone split dy's: the thin build (FK = 16, S = 16) makes four times the
 // blocks of the wide one (32, 8), for dw of too few wide tiles to keep
 // the SMs busy, at the cost of each patch transformed twice (launch.h:
-// aq_conv2d_wino). The tile's dw leaves FQ channels at a time,
+// aq_conv2d_wino), its products on tensor cores (below). The wide
+// tile's dw leaves FQ channels at a time,
 // a (filter, channel) pair a thread: A^T M A, then summed over the
 // cluster in rank order (conv::cluster_sums). Then dbias's items.
 constexpr int FSTEP = 8; /* tiles a step */
@@ -409,11 +411,252 @@ __device__ __forceinline__ void filter_tile(const aq_conv2d_args_t &a, FShared<F
   }
 }
 
+// ---- the thin build's products on tensor cores ------------------------------
+// The thin tile's (16 filters by 32 channels) 16 GEMMs in 3xTF32
+// (mma_tf32.cuh), a warp two elements' 16 x 32, 8 tiles deep a step: the
+// FFMA loop issued more instructions than its multiplies. The operands of
+// two steps fit the 48 KB a block has without asking, so a step's patches
+// are transformed into one buffer while the other's products run, one
+// barrier a step. A warp's two elements sit side by side (one 8-byte
+// access each), in unpadded rows whose columns are swizzled (XOR by the
+// tile) against bank conflicts. The patches' loads go under predicates
+// from one address a row, and each thread's tile moves on without
+// divisions: left to the compiler, the loads' addressing cost as many
+// instructions as the products.
+constexpr int TK = 16; /* the thin tile's filters */
+static_assert(TK == AQ_GPU_CONV2D_WINO_FILTER_THIN, "launch.h's thin tiles");
+// The way out in one round: the sums of all 32 channels parked (m), then
+// each thread's two (filter, channel) pairs' 3x3 (part, over m once read).
+union TOut {
+  float m[16][TK][COLS + 1]; /* [element][filter][channel] */
+  float part[TK * COLS * 9]; /* [filter][channel][r][s] */
+};
+union TShared {
+  struct { /* element pairs (2 e, 2 e + 1) side by side: a warp's two elements in one 8-byte access */
+    float2 u[2][8][FSTEP][COLS]; /* B^T x B: [buffer][pair][tile][channel ^ swz(tile)] */
+    float2 v[2][8][FSTEP][TK];   /* G dy G^T: [buffer][pair][tile][filter ^ swz(tile)] */
+  } s;
+  TOut q;
+};
+static_assert(sizeof(TShared) <= 48 * 1024, "two steps in the 48 KB a block has without asking");
+// The columns' swizzle: the half-warp of an 8-byte fragment load (tiles
+// q of 4 by columns g of 4) and of a transform's store (8 tiles by 2
+// columns) each fall in 16 distinct bank pairs.
+__device__ __forceinline__ int swz(int t) { return (t & 3) << 2 | (t & 4) >> 1; }
+// A thread's tile of a step: image n, tile row ty, column tx (a step on:
+// FSTEP tiles further, no divisions), and its index t.
+struct FPos {
+  int n, ty, tx, t;
+};
+__device__ __forceinline__ FPos fpos_of(int t, int th, int tw) {
+  const int per = th * tw, q = t % per;
+  return {t / per, q / tw, q % tw, t};
+}
+__device__ __forceinline__ void fpos_step(FPos &p, int th, int tw) {
+  p.t += FSTEP, p.tx += FSTEP;
+  while (p.tx >= tw) {
+    p.tx -= tw;
+    if (++p.ty == th) p.ty = 0, ++p.n;
+  }
+}
+
+// *p, or 0 where !ok: the load under a predicate, at an immediate offset
+// OFF (bytes) from p, so that a patch row's four loads share one address
+// (left to the compiler, each predicated load recomputed its own).
+template <int OFF>
+__device__ __forceinline__ float ldg_or0(const float *p, uint32_t ok) {
+  float v;
+  asm("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\tmov.b32 %0, 0f00000000;\n\t@q ld.global.nc.f32 %0, [%1+%3];\n\t}"
+      : "=f"(v)
+      : "l"(p), "r"(ok), "n"(OFF));
+  return v;
+}
+// Row i of a patch or dy tile: n elements from row, those whose bit in in
+// (bit 4 i + j: element (i, j) inside) is set.
+template <int N>
+__device__ __forceinline__ void load_row(const float *row, uint32_t in, int i, float *d) {
+  d[0] = ldg_or0<0>(row, in & 1u << 4 * i);
+  d[1] = ldg_or0<4>(row, in & 2u << 4 * i);
+  if (N > 2) d[2] = ldg_or0<8>(row, in & 4u << 4 * i), d[3] = ldg_or0<12>(row, in & 8u << 4 * i);
+}
+// Bits 4 i + j for i < n and j < n: rows i (bits of rows) by columns j
+// (bits of cols) inside.
+__device__ __forceinline__ uint32_t inside(int y0, int x0, int h, int w, int n) {
+  uint32_t rows = 0, cols = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (i < n) rows |= ((unsigned)(y0 + i) < (unsigned)h ? 0xfu : 0u) << 4 * i, cols |= ((unsigned)(x0 + i) < (unsigned)w ? 1u : 0u) << i;
+  return rows & cols * 0x1111u;
+}
+
+// Tile p's x patch in channel c (zeros outside the image or past the
+// channels; none where dead) and, where dy, its dy tile in filter k.
+__device__ __forceinline__ void load_fpatch(const aq_conv2d_args_t &a, const FPos &p, int c, int k, bool live, bool dy,
+                                            float d[16], float g[4]) {
+  const int h = (int)a.h, w = (int)a.wd, y0 = 2 * p.ty - a.pad_h, x0 = 2 * p.tx - a.pad_w;
+  const uint32_t xin = live && c < a.c ? inside(y0, x0, h, w, 4) : 0;
+  const float *xs = a.x + ((p.n * (int)a.c + c) * h + y0) * w + x0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) load_row<4>(xs + i * w, xin, i, d + 4 * i);
+  const int pp = (int)a.p, qq = (int)a.q, ty = 2 * p.ty, tx = 2 * p.tx;
+  /* dy's tile starts inside: only its second row and column may not be */
+  const uint32_t r1 = ty + 1 < pp, c1 = tx + 1 < qq;
+  const uint32_t gin = dy && live && k < a.k ? 1u | c1 << 1 | r1 << 4 | (r1 & c1) << 5 : 0;
+  const float *gs = a.dy + ((p.n * (int)a.k + k) * pp + ty) * qq + tx;
+  float gr[2][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) load_row<2>(gs + i * qq, gin, i, gr[i]);
+  g[0] = gr[0][0], g[1] = gr[0][1], g[2] = gr[1][0], g[3] = gr[1][1];
+}
+
+// tf32x3::split without its guard for infinities: an infinite x or dy
+// makes NaNs here as in the transforms' differences, so that the guard's
+// two instructions a value buy nothing.
+__device__ __forceinline__ void split(float x, uint32_t &hi, uint32_t &lo) {
+  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
+// One step's products from buffer b: warp w's elements 2 w and 2 w + 1,
+// a 16 x 32 each as 4 tiles of m16n8k8 (PTX's fragment layout: g = lane /
+// 4, q = lane % 4).
+__device__ __forceinline__ void tc_step(const TShared &sh, int b, float (&acc)[2][4][4]) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const float2(*su)[COLS] = sh.s.u[b][w];
+  const float2(*sv)[TK] = sh.s.v[b][w];
+  uint32_t ah[2][4], al[2][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) { /* A (filter, tile) at filter g (+8), tile q (+4) */
+    const int r = g + (j & 1) * 8, k = q + (j >> 1) * 4;
+    const float2 x = sv[k][r ^ swz(k)];
+    split(x.x, ah[0][j], al[0][j]), split(x.y, ah[1][j], al[1][j]);
+  }
+#pragma unroll
+  for (int ni = 0; ni < 4; ++ni) {
+    uint32_t bh[2][2], bl[2][2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) { /* B (tile, channel) at tile q (+4), channel g of the 8 */
+      const int k = q + j * 4;
+      const float2 x = su[k][(ni * 8 + g) ^ swz(k)];
+      split(x.x, bh[0][j], bl[0][j]), split(x.y, bh[1][j], bl[1][j]);
+    }
+#pragma unroll
+    for (int el = 0; el < 2; ++el) {
+      tf32x3::mma(acc[el][ni], al[el], bh[el]);
+      tf32x3::mma(acc[el][ni], ah[el], bl[el]);
+      tf32x3::mma(acc[el][ni], ah[el], bh[el]);
+    }
+  }
+}
+
+// The tile's way out: every thread parks its sums (element 2 w + el's
+// filter g (+8), channel 8 ni + 2 q (+1)), makes two (filter, channel)
+// pairs' 3x3, A^T M A, and the cluster sums them into dw in rank order.
+template <int S>
+__device__ __forceinline__ void tc_out(const aq_conv2d_args_t &a, TOut &o, const float (&acc)[2][4][4], int k0, int c0,
+                                       int rank, int ranks) {
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, q = lane & 3;
+  __syncthreads(); /* the operands are done with */
+#pragma unroll
+  for (int el = 0; el < 2; ++el)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o.m[2 * w + el][g + (i >> 1) * 8][ni * 8 + 2 * q + (i & 1)] = acc[el][ni][i];
+  __syncthreads();
+  float out[2][9];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int k = (tid + j * THREADS) / COLS, c = tid % COLS;
+    float m[16], r[3][4]; /* A^T m: rows m0 + m1 + m2, m1 - m2, m1 + m2 + m3 */
+#pragma unroll
+    for (int x = 0; x < 16; ++x) m[x] = o.m[x][k][c];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      r[0][i] = m[i] + m[4 + i] + m[8 + i], r[1][i] = m[4 + i] - m[8 + i], r[2][i] = m[4 + i] + m[8 + i] + m[12 + i];
+#pragma unroll
+    for (int i = 0; i < 3; ++i)
+      out[j][3 * i] = r[i][0] + r[i][1] + r[i][2], out[j][3 * i + 1] = r[i][1] - r[i][2],
+                 out[j][3 * i + 2] = r[i][1] + r[i][2] + r[i][3];
+  }
+  __syncthreads(); /* part overwrites m */
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int i = 0; i < 9; ++i) o.part[(tid + j * THREADS) * 9 + i] = out[j][i];
+  auto store = [&](int64_t i, float sum) {
+    const int k = (int)(i / (COLS * 9)), c = (int)(i / 9 % COLS), rs = (int)(i % 9), kk = k0 + k, cc = c0 + c;
+    if (kk < a.k && cc < a.c) a.dw[((int64_t)kk * a.c + cc) * 9 + rs] = sum;
+  };
+  if (ranks > 1) {
+    conv::cluster_sums<S>(o.part, TK * COLS * 9, rank, store);
+  } else {
+    __syncthreads();
+    for (int i = tid; i < TK * COLS * 9; i += THREADS) store(i, o.part[i]);
+  }
+}
+
+// filter_tile on tensor cores: the thin tile (TK filters by 32 channels),
+// two buffers of operands, one barrier a step.
+template <int S>
+__device__ __forceinline__ void filter_tile_tc(const aq_conv2d_args_t &a, TShared &sh, int th, int tw, int t0, int t1,
+                                               int k0, int c0, int rank, int ranks) {
+  const int tid = threadIdx.x, tt = tid % FSTEP, oc = tid / FSTEP; /* the thread's tile a step; channel, filter */
+  const bool dy = oc < TK;
+  float acc[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc[i][j][k] = 0.0f;
+  auto put = [&](int b, const float d[16], const float g[4]) {
+    float u[16], v[16];
+    finput_transform(d, u);
+    ftile_transform(g, v);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      sh.s.u[b][k][tt][oc ^ swz(tt)] = make_float2(u[2 * k], u[2 * k + 1]);
+      if (dy) sh.s.v[b][k][tt][oc ^ swz(tt)] = make_float2(v[2 * k], v[2 * k + 1]);
+    }
+  };
+  float d[16], g[4];
+  FPos p = fpos_of(t0 + tt, th, tw);
+  __syncthreads(); /* the last tile's way out is done with the buffers */
+  if (t0 < t1) {
+    load_fpatch(a, p, c0 + oc, k0 + oc, p.t < t1, dy, d, g);
+    put(0, d, g);
+  }
+  __syncthreads();
+  int b = 0;
+  for (int ts = t0; ts < t1; ts += FSTEP, b ^= 1) {
+    /* the next step's loads (none past the share: no branch, so that the
+     * loads, products and transforms schedule as one block) */
+    fpos_step(p, th, tw);
+    load_fpatch(a, p, c0 + oc, k0 + oc, p.t < t1, dy, d, g);
+    tc_step(sh, b, acc);
+    put(b ^ 1, d, g);
+    __syncthreads();
+  }
+  tc_out<S>(a, sh.q, acc, k0, c0, rank, ranks);
+}
+
+// T where C, else F (a tile's shared memory: the tensor cores' or FFMA's).
+template <bool C, class T, class F>
+struct pick_t {
+  using type = T;
+};
+template <class T, class F>
+struct pick_t<false, T, F> {
+  using type = F;
+};
 // dw's tiles of FK x 32 a cluster of S, each rank a share of dy's tiles in
-// whole steps, then dbias's 8-channel items, S a cluster.
-template <int FK, int S>
+// whole steps, then dbias's 8-channel items, S a cluster; TC: on tensor
+// cores (the thin tile only).
+template <int FK, int S, bool TC>
 __device__ __forceinline__ void filter(const aq_conv2d_args_t &a) {
-  __shared__ __align__(16) FShared<FK> sh;
+  static_assert(!TC || FK == TK, "tensor cores: the thin tile");
+  __shared__ __align__(16) typename pick_t<TC, TShared, FShared<FK>>::type sh;
   int ranks;
   const int rank = conv::split_rank<S>(&ranks);
   const int th = (int)(a.p + 1) / 2, tw = (int)(a.q + 1) / 2, tiles = (int)a.n * th * tw;
@@ -428,7 +671,10 @@ __device__ __forceinline__ void filter(const aq_conv2d_args_t &a) {
     }
     if (rank < 0) continue;
     const int t0 = rank * share, t1 = t0 + share < tiles ? t0 + share : tiles;
-    filter_tile<FK, S>(a, sh, th, tw, tiles, t0, t1, (int)(id % tk) * FK, (int)(id / tk) * COLS, rank, ranks);
+    if constexpr (TC)
+      filter_tile_tc<S>(a, sh, th, tw, t0, t1, (int)(id % tk) * FK, (int)(id / tk) * COLS, rank, ranks);
+    else
+      filter_tile<FK, S>(a, sh, th, tw, tiles, t0, t1, (int)(id % tk) * FK, (int)(id / tk) * COLS, rank, ranks);
   }
 }
 
@@ -454,22 +700,23 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bf16_wino(aq_conv2d_args_t a)
 AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_bf16_wino(aq_conv2d_args_t a) { wino_pass<1, uint16_t>(a); }
 
 // A cluster of S a tile of dw (ops_gpu.h: the grid's x a multiple of the
-// cluster), FK filters by 32 channels: the wide build over clusters of 8,
-// the thin one over clusters of 16 (launch.h: aq_conv2d_wino).
-template <int FK, int S>
+// cluster), FK filters by 32 channels: the wide build over clusters of 8
+// in FFMA, the thin one over clusters of 16 on tensor cores (launch.h:
+// aq_conv2d_wino).
+template <int FK, int S, bool TC>
 __device__ __forceinline__ void wino_filter(const aq_conv2d_args_t &a) {
   conv::pass_entry<2>(a, [&] {
 #ifndef AQ_HIP
-    if (conv_wino::applies(a)) return conv_wino::filter<FK, S>(a), true;
+    if (conv_wino::applies(a)) return conv_wino::filter<FK, S, TC>(a), true;
 #endif
     return false;
   });
 }
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_wino(aq_conv2d_args_t a) {
-  wino_filter<AQ_GPU_CONV2D_WINO_COLS, AQ_GPU_CONV2D_BWD_FILTER_SPLIT>(a);
+  wino_filter<AQ_GPU_CONV2D_WINO_COLS, AQ_GPU_CONV2D_BWD_FILTER_SPLIT, false>(a);
 }
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_WINO_THIN_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_wino_thin(aq_conv2d_args_t a) {
-  wino_filter<AQ_GPU_CONV2D_WINO_FILTER_THIN, AQ_GPU_CONV2D_WINO_THIN_SPLIT>(a);
+  wino_filter<AQ_GPU_CONV2D_WINO_FILTER_THIN, AQ_GPU_CONV2D_WINO_THIN_SPLIT, true>(a);
 }
