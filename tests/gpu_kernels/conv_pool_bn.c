@@ -166,6 +166,41 @@ Test(gpu_conv, conv2d_wino_builds) {
 Test(gpu_conv, conv2d_wino_thin_build) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 10);
 }
+/* The thin build's tiles (16 filters by 32 channels over clusters of 16, on
+ * tensor cores) on odd shapes: batch 1, channels and filters past whole
+ * tiles, planes of a few positions (one column: a step of 8 tiles wraps
+ * eight rows), every padding. */
+Test(gpu_conv, conv2d_wino_thin_odd_shapes) {
+  static const conv_case_t odd[] = {
+      {1, 33, 5, 6, 17, 3, 3, 1, 1, 1, 1, 1, 1},  {1, 32, 2, 3, 16, 3, 3, 1, 1, 1, 1, 1, 1},
+      {2, 7, 1, 1, 5, 3, 3, 1, 1, 1, 1, 1, 1},    {1, 40, 3, 3, 48, 3, 3, 1, 1, 0, 0, 1, 1},
+      {3, 65, 4, 9, 31, 3, 3, 1, 1, 2, 2, 1, 1},  {2, 48, 11, 13, 40, 3, 3, 1, 1, 1, 1, 1, 1},
+      {1, 32, 9, 1, 16, 3, 3, 1, 1, 1, 1, 1, 1},  {5, 34, 6, 5, 18, 3, 3, 1, 1, 1, 1, 1, 1},
+  };
+  for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); ++i) conv_case(&odd[i], 10);
+}
+/* Its sums run in an order fixed by the shape: the same bits when run
+ * again, and over a grid of one cluster, which walks every tile of dw in
+ * turn. */
+Test(gpu_conv, conv2d_wino_thin_repeats_bit_for_bit) {
+  aq_conv2d_args_t a = {.n = 4, .c = 40, .h = 15, .wd = 13, .k = 70, .r = 3, .s = 3, .p = 15, .q = 13, .stride_h = 1,
+                        .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
+  const size_t nx = (size_t)(a.n * a.c * a.h * a.wd), nw = (size_t)(a.k * a.c * 9), ny = (size_t)(a.n * a.k * a.p * a.q);
+  float *x = gk_random(nx, 31), *dy = gk_random(ny, 32), *out = gk_floats(nw + (size_t)a.k), *first = malloc((nw + (size_t)a.k) * 4);
+  a.x = x, a.dy = dy, a.dw = out, a.dbias = out + nw;
+  const char *build = AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN;
+  aq_dispatch_shape_t own = aq_gpu_op_shape(build, &a, aq_planes_grid(1)), one = own;
+  one.grid[0] = AQ_GPU_CONV2D_WINO_THIN_SPLIT * one.workgroup[0];
+  for (int r = 0; r < 3; ++r) {
+    for (size_t i = 0; i < nw + (size_t)a.k; ++i) out[i] = NAN;
+    gk_run(build, &a, r < 2 ? own : one);
+    if (!r) memcpy(first, out, (nw + (size_t)a.k) * 4);
+    else cr_assert_eq(memcmp(first, out, (nw + (size_t)a.k) * 4), 0, "run %d differs", r);
+  }
+  for (size_t i = 0; i < nw + (size_t)a.k; ++i) cr_assert(isfinite(first[i]), "[%zu] unwritten", i);
+  aq_memory_free(x), aq_memory_free(dy), aq_memory_free(out);
+  free(first);
+}
 /* The backward data by columns on every case: where it does not apply
  * (planes of dy past 64 positions, ...), its fallback, the direct loops. A
  * w at an address of 4-byte alignment only (its rows' 16-byte copies
