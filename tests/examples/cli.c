@@ -150,7 +150,7 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
             "%s", out);
   /* 4 tiles of 32x32 would leave most of an H100's clusters idle: 16-row ones for fp32; bf16 a cluster of 16 a row of taps */
   cr_assert(strstr(out, "f32 bwd_filter: aq_conv2d_bwd_filter_f32_wino_thin, Winograd's F(3x3, 2x2), a cluster of 16 a "
-                        "16x32 tile of dw splitting dy's tiles"),
+                        "16x32 tile of dw splitting dy's tiles, its products on tensor cores (3xTF32)"),
             "%s", out);
   cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 f32 bwd_data: aq_conv2d_bwd_data_f32_wino, Winograd's"), "%s", out);
   cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 bf16 fwd: aq_conv2d_bf16, implicit GEMM on tensor cores, a block a "

@@ -442,8 +442,9 @@ static const char *bf16_path(const aq_conv2d_args_t *a, int pass, int split, cha
 static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int split, int x3, int ffma, int bf16,
                            int pass, int runs, char *buf, size_t size) {
   if (ffma < 0 && pass == 2) {
-    snprintf(buf, size, "Winograd's F(3x3, 2x2), a cluster of %d a %dx%d tile of dw splitting dy's tiles", split, x3,
-             AQ_GPU_CONV2D_WINO_COLS);
+    snprintf(buf, size, "Winograd's F(3x3, 2x2), a cluster of %d a %dx%d tile of dw splitting dy's tiles, %s", split, x3,
+             AQ_GPU_CONV2D_WINO_COLS,
+             x3 == AQ_GPU_CONV2D_WINO_FILTER_THIN ? "its products on tensor cores (3xTF32)" : "its products in FFMA");
     return buf;
   }
   if (ffma < 0) {
