@@ -24,11 +24,13 @@
 // for 64 FMAs) while its next patch's loads are in flight (which elements
 // of the patch lie inside the image found once a block tile). The sums
 // leave through shared memory half the channels at a time, A^T M A giving
-// each tile's 2x2 outputs (with the bias). Sums run over the channels (the
-// backward filter's over the tiles, then the cluster's ranks) in order:
-// results depend on the shape only. Where a pass does not apply (blocks of
-// other than 256 threads, other filters or strides, tensors past 32-bit
-// indices, AMD GPUs) the kernels run the direct loops.
+// each tile's 2x2 outputs (with the bias). The bf16 builds run the same
+// tile's products on tensor cores at fp32's accuracy (below). Sums run
+// over the channels (the backward filter's over the tiles, then the
+// cluster's ranks) in order: results depend on the shape only. Where a
+// pass does not apply (blocks of other than 256 threads, other filters or
+// strides, tensors past 32-bit indices, AMD GPUs) the kernels run the
+// direct loops.
 #include "conv2d_direct.cuh"
 #include "conv2d_gemm.cuh"
 #include "launch.h"
@@ -112,6 +114,23 @@ __device__ __forceinline__ void load_patch(const Pass<E> &p, const Patch<E> &q, 
 #pragma unroll
   for (int k = 0; k < 16; ++k) d[k] = in >> k & 1 ? conv::ld(src + (k / 4) * p.win + k % 4) : 0.0f;
 }
+// load_patch for bf16, the values kept as loaded two a register (the
+// tensor cores' tile holds its next patch across the products: in 16
+// registers it spilled), and widened.
+__device__ __forceinline__ void load_patch(const Pass<uint16_t> &p, const Patch<uint16_t> &q, int ci, uint32_t d[8]) {
+  const uint16_t *src = q.at + (int64_t)ci * p.hin * p.win;
+  const uint32_t in = ci < p.cin ? q.in : 0;
+#pragma unroll
+  for (int k = 0; k < 16; k += 2) {
+    const uint32_t a = in >> k & 1 ? __ldg(src + (k / 4) * p.win + k % 4) : 0,
+                   b = in >> (k + 1) & 1 ? __ldg(src + (k / 4) * p.win + k % 4 + 1) : 0;
+    d[k / 2] = a | b << 16;
+  }
+}
+__device__ __forceinline__ void widen(const uint32_t r[8], float d[16]) {
+#pragma unroll
+  for (int k = 0; k < 8; ++k) d[2 * k] = __uint_as_float(r[k] << 16), d[2 * k + 1] = __uint_as_float(r[k] & 0xffff0000u);
+}
 // The filter from input channel ci to output channel co (zeros past the
 // channels); the backward data's turned half a circle.
 template <typename E>
@@ -146,6 +165,115 @@ __device__ __forceinline__ void filter_transform(const float g[9], float v[16]) 
   for (int i = 0; i < 4; ++i) {
     const float e = 0.5f * (h[i][0] + h[i][2]), o = 0.5f * h[i][1];
     v[4 * i] = h[i][0], v[4 * i + 1] = e + o, v[4 * i + 2] = e - o, v[4 * i + 3] = h[i][2];
+  }
+}
+
+// ---- products on tensor cores ----------------------------------------------
+// The bf16 passes' forward and backward data and the thin backward filter
+// run their element GEMMs in 3xTF32 (mma_tf32.cuh), a warp two elements
+// (2 w, 2 w + 1) as m16n8k8 tiles: three tensor-core products a step
+// issue a fraction of FFMA's instructions. (One TF32 pass would not do
+// for bf16: the transforms' sums of a few bf16 values outgrow TF32's 11
+// bits, and the tests hold the bf16 passes to fp32 sums.) A step's
+// operands sit in shared memory as element pairs side by side (one 8-byte
+// access each), in rows of the step's depth k: the backward filter's, two
+// steps in 48 KB, unpadded, their columns (M or N) swizzled (XOR by k)
+// against bank conflicts; the forward's padded.
+// The swizzle: the half-warp of an 8-byte fragment load (k of 4 by columns
+// of 4) and of a transform's store (8 k by 2 columns) each fall in 16
+// distinct bank pairs.
+__device__ __forceinline__ int swz(int k) { return (k & 3) << 2 | (k & 4) >> 1; }
+
+// tf32x3::split without its guard for infinities: an infinite input makes
+// NaNs here as in the transforms' differences, so that the guard's two
+// instructions a value buy nothing.
+__device__ __forceinline__ void split(float x, uint32_t &hi, uint32_t &lo) {
+  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
+// Column c of row k: swizzled where SWZ, else (padded rows) as is, a
+// lane's fragments then at constant offsets from one address.
+template <bool SWZ>
+__device__ __forceinline__ int col_of(int c, int k) { return SWZ ? c ^ swz(k) : c; }
+// A's fragments, split, of both elements of a pair's m16 tile at row m0
+// (PTX's layout: row g (+8), k q (+4); g = lane / 4, q = lane % 4).
+template <bool SWZ, int W>
+__device__ __forceinline__ void frag_a(const float2 (*s)[W], int m0, int g, int q, uint32_t (&hi)[2][4], uint32_t (&lo)[2][4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int r = m0 + g + (j & 1) * 8, k = q + (j >> 1) * 4;
+    const float2 x = s[k][col_of<SWZ>(r, k)];
+    split(x.x, hi[0][j], lo[0][j]), split(x.y, hi[1][j], lo[1][j]);
+  }
+}
+// B's, of the n8 tile at column n0 (k q (+4), column g).
+template <bool SWZ, int W>
+__device__ __forceinline__ void frag_b(const float2 (*s)[W], int n0, int g, int q, uint32_t (&hi)[2][2], uint32_t (&lo)[2][2]) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int k = q + j * 4;
+    const float2 x = s[k][col_of<SWZ>(n0 + g, k)];
+    split(x.x, hi[0][j], lo[0][j]), split(x.y, hi[1][j], lo[1][j]);
+  }
+}
+// d += a b in 3xTF32, the smaller terms first.
+__device__ __forceinline__ void mma_x3(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], const uint32_t (&bh)[2],
+                                       const uint32_t (&bl)[2]) {
+  tf32x3::mma(d, al, bh);
+  tf32x3::mma(d, ah, bl);
+  tf32x3::mma(d, ah, bh);
+}
+
+// T where C, else F (a tile's shared memory: the tensor cores' or FFMA's).
+template <bool C, class T, class F>
+struct pick_t {
+  using type = T;
+};
+template <class T, class F>
+struct pick_t<false, T, F> {
+  using type = F;
+};
+
+// The forward's operands for tensor cores: pair k of a step's B^T d B at
+// u[k][channel][tile], of G g G^T at v[k][channel][output channel], rows
+// padded (a fragment load's half-warp: 4 rows 4 bank pairs apart by 4
+// columns); the way out as Shared's.
+union TCShared {
+  struct {
+    float2 u[8][CC][LDS];
+    float2 v[8][CC][LDS];
+  } s;
+  float m[16][TILES][LDM];
+};
+
+// Half h of the output channels' sums, parked in m: each thread makes two
+// (tile, channel) pairs' 2x2 outputs, A^T M A (with the bias), as
+// block_tile's way out does inline (through this function the compiler
+// scheduled the FFMA tile's slower).
+template <typename E>
+__device__ __forceinline__ void emit_half(const Pass<E> &p, const float (*m)[TILES][LDM], int t0, int c0, int h) {
+#pragma unroll
+  for (int q = threadIdx.x; q < TILES * HALF; q += THREADS) {
+    const int i = q % TILES, co = c0 + h * HALF + q / TILES, t = t0 + i;
+    if (t >= p.tiles || co >= p.cout) continue;
+    float s[16];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) s[k] = m[k][i][q / TILES];
+    float r[2][4]; /* A^T s: rows s0 + s1 + s2, s1 - s2 - s3 */
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r[0][j] = s[j] + s[4 + j] + s[8 + j], r[1][j] = s[4 + j] - s[8 + j] - s[12 + j];
+    int n, y0, x0;
+    tile_at(p, t, &n, &y0, &x0);
+    const int y = y0 + p.pad, x = x0 + p.pad;
+    const float b = p.bias ? __ldg(p.bias + co) : 0.0f;
+    float *dst = p.out + ((int64_t)n * p.cout + co) * p.hout * p.wout;
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+      if (y + a >= p.hout) continue;
+      dst[(y + a) * p.wout + x] = r[a][0] + r[a][1] + r[a][2] + b;
+      if (x + 1 < p.wout) dst[(y + a) * p.wout + x + 1] = r[a][1] - r[a][2] - r[a][3] + b;
+    }
   }
 }
 
@@ -231,13 +359,84 @@ __device__ __forceinline__ void block_tile(const Pass<E> &p, Shared &sh, int t0,
   }
 }
 
+// block_tile on tensor cores (the bf16 passes'): the same operands and
+// way out, a warp a pair of elements' 32 x 32 (2 x 4 tiles of m16n8).
+__device__ __forceinline__ void block_tile_tc(const Pass<uint16_t> &p, TCShared &sh, int t0, int c0) {
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, q = lane & 3;
+  float acc[2][2][4][4]; /* [element][m16][n8][fragment] */
+#pragma unroll
+  for (int el = 0; el < 2; ++el)
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc[el][mi][ni][k] = 0.0f;
+  const int c = tid / TILES, i = tid % TILES, fc = p.flip ? c : tid % CC, fo = p.flip ? i : tid / CC; /* as block_tile's */
+  const Patch<uint16_t> patch = patch_of(p, t0 + i);
+  uint32_t raw[8];
+  load_patch(p, patch, c, raw);
+  for (int ci0 = 0; ci0 < p.cin; ci0 += CC) {
+    {
+      float d[16], x[16], y[16], f[9];
+      load_filter(p, c0 + fo, ci0 + fc, f);
+      widen(raw, d);
+      input_transform(d, x);
+      filter_transform(f, y);
+      __syncthreads(); /* the last step's operands are read */
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        sh.s.u[k][c][i] = make_float2(x[2 * k], x[2 * k + 1]);
+        sh.s.v[k][fc][fo] = make_float2(y[2 * k], y[2 * k + 1]);
+      }
+      __syncthreads();
+    }
+    if (ci0 + CC < p.cin) load_patch(p, patch, ci0 + CC + c, raw);
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      uint32_t ah[2][4], al[2][4];
+      frag_a<false>(sh.s.u[w], mi * 16, g, q, ah, al);
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        uint32_t bh[2][2], bl[2][2];
+        frag_b<false>(sh.s.v[w], ni * 8, g, q, bh, bl);
+#pragma unroll
+        for (int el = 0; el < 2; ++el) mma_x3(acc[el][mi][ni], ah[el], al[el], bh[el], bl[el]);
+      }
+    }
+  }
+  /* Out, half the output channels (n8 tiles 2 h, 2 h + 1) at a time;
+   * fragment element k at tile g (+8), channel 2 q (+1). */
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    __syncthreads(); /* the operands, or the last half, are done with */
+#pragma unroll
+    for (int el = 0; el < 2; ++el)
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            sh.m[2 * w + el][mi * 16 + g + (k >> 1) * 8][n * 8 + 2 * q + (k & 1)] = acc[el][mi][2 * h + n][k];
+    __syncthreads();
+    emit_half(p, sh.m, t0, c0, h);
+  }
+}
+
+// The bf16 passes' products on tensor cores, fp32's in FFMA.
 template <int PASS, typename E = float>
 __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
-  __shared__ __align__(16) Shared sh;
+  constexpr bool TC = sizeof(E) == 2;
+  __shared__ __align__(16) typename pick_t<TC, TCShared, Shared>::type sh;
   const Pass<E> p = make_pass<E>(a, PASS);
   const int64_t tiles_t = (p.tiles + TILES - 1) / TILES, blocks = tiles_t * ((p.cout + COLS - 1) / COLS);
-  for (int64_t id = grid_block(); id < blocks; id += grid_blocks())
-    block_tile(p, sh, (int)(id % tiles_t) * TILES, (int)(id / tiles_t) * COLS);
+  for (int64_t id = grid_block(); id < blocks; id += grid_blocks()) {
+    if constexpr (TC)
+      block_tile_tc(p, sh, (int)(id % tiles_t) * TILES, (int)(id / tiles_t) * COLS);
+    else
+      block_tile(p, sh, (int)(id % tiles_t) * TILES, (int)(id / tiles_t) * COLS);
+  }
 }
 
 // 3x3 filters, unit strides and dilations, the padding a 3x3 window's
@@ -439,10 +638,6 @@ union TShared {
   TOut q;
 };
 static_assert(sizeof(TShared) <= 48 * 1024, "two steps in the 48 KB a block has without asking");
-// The columns' swizzle: the half-warp of an 8-byte fragment load (tiles
-// q of 4 by columns g of 4) and of a transform's store (8 tiles by 2
-// columns) each fall in 16 distinct bank pairs.
-__device__ __forceinline__ int swz(int t) { return (t & 3) << 2 | (t & 4) >> 1; }
 // A thread's tile of a step: image n, tile row ty, column tx (a step on:
 // FSTEP tiles further, no divisions), and its index t.
 struct FPos {
@@ -509,14 +704,6 @@ __device__ __forceinline__ void load_fpatch(const aq_conv2d_args_t &a, const FPo
   g[0] = gr[0][0], g[1] = gr[0][1], g[2] = gr[1][0], g[3] = gr[1][1];
 }
 
-// tf32x3::split without its guard for infinities: an infinite x or dy
-// makes NaNs here as in the transforms' differences, so that the guard's
-// two instructions a value buy nothing.
-__device__ __forceinline__ void split(float x, uint32_t &hi, uint32_t &lo) {
-  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-  lo = __float_as_uint(x - __uint_as_float(hi));
-}
-
 // One step's products from buffer b: warp w's elements 2 w and 2 w + 1,
 // a 16 x 32 each as 4 tiles of m16n8k8 (PTX's fragment layout: g = lane /
 // 4, q = lane % 4).
@@ -524,28 +711,14 @@ __device__ __forceinline__ void tc_step(const TShared &sh, int b, float (&acc)[2
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   const float2(*su)[COLS] = sh.s.u[b][w];
   const float2(*sv)[TK] = sh.s.v[b][w];
-  uint32_t ah[2][4], al[2][4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) { /* A (filter, tile) at filter g (+8), tile q (+4) */
-    const int r = g + (j & 1) * 8, k = q + (j >> 1) * 4;
-    const float2 x = sv[k][r ^ swz(k)];
-    split(x.x, ah[0][j], al[0][j]), split(x.y, ah[1][j], al[1][j]);
-  }
+  uint32_t ah[2][4], al[2][4]; /* A (filter, tile), B (tile, channel) */
+  frag_a<true>(sv, 0, g, q, ah, al);
 #pragma unroll
   for (int ni = 0; ni < 4; ++ni) {
     uint32_t bh[2][2], bl[2][2];
+    frag_b<true>(su, ni * 8, g, q, bh, bl);
 #pragma unroll
-    for (int j = 0; j < 2; ++j) { /* B (tile, channel) at tile q (+4), channel g of the 8 */
-      const int k = q + j * 4;
-      const float2 x = su[k][(ni * 8 + g) ^ swz(k)];
-      split(x.x, bh[0][j], bl[0][j]), split(x.y, bh[1][j], bl[1][j]);
-    }
-#pragma unroll
-    for (int el = 0; el < 2; ++el) {
-      tf32x3::mma(acc[el][ni], al[el], bh[el]);
-      tf32x3::mma(acc[el][ni], ah[el], bl[el]);
-      tf32x3::mma(acc[el][ni], ah[el], bh[el]);
-    }
+    for (int el = 0; el < 2; ++el) mma_x3(acc[el][ni], ah[el], al[el], bh[el], bl[el]);
   }
 }
 
@@ -641,15 +814,6 @@ __device__ __forceinline__ void filter_tile_tc(const aq_conv2d_args_t &a, TShare
   tc_out<S>(a, sh.q, acc, k0, c0, rank, ranks);
 }
 
-// T where C, else F (a tile's shared memory: the tensor cores' or FFMA's).
-template <bool C, class T, class F>
-struct pick_t {
-  using type = T;
-};
-template <class T, class F>
-struct pick_t<false, T, F> {
-  using type = F;
-};
 // dw's tiles of FK x 32 a cluster of S, each rank a share of dy's tiles in
 // whole steps, then dbias's 8-channel items, S a cluster; TC: on tensor
 // cores (the thin tile only).
