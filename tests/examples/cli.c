@@ -146,7 +146,10 @@ Test(aq_bench_cli, conv_explain_names_each_pass_build_and_path) {
   cr_assert(strstr(out, "conv 256,1,28,28,6,5,5,1,2 f32 bwd_filter: aq_conv2d_bwd_filter_f32_staged16, staged"), "%s", out);
   cr_assert(strstr(out, "bf16 bwd_filter: aq_conv2d_bwd_filter_bf16_staged16, staged"), "%s", out);
   cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 f32 fwd: aq_conv2d_f32_wino, Winograd's F(2x2, 3x3), a block 32 output "
-                        "tiles of 2x2 by 32 channels; the launch rule's"),
+                        "tiles of 2x2 by 32 channels, its products in FFMA; the launch rule's"),
+            "%s", out);
+  cr_assert(strstr(out, "conv 32,64,56,56,64,3,3,1,1 bf16 bwd_data: aq_conv2d_bwd_data_bf16_wino, Winograd's F(2x2, 3x3), a "
+                        "block 32 output tiles of 2x2 by 32 channels, its products on tensor cores (3xTF32);"),
             "%s", out);
   /* 4 tiles of 32x32 would leave most of an H100's clusters idle: 16-row ones for fp32; bf16 a cluster of 16 a row of taps */
   cr_assert(strstr(out, "f32 bwd_filter: aq_conv2d_bwd_filter_f32_wino_thin, Winograd's F(3x3, 2x2), a cluster of 16 a "

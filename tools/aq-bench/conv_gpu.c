@@ -448,8 +448,9 @@ static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int
     return buf;
   }
   if (ffma < 0) {
-    snprintf(buf, size, "Winograd's F(2x2, 3x3), a block %d output tiles of 2x2 by %d channels", AQ_GPU_CONV2D_WINO_TILES,
-             AQ_GPU_CONV2D_WINO_COLS);
+    snprintf(buf, size, "Winograd's F(2x2, 3x3), a block %d output tiles of 2x2 by %d channels, %s",
+             AQ_GPU_CONV2D_WINO_TILES, AQ_GPU_CONV2D_WINO_COLS,
+             bf16 ? "its products on tensor cores (3xTF32)" : "its products in FFMA");
     return buf;
   }
   if (tiled && pass == 1 && runs) return "tiled in shared memory, a block an image, a thread a run of columns";
