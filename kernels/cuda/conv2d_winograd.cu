@@ -363,15 +363,7 @@ __device__ __forceinline__ void block_tile(const Pass<E> &p, Shared &sh, int t0,
 // way out, a warp a pair of elements' 32 x 32 (2 x 4 tiles of m16n8).
 __device__ __forceinline__ void block_tile_tc(const Pass<uint16_t> &p, TCShared &sh, int t0, int c0) {
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, q = lane & 3;
-  float acc[2][2][4][4]; /* [element][m16][n8][fragment] */
-#pragma unroll
-  for (int el = 0; el < 2; ++el)
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) acc[el][mi][ni][k] = 0.0f;
+  float acc[2][2][4][4] = {}; /* [element][m16][n8][fragment] */
   const int c = tid / TILES, i = tid % TILES, fc = p.flip ? c : tid % CC, fo = p.flip ? i : tid / CC; /* as block_tile's */
   const Patch<uint16_t> patch = patch_of(p, t0 + i);
   uint32_t raw[8];
@@ -776,13 +768,7 @@ __device__ __forceinline__ void filter_tile_tc(const aq_conv2d_args_t &a, TShare
                                                int k0, int c0, int rank, int ranks) {
   const int tid = threadIdx.x, tt = tid % FSTEP, oc = tid / FSTEP; /* the thread's tile a step; channel, filter */
   const bool dy = oc < TK;
-  float acc[2][4][4];
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) acc[i][j][k] = 0.0f;
+  float acc[2][4][4] = {};
   auto put = [&](int b, const float d[16], const float g[4]) {
     float u[16], v[16];
     finput_transform(d, u);

@@ -91,13 +91,7 @@ __device__ __forceinline__ void tile_sums(const aq_matmul_args_t &q, Shared &u, 
   const bool va = aligned16(q.a) && q.lda % 4 == 0, vb = aligned16(q.b) && q.ldb % 4 == 0;
   const int tid = threadIdx.x + threadIdx.y * blockDim.x, warp = tid >> 5, lane = tid & 31;
   const int half = warp >> 2, wm = ((warp >> 1) & 1) * 32, wn = (warp & 1) * 32;
-  float acc[2][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.0f;
+  float acc[2][4][4] = {};
 
   const int64_t nk = (q.k + BK - 1) / BK;
   auto load = [&](int buf, int64_t k0) {
