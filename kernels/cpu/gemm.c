@@ -426,7 +426,7 @@ void gemm_part(const gemm_part_t *p, void *scratch) {
     pct = p->pack_a ? 0 : p->k ? en->nonzero_pct(p, p->m0, p->mc, 0, p->k < KC ? p->k : KC) : 100;
   if (sparse_fits && pct < en->sparse_below_pct) {
     for (int64_t i = 0; i < (p->batch > 1 ? p->batch : 1); ++i) {
-      gemm_part_t q = p->batch > 1 ? batch_item(p, i) : *p;
+      gemm_part_t q = batch_item(p, i); /* item 0 of one product: the product */
       part_sparse(&q, en, pb, &sp);
     }
     return;
