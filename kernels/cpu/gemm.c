@@ -5,7 +5,8 @@
  * it, one MR x NR micro-tile at a time (BLIS's loop order: the B micro-panel
  * stays in L1 while A micro-panels come from L2). Packing zero-pads partial
  * panels so the micro-kernel never branches on edges; only the write-back
- * of a partial micro-tile goes through a buffer. */
+ * of a partial micro-tile goes through a buffer. An engine may run dense
+ * parts in the streaming order instead (below). */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -217,6 +218,34 @@ static void macro_post(const gemm_part_t *p, const engine_t *en, const float *pa
   }
 }
 
+/* One micro-tile of C, rows [i, i + rows) x columns [j, j + cols), from
+ * the A panel at a (panel q of the block, for its skip lists) and the B
+ * micro-panel at b; e's bias and bias_row already at column j and row i. */
+static inline void tile(const gemm_part_t *p, const engine_t *en, const gemm_skip_t *sk, int64_t q, const float *a,
+                        const float *b, int64_t kc, int64_t i, int64_t j, int64_t rows, int64_t cols,
+                        const epi_t *e) {
+  const int64_t NR = en->nr;
+  float *c = p->c + i * p->ldc + j;
+  if (rows == GEMM_MR && cols == NR) {
+    micro_full(en, sk, q, kc, a, b, c, p->ldc, e);
+    return;
+  }
+  if (cols == NR && en->rows[rows]) {
+    en->rows[rows](kc, a, b, c, p->ldc, e);
+    return;
+  }
+  /* A partial micro-tile: the product into a full-size buffer, then the
+   * epilogue on the part of it that lies inside C. */
+  float buf[GEMM_MR * GEMM_NR] __attribute__((aligned(64)));
+  const epi_t raw = {1.0f, 0.0f, NULL, NULL, 0, NULL};
+  if (rows <= 6) en->micro_half(kc, a, b, buf, NR, &raw);
+  else micro_full(en, sk, q, kc, a, b, buf, NR, &raw);
+  for (int64_t r = 0; r < rows; ++r) {
+    float *cr = c + r * p->ldc;
+    for (int64_t jj = 0; jj < cols; ++jj) cr[jj] = epi_one(e, buf[r * NR + jj], &cr[jj], r, jj);
+  }
+}
+
 /* Every micro-tile of a packed A block (rows [i0, i0 + mc)) against a packed
  * B panel (columns [j0, j0 + nc)). */
 static void macro(const gemm_part_t *p, const engine_t *en, const float *pa, const gemm_skip_t *sk, const float *pb,
@@ -225,8 +254,6 @@ static void macro(const gemm_part_t *p, const engine_t *en, const float *pa, con
     macro_post(p, en, pa, sk, pb, kc, i0, mc, j0, nc, e);
     return;
   }
-  float buf[GEMM_MR * GEMM_NR] __attribute__((aligned(64)));
-  const epi_t raw = {1.0f, 0.0f, NULL, NULL, 0, NULL};
   const int64_t NR = en->nr;
   for (int64_t jr = 0; jr < nc; jr += NR) {
     int64_t cols = nc - jr < NR ? nc - jr : NR;
@@ -234,25 +261,8 @@ static void macro(const gemm_part_t *p, const engine_t *en, const float *pa, con
     if (e->bias) ej.bias = e->bias + j0 + jr;
     for (int64_t ir = 0; ir < mc; ir += GEMM_MR) {
       int64_t rows = mc - ir < GEMM_MR ? mc - ir : GEMM_MR;
-      float *c = p->c + (i0 + ir) * p->ldc + j0 + jr;
       ej.bias_row = e->bias_row ? e->bias_row + i0 + ir : NULL;
-      const float *a = pa + ir * kc, *b = pb + jr * kc;
-      if (rows == GEMM_MR && cols == NR) {
-        micro_full(en, sk, ir / GEMM_MR, kc, a, b, c, p->ldc, &ej);
-        continue;
-      }
-      if (cols == NR && en->rows[rows]) {
-        en->rows[rows](kc, a, b, c, p->ldc, &ej);
-        continue;
-      }
-      /* A partial micro-tile: the product into a full-size buffer, then the
-       * epilogue on the part of it that lies inside C. */
-      if (rows <= 6) en->micro_half(kc, a, b, buf, NR, &raw);
-      else micro_full(en, sk, ir / GEMM_MR, kc, a, b, buf, NR, &raw);
-      for (int64_t r = 0; r < rows; ++r) {
-        float *cr = c + r * p->ldc;
-        for (int64_t j = 0; j < cols; ++j) cr[j] = epi_one(&ej, buf[r * NR + j], &cr[j], r, j);
-      }
+      tile(p, en, sk, ir / GEMM_MR, pa + ir * kc, pb + jr * kc, kc, i0 + ir, j0 + jr, rows, cols, &ej);
     }
   }
 }
@@ -355,6 +365,97 @@ static void part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, con
   }
 }
 
+/* ---- the streaming order -------------------------------------------------
+ * An engine with stream_half (AVX2) runs a dense part the other way round,
+ * as OpenBLAS's kernels for Zen do: B is packed in blocks of b_block_cols
+ * columns, which stay in L2, and each 6-row half of an A panel meets every
+ * micro-panel of the block in turn, B streaming past it from L2 and
+ * fetched a few steps ahead. A is read in place where it can be
+ * (a_in_place), else packed a KC slice of as many rows as the larger
+ * buffer holds. In BLIS's order (macro) the B micro-panel meant to stay in
+ * L1, 16 columns by KC, fills Zen 3's L1 alone, so both operands came
+ * from L2, and each part packed its rows of A. Each sum runs over the same
+ * terms in the same order and KC slices: C is BLIS's order's, bit for
+ * bit. Parts with a zero-skipping plan, a fused consumer or a caller's
+ * packer keep BLIS's order. */
+
+/* Columns of a B block: 3/8 of this CPU's L2 (96 columns on 512 KB), in
+ * whole GEMM_NR runs for the packer, within the smaller buffer. */
+static int64_t b_block_cols(const engine_t *en) {
+  static int64_t cached; /* workers may race here; they compute the same value */
+  int64_t cols = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (cols) return cols;
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  int64_t most = (int64_t)GEMM_MC * GEMM_KC / en->kc / GEMM_NR * GEMM_NR;
+  cols = l2 > 0 ? (int64_t)l2 * 3 / 8 / (en->kc * (int64_t)sizeof(float)) / GEMM_NR * GEMM_NR : most;
+  if (cols > most) cols = most;
+  if (cols < GEMM_NR) cols = GEMM_NR;
+  __atomic_store_n(&cached, cols, __ATOMIC_RELAXED);
+  return cols;
+}
+
+/* Every micro-tile of A's rows [i0, i0 + mc), depth [l0, l0 + kc), packed
+ * at pa or (pa NULL) read in place, against a packed B block (columns [j0,
+ * j0 + nc)): panel by panel, half by half, the block's micro-panels
+ * streaming past. A partial tile goes whole through tile(), its A panel
+ * packed into spare when A is read in place. */
+static void macro_stream(const gemm_part_t *p, const engine_t *en, const float *pa, const float *pb, int64_t kc,
+                         int64_t l0, int64_t i0, int64_t mc, int64_t j0, int64_t nc, const epi_t *e, float *spare) {
+  const int64_t NR = en->nr, H = GEMM_MR / 2;
+  for (int64_t ir = 0; ir < mc; ir += GEMM_MR) {
+    int64_t rows = mc - ir < GEMM_MR ? mc - ir : GEMM_MR;
+    const float *a = pa ? pa + ir * kc : NULL;
+    for (int64_t h = 0; h < GEMM_MR; h += H) {
+      epi_t ej = *e;
+      ej.bias_row = e->bias_row ? e->bias_row + i0 + ir + h : NULL;
+      for (int64_t jr = 0; jr < nc; jr += NR) {
+        int64_t cols = nc - jr < NR ? nc - jr : NR;
+        ej.bias = e->bias ? e->bias + j0 + jr : NULL;
+        const float *b = pb + jr * kc;
+        if (rows == GEMM_MR && cols == NR) {
+          float *c = p->c + (i0 + ir + h) * p->ldc + j0 + jr;
+          if (a) en->stream_half(kc, a + h, b, c, p->ldc, &ej);
+          else en->stream_in_place(kc, p->a + (i0 + ir + h) * p->lda + l0, p->lda, b, c, p->ldc, &ej);
+          continue;
+        }
+        if (h) continue; /* a partial tile went whole with the first half */
+        if (!a) pack_a_block(p, en, i0 + ir, rows, l0, kc, spare, NULL), a = spare;
+        tile(p, en, NULL, 0, a, b, kc, i0 + ir, j0 + jr, rows, cols, &ej);
+      }
+    }
+  }
+}
+
+/* A row-major op(A) is read in place: each half's rows are runs of the
+ * depth, as a packed panel's would be, and the parts of a column split
+ * no longer each pack all of A. Not where its rows lie a multiple of 4 KB
+ * apart: the six rows' lines would then share one set of the 8-way L1
+ * with the streaming B; nor a transposed A. Those are packed. */
+static int a_in_place(const gemm_part_t *p, const engine_t *en) {
+  return en->stream_in_place && !p->trans_a && (p->lda * (int64_t)sizeof(float)) % 4096 != 0;
+}
+
+static void part_stream(const gemm_part_t *p, const engine_t *en, float *pa, float *pb) {
+  const int64_t KC = en->kc, NB = b_block_cols(en);
+  const int in_place = a_in_place(p, en);
+  int64_t mcb = in_place ? p->mc : a_block_cut(p->mc, (int64_t)GEMM_KC * GEMM_NC / KC / GEMM_MR * GEMM_MR);
+  float *slice = pb, *block = pa; /* A takes the larger buffer */
+  for (int64_t ic = 0; ic < p->mc; ic += mcb) {
+    int64_t mc = p->mc - ic < mcb ? p->mc - ic : mcb;
+    for (int64_t pc = 0; pc < p->k || pc == 0; pc += KC) {
+      int64_t kc = p->k - pc < KC ? p->k - pc : KC;
+      epi_t e = slice_epi(p, pc, pc + KC >= p->k);
+      if (!in_place) pack_a_block(p, en, p->m0 + ic, mc, pc, kc, slice, NULL);
+      for (int64_t jc = 0; jc < p->nc; jc += NB) {
+        int64_t nc = p->nc - jc < NB ? p->nc - jc : NB;
+        if (kc > 0) pack_b_panels(p, en, p->n0 + jc, nc, pc, kc, block);
+        macro_stream(p, en, in_place ? NULL : slice, block, kc, pc, p->m0 + ic, mc, p->n0 + jc, nc, &e, slice);
+      }
+      if (kc <= 0) break;
+    }
+  }
+}
+
 /* Item i of a batch, as a product of its own. */
 static gemm_part_t batch_item(const gemm_part_t *p, int64_t i) {
   gemm_part_t q = *p;
@@ -434,6 +535,10 @@ void gemm_part(const gemm_part_t *p, void *scratch) {
   if (pct >= 100) skip = NULL; /* nothing to skip: no plan */
   if (p->batch > 1) {
     part_batch(p, en, pa, pb, skip);
+    return;
+  }
+  if (en->stream_half && !skip && !p->post && !p->pack_a && !p->pack_b) {
+    part_stream(p, en, pa, pb);
     return;
   }
   if (p->mc <= MC) {

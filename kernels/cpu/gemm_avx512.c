@@ -335,7 +335,9 @@ static void narrow_avx512(int64_t k, const float *a, const float *b, int64_t sl,
    narrow_avx512,                                                                                          \
    GEMM_KC,                                                                                                \
    GEMM_MC,                                                                                                \
-   GEMM_NR}
+   GEMM_NR,                                                                                                \
+   NULL, /* BLIS's order: two full-width FMA units, or Zen 4's 1 MB L2, keep its B micro-panel in L1 */ \
+   NULL}
 const engine_t gemm_engine_avx512 = AQ_AVX512_ENGINE(NULL, SPARSE_OTHER_PCT);
 const engine_t gemm_engine_avx512_zen4 = AQ_AVX512_ENGINE(skip_plan_avx512, SPARSE_ZEN4_PCT);
 #endif

@@ -110,6 +110,24 @@ static float *dead_steps_a(int64_t m, int64_t k, int ta, int64_t lda, unsigned s
   return a;
 }
 
+/* C of a finished product (alpha 1.5, beta 0) against reference(): bit
+ * for bit where the vector kernels run, else within rounding. */
+static void assert_in_order(const aq_matmul_args_t *p) {
+  int exact = vector_kernels();
+  for (int64_t i = 0; i < p->m; ++i)
+    for (int64_t j = 0; j < p->n; ++j) {
+      float got = p->c[i * p->ldc + j], want = reference(p->a, p->b, p->bias, i, j, p->k, p->trans_a, p->lda, p->ldb);
+      if (exact)
+        cr_assert(!memcmp(&got, &want, sizeof(float)),
+                  "%lldx%lldx%lld ta=%d lda=%lld: C[%lld,%lld] = %a, in-order FMA gives %a", (long long)p->m,
+                  (long long)p->n, (long long)p->k, p->trans_a, (long long)p->lda, (long long)i, (long long)j, got,
+                  want);
+      else
+        cr_assert(fabsf(got - want) <= 1e-5f * (float)(p->k + 1) * (1.0f + fabsf(want)), "C[%lld,%lld] = %g, want %g",
+                  (long long)i, (long long)j, got, want);
+    }
+}
+
 /* more: 0 the patterns above, 1 four fifths zero, 2 dead steps. */
 static void check_bitwise_more(int64_t m, int64_t n, int64_t k, int ta, int bias, int more) {
   int64_t lda = (ta ? m : k) + 5, ldb = n + 32, ldc = n + 7;
@@ -119,17 +137,7 @@ static void check_bitwise_more(int64_t m, int64_t n, int64_t k, int ta, int bias
   aq_matmul_args_t args = {.a = a, .b = b, .c = c, .bias = bias ? bv : NULL, .m = m, .n = n, .k = k, .lda = lda,
                            .ldb = ldb, .ldc = ldc, .batch = 1, .alpha = 1.5f, .beta = 0.0f, .trans_a = ta};
   AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, grid_of(&args, more == 1 ? 2 : 0)));
-  int exact = vector_kernels();
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      float got = c[i * ldc + j], want = reference(a, b, bias ? bv : NULL, i, j, k, ta, lda, ldb);
-      if (exact)
-        cr_assert(!memcmp(&got, &want, sizeof(float)), "%lldx%lldx%lld ta=%d: C[%lld,%lld] = %a, in-order FMA gives %a",
-                  (long long)m, (long long)n, (long long)k, ta, (long long)i, (long long)j, got, want);
-      else
-        cr_assert(fabsf(got - want) <= 1e-5f * (float)(k + 1) * (1.0f + fabsf(want)), "C[%lld,%lld] = %g, want %g",
-                  (long long)i, (long long)j, got, want);
-    }
+  assert_in_order(&args);
   free(a), free(b), free(bv), free(c);
 }
 static void check_bitwise(int64_t m, int64_t n, int64_t k, int ta, int bias) { check_bitwise_more(m, n, k, ta, bias, 0); }
@@ -165,6 +173,34 @@ Test(skip, sparse_products_match_the_dense_sums_bit_for_bit) { bitwise_products(
 Test(skip, sparse_products_match_the_dense_sums_bit_for_bit_on_avx2) {
   kernels_restart_with("AQ_CPU_ISA", "avx2");
   bitwise_products();
+}
+
+/* Dense A takes no plan. On AVX2 it streams B past A's panels (gemm.c:
+ * the streaming order): a row-major A read in place, or packed where its
+ * rows lie a multiple of 4 KB apart, or transposed. Every way sums in the
+ * same order, so C is the in-order FMA chain's bit for bit: rows not a
+ * multiple of 12, columns not of 16, two depth slices, parts. */
+static void check_dense_bits(int64_t m, int64_t n, int64_t k, int ta, int64_t lda, int bias) {
+  int64_t ldb = n + 3, ldc = n + 1;
+  float *a = rnd((size_t)((ta ? k : m) * lda), 51), *b = rnd((size_t)(k * ldb), 52), *bv = rnd((size_t)n, 53);
+  float *c = rnd((size_t)(m * ldc), 54);
+  aq_matmul_args_t args = {.a = a, .b = b, .c = c, .bias = bias ? bv : NULL, .m = m, .n = n, .k = k, .lda = lda,
+                           .ldb = ldb, .ldc = ldc, .batch = 1, .alpha = 1.5f, .beta = 0.0f, .trans_a = ta};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, grid_of(&args, 0)));
+  assert_in_order(&args);
+  free(a), free(b), free(bv), free(c);
+}
+
+static void dense_bits(void) {
+  check_dense_bits(203, 301, 700, 0, 701, 1);  /* in place */
+  check_dense_bits(203, 301, 700, 0, 1024, 0); /* rows 4 KB apart: packed */
+  check_dense_bits(203, 301, 700, 1, 209, 1);  /* transposed: packed */
+  check_dense_bits(30, 200, 0, 0, 8, 1);       /* no depth: bias alone */
+}
+Test(skip, dense_products_sum_in_order_bit_for_bit_however_a_is_read) { dense_bits(); }
+Test(skip, dense_products_sum_in_order_bit_for_bit_however_a_is_read_on_avx2) {
+  kernels_restart_with("AQ_CPU_ISA", "avx2");
+  dense_bits();
 }
 
 /* beta, relu and a row bias on sparse A, against a double-precision sum
