@@ -367,31 +367,44 @@ static void part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, con
 
 /* ---- the streaming order -------------------------------------------------
  * An engine with stream_half (AVX2) runs a dense part the other way round,
- * as OpenBLAS's kernels for Zen do: B is packed in blocks of b_block_cols
- * columns, which stay in L2, and each 6-row half of an A panel meets every
- * micro-panel of the block in turn, B streaming past it from L2 and
- * fetched a few steps ahead. A is read in place where it can be
- * (a_in_place), else packed a KC slice of as many rows as the larger
- * buffer holds. In BLIS's order (macro) the B micro-panel meant to stay in
- * L1, 16 columns by KC, fills Zen 3's L1 alone, so both operands came
- * from L2, and each part packed its rows of A. Each sum runs over the same
- * terms in the same order and KC slices: C is BLIS's order's, bit for
- * bit. Parts with a zero-skipping plan, a fused consumer or a caller's
- * packer keep BLIS's order. */
+ * as OpenBLAS's kernels for Zen do. For each KC slice, B is packed whole
+ * (up to GEMM_NC columns), A is taken a slice of a_slice_rows rows at a
+ * time, and each 6-row half of the slice's panels meets every micro-panel
+ * of a block of b_block_cols columns in turn, B streaming past it from L2,
+ * fetched a few steps ahead: the A slice and the B block share L2. A is
+ * read in place where it can be (a_in_place), else packed a slice at a
+ * time. In BLIS's order (macro) the B micro-panel meant to stay in L1, 16
+ * columns by KC, fills Zen 3's L1 alone, so both operands came from L2,
+ * and each part packed its rows of A. Each sum runs over the same terms in
+ * the same order and KC slices: C is BLIS's order's, bit for bit. Parts
+ * with a zero-skipping plan, a fused consumer or a caller's packer keep
+ * BLIS's order. */
 
-/* Columns of a B block: 3/8 of this CPU's L2 (96 columns on 512 KB), in
- * whole GEMM_NR runs for the packer, within the smaller buffer. */
-static int64_t b_block_cols(const engine_t *en) {
-  static int64_t cached; /* workers may race here; they compute the same value */
-  int64_t cols = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (cols) return cols;
-  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  int64_t most = (int64_t)GEMM_MC * GEMM_KC / en->kc / GEMM_NR * GEMM_NR;
-  cols = l2 > 0 ? (int64_t)l2 * 3 / 8 / (en->kc * (int64_t)sizeof(float)) / GEMM_NR * GEMM_NR : most;
-  if (cols > most) cols = most;
-  if (cols < GEMM_NR) cols = GEMM_NR;
-  __atomic_store_n(&cached, cols, __ATOMIC_RELAXED);
-  return cols;
+/* This CPU's L2 in bytes (512 KB where the system does not say). */
+static long l2_bytes(void) {
+  static long cached; /* workers may race here; they compute the same value */
+  long v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (!v) {
+    v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (v <= 0) v = 512 * 1024;
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
+/* 3/8 of the L2 in KC-deep rows (or columns), rounded down to a multiple
+ * of unit, within [unit, most]. */
+static int64_t l2_share(const engine_t *en, int64_t unit, int64_t most) {
+  int64_t n = (int64_t)l2_bytes() * 3 / 8 / (en->kc * (int64_t)sizeof(float)) / unit * unit;
+  return n > most ? most : n < unit ? unit : n;
+}
+
+/* Columns of a B block (96 on a 512 KB L2): whole GEMM_NR runs. */
+static int64_t b_block_cols(const engine_t *en) { return l2_share(en, GEMM_NR, GEMM_NC); }
+
+/* Rows of an A slice (96 on a 512 KB L2), within the smaller buffer. */
+static int64_t a_slice_rows(const engine_t *en) {
+  return l2_share(en, GEMM_MR, (int64_t)GEMM_MC * GEMM_KC / en->kc / GEMM_MR * GEMM_MR);
 }
 
 /* Every micro-tile of A's rows [i0, i0 + mc), depth [l0, l0 + kc), packed
@@ -437,19 +450,21 @@ static int a_in_place(const gemm_part_t *p, const engine_t *en) {
 
 static void part_stream(const gemm_part_t *p, const engine_t *en, float *pa, float *pb) {
   const int64_t KC = en->kc, NB = b_block_cols(en);
+  const int64_t MS = a_slice_rows(en);
   const int in_place = a_in_place(p, en);
-  int64_t mcb = in_place ? p->mc : a_block_cut(p->mc, (int64_t)GEMM_KC * GEMM_NC / KC / GEMM_MR * GEMM_MR);
-  float *slice = pb, *block = pa; /* A takes the larger buffer */
-  for (int64_t ic = 0; ic < p->mc; ic += mcb) {
-    int64_t mc = p->mc - ic < mcb ? p->mc - ic : mcb;
+  for (int64_t jc0 = 0; jc0 < p->nc; jc0 += GEMM_NC) {
+    int64_t ncc = p->nc - jc0 < GEMM_NC ? p->nc - jc0 : GEMM_NC;
     for (int64_t pc = 0; pc < p->k || pc == 0; pc += KC) {
       int64_t kc = p->k - pc < KC ? p->k - pc : KC;
       epi_t e = slice_epi(p, pc, pc + KC >= p->k);
-      if (!in_place) pack_a_block(p, en, p->m0 + ic, mc, pc, kc, slice, NULL);
-      for (int64_t jc = 0; jc < p->nc; jc += NB) {
-        int64_t nc = p->nc - jc < NB ? p->nc - jc : NB;
-        if (kc > 0) pack_b_panels(p, en, p->n0 + jc, nc, pc, kc, block);
-        macro_stream(p, en, in_place ? NULL : slice, block, kc, pc, p->m0 + ic, mc, p->n0 + jc, nc, &e, slice);
+      if (kc > 0) pack_b_panels(p, en, p->n0 + jc0, ncc, pc, kc, pb);
+      for (int64_t ic = 0; ic < p->mc; ic += MS) {
+        int64_t mc = p->mc - ic < MS ? p->mc - ic : MS;
+        if (!in_place) pack_a_block(p, en, p->m0 + ic, mc, pc, kc, pa, NULL);
+        for (int64_t jb = 0; jb < ncc; jb += NB) {
+          int64_t nb = ncc - jb < NB ? ncc - jb : NB;
+          macro_stream(p, en, in_place ? NULL : pa, pb + jb * kc, kc, pc, p->m0 + ic, mc, p->n0 + jc0 + jb, nb, &e, pa);
+        }
       }
       if (kc <= 0) break;
     }
