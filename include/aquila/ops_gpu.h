@@ -123,6 +123,7 @@ extern "C" {
  * cluster (sm_90; the grid's x a multiple of it). */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_WINO "aq_conv2d_bwd_filter_f32_wino"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN "aq_conv2d_bwd_filter_f32_wino_thin"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC "aq_conv2d_bwd_filter_f32_wino_tc"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED "aq_conv2d_bwd_filter_bf16_staged"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4 "aq_conv2d_bwd_filter_bf16_staged4"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16 "aq_conv2d_bwd_filter_bf16_staged16"

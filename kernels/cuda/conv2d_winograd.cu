@@ -33,6 +33,7 @@
 // direct loops.
 #include "conv2d_direct.cuh"
 #include "conv2d_gemm.cuh"
+#include "conv2d_tiled.cuh"
 #include "launch.h"
 #include "mma_tf32.cuh"
 
@@ -448,10 +449,12 @@ __device__ inline bool applies(const aq_conv2d_args_t &a) {
 // alone split dy's: the thin build (FK = 16, S = 16) makes four times the
 // blocks of the wide one (32, 8), for dw of too few wide tiles to keep
 // the SMs busy, at the cost of each patch transformed twice (launch.h:
-// aq_conv2d_wino), its products on tensor cores (below). The wide
-// tile's dw leaves FQ channels at a time,
-// a (filter, channel) pair a thread: A^T M A, then summed over the
-// cluster in rank order (conv::cluster_sums). Then dbias's items.
+// aq_conv2d_wino), its products on tensor cores (below); the square one
+// (32, 12) runs the wide tile's products on tensor cores, for dw of tiles
+// enough to fill clusters of 12 once. The wide tile's dw leaves FQ
+// channels at a time, a (filter, channel) pair a thread: A^T M A, then
+// summed over the cluster in rank order (conv::cluster_sums). Then
+// dbias's items.
 constexpr int FSTEP = 8; /* tiles a step */
 static_assert(FSTEP * COLS == THREADS, "one patch and at most one dy tile a thread a step");
 
@@ -622,14 +625,17 @@ union TOut {
   float m[16][TK][COLS + 1]; /* [element][filter][channel] */
   float part[TK * COLS * 9]; /* [filter][channel][r][s] */
 };
+template <int FK>
 union TShared {
   struct { /* element pairs (2 e, 2 e + 1) side by side: a warp's two elements in one 8-byte access */
     float2 u[2][8][FSTEP][COLS]; /* B^T x B: [buffer][pair][tile][channel ^ swz(tile)] */
-    float2 v[2][8][FSTEP][TK];   /* G dy G^T: [buffer][pair][tile][filter ^ swz(tile)] */
+    float2 v[2][8][FSTEP][FK];   /* G dy G^T: [buffer][pair][tile][filter ^ swz(tile)] */
   } s;
-  TOut q;
+  TOut q; /* FK / TK rounds out */
 };
-static_assert(sizeof(TShared) <= 48 * 1024, "two steps in the 48 KB a block has without asking");
+static_assert(sizeof(TShared<TK>) <= 48 * 1024, "two steps in the 48 KB a block has without asking");
+static_assert(sizeof(TShared<COLS>) == AQ_GPU_CONV2D_WINO_TC_BYTES, "launch.h's group segment of the square tile");
+
 // A thread's tile of a step: image n, tile row ty, column tx (a step on:
 // FSTEP tiles further, no divisions), and its index t.
 struct FPos {
@@ -697,20 +703,25 @@ __device__ __forceinline__ void load_fpatch(const aq_conv2d_args_t &a, const FPo
 }
 
 // One step's products from buffer b: warp w's elements 2 w and 2 w + 1,
-// a 16 x 32 each as 4 tiles of m16n8k8 (PTX's fragment layout: g = lane /
-// 4, q = lane % 4).
-__device__ __forceinline__ void tc_step(const TShared &sh, int b, float (&acc)[2][4][4]) {
+// an FK x 32 each as FK / 16 x 4 tiles of m16n8k8 (PTX's fragment layout:
+// g = lane / 4, q = lane % 4), a column of tiles at a time: every row's A
+// fragments split once and held, each column's B fragments split once.
+template <int FK>
+__device__ __forceinline__ void tc_step(const TShared<FK> &sh, int b, float (&acc)[FK / TK][2][4][4]) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   const float2(*su)[COLS] = sh.s.u[b][w];
-  const float2(*sv)[TK] = sh.s.v[b][w];
-  uint32_t ah[2][4], al[2][4]; /* A (filter, tile), B (tile, channel) */
-  frag_a<true>(sv, 0, g, q, ah, al);
+  const float2(*sv)[FK] = sh.s.v[b][w];
+  uint32_t ah[FK / TK][2][4], al[FK / TK][2][4]; /* A (filter, tile), B (tile, channel) */
+#pragma unroll
+  for (int mi = 0; mi < FK / TK; ++mi) frag_a<true>(sv, mi * TK, g, q, ah[mi], al[mi]);
 #pragma unroll
   for (int ni = 0; ni < 4; ++ni) {
     uint32_t bh[2][2], bl[2][2];
     frag_b<true>(su, ni * 8, g, q, bh, bl);
 #pragma unroll
-    for (int el = 0; el < 2; ++el) mma_x3(acc[el][ni], ah[el], al[el], bh[el], bl[el]);
+    for (int mi = 0; mi < FK / TK; ++mi)
+#pragma unroll
+      for (int el = 0; el < 2; ++el) mma_x3(acc[mi][el][ni], ah[mi][el], al[mi][el], bh[el], bl[el]);
   }
 }
 
@@ -761,14 +772,14 @@ __device__ __forceinline__ void tc_out(const aq_conv2d_args_t &a, TOut &o, const
   }
 }
 
-// filter_tile on tensor cores: the thin tile (TK filters by 32 channels),
-// two buffers of operands, one barrier a step.
-template <int S>
-__device__ __forceinline__ void filter_tile_tc(const aq_conv2d_args_t &a, TShared &sh, int th, int tw, int t0, int t1,
+// filter_tile on tensor cores: FK filters by 32 channels (the thin tile's
+// TK, the square one's 32), two buffers of operands, one barrier a step.
+template <int FK, int S>
+__device__ __forceinline__ void filter_tile_tc(const aq_conv2d_args_t &a, TShared<FK> &sh, int th, int tw, int t0, int t1,
                                                int k0, int c0, int rank, int ranks) {
   const int tid = threadIdx.x, tt = tid % FSTEP, oc = tid / FSTEP; /* the thread's tile a step; channel, filter */
-  const bool dy = oc < TK;
-  float acc[2][4][4] = {};
+  const bool dy = oc < FK;
+  float acc[FK / TK][2][4][4] = {};
   auto put = [&](int b, const float d[16], const float g[4]) {
     float u[16], v[16];
     finput_transform(d, u);
@@ -793,20 +804,38 @@ __device__ __forceinline__ void filter_tile_tc(const aq_conv2d_args_t &a, TShare
      * loads, products and transforms schedule as one block) */
     fpos_step(p, th, tw);
     load_fpatch(a, p, c0 + oc, k0 + oc, p.t < t1, dy, d, g);
-    tc_step(sh, b, acc);
+    tc_step<FK>(sh, b, acc);
     put(b ^ 1, d, g);
     __syncthreads();
   }
-  tc_out<S>(a, sh.q, acc, k0, c0, rank, ranks);
+#pragma unroll
+  for (int mi = 0; mi < FK / TK; ++mi) tc_out<S>(a, sh.q, acc[mi], k0 + mi * TK, c0, rank, ranks);
 }
 
 // dw's tiles of FK x 32 a cluster of S, each rank a share of dy's tiles in
 // whole steps, then dbias's 8-channel items, S a cluster; TC: on tensor
-// cores (the thin tile only).
+// cores (the thin tile's in static shared memory, the square one's past
+// 48 KB in the group segment).
+template <int FK, bool TC>
+using FSh = typename pick_t<TC, TShared<FK>, FShared<FK>>::type;
+// Whether this launch gave the build the shared memory it needs.
+template <int FK, bool TC>
+__device__ inline bool filter_fits() {
+  if constexpr (sizeof(FSh<FK, TC>) > 48 * 1024) return conv::dynamic_smem() >= sizeof(FSh<FK, TC>);
+  return true;
+}
 template <int FK, int S, bool TC>
 __device__ __forceinline__ void filter(const aq_conv2d_args_t &a) {
-  static_assert(!TC || FK == TK, "tensor cores: the thin tile");
-  __shared__ __align__(16) typename pick_t<TC, TShared, FShared<FK>>::type sh;
+  using Sh = FSh<FK, TC>;
+  Sh *shp;
+  if constexpr (sizeof(Sh) > 48 * 1024) {
+    extern __shared__ __align__(16) uint8_t wino_smem[];
+    shp = reinterpret_cast<Sh *>(wino_smem);
+  } else {
+    __shared__ __align__(16) Sh sh_static;
+    shp = &sh_static;
+  }
+  Sh &sh = *shp;
   int ranks;
   const int rank = conv::split_rank<S>(&ranks);
   const int th = (int)(a.p + 1) / 2, tw = (int)(a.q + 1) / 2, tiles = (int)a.n * th * tw;
@@ -822,7 +851,7 @@ __device__ __forceinline__ void filter(const aq_conv2d_args_t &a) {
     if (rank < 0) continue;
     const int t0 = rank * share, t1 = t0 + share < tiles ? t0 + share : tiles;
     if constexpr (TC)
-      filter_tile_tc<S>(a, sh, th, tw, t0, t1, (int)(id % tk) * FK, (int)(id / tk) * COLS, rank, ranks);
+      filter_tile_tc<FK, S>(a, sh, th, tw, t0, t1, (int)(id % tk) * FK, (int)(id / tk) * COLS, rank, ranks);
     else
       filter_tile<FK, S>(a, sh, th, tw, tiles, t0, t1, (int)(id % tk) * FK, (int)(id / tk) * COLS, rank, ranks);
   }
@@ -851,13 +880,14 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_bf16_wino(aq_conv2d_
 
 // A cluster of S a tile of dw (ops_gpu.h: the grid's x a multiple of the
 // cluster), FK filters by 32 channels: the wide build over clusters of 8
-// in FFMA, the thin one over clusters of 16 on tensor cores (launch.h:
-// aq_conv2d_wino).
+// in FFMA, the thin one over clusters of 16 and the square one over
+// clusters of 12 on tensor cores (launch.h: aq_conv2d_wino); the square
+// one where launched with its group segment.
 template <int FK, int S, bool TC>
 __device__ __forceinline__ void wino_filter(const aq_conv2d_args_t &a) {
   conv::pass_entry<2>(a, [&] {
 #ifndef AQ_HIP
-    if (conv_wino::applies(a)) return conv_wino::filter<FK, S, TC>(a), true;
+    if (conv_wino::applies(a) && conv_wino::filter_fits<FK, TC>()) return conv_wino::filter<FK, S, TC>(a), true;
 #endif
     return false;
   });
@@ -869,4 +899,8 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_WINO_THIN_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_wino_thin(aq_conv2d_args_t a) {
   wino_filter<AQ_GPU_CONV2D_WINO_FILTER_THIN, AQ_GPU_CONV2D_WINO_THIN_SPLIT, true>(a);
+}
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_WINO_TC_SPLIT) __launch_bounds__(256, 2)
+    aq_conv2d_bwd_filter_f32_wino_tc(aq_conv2d_args_t a) {
+  wino_filter<AQ_GPU_CONV2D_WINO_COLS, AQ_GPU_CONV2D_WINO_TC_SPLIT, true>(a);
 }

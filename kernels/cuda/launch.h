@@ -834,13 +834,21 @@ static inline int aq_conv2d_wino_pass(const char *kernel) {
   if (strncmp(kernel, "aq_conv2d_", 10) || !strstr(kernel, "_wino")) return -1;
   return !strcmp(kernel, AQ_KERNEL_CONV2D_WINO) || !strcmp(kernel, AQ_KERNEL_CONV2D_BF16_WINO) ? 0
          : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_WINO) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO) ? 1
-         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN) ? 2
-                                                                                                                 : -1;
+         : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN) ||
+                 !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC)
+             ? 2
+             : -1;
 }
 /* The backward filter's tiles of dw, rows x 32 (filters by channels): its
  * build's 32, or the thin build's AQ_GPU_CONV2D_WINO_FILTER_THIN. */
 #define AQ_GPU_CONV2D_WINO_FILTER_THIN 16
 #define AQ_GPU_CONV2D_WINO_THIN_SPLIT 16 /* the thin build's cluster (past 8: non-portable, sm_90's most) */
+/* The square build: the wide build's 32 x 32 tiles on tensor cores, its
+ * two steps' operands in a group segment, over clusters of 12: at two
+ * blocks an SM, an H100's GPCs hold fewer than 16 clusters of 16 (16
+ * square tiles: a second wave, nearly empty) but 16 of 12. */
+#define AQ_GPU_CONV2D_WINO_TC_SPLIT 12
+#define AQ_GPU_CONV2D_WINO_TC_BYTES 65536
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_wino_filter_tiles(const aq_conv2d_args_t *a, int rows) {
   return ((a->k > 0 ? a->k : 1) + rows - 1) / rows *
          (((a->c > 0 ? a->c : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS);
@@ -849,11 +857,12 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_wino_filter_tiles(const aq_co
 static inline aq_dispatch_shape_t aq_conv2d_wino_gpu_shape(const aq_conv2d_args_t *a, const char *build) {
   const int pass = aq_conv2d_wino_pass(build);
   if (pass == 2) /* a cluster a tile of dw */
-    return strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN)
-               ? aq_conv2d_filter_split_by(a, aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_COLS),
-                                           AQ_GPU_CONV2D_BWD_FILTER_SPLIT)
-               : aq_conv2d_filter_split_by(a, aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_FILTER_THIN),
-                                           AQ_GPU_CONV2D_WINO_THIN_SPLIT);
+    return !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN)
+               ? aq_conv2d_filter_split_by(a, aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_FILTER_THIN),
+                                           AQ_GPU_CONV2D_WINO_THIN_SPLIT)
+               : aq_conv2d_filter_split_by(a, aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_COLS),
+                                           strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC) ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT
+                                                                                              : AQ_GPU_CONV2D_WINO_TC_SPLIT);
   const int64_t ho = pass ? a->h : a->p, wo = pass ? a->wd : a->q, cols = pass ? a->c : a->k;
   const int64_t tiles = (a->n > 0 ? a->n : 1) * (((ho > 0 ? ho : 1) + 1) / 2) * (((wo > 0 ? wo : 1) + 1) / 2);
   return aq_gpu_threads_shape((tiles + AQ_GPU_CONV2D_WINO_TILES - 1) / AQ_GPU_CONV2D_WINO_TILES *
@@ -877,16 +886,20 @@ static inline int aq_conv2d_wino_fits(const aq_conv2d_args_t *a, int pass) {
  * the x3 builds would take the pass. The backward filter's clusters split
  * the tiles of dy, so dw's few tiles decide how many blocks run: where dw
  * has AQ_GPU_CONV2D_WINO_WIDE_TILES tiles of 32 x 32 (two blocks an SM
- * over clusters of 8), the wide build; else the thin one (16 x 32 tiles,
- * each patch transformed twice, but four times the blocks, over clusters
- * of 16, which cost more where the wide tiles fill the GPU already). */
+ * over clusters of 8), the wide build; where it has
+ * AQ_GPU_CONV2D_WINO_TC_TILES, the square one (the same tiles on tensor
+ * cores over clusters of 12: one wave at two blocks an SM); else the thin
+ * one (16 x 32 tiles, each patch transformed twice, but four times the
+ * blocks, over clusters of 16, which cost more where the wide tiles fill
+ * the GPU already). */
 #define AQ_GPU_CONV2D_WINO_WIDE_TILES 32
+#define AQ_GPU_CONV2D_WINO_TC_TILES 16
 static inline const char *aq_conv2d_wino(const aq_conv2d_args_t *a, int pass) {
   static const char *const builds[] = {AQ_KERNEL_CONV2D_WINO, AQ_KERNEL_CONV2D_BWD_DATA_WINO, AQ_KERNEL_CONV2D_BWD_FILTER_WINO};
   if (pass < 0 || pass > 2 || !aq_conv2d_wino_fits(a, pass) || !aq_conv2d_x3(a, pass)) return NULL;
-  if (pass < 2 || aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_COLS) >= AQ_GPU_CONV2D_WINO_WIDE_TILES)
-    return builds[pass];
-  return AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN;
+  const int64_t tiles = aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_COLS);
+  if (pass < 2 || tiles >= AQ_GPU_CONV2D_WINO_WIDE_TILES) return builds[pass];
+  return tiles >= AQ_GPU_CONV2D_WINO_TC_TILES ? AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC : AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN;
 }
 static inline int aq_conv2d_fwd_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 0); }
 static inline int aq_conv2d_bwd_data_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 1); }
@@ -1186,6 +1199,7 @@ static __attribute__((noinline, unused)) uint32_t aq_gpu_op_group_segment(const 
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL)) return AQ_GPU_CONV2D_COL_BF16_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_COL)) return AQ_GPU_CONV2D_COL_F32_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL)) return AQ_GPU_CONV2D_COL_FILTER_BYTES;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC)) return AQ_GPU_CONV2D_WINO_TC_BYTES;
   for (int i = 0; i < 5; ++i) /* the tiled passes */
     if (!strcmp(kernel, conv[i])) return (uint32_t)aq_conv2d_tiled_bytes(a, i < 2 ? i : 2);
   return 0;
@@ -1321,6 +1335,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_FFMA, aq_conv2d_bwd_filter_ffma_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_WINO, aq_conv2d_bwd_filter_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN, aq_conv2d_bwd_filter_wino_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC, aq_conv2d_bwd_filter_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER, NULL, aq_conv2d_bwd_filter_plain_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, NULL, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, aq_conv2d_filter_staged, NULL},

@@ -93,13 +93,14 @@ static void conv_case(const conv_case_t *t, int launch) {
   if (launch == 8) x3[0] = AQ_KERNEL_CONV2D_FFMA, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_FFMA, x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_FFMA;
   if (launch >= 9) x3[0] = AQ_KERNEL_CONV2D_WINO, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_WINO, x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_WINO;
   if (launch == 10) x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN;
+  if (launch == 14) x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC;
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
     if (launch == 1) gk_op(names[i], &a, cpu);
     else if (launch == 13 && i == 1)
       gk_run(AQ_KERNEL_CONV2D_BWD_DATA_COL, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_COL, &a, cpu));
-    else if (launch == 4 || (launch >= 6 && launch <= 10)) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
+    else if (launch == 4 || (launch >= 6 && launch <= 10) || launch == 14) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
     else if (launch >= 2 && launch != 13 && i == 2) { /* a build on every case: where it does not apply, its fallback */
       const char *build = launch == 2    ? AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT
                           : launch == 11 ? AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4
@@ -162,14 +163,18 @@ Test(gpu_conv, conv2d_ffma_builds) {
 Test(gpu_conv, conv2d_wino_builds) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 9);
 }
-/* The same with the backward filter's thin build (16 x 32 tiles of dw). */
+/* The same with the backward filter's thin build (16 x 32 tiles of dw),
+ * and its square one (32 x 32 on tensor cores, in a group segment). */
 Test(gpu_conv, conv2d_wino_thin_build) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 10);
 }
-/* The thin build's tiles (16 filters by 32 channels over clusters of 16, on
- * tensor cores) on odd shapes: batch 1, channels and filters past whole
- * tiles, planes of a few positions (one column: a step of 8 tiles wraps
- * eight rows), every padding. */
+Test(gpu_conv, conv2d_wino_square_build) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 14);
+}
+/* The tensor-core builds' tiles (16 or 32 filters by 32 channels over
+ * clusters of 16 or 12) on odd shapes: batch 1, channels and filters past
+ * whole tiles, planes of a few positions (one column: a step of 8 tiles
+ * wraps eight rows), every padding. */
 Test(gpu_conv, conv2d_wino_thin_odd_shapes) {
   static const conv_case_t odd[] = {
       {1, 33, 5, 6, 17, 3, 3, 1, 1, 1, 1, 1, 1},  {1, 32, 2, 3, 16, 3, 3, 1, 1, 1, 1, 1, 1},
@@ -177,20 +182,19 @@ Test(gpu_conv, conv2d_wino_thin_odd_shapes) {
       {3, 65, 4, 9, 31, 3, 3, 1, 1, 2, 2, 1, 1},  {2, 48, 11, 13, 40, 3, 3, 1, 1, 1, 1, 1, 1},
       {1, 32, 9, 1, 16, 3, 3, 1, 1, 1, 1, 1, 1},  {5, 34, 6, 5, 18, 3, 3, 1, 1, 1, 1, 1, 1},
   };
-  for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); ++i) conv_case(&odd[i], 10);
+  for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); ++i) conv_case(&odd[i], 10), conv_case(&odd[i], 14);
 }
-/* Its sums run in an order fixed by the shape: the same bits when run
+/* Their sums run in an order fixed by the shape: the same bits when run
  * again, and over a grid of one cluster, which walks every tile of dw in
  * turn. */
-Test(gpu_conv, conv2d_wino_thin_repeats_bit_for_bit) {
+static void wino_repeats(const char *build, int split) {
   aq_conv2d_args_t a = {.n = 4, .c = 40, .h = 15, .wd = 13, .k = 70, .r = 3, .s = 3, .p = 15, .q = 13, .stride_h = 1,
                         .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1};
   const size_t nx = (size_t)(a.n * a.c * a.h * a.wd), nw = (size_t)(a.k * a.c * 9), ny = (size_t)(a.n * a.k * a.p * a.q);
   float *x = gk_random(nx, 31), *dy = gk_random(ny, 32), *out = gk_floats(nw + (size_t)a.k), *first = malloc((nw + (size_t)a.k) * 4);
   a.x = x, a.dy = dy, a.dw = out, a.dbias = out + nw;
-  const char *build = AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN;
   aq_dispatch_shape_t own = aq_gpu_op_shape(build, &a, aq_planes_grid(1)), one = own;
-  one.grid[0] = AQ_GPU_CONV2D_WINO_THIN_SPLIT * one.workgroup[0];
+  one.grid[0] = (uint32_t)split * one.workgroup[0];
   for (int r = 0; r < 3; ++r) {
     for (size_t i = 0; i < nw + (size_t)a.k; ++i) out[i] = NAN;
     gk_run(build, &a, r < 2 ? own : one);
@@ -200,6 +204,10 @@ Test(gpu_conv, conv2d_wino_thin_repeats_bit_for_bit) {
   for (size_t i = 0; i < nw + (size_t)a.k; ++i) cr_assert(isfinite(first[i]), "[%zu] unwritten", i);
   aq_memory_free(x), aq_memory_free(dy), aq_memory_free(out);
   free(first);
+}
+Test(gpu_conv, conv2d_wino_thin_repeats_bit_for_bit) {
+  wino_repeats(AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN, AQ_GPU_CONV2D_WINO_THIN_SPLIT);
+  wino_repeats(AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC, AQ_GPU_CONV2D_WINO_TC_SPLIT);
 }
 /* The backward data by columns on every case: where it does not apply
  * (planes of dy past 64 positions, ...), its fallback, the direct loops. A
