@@ -158,7 +158,7 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void store8_avx2(con
 /* The accumulators are twelve named variables, not an array: GCC kept an
  * array on the stack and stored it back on every step (a third of the speed). */
 #define AVX2_ROW(r)                                                                        \
-  x = _mm256_broadcast_ss(al + (r));                                                       \
+  x = _mm256_broadcast_ss(in_place ? ((r) < 3 ? a : a3) + ((r) % 3) * lda + s : al + (r));  \
   c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0);                                               \
   c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1);
 #define AVX2_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5)
@@ -168,11 +168,13 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void store8_avx2(con
     store8_avx2(e, c##r##0, c + (r) * ldc, 0, r0 + (r));                                           \
     store8_avx2(e, c##r##1, c + (r) * ldc + 8, 8, r0 + (r));                                       \
   }
-/* Step l of the panels: A at a (stride GEMM_MR), B at b (stride AVX2_NR);
- * with fetch_b, B's line AVX2_B_AHEAD floats on is fetched too. */
+/* Step l of the panels: A at a (stride GEMM_MR; in place, row r at a + r
+ * lda, step l at its [l]), B at b (stride AVX2_NR); with fetch_b, B's line
+ * AVX2_B_AHEAD floats on is fetched too. */
 #define AVX2_STEP(l)                                                                       \
   {                                                                                        \
-    const float *al = a + (l) * GEMM_MR, *bl = b + (l) * AVX2_NR;                          \
+    const int64_t s = (l);                                                                 \
+    const float *al = a + s * GEMM_MR, *bl = b + s * AVX2_NR;                              \
     if (fetch_b) _mm_prefetch((const char *)(bl + AVX2_B_AHEAD), _MM_HINT_T0);             \
     __m256 b0 = _mm256_load_ps(bl), b1 = _mm256_load_ps(bl + 8), x;                        \
     AVX2_EACH(AVX2_ROW)                                                                    \
@@ -185,13 +187,18 @@ enum { AVX2_B_AHEAD = 8 * AVX2_NR };
  * first or second half) over n steps, every step of the panels (at NULL)
  * or the steps listed at at, then through the epilogue to C's rows [0,
  * rows) at c (row r0 of the micro-tile). C is fetched AQ_PREFETCH_C_AHEAD
- * steps before the end, and B ahead of each step with fetch_b. */
+ * steps before the end, and B ahead of each step with fetch_b. in_place:
+ * A's rows read where they lie, lda apart (gemm.c: the streaming order),
+ * through two bases three rows apart, each broadcast one address off a
+ * register. */
 AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void half_avx2(int64_t n, const uint16_t *at,
                                                                            const float *a, const float *b, float *c,
                                                                            int64_t ldc, const epi_t *e, int64_t r0,
-                                                                           int rows, int fetch_b) {
+                                                                           int rows, int fetch_b, int in_place,
+                                                                           int64_t lda) {
   __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
   AVX2_EACH(AVX2_ZERO)
+  const float *a3 = a + 3 * lda;
   int64_t ahead = n - AQ_PREFETCH_C_AHEAD > 0 ? n - AQ_PREFETCH_C_AHEAD : 0;
   if (at) {
     for (int64_t l = 0; l < ahead; ++l) AVX2_STEP(at[l])
@@ -216,47 +223,20 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows
                                                                                   float *c, int64_t ldc,
                                                                                   const epi_t *e, int rows) {
   const epi_t le = *e; /* a local copy: C's stores cannot change it, so its fields stay in registers */
-  half_avx2(kc, at, a, b, c, ldc, &le, 0, rows < 6 ? rows : 6, 0);
-  if (rows > 6) half_avx2(kc, at, a + 6, b, c + 6 * ldc, ldc, &le, 6, rows - 6, 0);
+  half_avx2(kc, at, a, b, c, ldc, &le, 0, rows < 6 ? rows : 6, 0, 0, 0);
+  if (rows > 6) half_avx2(kc, at, a + 6, b, c + 6 * ldc, ldc, &le, 6, rows - 6, 0, 0, 0);
 }
-/* The streaming order's half tile read from A in place: row r of the
- * half at a + r lda, step l at its [l] (gemm.c: part_stream). Two bases
- * three rows apart keep each broadcast one address off a register. */
-#define AVX2_ROW_AT(r, p)                                                                  \
-  x = _mm256_broadcast_ss(p);                                                              \
-  c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0);                                               \
-  c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1);
-#define AVX2_STEP_AT(l)                                                                    \
-  {                                                                                        \
-    const float *bl = b + (l) * AVX2_NR;                                                   \
-    _mm_prefetch((const char *)(bl + AVX2_B_AHEAD), _MM_HINT_T0);                          \
-    __m256 b0 = _mm256_load_ps(bl), b1 = _mm256_load_ps(bl + 8), x;                        \
-    AVX2_ROW_AT(0, a + (l)) AVX2_ROW_AT(1, a + lda + (l)) AVX2_ROW_AT(2, a + 2 * lda + (l)) \
-    AVX2_ROW_AT(3, a3 + (l)) AVX2_ROW_AT(4, a3 + lda + (l)) AVX2_ROW_AT(5, a3 + 2 * lda + (l)) \
-  }
+/* The streaming order's half tiles (gemm.c: part_stream): from a packed
+ * panel, or from A in place. */
 AQ_TARGET_AVX2 static void micro_avx2_in_place(int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                                                int64_t ldc, const epi_t *e) {
   const epi_t le = *e;
-  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-  AVX2_EACH(AVX2_ZERO)
-  const float *a3 = a + 3 * lda;
-  int64_t l = 0, ahead = kc - AQ_PREFETCH_C_AHEAD > 0 ? kc - AQ_PREFETCH_C_AHEAD : 0;
-#pragma GCC unroll 4
-  for (; l < ahead; ++l) AVX2_STEP_AT(l)
-  aq_prefetch_c(c, ldc, 6, AVX2_NR);
-#pragma GCC unroll 4
-  for (; l < kc; ++l) AVX2_STEP_AT(l)
-  const int rows = 6;
-  const int64_t r0 = 0;
-  e = &le;
-  AVX2_EACH(AVX2_OUT)
+  half_avx2(kc, NULL, a, b, c, ldc, &le, 0, 6, 1, 1, lda);
 }
-
-/* The streaming order's half tile (gemm.c: part_stream). */
 AQ_TARGET_AVX2 static void micro_avx2_stream(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                              const epi_t *e) {
   const epi_t le = *e;
-  half_avx2(kc, NULL, a, b, c, ldc, &le, 0, 6, 1);
+  half_avx2(kc, NULL, a, b, c, ldc, &le, 0, 6, 1, 0, 0);
 }
 AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       const epi_t *e) {
