@@ -96,6 +96,18 @@ static const engine_t *pick(void) {
 
 /* ---- the macro-kernel ------------------------------------------------------- */
 
+/* This CPU's L2 in bytes, read once; 0 where the system does not say. */
+static long l2_bytes(void) {
+  static long cached; /* 0: not read yet, -1: unknown; workers may race here and read the same value */
+  long v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (!v) {
+    v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (v <= 0) v = -1;
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  }
+  return v > 0 ? v : 0;
+}
+
 /* Rows of a packed A block. The block is meant to live in L2 while every B
  * micro-panel streams past it; GEMM_MC x GEMM_KC (768 KB) fits the 1-2 MB
  * L2 of the AVX-512 machines, but the AVX2 ones here are Zen 1-3 EPYCs
@@ -104,14 +116,10 @@ static const engine_t *pick(void) {
  * the blocking changes, not the order of any sum. */
 static int64_t a_block_rows(const engine_t *en) {
   if (en->mc > 0) return en->mc;
-  static int64_t cached; /* workers may race here; they compute the same value */
-  int64_t rows = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (rows) return rows;
-  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  rows = l2 > 0 ? (int64_t)l2 * 3 / 4 / (en->kc * (int64_t)sizeof(float)) / GEMM_MR * GEMM_MR : GEMM_MC;
+  long l2 = l2_bytes();
+  int64_t rows = l2 > 0 ? (int64_t)l2 * 3 / 4 / (en->kc * (int64_t)sizeof(float)) / GEMM_MR * GEMM_MR : GEMM_MC;
   if (rows > GEMM_MC) rows = GEMM_MC;
   if (rows < 4 * GEMM_MR) rows = 4 * GEMM_MR;
-  __atomic_store_n(&cached, rows, __ATOMIC_RELAXED);
   return rows;
 }
 
@@ -380,22 +388,12 @@ static void part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, con
  * with a zero-skipping plan, a fused consumer or a caller's packer keep
  * BLIS's order. */
 
-/* This CPU's L2 in bytes (512 KB where the system does not say). */
-static long l2_bytes(void) {
-  static long cached; /* workers may race here; they compute the same value */
-  long v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (!v) {
-    v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    if (v <= 0) v = 512 * 1024;
-    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-  }
-  return v;
-}
-
-/* 3/8 of the L2 in KC-deep rows (or columns), rounded down to a multiple
- * of unit, within [unit, most]. */
+/* 3/8 of the L2 (512 KB where the system does not say) in KC-deep rows
+ * (or columns), rounded down to a multiple of unit, within [unit, most]. */
 static int64_t l2_share(const engine_t *en, int64_t unit, int64_t most) {
-  int64_t n = (int64_t)l2_bytes() * 3 / 8 / (en->kc * (int64_t)sizeof(float)) / unit * unit;
+  int64_t l2 = l2_bytes();
+  if (!l2) l2 = 512 * 1024;
+  int64_t n = l2 * 3 / 8 / (en->kc * (int64_t)sizeof(float)) / unit * unit;
   return n > most ? most : n < unit ? unit : n;
 }
 
