@@ -374,7 +374,7 @@ static void part_sparse(const gemm_part_t *p, const engine_t *en, float *pb, con
 }
 
 /* ---- the streaming order -------------------------------------------------
- * An engine with stream_half (AVX2) runs a dense part the other way round,
+ * An engine with stream (AVX2) runs a dense part the other way round,
  * as OpenBLAS's kernels for Zen do. For each KC slice, B is packed whole
  * (up to GEMM_NC columns), A is taken a slice of a_slice_rows rows at a
  * time, and each 6-row half of the slice's panels meets every micro-panel
@@ -407,32 +407,29 @@ static int64_t a_slice_rows(const engine_t *en) {
 
 /* Every micro-tile of A's rows [i0, i0 + mc), depth [l0, l0 + kc), packed
  * at pa or (pa NULL) read in place, against a packed B block (columns [j0,
- * j0 + nc)): panel by panel, half by half, the block's micro-panels
- * streaming past. A partial tile goes whole through tile(), its A panel
- * packed into spare when A is read in place. */
+ * j0 + nc)): panel by panel, each half meeting the block's full
+ * micro-panels in one call. A partial tile goes whole through tile(), its
+ * A panel packed into spare when A is read in place. */
 static void macro_stream(const gemm_part_t *p, const engine_t *en, const float *pa, const float *pb, int64_t kc,
                          int64_t l0, int64_t i0, int64_t mc, int64_t j0, int64_t nc, const epi_t *e, float *spare) {
-  const int64_t NR = en->nr, H = GEMM_MR / 2;
+  const int64_t NR = en->nr, H = GEMM_MR / 2, full = nc / NR * NR;
   for (int64_t ir = 0; ir < mc; ir += GEMM_MR) {
     int64_t rows = mc - ir < GEMM_MR ? mc - ir : GEMM_MR;
     const float *a = pa ? pa + ir * kc : NULL;
-    for (int64_t h = 0; h < GEMM_MR; h += H) {
-      epi_t ej = *e;
+    epi_t ej = *e;
+    ej.bias = e->bias ? e->bias + j0 : NULL;
+    for (int64_t h = 0; rows == GEMM_MR && full && h < GEMM_MR; h += H) {
       ej.bias_row = e->bias_row ? e->bias_row + i0 + ir + h : NULL;
-      for (int64_t jr = 0; jr < nc; jr += NR) {
-        int64_t cols = nc - jr < NR ? nc - jr : NR;
-        ej.bias = e->bias ? e->bias + j0 + jr : NULL;
-        const float *b = pb + jr * kc;
-        if (rows == GEMM_MR && cols == NR) {
-          float *c = p->c + (i0 + ir + h) * p->ldc + j0 + jr;
-          if (a) en->stream_half(kc, a + h, b, c, p->ldc, &ej);
-          else en->stream_in_place(kc, p->a + (i0 + ir + h) * p->lda + l0, p->lda, b, c, p->ldc, &ej);
-          continue;
-        }
-        if (h) continue; /* a partial tile went whole with the first half */
-        if (!a) pack_a_block(p, en, i0 + ir, rows, l0, kc, spare, NULL), a = spare;
-        tile(p, en, NULL, 0, a, b, kc, i0 + ir, j0 + jr, rows, cols, &ej);
-      }
+      float *c = p->c + (i0 + ir + h) * p->ldc + j0;
+      if (a) en->stream(kc, a + h, 0, pb, full / NR, c, p->ldc, &ej);
+      else en->stream(kc, p->a + (i0 + ir + h) * p->lda + l0, p->lda, pb, full / NR, c, p->ldc, &ej);
+    }
+    ej.bias_row = e->bias_row ? e->bias_row + i0 + ir : NULL;
+    for (int64_t jr = rows == GEMM_MR ? full : 0; jr < nc; jr += NR) {
+      int64_t cols = nc - jr < NR ? nc - jr : NR;
+      ej.bias = e->bias ? e->bias + j0 + jr : NULL;
+      if (!a) pack_a_block(p, en, i0 + ir, rows, l0, kc, spare, NULL), a = spare;
+      tile(p, en, NULL, 0, a, pb + jr * kc, kc, i0 + ir, j0 + jr, rows, cols, &ej);
     }
   }
 }
@@ -443,7 +440,7 @@ static void macro_stream(const gemm_part_t *p, const engine_t *en, const float *
  * apart: the six rows' lines would then share one set of the 8-way L1
  * with the streaming B; nor a transposed A. Those are packed. */
 static int a_in_place(const gemm_part_t *p, const engine_t *en) {
-  return en->stream_in_place && !p->trans_a && (p->lda * (int64_t)sizeof(float)) % 4096 != 0;
+  return en->stream && !p->trans_a && (p->lda * (int64_t)sizeof(float)) % 4096 != 0;
 }
 
 static void part_stream(const gemm_part_t *p, const engine_t *en, float *pa, float *pb) {
@@ -550,7 +547,7 @@ void gemm_part(const gemm_part_t *p, void *scratch) {
     part_batch(p, en, pa, pb, skip);
     return;
   }
-  if (en->stream_half && !skip && !p->post && !p->pack_a && !p->pack_b) {
+  if (en->stream && !skip && !p->post && !p->pack_a && !p->pack_b) {
     part_stream(p, en, pa, pb);
     return;
   }

@@ -226,17 +226,16 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void micro_avx2_rows
   half_avx2(kc, at, a, b, c, ldc, &le, 0, rows < 6 ? rows : 6, 0, 0, 0);
   if (rows > 6) half_avx2(kc, at, a + 6, b, c + 6 * ldc, ldc, &le, 6, rows - 6, 0, 0, 0);
 }
-/* The streaming order's half tiles (gemm.c: part_stream): from a packed
- * panel, or from A in place. */
-AQ_TARGET_AVX2 static void micro_avx2_in_place(int64_t kc, const float *a, int64_t lda, const float *b, float *c,
-                                               int64_t ldc, const epi_t *e) {
-  const epi_t le = *e;
-  half_avx2(kc, NULL, a, b, c, ldc, &le, 0, 6, 1, 1, lda);
-}
-AQ_TARGET_AVX2 static void micro_avx2_stream(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                                             const epi_t *e) {
-  const epi_t le = *e;
-  half_avx2(kc, NULL, a, b, c, ldc, &le, 0, 6, 1, 0, 0);
+/* The streaming order's half tiles (gemm.c: part_stream), a B block's
+ * panels in turn: from a packed panel (lda 0), or from A in place. */
+AQ_TARGET_AVX2 static void micro_avx2_stream(int64_t kc, const float *a, int64_t lda, const float *b, int64_t panels,
+                                             float *c, int64_t ldc, const epi_t *e) {
+  epi_t le = *e;
+  for (int64_t j = 0; j < panels; ++j, b += kc * AVX2_NR, c += AVX2_NR) {
+    le.bias = e->bias ? e->bias + j * AVX2_NR : NULL;
+    if (lda) half_avx2(kc, NULL, a, b, c, ldc, &le, 0, 6, 1, 1, lda);
+    else half_avx2(kc, NULL, a, b, c, ldc, &le, 0, 6, 1, 0, 0);
+  }
 }
 AQ_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       const epi_t *e) {
@@ -496,6 +495,5 @@ const engine_t gemm_engine_avx2 = {
     GEMM_KC,
     0 /* from the L2 size: a_block_rows */,
     AVX2_NR,
-    micro_avx2_stream,
-    micro_avx2_in_place};
+    micro_avx2_stream};
 #endif

@@ -336,8 +336,7 @@ static void narrow_avx512(int64_t k, const float *a, const float *b, int64_t sl,
    GEMM_KC,                                                                                                \
    GEMM_MC,                                                                                                \
    GEMM_NR,                                                                                                \
-   NULL, /* BLIS's order: two full-width FMA units, or Zen 4's 1 MB L2, keep its B micro-panel in L1 */ \
-   NULL}
+   NULL /* BLIS's order: two full-width FMA units, or Zen 4's 1 MB L2, keep its B micro-panel in L1 */}
 const engine_t gemm_engine_avx512 = AQ_AVX512_ENGINE(NULL, SPARSE_OTHER_PCT);
 const engine_t gemm_engine_avx512_zen4 = AQ_AVX512_ENGINE(skip_plan_avx512, SPARSE_ZEN4_PCT);
 #endif

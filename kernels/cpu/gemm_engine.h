@@ -208,9 +208,13 @@ typedef struct engine {
   narrow_fn narrow;
   int64_t kc, mc; /* depth of a packed slice and rows of an A block (<= GEMM_KC, GEMM_MC); mc 0: from L2 */
   int64_t nr;     /* columns of the micro-tile and of a packed B panel (divides GEMM_NR) */
-  micro_fn stream_half; /* the first 6 rows, B fetched ahead: dense parts in the streaming order (gemm.c); NULL: none */
-  void (*stream_in_place)(int64_t kc, const float *a, int64_t lda, const float *b, float *c, int64_t ldc,
-                          const epi_t *e); /* the same, 6 rows of A read in place (a row-major op(A)) */
+  /* Dense parts in the streaming order (gemm.c), NULL: none. 6 rows of A,
+   * a packed panel's half (lda 0) or read in place lda apart, against
+   * `panels` packed B panels kc * nr apart, C's columns nr apart, B
+   * fetched ahead: the loop over a B block inside the engine, so that a
+   * call spans many micro-tiles. */
+  void (*stream)(int64_t kc, const float *a, int64_t lda, const float *b, int64_t panels, float *c, int64_t ldc,
+                 const epi_t *e);
 } engine_t;
 
 /* Packers the engines share (p[l * MR + r] and p[l * nr + c] panels; the

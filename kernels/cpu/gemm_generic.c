@@ -69,4 +69,4 @@ static void narrow_c(int64_t k, const float *a, const float *b, int64_t sl, int6
 }
 
 const engine_t gemm_engine_generic = {micro_c, micro_c, {NULL}, NULL, NULL, NULL, NULL, NULL, NULL, 0, gemm_pack_a_generic,
-                                        gemm_pack_b_generic, narrow_c, GEMM_KC, GEMM_MC, GEMM_NR, NULL, NULL};
+                                        gemm_pack_b_generic, narrow_c, GEMM_KC, GEMM_MC, GEMM_NR, NULL};
