@@ -203,6 +203,12 @@ extern "C" {
  * tile's depth split over a cluster of 2 (sm_90; the grid's x a multiple
  * of it); launch.h picks it and its grid. */
 #define AQ_KERNEL_CONV2D_BF16_SPLIT "aq_conv2d_bf16_split"
+/* The same on flat tiles, 32 rows by 128 columns (half the gathers of x
+ * a product), over clusters of 2, or of 4 where those of 2 would take
+ * more than a wave (a ResNet's 512 -> 512 at 7x7); launch.h picks them
+ * and their grids. */
+#define AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT "aq_conv2d_bf16_split_flat"
+#define AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4 "aq_conv2d_bf16_split_flat4"
 #define AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO "aq_conv2d_bwd_data_bf16_wino"
 /* bf16's backward data where dy's planes are small (at most 64 positions:
  * a ResNet's last stages and the strided layers into them), a block an

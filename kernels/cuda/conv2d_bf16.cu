@@ -68,9 +68,11 @@ typedef Tile<256, 64, 4, 2, 1, 4, 4> Narrow;  /* at most that many: 64 columns, 
 typedef Tile<128, 64, 4, 2, 1, 2, 4> Mid;     /* the same where its waves end better (launch.h) */
 typedef Tile<64, 64, 2, 2, 2, 2, 4> Small;    /* few tiles, and the backward filter: depth split in two */
 typedef Tile<32, 64, 1, 4, 2, 2, 2> Thin;     /* a backward filter of fewer tiles still */
+typedef Tile<32, 128, 1, 4, 2, 2, 4> Flat;    /* a forward split whose 64x64 tiles end in a part wave */
 static_assert(Narrow::BN == AQ_GPU_CONV2D_BF16_NARROW && Mid::BM == 128 && Mid::BN == Narrow::BN,
               "launch.h's shape counts these tiles");
 static_assert(Thin::BM == AQ_GPU_CONV2D_BF16_THIN && Thin::SMEM <= Small::SMEM, "launch.h counts these; Small's room");
+static_assert(Flat::BM == AQ_GPU_CONV2D_BF16_THIN && Flat::BN == AQ_GPU_CONV2D_BF16_FLAT, "launch.h counts these");
 
 __host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 
@@ -253,17 +255,18 @@ __device__ void split(const aq_conv2d_args_t &a, Gemm &gs, uint8_t *smem) {
 }
 
 // The split builds' tiles: the backward filter's thin ones where
-// aq_conv2d_bf16_split_tiles takes them, else 64x64.
-template <int S, int PASS>
+// aq_conv2d_bf16_split_tiles takes them, else T (64x64, or the forward's
+// flat ones).
+template <int S, int PASS, class T = Small>
 __device__ void split(const aq_conv2d_args_t &a) {
-  __shared__ __align__(128) uint8_t smem[Small::SMEM];
+  __shared__ __align__(128) uint8_t smem[max_int(T::SMEM, Small::SMEM)];
   __shared__ Gemm gs;
   if (threadIdx.x == 0) gs = conv_gemm::make_gemm<uint16_t>(a, PASS);
   __syncthreads();
   int tm = 64;
   if (PASS == 2) aq_conv2d_bf16_split_tiles(&a, S, &tm);
   if (PASS == 2 && tm == Thin::BM) split<S, PASS, Thin>(a, gs, smem);
-  else split<S, PASS, Small>(a, gs, smem);
+  else split<S, PASS, T>(a, gs, smem);
 }
 
 template <int PASS>
@@ -342,15 +345,33 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_SPLIT16) __launch_bounds__(AQ_GPU_C
 }
 
 // The forward of few tiles (small planes, many channels: a ResNet's last
-// layers), each 64x64 tile's depth split over a cluster (launch.h:
-// aq_conv2d_bf16_fwd_split; ops_gpu.h: the grid's x a multiple of it).
-AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BF16_FWD_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
-    aq_conv2d_bf16_split(aq_conv2d_args_t a) {
+// layers), each tile's depth split over a cluster of S (ops_gpu.h: the
+// grid's x a multiple of it): 64x64 tiles (launch.h:
+// aq_conv2d_bf16_fwd_split), or flat ones, 32 rows by 128 columns, where
+// there are filters enough (aq_conv2d_bf16_fwd_flat: half the gathers of
+// A a product, and blocks of half the rows to even out the SMs' loads).
+template <int S, bool FLAT>
+__device__ __forceinline__ void fwd_split(const aq_conv2d_args_t &a) {
   if (!a.x || !a.w || !a.y || !conv::valid(a)) return;
 #ifndef AQ_HIP
-  if (conv_bf16::tensor_cores(a)) return conv_bf16::split<AQ_GPU_CONV2D_BF16_FWD_SPLIT, 0>(a);
+  if (conv_bf16::tensor_cores(a)) {
+    if constexpr (FLAT) return conv_bf16::split<S, 0, conv_bf16::Flat>(a);
+    else return conv_bf16::split<S, 0>(a);
+  }
 #endif
   conv::forward(a, (const uint16_t *)a.x, (const uint16_t *)a.w);
+}
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BF16_FWD_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
+    aq_conv2d_bf16_split(aq_conv2d_args_t a) {
+  fwd_split<AQ_GPU_CONV2D_BF16_FWD_SPLIT, false>(a);
+}
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BF16_FWD_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
+    aq_conv2d_bf16_split_flat(aq_conv2d_args_t a) {
+  fwd_split<AQ_GPU_CONV2D_BF16_FWD_SPLIT, true>(a);
+}
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BF16_FLAT_SPLIT4) __launch_bounds__(AQ_GPU_CONV2D_BF16_THREADS, 2)
+    aq_conv2d_bf16_split_flat4(aq_conv2d_args_t a) {
+  fwd_split<AQ_GPU_CONV2D_BF16_FLAT_SPLIT4, true>(a);
 }
 
 // Where a filter's planes fit shared memory (a LeNet's: dw has too few

@@ -216,6 +216,7 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_gemm_tiles(const aq_conv2d_ar
 #define AQ_GPU_CONV2D_BF16_NARROW 64
 #define AQ_GPU_CONV2D_BF16_FEW_TILES 132 /* an H100's SMs */
 #define AQ_GPU_CONV2D_BF16_THIN 32        /* the rows of a backward filter's tiles where 64 leave SMs idle */
+#define AQ_GPU_CONV2D_BF16_FLAT 128       /* the columns of the forward's flat split tiles (of THIN rows) */
 #define AQ_GPU_CONV2D_BF16_SLOTS 264      /* an H100's SMs at two blocks each */
 /* Clusters of AQ_GPU_CONV2D_BWD_FILTER_SPLIT that an H100 runs at once, two
  * blocks an SM (cuOccupancyMaxActiveClusters of the split builds), and of
@@ -929,6 +930,34 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_fwd_split_shape(const aq_conv2d
 static inline aq_dispatch_shape_t aq_conv2d_fwd_bf16_tiles_shape(const aq_conv2d_args_t *a) {
   return aq_conv2d_bf16_gpu_shape(a, 0);
 }
+/* bf16's forward on flat tiles, AQ_GPU_CONV2D_BF16_THIN rows by
+ * AQ_GPU_CONV2D_BF16_FLAT columns, each tile's depth split over a cluster
+ * (aq_conv2d_bf16_split_flat over AQ_GPU_CONV2D_BF16_FWD_SPLIT,
+ * _flat4 over AQ_GPU_CONV2D_BF16_FLAT_SPLIT4): where the pass's tiles are
+ * the 64x64 ones (too few larger ones) and the split builds take them,
+ * with filters enough to fill a flat tile's columns. A flat tile gathers
+ * half the x a product that a 64x64 one does, and its blocks, of half the
+ * rows, even out the SMs' loads where the 64x64 tiles end in a part wave
+ * (a ResNet's 512 -> 512 at 7x7). Clusters of 4 where those of 2 would
+ * take more than a wave of two blocks an SM: their blocks keep both of an
+ * SM's slots busy to the end. The cluster's blocks, or 0 where the flat
+ * tiles do not apply. */
+#define AQ_GPU_CONV2D_BF16_FLAT_SPLIT4 4
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_flat_tiles(const aq_conv2d_args_t *a) {
+  return aq_conv2d_gemm_tiles(a, 0, AQ_GPU_CONV2D_BF16_THIN, AQ_GPU_CONV2D_BF16_FLAT);
+}
+static inline int aq_conv2d_bf16_fwd_flat(const aq_conv2d_args_t *a) {
+  int tm, tn;
+  const int64_t tiles = aq_conv2d_bf16_gpu_tiles(a, 0, &tm, &tn);
+  if (!aq_conv2d_tiled_extents(a) || tm != 64 || tiles >= AQ_GPU_CONV2D_BF16_SLOTS || a->k < AQ_GPU_CONV2D_BF16_FLAT)
+    return 0;
+  return aq_conv2d_bf16_flat_tiles(a) * AQ_GPU_CONV2D_BF16_FWD_SPLIT <= AQ_GPU_CONV2D_BF16_SLOTS ? AQ_GPU_CONV2D_BF16_FWD_SPLIT
+                                                                                                 : AQ_GPU_CONV2D_BF16_FLAT_SPLIT4;
+}
+/* A flat build's launch over clusters of split: a cluster a flat tile. */
+static inline aq_dispatch_shape_t aq_conv2d_bf16_fwd_flat_shape(const aq_conv2d_args_t *a, int split) {
+  return aq_gpu_threads_shape(aq_conv2d_bf16_flat_tiles(a) * split * AQ_GPU_BLOCK);
+}
 /* A split build's tiles of dw (*tm: their rows) over clusters of split:
  * the thin ones where 64x64 tiles split over clusters of split (of 8 at
  * least) would leave an H100's SMs idle. */
@@ -1158,6 +1187,10 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     return aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16) && aq_conv2d_bwd_data_bf16_wino_fits((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16) && aq_conv2d_bf16_fwd_flat((const aq_conv2d_args_t *)kernarg))
+    return aq_conv2d_bf16_fwd_flat((const aq_conv2d_args_t *)kernarg) == AQ_GPU_CONV2D_BF16_FWD_SPLIT
+               ? AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT
+               : AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16) && aq_conv2d_bf16_fwd_split((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BF16_SPLIT;
   if (pass >= 0 && !x3 && aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))
@@ -1242,6 +1275,10 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
                                      aq_conv2d_bf16_rows_split(aq_conv2d_bf16_rows_split(kernel) ? kernel : pick));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_SPLIT) || !strcmp(pick, AQ_KERNEL_CONV2D_BF16_SPLIT)) /* named, or picked */
     return aq_conv2d_bf16_fwd_split_shape((const aq_conv2d_args_t *)kernarg);
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT) || !strcmp(pick, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT))
+    return aq_conv2d_bf16_fwd_flat_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BF16_FWD_SPLIT);
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4) || !strcmp(pick, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4))
+    return aq_conv2d_bf16_fwd_flat_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_BF16_FLAT_SPLIT4);
   if (aq_conv2d_bf16_pass(kernel) >= 0) return aq_conv2d_bf16_gpu_shape((const aq_conv2d_args_t *)kernarg, aq_conv2d_bf16_pass(kernel));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA) ||
       !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER)) {
@@ -1298,7 +1335,7 @@ static inline int aq_conv2d_filter_tiled(const aq_conv2d_args_t *a) { return aq_
 static inline aq_dispatch_shape_t aq_conv2d_bwd_filter_plain_shape(const aq_conv2d_args_t *a) {
   return aq_conv2d_bwd_filter_gpu_shape(a, 1);
 }
-/* The forward's split build where its 64x64 tiles are few (a candidate
+/* The forward's split builds where its 64x64 tiles are few (candidates
  * even where they would not all run at once). */
 static inline int aq_conv2d_fwd_bf16_split_fits(const aq_conv2d_args_t *a) {
   return aq_conv2d_tiled_extents(a) && aq_conv2d_gemm_tiles(a, 0, 64, 64) < AQ_GPU_CONV2D_BF16_SLOTS;
@@ -1343,6 +1380,8 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED16, aq_conv2d_filter_staged16, NULL},
       {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16, NULL, aq_conv2d_fwd_bf16_tiles_shape},
       {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_SPLIT, aq_conv2d_fwd_bf16_split_fits, NULL},
+      {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT, aq_conv2d_fwd_bf16_split_fits, NULL},
+      {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4, aq_conv2d_fwd_bf16_split_fits, NULL},
       {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_WINO, aq_conv2d_fwd_bf16_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, NULL, aq_conv2d_bwd_data_bf16_gemm_shape},
       {AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO, aq_conv2d_bwd_data_bf16_wino_fits, NULL},

@@ -134,8 +134,11 @@ static void bf16_case(const bcase_t *t) {
    * of q (one chunk where q <= 64), every case; 15, 16: the backward data
    * by columns with its own grid and with one block, every case; 17, 18:
    * the backward filter by columns with its own grid and with one
-   * cluster (every tile and bias item in turn), every case */
-  for (int shape = 0; shape < 19; ++shape) {
+   * cluster (every tile and bias item in turn), every case; 19, 20: the
+   * forward's flat tiles split over clusters of 2 with its own grid and
+   * with one cluster (every tile in turn), every case; 21: the same over
+   * clusters of 4 */
+  for (int shape = 0; shape < 22; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -165,6 +168,11 @@ static void bf16_case(const bcase_t *t) {
         aq_dispatch_shape_t own = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, cpu);
         if (shape == 16) own.grid[0] = own.workgroup[0];
         gk_run(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, own);
+      } else if (shape >= 19 && i == 0) {
+        const char *flat = shape == 21 ? AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4 : AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT;
+        aq_dispatch_shape_t own = aq_gpu_op_shape(flat, &a, cpu);
+        if (shape == 20) own.grid[0] = AQ_GPU_CONV2D_BF16_FWD_SPLIT * own.workgroup[0];
+        gk_run(flat, &a, own);
       } else if (shape == 9 && i == 0)
         gk_run(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, cpu));
       else if (shape == 8 && i < 2) {
@@ -346,6 +354,8 @@ Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16,
                          AQ_KERNEL_CONV2D_BF16_WINO,
                          AQ_KERNEL_CONV2D_BF16_SPLIT,
+                         AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT,
+                         AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4,
                          AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4,
@@ -546,23 +556,50 @@ Test(conv_bf16_shape, small_planes_backward_filter_takes_the_columns_build) {
   cr_assert(aq_conv2d_filter_staged_rule(&lenet), "a LeNet's 150 rows of dw");
 }
 
-/* A forward of few 64x64 tiles (a ResNet's 256 -> 256 at 14x14, stride 2:
- * 100 of them) splits each tile's depth over a cluster of 2, 200 blocks in
- * one wave; more tiles than a wave holds split keep the blocks. */
+/* A forward of few 64x64 tiles (a ResNet's 64 -> 64 at 14x14, stride 2: 25
+ * of them) splits each tile's depth over a cluster of 2, in one wave; more
+ * tiles than a wave holds split keep the blocks. */
 Test(conv_bf16_shape, a_forward_of_few_tiles_splits_their_depth) {
-  aq_conv2d_args_t a = {.n = 32, .c = 256, .h = 14, .wd = 14, .k = 256, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
+  aq_conv2d_args_t a = {.n = 32, .c = 64, .h = 14, .wd = 14, .k = 64, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
                         .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 7, .q = 7};
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT, "too few filters for flat tiles");
   aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1));
-  cr_assert_eq(s.grid[0], 25 * 4 * AQ_GPU_CONV2D_BF16_FWD_SPLIT * AQ_GPU_BLOCK, "1568 x 256: 25 x 4 tiles, a cluster each");
+  cr_assert_eq(s.grid[0], 25 * AQ_GPU_CONV2D_BF16_FWD_SPLIT * AQ_GPU_BLOCK, "1568 x 64: 25 tiles, a cluster each");
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, aq_planes_grid(1)).grid[0], s.grid[0]);
   const char *names[AQ_GPU_OP_BUILDS_MAX];
   const uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BF16, &a, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 2, "the split build and the tiles (a stride: no Winograd)");
+  cr_assert_eq(n, 4, "the split builds and the tiles (a stride: no Winograd)");
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BF16);
   cr_assert_eq(aq_gpu_op_build_shape(AQ_KERNEL_CONV2D_BF16, names[1], &a, aq_planes_grid(1)).grid[0],
                aq_conv2d_bf16_gpu_shape(&a, 0).grid[0], "the tiles' own grid");
-  a.n = 64, a.h = a.wd = 28, a.p = a.q = 14; /* 196 x 4 tiles of 64x64: a wave's worth unsplit */
+  a.c = a.k = 256, a.n = 64, a.h = a.wd = 28, a.p = a.q = 14; /* 196 x 4 tiles of 64x64: a wave's worth unsplit */
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16);
+}
+
+/* A forward of few 64x64 tiles with filters enough takes flat ones, 32
+ * rows by 128 columns, over clusters of 2 where those fit a wave (256 ->
+ * 256 at 14x14, stride 2), else over clusters of 4 (512 -> 512 at 7x7, and
+ * from 14x14 at stride 2, whose 64x64 tiles, unsplit, load some SMs twice
+ * as much as others); where the 64x64 tiles are more than the split builds
+ * take (256 -> 256 at 14x14), they stay. */
+Test(conv_bf16_shape, a_forward_of_few_tiles_and_many_filters_takes_flat_ones) {
+  aq_conv2d_args_t a = {.n = 32, .c = 256, .h = 14, .wd = 14, .k = 256, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
+                        .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 7, .q = 7};
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT);
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1)).grid[0],
+               49 * 2 * AQ_GPU_CONV2D_BF16_FWD_SPLIT * AQ_GPU_BLOCK, "1568 x 256: 49 x 2 flat tiles, a cluster each");
+  a.c = a.k = 512;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4);
+  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], 49 * 4 * AQ_GPU_CONV2D_BF16_FLAT_SPLIT4 * AQ_GPU_BLOCK, "1568 x 512: 49 x 4 flat tiles");
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4, &a, aq_planes_grid(1)).grid[0], s.grid[0]);
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT, &a, aq_planes_grid(1)).grid[0],
+               49 * 4 * AQ_GPU_CONV2D_BF16_FWD_SPLIT * AQ_GPU_BLOCK, "named: its own clusters");
+  const char *names[AQ_GPU_OP_BUILDS_MAX];
+  cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D_BF16, &a, names, AQ_GPU_OP_BUILDS_MAX), 4, "flat twice, 64x64 twice");
+  a.h = a.wd = 7, a.stride_h = a.stride_w = 1;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4);
+  a.c = a.k = 256, a.h = a.wd = 14, a.p = a.q = 14;
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16);
 }
 

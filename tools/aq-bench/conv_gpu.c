@@ -504,6 +504,8 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
                     : aq_conv2d_bf16_tc_split(build)                   ? aq_conv2d_bf16_tc_split(build)
                     : !strstr(build, "_split")                         ? 0
                     : !strcmp(build, AQ_KERNEL_CONV2D_BF16_SPLIT)      ? AQ_GPU_CONV2D_BF16_FWD_SPLIT
+                    : !strcmp(build, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT) ? AQ_GPU_CONV2D_BF16_FWD_SPLIT
+                    : !strcmp(build, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4) ? AQ_GPU_CONV2D_BF16_FLAT_SPLIT4
                     : strstr(build, "_split6")                         ? AQ_GPU_CONV2D_SPLIT6
                                                                        : AQ_GPU_CONV2D_BWD_FILTER_SPLIT;
   int x3 = 0;
@@ -535,6 +537,9 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
     snprintf(path, sizeof(path), "tensor cores, a cluster of %d a filter row of a %d-filter x %d-channel tile, splitting dy's rows (staged %s)",
              rows, AQ_GPU_CONV2D_ROWS_FILTERS, AQ_GPU_CONV2D_ROWS_CHANNELS,
              strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE) ? "whole" : "in chunks of 64");
+  else if (!strncmp(build, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT, strlen(AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT)))
+    snprintf(path, sizeof(path), "implicit GEMM on tensor cores, a cluster of %d a flat %dx%d tile splitting its depth",
+             split, AQ_GPU_CONV2D_BF16_THIN, AQ_GPU_CONV2D_BF16_FLAT);
   else if (!strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL))
     snprintf(path, sizeof(path), "tensor cores, a cluster of %d a %d-filter x %d-channel tile of dw splitting the batch, each image's columns read from its staged planes",
              AQ_GPU_CONV2D_COL_FILTER_SPLIT, AQ_GPU_CONV2D_COL_FILTERS, AQ_GPU_CONV2D_COL_CHANNELS);
