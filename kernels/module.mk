@@ -19,7 +19,7 @@ HIP_BUNDLER ?= $(lastword $(sort $(wildcard /usr/lib/llvm-*/bin/clang-offload-bu
 # conv2d_x3.cu's kernels placed among the ones it runs, the same with them
 # last), so later builds join at the end rather than shift the ones a
 # step already runs.
-KCUDA_LATE := kernels/cuda/conv2d_x3.cu kernels/cuda/conv2d_ffma.cu kernels/cuda/conv2d_winograd.cu kernels/cuda/conv2d_bf16_col.cu kernels/cuda/conv2d_ffma_col.cu kernels/cuda/conv2d_bf16_col_filter.cu
+KCUDA_LATE := kernels/cuda/conv2d_x3.cu kernels/cuda/conv2d_ffma.cu kernels/cuda/conv2d_winograd.cu kernels/cuda/conv2d_bf16_col.cu kernels/cuda/conv2d_ffma_col.cu kernels/cuda/conv2d_bf16_col_filter.cu kernels/cuda/conv2d_bf16_planes.cu
 KCUDA_SRCS := $(filter-out $(KCUDA_LATE),$(sort $(wildcard kernels/cuda/*.cu))) $(KCUDA_LATE)
 KCUDA_HDRS := $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h) include/aquila/ops.h include/aquila/ops_gpu.h
 KCUDA_ALL := $(BUILD)/obj/kernels/cuda/all.cu

@@ -1162,6 +1162,28 @@ static inline aq_dispatch_shape_t aq_conv2d_col_shape(const aq_conv2d_args_t *a,
   return s;
 }
 
+/* bf16's forward of 3x3 filters by planes (conv2d_bf16_planes.cu): a
+ * block an image's positions by AQ_GPU_CONV2D_PLANES_FILTERS filters, w's
+ * rows and x's planes staged whole, the im2col built in shared memory. So
+ * x's plane within AQ_GPU_CONV2D_PLANES_PLANE, y's within
+ * AQ_GPU_CONV2D_COL_POSITIONS, rows of w of whole 16-byte chunks, 32-bit
+ * indices; any stride, padding and dilation. The rule takes it where it
+ * fits: its operands are copied once a block rather than gathered an
+ * element at a time for every tile. */
+#define AQ_GPU_CONV2D_PLANES_FILTERS 64
+#define AQ_GPU_CONV2D_PLANES_PLANE 64
+#define AQ_GPU_CONV2D_PLANES_BYTES 104624
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bf16_planes_fits(const aq_conv2d_args_t *a) {
+  return aq_conv2d_tiled_extents(a) && aq_conv2d_fits32(a) && a->r == 3 && a->s == 3 &&
+         a->h * a->wd <= AQ_GPU_CONV2D_PLANES_PLANE && a->p * a->q <= AQ_GPU_CONV2D_COL_POSITIONS && a->c % 8 == 0;
+}
+/* Its launch: a block an item (an image's filters), walked grid-stride. */
+static inline aq_dispatch_shape_t aq_conv2d_bf16_planes_shape(const aq_conv2d_args_t *a) {
+  const int64_t items = a->n > 0 && a->k > 0 ? a->n * ((a->k + AQ_GPU_CONV2D_PLANES_FILTERS - 1) / AQ_GPU_CONV2D_PLANES_FILTERS) : 1,
+                most = ((int64_t)1 << 30) / AQ_GPU_BLOCK;
+  return aq_gpu_threads_shape((items < most ? items : most) * AQ_GPU_BLOCK);
+}
+
 /* Whether pooling windows tile their planes (stride the window, no
  * padding, a whole number of windows): the backward pass then runs a thread
  * an output, writing its window whole, rather than a thread an input
@@ -1187,6 +1209,8 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     return aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16) && aq_conv2d_bwd_data_bf16_wino_fits((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16) && aq_conv2d_bf16_planes_fits((const aq_conv2d_args_t *)kernarg))
+    return AQ_KERNEL_CONV2D_BF16_PLANES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16) && aq_conv2d_bf16_fwd_flat((const aq_conv2d_args_t *)kernarg))
     return aq_conv2d_bf16_fwd_flat((const aq_conv2d_args_t *)kernarg) == AQ_GPU_CONV2D_BF16_FWD_SPLIT
                ? AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT
@@ -1232,6 +1256,7 @@ static __attribute__((noinline, unused)) uint32_t aq_gpu_op_group_segment(const 
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL)) return AQ_GPU_CONV2D_COL_BF16_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_COL)) return AQ_GPU_CONV2D_COL_F32_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL)) return AQ_GPU_CONV2D_COL_FILTER_BYTES;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_PLANES)) return AQ_GPU_CONV2D_PLANES_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC)) return AQ_GPU_CONV2D_WINO_TC_BYTES;
   for (int i = 0; i < 5; ++i) /* the tiled passes */
     if (!strcmp(kernel, conv[i])) return (uint32_t)aq_conv2d_tiled_bytes(a, i < 2 ? i : 2);
@@ -1254,6 +1279,8 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     return aq_conv2d_col_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_F32_THREADS);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) || !strcmp(pick, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL))
     return aq_conv2d_bf16_col_filter_shape((const aq_conv2d_args_t *)kernarg);
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_PLANES) || !strcmp(pick, AQ_KERNEL_CONV2D_BF16_PLANES))
+    return aq_conv2d_bf16_planes_shape((const aq_conv2d_args_t *)kernarg);
   if (wino >= 0 || aq_conv2d_wino_pass(pick) >= 0) /* named, or picked */
     return aq_conv2d_wino_gpu_shape((const aq_conv2d_args_t *)kernarg, wino >= 0 ? kernel : pick);
   const int ffma = aq_conv2d_ffma_pass(kernel);
@@ -1382,6 +1409,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_SPLIT, aq_conv2d_fwd_bf16_split_fits, NULL},
       {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT, aq_conv2d_fwd_bf16_split_fits, NULL},
       {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4, aq_conv2d_fwd_bf16_split_fits, NULL},
+      {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_PLANES, aq_conv2d_bf16_planes_fits, NULL},
       {AQ_KERNEL_CONV2D_BF16, AQ_KERNEL_CONV2D_BF16_WINO, aq_conv2d_fwd_bf16_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16, NULL, aq_conv2d_bwd_data_bf16_gemm_shape},
       {AQ_KERNEL_CONV2D_BWD_DATA_BF16, AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO, aq_conv2d_bwd_data_bf16_wino_fits, NULL},

@@ -58,6 +58,9 @@ static const bcase_t cases[] = {
     {3, 40, 8, 8, 72, 3, 3, 1, 1, 1, 1, 1, 1},    /* 64 positions; 40 channels: a second tile of 8 */
     {2, 16, 9, 9, 33, 2, 2, 2, 2, 0, 0, 1, 1},    /* four taps: two warps without rows; 16 channels */
     {1, 8, 13, 11, 16, 3, 3, 2, 2, 1, 1, 2, 2},   /* stride and dilation 2: 6 x 5 positions, dy's runs unaligned */
+    /* The forward by planes' (launch.h: aq_conv2d_bf16_planes_fits): 3x3, x's plane within 64. */
+    {2, 24, 7, 7, 40, 3, 3, 1, 1, 1, 1, 1, 1},    /* 7x7: x's runs unaligned, a stage cut short, 40 filters */
+    {2, 16, 8, 7, 72, 3, 3, 2, 1, 1, 0, 2, 1},    /* stride and dilation 2 along p only: 3 x 5 positions */
     {2, 32, 7, 8, 66, 1, 1, 2, 2, 0, 0, 1, 1},    /* 1x1 at stride 2: positions of x no tap reaches */
     {1, 24, 16, 16, 8, 3, 3, 3, 3, 0, 1, 1, 1},   /* stride 3, padding along q only; 24 channels */
 };
@@ -137,8 +140,9 @@ static void bf16_case(const bcase_t *t) {
    * cluster (every tile and bias item in turn), every case; 19, 20: the
    * forward's flat tiles split over clusters of 2 with its own grid and
    * with one cluster (every tile in turn), every case; 21: the same over
-   * clusters of 4 */
-  for (int shape = 0; shape < 22; ++shape) {
+   * clusters of 4; 22, 23: the forward by planes with its own grid and
+   * with one block, every case */
+  for (int shape = 0; shape < 24; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -168,6 +172,10 @@ static void bf16_case(const bcase_t *t) {
         aq_dispatch_shape_t own = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, cpu);
         if (shape == 16) own.grid[0] = own.workgroup[0];
         gk_run(AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, &a, own);
+      } else if (shape >= 22 && i == 0) {
+        aq_dispatch_shape_t own = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_PLANES, &a, cpu);
+        if (shape == 23) own.grid[0] = own.workgroup[0];
+        gk_run(AQ_KERNEL_CONV2D_BF16_PLANES, &a, own);
       } else if (shape >= 19 && i == 0) {
         const char *flat = shape == 21 ? AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4 : AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT;
         aq_dispatch_shape_t own = aq_gpu_op_shape(flat, &a, cpu);
@@ -356,6 +364,7 @@ Test(gpu_conv_bf16, bad_kernargs_write_nothing) {
                          AQ_KERNEL_CONV2D_BF16_SPLIT,
                          AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT,
                          AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4,
+                         AQ_KERNEL_CONV2D_BF16_PLANES,
                          AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16,
                          AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4,
@@ -578,10 +587,11 @@ Test(conv_bf16_shape, a_forward_of_few_tiles_splits_their_depth) {
 
 /* A forward of few 64x64 tiles with filters enough takes flat ones, 32
  * rows by 128 columns, over clusters of 2 where those fit a wave (256 ->
- * 256 at 14x14, stride 2), else over clusters of 4 (512 -> 512 at 7x7, and
- * from 14x14 at stride 2, whose 64x64 tiles, unsplit, load some SMs twice
- * as much as others); where the 64x64 tiles are more than the split builds
- * take (256 -> 256 at 14x14), they stay. */
+ * 256 at 14x14, stride 2), else over clusters of 4 (512 -> 512 from 14x14
+ * at stride 2, whose 64x64 tiles, unsplit, load some SMs twice as much as
+ * others); where the 64x64 tiles are more than the split builds take (256
+ * -> 256 at 14x14), they stay; where x's plane is small (7x7), the build
+ * by planes takes it. */
 Test(conv_bf16_shape, a_forward_of_few_tiles_and_many_filters_takes_flat_ones) {
   aq_conv2d_args_t a = {.n = 32, .c = 256, .h = 14, .wd = 14, .k = 256, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
                         .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 7, .q = 7};
@@ -598,6 +608,12 @@ Test(conv_bf16_shape, a_forward_of_few_tiles_and_many_filters_takes_flat_ones) {
   const char *names[AQ_GPU_OP_BUILDS_MAX];
   cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D_BF16, &a, names, AQ_GPU_OP_BUILDS_MAX), 4, "flat twice, 64x64 twice");
   a.h = a.wd = 7, a.stride_h = a.stride_w = 1;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_PLANES);
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1)).grid[0], 32 * 8 * AQ_GPU_BLOCK,
+               "an image's 64 filters a block");
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BF16_PLANES, &a), AQ_GPU_CONV2D_PLANES_BYTES);
+  cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D_BF16, &a, names, AQ_GPU_OP_BUILDS_MAX), 6, "and Winograd's");
+  a.c = 500; /* rows of w of part chunks */
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4);
   a.c = a.k = 256, a.h = a.wd = 14, a.p = a.q = 14;
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16);

@@ -232,28 +232,31 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
     }
 }
 
-/* bf16's forward of many channels on 7x7 planes: the flat tiles over
- * clusters of 4 by rule, over 2, the 64x64 tiles split and whole, and
- * Winograd's as candidates, each launching on its own grid (the split
- * builds' of whole clusters). */
+/* bf16's forward of many channels on 7x7 planes: the build by planes by
+ * rule, the flat tiles over clusters of 4 and 2, the 64x64 tiles split
+ * and whole, and Winograd's as candidates, each launching on its own grid
+ * (the split builds' of whole clusters). */
 Test(tune, a_bf16_forward_of_small_planes_lists_its_split_builds) {
   const aq_conv2d_args_t a = conv(32, 512, 7, 512, 3, 1, 0);
   const aq_dispatch_shape_t cpu = aq_planes_grid(1);
   const char *names[AQ_GPU_OP_BUILDS_MAX], *op = AQ_KERNEL_CONV2D_BF16;
   const uint32_t n = aq_gpu_op_builds(op, &a, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 5);
-  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4);
+  cr_assert_eq(n, 6);
+  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BF16_PLANES);
+  cr_assert(same_shape(aq_gpu_op_build_shape(op, names[0], &a, cpu), aq_conv2d_bf16_planes_shape(&a)));
+  cr_assert_eq(aq_gpu_op_group_segment(names[0], &a), AQ_GPU_CONV2D_PLANES_BYTES);
+  cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4));
   cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BF16) && listed(names, n, AQ_KERNEL_CONV2D_BF16_SPLIT) &&
             listed(names, n, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT) && listed(names, n, AQ_KERNEL_CONV2D_BF16_WINO));
   const aq_dispatch_shape_t flat4 = aq_conv2d_bf16_fwd_flat_shape(&a, AQ_GPU_CONV2D_BF16_FLAT_SPLIT4),
                             flat = aq_conv2d_bf16_fwd_flat_shape(&a, AQ_GPU_CONV2D_BF16_FWD_SPLIT);
-  cr_assert(same_shape(aq_gpu_op_build_shape(op, names[0], &a, cpu), flat4));
+  cr_assert(same_shape(aq_gpu_op_build_shape(op, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4, &a, cpu), flat4));
   cr_assert(same_shape(aq_gpu_op_build_shape(op, AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT, &a, cpu), flat));
   cr_assert(same_shape(aq_gpu_op_build_shape(op, AQ_KERNEL_CONV2D_BF16_SPLIT, &a, cpu), aq_conv2d_bf16_fwd_split_shape(&a)));
   cr_assert(same_shape(aq_gpu_op_build_shape(op, AQ_KERNEL_CONV2D_BF16, &a, cpu), aq_conv2d_bf16_gpu_shape(&a, 0)));
   cr_assert_eq(flat4.grid[0] / AQ_GPU_BLOCK % AQ_GPU_CONV2D_BF16_FLAT_SPLIT4, 0);
   cr_assert_eq(flat.grid[0] / AQ_GPU_BLOCK % AQ_GPU_CONV2D_BF16_FWD_SPLIT, 0);
-  cr_assert_eq(aq_gpu_op_group_segment(names[0], &a), 0);
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4, &a), 0);
 }
 
 Test(tune, the_op_library_hands_the_scheduler_its_candidates_and_keys) {
