@@ -938,10 +938,11 @@ static inline aq_dispatch_shape_t aq_conv2d_fwd_bf16_tiles_shape(const aq_conv2d
  * with filters enough to fill a flat tile's columns. A flat tile gathers
  * half the x a product that a 64x64 one does, and its blocks, of half the
  * rows, even out the SMs' loads where the 64x64 tiles end in a part wave
- * (a ResNet's 512 -> 512 at 7x7). Clusters of 4 where those of 2 would
- * take more than a wave of two blocks an SM: their blocks keep both of an
- * SM's slots busy to the end. The cluster's blocks, or 0 where the flat
- * tiles do not apply. */
+ * (a ResNet's 512 -> 512 from 14x14 at stride 2). Clusters of 4 where
+ * their blocks fit a wave of two blocks an SM (twice the blocks of few
+ * tiles), or where those of 2 would take more than a wave (the blocks of
+ * 4 keep both of an SM's slots busy to the end); else clusters of 2. The
+ * cluster's blocks, or 0 where the flat tiles do not apply. */
 #define AQ_GPU_CONV2D_BF16_FLAT_SPLIT4 4
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_flat_tiles(const aq_conv2d_args_t *a) {
   return aq_conv2d_gemm_tiles(a, 0, AQ_GPU_CONV2D_BF16_THIN, AQ_GPU_CONV2D_BF16_FLAT);
@@ -951,8 +952,11 @@ static inline int aq_conv2d_bf16_fwd_flat(const aq_conv2d_args_t *a) {
   const int64_t tiles = aq_conv2d_bf16_gpu_tiles(a, 0, &tm, &tn);
   if (!aq_conv2d_tiled_extents(a) || tm != 64 || tiles >= AQ_GPU_CONV2D_BF16_SLOTS || a->k < AQ_GPU_CONV2D_BF16_FLAT)
     return 0;
-  return aq_conv2d_bf16_flat_tiles(a) * AQ_GPU_CONV2D_BF16_FWD_SPLIT <= AQ_GPU_CONV2D_BF16_SLOTS ? AQ_GPU_CONV2D_BF16_FWD_SPLIT
-                                                                                                 : AQ_GPU_CONV2D_BF16_FLAT_SPLIT4;
+  const int64_t flat = aq_conv2d_bf16_flat_tiles(a);
+  return flat * AQ_GPU_CONV2D_BF16_FWD_SPLIT <= AQ_GPU_CONV2D_BF16_SLOTS &&
+                 flat * AQ_GPU_CONV2D_BF16_FLAT_SPLIT4 > AQ_GPU_CONV2D_BF16_SLOTS
+             ? AQ_GPU_CONV2D_BF16_FWD_SPLIT
+             : AQ_GPU_CONV2D_BF16_FLAT_SPLIT4;
 }
 /* A flat build's launch over clusters of split: a cluster a flat tile. */
 static inline aq_dispatch_shape_t aq_conv2d_bf16_fwd_flat_shape(const aq_conv2d_args_t *a, int split) {

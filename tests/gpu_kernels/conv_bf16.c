@@ -586,18 +586,22 @@ Test(conv_bf16_shape, a_forward_of_few_tiles_splits_their_depth) {
 }
 
 /* A forward of few 64x64 tiles with filters enough takes flat ones, 32
- * rows by 128 columns, over clusters of 2 where those fit a wave (256 ->
- * 256 at 14x14, stride 2), else over clusters of 4 (512 -> 512 from 14x14
- * at stride 2, whose 64x64 tiles, unsplit, load some SMs twice as much as
- * others); where the 64x64 tiles are more than the split builds take (256
- * -> 256 at 14x14), they stay; where x's plane is small (7x7), the build
- * by planes takes it. */
+ * rows by 128 columns, over clusters of 4 where those fit a wave (128 ->
+ * 128 at 14x14, stride 2), else of 2 where those do (256 -> 256), else of
+ * 4 (512 -> 512, whose 64x64 tiles, unsplit, load some SMs twice as much
+ * as others); where the 64x64 tiles are more than the split builds take
+ * (256 -> 256 at 14x14, stride 1), they stay; where x's plane is small
+ * (7x7), the build by planes takes it. */
 Test(conv_bf16_shape, a_forward_of_few_tiles_and_many_filters_takes_flat_ones) {
   aq_conv2d_args_t a = {.n = 32, .c = 256, .h = 14, .wd = 14, .k = 256, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
                         .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 7, .q = 7};
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT);
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1)).grid[0],
                49 * 2 * AQ_GPU_CONV2D_BF16_FWD_SPLIT * AQ_GPU_BLOCK, "1568 x 256: 49 x 2 flat tiles, a cluster each");
+  a.c = a.k = 128;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4);
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1)).grid[0],
+               49 * AQ_GPU_CONV2D_BF16_FLAT_SPLIT4 * AQ_GPU_BLOCK, "49 flat tiles over clusters of 4: one wave");
   a.c = a.k = 512;
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4);
   aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1));
