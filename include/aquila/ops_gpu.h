@@ -124,6 +124,7 @@ extern "C" {
 #define AQ_KERNEL_CONV2D_BWD_FILTER_WINO "aq_conv2d_bwd_filter_f32_wino"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN "aq_conv2d_bwd_filter_f32_wino_thin"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC "aq_conv2d_bwd_filter_f32_wino_tc"
+#define AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP "aq_conv2d_bwd_filter_f32_wino_warp"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED "aq_conv2d_bwd_filter_bf16_staged"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED4 "aq_conv2d_bwd_filter_bf16_staged4"
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_STAGED16 "aq_conv2d_bwd_filter_bf16_staged16"

@@ -193,29 +193,45 @@ __device__ __forceinline__ void split(float x, uint32_t &hi, uint32_t &lo) {
   lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
-// Column c of row k: swizzled where SWZ, else (padded rows) as is, a
-// lane's fragments then at constant offsets from one address.
-template <bool SWZ>
-__device__ __forceinline__ int col_of(int c, int k) { return SWZ ? c ^ swz(k) : c; }
-// A's fragments, split, of both elements of a pair's m16 tile at row m0
-// (PTX's layout: row g (+8), k q (+4); g = lane / 4, q = lane % 4).
-template <bool SWZ, int W>
-__device__ __forceinline__ void frag_a(const float2 (*s)[W], int m0, int g, int q, uint32_t (&hi)[2][4], uint32_t (&lo)[2][4]) {
+// The warp build's swizzle (below), over its 16 rows a step: a warp's
+// store (16 k by two columns) and a fragment load (k of 4 by columns of 8)
+// each in 32 distinct banks.
+__device__ __forceinline__ int swz16(int k) { return (k & 3) << 3 | (k & 12) >> 1; }
+
+// Column c of row k: swizzled by swz (Z 8) or swz16 (Z 16), else (padded
+// rows, Z 0) as is, a lane's fragments then at constant offsets from one
+// address.
+template <int Z>
+__device__ __forceinline__ int col_of(int c, int k) { return Z == 16 ? c ^ swz16(k) : Z ? c ^ swz(k) : c; }
+// x split into element e's fragment j: a pair's two elements (float2) or
+// one element's.
+template <int N>
+__device__ __forceinline__ void split_at(float2 x, int j, uint32_t (&hi)[2][N], uint32_t (&lo)[2][N]) {
+  split(x.x, hi[0][j], lo[0][j]), split(x.y, hi[1][j], lo[1][j]);
+}
+template <int N>
+__device__ __forceinline__ void split_at(float x, int j, uint32_t (&hi)[1][N], uint32_t (&lo)[1][N]) {
+  split(x, hi[0][j], lo[0][j]);
+}
+// A's fragments, split, of each element of the m16 tile at row m0, k from
+// k0 (PTX's layout: row g (+8), k q (+4); g = lane / 4, q = lane % 4).
+template <int Z, int W, class T, int E>
+__device__ __forceinline__ void frag_a(const T (*s)[W], int m0, int g, int q, uint32_t (&hi)[E][4], uint32_t (&lo)[E][4],
+                                       int k0 = 0) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const int r = m0 + g + (j & 1) * 8, k = q + (j >> 1) * 4;
-    const float2 x = s[k][col_of<SWZ>(r, k)];
-    split(x.x, hi[0][j], lo[0][j]), split(x.y, hi[1][j], lo[1][j]);
+    const int r = m0 + g + (j & 1) * 8, k = k0 + q + (j >> 1) * 4;
+    split_at(s[k][col_of<Z>(r, k)], j, hi, lo);
   }
 }
 // B's, of the n8 tile at column n0 (k q (+4), column g).
-template <bool SWZ, int W>
-__device__ __forceinline__ void frag_b(const float2 (*s)[W], int n0, int g, int q, uint32_t (&hi)[2][2], uint32_t (&lo)[2][2]) {
+template <int Z, int W, class T, int E>
+__device__ __forceinline__ void frag_b(const T (*s)[W], int n0, int g, int q, uint32_t (&hi)[E][2], uint32_t (&lo)[E][2],
+                                       int k0 = 0) {
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    const int k = q + j * 4;
-    const float2 x = s[k][col_of<SWZ>(n0 + g, k)];
-    split(x.x, hi[0][j], lo[0][j]), split(x.y, hi[1][j], lo[1][j]);
+    const int k = k0 + q + j * 4;
+    split_at(s[k][col_of<Z>(n0 + g, k)], j, hi, lo);
   }
 }
 // d += a b in 3xTF32, the smaller terms first.
@@ -388,11 +404,11 @@ __device__ __forceinline__ void block_tile_tc(const Pass<uint16_t> &p, TCShared 
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
       uint32_t ah[2][4], al[2][4];
-      frag_a<false>(sh.s.u[w], mi * 16, g, q, ah, al);
+      frag_a<0>(sh.s.u[w], mi * 16, g, q, ah, al);
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
         uint32_t bh[2][2], bl[2][2];
-        frag_b<false>(sh.s.v[w], ni * 8, g, q, bh, bl);
+        frag_b<0>(sh.s.v[w], ni * 8, g, q, bh, bl);
 #pragma unroll
         for (int el = 0; el < 2; ++el) mma_x3(acc[el][mi][ni], ah[el], al[el], bh[el], bl[el]);
       }
@@ -433,9 +449,10 @@ __device__ __forceinline__ void convolve(const aq_conv2d_args_t &a) {
 }
 
 // 3x3 filters, unit strides and dilations, the padding a 3x3 window's
-// (0 to 2, the same both ways), 32-bit indices.
-__device__ inline bool applies(const aq_conv2d_args_t &a) {
-  return block_threads() == THREADS && aq_conv2d_wino_shape(&a) && aq_conv2d_fits32(&a);
+// (0 to 2, the same both ways), 32-bit indices, blocks of the build's
+// threads.
+__device__ inline bool applies(const aq_conv2d_args_t &a, int threads = THREADS) {
+  return block_threads() == threads && aq_conv2d_wino_shape(&a) && aq_conv2d_fits32(&a);
 }
 
 // ---- the backward filter: F(3x3, 2x2) --------------------------------------
@@ -521,6 +538,18 @@ __device__ __forceinline__ void ftile_transform(const float g[4], float v[16]) {
           v[4 * i + 3] = h[i][1];
 }
 
+// A^T m A: an element-major 4x4 of sums m into a 3x3 of dw (A^T's rows
+// m0 + m1 + m2, m1 - m2, m1 + m2 + m3).
+__device__ __forceinline__ void foutput_transform(const float m[16], float o[9]) {
+  float r[3][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    r[0][j] = m[j] + m[4 + j] + m[8 + j], r[1][j] = m[4 + j] - m[8 + j], r[2][j] = m[4 + j] + m[8 + j] + m[12 + j];
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+    o[3 * i] = r[i][0] + r[i][1] + r[i][2], o[3 * i + 1] = r[i][1] - r[i][2], o[3 * i + 2] = r[i][1] + r[i][2] + r[i][3];
+}
+
 // The rank's share [t0, t1) of the tiles for dw's filters [k0, k0 + FK) and
 // channels [c0, c0 + 32), summed over the cluster into dw.
 template <int FK, int S>
@@ -581,16 +610,10 @@ __device__ __forceinline__ void filter_tile(const aq_conv2d_args_t &a, FShared<F
     __syncthreads();
     {
       const int k = tid / FQ, c = tid % FQ;
-      float m[16], r[3][4]; /* A^T m: rows m0 + m1 + m2, m1 - m2, m1 + m2 + m3 */
+      float m[16];
 #pragma unroll
       for (int x = 0; x < 16; ++x) m[x] = sh.q.m[x][k][c];
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        r[0][j] = m[j] + m[4 + j] + m[8 + j], r[1][j] = m[4 + j] - m[8 + j], r[2][j] = m[4 + j] + m[8 + j] + m[12 + j];
-      float *o = sh.q.part + (k * FQ + c) * 9;
-#pragma unroll
-      for (int i = 0; i < 3; ++i)
-        o[3 * i] = r[i][0] + r[i][1] + r[i][2], o[3 * i + 1] = r[i][1] - r[i][2], o[3 * i + 2] = r[i][1] + r[i][2] + r[i][3];
+      foutput_transform(m, sh.q.part + (k * FQ + c) * 9);
     }
     auto store = [&](int64_t i, float sum) {
       const int k = (int)(i / (FQ * 9)), c = (int)(i / 9 % FQ), rs = (int)(i % 9), kk = k0 + k, cc = c0 + h * FQ + c;
@@ -645,8 +668,8 @@ __device__ __forceinline__ FPos fpos_of(int t, int th, int tw) {
   const int per = th * tw, q = t % per;
   return {t / per, q / tw, q % tw, t};
 }
-__device__ __forceinline__ void fpos_step(FPos &p, int th, int tw) {
-  p.t += FSTEP, p.tx += FSTEP;
+__device__ __forceinline__ void fpos_step(FPos &p, int th, int tw, int step = FSTEP) {
+  p.t += step, p.tx += step;
   while (p.tx >= tw) {
     p.tx -= tw;
     if (++p.ty == th) p.ty = 0, ++p.n;
@@ -713,11 +736,11 @@ __device__ __forceinline__ void tc_step(const TShared<FK> &sh, int b, float (&ac
   const float2(*sv)[FK] = sh.s.v[b][w];
   uint32_t ah[FK / TK][2][4], al[FK / TK][2][4]; /* A (filter, tile), B (tile, channel) */
 #pragma unroll
-  for (int mi = 0; mi < FK / TK; ++mi) frag_a<true>(sv, mi * TK, g, q, ah[mi], al[mi]);
+  for (int mi = 0; mi < FK / TK; ++mi) frag_a<8>(sv, mi * TK, g, q, ah[mi], al[mi]);
 #pragma unroll
   for (int ni = 0; ni < 4; ++ni) {
     uint32_t bh[2][2], bl[2][2];
-    frag_b<true>(su, ni * 8, g, q, bh, bl);
+    frag_b<8>(su, ni * 8, g, q, bh, bl);
 #pragma unroll
     for (int mi = 0; mi < FK / TK; ++mi)
 #pragma unroll
@@ -744,16 +767,10 @@ __device__ __forceinline__ void tc_out(const aq_conv2d_args_t &a, TOut &o, const
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int k = (tid + j * THREADS) / COLS, c = tid % COLS;
-    float m[16], r[3][4]; /* A^T m: rows m0 + m1 + m2, m1 - m2, m1 + m2 + m3 */
+    float m[16];
 #pragma unroll
     for (int x = 0; x < 16; ++x) m[x] = o.m[x][k][c];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      r[0][i] = m[i] + m[4 + i] + m[8 + i], r[1][i] = m[4 + i] - m[8 + i], r[2][i] = m[4 + i] + m[8 + i] + m[12 + i];
-#pragma unroll
-    for (int i = 0; i < 3; ++i)
-      out[j][3 * i] = r[i][0] + r[i][1] + r[i][2], out[j][3 * i + 1] = r[i][1] - r[i][2],
-                 out[j][3 * i + 2] = r[i][1] + r[i][2] + r[i][3];
+    foutput_transform(m, out[j]);
   }
   __syncthreads(); /* part overwrites m */
 #pragma unroll
@@ -812,21 +829,161 @@ __device__ __forceinline__ void filter_tile_tc(const aq_conv2d_args_t &a, TShare
   for (int mi = 0; mi < FK / TK; ++mi) tc_out<S>(a, sh.q, acc[mi], k0 + mi * TK, c0, rank, ranks);
 }
 
+// ---- the warp build: an element a warp ------------------------------------
+// The square tile (32 filters by 32 channels) with a warp an element: 16
+// warps, 16 tiles a step (two m16n8k8 depths), one block an SM over
+// clusters of 6 (launch.h: aq_conv2d_wino). The square build's warps hold
+// two elements' sums and a patch ahead in more registers than a thread
+// has (it spilled in its loop, the spills' latency under every step);
+// here a thread holds one element's 32 x 32 in 32 registers. The tensor
+// cores' sums round coarser than fp32's, so they run WFLUSH steps at a
+// time, then each thread adds them in fp32 to its own total in shared
+// memory (registers would not hold it beside the products). A step's
+// operands, two buffers of 64 KB, the totals and the way out (the sums
+// parked, then their 3x3) in the group segment.
+constexpr int WTHREADS = 512, WSTEP = 16, WFK = 32, WFLUSH = 4; /* the block; tiles a step; filters a tile; steps a total */
+static_assert(WTHREADS == AQ_GPU_CONV2D_WINO_WARP_THREADS && WSTEP * COLS == WTHREADS && WTHREADS / 32 == 16,
+              "a patch and a dy tile a thread a step; a warp an element");
+struct WShared {
+  union {
+    struct {
+      float u[2][16][WSTEP][COLS]; /* B^T x B: [buffer][element][tile][channel ^ swz16(tile)] */
+      float v[2][16][WSTEP][WFK];  /* G dy G^T: [buffer][element][tile][filter ^ swz16(tile)] */
+    } s;
+    struct {
+      float m[16][WFK][COLS + 1]; /* the sums: [element][filter][channel] */
+      float part[WFK * COLS * 9]; /* dw: [filter][channel][r][s] */
+    } q;
+  };
+  float4 total[8][WTHREADS]; /* a thread's sums in fp32: [fragment / 4][thread] */
+};
+static_assert(sizeof(WShared) == AQ_GPU_CONV2D_WINO_WARP_BYTES, "launch.h's group segment of the warp build");
+
+// One step's products from buffer b: warp e's element, 32 x 32 as 2 x 4
+// tiles of m16n8, 16 deep.
+__device__ __forceinline__ void warp_step(const WShared &sh, int b, float (&acc)[2][4][4]) {
+  const int lane = threadIdx.x & 31, e = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const float(*sv)[WFK] = sh.s.v[b][e];
+  const float(*su)[COLS] = sh.s.u[b][e];
+#pragma unroll
+  for (int k0 = 0; k0 < WSTEP; k0 += 8) {
+    uint32_t ah[2][1][4], al[2][1][4]; /* A (filter, tile), B (tile, channel) */
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) frag_a<16>(sv, mi * 16, g, q, ah[mi], al[mi], k0);
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      uint32_t bh[1][2], bl[1][2];
+      frag_b<16>(su, ni * 8, g, q, bh, bl, k0);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) mma_x3(acc[mi][ni], ah[mi][0], al[mi][0], bh[0], bl[0]);
+    }
+  }
+}
+
+// The tensor cores' sums into the thread's fp32 totals (first: set them),
+// and zeroed.
+__device__ __forceinline__ void warp_flush(WShared &sh, float (&acc)[2][4][4], bool first) {
+  float4 *t = &sh.total[0][threadIdx.x];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float *x = acc[i / 4][i % 4];
+    const float4 o = first ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : t[i * WTHREADS];
+    t[i * WTHREADS] = make_float4(o.x + x[0], o.y + x[1], o.z + x[2], o.w + x[3]);
+    x[0] = x[1] = x[2] = x[3] = 0.0f;
+  }
+}
+
+// The way out: warp e parks its element's totals (filter 16 mi + g (+8),
+// channel 8 ni + 2 q (+1)), each thread makes two (filter, channel) pairs'
+// 3x3, and the cluster sums them into dw in rank order.
+template <int S>
+__device__ __forceinline__ void warp_out(const aq_conv2d_args_t &a, WShared &sh, int k0, int c0, int rank, int ranks) {
+  const int tid = threadIdx.x, lane = tid & 31, e = tid >> 5, g = lane >> 2, q = lane & 3;
+  float4 tot[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) tot[i] = sh.total[i][tid];
+  __syncthreads(); /* the operands are done with */
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float x[4] = {tot[i].x, tot[i].y, tot[i].z, tot[i].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sh.q.m[e][i / 4 * 16 + g + (j >> 1) * 8][i % 4 * 8 + 2 * q + (j & 1)] = x[j];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < WFK * COLS / WTHREADS; ++j) {
+    const int p = tid + j * WTHREADS;
+    float m[16];
+#pragma unroll
+    for (int x = 0; x < 16; ++x) m[x] = sh.q.m[x][p / COLS][p % COLS];
+    foutput_transform(m, sh.q.part + p * 9);
+  }
+  auto store = [&](int64_t i, float sum) {
+    const int k = (int)(i / (COLS * 9)), c = (int)(i / 9 % COLS), kk = k0 + k, cc = c0 + c;
+    if (kk < a.k && cc < a.c) a.dw[((int64_t)kk * a.c + cc) * 9 + i % 9] = sum;
+  };
+  if (ranks > 1) {
+    conv::cluster_sums<S>(sh.q.part, WFK * COLS * 9, rank, store);
+  } else {
+    __syncthreads();
+    for (int i = tid; i < WFK * COLS * 9; i += WTHREADS) store(i, sh.q.part[i]);
+  }
+}
+
+// filter_tile_tc's loop for the warp build: a thread's patch and dy tile
+// a step (tile tid % 16, channel and filter tid / 16), one barrier a step.
+template <int S>
+__device__ __forceinline__ void filter_tile_warp(const aq_conv2d_args_t &a, WShared &sh, int th, int tw, int t0, int t1,
+                                                 int k0, int c0, int rank, int ranks) {
+  const int tid = threadIdx.x, tt = tid % WSTEP, oc = tid / WSTEP;
+  float acc[2][4][4] = {};
+  auto put = [&](int b, const float d[16], const float g[4]) {
+    float u[16], v[16];
+    finput_transform(d, u);
+    ftile_transform(g, v);
+#pragma unroll
+    for (int k = 0; k < 16; ++k) sh.s.u[b][k][tt][oc ^ swz16(tt)] = u[k], sh.s.v[b][k][tt][oc ^ swz16(tt)] = v[k];
+  };
+  float d[16], g[4];
+  FPos p = fpos_of(t0 + tt, th, tw);
+  warp_flush(sh, acc, true);
+  __syncthreads(); /* the last tile's way out is done with the buffers */
+  if (t0 < t1) {
+    load_fpatch(a, p, c0 + oc, k0 + oc, p.t < t1, true, d, g);
+    put(0, d, g);
+  }
+  __syncthreads();
+  int b = 0, n = 0;
+  for (int ts = t0; ts < t1; ts += WSTEP, b ^= 1) {
+    fpos_step(p, th, tw, WSTEP);
+    load_fpatch(a, p, c0 + oc, k0 + oc, p.t < t1, true, d, g);
+    warp_step(sh, b, acc);
+    put(b ^ 1, d, g);
+    if (++n == WFLUSH) n = 0, warp_flush(sh, acc, false);
+    __syncthreads();
+  }
+  warp_flush(sh, acc, false);
+  warp_out<S>(a, sh, k0, c0, rank, ranks);
+}
+
 // dw's tiles of FK x 32 a cluster of S, each rank a share of dy's tiles in
-// whole steps, then dbias's 8-channel items, S a cluster; TC: on tensor
-// cores (the thin tile's in static shared memory, the square one's past
-// 48 KB in the group segment).
-template <int FK, bool TC>
-using FSh = typename pick_t<TC, TShared<FK>, FShared<FK>>::type;
-// Whether this launch gave the build the shared memory it needs.
-template <int FK, bool TC>
-__device__ inline bool filter_fits() {
-  if constexpr (sizeof(FSh<FK, TC>) > 48 * 1024) return conv::dynamic_smem() >= sizeof(FSh<FK, TC>);
+// whole steps, then dbias's 8-channel items, S a cluster. B, the build:
+// FFMA (the wide one), TC (tensor cores, a warp two elements: the thin
+// tile's in static shared memory, the square one's past 48 KB in the
+// group segment) or WARP (a warp an element, in the group segment).
+enum { FFMA, TC, WARP };
+template <int FK, int B>
+using FSh = typename pick_t<B == WARP, WShared, typename pick_t<B == TC, TShared<FK>, FShared<FK>>::type>::type;
+// Whether this launch gave the build the threads and shared memory it needs.
+template <int FK, int B>
+__device__ inline bool filter_fits(const aq_conv2d_args_t &a) {
+  if (!applies(a, B == WARP ? WTHREADS : THREADS)) return false;
+  if constexpr (sizeof(FSh<FK, B>) > 48 * 1024) return conv::dynamic_smem() >= sizeof(FSh<FK, B>);
   return true;
 }
-template <int FK, int S, bool TC>
+template <int FK, int S, int B>
 __device__ __forceinline__ void filter(const aq_conv2d_args_t &a) {
-  using Sh = FSh<FK, TC>;
+  using Sh = FSh<FK, B>;
   Sh *shp;
   if constexpr (sizeof(Sh) > 48 * 1024) {
     extern __shared__ __align__(16) uint8_t wino_smem[];
@@ -838,22 +995,25 @@ __device__ __forceinline__ void filter(const aq_conv2d_args_t &a) {
   Sh &sh = *shp;
   int ranks;
   const int rank = conv::split_rank<S>(&ranks);
+  constexpr int step = B == WARP ? WSTEP : FSTEP;
   const int th = (int)(a.p + 1) / 2, tw = (int)(a.q + 1) / 2, tiles = (int)a.n * th * tw;
-  const int share = ((tiles + ranks - 1) / ranks + FSTEP - 1) / FSTEP * FSTEP;
+  const int share = ((tiles + ranks - 1) / ranks + step - 1) / step * step;
   const int64_t tk = (a.k + FK - 1) / FK, blocks_out = aq_conv2d_wino_filter_tiles(&a, FK);
   const int64_t bias_items = a.dbias ? (a.k + 7) / 8 : 0, clusters = grid_blocks() / S;
   for (int64_t id = grid_block() / S; id < blocks_out + (bias_items + S - 1) / S; id += clusters) {
     if (id >= blocks_out) {
-      for (int j = rank; rank >= 0 && j < S; j += ranks)
-        if ((id - blocks_out) * S + j < bias_items) conv_gemm::bias_grad<float>(a, (id - blocks_out) * S + j);
+      conv_gemm::bias_items<S, float>(a, id - blocks_out, bias_items, rank, ranks);
       continue;
     }
     if (rank < 0) continue;
-    const int t0 = rank * share, t1 = t0 + share < tiles ? t0 + share : tiles;
-    if constexpr (TC)
-      filter_tile_tc<FK, S>(a, sh, th, tw, t0, t1, (int)(id % tk) * FK, (int)(id / tk) * COLS, rank, ranks);
+    const int t0 = rank * share, t1 = t0 + share < tiles ? t0 + share : tiles, k0 = (int)(id % tk) * FK,
+              c0 = (int)(id / tk) * COLS;
+    if constexpr (B == WARP)
+      filter_tile_warp<S>(a, sh, th, tw, t0, t1, k0, c0, rank, ranks);
+    else if constexpr (B == TC)
+      filter_tile_tc<FK, S>(a, sh, th, tw, t0, t1, k0, c0, rank, ranks);
     else
-      filter_tile<FK, S>(a, sh, th, tw, tiles, t0, t1, (int)(id % tk) * FK, (int)(id / tk) * COLS, rank, ranks);
+      filter_tile<FK, S>(a, sh, th, tw, tiles, t0, t1, k0, c0, rank, ranks);
   }
 }
 
@@ -881,26 +1041,31 @@ AQ_KERNEL void __launch_bounds__(256, 2) aq_conv2d_bwd_data_bf16_wino(aq_conv2d_
 // A cluster of S a tile of dw (ops_gpu.h: the grid's x a multiple of the
 // cluster), FK filters by 32 channels: the wide build over clusters of 8
 // in FFMA, the thin one over clusters of 16 and the square one over
-// clusters of 12 on tensor cores (launch.h: aq_conv2d_wino); the square
-// one where launched with its group segment.
-template <int FK, int S, bool TC>
+// clusters of 12 on tensor cores, the warp build over clusters of 6 at
+// one block of 512 threads an SM (launch.h: aq_conv2d_wino); the square
+// and warp ones where launched with their group segments.
+template <int FK, int S, int B>
 __device__ __forceinline__ void wino_filter(const aq_conv2d_args_t &a) {
   conv::pass_entry<2>(a, [&] {
 #ifndef AQ_HIP
-    if (conv_wino::applies(a) && conv_wino::filter_fits<FK, TC>()) return conv_wino::filter<FK, S, TC>(a), true;
+    if (conv_wino::filter_fits<FK, B>(a)) return conv_wino::filter<FK, S, B>(a), true;
 #endif
     return false;
   });
 }
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_BWD_FILTER_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_wino(aq_conv2d_args_t a) {
-  wino_filter<AQ_GPU_CONV2D_WINO_COLS, AQ_GPU_CONV2D_BWD_FILTER_SPLIT, false>(a);
+  wino_filter<AQ_GPU_CONV2D_WINO_COLS, AQ_GPU_CONV2D_BWD_FILTER_SPLIT, conv_wino::FFMA>(a);
 }
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_WINO_THIN_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_wino_thin(aq_conv2d_args_t a) {
-  wino_filter<AQ_GPU_CONV2D_WINO_FILTER_THIN, AQ_GPU_CONV2D_WINO_THIN_SPLIT, true>(a);
+  wino_filter<AQ_GPU_CONV2D_WINO_FILTER_THIN, AQ_GPU_CONV2D_WINO_THIN_SPLIT, conv_wino::TC>(a);
 }
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_WINO_TC_SPLIT) __launch_bounds__(256, 2)
     aq_conv2d_bwd_filter_f32_wino_tc(aq_conv2d_args_t a) {
-  wino_filter<AQ_GPU_CONV2D_WINO_COLS, AQ_GPU_CONV2D_WINO_TC_SPLIT, true>(a);
+  wino_filter<AQ_GPU_CONV2D_WINO_COLS, AQ_GPU_CONV2D_WINO_TC_SPLIT, conv_wino::TC>(a);
+}
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_WINO_WARP_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_WINO_WARP_THREADS, 1)
+    aq_conv2d_bwd_filter_f32_wino_warp(aq_conv2d_args_t a) {
+  wino_filter<AQ_GPU_CONV2D_WINO_COLS, AQ_GPU_CONV2D_WINO_WARP_SPLIT, conv_wino::WARP>(a);
 }

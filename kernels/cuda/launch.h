@@ -836,7 +836,7 @@ static inline int aq_conv2d_wino_pass(const char *kernel) {
   return !strcmp(kernel, AQ_KERNEL_CONV2D_WINO) || !strcmp(kernel, AQ_KERNEL_CONV2D_BF16_WINO) ? 0
          : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_WINO) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO) ? 1
          : !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN) ||
-                 !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC)
+                 !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP)
              ? 2
              : -1;
 }
@@ -850,6 +850,12 @@ static inline int aq_conv2d_wino_pass(const char *kernel) {
  * square tiles: a second wave, nearly empty) but 16 of 12. */
 #define AQ_GPU_CONV2D_WINO_TC_SPLIT 12
 #define AQ_GPU_CONV2D_WINO_TC_BYTES 65536
+/* The warp build: the square tiles with a warp an element, blocks of 512
+ * threads, one an SM, over clusters of 6: an H200's GPCs hold 16 such
+ * clusters at once (16 tiles of dw in one wave), but not 16 of 7 or 8. */
+#define AQ_GPU_CONV2D_WINO_WARP_SPLIT 6
+#define AQ_GPU_CONV2D_WINO_WARP_THREADS 512
+#define AQ_GPU_CONV2D_WINO_WARP_BYTES 196608
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_wino_filter_tiles(const aq_conv2d_args_t *a, int rows) {
   return ((a->k > 0 ? a->k : 1) + rows - 1) / rows *
          (((a->c > 0 ? a->c : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS);
@@ -857,6 +863,12 @@ static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_wino_filter_tiles(const aq_co
 /* A Winograd build's launch (build: its name). */
 static inline aq_dispatch_shape_t aq_conv2d_wino_gpu_shape(const aq_conv2d_args_t *a, const char *build) {
   const int pass = aq_conv2d_wino_pass(build);
+  if (pass == 2 && !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP)) { /* its own blocks */
+    aq_dispatch_shape_t s = aq_conv2d_filter_split_by(a, aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_COLS),
+                                                      AQ_GPU_CONV2D_WINO_WARP_SPLIT);
+    s.grid[0] = s.grid[0] / AQ_GPU_BLOCK * AQ_GPU_CONV2D_WINO_WARP_THREADS, s.workgroup[0] = AQ_GPU_CONV2D_WINO_WARP_THREADS;
+    return s;
+  }
   if (pass == 2) /* a cluster a tile of dw */
     return !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN)
                ? aq_conv2d_filter_split_by(a, aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_FILTER_THIN),
@@ -888,11 +900,12 @@ static inline int aq_conv2d_wino_fits(const aq_conv2d_args_t *a, int pass) {
  * the tiles of dy, so dw's few tiles decide how many blocks run: where dw
  * has AQ_GPU_CONV2D_WINO_WIDE_TILES tiles of 32 x 32 (two blocks an SM
  * over clusters of 8), the wide build; where it has
- * AQ_GPU_CONV2D_WINO_TC_TILES, the square one (the same tiles on tensor
- * cores over clusters of 12: one wave at two blocks an SM); else the thin
- * one (16 x 32 tiles, each patch transformed twice, but four times the
- * blocks, over clusters of 16, which cost more where the wide tiles fill
- * the GPU already). */
+ * AQ_GPU_CONV2D_WINO_TC_TILES, the warp one (the same tiles on tensor
+ * cores, a warp an element, over clusters of 6: one wave at one block an
+ * SM; the square one, a tuning candidate, runs them over clusters of 12 at
+ * two blocks an SM); else the thin one (16 x 32 tiles, each patch
+ * transformed twice, but four times the blocks, over clusters of 16,
+ * which cost more where the wide tiles fill the GPU already). */
 #define AQ_GPU_CONV2D_WINO_WIDE_TILES 32
 #define AQ_GPU_CONV2D_WINO_TC_TILES 16
 static inline const char *aq_conv2d_wino(const aq_conv2d_args_t *a, int pass) {
@@ -900,7 +913,7 @@ static inline const char *aq_conv2d_wino(const aq_conv2d_args_t *a, int pass) {
   if (pass < 0 || pass > 2 || !aq_conv2d_wino_fits(a, pass) || !aq_conv2d_x3(a, pass)) return NULL;
   const int64_t tiles = aq_conv2d_wino_filter_tiles(a, AQ_GPU_CONV2D_WINO_COLS);
   if (pass < 2 || tiles >= AQ_GPU_CONV2D_WINO_WIDE_TILES) return builds[pass];
-  return tiles >= AQ_GPU_CONV2D_WINO_TC_TILES ? AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC : AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN;
+  return tiles >= AQ_GPU_CONV2D_WINO_TC_TILES ? AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP : AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN;
 }
 static inline int aq_conv2d_fwd_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 0); }
 static inline int aq_conv2d_bwd_data_wino_fits(const aq_conv2d_args_t *a) { return aq_conv2d_wino_fits(a, 1); }
@@ -1262,6 +1275,7 @@ static __attribute__((noinline, unused)) uint32_t aq_gpu_op_group_segment(const 
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL)) return AQ_GPU_CONV2D_COL_FILTER_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_PLANES)) return AQ_GPU_CONV2D_PLANES_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC)) return AQ_GPU_CONV2D_WINO_TC_BYTES;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP)) return AQ_GPU_CONV2D_WINO_WARP_BYTES;
   for (int i = 0; i < 5; ++i) /* the tiled passes */
     if (!strcmp(kernel, conv[i])) return (uint32_t)aq_conv2d_tiled_bytes(a, i < 2 ? i : 2);
   return 0;
@@ -1404,6 +1418,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_WINO, aq_conv2d_bwd_filter_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN, aq_conv2d_bwd_filter_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC, aq_conv2d_bwd_filter_wino_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP, aq_conv2d_bwd_filter_wino_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER, NULL, aq_conv2d_bwd_filter_plain_shape},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT, NULL, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_STAGED, aq_conv2d_filter_staged, NULL},

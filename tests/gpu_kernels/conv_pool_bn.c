@@ -65,7 +65,9 @@ static void ref_tap(void *ctx, int64_t o, int64_t k, int64_t xi, int64_t wi) {
  * builds with the thin backward filter, 7 with the one over clusters of 6,
  * 8 the FFMA builds, 9 the Winograd builds, 10 with the thin backward
  * filter, 11 and 12 the staged backward filter over clusters of 4 and 16,
- * 13 the backward data by columns (the scheduler's builds for the rest). */
+ * 13 the backward data by columns (the scheduler's builds for the rest),
+ * 14 and 15 the Winograd builds with the square and the warp backward
+ * filter. */
 static void conv_case(const conv_case_t *t, int launch) {
   aq_conv2d_args_t a = {0};
   a.precision = launch == 5 ? AQ_MATMUL_PRECISION_EXACT : AQ_MATMUL_PRECISION_DEFAULT;
@@ -94,13 +96,14 @@ static void conv_case(const conv_case_t *t, int launch) {
   if (launch >= 9) x3[0] = AQ_KERNEL_CONV2D_WINO, x3[1] = AQ_KERNEL_CONV2D_BWD_DATA_WINO, x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_WINO;
   if (launch == 10) x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN;
   if (launch == 14) x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC;
+  if (launch == 15) x3[2] = AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP;
   const int64_t planes[] = {a.n * a.k, a.n * a.c, a.k * a.c};
   for (int i = 0; i < 3; ++i) {
     aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]);
     if (launch == 1) gk_op(names[i], &a, cpu);
     else if (launch == 13 && i == 1)
       gk_run(AQ_KERNEL_CONV2D_BWD_DATA_COL, &a, aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_DATA_COL, &a, cpu));
-    else if (launch == 4 || (launch >= 6 && launch <= 10) || launch == 14) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
+    else if (launch == 4 || (launch >= 6 && launch <= 10) || launch >= 14) gk_run(x3[i], &a, aq_gpu_op_shape(x3[i], &a, cpu));
     else if (launch >= 2 && launch != 13 && i == 2) { /* a build on every case: where it does not apply, its fallback */
       const char *build = launch == 2    ? AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT
                           : launch == 11 ? AQ_KERNEL_CONV2D_BWD_FILTER_STAGED4
@@ -171,6 +174,10 @@ Test(gpu_conv, conv2d_wino_thin_build) {
 Test(gpu_conv, conv2d_wino_square_build) {
   for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 14);
 }
+/* And its warp one (a warp an element, blocks of 512 threads). */
+Test(gpu_conv, conv2d_wino_warp_build) {
+  for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); ++i) conv_case(&conv_cases[i], 15);
+}
 /* The tensor-core builds' tiles (16 or 32 filters by 32 channels over
  * clusters of 16 or 12) on odd shapes: batch 1, channels and filters past
  * whole tiles, planes of a few positions (one column: a step of 8 tiles
@@ -182,7 +189,8 @@ Test(gpu_conv, conv2d_wino_thin_odd_shapes) {
       {3, 65, 4, 9, 31, 3, 3, 1, 1, 2, 2, 1, 1},  {2, 48, 11, 13, 40, 3, 3, 1, 1, 1, 1, 1, 1},
       {1, 32, 9, 1, 16, 3, 3, 1, 1, 1, 1, 1, 1},  {5, 34, 6, 5, 18, 3, 3, 1, 1, 1, 1, 1, 1},
   };
-  for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); ++i) conv_case(&odd[i], 10), conv_case(&odd[i], 14);
+  for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); ++i)
+    conv_case(&odd[i], 10), conv_case(&odd[i], 14), conv_case(&odd[i], 15);
 }
 /* Their sums run in an order fixed by the shape: the same bits when run
  * again, and over a grid of one cluster, which walks every tile of dw in
@@ -208,6 +216,7 @@ static void wino_repeats(const char *build, int split) {
 Test(gpu_conv, conv2d_wino_thin_repeats_bit_for_bit) {
   wino_repeats(AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN, AQ_GPU_CONV2D_WINO_THIN_SPLIT);
   wino_repeats(AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC, AQ_GPU_CONV2D_WINO_TC_SPLIT);
+  wino_repeats(AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP, AQ_GPU_CONV2D_WINO_WARP_SPLIT);
 }
 /* The backward data by columns on every case: where it does not apply
  * (planes of dy past 64 positions, ...), its fallback, the direct loops. A

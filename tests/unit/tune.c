@@ -75,10 +75,10 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   }
   /* 3x3 over 56x56 planes: no stage or tile holds them; the rule picks
    * Winograd's thin build (dw's 4 tiles of 32 x 32 would leave most
-   * clusters idle), the tensor cores', the wide and the square one
-   * candidates */
+   * clusters idle), the tensor cores', the wide, the square and the warp
+   * one candidates */
   uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &wide, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 9);
+  cr_assert_eq(n, 10);
   cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN);
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BWD_FILTER_X3);
   cr_assert_str_eq(names[2], AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN);
@@ -86,8 +86,9 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
   cr_assert_str_eq(names[4], AQ_KERNEL_CONV2D_BWD_FILTER_FFMA);
   cr_assert_str_eq(names[5], AQ_KERNEL_CONV2D_BWD_FILTER_WINO);
   cr_assert_str_eq(names[6], AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC);
-  cr_assert_str_eq(names[7], AQ_KERNEL_CONV2D_BWD_FILTER);
-  cr_assert_str_eq(names[8], AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
+  cr_assert_str_eq(names[7], AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP);
+  cr_assert_str_eq(names[8], AQ_KERNEL_CONV2D_BWD_FILTER);
+  cr_assert_str_eq(names[9], AQ_KERNEL_CONV2D_BWD_FILTER_SPLIT);
   aq_conv2d_args_t exact = wide;
   exact.precision = AQ_MATMUL_PRECISION_EXACT;
   n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER, &exact, names, AQ_GPU_OP_BUILDS_MAX);
@@ -107,16 +108,22 @@ Test(tune, each_conv_shape_lists_the_builds_whose_rules_apply_the_rule_s_pick_fi
     cr_assert(!listed(names, n, pass ? AQ_KERNEL_CONV2D_BWD_DATA_WINO : AQ_KERNEL_CONV2D_WINO), "exact: no Winograd");
   }
   /* the backward filter's wide Winograd build where dw has tiles enough
-   * for two blocks an SM, its square one where they fill clusters of 12
-   * once, else its thin one over clusters of 16 */
+   * for two blocks an SM, its warp one (blocks of 512 threads, one an SM)
+   * where they fill clusters of 6 once, else its thin one over clusters
+   * of 16 */
   const aq_conv2d_args_t c256 = conv(32, 256, 14, 256, 3, 1, 0), c128 = conv(32, 128, 28, 128, 3, 1, 0);
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &c256), AQ_KERNEL_CONV2D_BWD_FILTER_WINO, "64 tiles of dw");
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &c256, aq_planes_grid(1)).grid[0],
                64 * AQ_GPU_CONV2D_BWD_FILTER_SPLIT * AQ_GPU_BLOCK, "a cluster a tile");
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &c128), AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC,
-                   "16 wide tiles: the square build");
-  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &c128, aq_planes_grid(1)).grid[0],
-               16 * AQ_GPU_CONV2D_WINO_TC_SPLIT * AQ_GPU_BLOCK);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &c128), AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP,
+                   "16 wide tiles: the warp build");
+  const aq_dispatch_shape_t w128 = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER, &c128, aq_planes_grid(1));
+  cr_assert_eq(w128.grid[0], 16 * AQ_GPU_CONV2D_WINO_WARP_SPLIT * AQ_GPU_CONV2D_WINO_WARP_THREADS);
+  cr_assert_eq(w128.workgroup[0], AQ_GPU_CONV2D_WINO_WARP_THREADS);
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP, &c128), AQ_GPU_CONV2D_WINO_WARP_BYTES);
+  cr_assert_eq(aq_gpu_op_build_shape(AQ_KERNEL_CONV2D_BWD_FILTER, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC, &c128,
+                                     aq_planes_grid(1)).grid[0],
+               16 * AQ_GPU_CONV2D_WINO_TC_SPLIT * AQ_GPU_BLOCK, "the square build a tuning candidate");
   cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC, &c128), AQ_GPU_CONV2D_WINO_TC_BYTES);
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER, &wide), AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN,
                    "4 tiles: too few clusters; 8 thin ones");
@@ -200,7 +207,9 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
           want = aq_conv2d_ffma_gpu_shape(a, 2), want_group = 0;
         else if (strstr(names[b], "_wino"))
           want = aq_conv2d_wino_gpu_shape(a, names[b]),
-          want_group = strcmp(names[b], AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC) ? 0 : AQ_GPU_CONV2D_WINO_TC_BYTES;
+          want_group = !strcmp(names[b], AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC)     ? AQ_GPU_CONV2D_WINO_TC_BYTES
+                       : !strcmp(names[b], AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP) ? AQ_GPU_CONV2D_WINO_WARP_BYTES
+                                                                                 : 0;
         else if (tc_cluster(names[b]))
           want = aq_conv2d_bf16_filter_split_shape(a, tc_cluster(names[b])), want_group = 0;
         else if (rows_cluster(names[b]))
@@ -225,6 +234,7 @@ Test(tune, each_candidate_launches_with_its_own_shape_and_group_segment) {
                             : strstr(names[b], "_split6")    ? AQ_GPU_CONV2D_SPLIT6
                             : strstr(names[b], "_wino_thin") ? AQ_GPU_CONV2D_WINO_THIN_SPLIT
                             : strstr(names[b], "_wino_tc")   ? AQ_GPU_CONV2D_WINO_TC_SPLIT
+                            : strstr(names[b], "_wino_warp") ? AQ_GPU_CONV2D_WINO_WARP_SPLIT
                             : staged_cluster(names[b])       ? staged_cluster(names[b])
                                                              : AQ_GPU_CONV2D_BWD_FILTER_SPLIT),
                        0, "%s", names[b]);

@@ -444,7 +444,9 @@ static const char *path_of(const aq_conv2d_args_t *a, int tiled, int staged, int
   if (ffma < 0 && pass == 2) {
     snprintf(buf, size, "Winograd's F(3x3, 2x2), a cluster of %d a %dx%d tile of dw splitting dy's tiles, %s", split, x3,
              AQ_GPU_CONV2D_WINO_COLS,
-             ffma == -2 ? "its products on tensor cores (3xTF32)" : "its products in FFMA");
+             ffma == -3   ? "its products on tensor cores (3xTF32), a warp an element, added in fp32 every 64 tiles"
+             : ffma == -2 ? "its products on tensor cores (3xTF32)"
+                          : "its products in FFMA");
     return buf;
   }
   if (ffma < 0) {
@@ -493,11 +495,13 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   const char *build = build_of(gpu, bf16, pass, a, &tuned);
   const aq_dispatch_shape_t sh = aq_gpu_op_build_shape(op, build, a, aq_planes_grid(1));
   const uint32_t group = aq_gpu_op_group_segment(build, a);
-  /* thin, square: Winograd's backward filters on tensor cores, over
+  /* thin, square, warp: Winograd's backward filters on tensor cores, over
    * clusters of their own sizes */
   const int staged = aq_conv2d_staged_split(build), thin = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_THIN),
-            square = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC),
+            warp = !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP),
+            square = warp || !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC),
             split = thin                                                  ? AQ_GPU_CONV2D_WINO_THIN_SPLIT
+                    : warp                                                ? AQ_GPU_CONV2D_WINO_WARP_SPLIT
                     : square                                              ? AQ_GPU_CONV2D_WINO_TC_SPLIT
                     : !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_WINO) ? AQ_GPU_CONV2D_BWD_FILTER_SPLIT
                     : staged                                           ? staged
@@ -511,7 +515,8 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   int x3 = 0;
   aq_conv2d_f32_pass(build, &x3);
   if (x3) x3 = strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_X3_THIN) ? AQ_GPU_CONV2D_X3_TILE : AQ_GPU_CONV2D_X3_THIN;
-  const int ffma = aq_conv2d_wino_pass(build) >= 0 ? (thin || square ? -2 : -1) : aq_conv2d_ffma_pass(build) >= 0; /* < 0: Winograd's */
+  const int ffma = aq_conv2d_wino_pass(build) >= 0 ? (warp ? -3 : thin || square ? -2 : -1)
+                                                  : aq_conv2d_ffma_pass(build) >= 0; /* < 0: Winograd's */
   if (ffma < 0) x3 = thin ? AQ_GPU_CONV2D_WINO_FILTER_THIN : AQ_GPU_CONV2D_WINO_COLS; /* its backward filter's tile rows */
   uint64_t blocks = 1, threads = 1;
   for (int d = 0; d < 3; ++d) blocks *= sh.grid[d] / sh.workgroup[d], threads *= sh.workgroup[d];
