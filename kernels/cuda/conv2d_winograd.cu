@@ -193,45 +193,29 @@ __device__ __forceinline__ void split(float x, uint32_t &hi, uint32_t &lo) {
   lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
-// The warp build's swizzle (below), over its 16 rows a step: a warp's
-// store (16 k by two columns) and a fragment load (k of 4 by columns of 8)
-// each in 32 distinct banks.
-__device__ __forceinline__ int swz16(int k) { return (k & 3) << 3 | (k & 12) >> 1; }
-
-// Column c of row k: swizzled by swz (Z 8) or swz16 (Z 16), else (padded
-// rows, Z 0) as is, a lane's fragments then at constant offsets from one
-// address.
-template <int Z>
-__device__ __forceinline__ int col_of(int c, int k) { return Z == 16 ? c ^ swz16(k) : Z ? c ^ swz(k) : c; }
-// x split into element e's fragment j: a pair's two elements (float2) or
-// one element's.
-template <int N>
-__device__ __forceinline__ void split_at(float2 x, int j, uint32_t (&hi)[2][N], uint32_t (&lo)[2][N]) {
-  split(x.x, hi[0][j], lo[0][j]), split(x.y, hi[1][j], lo[1][j]);
-}
-template <int N>
-__device__ __forceinline__ void split_at(float x, int j, uint32_t (&hi)[1][N], uint32_t (&lo)[1][N]) {
-  split(x, hi[0][j], lo[0][j]);
-}
-// A's fragments, split, of each element of the m16 tile at row m0, k from
-// k0 (PTX's layout: row g (+8), k q (+4); g = lane / 4, q = lane % 4).
-template <int Z, int W, class T, int E>
-__device__ __forceinline__ void frag_a(const T (*s)[W], int m0, int g, int q, uint32_t (&hi)[E][4], uint32_t (&lo)[E][4],
-                                       int k0 = 0) {
+// Column c of row k: swizzled where SWZ, else (padded rows) as is, a
+// lane's fragments then at constant offsets from one address.
+template <bool SWZ>
+__device__ __forceinline__ int col_of(int c, int k) { return SWZ ? c ^ swz(k) : c; }
+// A's fragments, split, of both elements of a pair's m16 tile at row m0
+// (PTX's layout: row g (+8), k q (+4); g = lane / 4, q = lane % 4).
+template <bool SWZ, int W>
+__device__ __forceinline__ void frag_a(const float2 (*s)[W], int m0, int g, int q, uint32_t (&hi)[2][4], uint32_t (&lo)[2][4]) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const int r = m0 + g + (j & 1) * 8, k = k0 + q + (j >> 1) * 4;
-    split_at(s[k][col_of<Z>(r, k)], j, hi, lo);
+    const int r = m0 + g + (j & 1) * 8, k = q + (j >> 1) * 4;
+    const float2 x = s[k][col_of<SWZ>(r, k)];
+    split(x.x, hi[0][j], lo[0][j]), split(x.y, hi[1][j], lo[1][j]);
   }
 }
 // B's, of the n8 tile at column n0 (k q (+4), column g).
-template <int Z, int W, class T, int E>
-__device__ __forceinline__ void frag_b(const T (*s)[W], int n0, int g, int q, uint32_t (&hi)[E][2], uint32_t (&lo)[E][2],
-                                       int k0 = 0) {
+template <bool SWZ, int W>
+__device__ __forceinline__ void frag_b(const float2 (*s)[W], int n0, int g, int q, uint32_t (&hi)[2][2], uint32_t (&lo)[2][2]) {
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    const int k = k0 + q + j * 4;
-    split_at(s[k][col_of<Z>(n0 + g, k)], j, hi, lo);
+    const int k = q + j * 4;
+    const float2 x = s[k][col_of<SWZ>(n0 + g, k)];
+    split(x.x, hi[0][j], lo[0][j]), split(x.y, hi[1][j], lo[1][j]);
   }
 }
 // d += a b in 3xTF32, the smaller terms first.
@@ -404,11 +388,11 @@ __device__ __forceinline__ void block_tile_tc(const Pass<uint16_t> &p, TCShared 
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
       uint32_t ah[2][4], al[2][4];
-      frag_a<0>(sh.s.u[w], mi * 16, g, q, ah, al);
+      frag_a<false>(sh.s.u[w], mi * 16, g, q, ah, al);
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
         uint32_t bh[2][2], bl[2][2];
-        frag_b<0>(sh.s.v[w], ni * 8, g, q, bh, bl);
+        frag_b<false>(sh.s.v[w], ni * 8, g, q, bh, bl);
 #pragma unroll
         for (int el = 0; el < 2; ++el) mma_x3(acc[el][mi][ni], ah[el], al[el], bh[el], bl[el]);
       }
@@ -736,11 +720,11 @@ __device__ __forceinline__ void tc_step(const TShared<FK> &sh, int b, float (&ac
   const float2(*sv)[FK] = sh.s.v[b][w];
   uint32_t ah[FK / TK][2][4], al[FK / TK][2][4]; /* A (filter, tile), B (tile, channel) */
 #pragma unroll
-  for (int mi = 0; mi < FK / TK; ++mi) frag_a<8>(sv, mi * TK, g, q, ah[mi], al[mi]);
+  for (int mi = 0; mi < FK / TK; ++mi) frag_a<true>(sv, mi * TK, g, q, ah[mi], al[mi]);
 #pragma unroll
   for (int ni = 0; ni < 4; ++ni) {
     uint32_t bh[2][2], bl[2][2];
-    frag_b<8>(su, ni * 8, g, q, bh, bl);
+    frag_b<true>(su, ni * 8, g, q, bh, bl);
 #pragma unroll
     for (int mi = 0; mi < FK / TK; ++mi)
 #pragma unroll
@@ -847,8 +831,8 @@ static_assert(WTHREADS == AQ_GPU_CONV2D_WINO_WARP_THREADS && WSTEP * COLS == WTH
 struct WShared {
   union {
     struct {
-      float u[2][16][WSTEP][COLS]; /* B^T x B: [buffer][element][tile][channel ^ swz16(tile)] */
-      float v[2][16][WSTEP][WFK];  /* G dy G^T: [buffer][element][tile][filter ^ swz16(tile)] */
+      float u[2][16][COLS][WSTEP]; /* B^T x B: [buffer][element][channel][wpos(channel, tile)] */
+      float v[2][16][WFK][WSTEP];  /* G dy G^T: [buffer][element][filter][wpos(filter, tile)] */
     } s;
     struct {
       float m[16][WFK][COLS + 1]; /* the sums: [element][filter][channel] */
@@ -859,23 +843,38 @@ struct WShared {
 };
 static_assert(sizeof(WShared) == AQ_GPU_CONV2D_WINO_WARP_BYTES, "launch.h's group segment of the warp build");
 
+// Where tile k of a step sits in an operand row: a lane's fragment pair
+// (k, k + 4) side by side (one 8-byte load), the two depths' halves
+// swapped in rows 2 and 3 (mod 4), so that a half-warp's fragment load
+// (4 rows by 4 pairs) and a warp's store (16 tiles by 2 rows) each fall
+// in 32 distinct banks, at offsets a lane computes once.
+__device__ __forceinline__ int wpos(int row, int k) { return 2 * ((k >> 3 << 2 | (k & 3)) ^ (row & 2) << 1) + (k >> 2 & 1); }
+
 // One step's products from buffer b: warp e's element, 32 x 32 as 2 x 4
-// tiles of m16n8, 16 deep.
+// tiles of m16n8, 16 deep (PTX's fragments: A's row g (+8), k q (+4), B's
+// k q (+4), column g).
 __device__ __forceinline__ void warp_step(const WShared &sh, int b, float (&acc)[2][4][4]) {
   const int lane = threadIdx.x & 31, e = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  const float(*sv)[WFK] = sh.s.v[b][e];
-  const float(*su)[COLS] = sh.s.u[b][e];
+  const float(*sv)[WSTEP] = sh.s.v[b][e];
+  const float(*su)[WSTEP] = sh.s.u[b][e];
 #pragma unroll
   for (int k0 = 0; k0 < WSTEP; k0 += 8) {
-    uint32_t ah[2][1][4], al[2][1][4]; /* A (filter, tile), B (tile, channel) */
+    uint32_t ah[2][4], al[2][4]; /* A (filter, tile), B (tile, channel) */
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) frag_a<16>(sv, mi * 16, g, q, ah[mi], al[mi], k0);
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int r = mi * 16 + g + j * 8;
+        const float2 x = *reinterpret_cast<const float2 *>(&sv[r][wpos(r, k0 + q)]);
+        split(x.x, ah[mi][j], al[mi][j]), split(x.y, ah[mi][j + 2], al[mi][j + 2]);
+      }
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
-      uint32_t bh[1][2], bl[1][2];
-      frag_b<16>(su, ni * 8, g, q, bh, bl, k0);
+      uint32_t bh[2], bl[2];
+      const float2 x = *reinterpret_cast<const float2 *>(&su[ni * 8 + g][wpos(ni * 8 + g, k0 + q)]);
+      split(x.x, bh[0], bl[0]), split(x.y, bh[1], bl[1]);
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) mma_x3(acc[mi][ni], ah[mi][0], al[mi][0], bh[0], bl[0]);
+      for (int mi = 0; mi < 2; ++mi) mma_x3(acc[mi][ni], ah[mi], al[mi], bh, bl);
     }
   }
 }
@@ -942,7 +941,7 @@ __device__ __forceinline__ void filter_tile_warp(const aq_conv2d_args_t &a, WSha
     finput_transform(d, u);
     ftile_transform(g, v);
 #pragma unroll
-    for (int k = 0; k < 16; ++k) sh.s.u[b][k][tt][oc ^ swz16(tt)] = u[k], sh.s.v[b][k][tt][oc ^ swz16(tt)] = v[k];
+    for (int k = 0; k < 16; ++k) sh.s.u[b][k][oc][wpos(oc, tt)] = u[k], sh.s.v[b][k][oc][wpos(oc, tt)] = v[k];
   };
   float d[16], g[4];
   FPos p = fpos_of(t0 + tt, th, tw);
