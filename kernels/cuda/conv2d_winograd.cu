@@ -691,22 +691,28 @@ __device__ __forceinline__ uint32_t inside(int y0, int x0, int h, int w, int n) 
 
 // Tile p's x patch in channel c (zeros outside the image or past the
 // channels; none where dead) and, where dy, its dy tile in filter k.
-__device__ __forceinline__ void load_fpatch(const aq_conv2d_args_t &a, const FPos &p, int c, int k, bool live, bool dy,
-                                            float d[16], float g[4]) {
+__device__ __forceinline__ void load_xpatch(const aq_conv2d_args_t &a, const FPos &p, int c, bool live, float d[16]) {
   const int h = (int)a.h, w = (int)a.wd, y0 = 2 * p.ty - a.pad_h, x0 = 2 * p.tx - a.pad_w;
   const uint32_t xin = live && c < a.c ? inside(y0, x0, h, w, 4) : 0;
   const float *xs = a.x + ((p.n * (int)a.c + c) * h + y0) * w + x0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) load_row<4>(xs + i * w, xin, i, d + 4 * i);
+}
+__device__ __forceinline__ void load_dytile(const aq_conv2d_args_t &a, const FPos &p, int k, bool live, float g[4]) {
   const int pp = (int)a.p, qq = (int)a.q, ty = 2 * p.ty, tx = 2 * p.tx;
   /* dy's tile starts inside: only its second row and column may not be */
   const uint32_t r1 = ty + 1 < pp, c1 = tx + 1 < qq;
-  const uint32_t gin = dy && live && k < a.k ? 1u | c1 << 1 | r1 << 4 | (r1 & c1) << 5 : 0;
+  const uint32_t gin = live && k < a.k ? 1u | c1 << 1 | r1 << 4 | (r1 & c1) << 5 : 0;
   const float *gs = a.dy + ((p.n * (int)a.k + k) * pp + ty) * qq + tx;
   float gr[2][4];
 #pragma unroll
   for (int i = 0; i < 2; ++i) load_row<2>(gs + i * qq, gin, i, gr[i]);
   g[0] = gr[0][0], g[1] = gr[0][1], g[2] = gr[1][0], g[3] = gr[1][1];
+}
+__device__ __forceinline__ void load_fpatch(const aq_conv2d_args_t &a, const FPos &p, int c, int k, bool live, bool dy,
+                                            float d[16], float g[4]) {
+  load_xpatch(a, p, c, live, d);
+  load_dytile(a, p, k, live && dy, g);
 }
 
 // One step's products from buffer b: warp w's elements 2 w and 2 w + 1,
@@ -815,67 +821,62 @@ __device__ __forceinline__ void filter_tile_tc(const aq_conv2d_args_t &a, TShare
 
 // ---- the warp build: an element a warp ------------------------------------
 // The square tile (32 filters by 32 channels) with a warp an element: 16
-// warps, 16 tiles a step (two m16n8k8 depths), one block an SM over
-// clusters of 6 (launch.h: aq_conv2d_wino). The square build's warps hold
-// two elements' sums and a patch ahead in more registers than a thread
-// has (it spilled in its loop, the spills' latency under every step);
-// here a thread holds one element's 32 x 32 in 32 registers. The tensor
-// cores' sums round coarser than fp32's, so they run WFLUSH steps at a
-// time, then each thread adds them in fp32 to its own total in shared
-// memory (registers would not hold it beside the products). A step's
-// operands, two buffers of 64 KB, the totals and the way out (the sums
-// parked, then their 3x3) in the group segment.
-constexpr int WTHREADS = 512, WSTEP = 16, WFK = 32, WFLUSH = 4; /* the block; tiles a step; filters a tile; steps a total */
-static_assert(WTHREADS == AQ_GPU_CONV2D_WINO_WARP_THREADS && WSTEP * COLS == WTHREADS && WTHREADS / 32 == 16,
-              "a patch and a dy tile a thread a step; a warp an element");
+// warps, 8 tiles a step, half the threads transforming patches of x and
+// half tiles of dy, one block an SM over clusters of 6 (launch.h:
+// aq_conv2d_wino). The square build's warps hold two elements' sums and a
+// patch ahead in more registers than a thread has (it spilled in its
+// loop, the spills' latency under every step); here a thread holds one
+// element's 32 x 32 in 32 registers. The tensor cores' sums round coarser
+// than fp32's, so they run WFLUSH steps at a time, then each thread adds
+// them in fp32 to its own totals in shared memory (registers would not
+// hold them beside the products). A step's operands (two buffers), the
+// totals and the way out in the group segment, within an A100's opt-in.
+constexpr int WTHREADS = 512, WSTEP = 8, WFK = 32, WFLUSH = 8; /* the block; tiles a step; filters a tile; steps a total */
+static_assert(WTHREADS == AQ_GPU_CONV2D_WINO_WARP_THREADS && 2 * WSTEP * COLS == WTHREADS && WTHREADS / 32 == 16,
+              "a patch or a dy tile a thread a step; a warp an element");
 struct WShared {
   union {
     struct {
-      float u[2][16][COLS][WSTEP]; /* B^T x B: [buffer][element][channel][wpos(channel, tile)] */
-      float v[2][16][WFK][WSTEP];  /* G dy G^T: [buffer][element][filter][wpos(filter, tile)] */
+      float u[2][16][COLS][WSTEP]; /* B^T x B: [buffer][element][channel][wpos(tile)] */
+      float v[2][16][WFK][WSTEP];  /* G dy G^T: [buffer][element][filter][wpos(tile)] */
     } s;
-    struct {
-      float m[16][WFK][COLS + 1]; /* the sums: [element][filter][channel] */
-      float part[WFK * COLS * 9]; /* dw: [filter][channel][r][s] */
-    } q;
+    float m[16][WFK][COLS + 1]; /* the way out's sums: [element][filter][channel] */
   };
-  float4 total[8][WTHREADS]; /* a thread's sums in fp32: [fragment / 4][thread] */
+  union {
+    float4 total[8][WTHREADS]; /* a thread's sums in fp32: [fragment / 4][thread] */
+    float part[WFK * COLS * 9]; /* the way out's dw: [filter][channel][r][s] */
+  };
 };
 static_assert(sizeof(WShared) == AQ_GPU_CONV2D_WINO_WARP_BYTES, "launch.h's group segment of the warp build");
 
 // Where tile k of a step sits in an operand row: a lane's fragment pair
-// (k, k + 4) side by side (one 8-byte load), the two depths' halves
-// swapped in rows 2 and 3 (mod 4), so that a half-warp's fragment load
-// (4 rows by 4 pairs) and a warp's store (16 tiles by 2 rows) each fall
-// in 32 distinct banks, at offsets a lane computes once.
-__device__ __forceinline__ int wpos(int row, int k) { return 2 * ((k >> 3 << 2 | (k & 3)) ^ (row & 2) << 1) + (k >> 2 & 1); }
+// (k, k + 4) side by side, one 8-byte load. A half-warp's fragment load (4
+// rows by 4 pairs) and a warp's store (8 tiles by 4 rows) each fall in
+// distinct banks.
+__device__ __forceinline__ int wpos(int k) { return 2 * (k & 3) + (k >> 2); }
 
 // One step's products from buffer b: warp e's element, 32 x 32 as 2 x 4
-// tiles of m16n8, 16 deep (PTX's fragments: A's row g (+8), k q (+4), B's
-// k q (+4), column g).
+// tiles of m16n8k8 (PTX's fragments: A's row g (+8), k q (+4), B's k q
+// (+4), column g).
 __device__ __forceinline__ void warp_step(const WShared &sh, int b, float (&acc)[2][4][4]) {
   const int lane = threadIdx.x & 31, e = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   const float(*sv)[WSTEP] = sh.s.v[b][e];
   const float(*su)[WSTEP] = sh.s.u[b][e];
+  uint32_t ah[2][4], al[2][4]; /* A (filter, tile), B (tile, channel) */
 #pragma unroll
-  for (int k0 = 0; k0 < WSTEP; k0 += 8) {
-    uint32_t ah[2][4], al[2][4]; /* A (filter, tile), B (tile, channel) */
+  for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int r = mi * 16 + g + j * 8;
-        const float2 x = *reinterpret_cast<const float2 *>(&sv[r][wpos(r, k0 + q)]);
-        split(x.x, ah[mi][j], al[mi][j]), split(x.y, ah[mi][j + 2], al[mi][j + 2]);
-      }
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-      uint32_t bh[2], bl[2];
-      const float2 x = *reinterpret_cast<const float2 *>(&su[ni * 8 + g][wpos(ni * 8 + g, k0 + q)]);
-      split(x.x, bh[0], bl[0]), split(x.y, bh[1], bl[1]);
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) mma_x3(acc[mi][ni], ah[mi], al[mi], bh, bl);
+    for (int j = 0; j < 2; ++j) {
+      const float2 x = *reinterpret_cast<const float2 *>(&sv[mi * 16 + g + j * 8][wpos(q)]);
+      split(x.x, ah[mi][j], al[mi][j]), split(x.y, ah[mi][j + 2], al[mi][j + 2]);
     }
+#pragma unroll
+  for (int ni = 0; ni < 4; ++ni) {
+    uint32_t bh[2], bl[2];
+    const float2 x = *reinterpret_cast<const float2 *>(&su[ni * 8 + g][wpos(q)]);
+    split(x.x, bh[0], bl[0]), split(x.y, bh[1], bl[1]);
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) mma_x3(acc[mi][ni], ah[mi], al[mi], bh, bl);
   }
 }
 
@@ -906,56 +907,69 @@ __device__ __forceinline__ void warp_out(const aq_conv2d_args_t &a, WShared &sh,
   for (int i = 0; i < 8; ++i) {
     const float x[4] = {tot[i].x, tot[i].y, tot[i].z, tot[i].w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) sh.q.m[e][i / 4 * 16 + g + (j >> 1) * 8][i % 4 * 8 + 2 * q + (j & 1)] = x[j];
+    for (int j = 0; j < 4; ++j) sh.m[e][i / 4 * 16 + g + (j >> 1) * 8][i % 4 * 8 + 2 * q + (j & 1)] = x[j];
   }
-  __syncthreads();
+  __syncthreads(); /* part overwrites the totals */
 #pragma unroll
   for (int j = 0; j < WFK * COLS / WTHREADS; ++j) {
     const int p = tid + j * WTHREADS;
     float m[16];
 #pragma unroll
-    for (int x = 0; x < 16; ++x) m[x] = sh.q.m[x][p / COLS][p % COLS];
-    foutput_transform(m, sh.q.part + p * 9);
+    for (int x = 0; x < 16; ++x) m[x] = sh.m[x][p / COLS][p % COLS];
+    foutput_transform(m, sh.part + p * 9);
   }
   auto store = [&](int64_t i, float sum) {
     const int k = (int)(i / (COLS * 9)), c = (int)(i / 9 % COLS), kk = k0 + k, cc = c0 + c;
     if (kk < a.k && cc < a.c) a.dw[((int64_t)kk * a.c + cc) * 9 + i % 9] = sum;
   };
   if (ranks > 1) {
-    conv::cluster_sums<S>(sh.q.part, WFK * COLS * 9, rank, store);
+    conv::cluster_sums<S>(sh.part, WFK * COLS * 9, rank, store);
   } else {
     __syncthreads();
-    for (int i = tid; i < WFK * COLS * 9; i += WTHREADS) store(i, sh.q.part[i]);
+    for (int i = tid; i < WFK * COLS * 9; i += WTHREADS) store(i, sh.part[i]);
   }
 }
 
-// filter_tile_tc's loop for the warp build: a thread's patch and dy tile
-// a step (tile tid % 16, channel and filter tid / 16), one barrier a step.
+// filter_tile_tc's loop for the warp build: a thread's patch (the first
+// half's) or dy tile (the second's) a step, tile tid % 8, channel or
+// filter tid / 8 % 32; one barrier a step.
 template <int S>
 __device__ __forceinline__ void filter_tile_warp(const aq_conv2d_args_t &a, WShared &sh, int th, int tw, int t0, int t1,
                                                  int k0, int c0, int rank, int ranks) {
-  const int tid = threadIdx.x, tt = tid % WSTEP, oc = tid / WSTEP;
+  const int tid = threadIdx.x, tt = tid % WSTEP, oc = tid / WSTEP % 32;
+  const bool dy = tid >= WTHREADS / 2;
   float acc[2][4][4] = {};
+  auto load = [&](const FPos &p, float d[16], float g[4]) {
+    if (dy)
+      load_dytile(a, p, k0 + oc, p.t < t1, g);
+    else
+      load_xpatch(a, p, c0 + oc, p.t < t1, d);
+  };
   auto put = [&](int b, const float d[16], const float g[4]) {
-    float u[16], v[16];
-    finput_transform(d, u);
-    ftile_transform(g, v);
+    float u[16];
+    if (dy) {
+      ftile_transform(g, u);
 #pragma unroll
-    for (int k = 0; k < 16; ++k) sh.s.u[b][k][oc][wpos(oc, tt)] = u[k], sh.s.v[b][k][oc][wpos(oc, tt)] = v[k];
+      for (int k = 0; k < 16; ++k) sh.s.v[b][k][oc][wpos(tt)] = u[k];
+    } else {
+      finput_transform(d, u);
+#pragma unroll
+      for (int k = 0; k < 16; ++k) sh.s.u[b][k][oc][wpos(tt)] = u[k];
+    }
   };
   float d[16], g[4];
   FPos p = fpos_of(t0 + tt, th, tw);
   warp_flush(sh, acc, true);
   __syncthreads(); /* the last tile's way out is done with the buffers */
   if (t0 < t1) {
-    load_fpatch(a, p, c0 + oc, k0 + oc, p.t < t1, true, d, g);
+    load(p, d, g);
     put(0, d, g);
   }
   __syncthreads();
   int b = 0, n = 0;
   for (int ts = t0; ts < t1; ts += WSTEP, b ^= 1) {
     fpos_step(p, th, tw, WSTEP);
-    load_fpatch(a, p, c0 + oc, k0 + oc, p.t < t1, true, d, g);
+    load(p, d, g);
     warp_step(sh, b, acc);
     put(b ^ 1, d, g);
     if (++n == WFLUSH) n = 0, warp_flush(sh, acc, false);

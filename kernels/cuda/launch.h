@@ -855,7 +855,7 @@ static inline int aq_conv2d_wino_pass(const char *kernel) {
  * clusters at once (16 tiles of dw in one wave), but not 16 of 7 or 8. */
 #define AQ_GPU_CONV2D_WINO_WARP_SPLIT 6
 #define AQ_GPU_CONV2D_WINO_WARP_THREADS 512
-#define AQ_GPU_CONV2D_WINO_WARP_BYTES 196608
+#define AQ_GPU_CONV2D_WINO_WARP_BYTES 133120
 static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_wino_filter_tiles(const aq_conv2d_args_t *a, int rows) {
   return ((a->k > 0 ? a->k : 1) + rows - 1) / rows *
          (((a->c > 0 ? a->c : 1) + AQ_GPU_CONV2D_WINO_COLS - 1) / AQ_GPU_CONV2D_WINO_COLS);
