@@ -210,11 +210,11 @@ extern "C" {
  * and their grids. */
 #define AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT "aq_conv2d_bf16_split_flat"
 #define AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4 "aq_conv2d_bf16_split_flat4"
-/* bf16's forward of 3x3 filters where x's and y's planes are small (at
- * most 64 positions: a ResNet's last stage), a block an image's positions
- * by 64 filters: w's rows and x's planes copied whole, the im2col built in
- * shared memory (kernels/cuda/launch.h says where it applies and picks its
- * grid and group segment). */
+/* bf16's forward of 3x3 filters where x's planes are small (at most 256
+ * positions: a ResNet's last two stages), a block an image's tile of
+ * positions by 64 filters: w's rows and x's planes copied whole, the
+ * im2col built in shared memory (kernels/cuda/launch.h says where it
+ * applies and picks its grid and group segment). */
 #define AQ_KERNEL_CONV2D_BF16_PLANES "aq_conv2d_bf16_planes"
 #define AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO "aq_conv2d_bwd_data_bf16_wino"
 /* bf16's backward data where dy's planes are small (at most 64 positions:

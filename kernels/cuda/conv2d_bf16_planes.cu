@@ -1,18 +1,19 @@
-// aq_conv2d_bf16_planes: bf16's forward of 3x3 filters where x's and y's
-// planes are small (launch.h: aq_conv2d_bf16_planes_fits; a ResNet's last
-// stage), on tensor cores.
+// aq_conv2d_bf16_planes: bf16's forward of 3x3 filters where x's planes
+// are small (launch.h: aq_conv2d_bf16_planes_fits; a ResNet's last two
+// stages), on tensor cores.
 //
 // The implicit GEMM's forward (conv2d_bf16.cu) gathers x through im2col an
 // element at a time from global memory, again for every tile of filters.
-// Here a block takes one image and AQ_GPU_CONV2D_PLANES_FILTERS filters,
-// all of the image's positions: C[k][(p, q)] = sum over (c, r, s) of
+// Here a block takes one image, a tile of its positions (launch.h:
+// aq_conv2d_bf16_planes_tiles) and AQ_GPU_CONV2D_PLANES_FILTERS filters:
+// C[k][(p, q)] = sum over (c, r, s) of
 // w[k][c][r][s] x[c][tap's position]. Both operands are copied whole, by
 // cp.async, a stage of 16 channels at a time: the filters' rows of w (the
 // stage's (c, r, s) together in each) and the channels' planes of x (one
 // run of memory). The stage's im2col (a position's 144 taps, zero where
 // they fall in the padding) is then built in shared memory from the staged
 // planes, a thread two channels of a position as whole words, through a
-// list of each position's tap offsets made once a block, while the warps
+// list of each position's tap offsets made once an item, while the warps
 // multiply the previous stage. Deterministic: each sum in depth order.
 #include "launch.h"
 #include "conv2d_col.cuh"
@@ -28,10 +29,15 @@ constexpr int NP = AQ_GPU_CONV2D_COL_POSITIONS, PLANE = AQ_GPU_CONV2D_PLANES_PLA
  * bytes more, an odd number of 16-byte chunks, so that ldmatrix's eight
  * rows fall in eight bank groups. */
 constexpr int ROW = DEPTH + 8, W_BYTES = KT * ROW * 2, RAW_BYTES = (KC * PLANE + 8) * 2;
-constexpr int STAGE = W_BYTES + RAW_BYTES, STAGES = 3, T_BYTES = NP * ROW * 2;
-constexpr int LIST = STAGES * STAGE + 2 * T_BYTES; /* the tap offsets, past the stages and two im2col tiles */
+/* Stages of w three deep (a stage's rows are multiplied while the next
+ * stage's wait and the one after lands), of x two (a stage's planes are
+ * read by the im2col built a stage ahead, before the copies into their
+ * slot are issued): x's past w's (X_AT), then two im2col tiles (TS). */
+constexpr int STAGES = 3, X_AT = STAGES * W_BYTES, T_BYTES = NP * ROW * 2;
+constexpr int TS = X_AT + 2 * RAW_BYTES, LIST = TS + 2 * T_BYTES; /* then the tap offsets */
 constexpr int MI = 2, NI = 2;                      /* a warp: 32 filters (2 of 4 warps' rows) by 16 positions */
-static_assert((ROW / 8) % 2 == 1 && STAGE % 16 == 0 && T_BYTES % 16 == 0, "odd chunks a row; 16-byte copies");
+static_assert((ROW / 8) % 2 == 1 && W_BYTES % 16 == 0 && RAW_BYTES % 16 == 0 && T_BYTES % 16 == 0,
+              "odd chunks a row; 16-byte copies");
 static_assert(2 * 16 * MI == KT && 4 * 8 * NI == NP && THREADS == 8 * 32, "the warps cover the tile");
 static_assert(LIST + NP * TAPS * 2 <= AQ_GPU_CONV2D_PLANES_BYTES, "launch.h's group segment");
 static_assert(THREADS * 2 == NP * (KC / 2), "a thread two units (a position's channel pair) of a stage's im2col");
@@ -87,47 +93,48 @@ extern __shared__ __align__(16) uint8_t planes_smem[];
 __device__ void run(const aq_conv2d_args_t &a) {
   uint8_t *smem = planes_smem;
   int16_t *list = reinterpret_cast<int16_t *>(smem + LIST);
-  const int c = (int)a.c, k = (int)a.k, hw = (int)(a.h * a.wd), pq = (int)(a.p * a.q), q = (int)a.q;
-  for (int i = threadIdx.x; i < NP * TAPS; i += THREADS) { /* a position's taps: offsets in its plane, -1 outside */
-    const int pos = i / TAPS, t = i - pos * TAPS, p = pos / q, y = p * a.stride_h - a.pad_h + t / 3 * a.dil_h,
-              x = (pos - p * q) * a.stride_w - a.pad_w + t % 3 * a.dil_w;
-    list[i] = (int16_t)(pos < pq && y >= 0 && y < a.h && x >= 0 && x < a.wd ? y * a.wd + x : -1);
-  }
-  __syncthreads();
+  const int c = (int)a.c, k = (int)a.k, hw = (int)(a.h * a.wd), q = (int)a.q;
+  int64_t tile_np;
+  const int ptiles = (int)aq_conv2d_bf16_planes_tiles(&a, &tile_np), np = (int)tile_np, pq_all = (int)(a.p * a.q);
   /* A thread's im2col units: channel pair cp of positions pos0 and pos0 + NP / 2, every stage. */
   const int cp = threadIdx.x % (KC / 2), pos0 = threadIdx.x / (KC / 2);
   int off[2][TAPS];
-#pragma unroll
-  for (int u = 0; u < 2; ++u)
-#pragma unroll
-    for (int t = 0; t < TAPS; ++t) off[u][t] = list[(pos0 + u * NP / 2) * TAPS + t];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = (warp & 1) * 16 * MI, wn = (warp >> 1) * 8 * NI;
   const int steps = (c + KC - 1) / KC, ktiles = (k + KT - 1) / KT;
-  const uint32_t base = tc::smem_addr(smem), tbase = base + STAGES * STAGE;
-  int n = 0, k0 = 0;
+  const uint32_t base = tc::smem_addr(smem), tbase = base + TS;
+  int n = 0, k0 = 0, p0 = 0, pq = 0; /* the item: its image, filters k0.., positions p0.. (pq of them) */
   auto stage = [&](int kt) {
-    const uint32_t st = base + kt % STAGES * STAGE;
-    stage_w(a, st, k0, kt * KC);
+    stage_w(a, base + kt % STAGES * W_BYTES, k0, kt * KC);
     const int e = (n * c + kt * KC) * hw; /* the stage's planes: one run */
-    conv_col::stage_run<THREADS>(st + W_BYTES, (const uint16_t *)a.x, e, e + min(KC, c - kt * KC) * hw);
+    conv_col::stage_run<THREADS>(base + X_AT + kt % 2 * RAW_BYTES, (const uint16_t *)a.x, e, e + min(KC, c - kt * KC) * hw);
   };
   auto im2col = [&](int kt) {
-    const uint16_t *xs = reinterpret_cast<const uint16_t *>(smem + kt % STAGES * STAGE + W_BYTES) + (((n * c + kt * KC) * hw) & 7);
-    uint32_t *t = reinterpret_cast<uint32_t *>(smem + STAGES * STAGE + kt % 2 * T_BYTES);
+    const uint16_t *xs = reinterpret_cast<const uint16_t *>(smem + X_AT + kt % 2 * RAW_BYTES) + (((n * c + kt * KC) * hw) & 7);
+    uint32_t *t = reinterpret_cast<uint32_t *>(smem + TS + kt % 2 * T_BYTES);
     const bool on0 = kt * KC + 2 * cp < c, on1 = kt * KC + 2 * cp + 1 < c;
 #pragma unroll
     for (int u = 0; u < 2; ++u) put_pair(t + ((pos0 + u * NP / 2) * ROW + cp * 2 * TAPS) / 2, xs, off[u], hw, cp, on0, on1);
   };
-  for (int64_t item = grid_block(); item < a.n * ktiles; item += grid_blocks()) {
-    n = (int)(item / ktiles), k0 = (int)(item % ktiles) * KT;
-    __syncthreads(); /* the previous item is done with the stages */
+  for (int64_t item = grid_block(); item < a.n * ptiles * ktiles; item += grid_blocks()) {
+    const int64_t image = item / ktiles; /* an image's tiles of positions, each's tiles of filters in turn */
+    n = (int)(image / ptiles), p0 = (int)(image % ptiles) * np, pq = min(np, pq_all - p0), k0 = (int)(item % ktiles) * KT;
+    __syncthreads(); /* the previous item is done with the stages and the list */
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) {
       if (i < steps) stage(i);
       conv::stage_commit();
     }
+    for (int i = threadIdx.x; i < NP * TAPS; i += THREADS) { /* a position's taps: offsets in its plane, -1 outside */
+      const int pos = i / TAPS, t = i - pos * TAPS, p = (p0 + pos) / q, y = p * a.stride_h - a.pad_h + t / 3 * a.dil_h,
+                x = (p0 + pos - p * q) * a.stride_w - a.pad_w + t % 3 * a.dil_w;
+      list[i] = (int16_t)(pos < pq && y >= 0 && y < a.h && x >= 0 && x < a.wd ? y * a.wd + x : -1);
+    }
     conv::stage_wait<STAGES - 2>();
     __syncthreads();
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int t = 0; t < TAPS; ++t) off[u][t] = list[(pos0 + u * NP / 2) * TAPS + t];
     im2col(0);
     float acc[MI][NI][4] = {};
     for (int it = 0; it < steps; ++it) {
@@ -136,10 +143,10 @@ __device__ void run(const aq_conv2d_args_t &a) {
       if (it + STAGES - 1 < steps) stage(it + STAGES - 1);
       conv::stage_commit();
       if (it + 1 < steps) im2col(it + 1);
-      if (wn < pq) products(acc, base + it % STAGES * STAGE, tbase + it % 2 * T_BYTES, wm, wn, lane, pq);
+      if (wn < pq) products(acc, base + it % STAGES * W_BYTES, tbase + it % 2 * T_BYTES, wm, wn, lane, pq);
     }
     const int g = lane >> 2, t2 = (lane & 3) * 2;
-    float *y = a.y + ((int64_t)n * k + k0) * pq;
+    float *y = a.y + ((int64_t)n * k + k0) * pq_all + p0;
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -152,7 +159,7 @@ __device__ void run(const aq_conv2d_args_t &a) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int pos = wn + ni * 8 + t2 + e;
-            if (pos < pq) y[kk * pq + pos] = acc[mi][ni][h * 2 + e] + b;
+            if (pos < pq) y[kk * pq_all + pos] = acc[mi][ni][h * 2 + e] + b;
           }
       }
   }

@@ -1180,24 +1180,44 @@ static inline aq_dispatch_shape_t aq_conv2d_col_shape(const aq_conv2d_args_t *a,
 }
 
 /* bf16's forward of 3x3 filters by planes (conv2d_bf16_planes.cu): a
- * block an image's positions by AQ_GPU_CONV2D_PLANES_FILTERS filters, w's
- * rows and x's planes staged whole, the im2col built in shared memory. So
- * x's plane within AQ_GPU_CONV2D_PLANES_PLANE, y's within
- * AQ_GPU_CONV2D_COL_POSITIONS, rows of w of whole 16-byte chunks, 32-bit
- * indices; any stride, padding and dilation. The rule takes it where it
- * fits: its operands are copied once a block rather than gathered an
- * element at a time for every tile. */
+ * block an item, an image's tile of positions by
+ * AQ_GPU_CONV2D_PLANES_FILTERS filters, w's rows and x's planes staged
+ * whole, the im2col built in shared memory. So x's plane within
+ * AQ_GPU_CONV2D_PLANES_PLANE, rows of w of whole 16-byte chunks, 32-bit
+ * indices; any stride, padding and dilation. y's plane is cut into tiles
+ * of at most AQ_GPU_CONV2D_COL_POSITIONS positions, as even as they go
+ * (196: four of 49). */
 #define AQ_GPU_CONV2D_PLANES_FILTERS 64
-#define AQ_GPU_CONV2D_PLANES_PLANE 64
-#define AQ_GPU_CONV2D_PLANES_BYTES 104624
+#define AQ_GPU_CONV2D_PLANES_PLANE 256
+#define AQ_GPU_CONV2D_PLANES_BYTES 114848
 static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bf16_planes_fits(const aq_conv2d_args_t *a) {
   return aq_conv2d_tiled_extents(a) && aq_conv2d_fits32(a) && a->r == 3 && a->s == 3 &&
-         a->h * a->wd <= AQ_GPU_CONV2D_PLANES_PLANE && a->p * a->q <= AQ_GPU_CONV2D_COL_POSITIONS && a->c % 8 == 0;
+         a->h * a->wd <= AQ_GPU_CONV2D_PLANES_PLANE && a->c % 8 == 0;
 }
-/* Its launch: a block an item (an image's filters), walked grid-stride. */
+/* The tiles of y's plane, and (*np) the positions of each but the last. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_planes_tiles(const aq_conv2d_args_t *a, int64_t *np) {
+  const int64_t pq = a->p * a->q, tiles = pq > 0 ? (pq + AQ_GPU_CONV2D_COL_POSITIONS - 1) / AQ_GPU_CONV2D_COL_POSITIONS : 1;
+  *np = (pq + tiles - 1) / tiles;
+  return tiles;
+}
+/* Its items: images by tiles of positions by tiles of filters. */
+static inline AQ_GPU_HOST_DEVICE int64_t aq_conv2d_bf16_planes_items(const aq_conv2d_args_t *a) {
+  int64_t np;
+  return a->n * aq_conv2d_bf16_planes_tiles(a, &np) * ((a->k + AQ_GPU_CONV2D_PLANES_FILTERS - 1) / AQ_GPU_CONV2D_PLANES_FILTERS);
+}
+/* The rule takes it where it fits: its operands are copied once a block
+ * rather than gathered an element at a time for every tile. Where x's
+ * plane is over 64 positions (its copies four times larger), only where
+ * its items load the SMs with more than one block each (two run an SM):
+ * fewer leave half an H100's slots idle, and the flat tiles over clusters
+ * take them (256 -> 256 from 14x14 at stride 2). */
+static inline int aq_conv2d_bf16_planes_rule(const aq_conv2d_args_t *a) {
+  return aq_conv2d_bf16_planes_fits(a) &&
+         (a->h * a->wd <= 64 || aq_conv2d_bf16_planes_items(a) > AQ_GPU_CONV2D_BF16_SLOTS / 2);
+}
+/* Its launch: a block an item, walked grid-stride. */
 static inline aq_dispatch_shape_t aq_conv2d_bf16_planes_shape(const aq_conv2d_args_t *a) {
-  const int64_t items = a->n > 0 && a->k > 0 ? a->n * ((a->k + AQ_GPU_CONV2D_PLANES_FILTERS - 1) / AQ_GPU_CONV2D_PLANES_FILTERS) : 1,
-                most = ((int64_t)1 << 30) / AQ_GPU_BLOCK;
+  const int64_t items = a->n > 0 && a->k > 0 ? aq_conv2d_bf16_planes_items(a) : 1, most = ((int64_t)1 << 30) / AQ_GPU_BLOCK;
   return aq_gpu_threads_shape((items < most ? items : most) * AQ_GPU_BLOCK);
 }
 
@@ -1226,7 +1246,7 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     return aq_conv2d_ffma((const aq_conv2d_args_t *)kernarg, pass);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16) && aq_conv2d_bwd_data_bf16_wino_fits((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO;
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16) && aq_conv2d_bf16_planes_fits((const aq_conv2d_args_t *)kernarg))
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16) && aq_conv2d_bf16_planes_rule((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BF16_PLANES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16) && aq_conv2d_bf16_fwd_flat((const aq_conv2d_args_t *)kernarg))
     return aq_conv2d_bf16_fwd_flat((const aq_conv2d_args_t *)kernarg) == AQ_GPU_CONV2D_BF16_FWD_SPLIT

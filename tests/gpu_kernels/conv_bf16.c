@@ -58,9 +58,12 @@ static const bcase_t cases[] = {
     {3, 40, 8, 8, 72, 3, 3, 1, 1, 1, 1, 1, 1},    /* 64 positions; 40 channels: a second tile of 8 */
     {2, 16, 9, 9, 33, 2, 2, 2, 2, 0, 0, 1, 1},    /* four taps: two warps without rows; 16 channels */
     {1, 8, 13, 11, 16, 3, 3, 2, 2, 1, 1, 2, 2},   /* stride and dilation 2: 6 x 5 positions, dy's runs unaligned */
-    /* The forward by planes' (launch.h: aq_conv2d_bf16_planes_fits): 3x3, x's plane within 64. */
+    /* The forward by planes' (launch.h: aq_conv2d_bf16_planes_fits): 3x3, x's plane within 256. */
     {2, 24, 7, 7, 40, 3, 3, 1, 1, 1, 1, 1, 1},    /* 7x7: x's runs unaligned, a stage cut short, 40 filters */
     {2, 16, 8, 7, 72, 3, 3, 2, 1, 1, 0, 2, 1},    /* stride and dilation 2 along p only: 3 x 5 positions */
+    {2, 24, 14, 14, 72, 3, 3, 1, 1, 1, 1, 1, 1},  /* 14x14: y's plane in four tiles of 49 */
+    {1, 40, 16, 16, 64, 3, 3, 1, 1, 1, 1, 1, 1},  /* x's plane of 256, y's in four tiles of 64 */
+    {2, 16, 12, 10, 8, 3, 3, 1, 1, 2, 2, 1, 1},   /* padding 2: y's 14 x 12 over x's 12 x 10, three tiles of 56 */
     {2, 32, 7, 8, 66, 1, 1, 2, 2, 0, 0, 1, 1},    /* 1x1 at stride 2: positions of x no tap reaches */
     {1, 24, 16, 16, 8, 3, 3, 3, 3, 0, 1, 1, 1},   /* stride 3, padding along q only; 24 channels */
 };
@@ -577,7 +580,8 @@ Test(conv_bf16_shape, a_forward_of_few_tiles_splits_their_depth) {
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT, &a, aq_planes_grid(1)).grid[0], s.grid[0]);
   const char *names[AQ_GPU_OP_BUILDS_MAX];
   const uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BF16, &a, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 4, "the split builds and the tiles (a stride: no Winograd)");
+  cr_assert_eq(n, 5, "the split builds, the tiles and the build by planes (a stride: no Winograd)");
+  cr_assert(strcmp(names[0], AQ_KERNEL_CONV2D_BF16_PLANES), "by planes only a candidate: 64 items");
   cr_assert_str_eq(names[1], AQ_KERNEL_CONV2D_BF16);
   cr_assert_eq(aq_gpu_op_build_shape(AQ_KERNEL_CONV2D_BF16, names[1], &a, aq_planes_grid(1)).grid[0],
                aq_conv2d_bf16_gpu_shape(&a, 0).grid[0], "the tiles' own grid");
@@ -587,40 +591,48 @@ Test(conv_bf16_shape, a_forward_of_few_tiles_splits_their_depth) {
 
 /* A forward of few 64x64 tiles with filters enough takes flat ones, 32
  * rows by 128 columns, over clusters of 4 where those fit a wave (128 ->
- * 128 at 14x14, stride 2), else of 2 where those do (256 -> 256), else of
- * 4 (512 -> 512, whose 64x64 tiles, unsplit, load some SMs twice as much
- * as others); where the 64x64 tiles are more than the split builds take
- * (256 -> 256 at 14x14, stride 1), they stay; where x's plane is small
- * (7x7), the build by planes takes it. */
+ * 128 at 14x14, stride 2), else of 2 where those do (256 -> 256); where
+ * the build by planes has more items than half the SMs' slots (512 -> 512
+ * from 14x14 at stride 2: 256 of them; 256 -> 256 at 14x14, stride 1:
+ * 512, y's plane in four tiles), or x's plane is small (7x7), that takes
+ * it. */
 Test(conv_bf16_shape, a_forward_of_few_tiles_and_many_filters_takes_flat_ones) {
   aq_conv2d_args_t a = {.n = 32, .c = 256, .h = 14, .wd = 14, .k = 256, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
                         .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 7, .q = 7};
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT);
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1)).grid[0],
                49 * 2 * AQ_GPU_CONV2D_BF16_FWD_SPLIT * AQ_GPU_BLOCK, "1568 x 256: 49 x 2 flat tiles, a cluster each");
+  cr_assert_eq(aq_conv2d_bf16_planes_items(&a), 128, "by planes, a block half the SMs");
   a.c = a.k = 128;
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4);
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1)).grid[0],
                49 * AQ_GPU_CONV2D_BF16_FLAT_SPLIT4 * AQ_GPU_BLOCK, "49 flat tiles over clusters of 4: one wave");
   a.c = a.k = 512;
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4);
-  aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1));
-  cr_assert_eq(s.grid[0], 49 * 4 * AQ_GPU_CONV2D_BF16_FLAT_SPLIT4 * AQ_GPU_BLOCK, "1568 x 512: 49 x 4 flat tiles");
-  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4, &a, aq_planes_grid(1)).grid[0], s.grid[0]);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_PLANES);
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1)).grid[0], 32 * 8 * AQ_GPU_BLOCK,
+               "an image's 49 positions by 64 filters a block");
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4, &a, aq_planes_grid(1)).grid[0],
+               49 * 4 * AQ_GPU_CONV2D_BF16_FLAT_SPLIT4 * AQ_GPU_BLOCK, "1568 x 512: 49 x 4 flat tiles");
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT, &a, aq_planes_grid(1)).grid[0],
                49 * 4 * AQ_GPU_CONV2D_BF16_FWD_SPLIT * AQ_GPU_BLOCK, "named: its own clusters");
   const char *names[AQ_GPU_OP_BUILDS_MAX];
-  cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D_BF16, &a, names, AQ_GPU_OP_BUILDS_MAX), 4, "flat twice, 64x64 twice");
-  a.h = a.wd = 7, a.stride_h = a.stride_w = 1;
+  cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D_BF16, &a, names, AQ_GPU_OP_BUILDS_MAX), 5, "planes, flat twice, 64x64 twice");
+  a.c = 500; /* rows of w of part chunks */
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4);
+  a.c = 512, a.h = a.wd = 7, a.stride_h = a.stride_w = 1;
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_PLANES);
   cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1)).grid[0], 32 * 8 * AQ_GPU_BLOCK,
                "an image's 64 filters a block");
   cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BF16_PLANES, &a), AQ_GPU_CONV2D_PLANES_BYTES);
   cr_assert_eq(aq_gpu_op_builds(AQ_KERNEL_CONV2D_BF16, &a, names, AQ_GPU_OP_BUILDS_MAX), 6, "and Winograd's");
-  a.c = 500; /* rows of w of part chunks */
+  a.c = 500;
   cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4);
   a.c = a.k = 256, a.h = a.wd = 14, a.p = a.q = 14;
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_PLANES);
+  cr_assert_eq(aq_gpu_op_shape(AQ_KERNEL_CONV2D_BF16, &a, aq_planes_grid(1)).grid[0], 32 * 4 * 4 * AQ_GPU_BLOCK,
+               "an image's four tiles of 49 positions by 64 filters a block");
+  a.n = 8; /* 128 items */
+  cr_assert_str_neq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BF16, &a), AQ_KERNEL_CONV2D_BF16_PLANES);
 }
 
 /* A backward filter of 9 tiles of 64x64 (64 -> 64, 3x3) splits them over

@@ -269,6 +269,30 @@ Test(tune, a_bf16_forward_of_small_planes_lists_its_split_builds) {
   cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4, &a), 0);
 }
 
+/* On 14x14 planes, by rule where its items are more than half the SMs'
+ * slots (256 -> 256: an image's four tiles of 49 positions by four of 64
+ * filters, 512 of them), a candidate where they are not (8 images). */
+Test(tune, a_bf16_forward_of_14x14_planes_takes_the_build_by_planes_by_rule) {
+  aq_conv2d_args_t a = conv(32, 256, 14, 256, 3, 1, 0);
+  const aq_dispatch_shape_t cpu = aq_planes_grid(1);
+  const char *names[AQ_GPU_OP_BUILDS_MAX], *op = AQ_KERNEL_CONV2D_BF16;
+  int64_t np;
+  cr_assert_eq(aq_conv2d_bf16_planes_tiles(&a, &np), 4);
+  cr_assert_eq(np, 49);
+  cr_assert_eq(aq_conv2d_bf16_planes_items(&a), 512);
+  uint32_t n = aq_gpu_op_builds(op, &a, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert_str_eq(names[0], AQ_KERNEL_CONV2D_BF16_PLANES);
+  cr_assert(same_shape(aq_gpu_op_build_shape(op, names[0], &a, cpu), aq_gpu_threads_shape(512 * AQ_GPU_BLOCK)));
+  cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BF16));
+  a.n = 8;
+  n = aq_gpu_op_builds(op, &a, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert_str_neq(names[0], AQ_KERNEL_CONV2D_BF16_PLANES);
+  cr_assert(listed(names, n, AQ_KERNEL_CONV2D_BF16_PLANES));
+  a.h = a.wd = 17, a.p = a.q = 17; /* x's plane of 289 */
+  n = aq_gpu_op_builds(op, &a, names, AQ_GPU_OP_BUILDS_MAX);
+  cr_assert(!listed(names, n, AQ_KERNEL_CONV2D_BF16_PLANES));
+}
+
 Test(tune, the_op_library_hands_the_scheduler_its_candidates_and_keys) {
   const oplib_t *lib;
   AQ_ASSERT_OK(aq_op_library_ops(&lib));

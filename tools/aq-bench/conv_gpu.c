@@ -536,6 +536,8 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
              : !gpu.handle ? "no GPU here to tune on"
                            : "not tuned for this GPU: AQ_TUNE=0, or tuning failed");
   }
+  int64_t planes_np; /* the build by planes' positions a block */
+  aq_conv2d_bf16_planes_tiles(a, &planes_np);
   const int rows = aq_conv2d_bf16_rows_split(build); /* bf16's rows builds: their own path */
   const char *how = path;
   if (rows)
@@ -546,8 +548,8 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
     snprintf(path, sizeof(path), "implicit GEMM on tensor cores, a cluster of %d a flat %dx%d tile splitting its depth",
              split, AQ_GPU_CONV2D_BF16_THIN, AQ_GPU_CONV2D_BF16_FLAT);
   else if (!strcmp(build, AQ_KERNEL_CONV2D_BF16_PLANES))
-    snprintf(path, sizeof(path), "tensor cores, a block an image's positions by %d filters: w's rows and x's planes staged whole, the im2col built in shared memory",
-             AQ_GPU_CONV2D_PLANES_FILTERS);
+    snprintf(path, sizeof(path), "tensor cores, a block an image's %d positions by %d filters: w's rows and x's planes staged whole, the im2col built in shared memory",
+             (int)planes_np, AQ_GPU_CONV2D_PLANES_FILTERS);
   else if (!strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL))
     snprintf(path, sizeof(path), "tensor cores, a cluster of %d a %d-filter x %d-channel tile of dw splitting the batch, each image's columns read from its staged planes",
              AQ_GPU_CONV2D_COL_FILTER_SPLIT, AQ_GPU_CONV2D_COL_FILTERS, AQ_GPU_CONV2D_COL_CHANNELS);
