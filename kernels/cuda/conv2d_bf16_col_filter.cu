@@ -9,7 +9,10 @@
 // 64 filters by 32 channels' taps (c, r, s), and its blocks split the batch.
 // For each image a block copies the 32 channels' planes of x and the 64
 // filters' plane of dy whole (two runs of memory, cp.async) and puts dy
-// position-major for ldmatrix; a warp's B fragments, the image's columns
+// position-major for ldmatrix; a plane of dy past 64 positions goes in
+// chunks of 64 (launch.h: AQ_GPU_CONV2D_COL_FILTER_CHUNKS), the block's
+// images a chunk at a time, each copying x's planes whole and a run of
+// the chunk's positions a filter; a warp's B fragments, the image's columns
 // X[(c, r, s)][(p, q)] (x at each tap's position, zeros off the plane),
 // are read from x's planes where they lie: a thread's 48 elements of X a
 // fragment step are at offsets fixed for the tile (its rows (c, r, s) and
@@ -28,13 +31,15 @@ using namespace conv_col;
 constexpr int THREADS = AQ_GPU_CONV2D_COL_FILTER_THREADS, WARPS = THREADS / 32;
 constexpr int KT = AQ_GPU_CONV2D_COL_FILTERS, MI = KT / 16, NI = ROWS / 8 / WARPS; /* a warp: all filters, NI n8 tiles */
 constexpr int STAGES = 4; /* copies in flight two images ahead */
-constexpr int X_RAW = (CT * PLANE + 8) * 2, DY_RAW = (KT * NP + 8) * 2, STAGE = X_RAW + DY_RAW;
+constexpr int CHUNKS = AQ_GPU_CONV2D_COL_FILTER_CHUNKS, DYROW = NP + 8; /* a chunk's run of a filter, from 16 bytes below */
+constexpr int X_RAW = (CT * PLANE + 8) * 2, DY_RAW = (KT * NP + 8) * 2 > KT * DYROW * 2 ? (KT * NP + 8) * 2 : KT * DYROW * 2;
+constexpr int STAGE = X_RAW + DY_RAW, TAB = TAPS * 32 * CHUNKS; /* TAB: words of the chunks' offsets */
 constexpr int ROW = NP * 2, BUF = KT * ROW; /* an image's dy, position-major: 64 positions a row */
 constexpr int STEPS = NP / 16;               /* 16 positions a fragment step */
 constexpr int MAIN = STAGES * STAGE + 2 * BUF, TILE = KT * ROWS;
 static_assert(MI == 4 && ROW == 128 && CT * PLANE < 32768, "8 chunks a row; offsets in a stage's planes in 16 bits");
 static_assert(STAGE % 16 == 0 && X_RAW % 16 == 0 && TILE * 4 <= MAIN, "16-byte copies; the tile over the stages");
-static_assert(MAIN + TAPS * NP * 2 <= AQ_GPU_CONV2D_COL_FILTER_BYTES, "launch.h's group segment");
+static_assert(MAIN + TAB * 4 <= AQ_GPU_CONV2D_COL_FILTER_BYTES && DYROW * 2 % 16 == 0, "launch.h's group segment");
 
 // Byte offset of 16-byte chunk ch (positions 8ch..) of row r of dy:
 // XOR-swizzled so that ldmatrix's 8 rows fall in 8 bank groups.
@@ -44,25 +49,38 @@ __device__ __forceinline__ int at(int r, int ch) { return r * ROW + ((ch ^ (r & 
 struct Tile {
   int c, k, hw, pq, rs, crs, rows; /* rows: X's, CT rs */
   int k0, c0, cn, kn;              /* the tile: filters k0.., channels c0.. (cn, kn of them in the pass) */
+  int chunks;                      /* of dy's plane, NP positions each */
 };
 
 // Image n's runs into stage st: the tile's channels' planes of x, its
-// filters' plane of dy (both from the 16-byte boundary below them).
-__device__ __forceinline__ void stage(const aq_conv2d_args_t &a, const Tile &tl, uint32_t st, int n) {
+// filters' plane of dy (both from the 16-byte boundary below them); of a
+// plane in chunks, chunk ch's positions a filter, each run DYROW apart.
+template <bool CHUNKS_>
+__device__ __forceinline__ void stage(const aq_conv2d_args_t &a, const Tile &tl, uint32_t st, int n, int ch) {
   const int ex = n * tl.c + tl.c0, ed = n * tl.k + tl.k0;
   stage_run<THREADS>(st, (const uint16_t *)a.x, ex * tl.hw, (ex + tl.cn) * tl.hw);
-  stage_run<THREADS>(st + X_RAW, (const uint16_t *)a.dy, ed * tl.pq, (ed + tl.kn) * tl.pq);
+  if (!CHUNKS_) return stage_run<THREADS>(st + X_RAW, (const uint16_t *)a.dy, ed * tl.pq, (ed + tl.kn) * tl.pq);
+  constexpr int PIECES = DYROW / 8; /* 16-byte copies a run */
+  const uint16_t *dy = (const uint16_t *)a.dy;
+  for (int i = threadIdx.x; i < tl.kn * PIECES; i += THREADS) {
+    const int kk = i / PIECES, j = i - kk * PIECES, e0 = (ed + kk) * tl.pq + ch * NP;
+    const int e1 = min(e0 + NP, (ed + kk + 1) * tl.pq), a0 = (e0 & ~7) + 8 * j, left = e1 - a0;
+    if (left > 0) wg::cp_async16(st + X_RAW + kk * DYROW * 2 + j * 16, dy + a0, left >= 8 ? 16 : left * 2);
+  }
 }
 
-// Image n's dy rows (positions past p q zero) from its run in the stage at
-// raw into buf: a warp a row at a time, a lane a pair of positions.
-__device__ __forceinline__ void build(const Tile &tl, const uint8_t *raw, uint8_t *buf, int n) {
+// Image n's dy rows of chunk ch (positions past p q zero) from its runs in
+// the stage at raw into buf: a warp a row at a time, a lane a pair of
+// positions.
+template <bool CHUNKS_>
+__device__ __forceinline__ void build(const Tile &tl, const uint8_t *raw, uint8_t *buf, int n, int ch) {
   const int warp = threadIdx.x >> 5, pp = threadIdx.x & 31, chunk = pp >> 2, word = (pp & 3) * 4;
-  const uint16_t *dr = reinterpret_cast<const uint16_t *>(raw + X_RAW) + ((n * tl.k + tl.k0) * tl.pq & 7);
+  const int e0 = (n * tl.k + tl.k0) * tl.pq, left = CHUNKS_ ? min(NP, tl.pq - ch * NP) : tl.pq;
+  const uint16_t *dr = reinterpret_cast<const uint16_t *>(raw + X_RAW);
   for (int kk = warp; kk < KT; kk += WARPS) {
     const bool on = kk < tl.kn;
-    const uint32_t lo = on && 2 * pp < tl.pq ? dr[kk * tl.pq + 2 * pp] : 0,
-                   hi = on && 2 * pp + 1 < tl.pq ? dr[kk * tl.pq + 2 * pp + 1] : 0;
+    const uint16_t *row = !CHUNKS_ ? dr + (e0 & 7) + kk * tl.pq : dr + kk * DYROW + ((e0 + kk * tl.pq + ch * NP) & 7);
+    const uint32_t lo = on && 2 * pp < left ? row[2 * pp] : 0, hi = on && 2 * pp + 1 < left ? row[2 * pp + 1] : 0;
     *reinterpret_cast<uint32_t *>(buf + at(kk, chunk) + word) = lo | hi << 16;
   }
 }
@@ -119,32 +137,40 @@ __device__ __forceinline__ void products(float (&acc)[MI][NI][4], const XOffsets
   }
 }
 
-// The block's sums over images n0..n1 of the tile into part[kk * ROWS + j].
+// The block's sums over images n0..n1 of the tile into part[kk * ROWS + j]:
+// items it = chunk x images + image, each its image's x and its chunk of
+// dy (CHUNKS_: dy's plane in more than one chunk; else an item an image).
+template <bool CHUNKS_>
 __device__ void block_tile(const aq_conv2d_args_t &a, const Tile &tl, uint8_t *smem, const int32_t *tab, int n0, int n1,
                            float *part) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, count = n1 - n0, steps = (tl.pq + 15) / 16;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, count = n1 - n0, items = CHUNKS_ ? count * tl.chunks : count;
   const uint32_t base = tc::smem_addr(smem), bufs = base + STAGES * STAGE;
   uint8_t *buf = smem + STAGES * STAGE;
   const bool busy = warp * NI * 8 < tl.rows;
-  const XOffsets xo(tl, tab, warp, lane);
+  XOffsets xo(tl, tab, warp, lane);
   float acc[MI][NI][4] = {};
   __syncthreads(); /* the previous tile is done with shared memory */
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {
-    if (i < count) stage(a, tl, base + i * STAGE, n0 + i);
+    if (i < items) stage<CHUNKS_>(a, tl, base + i * STAGE, CHUNKS_ ? n0 + i % count : n0 + i, CHUNKS_ ? i / count : 0);
     conv::stage_commit();
   }
   conv::stage_wait<STAGES - 2>();
   __syncthreads();
-  if (count > 0) build(tl, smem, buf, n0);
-  for (int it = 0; it < count; ++it) {
-    conv::stage_wait<STAGES - 3>(); /* image it + 1 is in */
-    __syncthreads();                /* for everyone; image it - 1's buffers are read */
-    if (it + STAGES - 1 < count) stage(a, tl, base + (it + STAGES - 1) % STAGES * STAGE, n0 + it + STAGES - 1);
+  if (items > 0) build<CHUNKS_>(tl, smem, buf, n0, 0);
+  for (int it = 0; it < items; ++it) {
+    conv::stage_wait<STAGES - 3>(); /* item it + 1 is in */
+    __syncthreads();                /* for everyone; item it - 1's buffers are read */
+    const int next = it + STAGES - 1, ch = CHUNKS_ ? it / count : 0, n = n0 + (it - ch * count);
+    if (next < items)
+      stage<CHUNKS_>(a, tl, base + next % STAGES * STAGE, CHUNKS_ ? n0 + next % count : n0 + next, CHUNKS_ ? next / count : 0);
     conv::stage_commit();
-    if (it + 1 < count) build(tl, smem + (it + 1) % STAGES * STAGE, buf + (it + 1) % 2 * BUF, n0 + it + 1);
-    const uint16_t *xr = reinterpret_cast<const uint16_t *>(smem + it % STAGES * STAGE) + ((n0 + it) * tl.c + tl.c0) * tl.hw % 8;
-    if (busy) products(acc, xo, xr, bufs + it % 2 * BUF, steps, lane);
+    if (it + 1 < items)
+      build<CHUNKS_>(tl, smem + (it + 1) % STAGES * STAGE, buf + (it + 1) % 2 * BUF, CHUNKS_ ? n0 + (it + 1) % count : n + 1,
+                     CHUNKS_ ? (it + 1) / count : 0);
+    if (CHUNKS_ && ch && it == ch * count) xo = XOffsets(tl, tab + ch * TAPS * 32, warp, lane); /* a new chunk's positions */
+    const uint16_t *xr = reinterpret_cast<const uint16_t *>(smem + it % STAGES * STAGE) + (n * tl.c + tl.c0) * tl.hw % 8;
+    if (busy) products(acc, xo, xr, bufs + it % 2 * BUF, CHUNKS_ ? (min(NP, tl.pq - ch * NP) + 15) / 16 : (tl.pq + 15) / 16, lane);
   }
   conv::stage_wait<0>();
   __syncthreads(); /* the stages are free for the tile */
@@ -159,15 +185,16 @@ __device__ void block_tile(const aq_conv2d_args_t &a, const Tile &tl, uint8_t *s
     }
 }
 
-// Each tap's offsets in a plane of x of the positions (p, q) a lane's pair
-// holds (-1 off the plane, and past p q), two 16-bit halves a word.
+// Each chunk's taps' offsets in a plane of x of the positions (p, q) a
+// lane's pair holds (-1 off the plane, and past p q), two 16-bit halves a
+// word: chunk ch's at tab[ch * TAPS * 32 ..].
 __device__ void make_tab(const aq_conv2d_args_t &a, int32_t *tab) {
   const int pq = (int)(a.p * a.q), q = (int)a.q, h = (int)a.h, w = (int)a.wd;
-  for (int i = threadIdx.x; i < TAPS * 32; i += THREADS) {
-    const int tap = i / 32, r = tap / (int)a.s, s = tap - r * (int)a.s;
+  for (int i = threadIdx.x; i < TAB; i += THREADS) {
+    const int ch = i / (TAPS * 32), tap = i / 32 % TAPS, r = tap / (int)a.s, s = tap - r * (int)a.s;
     int off[2];
     for (int e = 0; e < 2; ++e) {
-      const int pos = (i % 32) * 2 + e, p = pos / q, qq = pos - p * q;
+      const int pos = ch * NP + (i % 32) * 2 + e, p = pos / q, qq = pos - p * q;
       const int y = p * a.stride_h - a.pad_h + r * a.dil_h, x = qq * a.stride_w - a.pad_w + s * a.dil_w;
       off[e] = pos < pq && r < a.r && y >= 0 && y < h && x >= 0 && x < w ? y * w + x : -1;
     }
@@ -187,9 +214,10 @@ __device__ void run(const aq_conv2d_args_t &a) {
   int32_t *tab = reinterpret_cast<int32_t *>(smem + MAIN);
   float *part = reinterpret_cast<float *>(smem);
   make_tab(a, tab);
+  __syncthreads(); /* the offsets are in before a tile's threads read them */
   Tile tl;
   tl.c = (int)a.c, tl.k = (int)a.k, tl.hw = (int)(a.h * a.wd), tl.pq = (int)(a.p * a.q), tl.rs = (int)(a.r * a.s);
-  tl.crs = tl.c * tl.rs, tl.rows = CT * tl.rs;
+  tl.crs = tl.c * tl.rs, tl.rows = CT * tl.rs, tl.chunks = (tl.pq + NP - 1) / NP;
   const int ctiles = (tl.c + CT - 1) / CT;
   const int64_t tiles = (int64_t)ctiles * ((tl.k + KT - 1) / KT), clusters = grid_blocks() / S;
   const int64_t bias_items = a.dbias ? (a.k + 7) / 8 : 0;
@@ -201,7 +229,9 @@ __device__ void run(const aq_conv2d_args_t &a) {
     if (rank < 0) continue;
     tl.c0 = (int)(id % ctiles) * CT, tl.k0 = (int)(id / ctiles) * KT;
     tl.cn = min(CT, tl.c - tl.c0), tl.kn = min(KT, tl.k - tl.k0);
-    block_tile(a, tl, smem, tab, (int)(a.n * rank / ranks), (int)(a.n * (rank + 1) / ranks), part);
+    const int n0 = (int)(a.n * rank / ranks), n1 = (int)(a.n * (rank + 1) / ranks);
+    if (tl.chunks > 1) block_tile<true>(a, tl, smem, tab, n0, n1, part);
+    else block_tile<false>(a, tl, smem, tab, n0, n1, part);
     auto out = [&](int64_t i, float sum) {
       const int kk = (int)(i / ROWS), j = (int)(i - (int64_t)kk * ROWS);
       if (kk < tl.kn && j < tl.cn * tl.rs) a.dw[(int64_t)(tl.k0 + kk) * tl.crs + tl.c0 * tl.rs + j] = sum;
@@ -218,7 +248,7 @@ __device__ void run(const aq_conv2d_args_t &a) {
 }
 
 __device__ inline bool applies(const aq_conv2d_args_t &a) {
-  return aq_conv2d_col_fits(&a, 2) && !(((uintptr_t)a.x | (uintptr_t)a.dy) & 15) && block_threads() == THREADS &&
+  return aq_conv2d_bf16_col_filter_fits(&a) && !(((uintptr_t)a.x | (uintptr_t)a.dy) & 15) && block_threads() == THREADS &&
          conv::dynamic_smem() >= AQ_GPU_CONV2D_COL_FILTER_BYTES;
 }
 

@@ -1143,12 +1143,20 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_col_build(const aq_conv2d_args_t 
 }
 /* bf16's backward filter by columns (conv2d_bf16_col_filter.cu): a
  * cluster a tile of dw, 64 filters by 32 channels' taps, its blocks
- * splitting the batch (a block an SM, for its registers);
- * where the backward data's builds fit. */
+ * splitting the batch (a block an SM, for its registers); where the
+ * backward data's builds fit, but for dy's plane: up to
+ * AQ_GPU_CONV2D_COL_FILTER_CHUNKS chunks of AQ_GPU_CONV2D_COL_POSITIONS
+ * positions (all of an image's chunk, then the next chunk's images). */
 #define AQ_GPU_CONV2D_COL_FILTERS 64
 #define AQ_GPU_CONV2D_COL_FILTER_THREADS 384
 #define AQ_GPU_CONV2D_COL_FILTER_SPLIT 4
-#define AQ_GPU_CONV2D_COL_FILTER_BYTES 115968
+#define AQ_GPU_CONV2D_COL_FILTER_CHUNKS 4
+#define AQ_GPU_CONV2D_COL_FILTER_BYTES 123456
+static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bf16_col_filter_fits(const aq_conv2d_args_t *a) {
+  return aq_conv2d_tiled_extents(a) && aq_conv2d_fits32(a) &&
+         a->p * a->q <= AQ_GPU_CONV2D_COL_FILTER_CHUNKS * AQ_GPU_CONV2D_COL_POSITIONS &&
+         a->r * a->s <= AQ_GPU_CONV2D_COL_TAPS && a->h * a->wd <= AQ_GPU_CONV2D_COL_PLANE && (a->c * a->r * a->s * 2) % 16 == 0;
+}
 static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape(const aq_conv2d_args_t *a) {
   const int64_t s = AQ_GPU_CONV2D_COL_FILTER_SPLIT,
                 tiles = a->c > 0 && a->k > 0 ? (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
@@ -1159,15 +1167,19 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape(const aq_conv2
   sh.workgroup[0] = AQ_GPU_CONV2D_COL_FILTER_THREADS;
   return sh;
 }
-/* The rule gives it the backward data's shapes of at least
- * AQ_GPU_CONV2D_COL_FILTER_TILES tiles (clusters of 4 for half of an
- * H200's SMs and more): fewer leave most SMs idle, and run faster as the
- * GEMM's tiles split over larger clusters. */
+/* The rule gives it the shapes it fits whose filters have 6 taps or more
+ * and of at least AQ_GPU_CONV2D_COL_FILTER_TILES tiles (clusters of 4 for
+ * half of an H200's SMs and more): fewer leave most SMs idle, and run
+ * faster as the GEMM's tiles split over larger clusters. Planes of dy in
+ * more than one chunk (rows: whether a rows build takes the shape) only
+ * where no rows build does. */
 #define AQ_GPU_CONV2D_COL_FILTER_TILES 16
-static inline int aq_conv2d_bf16_col_filter_build(const aq_conv2d_args_t *a) {
-  return aq_conv2d_col_build(a, 2) && (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
-                                              ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS) >=
-                                          AQ_GPU_CONV2D_COL_FILTER_TILES;
+static inline int aq_conv2d_bf16_col_filter_build(const aq_conv2d_args_t *a, int rows) {
+  return aq_conv2d_bf16_col_filter_fits(a) && a->r * a->s >= 6 &&
+         (a->p * a->q <= AQ_GPU_CONV2D_COL_POSITIONS || !rows) &&
+         (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
+                 ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS) >=
+             AQ_GPU_CONV2D_COL_FILTER_TILES;
 }
 /* A build's launch (threads: its block): a block an item (an image's 32
  * channels), walked grid-stride. */
@@ -1266,8 +1278,8 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
   if (bf16_filter) { /* tiled, by rows, or the tensor cores' tiles split over clusters */
     const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
     if (aq_conv2d_filter_tiled_rule(a)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
-    if (aq_conv2d_bf16_col_filter_build(a)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL;
     const char *rows = aq_conv2d_bf16_rows_build(a); /* asked once: a cost of two builds */
+    if (aq_conv2d_bf16_col_filter_build(a, rows != NULL)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL;
     if (rows) return rows;
     if (aq_conv2d_bf16_filter_split(a)) return aq_conv2d_bf16_split_build(a);
   }
@@ -1464,7 +1476,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS, aq_conv2d_bf16_rows_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8, aq_conv2d_bf16_rows_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE, aq_conv2d_bf16_rows_wide_fits, NULL},
-      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, aq_conv2d_bf16_col_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, aq_conv2d_bf16_col_filter_fits, NULL},
   };
   const int n = (int)(sizeof(rules) / sizeof(rules[0]));
   if (!build) return index >= 0 && index < n && !strcmp(rules[index].op, op) ? &rules[index] : NULL;

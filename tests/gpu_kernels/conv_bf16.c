@@ -58,6 +58,10 @@ static const bcase_t cases[] = {
     {3, 40, 8, 8, 72, 3, 3, 1, 1, 1, 1, 1, 1},    /* 64 positions; 40 channels: a second tile of 8 */
     {2, 16, 9, 9, 33, 2, 2, 2, 2, 0, 0, 1, 1},    /* four taps: two warps without rows; 16 channels */
     {1, 8, 13, 11, 16, 3, 3, 2, 2, 1, 1, 2, 2},   /* stride and dilation 2: 6 x 5 positions, dy's runs unaligned */
+    /* Its backward filter's planes of dy in chunks of 64 (launch.h: aq_conv2d_bf16_col_filter_fits): */
+    {2, 48, 14, 14, 80, 3, 3, 1, 1, 1, 1, 1, 1},  /* 196 positions: 64, 64, 64, 4; tiles cut short both ways */
+    {3, 8, 11, 13, 24, 2, 3, 1, 1, 0, 1, 1, 1},   /* 10 x 13: 64, 64, 2, dy's runs unaligned; 2x3 taps */
+    {1, 16, 16, 16, 8, 3, 3, 1, 1, 1, 1, 1, 1},   /* 256 positions: four whole chunks */
     /* The forward by planes' (launch.h: aq_conv2d_bf16_planes_fits): 3x3, x's plane within 256. */
     {2, 24, 7, 7, 40, 3, 3, 1, 1, 1, 1, 1, 1},    /* 7x7: x's runs unaligned, a stage cut short, 40 filters */
     {2, 16, 8, 7, 72, 3, 3, 2, 1, 1, 0, 2, 1},    /* stride and dilation 2 along p only: 3 x 5 positions */
@@ -160,7 +164,7 @@ static void bf16_case(const bcase_t *t) {
       else if (shape == 10 && i == 2)
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, &a,
                aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, &a, cpu));
-      else if (shape >= 11 && i == 2) {
+      else if (shape >= 11 && shape < 15 && i == 2) {
         const char *rows = shape == 12   ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8
                            : shape == 14 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE
                                          : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS;
@@ -545,7 +549,10 @@ Test(conv_bf16_shape, small_planes_backward_filter_takes_the_columns_build) {
   aq_conv2d_args_t big = a;
   big.h = big.wd = 28, big.p = big.q = 14;
   cr_assert_str_neq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL,
-                    "196 positions of dy");
+                    "784 positions of x");
+  big.h = big.wd = 14, big.stride_h = big.stride_w = 1;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL,
+                   "196 positions of dy: in chunks");
   /* every build of the op applies to 64 -> 64 at 8x8: the tuner's list holds them all */
   aq_conv2d_args_t all = {.n = 32, .c = 64, .h = 8, .wd = 8, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
                           .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 8, .q = 8};
