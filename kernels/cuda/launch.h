@@ -1157,8 +1157,10 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bf16_col_filter_fits(const aq_con
          a->p * a->q <= AQ_GPU_CONV2D_COL_FILTER_CHUNKS * AQ_GPU_CONV2D_COL_POSITIONS &&
          a->r * a->s <= AQ_GPU_CONV2D_COL_TAPS && a->h * a->wd <= AQ_GPU_CONV2D_COL_PLANE && (a->c * a->r * a->s * 2) % 16 == 0;
 }
-static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape(const aq_conv2d_args_t *a) {
-  const int64_t s = AQ_GPU_CONV2D_COL_FILTER_SPLIT,
+#define AQ_GPU_CONV2D_COL_FILTER_SPLIT3 3
+/* Its launch over clusters of split (4, or 3 for the _col3 build). */
+static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape_by(const aq_conv2d_args_t *a, int split) {
+  const int64_t s = split,
                 tiles = a->c > 0 && a->k > 0 ? (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
                                                    ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS)
                                              : 1,
@@ -1166,6 +1168,9 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape(const aq_conv2
   aq_dispatch_shape_t sh = aq_gpu_threads_shape((tiles + (items + s - 1) / s) * s * AQ_GPU_CONV2D_COL_FILTER_THREADS);
   sh.workgroup[0] = AQ_GPU_CONV2D_COL_FILTER_THREADS;
   return sh;
+}
+static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape(const aq_conv2d_args_t *a) {
+  return aq_conv2d_bf16_col_filter_shape_by(a, AQ_GPU_CONV2D_COL_FILTER_SPLIT);
 }
 /* The rule gives it the shapes it fits whose filters have 6 taps or more
  * and of at least AQ_GPU_CONV2D_COL_FILTER_TILES tiles (clusters of 4 for
@@ -1180,6 +1185,21 @@ static inline int aq_conv2d_bf16_col_filter_build(const aq_conv2d_args_t *a, int
          (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
                  ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS) >=
              AQ_GPU_CONV2D_COL_FILTER_TILES;
+}
+/* Its cluster: 4, or 3 where those take less time, each a wave of tiles
+ * (AQ_GPU_CONV2D_COL_FILTER{4,3}_CLUSTERS at once, a block an SM) times a
+ * block's images: 32 tiles take two waves over clusters of 4 (8 images a
+ * block) and one over 3 (11). The counts are inferred, not asked of
+ * cuOccupancyMaxActiveClusters: 32 tiles over clusters of 4 ran as two
+ * waves (under 32 at once), and 3's from the same GPCs' SMs. */
+#define AQ_GPU_CONV2D_COL_FILTER4_CLUSTERS 30
+#define AQ_GPU_CONV2D_COL_FILTER3_CLUSTERS 42
+static inline const char *aq_conv2d_bf16_col_filter_kernel(const aq_conv2d_args_t *a) {
+  const int64_t tiles = (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
+                        ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS);
+  const int64_t c4 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER4_CLUSTERS) * ((a->n + 3) / 4),
+                c3 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER3_CLUSTERS) * ((a->n + 2) / 3);
+  return c3 < c4 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3 : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL;
 }
 /* A build's launch (threads: its block): a block an item (an image's 32
  * channels), walked grid-stride. */
@@ -1279,7 +1299,7 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     const aq_conv2d_args_t *a = (const aq_conv2d_args_t *)kernarg;
     if (aq_conv2d_filter_tiled_rule(a)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_SPLIT;
     const char *rows = aq_conv2d_bf16_rows_build(a); /* asked once: a cost of two builds */
-    if (aq_conv2d_bf16_col_filter_build(a, rows != NULL)) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL;
+    if (aq_conv2d_bf16_col_filter_build(a, rows != NULL)) return aq_conv2d_bf16_col_filter_kernel(a);
     if (rows) return rows;
     if (aq_conv2d_bf16_filter_split(a)) return aq_conv2d_bf16_split_build(a);
   }
@@ -1304,7 +1324,8 @@ static __attribute__((noinline, unused)) uint32_t aq_gpu_op_group_segment(const 
   if (aq_conv2d_bf16_rows_split(kernel)) return AQ_GPU_CONV2D_ROWS_BYTES(AQ_GPU_CONV2D_ROWS_THREADS(aq_conv2d_bf16_rows_split(kernel)));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL)) return AQ_GPU_CONV2D_COL_BF16_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_COL)) return AQ_GPU_CONV2D_COL_F32_BYTES;
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL)) return AQ_GPU_CONV2D_COL_FILTER_BYTES;
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3))
+    return AQ_GPU_CONV2D_COL_FILTER_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_PLANES)) return AQ_GPU_CONV2D_PLANES_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC)) return AQ_GPU_CONV2D_WINO_TC_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP)) return AQ_GPU_CONV2D_WINO_WARP_BYTES;
@@ -1327,6 +1348,9 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     return aq_conv2d_col_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_BF16_THREADS); /* named, or picked */
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_COL) || !strcmp(pick, AQ_KERNEL_CONV2D_BWD_DATA_COL))
     return aq_conv2d_col_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_F32_THREADS);
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3) ||
+      (strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) && !strcmp(pick, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3)))
+    return aq_conv2d_bf16_col_filter_shape_by((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_FILTER_SPLIT3);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) || !strcmp(pick, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL))
     return aq_conv2d_bf16_col_filter_shape((const aq_conv2d_args_t *)kernarg);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_PLANES) || !strcmp(pick, AQ_KERNEL_CONV2D_BF16_PLANES))
@@ -1477,6 +1501,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS8, aq_conv2d_bf16_rows_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE, aq_conv2d_bf16_rows_wide_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, aq_conv2d_bf16_col_filter_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3, aq_conv2d_bf16_col_filter_fits, NULL},
   };
   const int n = (int)(sizeof(rules) / sizeof(rules[0]));
   if (!build) return index >= 0 && index < n && !strcmp(rules[index].op, op) ? &rules[index] : NULL;

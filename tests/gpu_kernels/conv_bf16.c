@@ -148,8 +148,9 @@ static void bf16_case(const bcase_t *t) {
    * forward's flat tiles split over clusters of 2 with its own grid and
    * with one cluster (every tile in turn), every case; 21: the same over
    * clusters of 4; 22, 23: the forward by planes with its own grid and
-   * with one block, every case */
-  for (int shape = 0; shape < 24; ++shape) {
+   * with one block, every case; 24, 25: the backward filter by columns
+   * over clusters of 3 with its own grid and with one cluster */
+  for (int shape = 0; shape < 26; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -171,7 +172,11 @@ static void bf16_case(const bcase_t *t) {
         aq_dispatch_shape_t own = aq_gpu_op_shape(rows, &a, cpu);
         if (shape == 13) own.grid[0] = 16 * own.workgroup[0];
         gk_run(rows, &a, own);
-      } else if (shape >= 17 && i == 2) {
+      } else if (shape >= 24 && i == 2) {
+        aq_dispatch_shape_t own = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3, &a, cpu);
+        if (shape == 25) own.grid[0] = AQ_GPU_CONV2D_COL_FILTER_SPLIT3 * own.workgroup[0];
+        gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3, &a, own);
+      } else if (shape >= 17 && shape < 19 && i == 2) {
         aq_dispatch_shape_t own = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, &a, cpu);
         if (shape == 18) own.grid[0] = AQ_GPU_CONV2D_COL_FILTER_SPLIT * own.workgroup[0];
         gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, &a, own);
@@ -333,6 +338,7 @@ Test(gpu_conv_bf16, split_and_columns_builds_repeat_bit_for_bit) {
   const struct { const char *build; int pass, split; } runs[] = {
       {AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, 1, 1},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, 2, AQ_GPU_CONV2D_COL_FILTER_SPLIT},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3, 2, AQ_GPU_CONV2D_COL_FILTER_SPLIT3},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, 2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, 2, AQ_GPU_CONV2D_SPLIT16},
   };
@@ -537,29 +543,38 @@ Test(conv_bf16_shape, small_planes_backward_data_takes_the_columns_build) {
 Test(conv_bf16_shape, small_planes_backward_filter_takes_the_columns_build) {
   aq_conv2d_args_t a = {.n = 32, .c = 256, .h = 14, .wd = 14, .k = 256, .r = 3, .s = 3, .stride_h = 2, .stride_w = 2,
                         .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 7, .q = 7};
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL);
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3,
+                   "32 tiles: one wave over clusters of 3, two over 4");
   aq_dispatch_shape_t s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1));
   cr_assert_eq(s.workgroup[0], AQ_GPU_CONV2D_COL_FILTER_THREADS);
-  cr_assert_eq(s.grid[0], 32 * AQ_GPU_CONV2D_COL_FILTER_SPLIT * AQ_GPU_CONV2D_COL_FILTER_THREADS, "8 x 4 tiles");
+  cr_assert_eq(s.grid[0], 32 * AQ_GPU_CONV2D_COL_FILTER_SPLIT3 * AQ_GPU_CONV2D_COL_FILTER_THREADS, "8 x 4 tiles");
   a.dbias = (float *)&a;
   s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &a, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], (32 + 11) * AQ_GPU_CONV2D_COL_FILTER_SPLIT3 * AQ_GPU_CONV2D_COL_FILTER_THREADS,
+               "and 32 bias items over 11 clusters");
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, &a, aq_planes_grid(1));
   cr_assert_eq(s.grid[0], (32 + 8) * AQ_GPU_CONV2D_COL_FILTER_SPLIT * AQ_GPU_CONV2D_COL_FILTER_THREADS,
-               "and 32 bias items, a block each");
+               "named: clusters of 4, 32 bias items a block each");
   cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, &a), AQ_GPU_CONV2D_COL_FILTER_BYTES);
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3, &a), AQ_GPU_CONV2D_COL_FILTER_BYTES);
+  aq_conv2d_args_t deep = a;
+  deep.c = deep.k = 512, deep.h = deep.wd = deep.p = deep.q = 7, deep.stride_h = deep.stride_w = 1;
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &deep), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL,
+                   "128 tiles: five waves of 8 images over clusters of 4, four of 11 over 3");
   aq_conv2d_args_t big = a;
   big.h = big.wd = 28, big.p = big.q = 14;
   cr_assert_str_neq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL,
                     "784 positions of x");
   big.h = big.wd = 14, big.stride_h = big.stride_w = 1;
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL,
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3,
                    "196 positions of dy: in chunks");
   /* every build of the op applies to 64 -> 64 at 8x8: the tuner's list holds them all */
   aq_conv2d_args_t all = {.n = 32, .c = 64, .h = 8, .wd = 8, .k = 64, .r = 3, .s = 3, .stride_h = 1, .stride_w = 1,
                           .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 8, .q = 8};
   const char *names[AQ_GPU_OP_BUILDS_MAX];
   const uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &all, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 12, "the GEMM's tiles, split over clusters of 8, 6, 16; tiled; staged over 8, 4, 16; rows over 16, 8, "
-                      "in chunks; columns");
+  cr_assert_eq(n, 13, "the GEMM's tiles, split over clusters of 8, 6, 16; tiled; staged over 8, 4, 16; rows over 16, 8, "
+                      "in chunks; columns over 4, 3");
   int col = 0, staged = 0;
   for (uint32_t i = 0; i < n; ++i)
     col |= !strcmp(names[i], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL), staged |= strstr(names[i], "_staged") != NULL;
