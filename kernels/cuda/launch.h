@@ -1158,12 +1158,14 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bf16_col_filter_fits(const aq_con
          a->r * a->s <= AQ_GPU_CONV2D_COL_TAPS && a->h * a->wd <= AQ_GPU_CONV2D_COL_PLANE && (a->c * a->r * a->s * 2) % 16 == 0;
 }
 #define AQ_GPU_CONV2D_COL_FILTER_SPLIT3 3
+/* Its tiles of dw: filters by channels. */
+static inline int64_t aq_conv2d_bf16_col_filter_tiles(const aq_conv2d_args_t *a) {
+  return (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
+         ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS);
+}
 /* Its launch over clusters of split (4, or 3 for the _col3 build). */
 static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape_by(const aq_conv2d_args_t *a, int split) {
-  const int64_t s = split,
-                tiles = a->c > 0 && a->k > 0 ? (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
-                                                   ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS)
-                                             : 1,
+  const int64_t s = split, tiles = a->c > 0 && a->k > 0 ? aq_conv2d_bf16_col_filter_tiles(a) : 1,
                 items = a->dbias && a->k > 0 ? (a->k + 7) / 8 : 0;
   aq_dispatch_shape_t sh = aq_gpu_threads_shape((tiles + (items + s - 1) / s) * s * AQ_GPU_CONV2D_COL_FILTER_THREADS);
   sh.workgroup[0] = AQ_GPU_CONV2D_COL_FILTER_THREADS;
@@ -1182,9 +1184,7 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape(const aq_conv2
 static inline int aq_conv2d_bf16_col_filter_build(const aq_conv2d_args_t *a, int rows) {
   return aq_conv2d_bf16_col_filter_fits(a) && a->r * a->s >= 6 &&
          (a->p * a->q <= AQ_GPU_CONV2D_COL_POSITIONS || !rows) &&
-         (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
-                 ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS) >=
-             AQ_GPU_CONV2D_COL_FILTER_TILES;
+         aq_conv2d_bf16_col_filter_tiles(a) >= AQ_GPU_CONV2D_COL_FILTER_TILES;
 }
 /* Its cluster: 4, or 3 where those take less time, each a wave of tiles
  * (AQ_GPU_CONV2D_COL_FILTER{4,3}_CLUSTERS at once, a block an SM) times a
@@ -1195,10 +1195,10 @@ static inline int aq_conv2d_bf16_col_filter_build(const aq_conv2d_args_t *a, int
 #define AQ_GPU_CONV2D_COL_FILTER4_CLUSTERS 30
 #define AQ_GPU_CONV2D_COL_FILTER3_CLUSTERS 42
 static inline const char *aq_conv2d_bf16_col_filter_kernel(const aq_conv2d_args_t *a) {
-  const int64_t tiles = (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
-                        ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS);
-  const int64_t c4 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER4_CLUSTERS) * ((a->n + 3) / 4),
-                c3 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER3_CLUSTERS) * ((a->n + 2) / 3);
+  const int64_t tiles = aq_conv2d_bf16_col_filter_tiles(a), s4 = AQ_GPU_CONV2D_COL_FILTER_SPLIT,
+                s3 = AQ_GPU_CONV2D_COL_FILTER_SPLIT3;
+  const int64_t c4 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER4_CLUSTERS) * ((a->n + s4 - 1) / s4),
+                c3 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER3_CLUSTERS) * ((a->n + s3 - 1) / s3);
   return c3 < c4 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3 : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL;
 }
 /* A build's launch (threads: its block): a block an item (an image's 32
@@ -1280,10 +1280,8 @@ static inline const char *aq_gpu_op_kernel(const char *kernel, const void *kerna
     return AQ_KERNEL_CONV2D_BWD_DATA_BF16_WINO;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16) && aq_conv2d_bf16_planes_rule((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BF16_PLANES;
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16) && aq_conv2d_bf16_fwd_flat((const aq_conv2d_args_t *)kernarg))
-    return aq_conv2d_bf16_fwd_flat((const aq_conv2d_args_t *)kernarg) == AQ_GPU_CONV2D_BF16_FWD_SPLIT
-               ? AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT
-               : AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4;
+  const int flat = !strcmp(kernel, AQ_KERNEL_CONV2D_BF16) ? aq_conv2d_bf16_fwd_flat((const aq_conv2d_args_t *)kernarg) : 0;
+  if (flat) return flat == AQ_GPU_CONV2D_BF16_FWD_SPLIT ? AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT : AQ_KERNEL_CONV2D_BF16_SPLIT_FLAT4;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16) && aq_conv2d_bf16_fwd_split((const aq_conv2d_args_t *)kernarg))
     return AQ_KERNEL_CONV2D_BF16_SPLIT;
   if (pass >= 0 && !x3 && aq_conv2d_x3((const aq_conv2d_args_t *)kernarg, pass))
