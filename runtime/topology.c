@@ -19,10 +19,10 @@ int aq_topology_pci_numa_node(unsigned domain, unsigned bus, unsigned dev, unsig
 void aq_topology_check_binding(hwloc_topology_t t) {
   hwloc_bitmap_t bound = hwloc_bitmap_alloc();
   int pus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
-  if (bound && !hwloc_get_cpubind(t, bound, HWLOC_CPUBIND_PROCESS) && hwloc_bitmap_weight(bound) == 1 && pus > 2)
+  if (bound && !hwloc_get_cpubind(t, bound, HWLOC_CPUBIND_THREAD) && hwloc_bitmap_weight(bound) == 1 && pus > 2)
     fprintf(stderr,
-            "aquila: this process is bound to 1 of the machine's %d processors, and its CPU workers and GPU queue "
-            "threads will all share it (mpirun binds each rank to a core by default: run it with --bind-to none, or "
+            "aquila: this process is bound to 1 of the machine's %d processors: its CPU agent gets one worker, "
+            "and GPU queue threads share that processor with it (mpirun binds each rank to a core by default: run it with --bind-to none, or "
             "--map-by slot:PE=N)\n",
             pus);
   hwloc_bitmap_free(bound);

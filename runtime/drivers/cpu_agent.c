@@ -39,9 +39,44 @@ static const char *cpu_model(hwloc_topology_t t) {
   return m ? m : "CPU";
 }
 
-/* The cpusets the agents will own, per AQ_CPU_AGENTS. */
+/* The processors this process may run on: the binding of the thread that
+ * starts the runtime (taskset, numactl, mpirun's --bind-to, a parent's
+ * affinity), as OpenMP runtimes take their initial thread's. hwloc's allowed set follows cgroups
+ * only, and a thread may be bound outside its process's mask: workers bound
+ * by the topology alone put every rank's first worker on core 0. The whole
+ * topology where the process is unbound, the binding cannot be read, or the
+ * topology is not this machine's. */
+static hwloc_cpuset_t usable_cpuset(hwloc_topology_t t) {
+  hwloc_cpuset_t all = hwloc_bitmap_dup(hwloc_topology_get_topology_cpuset(t));
+  hwloc_cpuset_t bound = hwloc_bitmap_alloc();
+  if (all && bound && hwloc_topology_is_thissystem(t) && !hwloc_get_cpubind(t, bound, HWLOC_CPUBIND_THREAD) &&
+      hwloc_bitmap_intersects(bound, all))
+    hwloc_bitmap_and(all, all, bound);
+  hwloc_bitmap_free(bound);
+  return all;
+}
+
+/* Core i of those with a usable processor in set (the core's processors in
+ * set), or NULL past the last. */
+static hwloc_obj_t nth_core(hwloc_topology_t t, hwloc_const_cpuset_t set, int i) {
+  hwloc_obj_t core = NULL;
+  while ((core = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_CORE, core)))
+    if (hwloc_bitmap_intersects(core->cpuset, set) && i-- == 0) return core;
+  return NULL;
+}
+
+static int cores_in(hwloc_topology_t t, hwloc_const_cpuset_t set) {
+  int n = 0;
+  while (nth_core(t, set, n)) n++;
+  return n;
+}
+
+/* The cpusets the agents will own, per AQ_CPU_AGENTS, within the usable
+ * processors. */
 static uint32_t split_cpusets(hwloc_topology_t t, hwloc_cpuset_t *sets, uint32_t max) {
   const char *how = aq_runtime_config()->cpu_agents;
+  hwloc_cpuset_t usable = usable_cpuset(t);
+  if (!usable) return 0;
   uint32_t n = 0;
   hwloc_obj_type_t type = !strcmp(how, "numa")      ? HWLOC_OBJ_NUMANODE
                           : !strcmp(how, "package") ? HWLOC_OBJ_PACKAGE
@@ -50,23 +85,28 @@ static uint32_t split_cpusets(hwloc_topology_t t, hwloc_cpuset_t *sets, uint32_t
     int count = hwloc_get_nbobjs_by_type(t, type);
     for (int i = 0; i < count && n < max; ++i) {
       hwloc_obj_t o = hwloc_get_obj_by_type(t, type, (unsigned)i);
-      if (!o->cpuset || hwloc_bitmap_iszero(o->cpuset)) continue; /* memory-only node */
-      sets[n++] = hwloc_bitmap_dup(o->cpuset);
+      /* A memory-only node, or one outside the binding. */
+      if (!o->cpuset || !hwloc_bitmap_intersects(o->cpuset, usable)) continue;
+      sets[n] = hwloc_bitmap_dup(o->cpuset);
+      if (sets[n]) hwloc_bitmap_and(sets[n], sets[n], usable), n++;
     }
-    if (n == 0) sets[n++] = hwloc_bitmap_dup(hwloc_topology_get_topology_cpuset(t));
+    if (n == 0) sets[n++] = hwloc_bitmap_dup(usable);
+    hwloc_bitmap_free(usable);
     return n;
   }
   /* A count: consecutive cores, as evenly as they divide. */
   uint32_t want = (uint32_t)atoi(how);
-  int cores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
+  int cores = cores_in(t, usable);
   if (want > (uint32_t)cores) want = (uint32_t)cores;
   if (want > max) want = max;
   for (uint32_t a = 0; a < want; ++a) {
     sets[n] = hwloc_bitmap_alloc();
     for (int c = (int)(a * (uint32_t)cores / want); c < (int)((a + 1) * (uint32_t)cores / want); ++c)
-      hwloc_bitmap_or(sets[n], sets[n], hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, (unsigned)c)->cpuset);
+      hwloc_bitmap_or(sets[n], sets[n], nth_core(t, usable, c)->cpuset);
+    hwloc_bitmap_and(sets[n], sets[n], usable);
     n++;
   }
+  hwloc_bitmap_free(usable);
   return n;
 }
 
@@ -78,7 +118,7 @@ static int numa_node_of(hwloc_topology_t t, hwloc_const_cpuset_t set) {
 }
 
 static aq_status_t start_workers(cpu_agent_t *ca, hwloc_topology_t t) {
-  int cores = hwloc_get_nbobjs_inside_cpuset_by_type(t, ca->cpuset, HWLOC_OBJ_CORE);
+  int cores = cores_in(t, ca->cpuset);
   uint32_t n = cores > 0 ? (uint32_t)cores : 1;
   uint32_t cap = aq_runtime_config()->cpu_workers;
   if (cap && n > cap) n = cap;
@@ -92,9 +132,9 @@ static aq_status_t start_workers(cpu_agent_t *ca, hwloc_topology_t t) {
     cpu_worker_t *w = &ca->workers[i];
     w->agent = ca;
     w->index = i;
-    hwloc_obj_t core = cores > 0 ? hwloc_get_obj_inside_cpuset_by_type(t, ca->cpuset, HWLOC_OBJ_CORE, i)
-                                 : NULL;
+    hwloc_obj_t core = nth_core(t, ca->cpuset, (int)i);
     w->cpuset = hwloc_bitmap_dup(core ? core->cpuset : ca->cpuset);
+    if (w->cpuset) hwloc_bitmap_and(w->cpuset, w->cpuset, ca->cpuset);
     if (pthread_create(&w->thread, NULL, aq_cpu_worker_main, w)) {
       atomic_store(&ca->running, 0);
       ca->worker_count = i;
@@ -167,7 +207,7 @@ static aq_status_t cpu_start(void) {
     snprintf(info.device, sizeof(info.device), "%s", cpu_model(t));
     snprintf(info.driver, sizeof(info.driver), "cpu");
     isa_name(features, info.isa, sizeof(info.isa));
-    int cores = hwloc_get_nbobjs_inside_cpuset_by_type(t, ca->cpuset, HWLOC_OBJ_CORE);
+    int cores = cores_in(t, ca->cpuset);
     uint32_t cap = aq_runtime_config()->cpu_workers;
     info.compute_units = cores > 0 ? (uint32_t)cores : 1;
     if (cap && info.compute_units > cap) info.compute_units = cap;

@@ -1,5 +1,7 @@
 /* Topology and agents: this machine, and 2- and 4-node synthetic machines
  * (HWLOC_SYNTHETIC), so placement and binding decisions are testable here. */
+#include <dirent.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "common.h"
@@ -107,6 +109,81 @@ Test(topology, agent_splits) {
   AQ_ASSERT_OK(aq_agent_get_info(a[0], &info));
   cr_assert_eq(info.compute_units, 1, "AQ_CPU_WORKERS caps workers");
   aq_shut_down();
+}
+
+/* Binds this thread to its last processor and returns it, or -1 where it
+ * may run on one only. */
+static int bind_to_last_processor(void) {
+  cpu_set_t set;
+  cr_assert_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+  int last = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) last = c;
+  if (CPU_COUNT(&set) < 2) return -1;
+  CPU_ZERO(&set);
+  CPU_SET(last, &set);
+  cr_assert_eq(sched_setaffinity(0, sizeof(set), &set), 0);
+  return last;
+}
+
+/* The ids of this process's threads, into ids (up to cap); returns the count. */
+static int thread_ids(int *ids, int cap) {
+  DIR *d = opendir("/proc/self/task");
+  cr_assert(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) && n < cap;)
+    if (e->d_name[0] != '.') ids[n++] = atoi(e->d_name);
+  closedir(d);
+  return n;
+}
+
+/* Every thread started since `before` was taken may run on cpu alone. */
+static void assert_new_threads_on(int cpu, const int *before, int nbefore) {
+  int ids[256], n = thread_ids(ids, 256), started = 0;
+  for (int i = 0; i < n; ++i) {
+    int old = 0;
+    for (int j = 0; j < nbefore; ++j) old |= ids[i] == before[j];
+    if (old) continue;
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(ids[i], sizeof(set), &set), 0);
+    cr_assert(CPU_COUNT(&set) == 1 && CPU_ISSET(cpu, &set), "thread %d may run on %d processors, not processor %d alone",
+              ids[i], CPU_COUNT(&set), cpu);
+    started++;
+  }
+  cr_assert_geq(started, 1, "the runtime started its workers");
+}
+
+/* A process bound to one processor (taskset, numactl, mpirun's default
+ * --bind-to core) gets one worker there: none is bound outside the
+ * process's mask (onto core 0, as every rank's would be), and work runs. */
+Test(topology, workers_stay_within_the_process_binding) {
+  int cpu = bind_to_last_processor();
+  if (cpu < 0) cr_skip_test("skipped: this process may run on one processor only");
+  int before[256], nbefore = thread_ids(before, 256); /* the test runner's own */
+  const char *how[] = {"numa", "machine", "2"};
+  for (int c = 0; c < 3; ++c) {
+    aq_init_options_t o = {.cpu_agents = how[c]};
+    AQ_ASSERT_OK(aq_init(&o));
+    aq_agent_t a[8];
+    cr_assert_eq(agents_of(a, 8), 1, "AQ_CPU_AGENTS=%s: one agent for one processor", how[c]);
+    aq_agent_info_t info;
+    AQ_ASSERT_OK(aq_agent_get_info(a[0], &info));
+    cr_assert_eq(info.compute_units, 1, "AQ_CPU_AGENTS=%s", how[c]);
+    assert_new_threads_on(cpu, before, nbefore);
+    aq_queue_t q;
+    AQ_ASSERT_OK(aq_queue_create(a[0], NULL, &q));
+    aq_code_object_t co;
+    AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+    aq_kernel_info_t k = test_kernel(co, a[0], "noop");
+    aq_signal_t done;
+    AQ_ASSERT_OK(aq_signal_create(1, &done));
+    hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, NULL, 256, 1, done);
+    AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+    AQ_ASSERT_OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
+    aq_signal_destroy(done);
+    aq_queue_destroy(q);
+    aq_shut_down();
+  }
 }
 
 Test(topology, bad_options_fail_init_cleanly) {
