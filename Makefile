@@ -129,9 +129,11 @@ $(foreach t,$(TOOLS),$(eval $(call program,$(BINDIR)/$(t),tools/$(t),$$(PKG_LIBS
 $(foreach e,$(EXAMPLES),$(eval $(call program,$(BUILD)/examples/$(e),examples/$(e),$$(PKG_LIBS) $$(ZLIB_LIBS))))
 $(foreach t,$(filter-out unit,$(TESTS)),$(eval $(call program,$(BUILD)/tests/$(t),tests/$(t),$$(CRIT_LIBS) $$(PKG_LIBS) $$(AS_NEEDED_BLAS) $$(ZLIB_LIBS))))
 # Unit tests of the library's internal modules (tests/unit) link the static
-# library: the shared one exports only the aq_ API.
+# library: the shared one exports only the aq_ API; and the few kernel
+# modules whose logic is tested apart from their kernels.
+UNIT_KERNEL_OBJS := $(OBJDIR)/kernels/cpu/gemm_share.o
 $(BUILD)/tests/unit: $(patsubst %.c,$(OBJDIR)/%.o,$(wildcard tests/unit/*.c)) \
-                    $(patsubst %.cc,$(OBJDIR)/%.o,$(wildcard tests/unit/*.cc)) $(LIB_A)
+                    $(patsubst %.cc,$(OBJDIR)/%.o,$(wildcard tests/unit/*.cc)) $(UNIT_KERNEL_OBJS) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB_A) $(CRIT_LIBS) $(PKG_LIBS)
 # The thread stress program is plain C: ThreadSanitizer cannot run Criterion.

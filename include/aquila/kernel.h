@@ -50,6 +50,9 @@ typedef struct aq_kernel_settings {
   uint32_t reserved_;
 } aq_kernel_settings_t;
 
+/* Bytes of dispatch_shared (below). */
+#define AQ_DISPATCH_SHARED_BYTES 128u
+
 /* What one work-group call sees. */
 typedef struct aq_dispatch_ctx {
   uint32_t dims;            /* 1, 2 or 3 */
@@ -65,6 +68,13 @@ typedef struct aq_dispatch_ctx {
   uint32_t group_segment_size;
   uint32_t reserved_;
   const aq_kernel_settings_t *settings; /* NULL: every setting's default */
+  /* AQ_DISPATCH_SHARED_BYTES bytes, 64-byte aligned, that every group of
+   * this dispatch sees: zero before its first group starts, live until its
+   * last ends. Groups may run one after another or side by side, so one
+   * group must never wait for another to start; what they share there
+   * (work already done, such as a product's packed panels) is taken or
+   * redone, never waited for. NULL where the runtime gives none. */
+  void *dispatch_shared;
 } aq_dispatch_ctx_t;
 
 typedef int (*aq_cpu_kernel_fn_t)(const void *kernarg, const aq_dispatch_ctx_t *ctx);

@@ -67,6 +67,10 @@ static inline uint32_t aq_grid_items(int64_t n) {
  * worker whose core is shared with another process hands the rest on (one
  * part each ran at 0.55x OpenBLAS at n = 1024 with one core busy, two at
  * 0.97-1.09x), at the price of packing the panels a little more often.
+ * Where the AVX2 kernel cuts a tall product into row bands, its parts
+ * share one packed op(B) through the dispatch's shared bytes, packed by
+ * whichever part comes first, and are then twice as many (finer parts pack
+ * nothing more).
  * The AVX-512 CPU kernel leaves out the zeros of op(A) (ReLU activations,
  * an image's background): element by element, row by row, where few of
  * A's values are nonzero (under 3/4 on Zen 4, whose loads keep up with its

@@ -443,27 +443,69 @@ static int a_in_place(const gemm_part_t *p, const engine_t *en) {
   return en->stream && !p->trans_a && (p->lda * (int64_t)sizeof(float)) % 4096 != 0;
 }
 
+/* pack_b_panels as a gemm_share_pack_fn. */
+typedef struct stream_pack {
+  const gemm_part_t *p;
+  const engine_t *en;
+} stream_pack_t;
+
+static void stream_pack(const void *ctx, int64_t j0, int64_t cols, int64_t l0, int64_t kc, float *dst) {
+  const stream_pack_t *s = ctx;
+  pack_b_panels(s->p, s->en, j0, cols, l0, kc, dst);
+}
+
+/* The B blocks of columns [jc0, jc0 + ncc) (of C), depth [l0, l0 + kc):
+ * block i (columns jc0 + i * nb on) at out[i], packed into pb or taken
+ * from the dispatch's shared copy. */
+static void stream_b(const gemm_part_t *p, const engine_t *en, int64_t jc0, int64_t ncc, int64_t l0, int64_t kc,
+                     int64_t nb, float *pb, const float **out) {
+  if (p->share && kc > 0) {
+    stream_pack_t ctx = {p, en};
+    gemm_share_block(p->share, jc0, ncc, l0, kc, stream_pack, &ctx, pb, out);
+    return;
+  }
+  if (kc > 0) pack_b_panels(p, en, jc0, ncc, l0, kc, pb);
+  for (int64_t jb = 0, i = 0; jb < ncc; jb += nb, ++i) out[i] = pb + jb * kc;
+}
+
 static void part_stream(const gemm_part_t *p, const engine_t *en, float *pa, float *pb) {
   const int64_t KC = en->kc, NB = b_block_cols(en);
   const int64_t MS = a_slice_rows(en);
   const int in_place = a_in_place(p, en);
+  const float *blocks[GEMM_NC / GEMM_NR];
   for (int64_t jc0 = 0; jc0 < p->nc; jc0 += GEMM_NC) {
     int64_t ncc = p->nc - jc0 < GEMM_NC ? p->nc - jc0 : GEMM_NC;
     for (int64_t pc = 0; pc < p->k || pc == 0; pc += KC) {
       int64_t kc = p->k - pc < KC ? p->k - pc : KC;
       epi_t e = slice_epi(p, pc, pc + KC >= p->k);
-      if (kc > 0) pack_b_panels(p, en, p->n0 + jc0, ncc, pc, kc, pb);
+      stream_b(p, en, p->n0 + jc0, ncc, pc, kc, NB, pb, blocks);
       for (int64_t ic = 0; ic < p->mc; ic += MS) {
         int64_t mc = p->mc - ic < MS ? p->mc - ic : MS;
         if (!in_place) pack_a_block(p, en, p->m0 + ic, mc, pc, kc, pa, NULL);
         for (int64_t jb = 0; jb < ncc; jb += NB) {
           int64_t nb = ncc - jb < NB ? ncc - jb : NB;
-          macro_stream(p, en, in_place ? NULL : pa, pb + jb * kc, kc, pc, p->m0 + ic, mc, p->n0 + jc0 + jb, nb, &e, pa);
+          macro_stream(p, en, in_place ? NULL : pa, blocks[jb / NB], kc, pc, p->m0 + ic, mc, p->n0 + jc0 + jb, nb,
+                       &e, pa);
         }
       }
       if (kc <= 0) break;
     }
   }
+}
+
+/* Parts share B where they would all stream (an engine with stream, none
+ * narrow) and each row band holds an A slice or more. With B packed once,
+ * more parts cost no packing: twice the parts asked for (at most `most`),
+ * so that the first parts, which pack B while the rest find it packed,
+ * weigh less on the balance. */
+int gemm_split_shared(int64_t m, int64_t n, int64_t k, int64_t parts, int64_t most, int64_t *pm, int64_t *pn,
+                      gemm_share_shape_t *shape) {
+  const engine_t *en = engine_get();
+  parts = 2 * parts < most ? 2 * parts : most;
+  if (!en->stream || parts < 2 || m < parts * a_slice_rows(en) || n <= NARROW_N || k <= 0) return 0;
+  *pm = parts, *pn = 1;
+  *shape = (gemm_share_shape_t){.k = k, .n = n, .kc = en->kc, .nc = GEMM_NC, .chunk = b_block_cols(en), .nr = en->nr};
+  return 1;
 }
 
 /* Item i of a batch, as a product of its own. */

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/gemm_share.h"
+
 enum {
   GEMM_MR = 12,   /* rows of the micro-tile (broadcast from packed A) */
   GEMM_NR = 32,   /* columns of the widest micro-tile (two AVX-512 vectors of packed B); an engine's divide it */
@@ -75,6 +77,7 @@ typedef struct gemm_part {
    * sums are each item's alone would be. 0 or 1: one product. */
   int64_t batch, b_stride, c_stride;
   size_t ctx_stride;
+  gemm_share_t *share; /* B packed once for the dispatch's parts, or NULL (gemm_share.h) */
 } gemm_part_t;
 
 /* The packed A block's lists of the depth steps it keeps (gemm.c: zero
@@ -101,6 +104,14 @@ void gemm_part(const gemm_part_t *p, void *scratch);
  * multiple of GEMM_NR, chosen to balance the largest part against the
  * packing every part repeats. *pm * *pn <= parts. */
 void gemm_split(int64_t m, int64_t n, int64_t parts, int64_t *pm, int64_t *pn);
+
+/* Whether the parts of an m x n x k product (one of a batch, no fused
+ * consumer, op(B) packed from memory) share their packed B: then *pm row
+ * bands (*pn 1), up to twice `parts` and at most `most`, and the shape
+ * to open the share with (gemm_share_open); else 0, and the caller cuts
+ * `parts` by gemm_split. */
+int gemm_split_shared(int64_t m, int64_t n, int64_t k, int64_t parts, int64_t most, int64_t *pm, int64_t *pn,
+                      gemm_share_shape_t *shape);
 
 /* [lo, hi) of block `index` when `count` items are cut into `blocks` blocks
  * on a `unit` boundary. */

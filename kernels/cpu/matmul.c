@@ -5,9 +5,11 @@
  * worker of the agent (fewer when the batch already gives every worker a
  * product, or when C is small) and the groups past the last part return at
  * once. Few, large parts are what make the CPU GEMM fast: every part packs
- * its own panels of A and B (work-groups share nothing), so finer cuts
- * repeat the packing; the agent's workers take groups dynamically, which
- * balances the parts when a core is shared.
+ * its own panels of A and B, so finer cuts repeat the packing; the agent's
+ * workers take groups dynamically, which balances the parts when a core is
+ * shared. A product tall enough is cut into row bands instead, which pack
+ * their own rows of A and share one packed B (gemm_share.h) through the
+ * dispatch's shared bytes.
  * The epilogue (beta, bias, activation) runs on each micro-tile while it is
  * in registers; aq_matmul_fused_f32 also passes the tile through a fused
  * consumer there (relu's backward mask, or the SGD update of the weight
@@ -27,8 +29,9 @@ static int valid(const aq_matmul_args_t *a) {
 /* Group g's part of the product (a fused consumer or none). */
 static int matmul_part(const aq_matmul_args_t *a, const aq_dispatch_ctx_t *ctx, const gemm_post_t *post) {
   int64_t workers = ctx->worker_count > 0 ? ctx->worker_count : 1;
-  /* Groups past any part's index leave at once (group 0 always checks). */
-  if ((int64_t)ctx->group_id[1] * ctx->group_count[0] + ctx->group_id[0] >= workers * AQ_MATMUL_PARTS_PER_WORKER)
+  /* Groups past any part's index leave at once (group 0 always checks);
+   * parts that share B may be twice as many. */
+  if ((int64_t)ctx->group_id[1] * ctx->group_count[0] + ctx->group_id[0] >= 2 * workers * AQ_MATMUL_PARTS_PER_WORKER)
     return 0;
   if (!valid(a)) return 1;
   int64_t batch = a->batch > 0 ? a->batch : 1, z = ctx->group_id[2];
@@ -39,7 +42,10 @@ static int matmul_part(const aq_matmul_args_t *a, const aq_dispatch_ctx_t *ctx, 
   int64_t groups = (int64_t)ctx->group_count[0] * ctx->group_count[1];
   if (parts > groups) parts = groups;
   int64_t pm, pn;
-  gemm_split(a->m, a->n, parts, &pm, &pn);
+  gemm_share_shape_t shape;
+  int shares = batch == 1 && !post && ctx->dispatch_shared &&
+               gemm_split_shared(a->m, a->n, a->k, parts, groups, &pm, &pn, &shape);
+  if (!shares) gemm_split(a->m, a->n, parts, &pm, &pn);
   int64_t g = (int64_t)ctx->group_id[1] * ctx->group_count[0] + ctx->group_id[0];
   if (g >= pm * pn) return 0;
   int64_t m0, m1, n0, n1;
@@ -51,7 +57,9 @@ static int matmul_part(const aq_matmul_args_t *a, const aq_dispatch_ctx_t *ctx, 
                    .trans_b = a->trans_b, .act = a->activation == AQ_ACTIVATION_RELU ? GEMM_ACT_RELU : GEMM_ACT_NONE,
                    .post = post, .m0 = m0, .n0 = n0, .mc = m1 - m0, .nc = n1 - n0, .k = a->k, .alpha = a->alpha,
                    .beta = a->beta};
+  p.share = shares ? gemm_share_open(ctx->dispatch_shared, pm * pn, &shape) : NULL;
   gemm_part(&p, ctx->group_segment);
+  if (p.share) gemm_share_close(p.share);
   return 0;
 }
 

@@ -37,6 +37,7 @@ typedef struct cpu_dispatch {
   _Atomic uint64_t done;
   _Atomic uint32_t fault;
   _Atomic uint32_t helpers;
+  _Alignas(64) unsigned char shared[AQ_DISPATCH_SHARED_BYTES]; /* the groups' dispatch_shared */
 } cpu_dispatch_t;
 
 typedef struct cpu_queue {

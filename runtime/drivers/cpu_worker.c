@@ -107,7 +107,7 @@ static void next_group(const cpu_dispatch_t *d, aq_dispatch_ctx_t *ctx) {
 static void init_ctx(cpu_dispatch_t *d, cpu_worker_t *w, aq_dispatch_ctx_t *ctx) {
   const aq_kernel_desc_t *k = d->kernel->desc;
   *ctx = (aq_dispatch_ctx_t){.dims = d->dims, .worker_index = w->index, .worker_count = w->agent->worker_count,
-                             .settings = aq_kernel_settings()};
+                             .settings = aq_kernel_settings(), .dispatch_shared = d->shared};
   memcpy(ctx->workgroup_size, d->workgroup, sizeof(ctx->workgroup_size));
   memcpy(ctx->grid_size, d->grid, sizeof(ctx->grid_size));
   memcpy(ctx->group_count, d->groups, sizeof(ctx->group_count));
@@ -255,6 +255,7 @@ static uint32_t run_dispatch(cpu_queue_t *cq, cpu_worker_t *w, uint64_t index,
   atomic_store_explicit(&d->next, 0, memory_order_relaxed);
   atomic_store_explicit(&d->done, 0, memory_order_relaxed);
   atomic_store_explicit(&d->fault, 0, memory_order_relaxed);
+  memset(d->shared, 0, sizeof(d->shared));
   if (d->total > 1 && w->agent->worker_count > 1) {
     atomic_store(&cq->active, d);
     uint64_t helpers = d->total - 1 < w->agent->worker_count - 1 ? d->total - 1 : w->agent->worker_count - 1;

@@ -78,6 +78,43 @@ Test(blocked, matmul_tile_edges_on_avx2) {
   tile_edges();
 }
 
+/* The product alone (batch 1: a product tall enough for its row bands to
+ * share one packed B, gemm_share.h) against the same product twice as a
+ * batch of two (whose parts pack their own), bit for bit. */
+static void shared_matches_own(int64_t m, int64_t n, int64_t k, int ta, int tb) {
+  int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 3, ldc = n + 4, cn = m * ldc;
+  float *a = rnd((size_t)((ta ? k : m) * lda), 21), *b = rnd((size_t)((tb ? n : k) * ldb), 22);
+  float *one = rnd((size_t)cn, 23), *two = malloc((size_t)(2 * cn) * 4), *bias = rnd((size_t)n, 24);
+  memcpy(two, one, (size_t)cn * 4), memcpy(two + cn, one, (size_t)cn * 4);
+  aq_matmul_args_t args = {.a = a, .b = b, .c = one, .bias = bias, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
+                           .ldc = ldc, .batch = 1, .alpha = 0.75f, .beta = 0.5f, .trans_a = ta, .trans_b = tb,
+                           .activation = AQ_ACTIVATION_RELU};
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  args.c = two, args.batch = 2, args.stride_c = cn; /* A and B strides 0: the same product twice */
+  AQ_ASSERT_OK(run(AQ_KERNEL_MATMUL, &args, aq_matmul_grid(&args)));
+  for (int64_t q = 0; q < 2; ++q)
+    for (int64_t i = 0; i < cn; ++i)
+      cr_assert(!memcmp(&one[i], &two[q * cn + i], 4), "%lldx%lldx%lld ta=%d tb=%d: C[%lld] %a alone, %a in a batch",
+                (long long)m, (long long)n, (long long)k, ta, tb, (long long)i, one[i], two[q * cn + i]);
+  free(a), free(b), free(one), free(two), free(bias);
+}
+
+Test(blocked, matmul_parts_sharing_packed_b_match_parts_packing_their_own) {
+  kernels_restart_with("AQ_CPU_ISA", "avx2"); /* the streaming engine's */
+  const char *workers[] = {"2", "1", "3"};
+  for (int w = 0; w < 3; ++w) {
+    kernels_restart_with("AQ_CPU_WORKERS", workers[w]);
+    /* Two NC blocks (the second one a partial chunk and panel), two KC
+     * slices, every layout; A read in place or packed (lda a multiple of
+     * 4 KB). */
+    shared_matches_own(1300, 1100, 600, 0, 0);
+    shared_matches_own(1300, 200, 530, 1, 1);
+    shared_matches_own(1250, 333, 1024 - 1, 0, 1);
+    shared_matches_own(1200, 1040, 77, 1, 0);
+  }
+  check_matmul(1300, 1100, 600, 0, 0, 1, 1, 0.0f);
+}
+
 Test(blocked, matmul_beta_zero_ignores_nans_in_c) {
   enum { M = 30, N = 40, K = 20 };
   float *a = rnd(M * K, 1), *b = rnd(K * N, 2), c[M * N];
