@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "runtime/drivers/cpu.h"
 #include "runtime/drivers/cpu_guard.h"
@@ -41,10 +42,23 @@ enum { WORKER_SPIN_FACTOR = 10 };
  * that have work. */
 static int is_reserve(const cpu_worker_t *w) { return w->index >= w->agent->watchers; }
 
+/* A group segment of megabytes (a GEMM's packed panels, read over and
+ * over) is asked for in transparent huge pages where the kernel gives them
+ * on request: its pages then cost a TLB entry each 2 MB. */
+enum { HUGE_PAGE = 2u << 20 };
+static void *scratch_alloc(size_t size) {
+  void *p = NULL;
+  if (size < HUGE_PAGE) return posix_memalign(&p, 64, size) ? NULL : p;
+  size = (size + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
+  if (posix_memalign(&p, HUGE_PAGE, size)) return NULL;
+  (void)madvise(p, size, MADV_HUGEPAGE); /* advice: without it the pages stay small */
+  return p;
+}
+
 static int ensure_scratch(cpu_worker_t *w, size_t size) {
   if (size <= w->scratch_size) return 1;
-  void *p = NULL;
-  if (posix_memalign(&p, 64, size)) return 0;
+  void *p = scratch_alloc(size);
+  if (!p) return 0;
   free(w->scratch);
   w->scratch = p;
   w->scratch_size = size;
