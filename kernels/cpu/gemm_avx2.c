@@ -72,32 +72,29 @@ AQ_TARGET_AVX2 void gemm_pack_a_avx2(const gemm_part_t *p, int64_t i0, int64_t m
 }
 
 /* pack_b with AVX2, nr columns a panel (16 for this engine, 32 for the
- * AVX-512 ones, which use it too): a row-major B is copied nr / 8 vectors
- * a row; a transposed B (B[j * ldb + l], the data gradient of a matmul)
+ * AVX-512 ones, which use it too): a row-major B is copied a row's run of
+ * panels at a time; a transposed B (B[j * ldb + l], the data gradient of a matmul)
  * is transposed 8 x 8 at a time instead of one float per strided store. */
 AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void pack_b_rows_avx2(const gemm_part_t *p, int64_t l0,
                                                                                    int64_t kc, int64_t j0, int64_t nc,
                                                                                    int64_t nr, float *dst) {
-  /* GEMM_NR columns a pass, into GEMM_NR / nr panels: vector copies, the
-   * rows a few ahead prefetched (they lie ldb apart, often 4 KB: the
-   * hardware prefetcher does not follow them; and a pass over 16 columns
-   * only, one line a row, packed the MLP's B more slowly). */
-  int64_t c0 = 0;
-  for (; c0 + GEMM_NR <= nc; c0 += GEMM_NR, dst += kc * GEMM_NR) {
+  /* Up to PACK_B_COLS columns a pass over the rows, each row's run copied
+   * whole into its panels (full lines read once, in order), the rows a
+   * few ahead prefetched: they lie ldb apart, often a multiple of 4 KB,
+   * which the hardware prefetcher does not follow. */
+  enum { PACK_B_COLS = 128, AHEAD = 16 };
+  int64_t full = nc / nr * nr;
+  for (int64_t c0 = 0; c0 < full; c0 += PACK_B_COLS) {
+    int64_t cols = full - c0 < PACK_B_COLS ? full - c0 : PACK_B_COLS;
     const float *src = p->b + l0 * p->ldb + j0 + c0;
+    float *out = dst + c0 * kc; /* panel c0 / nr */
     for (int64_t l = 0; l < kc; ++l, src += p->ldb) {
-      __builtin_prefetch(src + 8 * p->ldb);
-      __builtin_prefetch(src + 8 * p->ldb + 16);
-      for (int64_t v = 0; v < GEMM_NR; v += 8)
-        _mm256_store_ps(dst + (v / nr) * kc * nr + l * nr + v % nr, _mm256_loadu_ps(src + v));
+      for (int64_t v = 0; v < cols; v += 16) __builtin_prefetch(src + AHEAD * p->ldb + v);
+      for (int64_t v = 0; v < cols; v += 8)
+        _mm256_store_ps(out + (v / nr) * kc * nr + l * nr + v % nr, _mm256_loadu_ps(src + v));
     }
   }
-  for (; c0 + nr <= nc; c0 += nr, dst += kc * nr) {
-    const float *src = p->b + l0 * p->ldb + j0 + c0;
-    for (int64_t l = 0; l < kc; ++l, src += p->ldb)
-      for (int64_t v = 0; v < nr; v += 8) _mm256_store_ps(dst + l * nr + v, _mm256_loadu_ps(src + v));
-  }
-  if (c0 < nc) gemm_pack_b_generic(p, l0, kc, j0 + c0, nc - c0, nr, dst);
+  if (full < nc) gemm_pack_b_generic(p, l0, kc, j0 + full, nc - full, nr, dst + full * kc);
 }
 
 AQ_TARGET_AVX2 void gemm_pack_b_avx2(const gemm_part_t *p, int64_t l0, int64_t kc, int64_t j0, int64_t nc, int64_t nr,
