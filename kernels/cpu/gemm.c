@@ -494,17 +494,19 @@ static void part_stream(const gemm_part_t *p, const engine_t *en, float *pa, flo
 }
 
 /* Parts share B where they would all stream (an engine with stream, none
- * narrow) and each row band holds an A slice or more. With B packed once,
- * more parts cost no packing: twice the parts asked for (at most `most`),
- * so that the first parts, which pack B while the rest find it packed,
- * weigh less on the balance. */
+ * narrow), each row band holds an A slice or more, and B is not too large
+ * to keep whole (gemm_share_fits). With B packed once, more parts cost no
+ * packing: twice the parts asked for (at most `most`), so that the first
+ * parts, which pack B while the rest find it packed, weigh less on the
+ * balance. */
 int gemm_split_shared(int64_t m, int64_t n, int64_t k, int64_t parts, int64_t most, int64_t *pm, int64_t *pn,
                       gemm_share_shape_t *shape) {
   const engine_t *en = engine_get();
   parts = 2 * parts < most ? 2 * parts : most;
   if (!en->stream || parts < 2 || m < parts * a_slice_rows(en) || n <= NARROW_N || k <= 0) return 0;
-  *pm = parts, *pn = 1;
   *shape = (gemm_share_shape_t){.k = k, .n = n, .kc = en->kc, .nc = GEMM_NC, .chunk = b_block_cols(en), .nr = en->nr};
+  if (!gemm_share_fits(shape)) return 0;
+  *pm = parts, *pn = 1;
   return 1;
 }
 

@@ -119,6 +119,8 @@ static size_t share_bytes(const gemm_share_shape_t *sh) {
   return floats * sizeof(float) + slices * (size_t)slice_chunks(sh);
 }
 
+int gemm_share_fits(const gemm_share_shape_t *shape) { return share_bytes(shape) <= SHARE_MAX_BYTES; }
+
 /* The setup, by the first part to come; the others wait for it, which is
  * a running part's few instructions, never a part yet to start. */
 gemm_share_t *gemm_share_open(void *shared, int64_t parts, const gemm_share_shape_t *shape) {
@@ -129,7 +131,7 @@ gemm_share_t *gemm_share_open(void *shared, int64_t parts, const gemm_share_shap
     size_t bytes = share_bytes(shape);
     s->shape = *shape;
     s->parts = parts;
-    s->buf = bytes <= SHARE_MAX_BYTES ? pool_get(bytes) : NULL;
+    s->buf = gemm_share_fits(shape) ? pool_get(bytes) : NULL;
     if (s->buf) {
       size_t slices = (size_t)((shape->k + shape->kc - 1) / shape->kc);
       memset((void *)chunk_states(s), 0, slices * (size_t)slice_chunks(shape));

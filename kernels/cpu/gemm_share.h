@@ -24,6 +24,10 @@ typedef struct gemm_share_shape {
   int64_t k, n, kc, nc, chunk, nr;
 } gemm_share_shape_t;
 
+/* Whether a B of this shape is small enough to share (the pool keeps what
+ * it lends). */
+int gemm_share_fits(const gemm_share_shape_t *shape);
+
 /* The share in a dispatch's shared bytes for `parts` parts, or NULL where
  * the parts pack their own (no shared bytes, no memory, too large a B).
  * Every part of the dispatch calls it with the same shape, and calls

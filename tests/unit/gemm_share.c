@@ -97,6 +97,8 @@ Test(gemm_share, no_share_without_shared_bytes_parts_or_room) {
   cr_assert_null(gemm_share_open(shared, 1, &shape), "one part has nobody to share with");
   gemm_share_shape_t huge = shape;
   huge.k = 1 << 16, huge.n = 1 << 16; /* 16 GB packed */
+  cr_assert(gemm_share_fits(&shape));
+  cr_assert_not(gemm_share_fits(&huge), "a product splits so only where its B fits");
   cr_assert_null(gemm_share_open(shared, 4, &huge));
   cr_assert_null(gemm_share_open(shared, 4, &huge), "every part is told, not only the first");
 }
