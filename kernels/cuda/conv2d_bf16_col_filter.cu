@@ -32,12 +32,13 @@ constexpr int THREADS = AQ_GPU_CONV2D_COL_FILTER_THREADS, WARPS = THREADS / 32;
 constexpr int KT = AQ_GPU_CONV2D_COL_FILTERS, MI = KT / 16, NI = ROWS / 8 / WARPS; /* a warp: all filters, NI n8 tiles */
 constexpr int STAGES = 4; /* copies in flight two images ahead */
 constexpr int CHUNKS = AQ_GPU_CONV2D_COL_FILTER_CHUNKS, DYROW = NP + 8; /* a chunk's run of a filter, from 16 bytes below */
-constexpr int X_RAW = (CT * PLANE + 8) * 2, DY_RAW = (KT * NP + 8) * 2 > KT * DYROW * 2 ? (KT * NP + 8) * 2 : KT * DYROW * 2;
+constexpr int X_RUN = (CT * PLANE + 8) * 2, X_RAW = X_RUN + 16; /* x's run, then 16 bytes of zeros */
+constexpr int DY_RAW = (KT * NP + 8) * 2 > KT * DYROW * 2 ? (KT * NP + 8) * 2 : KT * DYROW * 2;
 constexpr int STAGE = X_RAW + DY_RAW, TAB = TAPS * 32 * CHUNKS; /* TAB: words of the chunks' offsets */
 constexpr int ROW = NP * 2, BUF = KT * ROW; /* an image's dy, position-major: 64 positions a row */
 constexpr int STEPS = NP / 16;               /* 16 positions a fragment step */
 constexpr int MAIN = STAGES * STAGE + 2 * BUF, TILE = KT * ROWS;
-static_assert(MI == 4 && ROW == 128 && CT * PLANE < 32768, "8 chunks a row; offsets in a stage's planes in 16 bits");
+static_assert(MI == 4 && ROW == 128 && X_RAW < 65536, "8 chunks a row; byte offsets in a stage's planes in 16 bits");
 static_assert(STAGE % 16 == 0 && X_RAW % 16 == 0 && TILE * 4 <= MAIN, "16-byte copies; the tile over the stages");
 static_assert(MAIN + TAB * 4 <= AQ_GPU_CONV2D_COL_FILTER_BYTES && DYROW * 2 % 16 == 0, "launch.h's group segment");
 
@@ -86,9 +87,11 @@ __device__ __forceinline__ void build(const Tile &tl, const uint8_t *raw, uint8_
 }
 
 // A thread's elements of X for the tile: for each of its 3 rows (c, r, s)
-// and each fragment step, the offsets in a stage's x planes of the pairs
-// of positions its B registers hold (16 bits each; -1 off the plane, past
-// p q, or past the tile's channels).
+// and each fragment step, the byte offsets from a stage's x planes of the
+// pairs of positions its B registers hold (16 bits each). Off the plane,
+// past p q, or past the tile's channels an offset is X_RUN's, into the
+// zeros past the run (for any of the run's 8 starts below 16 bytes), so a
+// B register is two loads and no tests.
 struct XOffsets {
   uint32_t o[NI][STEPS][2];
   __device__ __forceinline__ XOffsets(const Tile &tl, const int32_t *tab, int warp, int lane) {
@@ -103,18 +106,18 @@ struct XOffsets {
         for (int h = 0; h < 2; ++h) { /* positions 16 ks + 2t + 8h and the next: the pair tab holds at index 8 ks + t + 4h */
           const int32_t pr = on ? tab[tap * 32 + ks * 8 + h * 4 + t] : -1;
           const int lo = (int16_t)(pr & 0xffff), hi = pr >> 16;
-          o[ni][ks][h] = (uint32_t)(lo < 0 ? 0xffff : c * tl.hw + lo) | (uint32_t)(hi < 0 ? 0xffff : c * tl.hw + hi) << 16;
+          o[ni][ks][h] = (uint32_t)(lo < 0 ? X_RUN : (c * tl.hw + lo) * 2) | (uint32_t)(hi < 0 ? X_RUN : (c * tl.hw + hi) * 2) << 16;
         }
     }
   }
 };
 
-// The element of x at offset o (16 bits; 0xffff: zero) of planes xr.
-__device__ __forceinline__ uint32_t x_at(const uint16_t *xr, uint32_t o) { return o == 0xffff ? 0u : xr[o]; }
+// The element of x at byte offset o of planes xr (zero past the run).
+__device__ __forceinline__ uint32_t x_at(const uint8_t *xr, uint32_t o) { return *reinterpret_cast<const uint16_t *>(xr + o); }
 
 // One image's products: dy (A, 64 filters, ldmatrix) by the warp's NI n8
 // tiles of X's rows (B, from x's planes at xr), 16 positions a step.
-__device__ __forceinline__ void products(float (&acc)[MI][NI][4], const XOffsets &xo, const uint16_t *xr, uint32_t buf,
+__device__ __forceinline__ void products(float (&acc)[MI][NI][4], const XOffsets &xo, const uint8_t *xr, uint32_t buf,
                                          int steps, int lane) {
 #pragma unroll
   for (int ks = 0; ks < STEPS; ++ks) {
@@ -125,7 +128,7 @@ __device__ __forceinline__ void products(float (&acc)[MI][NI][4], const XOffsets
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint32_t o = xo.o[ni][ks][h];
-        b[ni][h] = x_at(xr, o & 0xffff) | x_at(xr, o >> 16) << 16;
+        b[ni][h] = __byte_perm(x_at(xr, o & 0xffff), x_at(xr, o >> 16), 0x5410);
       }
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
@@ -136,6 +139,15 @@ __device__ __forceinline__ void products(float (&acc)[MI][NI][4], const XOffsets
     }
   }
 }
+
+// An item's image and chunk of dy's plane, in the block's order (a
+// chunk's images, then the next chunk's): stepped, not divided out.
+struct Item {
+  int n, ch;
+  __device__ __forceinline__ void advance(int n0, int n1) {
+    if (++n == n1) n = n0, ++ch;
+  }
+};
 
 // The block's sums over images n0..n1 of the tile into part[kk * ROWS + j]:
 // items it = chunk x images + image, each its image's x and its chunk of
@@ -149,28 +161,31 @@ __device__ void block_tile(const aq_conv2d_args_t &a, const Tile &tl, uint8_t *s
   const bool busy = warp * NI * 8 < tl.rows;
   XOffsets xo(tl, tab, warp, lane);
   float acc[MI][NI][4] = {};
-  __syncthreads(); /* the previous tile is done with shared memory */
+  __syncthreads(); /* the previous tile is done with shared memory (its sums over the stages) */
+  if (threadIdx.x < STAGES) *reinterpret_cast<uint4 *>(smem + threadIdx.x * STAGE + X_RUN) = make_uint4(0, 0, 0, 0);
+  Item fut{n0, 0}; /* item it + STAGES - 1's */
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {
-    if (i < items) stage<CHUNKS_>(a, tl, base + i * STAGE, CHUNKS_ ? n0 + i % count : n0 + i, CHUNKS_ ? i / count : 0);
+    if (i < items) stage<CHUNKS_>(a, tl, base + i * STAGE, fut.n, fut.ch), fut.advance(n0, n1);
     conv::stage_commit();
   }
   conv::stage_wait<STAGES - 2>();
   __syncthreads();
   if (items > 0) build<CHUNKS_>(tl, smem, buf, n0, 0);
+  Item cur{n0, 0};
   for (int it = 0; it < items; ++it) {
     conv::stage_wait<STAGES - 3>(); /* item it + 1 is in */
     __syncthreads();                /* for everyone; item it - 1's buffers are read */
-    const int next = it + STAGES - 1, ch = CHUNKS_ ? it / count : 0, n = n0 + (it - ch * count);
-    if (next < items)
-      stage<CHUNKS_>(a, tl, base + next % STAGES * STAGE, CHUNKS_ ? n0 + next % count : n0 + next, CHUNKS_ ? next / count : 0);
+    const int next = it + STAGES - 1, ch = CHUNKS_ ? cur.ch : 0, n = cur.n;
+    if (next < items) stage<CHUNKS_>(a, tl, base + next % STAGES * STAGE, fut.n, fut.ch), fut.advance(n0, n1);
     conv::stage_commit();
-    if (it + 1 < items)
-      build<CHUNKS_>(tl, smem + (it + 1) % STAGES * STAGE, buf + (it + 1) % 2 * BUF, CHUNKS_ ? n0 + (it + 1) % count : n + 1,
-                     CHUNKS_ ? (it + 1) / count : 0);
-    if (CHUNKS_ && ch && it == ch * count) xo = XOffsets(tl, tab + ch * TAPS * 32, warp, lane); /* a new chunk's positions */
-    const uint16_t *xr = reinterpret_cast<const uint16_t *>(smem + it % STAGES * STAGE) + (n * tl.c + tl.c0) * tl.hw % 8;
+    Item after = cur;
+    after.advance(n0, n1);
+    if (it + 1 < items) build<CHUNKS_>(tl, smem + (it + 1) % STAGES * STAGE, buf + (it + 1) % 2 * BUF, after.n, after.ch);
+    if (CHUNKS_ && ch && n == n0) xo = XOffsets(tl, tab + ch * TAPS * 32, warp, lane); /* a new chunk's positions */
+    const uint8_t *xr = smem + it % STAGES * STAGE + (n * tl.c + tl.c0) * tl.hw % 8 * 2;
     if (busy) products(acc, xo, xr, bufs + it % 2 * BUF, CHUNKS_ ? (min(NP, tl.pq - ch * NP) + 15) / 16 : (tl.pq + 15) / 16, lane);
+    cur = after;
   }
   conv::stage_wait<0>();
   __syncthreads(); /* the stages are free for the tile */

@@ -1151,7 +1151,7 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_col_build(const aq_conv2d_args_t 
 #define AQ_GPU_CONV2D_COL_FILTER_THREADS 384
 #define AQ_GPU_CONV2D_COL_FILTER_SPLIT 4
 #define AQ_GPU_CONV2D_COL_FILTER_CHUNKS 4
-#define AQ_GPU_CONV2D_COL_FILTER_BYTES 123456
+#define AQ_GPU_CONV2D_COL_FILTER_BYTES 123520
 static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bf16_col_filter_fits(const aq_conv2d_args_t *a) {
   return aq_conv2d_tiled_extents(a) && aq_conv2d_fits32(a) &&
          a->p * a->q <= AQ_GPU_CONV2D_COL_FILTER_CHUNKS * AQ_GPU_CONV2D_COL_POSITIONS &&
