@@ -230,6 +230,8 @@ extern "C" {
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL "aq_conv2d_bwd_filter_bf16_col"
 /* The same over clusters of 3 (launch.h: where they take fewer waves). */
 #define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3 "aq_conv2d_bwd_filter_bf16_col3"
+/* The same over clusters of 2 (launch.h: where they take fewer waves). */
+#define AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2 "aq_conv2d_bwd_filter_bf16_col2"
 /* aq_conv2d_bwd_filter_bf16's build for filters whose planes fit a block's
  * shared memory (a LeNet's, whose dw has too few tiles for the tensor
  * cores): the fp32 split build's tiled sums on bf16 x and dy, a cluster of

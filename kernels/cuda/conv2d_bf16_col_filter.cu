@@ -280,6 +280,16 @@ AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_COL_FILTER_SPLIT) __launch_bounds__
   conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
 }
 
+// The same over clusters of AQ_GPU_CONV2D_COL_FILTER_SPLIT2.
+AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_COL_FILTER_SPLIT2) __launch_bounds__(AQ_GPU_CONV2D_COL_FILTER_THREADS, 1)
+    aq_conv2d_bwd_filter_bf16_col2(aq_conv2d_args_t a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_col_filter::applies(a)) return conv_col_filter::run<AQ_GPU_CONV2D_COL_FILTER_SPLIT2>(a);
+#endif
+  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
+}
+
 // The same over clusters of AQ_GPU_CONV2D_COL_FILTER_SPLIT3.
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_COL_FILTER_SPLIT3) __launch_bounds__(AQ_GPU_CONV2D_COL_FILTER_THREADS, 1)
     aq_conv2d_bwd_filter_bf16_col3(aq_conv2d_args_t a) {

@@ -1158,12 +1158,14 @@ static inline AQ_GPU_HOST_DEVICE int aq_conv2d_bf16_col_filter_fits(const aq_con
          a->r * a->s <= AQ_GPU_CONV2D_COL_TAPS && a->h * a->wd <= AQ_GPU_CONV2D_COL_PLANE && (a->c * a->r * a->s * 2) % 16 == 0;
 }
 #define AQ_GPU_CONV2D_COL_FILTER_SPLIT3 3
+#define AQ_GPU_CONV2D_COL_FILTER_SPLIT2 2
 /* Its tiles of dw: filters by channels. */
 static inline int64_t aq_conv2d_bf16_col_filter_tiles(const aq_conv2d_args_t *a) {
   return (a->c + AQ_GPU_CONV2D_COL_CHANNELS - 1) / AQ_GPU_CONV2D_COL_CHANNELS *
          ((a->k + AQ_GPU_CONV2D_COL_FILTERS - 1) / AQ_GPU_CONV2D_COL_FILTERS);
 }
-/* Its launch over clusters of split (4, or 3 for the _col3 build). */
+/* Its launch over clusters of split (4, or 3 and 2 for the _col3 and
+ * _col2 builds). */
 static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape_by(const aq_conv2d_args_t *a, int split) {
   const int64_t s = split, tiles = a->c > 0 && a->k > 0 ? aq_conv2d_bf16_col_filter_tiles(a) : 1,
                 items = a->dbias && a->k > 0 ? (a->k + 7) / 8 : 0;
@@ -1186,19 +1188,23 @@ static inline int aq_conv2d_bf16_col_filter_build(const aq_conv2d_args_t *a, int
          (a->p * a->q <= AQ_GPU_CONV2D_COL_POSITIONS || !rows) &&
          aq_conv2d_bf16_col_filter_tiles(a) >= AQ_GPU_CONV2D_COL_FILTER_TILES;
 }
-/* Its cluster: 4, or 3 where those take less time, each a wave of tiles
- * (AQ_GPU_CONV2D_COL_FILTER{4,3}_CLUSTERS at once, a block an SM) times a
- * block's images: 32 tiles take two waves over clusters of 4 (8 images a
- * block) and one over 3 (11). The counts are inferred, not asked of
+/* Its cluster: 4, or 3 or 2 where those take less time, each a wave of
+ * tiles (AQ_GPU_CONV2D_COL_FILTER{4,3,2}_CLUSTERS at once, a block an SM)
+ * times a block's images: 32 tiles take two waves over clusters of 4 (8
+ * images a block) and one over 3 (11); 128 five over 4 (8), four over 3
+ * (11), two over 2 (16). The counts are inferred, not asked of
  * cuOccupancyMaxActiveClusters: 32 tiles over clusters of 4 ran as two
- * waves (under 32 at once), and 3's from the same GPCs' SMs. */
+ * waves (under 32 at once), and 3's and 2's from the same GPCs' SMs. */
 #define AQ_GPU_CONV2D_COL_FILTER4_CLUSTERS 30
 #define AQ_GPU_CONV2D_COL_FILTER3_CLUSTERS 42
+#define AQ_GPU_CONV2D_COL_FILTER2_CLUSTERS 66
 static inline const char *aq_conv2d_bf16_col_filter_kernel(const aq_conv2d_args_t *a) {
   const int64_t tiles = aq_conv2d_bf16_col_filter_tiles(a), s4 = AQ_GPU_CONV2D_COL_FILTER_SPLIT,
-                s3 = AQ_GPU_CONV2D_COL_FILTER_SPLIT3;
+                s3 = AQ_GPU_CONV2D_COL_FILTER_SPLIT3, s2 = AQ_GPU_CONV2D_COL_FILTER_SPLIT2;
   const int64_t c4 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER4_CLUSTERS) * ((a->n + s4 - 1) / s4),
-                c3 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER3_CLUSTERS) * ((a->n + s3 - 1) / s3);
+                c3 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER3_CLUSTERS) * ((a->n + s3 - 1) / s3),
+                c2 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER2_CLUSTERS) * ((a->n + s2 - 1) / s2);
+  if (c2 < c3 && c2 < c4) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2;
   return c3 < c4 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3 : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL;
 }
 /* A build's launch (threads: its block): a block an item (an image's 32
@@ -1322,7 +1328,8 @@ static __attribute__((noinline, unused)) uint32_t aq_gpu_op_group_segment(const 
   if (aq_conv2d_bf16_rows_split(kernel)) return AQ_GPU_CONV2D_ROWS_BYTES(AQ_GPU_CONV2D_ROWS_THREADS(aq_conv2d_bf16_rows_split(kernel)));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL)) return AQ_GPU_CONV2D_COL_BF16_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_COL)) return AQ_GPU_CONV2D_COL_F32_BYTES;
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3))
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3) ||
+      !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2))
     return AQ_GPU_CONV2D_COL_FILTER_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_PLANES)) return AQ_GPU_CONV2D_PLANES_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC)) return AQ_GPU_CONV2D_WINO_TC_BYTES;
@@ -1349,6 +1356,9 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3) ||
       (strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) && !strcmp(pick, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3)))
     return aq_conv2d_bf16_col_filter_shape_by((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_FILTER_SPLIT3);
+  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2) ||
+      (strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) && !strcmp(pick, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2)))
+    return aq_conv2d_bf16_col_filter_shape_by((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_FILTER_SPLIT2);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) || !strcmp(pick, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL))
     return aq_conv2d_bf16_col_filter_shape((const aq_conv2d_args_t *)kernarg);
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_PLANES) || !strcmp(pick, AQ_KERNEL_CONV2D_BF16_PLANES))
@@ -1500,6 +1510,7 @@ static inline const aq_gpu_op_build_rule_t *aq_gpu_op_build_rule(const char *op,
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_ROWS_WIDE, aq_conv2d_bf16_rows_wide_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, aq_conv2d_bf16_col_filter_fits, NULL},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3, aq_conv2d_bf16_col_filter_fits, NULL},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2, aq_conv2d_bf16_col_filter_fits, NULL},
   };
   const int n = (int)(sizeof(rules) / sizeof(rules[0]));
   if (!build) return index >= 0 && index < n && !strcmp(rules[index].op, op) ? &rules[index] : NULL;

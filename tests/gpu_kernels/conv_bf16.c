@@ -149,8 +149,9 @@ static void bf16_case(const bcase_t *t) {
    * with one cluster (every tile in turn), every case; 21: the same over
    * clusters of 4; 22, 23: the forward by planes with its own grid and
    * with one block, every case; 24, 25: the backward filter by columns
-   * over clusters of 3 with its own grid and with one cluster */
-  for (int shape = 0; shape < 26; ++shape) {
+   * over clusters of 3 with its own grid and with one cluster; 26, 27:
+   * the same over clusters of 2 */
+  for (int shape = 0; shape < 28; ++shape) {
     fill(y, ny), fill(dx, nx), fill(dw, nw), fill(db, nk);
     for (int i = 0; i < 3; ++i) {
       aq_dispatch_shape_t cpu = aq_planes_grid(planes[i]), one = {{AQ_GPU_CONV2D_BF16_THREADS, 1, 1}, {AQ_GPU_CONV2D_BF16_THREADS, 1, 1}};
@@ -173,9 +174,11 @@ static void bf16_case(const bcase_t *t) {
         if (shape == 13) own.grid[0] = 16 * own.workgroup[0];
         gk_run(rows, &a, own);
       } else if (shape >= 24 && i == 2) {
-        aq_dispatch_shape_t own = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3, &a, cpu);
-        if (shape == 25) own.grid[0] = AQ_GPU_CONV2D_COL_FILTER_SPLIT3 * own.workgroup[0];
-        gk_run(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3, &a, own);
+        const char *col = shape < 26 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3 : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2;
+        aq_dispatch_shape_t own = aq_gpu_op_shape(col, &a, cpu);
+        if (shape == 25 || shape == 27)
+          own.grid[0] = (shape == 25 ? AQ_GPU_CONV2D_COL_FILTER_SPLIT3 : AQ_GPU_CONV2D_COL_FILTER_SPLIT2) * own.workgroup[0];
+        gk_run(col, &a, own);
       } else if (shape >= 17 && shape < 19 && i == 2) {
         aq_dispatch_shape_t own = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, &a, cpu);
         if (shape == 18) own.grid[0] = AQ_GPU_CONV2D_COL_FILTER_SPLIT * own.workgroup[0];
@@ -339,6 +342,7 @@ Test(gpu_conv_bf16, split_and_columns_builds_repeat_bit_for_bit) {
       {AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL, 1, 1},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, 2, AQ_GPU_CONV2D_COL_FILTER_SPLIT},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3, 2, AQ_GPU_CONV2D_COL_FILTER_SPLIT3},
+      {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2, 2, AQ_GPU_CONV2D_COL_FILTER_SPLIT2},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT, 2, AQ_GPU_CONV2D_BWD_FILTER_SPLIT},
       {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_TC_SPLIT16, 2, AQ_GPU_CONV2D_SPLIT16},
   };
@@ -557,10 +561,14 @@ Test(conv_bf16_shape, small_planes_backward_filter_takes_the_columns_build) {
                "named: clusters of 4, 32 bias items a block each");
   cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, &a), AQ_GPU_CONV2D_COL_FILTER_BYTES);
   cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3, &a), AQ_GPU_CONV2D_COL_FILTER_BYTES);
+  cr_assert_eq(aq_gpu_op_group_segment(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2, &a), AQ_GPU_CONV2D_COL_FILTER_BYTES);
+  s = aq_gpu_op_shape(AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2, &a, aq_planes_grid(1));
+  cr_assert_eq(s.grid[0], (32 + 16) * AQ_GPU_CONV2D_COL_FILTER_SPLIT2 * AQ_GPU_CONV2D_COL_FILTER_THREADS,
+               "named: clusters of 2, 32 bias items over 16");
   aq_conv2d_args_t deep = a;
   deep.c = deep.k = 512, deep.h = deep.wd = deep.p = deep.q = 7, deep.stride_h = deep.stride_w = 1;
-  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &deep), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL,
-                   "128 tiles: five waves of 8 images over clusters of 4, four of 11 over 3");
+  cr_assert_str_eq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &deep), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2,
+                   "128 tiles: five waves of 8 images over clusters of 4, four of 11 over 3, two of 16 over 2");
   aq_conv2d_args_t big = a;
   big.h = big.wd = 28, big.p = big.q = 14;
   cr_assert_str_neq(aq_gpu_op_kernel(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &big), AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL,
@@ -573,8 +581,8 @@ Test(conv_bf16_shape, small_planes_backward_filter_takes_the_columns_build) {
                           .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .p = 8, .q = 8};
   const char *names[AQ_GPU_OP_BUILDS_MAX];
   const uint32_t n = aq_gpu_op_builds(AQ_KERNEL_CONV2D_BWD_FILTER_BF16, &all, names, AQ_GPU_OP_BUILDS_MAX);
-  cr_assert_eq(n, 13, "the GEMM's tiles, split over clusters of 8, 6, 16; tiled; staged over 8, 4, 16; rows over 16, 8, "
-                      "in chunks; columns over 4, 3");
+  cr_assert_eq(n, 14, "the GEMM's tiles, split over clusters of 8, 6, 16; tiled; staged over 8, 4, 16; rows over 16, 8, "
+                      "in chunks; columns over 4, 3, 2");
   int col = 0, staged = 0;
   for (uint32_t i = 0; i < n; ++i)
     col |= !strcmp(names[i], AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL), staged |= strstr(names[i], "_staged") != NULL;

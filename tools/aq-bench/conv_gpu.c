@@ -550,9 +550,12 @@ static void explain(aq_agent_t gpu, const char *tok, const aq_conv2d_args_t *a, 
   else if (!strcmp(build, AQ_KERNEL_CONV2D_BF16_PLANES))
     snprintf(path, sizeof(path), "tensor cores, a block an image's %d positions by %d filters: w's rows and x's planes staged whole, the im2col built in shared memory",
              (int)planes_np, AQ_GPU_CONV2D_PLANES_FILTERS);
-  else if (!strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) || !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3))
+  else if (!strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) || !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3) ||
+           !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2))
     snprintf(path, sizeof(path), "tensor cores, a cluster of %d a %d-filter x %d-channel tile of dw splitting the batch, each image's columns read from its staged planes%s",
-             strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3) ? AQ_GPU_CONV2D_COL_FILTER_SPLIT : AQ_GPU_CONV2D_COL_FILTER_SPLIT3,
+             !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3)   ? AQ_GPU_CONV2D_COL_FILTER_SPLIT3
+             : !strcmp(build, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2) ? AQ_GPU_CONV2D_COL_FILTER_SPLIT2
+                                                                     : AQ_GPU_CONV2D_COL_FILTER_SPLIT,
              AQ_GPU_CONV2D_COL_FILTERS, AQ_GPU_CONV2D_COL_CHANNELS, a->p * a->q > AQ_GPU_CONV2D_COL_POSITIONS ? " (dy's plane in chunks of 64 positions)" : "");
   else if (!strcmp(build, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL) || !strcmp(build, AQ_KERNEL_CONV2D_BWD_DATA_COL))
     snprintf(path, sizeof(path), "%s, a block an image's %d channels: their taps x dy's positions over k, then col2im in shared memory",
