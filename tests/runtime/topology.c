@@ -19,6 +19,23 @@ static size_t agents_of(aq_agent_t *out, size_t cap) {
   return k;
 }
 
+/* A dispatch of the test kernels' noop over `grid` work-items completes
+ * on agent. */
+static void runs_a_noop(aq_agent_t agent, uint32_t grid) {
+  aq_queue_t q;
+  AQ_ASSERT_OK(aq_queue_create(agent, NULL, &q));
+  aq_code_object_t co;
+  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
+  aq_kernel_info_t k = test_kernel(co, agent, "noop");
+  aq_signal_t done;
+  AQ_ASSERT_OK(aq_signal_create(1, &done));
+  hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, NULL, grid, 1, done);
+  AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
+  AQ_ASSERT_OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
+  aq_signal_destroy(done);
+  aq_queue_destroy(q);
+}
+
 Test(topology, this_machine_has_one_cpu_agent_per_numa_node) {
   AQ_ASSERT_OK(aq_init(NULL));
   aq_topology_info_t t;
@@ -68,18 +85,7 @@ Test(topology, synthetic_two_node_machine) {
     cr_assert_eq(ri.numa_node, i);
     cr_assert_eq(ri.bound, 0, "a synthetic node is not this machine's: not bound");
   }
-  /* The agents still run work. */
-  aq_queue_t q;
-  AQ_ASSERT_OK(aq_queue_create(a[1], NULL, &q));
-  aq_code_object_t co;
-  AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
-  aq_kernel_info_t k = test_kernel(co, a[1], "noop");
-  aq_signal_t done;
-  AQ_ASSERT_OK(aq_signal_create(1, &done));
-  hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, NULL, 64, 1, done);
-  AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
-  AQ_ASSERT_OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
-  aq_queue_destroy(q);
+  runs_a_noop(a[1], 64); /* the agents still run work */
   aq_shut_down();
 }
 
@@ -170,18 +176,7 @@ Test(topology, workers_stay_within_the_process_binding) {
     AQ_ASSERT_OK(aq_agent_get_info(a[0], &info));
     cr_assert_eq(info.compute_units, 1, "AQ_CPU_AGENTS=%s", how[c]);
     assert_new_threads_on(cpu, before, nbefore);
-    aq_queue_t q;
-    AQ_ASSERT_OK(aq_queue_create(a[0], NULL, &q));
-    aq_code_object_t co;
-    AQ_ASSERT_OK(aq_code_object_load("test-kernels.so", &co));
-    aq_kernel_info_t k = test_kernel(co, a[0], "noop");
-    aq_signal_t done;
-    AQ_ASSERT_OK(aq_signal_create(1, &done));
-    hsa_kernel_dispatch_packet_t p = dispatch_packet(&k, NULL, 256, 1, done);
-    AQ_ASSERT_OK(aq_queue_submit(q, &p, SEC, NULL));
-    AQ_ASSERT_OK(aq_signal_wait(done, AQ_SIGNAL_EQ, 0, 10 * SEC, NULL));
-    aq_signal_destroy(done);
-    aq_queue_destroy(q);
+    runs_a_noop(a[0], 256);
     aq_shut_down();
   }
 }
