@@ -21,7 +21,11 @@ typedef struct share_buf {
   size_t size;
 } share_buf_t;
 
+/* The pool keeps the newest POOL_KEEP buffers within POOL_KEEP_BYTES
+ * (the one just given back always: a product's B is at most
+ * SHARE_MAX_BYTES). */
 enum { POOL_KEEP = 4, BUF_HEAD = 64 };
+#define POOL_KEEP_BYTES (2 * SHARE_MAX_BYTES)
 
 /* A buffer of megabytes in transparent huge pages where the kernel gives
  * them on request: the parts' reads of a packed B then miss the TLB once
@@ -59,9 +63,10 @@ static void pool_put(share_buf_t *b) {
   pthread_mutex_lock(&pool_lock);
   b->next = pool, pool = b;
   int n = 0;
+  size_t kept = 0;
   share_buf_t **at = &pool;
-  while (*at && ++n <= POOL_KEEP) at = &(*at)->next;
-  share_buf_t *extra = *at; /* the oldest, past POOL_KEEP */
+  while (*at && ++n <= POOL_KEEP && (kept += (*at)->size) <= POOL_KEEP_BYTES) at = &(*at)->next;
+  share_buf_t *extra = *at; /* the oldest, past what the pool keeps */
   *at = NULL;
   pthread_mutex_unlock(&pool_lock);
   while (extra) {
