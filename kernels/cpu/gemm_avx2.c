@@ -203,7 +203,7 @@ AQ_TARGET_AVX2 static inline __attribute__((always_inline)) void half_avx2(int64
     for (int64_t l = ahead; l < n; ++l) AVX2_STEP(at[l])
   } else {
     int64_t l = 0;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (; l < ahead; ++l) AVX2_STEP(l)
     aq_prefetch_c(c, ldc, rows, AVX2_NR);
 #pragma GCC unroll 4
