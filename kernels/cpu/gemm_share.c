@@ -107,22 +107,24 @@ static inline void relax(void) {
 
 static int64_t round_up(int64_t x, int64_t unit) { return (x + unit - 1) / unit * unit; }
 
-/* Chunks of one KC slice. */
+/* Chunks of one KC slice, and of all of them (a byte of state each). */
 static int64_t slice_chunks(const gemm_share_shape_t *sh) {
   return (sh->n + sh->nc - 1) / sh->nc * ((sh->nc + sh->chunk - 1) / sh->chunk);
 }
+static size_t chunk_count(const gemm_share_shape_t *sh) {
+  return (size_t)((sh->k + sh->kc - 1) / sh->kc) * (size_t)slice_chunks(sh);
+}
+
+/* Floats of the packed B (its panels zero-padded to nr columns). */
+static size_t packed_floats(const gemm_share_shape_t *sh) { return (size_t)sh->k * (size_t)round_up(sh->n, sh->nr); }
 
 static float *packed(const gemm_share_t *s) { return (float *)((char *)s->buf + BUF_HEAD); }
 
 static _Atomic uint8_t *chunk_states(const gemm_share_t *s) {
-  return (_Atomic uint8_t *)(packed(s) + s->shape.k * round_up(s->shape.n, s->shape.nr));
+  return (_Atomic uint8_t *)(packed(s) + packed_floats(&s->shape));
 }
 
-static size_t share_bytes(const gemm_share_shape_t *sh) {
-  size_t floats = (size_t)sh->k * (size_t)round_up(sh->n, sh->nr);
-  size_t slices = (size_t)((sh->k + sh->kc - 1) / sh->kc);
-  return floats * sizeof(float) + slices * (size_t)slice_chunks(sh);
-}
+static size_t share_bytes(const gemm_share_shape_t *sh) { return packed_floats(sh) * sizeof(float) + chunk_count(sh); }
 
 int gemm_share_fits(const gemm_share_shape_t *shape) { return share_bytes(shape) <= SHARE_MAX_BYTES; }
 
@@ -133,14 +135,10 @@ gemm_share_t *gemm_share_open(void *shared, int64_t parts, const gemm_share_shap
   if (!s || parts < 2 || shape->k <= 0 || shape->n <= 0) return NULL;
   uint32_t none = SETUP_NONE;
   if (atomic_compare_exchange_strong(&s->setup, &none, SETUP_BUSY)) {
-    size_t bytes = share_bytes(shape);
     s->shape = *shape;
     s->parts = parts;
-    s->buf = gemm_share_fits(shape) ? pool_get(bytes) : NULL;
-    if (s->buf) {
-      size_t slices = (size_t)((shape->k + shape->kc - 1) / shape->kc);
-      memset((void *)chunk_states(s), 0, slices * (size_t)slice_chunks(shape));
-    }
+    s->buf = gemm_share_fits(shape) ? pool_get(share_bytes(shape)) : NULL;
+    if (s->buf) memset((void *)chunk_states(s), 0, chunk_count(shape));
     atomic_store_explicit(&s->setup, s->buf ? SETUP_READY : SETUP_OFF, memory_order_release);
   }
   uint32_t st;
