@@ -270,32 +270,28 @@ __device__ inline bool applies(const aq_conv2d_args_t &a) {
 }  // namespace conv_col_filter
 #endif  // !AQ_HIP
 
-// A block an SM (its shared memory), clusters of AQ_GPU_CONV2D_COL_FILTER_SPLIT.
+// The builds' body over clusters of SPLIT: by columns where the shape
+// takes them, else the plain backward filter.
+template <int SPLIT>
+__device__ __forceinline__ void col_filter_entry(const aq_conv2d_args_t &a) {
+  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
+#ifndef AQ_HIP
+  if (conv_col_filter::applies(a)) return conv_col_filter::run<SPLIT>(a);
+#endif
+  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
+}
+
+// A block an SM (its shared memory), clusters of AQ_GPU_CONV2D_COL_FILTER_SPLIT,
+// and of _SPLIT2 and _SPLIT3.
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_COL_FILTER_SPLIT) __launch_bounds__(AQ_GPU_CONV2D_COL_FILTER_THREADS, 1)
     aq_conv2d_bwd_filter_bf16_col(aq_conv2d_args_t a) {
-  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-#ifndef AQ_HIP
-  if (conv_col_filter::applies(a)) return conv_col_filter::run<AQ_GPU_CONV2D_COL_FILTER_SPLIT>(a);
-#endif
-  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
+  col_filter_entry<AQ_GPU_CONV2D_COL_FILTER_SPLIT>(a);
 }
-
-// The same over clusters of AQ_GPU_CONV2D_COL_FILTER_SPLIT2.
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_COL_FILTER_SPLIT2) __launch_bounds__(AQ_GPU_CONV2D_COL_FILTER_THREADS, 1)
     aq_conv2d_bwd_filter_bf16_col2(aq_conv2d_args_t a) {
-  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-#ifndef AQ_HIP
-  if (conv_col_filter::applies(a)) return conv_col_filter::run<AQ_GPU_CONV2D_COL_FILTER_SPLIT2>(a);
-#endif
-  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
+  col_filter_entry<AQ_GPU_CONV2D_COL_FILTER_SPLIT2>(a);
 }
-
-// The same over clusters of AQ_GPU_CONV2D_COL_FILTER_SPLIT3.
 AQ_KERNEL void AQ_CONV_CLUSTER(AQ_GPU_CONV2D_COL_FILTER_SPLIT3) __launch_bounds__(AQ_GPU_CONV2D_COL_FILTER_THREADS, 1)
     aq_conv2d_bwd_filter_bf16_col3(aq_conv2d_args_t a) {
-  if (!a.x || !a.dy || !a.dw || !conv::valid(a)) return;
-#ifndef AQ_HIP
-  if (conv_col_filter::applies(a)) return conv_col_filter::run<AQ_GPU_CONV2D_COL_FILTER_SPLIT3>(a);
-#endif
-  conv::backward_filter(a, (const uint16_t *)a.x, (const uint16_t *)a.dy);
+  col_filter_entry<AQ_GPU_CONV2D_COL_FILTER_SPLIT3>(a);
 }

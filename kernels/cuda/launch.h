@@ -1173,9 +1173,6 @@ static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape_by(const aq_co
   sh.workgroup[0] = AQ_GPU_CONV2D_COL_FILTER_THREADS;
   return sh;
 }
-static inline aq_dispatch_shape_t aq_conv2d_bf16_col_filter_shape(const aq_conv2d_args_t *a) {
-  return aq_conv2d_bf16_col_filter_shape_by(a, AQ_GPU_CONV2D_COL_FILTER_SPLIT);
-}
 /* The rule gives it the shapes it fits whose filters have 6 taps or more
  * and of at least AQ_GPU_CONV2D_COL_FILTER_TILES tiles (clusters of 4 for
  * half of an H200's SMs and more): fewer leave most SMs idle, and run
@@ -1198,14 +1195,38 @@ static inline int aq_conv2d_bf16_col_filter_build(const aq_conv2d_args_t *a, int
 #define AQ_GPU_CONV2D_COL_FILTER4_CLUSTERS 30
 #define AQ_GPU_CONV2D_COL_FILTER3_CLUSTERS 42
 #define AQ_GPU_CONV2D_COL_FILTER2_CLUSTERS 66
+/* Build i of the columns backward filter (clusters of 4, 3, 2): its name
+ * and the clusters of it at once; returns its cluster, 0 past the last. */
+static inline int aq_conv2d_bf16_col_filter_build_at(int i, const char **name, int64_t *at_once) {
+  static const char *const names[] = {AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3,
+                                      AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2};
+  static const int splits[] = {AQ_GPU_CONV2D_COL_FILTER_SPLIT, AQ_GPU_CONV2D_COL_FILTER_SPLIT3,
+                               AQ_GPU_CONV2D_COL_FILTER_SPLIT2},
+                   once[] = {AQ_GPU_CONV2D_COL_FILTER4_CLUSTERS, AQ_GPU_CONV2D_COL_FILTER3_CLUSTERS,
+                             AQ_GPU_CONV2D_COL_FILTER2_CLUSTERS};
+  if (i < 0 || i >= (int)(sizeof(splits) / sizeof(splits[0]))) return 0;
+  *name = names[i], *at_once = once[i];
+  return splits[i];
+}
+/* A columns backward filter build's cluster (build: its name), or 0: not
+ * one of them. */
+static inline int aq_conv2d_bf16_col_filter_split(const char *build) {
+  const char *name;
+  int64_t once;
+  for (int i = 0, s; (s = aq_conv2d_bf16_col_filter_build_at(i, &name, &once)); ++i)
+    if (!strcmp(build, name)) return s;
+  return 0;
+}
+/* The build of least cost; the first of equal ones. */
 static inline const char *aq_conv2d_bf16_col_filter_kernel(const aq_conv2d_args_t *a) {
-  const int64_t tiles = aq_conv2d_bf16_col_filter_tiles(a), s4 = AQ_GPU_CONV2D_COL_FILTER_SPLIT,
-                s3 = AQ_GPU_CONV2D_COL_FILTER_SPLIT3, s2 = AQ_GPU_CONV2D_COL_FILTER_SPLIT2;
-  const int64_t c4 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER4_CLUSTERS) * ((a->n + s4 - 1) / s4),
-                c3 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER3_CLUSTERS) * ((a->n + s3 - 1) / s3),
-                c2 = aq_gpu_waves(tiles, AQ_GPU_CONV2D_COL_FILTER2_CLUSTERS) * ((a->n + s2 - 1) / s2);
-  if (c2 < c3 && c2 < c4) return AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2;
-  return c3 < c4 ? AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3 : AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL;
+  const int64_t tiles = aq_conv2d_bf16_col_filter_tiles(a);
+  const char *best = NULL, *name;
+  int64_t best_cost = 0, once;
+  for (int i = 0, s; (s = aq_conv2d_bf16_col_filter_build_at(i, &name, &once)); ++i) {
+    const int64_t cost = aq_gpu_waves(tiles, once) * ((a->n + s - 1) / s);
+    if (!best || cost < best_cost) best = name, best_cost = cost;
+  }
+  return best;
 }
 /* A build's launch (threads: its block): a block an item (an image's 32
  * channels), walked grid-stride. */
@@ -1328,9 +1349,7 @@ static __attribute__((noinline, unused)) uint32_t aq_gpu_op_group_segment(const 
   if (aq_conv2d_bf16_rows_split(kernel)) return AQ_GPU_CONV2D_ROWS_BYTES(AQ_GPU_CONV2D_ROWS_THREADS(aq_conv2d_bf16_rows_split(kernel)));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_BF16_COL)) return AQ_GPU_CONV2D_COL_BF16_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_COL)) return AQ_GPU_CONV2D_COL_F32_BYTES;
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) || !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3) ||
-      !strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2))
-    return AQ_GPU_CONV2D_COL_FILTER_BYTES;
+  if (aq_conv2d_bf16_col_filter_split(kernel)) return AQ_GPU_CONV2D_COL_FILTER_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_PLANES)) return AQ_GPU_CONV2D_PLANES_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_TC)) return AQ_GPU_CONV2D_WINO_TC_BYTES;
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_WINO_WARP)) return AQ_GPU_CONV2D_WINO_WARP_BYTES;
@@ -1353,14 +1372,10 @@ static inline aq_dispatch_shape_t aq_gpu_op_shape(const char *kernel, const void
     return aq_conv2d_col_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_BF16_THREADS); /* named, or picked */
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_DATA_COL) || !strcmp(pick, AQ_KERNEL_CONV2D_BWD_DATA_COL))
     return aq_conv2d_col_shape((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_F32_THREADS);
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3) ||
-      (strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) && !strcmp(pick, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL3)))
-    return aq_conv2d_bf16_col_filter_shape_by((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_FILTER_SPLIT3);
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2) ||
-      (strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) && !strcmp(pick, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL2)))
-    return aq_conv2d_bf16_col_filter_shape_by((const aq_conv2d_args_t *)kernarg, AQ_GPU_CONV2D_COL_FILTER_SPLIT2);
-  if (!strcmp(kernel, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL) || !strcmp(pick, AQ_KERNEL_CONV2D_BWD_FILTER_BF16_COL))
-    return aq_conv2d_bf16_col_filter_shape((const aq_conv2d_args_t *)kernarg);
+  if (aq_conv2d_bf16_col_filter_split(kernel) || aq_conv2d_bf16_col_filter_split(pick)) /* named, or picked */
+    return aq_conv2d_bf16_col_filter_shape_by(
+        (const aq_conv2d_args_t *)kernarg,
+        aq_conv2d_bf16_col_filter_split(aq_conv2d_bf16_col_filter_split(kernel) ? kernel : pick));
   if (!strcmp(kernel, AQ_KERNEL_CONV2D_BF16_PLANES) || !strcmp(pick, AQ_KERNEL_CONV2D_BF16_PLANES))
     return aq_conv2d_bf16_planes_shape((const aq_conv2d_args_t *)kernarg);
   if (wino >= 0 || aq_conv2d_wino_pass(pick) >= 0) /* named, or picked */
